@@ -1,0 +1,128 @@
+package actors_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func jsonLogger(out *syncBuffer, level hclog.Level) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Output: out, Level: level, JSONFormat: true})
+}
+
+func TestSlogHandlerKeepsLevelsAndPairs(t *testing.T) {
+	out := &syncBuffer{}
+	logger := slog.New(actors.NewSlogHandler(jsonLogger(out, hclog.Info)))
+
+	logger.Debug("hidden", "k", 1)
+	logger.With("system", "s1").WithGroup("req").Warn("slow", "ms", 250, slog.Group("peer", "id", "p1"))
+
+	got := out.String()
+	require.NotContains(t, got, "hidden", "debug is below the logger's info level")
+	require.Contains(t, got, `"@level":"warn"`)
+	require.Contains(t, got, `"@message":"slow"`)
+	require.Contains(t, got, `"system":"s1"`)
+	require.Contains(t, got, `"req.ms":250`)
+	require.Contains(t, got, `"req.peer.id":"p1"`)
+}
+
+func TestSlogHandlerLevels(t *testing.T) {
+	cases := []struct {
+		name  string
+		level slog.Level
+		want  string
+	}{
+		{"debug maps to debug", slog.LevelDebug, "debug"},
+		{"info maps to info", slog.LevelInfo, "info"},
+		{"warn maps to warn", slog.LevelWarn, "warn"},
+		{"error maps to error", slog.LevelError, "error"},
+		{"below debug maps to trace", slog.LevelDebug - 4, "trace"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := &syncBuffer{}
+			h := actors.NewSlogHandler(jsonLogger(out, hclog.Trace))
+			require.True(t, h.Enabled(context.Background(), tc.level))
+			slog.New(h).Log(context.Background(), tc.level, "m")
+			require.Contains(t, out.String(), `"@level":"`+tc.want+`"`)
+		})
+	}
+}
+
+func TestNewSystemLogsThroughHclog(t *testing.T) {
+	out := &syncBuffer{}
+	system := actors.NewSystem(jsonLogger(out, hclog.Debug))
+	t.Cleanup(system.Shutdown)
+	system.Logger().Info("hello from protoactor", "n", 7)
+	require.Contains(t, out.String(), `"@module":"actor"`)
+	require.Contains(t, out.String(), `"n":7`)
+}
+
+func TestPanicStackLogsTheStackAndStillFails(t *testing.T) {
+	out := &syncBuffer{}
+	logger := jsonLogger(out, hclog.Error)
+	system := probe.NewSystem(t)
+	p := probe.New(t, system)
+
+	props := actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*messages.PluginInfo); ok {
+			panicOnPurpose()
+		}
+	}, actor.WithReceiverMiddleware(actors.PanicStack(logger)),
+		actor.WithSupervisor(actor.NewOneForOneStrategy(0, time.Second, func(any) actor.Directive {
+			return actor.StopDirective
+		})))
+	parent := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*actor.Started); ok {
+			child := ctx.Spawn(props)
+			ctx.Send(p.PID(), child)
+			ctx.Send(child, &messages.PluginInfo{Name: "boom"})
+		}
+	}, actor.WithSupervisor(actor.NewOneForOneStrategy(0, time.Second, func(any) actor.Directive {
+		return actor.StopDirective
+	}))))
+	t.Cleanup(func() { system.Root.Stop(parent) })
+
+	child := probe.Expect[*actor.PID](t, p, time.Second)
+	p.Watch(t, child)
+	p.ExpectTerminated(t, child, 2*time.Second)
+	got := out.String()
+	require.Contains(t, got, "actor panicked")
+	require.Contains(t, got, "on purpose")
+	require.Contains(t, got, "panicOnPurpose", "the stack names the function that panicked")
+	require.Contains(t, got, "*messages.PluginInfo")
+}
+
+func panicOnPurpose() { panic("on purpose") }
