@@ -68,4 +68,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -1,0 +1,209 @@
+package registry
+
+import (
+	"context"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// Event is what a channel subscription delivers: a *messages.PluginRegistered,
+// *messages.PluginUpdated or *messages.PluginDeregistered.
+type Event interface {
+	proto.Message
+	GetPlugin() *messages.PluginInfo
+	GetSequence() uint64
+}
+
+// DefaultMaxBacklog is how many events a channel subscription holds for a
+// reader that has fallen behind before it gives up on that reader.
+const DefaultMaxBacklog = 65536
+
+// SubscribeOptions shape a channel subscription.
+type SubscribeOptions struct {
+	// Replay delivers the current allocation of every plugin of the type
+	// first, as PluginRegistered events carrying the snapshot's sequence.
+	Replay bool
+	// MaxBacklog bounds the events held for a slow reader (default
+	// DefaultMaxBacklog).
+	MaxBacklog int
+}
+
+// Subscription delivers one plugin type's events to a Go channel, for code
+// that is not an actor.
+//
+// It never blocks the registry: an adapter actor takes the events and a
+// goroutine hands them to the channel. When the reader falls behind, events
+// wait in the adapter, in order, none lost; if more than MaxBacklog are
+// waiting, the subscription ends: the channel closes after the events
+// already handed over and Lagged reports true, so the reader knows to
+// subscribe again with Replay and resynchronise (as a Kubernetes watch that
+// falls too far behind must re-list). The channel also closes when ctx ends
+// and when the registry shuts down.
+type Subscription struct {
+	// C delivers the events in sequence order.
+	C <-chan Event
+
+	lagged chan struct{}
+}
+
+// Lagged reports whether the subscription ended because its reader fell
+// more than MaxBacklog events behind.
+func (s *Subscription) Lagged() bool { return isClosed(s.lagged) }
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// PluginsUpdatedCh returns a channel of the events of ptype ("" for every
+// type), as Nomad's registry does. It closes when ctx ends or the registry
+// shuts down.
+func (r *Registry) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan Event {
+	sub, err := r.Subscribe(ctx, ptype, SubscribeOptions{})
+	if err != nil {
+		ch := make(chan Event)
+		close(ch)
+		return ch
+	}
+	return sub.C
+}
+
+// Subscribe starts a channel subscription to the events of ptype ("" for
+// every type). Events that happen after Subscribe returns are delivered.
+func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOptions) (*Subscription, error) {
+	if ptype != "" {
+		if err := ValidateID("plugin type", ptype); err != nil {
+			return nil, err
+		}
+	}
+	if opts.MaxBacklog <= 0 {
+		opts.MaxBacklog = DefaultMaxBacklog
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return nil, errorf(ErrShutdown, "registry is shut down")
+	}
+	out := make(chan Event)
+	a := &channelAdapter{
+		registry:   r.pid,
+		ptype:      ptype,
+		replay:     opts.Replay,
+		maxBacklog: opts.MaxBacklog,
+		wake:       make(chan struct{}, 1),
+		subscribed: make(chan struct{}),
+		ended:      make(chan struct{}),
+		lagged:     make(chan struct{}),
+	}
+	pid := r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	go a.pump(ctx, out, func() { r.system.Root.Stop(pid) })
+	select {
+	case <-a.subscribed:
+	case <-a.ended:
+	}
+	return &Subscription{C: out, lagged: a.lagged}, nil
+}
+
+// channelAdapter is the actor that subscribes on behalf of a channel. It
+// owns the backlog of events not yet handed to the reader; its pump
+// goroutine drains it into the channel.
+type channelAdapter struct {
+	registry   *actor.PID
+	ptype      string
+	replay     bool
+	maxBacklog int
+
+	mu      sync.Mutex
+	backlog []Event
+	wake    chan struct{}
+
+	subscribed chan struct{} // closed on Subscribed
+	ended      chan struct{} // closed when the actor stops
+	lagged     chan struct{} // closed when the reader fell too far behind
+}
+
+// Receive subscribes at start, queues events, and ends the subscription
+// when the registry goes away or the reader lags.
+func (a *channelAdapter) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		ctx.Watch(a.registry)
+		ctx.Send(a.registry, &messages.Subscribe{Type: a.ptype, Subscriber: ctx.Self(), Replay: a.replay})
+	case *messages.Subscribed:
+		for _, p := range msg.GetCurrent() {
+			a.push(ctx, &messages.PluginRegistered{Plugin: p, Sequence: msg.GetSequence()})
+		}
+		close(a.subscribed)
+	case Event:
+		a.push(ctx, msg)
+	case *actor.Terminated:
+		ctx.Stop(ctx.Self()) // the registry is gone
+	case *actor.Stopped:
+		close(a.ended)
+	}
+}
+
+func (a *channelAdapter) push(ctx actor.Context, ev Event) {
+	a.mu.Lock()
+	over := len(a.backlog) >= a.maxBacklog
+	if !over {
+		a.backlog = append(a.backlog, ev)
+	}
+	a.mu.Unlock()
+	if over {
+		close(a.lagged)
+		ctx.Stop(ctx.Self())
+		return
+	}
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *channelAdapter) pop() (Event, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.backlog) == 0 {
+		return nil, false
+	}
+	ev := a.backlog[0]
+	a.backlog[0] = nil
+	a.backlog = a.backlog[1:]
+	return ev, true
+}
+
+// pump hands the backlog to out until ctx ends or the actor stops, then
+// closes out and makes sure the actor is stopped.
+func (a *channelAdapter) pump(ctx context.Context, out chan<- Event, stop func()) {
+	defer close(out)
+	defer stop()
+	for {
+		ev, ok := a.pop()
+		if !ok {
+			select {
+			case <-a.wake:
+				continue
+			case <-a.ended:
+				if ev, ok = a.pop(); !ok || isClosed(a.lagged) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case out <- ev:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

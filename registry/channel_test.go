@@ -1,0 +1,117 @@
+package registry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+func receive(t *testing.T, ch <-chan registry.Event) registry.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		require.True(t, ok, "channel closed early")
+		return ev
+	case <-time.After(timeout):
+		t.Fatal("no event on the channel")
+		return nil
+	}
+}
+
+func requireClosed(t *testing.T, ch <-chan registry.Event) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("channel did not close")
+		}
+	}
+}
+
+func TestPluginsUpdatedChDeliversInOrder(t *testing.T) {
+	r, _ := newRegistry(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := r.PluginsUpdatedCh(ctx, csiNode)
+
+	require.NoError(t, r.RegisterPlugin(plugin(0)))
+	require.NoError(t, r.RegisterPlugin(plugin(1)))
+	require.NoError(t, r.DeregisterPlugin(csiNode, "my-plugin", "alloc-0"))
+
+	first := receive(t, ch)
+	require.IsType(t, &messages.PluginRegistered{}, first)
+	second := receive(t, ch)
+	require.Equal(t, "alloc-1", second.GetPlugin().GetAllocId())
+	third := receive(t, ch).(*messages.PluginDeregistered)
+	require.Equal(t, "alloc-1", third.GetCurrent().GetAllocId())
+	require.Less(t, first.GetSequence(), second.GetSequence())
+	require.Less(t, second.GetSequence(), third.GetSequence())
+
+	cancel()
+	requireClosed(t, ch)
+}
+
+func TestChannelReplay(t *testing.T) {
+	r, _ := newRegistry(t)
+	require.NoError(t, r.RegisterPlugin(pluginNamed("a", 0)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := r.Subscribe(ctx, csiNode, registry.SubscribeOptions{Replay: true})
+	require.NoError(t, err)
+	require.Equal(t, "a", receive(t, sub.C).GetPlugin().GetName())
+	require.NoError(t, r.RegisterPlugin(pluginNamed("b", 1)))
+	require.Equal(t, "b", receive(t, sub.C).GetPlugin().GetName())
+}
+
+func TestChannelClosesWhenTheRegistryShutsDown(t *testing.T) {
+	system := probe.NewSystem(t)
+	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := r.PluginsUpdatedCh(ctx, csiNode)
+	require.NoError(t, r.RegisterPlugin(plugin(0)))
+	require.NoError(t, r.Shutdown())
+	// The event sent before shutdown is still delivered, then the close.
+	require.Equal(t, "alloc-0", receive(t, ch).GetPlugin().GetAllocId())
+	requireClosed(t, ch)
+}
+
+func TestAReaderThatFallsBehindIsCutOffNotTheRegistry(t *testing.T) {
+	r, system := newRegistry(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	slow, err := r.Subscribe(ctx, csiNode, registry.SubscribeOptions{MaxBacklog: 10})
+	require.NoError(t, err)
+	healthy := probe.New(t, system)
+	subscribe(t, r, healthy, csiNode, false)
+
+	// Nobody reads slow.C: its backlog overflows, the registry goes on.
+	for i := range 50 {
+		require.NoError(t, r.RegisterPlugin(pluginNamed("p", i)))
+	}
+	for range 50 {
+		probe.Expect[*messages.PluginRegistered](t, healthy, timeout)
+	}
+	requireClosed(t, slow.C)
+	require.True(t, slow.Lagged(), "the subscription says why it ended")
+}
+
+func TestSubscribeRefusesABadType(t *testing.T) {
+	r, _ := newRegistry(t)
+	_, err := r.Subscribe(context.Background(), "../x", registry.SubscribeOptions{})
+	require.ErrorIs(t, err, registry.ErrInvalid)
+	ch := r.PluginsUpdatedCh(context.Background(), "../x")
+	requireClosed(t, ch)
+}

@@ -1,0 +1,22 @@
+package registry
+
+// Metrics receives the registry's measurements; the agent plugs Prometheus
+// in. Its methods are called on the registry actor's goroutine and must not
+// block.
+type Metrics interface {
+	// Write counts one answered register or deregister (op), and its error.
+	Write(op string, err error)
+	// Batch records how many writes went to disk in one transaction.
+	Batch(writes int)
+	// EventsSent counts events handed to subscribers.
+	EventsSent(n int)
+	// Subscribers records how many subscribers there are now.
+	Subscribers(n int)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Write(string, error) {}
+func (noMetrics) Batch(int)           {}
+func (noMetrics) EventsSent(int)      {}
+func (noMetrics) Subscribers(int)     {}

@@ -1,0 +1,241 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// Dispenser turns the current allocation of a plugin into whatever a caller
+// of DispensePlugin uses to talk to it (a client, say).
+type Dispenser func(info *messages.PluginInfo) (any, error)
+
+// Config configures a registry. Only Bucket is required.
+type Config struct {
+	// Bucket is where allocations are kept durable: a bucket of a
+	// storage.Bolt file in the agent, of a storage.Memory in tests.
+	Bucket storage.Bucket
+	// Dispensers gives DispensePlugin a dispenser per plugin type.
+	Dispensers map[string]Dispenser
+	// Logger receives the registry's log lines; nil discards them.
+	Logger hclog.Logger
+	// Metrics receives the registry's measurements; nil discards them.
+	Metrics Metrics
+	// RequestTimeout bounds how long a facade call waits for the actor's
+	// answer (default 30s). A healthy registry answers in microseconds, or
+	// once its write is durable.
+	RequestTimeout time.Duration
+	// Name is the registry actor's name in the actor system
+	// (default "registry").
+	Name string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	c.Logger = c.Logger.Named("registry")
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.Name == "" {
+		c.Name = "registry"
+	}
+	return c
+}
+
+// Registry is the Go facade over the registry actor, for callers that are
+// not actors. Its methods are Nomad's dynamicplugins.Registry methods, and
+// are safe for concurrent use. Reads (ListPlugins, DispensePlugin,
+// PluginForAlloc, WaitForPlugin, Snapshot) never go through the actor: they
+// read the latest published snapshot. Writes go to the actor and return once
+// durable. Actors talk to the registry directly at PID.
+type Registry struct {
+	system     *actor.ActorSystem
+	pid        *actor.PID
+	snapshot   *atomic.Pointer[Snapshot]
+	dispensers map[string]Dispenser
+	timeout    time.Duration
+	log        hclog.Logger
+
+	// mu orders writes against Shutdown: a write sent before Shutdown is
+	// answered; one after it gets ErrShutdown without reaching the actor.
+	mu     sync.RWMutex
+	closed bool
+	done   chan struct{}
+}
+
+// New restores the registry's state from cfg.Bucket and starts its actor in
+// system. Restoring emits no events. A record that cannot be decoded is an
+// error: the registry never starts silently empty.
+func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
+	if cfg.Bucket == nil {
+		return nil, fmt.Errorf("%w: config needs a storage bucket", ErrInvalid)
+	}
+	cfg = cfg.withDefaults()
+	tables, seq, err := load(cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	published := &atomic.Pointer[Snapshot]{}
+	frozen := make(map[string]*pluginTable, len(tables))
+	for ptype, t := range tables {
+		frozen[ptype] = t.clone()
+	}
+	published.Store(newSnapshot(frozen, seq))
+	props := actor.PropsFromProducer(func() actor.Actor {
+		return newPluginsActor(cfg, tables, seq, published)
+	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
+	pid, err := system.Root.SpawnNamed(props, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("registry: start actor %q: %w", cfg.Name, err)
+	}
+	restored := len(published.Load().List(""))
+	cfg.Logger.Info("registry started", "restored_plugins", restored, "last_sequence", seq)
+	return &Registry{
+		system:     system,
+		pid:        pid,
+		snapshot:   published,
+		dispensers: cfg.Dispensers,
+		timeout:    cfg.RequestTimeout,
+		log:        cfg.Logger,
+		done:       make(chan struct{}),
+	}, nil
+}
+
+// PID is the registry actor's address, for actors that send it commands
+// and subscriptions directly.
+func (r *Registry) PID() *actor.PID { return r.pid }
+
+// Snapshot returns the latest durable state. It never blocks.
+func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
+
+// RegisterPlugin adds an allocation of a plugin, or updates a known one in
+// place. It returns once the change is durable and its event is sent.
+func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
+	return r.write(&messages.RegisterPlugin{Plugin: proto.Clone(info).(*messages.PluginInfo)})
+}
+
+// DeregisterPlugin removes one allocation of a plugin. Removing an
+// allocation that is not registered changes nothing, emits nothing and
+// returns ErrNotFound.
+func (r *Registry) DeregisterPlugin(ptype, name, allocID string) error {
+	return r.write(&messages.DeregisterPlugin{Type: ptype, Name: name, AllocId: allocID})
+}
+
+func (r *Registry) write(cmd proto.Message) error {
+	r.mu.RLock()
+	if r.closed {
+		r.mu.RUnlock()
+		return errorf(ErrShutdown, "registry is shut down")
+	}
+	f := r.system.Root.RequestFuture(r.pid, cmd, r.timeout)
+	r.mu.RUnlock()
+	res, err := f.Result()
+	if err != nil {
+		return r.futureError(err)
+	}
+	switch res := res.(type) {
+	case *messages.RegisterPluginResponse:
+		return FromProto(res.GetError())
+	case *messages.DeregisterPluginResponse:
+		return FromProto(res.GetError())
+	}
+	return fmt.Errorf("registry: unexpected answer %T", res)
+}
+
+func (r *Registry) futureError(err error) error {
+	if errors.Is(err, actor.ErrDeadLetter) {
+		return errorf(ErrShutdown, "registry actor is gone")
+	}
+	return fmt.Errorf("registry: no answer from the registry actor: %w", err)
+}
+
+// ListPlugins returns the current allocation of every plugin of ptype,
+// sorted by name. The values are shared: treat them as read-only.
+func (r *Registry) ListPlugins(ptype string) []*messages.PluginInfo {
+	return r.Snapshot().List(ptype)
+}
+
+// PluginForAlloc returns the allocation allocID of plugin (ptype, name).
+func (r *Registry) PluginForAlloc(ptype, name, allocID string) (*messages.PluginInfo, error) {
+	if p, ok := r.Snapshot().ForAlloc(ptype, name, allocID); ok {
+		return p, nil
+	}
+	return nil, errorf(ErrNotFound, "plugin %q of type %q has no allocation %q", name, ptype, allocID)
+}
+
+// DispensePlugin hands the current allocation of plugin (ptype, name) to
+// the dispenser configured for ptype and returns what it made.
+func (r *Registry) DispensePlugin(ptype, name string) (any, error) {
+	if err := errors.Join(ValidateID("plugin type", ptype), ValidateID("plugin name", name)); err != nil {
+		return nil, err
+	}
+	dispense, ok := r.dispensers[ptype]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrNoDispenser, ptype)
+	}
+	p, ok := r.Snapshot().Current(ptype, name)
+	if !ok {
+		return nil, errorf(ErrNotFound, "plugin %q of type %q is not registered", name, ptype)
+	}
+	return dispense(p)
+}
+
+// WaitForPlugin returns the current allocation of plugin (ptype, name) as
+// soon as there is one, or ctx's error, or ErrShutdown. It does not poll:
+// it wakes when a new snapshot is published.
+func (r *Registry) WaitForPlugin(ctx context.Context, ptype, name string) (*messages.PluginInfo, error) {
+	for {
+		s := r.Snapshot()
+		if p, ok := s.Current(ptype, name); ok {
+			return p, nil
+		}
+		select {
+		case <-s.Changed():
+		case <-ctx.Done():
+			return nil, fmt.Errorf("registry: waiting for plugin %q of type %q: %w", name, ptype, ctx.Err())
+		case <-r.done:
+			return nil, errorf(ErrShutdown, "registry shut down while waiting for plugin %q of type %q", name, ptype)
+		}
+	}
+}
+
+// Shutdown finishes the writes already accepted, then stops the registry
+// actor. Afterwards writes return ErrShutdown at once, channels from
+// PluginsUpdatedCh close, and reads keep answering from the last snapshot.
+// A second call returns nil.
+func (r *Registry) Shutdown() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.done)
+	r.mu.Unlock()
+
+	res, err := r.system.Root.RequestFuture(r.pid, &messages.ShutdownRegistry{}, r.timeout).Result()
+	if err == nil {
+		err = FromProto(res.(*messages.ShutdownRegistryResponse).GetError())
+	}
+	if stopErr := r.system.Root.PoisonFuture(r.pid).Wait(); err == nil && stopErr != nil {
+		err = fmt.Errorf("registry: stop actor: %w", stopErr)
+	}
+	r.log.Info("registry shut down")
+	return err
+}

@@ -1,0 +1,203 @@
+package registry
+
+import (
+	"cmp"
+	"math"
+	"sort"
+
+	"github.com/google/btree"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// allocation is one registered copy of a plugin. It is immutable: a change
+// makes a new allocation with the same order.
+type allocation struct {
+	info *messages.PluginInfo
+	// order is the registration's place in time: the highest order of a
+	// name is current. It is persisted, so a restart keeps it.
+	order uint64
+}
+
+func byNameThenAlloc(a, b *allocation) bool {
+	if c := cmp.Compare(a.info.GetName(), b.info.GetName()); c != 0 {
+		return c < 0
+	}
+	return a.info.GetAllocId() < b.info.GetAllocId()
+}
+
+func byNameThenNewest(a, b *allocation) bool {
+	if c := cmp.Compare(a.info.GetName(), b.info.GetName()); c != 0 {
+		return c < 0
+	}
+	return a.order > b.order
+}
+
+func byName(a, b *allocation) bool { return a.info.GetName() < b.info.GetName() }
+
+const treeDegree = 16
+
+// pluginTable holds the allocations of one plugin type in three B-trees:
+// by (name, alloc) for lookups, by (name, newest first) for promotion, and
+// the current allocation of each name for listing. Every change costs
+// O(log n) whatever the number of older allocations of a name, and clone is
+// O(1): the trees share nodes copy-on-write, so a clone handed to readers
+// never changes under them.
+type pluginTable struct {
+	allocs  *btree.BTreeG[*allocation]
+	newest  *btree.BTreeG[*allocation]
+	current *btree.BTreeG[*allocation]
+}
+
+func newPluginTable() *pluginTable {
+	return &pluginTable{
+		allocs:  btree.NewG(treeDegree, byNameThenAlloc),
+		newest:  btree.NewG(treeDegree, byNameThenNewest),
+		current: btree.NewG(treeDegree, byName),
+	}
+}
+
+// clone returns a copy that shares nodes until either side changes.
+func (t *pluginTable) clone() *pluginTable {
+	return &pluginTable{allocs: t.allocs.Clone(), newest: t.newest.Clone(), current: t.current.Clone()}
+}
+
+func probe(name, alloc string) *allocation {
+	return &allocation{info: &messages.PluginInfo{Name: name, AllocId: alloc}}
+}
+
+func (t *pluginTable) get(name, alloc string) (*allocation, bool) {
+	return t.allocs.Get(probe(name, alloc))
+}
+
+func (t *pluginTable) currentOf(name string) (*allocation, bool) {
+	return t.current.Get(probe(name, ""))
+}
+
+// put adds a or replaces the allocation with the same name and alloc ID.
+// A replacement must keep its order.
+func (t *pluginTable) put(a *allocation) {
+	t.allocs.ReplaceOrInsert(a)
+	t.newest.ReplaceOrInsert(a)
+	t.promote(a.info.GetName())
+}
+
+// remove deletes a and promotes the next newest allocation of its name.
+func (t *pluginTable) remove(a *allocation) {
+	t.allocs.Delete(a)
+	t.newest.Delete(a)
+	t.promote(a.info.GetName())
+}
+
+// promote makes the newest allocation of name current, or drops the name.
+func (t *pluginTable) promote(name string) {
+	var top *allocation
+	t.newest.AscendGreaterOrEqual(&allocation{info: &messages.PluginInfo{Name: name}, order: math.MaxUint64},
+		func(a *allocation) bool {
+			if a.info.GetName() == name {
+				top = a
+			}
+			return false
+		})
+	if top == nil {
+		t.current.Delete(probe(name, ""))
+		return
+	}
+	t.current.ReplaceOrInsert(top)
+}
+
+// list returns the current allocation of each name, sorted by name.
+func (t *pluginTable) list() []*messages.PluginInfo {
+	out := make([]*messages.PluginInfo, 0, t.current.Len())
+	t.current.Ascend(func(a *allocation) bool {
+		out = append(out, a.info)
+		return true
+	})
+	return out
+}
+
+// Snapshot is an immutable view of the registry's durable state, published
+// by the registry actor after every committed batch of writes. Readers use
+// it without going through the actor's mailbox: a read never waits for a
+// write and a write never waits for a read. The PluginInfo values it returns
+// are shared and must be treated as read-only (proto.Clone one to change it).
+type Snapshot struct {
+	tables   map[string]*pluginTable
+	sequence uint64
+	// next is closed when a newer snapshot replaces this one.
+	next chan struct{}
+}
+
+func newSnapshot(tables map[string]*pluginTable, sequence uint64) *Snapshot {
+	return &Snapshot{tables: tables, sequence: sequence, next: make(chan struct{})}
+}
+
+// Sequence is the sequence number of the last event this snapshot includes.
+func (s *Snapshot) Sequence() uint64 { return s.sequence }
+
+// Changed is closed once a newer snapshot has been published.
+func (s *Snapshot) Changed() <-chan struct{} { return s.next }
+
+// Types lists the plugin types that have ever had a registration, sorted.
+func (s *Snapshot) Types() []string {
+	out := make([]string, 0, len(s.tables))
+	for t := range s.tables {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// List returns the current allocation of every plugin of ptype, sorted by
+// name. An empty ptype lists every type, sorted by type then name.
+func (s *Snapshot) List(ptype string) []*messages.PluginInfo {
+	if ptype != "" {
+		if t, ok := s.tables[ptype]; ok {
+			return t.list()
+		}
+		return []*messages.PluginInfo{}
+	}
+	var out []*messages.PluginInfo
+	for _, name := range s.Types() {
+		out = append(out, s.tables[name].list()...)
+	}
+	return out
+}
+
+// Current returns the current allocation of the plugin (ptype, name).
+func (s *Snapshot) Current(ptype, name string) (*messages.PluginInfo, bool) {
+	if t, ok := s.tables[ptype]; ok {
+		if a, ok := t.currentOf(name); ok {
+			return a.info, true
+		}
+	}
+	return nil, false
+}
+
+// ForAlloc returns the allocation allocID of the plugin (ptype, name),
+// whether it is current or not.
+func (s *Snapshot) ForAlloc(ptype, name, allocID string) (*messages.PluginInfo, bool) {
+	if t, ok := s.tables[ptype]; ok {
+		if a, ok := t.get(name, allocID); ok {
+			return a.info, true
+		}
+	}
+	return nil, false
+}
+
+// Allocations returns every allocation of the plugin (ptype, name), newest
+// (current) first.
+func (s *Snapshot) Allocations(ptype, name string) []*messages.PluginInfo {
+	var out []*messages.PluginInfo
+	if t, ok := s.tables[ptype]; ok {
+		t.newest.AscendGreaterOrEqual(&allocation{info: &messages.PluginInfo{Name: name}, order: math.MaxUint64},
+			func(a *allocation) bool {
+				if a.info.GetName() != name {
+					return false
+				}
+				out = append(out, a.info)
+				return true
+			})
+	}
+	return out
+}

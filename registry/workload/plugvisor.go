@@ -1,0 +1,67 @@
+package workload
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// Plugvisor adapts plugvisor's registry facade to Target. Subscribers are
+// actors, as an agent's would be.
+func Plugvisor(system *actor.ActorSystem, r *registry.Registry) Target {
+	return &plugvisorTarget{system: system, r: r}
+}
+
+type plugvisorTarget struct {
+	system *actor.ActorSystem
+	r      *registry.Registry
+}
+
+func (p *plugvisorTarget) Register(name, allocID string) error {
+	return p.r.RegisterPlugin(&messages.PluginInfo{
+		Type: PluginType, Name: name, AllocId: allocID,
+		Connection: &messages.ConnectionInfo{SocketPath: SocketPath(allocID)},
+	})
+}
+
+func (p *plugvisorTarget) Deregister(name, allocID string) error {
+	return p.r.DeregisterPlugin(PluginType, name, allocID)
+}
+
+func (p *plugvisorTarget) List() int { return len(p.r.ListPlugins(PluginType)) }
+
+func (p *plugvisorTarget) Dispense(name string) error {
+	_, err := p.r.DispensePlugin(PluginType, name)
+	return err
+}
+
+func (p *plugvisorTarget) Subscribe(got func()) func() {
+	return p.spawn(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(registry.Event); ok {
+			got()
+		}
+	})
+}
+
+func (p *plugvisorTarget) SubscribeStuck() func() {
+	release := make(chan struct{})
+	stop := p.spawn(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(registry.Event); ok {
+			<-release
+		}
+	})
+	return func() { close(release); stop() }
+}
+
+// spawn starts a subscriber actor running receive and returns its stop.
+func (p *plugvisorTarget) spawn(receive actor.ReceiveFunc) func() {
+	registryPID := p.r.PID()
+	pid := p.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*actor.Started); ok {
+			ctx.Send(registryPID, &messages.Subscribe{Type: PluginType, Subscriber: ctx.Self()})
+		}
+		receive(ctx)
+	}))
+	return func() { p.system.Root.Stop(pid) }
+}
