@@ -1,0 +1,59 @@
+// Package discovery finds plugins on disk and performs their activation
+// handshakes. Scan, Lookup, Activate and Call are the synchronous building
+// blocks for Docker-protocol plugins: they own no state and start nothing
+// that outlives them. The actors that watch directories and feed the
+// registry build on them.
+//
+// # Finding plugins
+//
+// Docker looks for plugins in a socket directory (/run/docker/plugins) and in
+// spec directories (/etc/docker/plugins, then /usr/lib/docker/plugins); see
+// DockerDirs. A plugin named x is one of:
+//
+//   - x.sock or x/x.sock in a socket directory: a unix socket;
+//   - x.spec or x/x.spec in a spec directory: a text file holding one URL,
+//     such as unix:///run/x.sock or tcp://10.0.0.1:8080;
+//   - x.json or x/x.json in a spec directory: a JSON object
+//     {"Name": "x", "Addr": "<URL>", "TLSConfig": {"InsecureSkipVerify": false,
+//     "CAFile": "...", "CertFile": "...", "KeyFile": "..."}}, where Name is
+//     ignored (the file name names the plugin) and TLSConfig is optional.
+//
+// Lookup finds one plugin by name in Docker's order of precedence; Scan finds
+// every plugin, one Candidate per name, and reports each bad plugin as an
+// error of its own without stopping. Both are pure functions of the
+// directories' contents.
+//
+// Limits and checks, each reported as a *PluginError naming the plugin and
+// its file: names are at most MaxNameLen (128) bytes and cannot hold path
+// separators or be "." or ".."; unix socket paths are absolute and at most
+// MaxSocketPathLen (107) bytes, the size of sun_path less its NUL; a .sock
+// must be a socket; addresses use the schemes unix, tcp (a port is
+// required), http or https; spec files are at most 64 KiB.
+//
+// # Where plugvisor differs from Docker
+//
+//   - Docker sends plain HTTP to a tcp:// address even when its .json spec
+//     has a TLSConfig; plugvisor uses TLS there, as the spec asks. A TLSConfig
+//     with an http:// address is an error rather than silently unused.
+//   - Docker turns certificate verification off for https:// addresses in
+//     .spec files, and for .json TLSConfig objects without a CAFile;
+//     plugvisor verifies unless InsecureSkipVerify is set.
+//   - Docker accepts any URL scheme in a spec file and relative unix paths
+//     (unix://x.sock); plugvisor rejects them.
+//   - Docker ignores the Content-Type of answers; plugvisor accepts only
+//     JSON ones (application/vnd.docker.plugins.v1.N+json or
+//     application/json) or none.
+//   - Docker retries a failed activation for 30 seconds; Activate tries once
+//     and leaves retries to its caller. It follows no redirects and uses no
+//     HTTP proxy.
+//
+// # Talking to plugins
+//
+// Activate posts /Plugin.Activate and returns the plugin's Manifest; TypesFor
+// maps its interfaces to plugvisor plugin types. Call makes any other
+// Docker-protocol call; the dockervolume package builds on it. Every call
+// opens its own connection and closes it before returning, so nothing runs
+// on after a call. Failures are *CallError values matching one sentinel
+// (ErrTimeout, ErrUnreachable, ErrNotAPlugin, ErrBadResponse,
+// ErrPluginFailed, ...) with errors.Is.
+package discovery

@@ -1,0 +1,630 @@
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/pkg/plugins"
+	"github.com/docker/go-plugins-helpers/sdk"
+	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crossCheckEnv) != "" {
+		// The cross-check child runs Docker's plugin client, which keeps
+		// idle connections (and their goroutines) open by design.
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// tempDir returns a new directory with a short path (socket paths must stay
+// under 108 bytes), removed when the test ends.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pv")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+}
+
+// makeSocket leaves a unix socket file at path with nobody listening.
+func makeSocket(t *testing.T, path string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	l, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, l.Close())
+}
+
+// Markers in a tree's contents.
+const (
+	socketFile = "<socket>" // a unix socket
+	dirEntry   = "<dir>"    // an empty directory
+	linkTo     = "<link> "  // a symlink to the rest of the text
+	rootMark   = "{root}"   // replaced by the tree's root directory
+	bigSpec    = "<64k+1>"  // a spec file one byte over the limit
+)
+
+// tree describes files to build: path relative to the root → content.
+type tree map[string]string
+
+// build creates t under root.
+func (tr tree) build(t *testing.T, root string) {
+	t.Helper()
+	paths := make([]string, 0, len(tr))
+	for p := range tr {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		full := filepath.Join(root, p)
+		content := strings.ReplaceAll(tr[p], rootMark, root)
+		switch {
+		case content == socketFile:
+			makeSocket(t, full)
+		case content == dirEntry:
+			require.NoError(t, os.MkdirAll(full, 0o755))
+		case content == bigSpec:
+			writeFile(t, full, "tcp://h:1"+strings.Repeat(" ", maxSpecFileSize))
+		case strings.HasPrefix(content, linkTo):
+			require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+			require.NoError(t, os.Symlink(strings.TrimPrefix(content, linkTo), full))
+		default:
+			writeFile(t, full, content)
+		}
+	}
+}
+
+// testDirs are the directories of a built tree: sockets in run/, spec files
+// in etc/ then usr/.
+func testDirs(root string) Dirs {
+	return Dirs{
+		Sockets: []string{filepath.Join(root, "run")},
+		Specs:   []string{filepath.Join(root, "etc"), filepath.Join(root, "usr")},
+	}
+}
+
+func TestScanFindsEveryKindOfPlugin(t *testing.T) {
+	root := tempDir(t)
+	tree{
+		"run/a.sock":              socketFile,
+		"run/b/b.sock":            socketFile,
+		"run/c.sock":              linkTo + "../elsewhere/c-real.sock",
+		"elsewhere/c-real.sock":   socketFile,
+		"run/notes.txt":           "not a plugin",
+		"run/0123abcd/other.sock": socketFile, // a managed plugin's directory
+		"run/plain":               socketFile, // no .sock extension
+		"etc/d.spec":              "unix://{root}/elsewhere/d.sock\n",
+		"etc/e.json":              `{"Name": "e", "Addr": "tcp://127.0.0.1:7000", "TLSConfig": {"CAFile": "/ca.pem"}}`,
+		"etc/f/f.spec":            "https://plugins.example:8443",
+		"etc/g.json":              `{"Addr": "unix:///x/g.sock"}`,
+		"etc/h/h.json":            `{"Addr": "http://10.1.1.1"}`,
+		"etc/README":              "ignored",
+		"usr/i.spec":              "tcp://[::1]:9000",
+		"usr/a.spec":              "tcp://shadowed:1", // a's socket wins
+		"usr/d.json":              `{"Addr": "tcp://shadowed:1"}`,
+	}.build(t, root)
+	run, etc, usr := filepath.Join(root, "run"), filepath.Join(root, "etc"), filepath.Join(root, "usr")
+
+	got, errs := Scan(testDirs(root))
+	require.Empty(t, errs)
+	require.Equal(t, []Candidate{
+		{Name: "a", Kind: KindSocket, Source: run + "/a.sock", Addr: "unix://" + run + "/a.sock", SocketPath: run + "/a.sock"},
+		{Name: "b", Kind: KindSocket, Source: run + "/b/b.sock", Addr: "unix://" + run + "/b/b.sock", SocketPath: run + "/b/b.sock"},
+		{Name: "c", Kind: KindSocket, Source: run + "/c.sock", Addr: "unix://" + run + "/c.sock", SocketPath: run + "/c.sock"},
+		{Name: "d", Kind: KindSpec, Source: etc + "/d.spec", Addr: "unix://" + root + "/elsewhere/d.sock", SocketPath: root + "/elsewhere/d.sock"},
+		{Name: "e", Kind: KindJSON, Source: etc + "/e.json", Addr: "tcp://127.0.0.1:7000", TCPAddr: "127.0.0.1:7000", TLS: &TLSConfig{CAFile: "/ca.pem"}},
+		{Name: "f", Kind: KindSpec, Source: etc + "/f/f.spec", Addr: "https://plugins.example:8443", TCPAddr: "plugins.example:8443", TLS: &TLSConfig{}},
+		{Name: "g", Kind: KindJSON, Source: etc + "/g.json", Addr: "unix:///x/g.sock", SocketPath: "/x/g.sock"},
+		{Name: "h", Kind: KindJSON, Source: etc + "/h/h.json", Addr: "http://10.1.1.1", TCPAddr: "10.1.1.1:80"},
+		{Name: "i", Kind: KindSpec, Source: usr + "/i.spec", Addr: "tcp://[::1]:9000", TCPAddr: "[::1]:9000"},
+	}, got)
+
+	for _, c := range got {
+		found, err := Lookup(testDirs(root), c.Name)
+		require.NoError(t, err)
+		require.Equal(t, c, found, "Lookup agrees with Scan for %s", c.Name)
+	}
+}
+
+func TestLookupFollowsDockersPrecedence(t *testing.T) {
+	tests := []struct {
+		name   string
+		files  tree
+		dirs   func(root string) Dirs
+		winner string // path of the winning file, relative to the root
+	}{
+		{
+			name:   "a socket beats a spec file",
+			files:  tree{"run/x.sock": socketFile, "etc/x.spec": "tcp://h:1"},
+			winner: "run/x.sock",
+		},
+		{
+			name:   "a top-level socket beats a nested one",
+			files:  tree{"run/x.sock": socketFile, "run/x/x.sock": socketFile},
+			winner: "run/x.sock",
+		},
+		{
+			name:   "a spec file beats a json file in the same directory",
+			files:  tree{"etc/x.spec": "tcp://h:1", "etc/x.json": `{"Addr": "tcp://h:2"}`},
+			winner: "etc/x.spec",
+		},
+		{
+			name:   "a nested spec file beats a top-level json file",
+			files:  tree{"etc/x/x.spec": "tcp://h:1", "etc/x.json": `{"Addr": "tcp://h:2"}`},
+			winner: "etc/x/x.spec",
+		},
+		{
+			name:   "a top-level json file beats a nested one",
+			files:  tree{"etc/x.json": `{"Addr": "tcp://h:1"}`, "etc/x/x.json": `{"Addr": "tcp://h:2"}`},
+			winner: "etc/x.json",
+		},
+		{
+			name:   "a json file in the first spec directory beats a spec file in the second",
+			files:  tree{"etc/x.json": `{"Addr": "tcp://h:1"}`, "usr/x.spec": "tcp://h:2"},
+			winner: "etc/x.json",
+		},
+		{
+			name:   "a regular file named .sock is passed over, as in Docker",
+			files:  tree{"run/x.sock": "stale", "etc/x.spec": "tcp://h:1"},
+			winner: "etc/x.spec",
+		},
+		{
+			name:   "a symlink loop is passed over, as in Docker",
+			files:  tree{"run/x.sock": linkTo + "x.sock", "usr/x.spec": "tcp://h:1"},
+			winner: "usr/x.spec",
+		},
+		{
+			name:  "the second socket directory is searched after the first",
+			files: tree{"run2/x.sock": socketFile, "etc/x.spec": "tcp://h:1"},
+			dirs: func(root string) Dirs {
+				d := testDirs(root)
+				d.Sockets = append(d.Sockets, filepath.Join(root, "run2"))
+				return d
+			},
+			winner: "run2/x.sock",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := tempDir(t)
+			tt.files.build(t, root)
+			dirs := testDirs(root)
+			if tt.dirs != nil {
+				dirs = tt.dirs(root)
+			}
+			c, err := Lookup(dirs, "x")
+			require.NoError(t, err)
+			require.Equal(t, filepath.Join(root, tt.winner), c.Source)
+
+			all, errs := Scan(dirs)
+			require.Empty(t, errs)
+			require.Equal(t, []Candidate{c}, all)
+		})
+	}
+}
+
+func TestScanReportsEachBadPluginAlone(t *testing.T) {
+	longName := strings.Repeat("n", MaxNameLen+1)
+	tests := []struct {
+		name    string
+		files   tree
+		plugin  string
+		file    string // relative to the root; "" when the error names no file
+		wantErr error
+		errno   syscall.Errno
+	}{
+		{name: "a garbage spec file", files: tree{"etc/x.spec": "\x00\x01\x02 garbage"}, file: "etc/x.spec", wantErr: ErrBadSpec},
+		{name: "a spec file without a URL", files: tree{"etc/x.spec": "hello world"}, file: "etc/x.spec", wantErr: ErrBadSpec},
+		{name: "an empty spec file", files: tree{"etc/x.spec": ""}, file: "etc/x.spec", wantErr: ErrBadSpec},
+		{name: "a spec file over 64 KiB", files: tree{"etc/x.spec": bigSpec}, file: "etc/x.spec", wantErr: ErrBadSpec},
+		{name: "a spec file that is a directory", files: tree{"etc/x/x.spec": dirEntry}, file: "etc/x/x.spec", wantErr: ErrBadSpec},
+		{name: "a bad URL scheme", files: tree{"etc/x.spec": "ftp://h:21"}, file: "etc/x.spec", wantErr: ErrBadScheme},
+		{name: "a tcp URL without host", files: tree{"etc/x.spec": "tcp://"}, file: "etc/x.spec", wantErr: ErrBadAddress},
+		{name: "a tcp URL without port", files: tree{"usr/x.spec": "tcp://localhost"}, file: "usr/x.spec", wantErr: ErrBadAddress},
+		{name: "a relative unix address", files: tree{"etc/x.spec": "unix://x.sock"}, file: "etc/x.spec", wantErr: ErrBadAddress},
+		{name: "a unix address over 107 bytes", files: tree{"etc/x.spec": "unix:///" + strings.Repeat("a", 110)}, file: "etc/x.spec", wantErr: ErrSocketPathTooLong},
+		{name: "invalid JSON", files: tree{"etc/x.json": `{"Addr":`}, file: "etc/x.json", wantErr: ErrBadSpec},
+		{name: "JSON with a number for Addr", files: tree{"etc/x.json": `{"Addr": 5}`}, file: "etc/x.json", wantErr: ErrBadSpec},
+		{name: "JSON with a string for a boolean", files: tree{"etc/x/x.json": `{"Addr": "tcp://h:1", "TLSConfig": {"InsecureSkipVerify": "yes"}}`}, file: "etc/x/x.json", wantErr: ErrBadSpec},
+		{name: "JSON without Addr", files: tree{"etc/x.json": `{"Name": "x"}`}, file: "etc/x.json", wantErr: ErrBadSpec},
+		{name: "a socket path that is a regular file", files: tree{"run/x.sock": "not a socket"}, file: "run/x.sock", wantErr: ErrNotSocket},
+		{name: "a socket path that is a directory", files: tree{"run/x.sock": dirEntry}, file: "run/x.sock", wantErr: ErrNotSocket},
+		{name: "a symlink loop for a socket", files: tree{"run/x.sock": linkTo + "x.sock"}, file: "run/x.sock", wantErr: ErrUnreadable, errno: syscall.ELOOP},
+		{name: "a symlink loop through two spec files", files: tree{"etc/x.spec": linkTo + "y.spec", "etc/y.spec": linkTo + "x.spec"}, file: "etc/x.spec", wantErr: ErrUnreadable, errno: syscall.ELOOP},
+		{name: "a dangling symlink", files: tree{"run/x.sock": linkTo + "/nonexistent/x.sock"}, file: "run/x.sock", wantErr: ErrUnreadable},
+		{name: "a name over 128 bytes", files: tree{"etc/" + longName + ".spec": "tcp://h:1"}, plugin: longName, file: "etc/" + longName + ".spec", wantErr: ErrInvalidName},
+		{name: "a name that climbs out of the directory", files: tree{"etc/...spec": "tcp://h:1"}, plugin: "..", file: "etc/...spec", wantErr: ErrInvalidName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := tempDir(t)
+			tt.files.build(t, root)
+			tree{"run/ok.sock": socketFile}.build(t, root)
+			plugin := tt.plugin
+			if plugin == "" {
+				plugin = "x"
+			}
+
+			got, errs := Scan(testDirs(root))
+			require.Len(t, got, 1, "the good plugin is still found")
+			require.Equal(t, "ok", got[0].Name)
+			// The symlink loop through two files breaks y as well as x.
+			require.NotEmpty(t, errs)
+			requirePluginError(t, errs[0], tt.wantErr, plugin, filepath.Join(root, tt.file))
+			if tt.errno != 0 {
+				require.ErrorIs(t, errs[0], tt.errno)
+			}
+			for _, err := range errs[1:] {
+				require.NotContains(t, err.Error(), `plugin "ok"`)
+			}
+		})
+	}
+}
+
+func TestScanReportsATooLongSocketPath(t *testing.T) {
+	root := tempDir(t)
+	name := strings.Repeat("s", MaxSocketPathLen-len(root+"/run/.sock")+1)
+	// bind(2) cannot create a socket at a path that long: make it at a short
+	// path and move it there.
+	short := filepath.Join(root, "s.sock")
+	makeSocket(t, short)
+	long := filepath.Join(root, "run", name+".sock")
+	require.NoError(t, os.MkdirAll(filepath.Dir(long), 0o755))
+	require.NoError(t, os.Rename(short, long))
+	require.Len(t, long, MaxSocketPathLen+1)
+
+	got, errs := Scan(testDirs(root))
+	require.Empty(t, got)
+	require.Len(t, errs, 1)
+	requirePluginError(t, errs[0], ErrSocketPathTooLong, name, long)
+}
+
+func TestScanCarriesOnPastBadDirectories(t *testing.T) {
+	root := tempDir(t)
+	tree{
+		"run":        "a file where the socket directory should be",
+		"usr/x.spec": "tcp://h:1",
+	}.build(t, root)
+	dirs := testDirs(root) // etc/ does not exist: skipped quietly
+	dirs.Specs = append(dirs.Specs, "relative/dir")
+
+	got, errs := Scan(dirs)
+	require.Len(t, got, 1)
+	require.Equal(t, "x", got[0].Name)
+	require.Len(t, errs, 2)
+	require.ErrorContains(t, errs[0], `discovery: plugin directory "relative/dir" is not an absolute path`)
+	require.ErrorIs(t, errs[1], ErrUnreadable)
+	require.ErrorIs(t, errs[1], syscall.ENOTDIR)
+	require.ErrorContains(t, errs[1], filepath.Join(root, "run"))
+}
+
+func TestScanOfNothing(t *testing.T) {
+	got, errs := Scan(Dirs{})
+	require.Empty(t, got)
+	require.Empty(t, errs)
+}
+
+func TestLookupRefusesBadNamesAndReportsMissingPlugins(t *testing.T) {
+	root := tempDir(t)
+	tree{"etc/passwd.spec": "tcp://h:1", "run/x.sock": socketFile}.build(t, root)
+	dirs := testDirs(root)
+	tests := []struct {
+		name    string
+		plugin  string
+		dirs    Dirs
+		wantErr error
+	}{
+		{"a path traversal", "../etc/passwd", dirs, ErrInvalidName},
+		{"a nested path", "run/x", dirs, ErrInvalidName},
+		{"the parent directory", "..", dirs, ErrInvalidName},
+		{"an empty name", "", dirs, ErrInvalidName},
+		{"a name over 128 bytes", strings.Repeat("x", MaxNameLen+1), dirs, ErrInvalidName},
+		{"a plugin that is not there", "absent", dirs, ErrNotFound},
+		{"a relative directory", "x", Dirs{Sockets: []string{"run"}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Lookup(tt.dirs, tt.plugin)
+			require.Error(t, err)
+			if tt.wantErr == nil {
+				require.ErrorContains(t, err, "not an absolute path")
+				return
+			}
+			require.ErrorIs(t, err, tt.wantErr)
+			require.ErrorContains(t, err, fmt.Sprintf("plugin %q", tt.plugin))
+		})
+	}
+}
+
+func TestDockerDirs(t *testing.T) {
+	require.Equal(t, Dirs{
+		Sockets: []string{"/run/docker/plugins"},
+		Specs:   []string{"/etc/docker/plugins", "/usr/lib/docker/plugins"},
+	}, DockerDirs())
+}
+
+func ExampleScan() {
+	candidates, errs := Scan(DockerDirs())
+	for _, err := range errs {
+		fmt.Println("skipped:", err)
+	}
+	for _, c := range candidates {
+		fmt.Println(c.Name, c.Addr)
+	}
+}
+
+// The cross-check gives one directory layout to Docker's own discovery
+// (github.com/docker/docker/pkg/plugins) and to this package's, and compares
+// what they find. Docker's directories are hard-coded, so its side runs in a
+// child process (this test binary again) in a private mount namespace, where
+// the test's directories are bind-mounted over Docker's.
+
+// crossCheckEnv, when set, holds the child's crossCheckSetup as JSON.
+const crossCheckEnv = "PLUGVISOR_DOCKER_CROSSCHECK"
+
+// crossCheckMarker starts the child's line of results on its stdout.
+const crossCheckMarker = "PLUGVISOR-CROSSCHECK-RESULT "
+
+// crossCheckSetup tells the child what to mount.
+type crossCheckSetup struct {
+	Binds   map[string]string // Docker's directory → the test's directory to mount over it
+	Scratch string            // an empty directory for the child's tmpfs
+	HostNS  string            // the parent's mount namespace, which the child must have left
+}
+
+// foundPlugin is one activated plugin, as either side saw it.
+type foundPlugin struct {
+	Name       string
+	Addr       string
+	Implements []string
+}
+
+// crossCheckReport is what one side found.
+type crossCheckReport struct {
+	Plugins       []foundPlugin
+	VolumeDrivers []string // plugins implementing VolumeDriver
+	Broken        []string // names found but not usable
+}
+
+type crossCheckResult struct {
+	Docker, Plugvisor crossCheckReport
+}
+
+func TestDockerCrossCheck(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the cross-check with Docker's discovery needs root, for a private mount namespace and bind mounts")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("the cross-check with Docker's discovery needs unshare(1) (util-linux)")
+	}
+	hostNS, err := os.Readlink("/proc/self/ns/mnt")
+	require.NoError(t, err)
+	docker := DockerDirs()
+	dockerPaths := append(append([]string{}, docker.Sockets...), docker.Specs...)
+	existedBefore := map[string]bool{}
+	for _, p := range dockerPaths {
+		_, err := os.Stat(p)
+		existedBefore[p] = err == nil
+	}
+
+	root := tempDir(t)
+	run, etc, usr := filepath.Join(root, "run"), filepath.Join(root, "etc"), filepath.Join(root, "usr")
+	other, scratch := filepath.Join(root, "o"), filepath.Join(root, "scratch")
+	for _, d := range []string{run, etc, usr, other, scratch} {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	serveManifest := func(path string, ifaces ...string) {
+		serve(t, path, sdk.NewHandler(manifestJSON(ifaces...)))
+	}
+	serve(t, filepath.Join(run, "alpha.sock"), volume.NewHandler(activationOnly{}))
+	serveManifest(filepath.Join(run, "beta", "beta.sock"), "NetworkDriver")
+	serveManifest(filepath.Join(run, "shadow.sock"), "VolumeDriver", "IpamDriver")
+	for sock, iface := range map[string]string{
+		"shadow": "authz", "gamma": "authz", "delta": "LogDriver", "eps": "MetricsCollector",
+		"eta-spec": "VolumeDriver", "eta-json": "NetworkDriver", "zeta-json": "IpamDriver", "zeta-spec": "LogDriver",
+	} {
+		serveManifest(filepath.Join(other, sock+".sock"), iface)
+	}
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	serveOn(t, tcp, volume.NewHandler(activationOnly{}))
+	unixAddr := func(sock string) string { return "unix://" + filepath.Join(other, sock+".sock") }
+	tree{
+		"etc/shadow.spec":          unixAddr("shadow"), // loses to run/shadow.sock
+		"etc/gamma.spec":           unixAddr("gamma") + "\n",
+		"etc/tcpvol.spec":          "tcp://" + tcp.Addr().String(),
+		"etc/delta.json":           `{"Name": "delta", "Addr": "` + unixAddr("delta") + `"}`,
+		"usr/epsilon/epsilon.spec": unixAddr("eps"),
+		"etc/eta.spec":             unixAddr("eta-spec"), // beats etc/eta.json
+		"etc/eta.json":             `{"Addr": "` + unixAddr("eta-json") + `"}`,
+		"etc/zeta.json":            `{"Addr": "` + unixAddr("zeta-json") + `"}`, // beats usr/zeta.spec
+		"usr/zeta.spec":            unixAddr("zeta-spec"),
+		"etc/broken.spec":          "no scheme here",
+	}.build(t, root)
+
+	setup, err := json.Marshal(crossCheckSetup{
+		Binds:   map[string]string{docker.Sockets[0]: run, docker.Specs[0]: etc, docker.Specs[1]: usr},
+		Scratch: scratch,
+		HostNS:  hostNS,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, unshare, "--mount", "--propagation", "private",
+		os.Args[0], "-test.run=^TestDockerCrossCheckHelper$", "-test.count=1")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ROOTLESSKIT_STATE_DIR=") { // would make Docker look in rootless dirs
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, crossCheckEnv+"="+string(setup))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "child:\n%s\n%s", out, stderr.String())
+	var result crossCheckResult
+	for line := range strings.Lines(string(out)) {
+		if rest, ok := strings.CutPrefix(line, crossCheckMarker); ok {
+			require.NoError(t, json.Unmarshal([]byte(rest), &result))
+		}
+	}
+
+	dockerSock := func(p string) string { return "unix://" + filepath.Join(docker.Sockets[0], p) }
+	want := crossCheckReport{
+		Plugins: []foundPlugin{
+			{"alpha", dockerSock("alpha.sock"), []string{"VolumeDriver"}},
+			{"beta", dockerSock("beta/beta.sock"), []string{"NetworkDriver"}},
+			{"delta", unixAddr("delta"), []string{"LogDriver"}},
+			{"epsilon", unixAddr("eps"), []string{"MetricsCollector"}},
+			{"eta", unixAddr("eta-spec"), []string{"VolumeDriver"}},
+			{"gamma", unixAddr("gamma"), []string{"authz"}},
+			{"shadow", dockerSock("shadow.sock"), []string{"VolumeDriver", "IpamDriver"}},
+			{"tcpvol", "tcp://" + tcp.Addr().String(), []string{"VolumeDriver"}},
+			{"zeta", unixAddr("zeta-json"), []string{"IpamDriver"}},
+		},
+		VolumeDrivers: []string{"alpha", "eta", "shadow", "tcpvol"},
+		Broken:        []string{"broken"},
+	}
+	require.Equal(t, want, result.Docker, "Docker finds the layout as built")
+	require.Equal(t, result.Docker, result.Plugvisor, "plugvisor finds what Docker finds")
+
+	for _, p := range dockerPaths {
+		if !existedBefore[p] {
+			require.NoDirExists(t, p, "the cross-check left nothing on the host")
+		}
+	}
+}
+
+// TestDockerCrossCheckHelper is the child side of TestDockerCrossCheck.
+func TestDockerCrossCheckHelper(t *testing.T) {
+	raw := os.Getenv(crossCheckEnv)
+	if raw == "" {
+		t.Skip("runs only as the child process of TestDockerCrossCheck")
+	}
+	var setup crossCheckSetup
+	require.NoError(t, json.Unmarshal([]byte(raw), &setup))
+	ns, err := os.Readlink("/proc/self/ns/mnt")
+	require.NoError(t, err)
+	require.NotEqual(t, setup.HostNS, ns, "refusing to mount anything outside a private mount namespace")
+	require.NoError(t, syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""))
+	require.NoError(t, syscall.Mount("tmpfs", setup.Scratch, "tmpfs", 0, "mode=0700"))
+
+	targets := make([]string, 0, len(setup.Binds))
+	for target := range setup.Binds {
+		targets = append(targets, target)
+	}
+	sort.Strings(targets)
+	overlaid := map[string]bool{}
+	for _, target := range targets {
+		bindOver(t, target, setup.Binds[target], setup.Scratch, overlaid)
+	}
+
+	out, err := json.Marshal(crossCheckResult{Docker: dockerFinds(t), Plugvisor: plugvisorFinds(t)})
+	require.NoError(t, err)
+	fmt.Println(crossCheckMarker + string(out))
+}
+
+// bindOver bind-mounts source over target. A target that does not exist is
+// made inside an overlay of its nearest existing ancestor, whose upper layer
+// lives in the scratch tmpfs: the host's file system is never written.
+func bindOver(t *testing.T, target, source, scratch string, overlaid map[string]bool) {
+	t.Helper()
+	if _, err := os.Stat(target); errors.Is(err, fs.ErrNotExist) {
+		base := filepath.Dir(target)
+		for {
+			if _, err := os.Stat(base); err == nil {
+				break
+			}
+			base = filepath.Dir(base)
+		}
+		if !overlaid[base] {
+			layer := filepath.Join(scratch, strconv.Itoa(len(overlaid)))
+			upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
+			require.NoError(t, os.MkdirAll(upper, 0o755))
+			require.NoError(t, os.MkdirAll(work, 0o755))
+			opts := "lowerdir=" + base + ",upperdir=" + upper + ",workdir=" + work
+			require.NoError(t, syscall.Mount("overlay", base, "overlay", 0, opts), "overlay %s", base)
+			overlaid[base] = true
+		}
+		require.NoError(t, os.MkdirAll(target, 0o755))
+	}
+	require.NoError(t, syscall.Mount(source, target, "", syscall.MS_BIND, ""), "bind %s over %s", source, target)
+}
+
+// dockerFinds runs Docker's discovery and activation over Docker's directories.
+func dockerFinds(t *testing.T) crossCheckReport {
+	reg := plugins.NewLocalRegistry()
+	names, err := reg.Scan()
+	require.NoError(t, err)
+	sort.Strings(names)
+	var rep crossCheckReport
+	for _, name := range slices.Compact(names) {
+		p, err := reg.Plugin(name)
+		if err != nil {
+			rep.Broken = append(rep.Broken, name)
+			continue
+		}
+		client, err := plugins.NewClient(p.Addr, p.TLSConfig)
+		require.NoError(t, err)
+		var m plugins.Manifest
+		require.NoError(t, client.CallWithOptions("Plugin.Activate", nil, &m, plugins.WithRequestTimeout(5*time.Second)))
+		rep.Plugins = append(rep.Plugins, foundPlugin{Name: name, Addr: p.Addr, Implements: m.Implements})
+	}
+	vols, err := reg.GetAll("VolumeDriver")
+	require.NoError(t, err)
+	for _, p := range vols {
+		rep.VolumeDrivers = append(rep.VolumeDrivers, p.Name())
+	}
+	// GetAll lists a plugin once for every file that names it (a socket and
+	// a shadowed spec file, say), all resolving to the same plugin: compare
+	// the set.
+	sort.Strings(rep.VolumeDrivers)
+	rep.VolumeDrivers = slices.Compact(rep.VolumeDrivers)
+	return rep
+}
+
+// plugvisorFinds runs this package's Scan and Activate over Docker's directories.
+func plugvisorFinds(t *testing.T) crossCheckReport {
+	candidates, errs := Scan(DockerDirs())
+	var rep crossCheckReport
+	for _, err := range errs {
+		var pe *PluginError
+		require.ErrorAs(t, err, &pe)
+		rep.Broken = append(rep.Broken, pe.Name)
+	}
+	for _, c := range candidates {
+		m, err := Activate(context.Background(), c, ActivateOptions{Timeout: 5 * time.Second})
+		require.NoError(t, err)
+		rep.Plugins = append(rep.Plugins, foundPlugin{Name: c.Name, Addr: c.Addr, Implements: m.Implements})
+		if slices.Contains(TypesFor(m), TypeDockerVolume) {
+			rep.VolumeDrivers = append(rep.VolumeDrivers, c.Name)
+		}
+	}
+	return rep
+}
