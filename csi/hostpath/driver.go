@@ -1,0 +1,229 @@
+// Package hostpath is plugvisor's reference CSI plugin: a volume is a
+// directory <root>/volumes/<volume-id> on the local disk.
+//
+// It serves the CSI Identity, Controller and Node services (which of the last
+// two depends on Mode) over gRPC. All state lives in small JSON files under
+// <root>/state, written atomically, so a restarted plugin, or a controller and
+// a node process sharing one root, see the same volumes, stagings and
+// publications. Node publication bind-mounts the volume directory onto the
+// target path, which needs root; Config.SymlinkFallback publishes a symbolic
+// link instead when the bind mount is not permitted.
+//
+// A Driver is safe for concurrent RPCs: one mutex serialises every RPC that
+// reads or writes state. It is a plugin that plugvisor talks to, not an actor.
+package hostpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultName is the plugin name GetPluginInfo reports when Config.Name is empty.
+const DefaultName = "hostpath.csi.plugvisor.io"
+
+// DefaultVersion is the vendor version GetPluginInfo reports when
+// Config.Version is empty.
+const DefaultVersion = "0.1.0"
+
+// TopologyKey is the topology segment key NodeGetInfo reports; its value is
+// the node ID. Volumes are accessible only from the node whose ID they carry.
+const TopologyKey = "topology.hostpath.csi.plugvisor.io/node"
+
+// Mode selects which CSI services a Driver serves besides Identity.
+type Mode string
+
+// The modes a Driver runs in.
+const (
+	ModeController Mode = "controller" // Identity and Controller
+	ModeNode       Mode = "node"       // Identity and Node
+	ModeMonolith   Mode = "monolith"   // Identity, Controller and Node
+)
+
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("hostpath: invalid config")
+
+// Config configures a Driver. The zero value of a field means its default
+// where one is given.
+type Config struct {
+	// Name is the CSI plugin name (default DefaultName). It must follow the
+	// CSI rules: at most 63 characters, alphanumerics, '-', '_' and '.',
+	// beginning and ending with an alphanumeric.
+	Name string
+	// Version is the vendor version (default DefaultVersion).
+	Version string
+	// NodeID identifies this node (required). It is also the topology segment
+	// value and names this node's state directory, so it follows the volume ID
+	// rules: not empty, at most 128 bytes, no '/', no "..".
+	NodeID string
+	// Root is the absolute directory holding volumes and state (required).
+	Root string
+	// Mode selects the services (default ModeMonolith).
+	Mode Mode
+	// MaxVolumes is the number of volumes this node may stage at once,
+	// reported by NodeGetInfo; 0 means no limit.
+	MaxVolumes int64
+	// SymlinkFallback makes NodePublishVolume create a symbolic link at the
+	// target when a bind mount is not permitted (not root), instead of failing
+	// with FailedPrecondition.
+	SymlinkFallback bool
+	// Logger receives what the driver does (default: discard).
+	Logger *slog.Logger
+}
+
+// Driver is a hostpath CSI plugin. Create it with New.
+type Driver struct {
+	cfg    Config
+	log    *slog.Logger
+	server *grpc.Server
+
+	// mu serialises every RPC that reads or writes state on disk.
+	mu sync.Mutex
+}
+
+// pluginNamePattern is the CSI spec's rule for plugin names.
+var pluginNamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+// New checks cfg, fills in defaults, creates the root's directories and
+// returns a Driver whose gRPC server has the services of cfg.Mode registered.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.Version == "" {
+		cfg.Version = DefaultVersion
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeMonolith
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	cfg.Root = filepath.Clean(cfg.Root)
+	d := &Driver{cfg: cfg, log: cfg.Logger}
+	for _, dir := range []string{d.volumesDir(), d.volumeStateDir(), d.nodeStateDir()} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("hostpath: create %s: %w", dir, err)
+		}
+	}
+	d.server = grpc.NewServer(grpc.ChainUnaryInterceptor(d.intercept))
+	d.Register(d.server)
+	d.log.Info("hostpath: driver ready", "name", cfg.Name, "version", cfg.Version, "mode", cfg.Mode,
+		"node_id", cfg.NodeID, "root", cfg.Root, "max_volumes", cfg.MaxVolumes, "symlink_fallback", cfg.SymlinkFallback)
+	return d, nil
+}
+
+// check reports the first thing wrong with a defaulted Config.
+func (c Config) check() error {
+	if !pluginNamePattern.MatchString(c.Name) {
+		return fmt.Errorf("%w: name %q must be at most 63 characters of [A-Za-z0-9._-], beginning and ending with an alphanumeric", ErrInvalidConfig, c.Name)
+	}
+	if err := checkID("node", c.NodeID); err != nil {
+		return configError{err}
+	}
+	if !filepath.IsAbs(c.Root) {
+		return fmt.Errorf("%w: root %q must be an absolute path", ErrInvalidConfig, c.Root)
+	}
+	if err := c.Mode.check(); err != nil {
+		return configError{err}
+	}
+	if c.MaxVolumes < 0 {
+		return fmt.Errorf("%w: max volumes %d must not be negative", ErrInvalidConfig, c.MaxVolumes)
+	}
+	return nil
+}
+
+// configError is ErrInvalidConfig caused by another error of this package,
+// with the package prefix said once.
+type configError struct{ cause error }
+
+func (e configError) Error() string {
+	return ErrInvalidConfig.Error() + ": " + strings.TrimPrefix(e.cause.Error(), "hostpath: ")
+}
+
+func (e configError) Unwrap() []error { return []error{ErrInvalidConfig, e.cause} }
+
+func (m Mode) check() error {
+	switch m {
+	case ModeController, ModeNode, ModeMonolith:
+		return nil
+	}
+	return fmt.Errorf("hostpath: mode %q must be %s, %s or %s", string(m), ModeController, ModeNode, ModeMonolith)
+}
+
+func (m Mode) controller() bool { return m == ModeController || m == ModeMonolith }
+func (m Mode) node() bool       { return m == ModeNode || m == ModeMonolith }
+
+// Config returns the driver's configuration with defaults filled in.
+func (d *Driver) Config() Config { return d.cfg }
+
+// Register registers the Identity service and, as the mode asks, the
+// Controller and Node services on s. Use it to serve the driver from a gRPC
+// server of your own; Serve uses the driver's own server.
+func (d *Driver) Register(s *grpc.Server) {
+	csi.RegisterIdentityServer(s, &identityServer{d: d})
+	if d.cfg.Mode.controller() {
+		csi.RegisterControllerServer(s, &controllerServer{d: d})
+	}
+	if d.cfg.Mode.node() {
+		csi.RegisterNodeServer(s, &nodeServer{d: d})
+	}
+}
+
+// Serve serves the driver on l until Stop is called. It returns nil after Stop.
+func (d *Driver) Serve(l net.Listener) error {
+	d.log.Info("hostpath: serving", "address", l.Addr().String())
+	return d.server.Serve(l)
+}
+
+// Stop stops serving: new RPCs are refused and Stop waits for running ones
+// to finish (gRPC GracefulStop). Mounts made by NodePublishVolume stay, as
+// the CSI spec wants them to outlive the plugin.
+func (d *Driver) Stop() {
+	d.server.GracefulStop()
+	d.log.Info("hostpath: stopped")
+}
+
+// VolumePath returns the directory that holds the data of the volume with
+// the given ID, whether or not that volume exists.
+func (d *Driver) VolumePath(volumeID string) (string, error) {
+	if err := checkID("volume", volumeID); err != nil {
+		return "", err
+	}
+	return d.volumeDir(volumeID), nil
+}
+
+// intercept logs failed RPCs and turns a panicking handler into an Internal
+// error instead of a crashed plugin.
+func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.Error("hostpath: panic in RPC", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "hostpath: panic in %s: %v", info.FullMethod, r)
+		}
+	}()
+	resp, err = handler(ctx, req)
+	if err != nil {
+		d.log.Info("hostpath: RPC failed", "method", info.FullMethod, "code", status.Code(err).String(), "error", status.Convert(err).Message())
+	} else {
+		d.log.Debug("hostpath: RPC done", "method", info.FullMethod)
+	}
+	return resp, err
+}

@@ -1,0 +1,70 @@
+package hostpath
+
+import (
+	"flag"
+	"strconv"
+)
+
+// The command-line flags RegisterFlags defines and Args writes.
+const (
+	flagName            = "name"
+	flagVersion         = "version"
+	flagNodeID          = "node-id"
+	flagRoot            = "root"
+	flagMode            = "mode"
+	flagMaxVolumes      = "max-volumes"
+	flagSymlinkFallback = "symlink-fallback"
+)
+
+// RegisterFlags defines the flags -name, -version, -node-id, -root, -mode,
+// -max-volumes and -symlink-fallback on fs, storing into c. The current
+// values of c are the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Name, flagName, c.Name, "CSI plugin name reported by GetPluginInfo")
+	fs.StringVar(&c.Version, flagVersion, c.Version, "vendor version reported by GetPluginInfo")
+	fs.StringVar(&c.NodeID, flagNodeID, c.NodeID, "node ID reported by NodeGetInfo, also the topology segment")
+	fs.StringVar(&c.Root, flagRoot, c.Root, "absolute directory holding volumes (<root>/volumes/<id>) and their state")
+	fs.Var(&c.Mode, flagMode, "services to serve besides Identity: controller, node or monolith (both)")
+	fs.Int64Var(&c.MaxVolumes, flagMaxVolumes, c.MaxVolumes, "volumes this node may stage at once, reported by NodeGetInfo (0: no limit)")
+	fs.BoolVar(&c.SymlinkFallback, flagSymlinkFallback, c.SymlinkFallback, "publish with a symlink when a bind mount is not permitted (not root) instead of failing")
+}
+
+// Args returns the command-line flags that make the hostpath-csi binary
+// run with c (Logger aside). Zero fields are left to the binary's defaults.
+func (c Config) Args() []string {
+	var args []string
+	add := func(name, value string) {
+		if value != "" {
+			args = append(args, "-"+name+"="+value)
+		}
+	}
+	add(flagName, c.Name)
+	add(flagVersion, c.Version)
+	add(flagNodeID, c.NodeID)
+	add(flagRoot, c.Root)
+	add(flagMode, string(c.Mode))
+	if c.MaxVolumes != 0 {
+		add(flagMaxVolumes, strconv.FormatInt(c.MaxVolumes, 10))
+	}
+	if c.SymlinkFallback {
+		add(flagSymlinkFallback, "true")
+	}
+	return args
+}
+
+// String returns the mode's name (flag.Value).
+func (m *Mode) String() string {
+	if m == nil {
+		return ""
+	}
+	return string(*m)
+}
+
+// Set parses a mode name (flag.Value).
+func (m *Mode) Set(s string) error {
+	if err := Mode(s).check(); err != nil {
+		return err
+	}
+	*m = Mode(s)
+	return nil
+}

@@ -1,0 +1,69 @@
+package hostpath_test
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/csi/hostpath/internal/mount"
+)
+
+// TestBindMount publishes a volume read-write and read-only with real bind
+// mounts, checks what a workload sees through them and that the mount table
+// has them, then unpublishes and checks that they are gone.
+func TestBindMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skipf("bind mounts need root and this test runs as uid %d; "+
+			"the symlink fallback taken instead is covered by TestSanity and hostpathtest's TestSymlinkFallback", os.Geteuid())
+	}
+	cfg := config(t)
+	cfg.SymlinkFallback = false // a bind mount or nothing
+	p, id, staging := stagedVolume(t, cfg)
+	rw, ro := p.path("rw"), p.path("ro")
+	_, err := p.node.NodePublishVolume(t.Context(), publishReq(id, staging, rw, false))
+	require.NoError(t, err)
+	_, err = p.node.NodePublishVolume(t.Context(), publishReq(id, staging, ro, true))
+	require.NoError(t, err)
+	requireMounted(t, rw, true)
+	requireMounted(t, ro, true)
+
+	require.NoError(t, os.WriteFile(filepath.Join(rw, "hello.txt"), []byte("hello"), 0o644))
+	volume, err := p.srv.Driver.VolumePath(id)
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(volume, "hello.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(data), "the file written through the target is in the volume")
+	data, err = os.ReadFile(filepath.Join(ro, "hello.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(data))
+	err = os.WriteFile(filepath.Join(ro, "nope.txt"), nil, 0o644)
+	require.ErrorIs(t, err, syscall.EROFS, "the read-only target refuses writes")
+
+	stats, err := p.node.NodeGetVolumeStats(t.Context(), &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: rw})
+	require.NoError(t, err)
+	require.EqualValues(t, len("hello"), stats.GetUsage()[0].GetUsed())
+
+	p.unpublish(t, id, rw)
+	p.unpublish(t, id, ro)
+	requireMounted(t, rw, false)
+	requireMounted(t, ro, false)
+	require.NoDirExists(t, rw)
+	require.NoDirExists(t, ro)
+	require.FileExists(t, filepath.Join(volume, "hello.txt"), "unpublishing keeps the data")
+}
+
+// requireMounted checks /proc/self/mountinfo for target.
+func requireMounted(t *testing.T, target string, want bool) {
+	t.Helper()
+	points, err := mount.Points()
+	require.NoError(t, err)
+	if want {
+		require.Contains(t, points, target)
+	} else {
+		require.NotContains(t, points, target)
+	}
+}

@@ -1,0 +1,457 @@
+package hostpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plugvisor/plugvisor/csi/hostpath/internal/mount"
+)
+
+// nodeServer serves the CSI Node service.
+type nodeServer struct {
+	csi.UnimplementedNodeServer
+	d *Driver
+}
+
+// NodeGetCapabilities advertises STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS and
+// SINGLE_NODE_MULTI_WRITER (the single-node access modes are enforced).
+func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	caps := capabilities(func(t csi.NodeServiceCapability_RPC_Type) *csi.NodeServiceCapability {
+		return &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}}
+	},
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	)
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetInfo reports the node ID, the volume limit and the node's topology
+// segment.
+func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             s.d.cfg.NodeID,
+		MaxVolumesPerNode:  s.d.cfg.MaxVolumes,
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{TopologyKey: s.d.cfg.NodeID}},
+	}, nil
+}
+
+// nodeRequest is what every node RPC checks first: the volume ID and a path
+// (target or staging) are well formed.
+func (d *Driver) nodeRequest(volumeID, pathKind, path string) (string, error) {
+	if err := checkID("volume", volumeID); err != nil {
+		return "", invalidArgument(err)
+	}
+	path, err := d.checkPath(pathKind, path)
+	if err != nil {
+		return "", invalidArgument(err)
+	}
+	return path, nil
+}
+
+// updateNode runs change on this node's record of volume id with d.mu held,
+// and saves the record when change reports that it changed it, even if
+// change also failed (a failed publication is forgotten that way).
+func (d *Driver) updateNode(id string, change func(rec *nodeRecord) (changed bool, err error)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec, err := d.loadNode(id)
+	if err != nil {
+		return internal(err)
+	}
+	changed, err := change(&rec)
+	if !changed {
+		return err
+	}
+	if serr := d.saveNode(rec); serr != nil {
+		if err != nil {
+			d.log.Error("hostpath: could not save node record", "volume_id", id, "error", serr)
+			return err
+		}
+		return internal(serr)
+	}
+	return err
+}
+
+// NodeStageVolume records that the volume is staged at the staging path,
+// creating that directory if needed. Nothing is mounted there: publication
+// binds the volume directory itself. Staging again at the same path succeeds;
+// at another path it fails with AlreadyExists. Staging more volumes than
+// MaxVolumes fails with ResourceExhausted.
+func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	d := s.d
+	id := req.GetVolumeId()
+	staging, err := d.nodeRequest(id, "staging target", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, invalidArgument(err)
+	}
+	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
+		if _, err := d.requireVolumeLocked(id); err != nil {
+			return false, err
+		}
+		switch rec.StagingPath {
+		case staging:
+			return false, nil
+		case "":
+		default:
+			return false, status.Errorf(codes.AlreadyExists, "hostpath: volume %s is already staged at %s", id, rec.StagingPath)
+		}
+		if err := d.checkStagingLimit(); err != nil {
+			return false, err
+		}
+		if err := os.MkdirAll(staging, 0o750); err != nil {
+			return false, internal(fmt.Errorf("hostpath: create staging path: %w", err))
+		}
+		rec.StagingPath = staging
+		d.log.Info("hostpath: staging volume", "volume_id", id, "staging_path", staging)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// checkStagingLimit fails with ResourceExhausted when this node already
+// stages MaxVolumes volumes.
+func (d *Driver) checkStagingLimit() error {
+	limit := d.cfg.MaxVolumes
+	if limit == 0 {
+		return nil
+	}
+	n, err := d.stagedCount()
+	if err != nil {
+		return internal(err)
+	}
+	if n >= limit {
+		return status.Errorf(codes.ResourceExhausted, "hostpath: node %s already has %d volumes staged, its limit", d.cfg.NodeID, n)
+	}
+	return nil
+}
+
+// NodeUnstageVolume forgets the staging. The staging directory belongs to the
+// CO and stays. A volume that is not staged there is already unstaged; one
+// still published fails with FailedPrecondition.
+func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	d := s.d
+	id := req.GetVolumeId()
+	staging, err := d.nodeRequest(id, "staging target", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
+		if rec.StagingPath != staging {
+			return false, nil
+		}
+		if len(rec.Targets) > 0 {
+			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is still published at %v", id, slices.Sorted(maps.Keys(rec.Targets)))
+		}
+		rec.StagingPath = ""
+		d.log.Info("hostpath: unstaging volume", "volume_id", id, "staging_path", staging)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume makes the volume directory appear at the target path: a
+// bind mount (read-only when asked), or, when the bind mount is not permitted
+// and SymlinkFallback is set, a symbolic link. The volume must be staged at
+// the given staging path. Publishing again at the same target with the same
+// options succeeds; with other options it fails with AlreadyExists. A
+// SINGLE_NODE_SINGLE_WRITER volume is published at one target at a time.
+func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	d := s.d
+	id := req.GetVolumeId()
+	target, err := d.nodeRequest(id, "target", req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	capability := req.GetVolumeCapability()
+	if err := checkCapability(capability); err != nil {
+		return nil, invalidArgument(err)
+	}
+	if req.GetStagingTargetPath() == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s must be staged before it is published (staging target path is empty)", id)
+	}
+	staging, err := d.checkPath("staging target", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, invalidArgument(err)
+	}
+	want := publication{Readonly: req.GetReadonly(), AccessMode: capability.GetAccessMode().GetMode()}
+	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
+		if _, err := d.requireVolumeLocked(id); err != nil {
+			return false, err
+		}
+		if rec.StagingPath != staging {
+			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is not staged at %s", id, staging)
+		}
+		have, again := rec.Targets[target]
+		if again && (have.Readonly != want.Readonly || have.AccessMode != want.AccessMode) {
+			return false, status.Errorf(codes.AlreadyExists, "hostpath: volume %s is already published at %s with readonly=%t and access mode %s", id, target, have.Readonly, have.AccessMode)
+		}
+		if err := singleWriterConflict(*rec, target, want); err != nil {
+			return false, err
+		}
+		return d.publishRecorded(rec, target, want, again)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publishRecorded records the publication, then makes it (record first: a
+// plugin killed in between leaves a record that NodeUnpublishVolume cleans
+// up, never a mount nobody knows about), then records how it was made.
+func (d *Driver) publishRecorded(rec *nodeRecord, target string, want publication, again bool) (changed bool, err error) {
+	if rec.Targets == nil {
+		rec.Targets = map[string]publication{}
+	}
+	rec.Targets[target] = want
+	if err := d.saveNode(*rec); err != nil {
+		return false, internal(err)
+	}
+	want.Symlink, err = d.publish(d.volumeDir(rec.VolumeID), target, want.Readonly, again)
+	if err != nil {
+		if !again {
+			delete(rec.Targets, target)
+			return true, err
+		}
+		return false, err
+	}
+	rec.Targets[target] = want
+	how := "bind mount"
+	if want.Symlink {
+		how = "symlink"
+	}
+	d.log.Info("hostpath: published volume", "volume_id", rec.VolumeID, "target_path", target, "readonly", want.Readonly, "how", how)
+	return true, nil
+}
+
+// singleWriterConflict fails with FailedPrecondition when publishing at
+// target would give a SINGLE_NODE_SINGLE_WRITER volume a second target.
+func singleWriterConflict(rec nodeRecord, target string, want publication) error {
+	for other, p := range rec.Targets {
+		if other == target {
+			continue
+		}
+		if p.AccessMode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER ||
+			want.AccessMode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+			return status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is published at %s and SINGLE_NODE_SINGLE_WRITER allows one target", rec.VolumeID, other)
+		}
+	}
+	return nil
+}
+
+// publish makes source appear at target and reports whether it used a
+// symlink. The CO creates the target's parent; publish creates the target,
+// and removes it again if publication fails. When again is set the driver
+// published there before, so an existing bind mount or link is the one it
+// made and is kept.
+func (d *Driver) publish(source, target string, readonly, again bool) (symlink bool, err error) {
+	fi, err := os.Lstat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.Mkdir(target, 0o750); err != nil {
+			return false, status.Errorf(codes.FailedPrecondition, "hostpath: create target path (the CO creates its parent): %v", err)
+		}
+		defer func() {
+			if err != nil {
+				d.removeTarget(target)
+			}
+		}()
+	case err != nil:
+		return false, internal(fmt.Errorf("hostpath: inspect target path: %w", err))
+	case fi.Mode()&fs.ModeSymlink != 0:
+		if dest, _ := os.Readlink(target); again && dest == source {
+			return true, nil
+		}
+		return false, status.Errorf(codes.FailedPrecondition, "hostpath: target path %s is a symbolic link the driver did not make", target)
+	case !fi.IsDir():
+		return false, status.Errorf(codes.FailedPrecondition, "hostpath: target path %s exists and is not a directory", target)
+	default:
+		mounted, err := mount.IsMountPoint(target)
+		switch {
+		case err != nil:
+			return false, internal(err)
+		case mounted && again:
+			return false, nil
+		case mounted:
+			return false, status.Errorf(codes.FailedPrecondition, "hostpath: target path %s is already a mount point", target)
+		}
+	}
+	err = mount.Bind(source, target, readonly)
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, mount.ErrUnsupported) {
+		return false, internal(fmt.Errorf("hostpath: %w", err))
+	}
+	needsRoot := fmt.Sprintf("hostpath: bind mount needs root: %v (running as uid %d)", err, os.Geteuid())
+	switch {
+	case !d.cfg.SymlinkFallback:
+		return false, status.Error(codes.FailedPrecondition, needsRoot+"; run the plugin as root, or with -symlink-fallback")
+	case readonly:
+		return false, status.Error(codes.FailedPrecondition, needsRoot+"; the symlink fallback cannot publish read-only")
+	}
+	if err := os.Remove(target); err != nil {
+		return false, status.Errorf(codes.FailedPrecondition, "hostpath: replace target directory with a symlink: %v", err)
+	}
+	if err := os.Symlink(source, target); err != nil {
+		return false, internal(fmt.Errorf("hostpath: symlink fallback: %w", err))
+	}
+	d.log.Warn("hostpath: bind mount not permitted, published with a symlink instead (-symlink-fallback)", "target_path", target, "source", source, "reason", needsRoot)
+	return true, nil
+}
+
+// removeTarget removes a target directory publish created, if it is still
+// an empty directory, so a failed publication leaves the target as it was.
+func (d *Driver) removeTarget(target string) {
+	if err := syscall.Rmdir(target); err != nil && !errors.Is(err, syscall.ENOENT) {
+		d.log.Warn("hostpath: could not remove target path after failed publication", "target_path", target, "error", err)
+	}
+}
+
+// NodeUnpublishVolume undoes NodePublishVolume: it unmounts the bind mount
+// (or removes the symlink) and removes the target. A target where the driver
+// did not publish this volume is left alone and the call succeeds.
+func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	d := s.d
+	id := req.GetVolumeId()
+	target, err := d.nodeRequest(id, "target", req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
+		if _, ok := rec.Targets[target]; !ok {
+			return false, nil
+		}
+		if err := unpublish(target); err != nil {
+			return false, err
+		}
+		delete(rec.Targets, target)
+		d.log.Info("hostpath: unpublished volume", "volume_id", id, "target_path", target)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// maxStackedMounts bounds how many mounts unpublish takes off one target.
+const maxStackedMounts = 16
+
+// unpublish removes whatever the driver put at target: a symlink, or a
+// directory after unmounting every bind mount stacked on it.
+func unpublish(target string) error {
+	fi, err := os.Lstat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return internal(fmt.Errorf("hostpath: inspect target path: %w", err))
+	case fi.Mode()&fs.ModeSymlink != 0:
+		if err := removeFile(target); err != nil {
+			return internal(err)
+		}
+		return nil
+	}
+	for unmounts := 0; ; unmounts++ {
+		mounted, err := mount.IsMountPoint(target)
+		if err != nil {
+			return internal(err)
+		}
+		if !mounted {
+			break
+		}
+		if unmounts == maxStackedMounts {
+			return internal(fmt.Errorf("hostpath: %s is still a mount point after %d unmounts", target, unmounts))
+		}
+		if err := mount.Unmount(target); err != nil {
+			return internal(fmt.Errorf("hostpath: %w", err))
+		}
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return internal(fmt.Errorf("hostpath: remove target path: %w", err))
+	}
+	return nil
+}
+
+// NodeGetVolumeStats reports the usage of a volume at a path where it is
+// staged or published: bytes and inodes used by the volume's files, and the
+// total and available figures of the file system holding it. An unknown
+// volume, or a path where it is not, fails with NotFound.
+func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	d := s.d
+	id := req.GetVolumeId()
+	if err := checkID("volume", id); err != nil {
+		return nil, invalidArgument(err)
+	}
+	if req.GetVolumePath() == "" {
+		return nil, invalidArgument(errors.New("hostpath: volume path must not be empty"))
+	}
+	path := filepath.Clean(req.GetVolumePath())
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := d.requireVolumeLocked(id); err != nil {
+		return nil, err
+	}
+	rec, err := d.loadNode(id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if _, published := rec.Targets[path]; !published && path != rec.StagingPath {
+		return nil, status.Errorf(codes.NotFound, "hostpath: volume %s is not staged or published at %s", id, path)
+	}
+	return volumeStats(d.volumeDir(id))
+}
+
+// volumeStats measures dir like kubelet does: du for what is used, statfs
+// for the file system's total and available.
+func volumeStats(dir string) (*csi.NodeGetVolumeStatsResponse, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return nil, internal(fmt.Errorf("hostpath: statfs %s: %w", dir, err))
+	}
+	var usedBytes, usedInodes int64
+	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		usedInodes++
+		if info.Mode().IsRegular() {
+			usedBytes += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, internal(fmt.Errorf("hostpath: measure %s: %w", dir, err))
+	}
+	bsize := int64(st.Bsize)
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: int64(st.Blocks) * bsize, Available: int64(st.Bavail) * bsize, Used: usedBytes},
+		{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: usedInodes},
+	}}, nil
+}

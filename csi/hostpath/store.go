@@ -1,0 +1,218 @@
+package hostpath
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// On-disk layout under the root:
+//
+//	volumes/<volume-id>/                 the volume's data
+//	state/volumes/<volume-id>.json       volumeRecord, written by the controller
+//	state/nodes/<node-id>/<volume-id>.json nodeRecord, written by that node
+//
+// A record is written to a temporary file and renamed into place, so a killed
+// plugin leaves either the old record or the new one. The controller and the
+// nodes write disjoint files, so they can run as separate processes on one root.
+
+// volumeRecord is what the controller knows of a volume.
+type volumeRecord struct {
+	ID            string            `json:"id"`
+	Name          string            `json:"name"`
+	CapacityBytes int64             `json:"capacity_bytes"`
+	Parameters    map[string]string `json:"parameters,omitempty"`
+	// NodeID is the node whose disk holds the volume (its topology).
+	NodeID string `json:"node_id"`
+}
+
+// nodeRecord is what one node knows of a volume: where it is staged and
+// published. It is deleted when the volume is neither.
+type nodeRecord struct {
+	VolumeID    string                 `json:"volume_id"`
+	StagingPath string                 `json:"staging_path,omitempty"`
+	Targets     map[string]publication `json:"targets,omitempty"`
+}
+
+// publication is one NodePublishVolume target.
+type publication struct {
+	Readonly   bool                                 `json:"readonly"`
+	Symlink    bool                                 `json:"symlink"`
+	AccessMode csi.VolumeCapability_AccessMode_Mode `json:"access_mode"`
+}
+
+// empty reports whether the record holds nothing worth keeping.
+func (r *nodeRecord) empty() bool { return r.StagingPath == "" && len(r.Targets) == 0 }
+
+const (
+	volumeIDPrefix = "hp-"
+	recordSuffix   = ".json"
+	tempPrefix     = ".tmp-"
+)
+
+// volumeIDPattern matches the IDs CreateVolume hands out. ListVolumes tokens
+// are such IDs; other IDs are accepted everywhere else and simply not found.
+var volumeIDPattern = regexp.MustCompile(`^hp-[0-9a-f]{32}$`)
+
+// volumeIDFor derives the volume ID from the CO's volume name, so that a
+// repeated CreateVolume finds its volume without an index.
+func volumeIDFor(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return volumeIDPrefix + hex.EncodeToString(sum[:16])
+}
+
+func (d *Driver) volumesDir() string     { return filepath.Join(d.cfg.Root, "volumes") }
+func (d *Driver) volumeStateDir() string { return filepath.Join(d.cfg.Root, "state", "volumes") }
+func (d *Driver) nodesStateDir() string  { return filepath.Join(d.cfg.Root, "state", "nodes") }
+func (d *Driver) nodeStateDir() string   { return filepath.Join(d.nodesStateDir(), d.cfg.NodeID) }
+
+func (d *Driver) volumeDir(id string) string { return filepath.Join(d.volumesDir(), id) }
+func (d *Driver) volumeFile(id string) string {
+	return filepath.Join(d.volumeStateDir(), id+recordSuffix)
+}
+func (d *Driver) nodeFile(id string) string { return filepath.Join(d.nodeStateDir(), id+recordSuffix) }
+
+// loadVolume reads the volume record of id; found is false if there is none.
+func (d *Driver) loadVolume(id string) (rec volumeRecord, found bool, err error) {
+	found, err = readJSON(d.volumeFile(id), &rec)
+	return rec, found, err
+}
+
+// loadNode reads this node's record of volume id, or an empty one.
+func (d *Driver) loadNode(id string) (nodeRecord, error) {
+	rec := nodeRecord{VolumeID: id}
+	_, err := readJSON(d.nodeFile(id), &rec)
+	return rec, err
+}
+
+// saveNode writes this node's record of a volume, or deletes it when empty.
+func (d *Driver) saveNode(rec nodeRecord) error {
+	if rec.empty() {
+		return removeFile(d.nodeFile(rec.VolumeID))
+	}
+	return writeJSON(d.nodeFile(rec.VolumeID), rec)
+}
+
+// volumeIDs lists the IDs of all volume records, sorted.
+func (d *Driver) volumeIDs() ([]string, error) {
+	return recordIDs(d.volumeStateDir())
+}
+
+// stagedCount counts the volumes staged on this node.
+func (d *Driver) stagedCount() (int64, error) {
+	ids, err := recordIDs(d.nodeStateDir())
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, id := range ids {
+		rec, err := d.loadNode(id)
+		if err != nil {
+			return 0, err
+		}
+		if rec.StagingPath != "" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// nodesUsing lists the nodes that still stage or publish volume id.
+func (d *Driver) nodesUsing(id string) ([]string, error) {
+	entries, err := os.ReadDir(d.nodesStateDir())
+	if err != nil {
+		return nil, fmt.Errorf("hostpath: list nodes: %w", err)
+	}
+	var nodes []string
+	for _, e := range entries {
+		_, err := os.Stat(filepath.Join(d.nodesStateDir(), e.Name(), id+recordSuffix))
+		switch {
+		case err == nil:
+			nodes = append(nodes, e.Name())
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("hostpath: check node %s: %w", e.Name(), err)
+		}
+	}
+	return nodes, nil
+}
+
+// recordIDs lists the IDs of the records in dir, sorted, skipping
+// temporary files a killed writer may have left.
+func recordIDs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("hostpath: list %s: %w", dir, err)
+	}
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, tempPrefix) || !strings.HasSuffix(name, recordSuffix) {
+			continue
+		}
+		ids = append(ids, strings.TrimSuffix(name, recordSuffix))
+	}
+	return ids, nil
+}
+
+// readJSON decodes the file at path into v; found is false if it does not exist.
+func readJSON(path string, v any) (found bool, err error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("hostpath: read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("hostpath: decode %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// writeJSON atomically replaces the file at path with v encoded as JSON.
+func writeJSON(path string, v any) (err error) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("hostpath: encode %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("hostpath: create %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, tempPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("hostpath: write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	_, werr := f.Write(append(data, '\n'))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("hostpath: write %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("hostpath: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// removeFile removes path; a missing file is not an error.
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("hostpath: remove %s: %w", path, err)
+	}
+	return nil
+}
