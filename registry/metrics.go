@@ -1,11 +1,15 @@
 package registry
 
+import "time"
+
 // Metrics receives the registry's measurements; the agent plugs Prometheus
 // in. Its methods are called on the registry actor's goroutine and must not
 // block.
 type Metrics interface {
-	// Write counts one answered register or deregister (op), and its error.
-	Write(op string, err error)
+	// Write counts one answered register or deregister (op), its error,
+	// and how long it took from arriving at the actor to its answer
+	// (durable write included).
+	Write(op string, err error, took time.Duration)
 	// Batch records how many writes went to disk in one transaction.
 	Batch(writes int)
 	// EventsSent counts events handed to subscribers.
@@ -16,7 +20,7 @@ type Metrics interface {
 
 type noMetrics struct{}
 
-func (noMetrics) Write(string, error) {}
-func (noMetrics) Batch(int)           {}
-func (noMetrics) EventsSent(int)      {}
-func (noMetrics) Subscribers(int)     {}
+func (noMetrics) Write(string, error, time.Duration) {}
+func (noMetrics) Batch(int)                          {}
+func (noMetrics) EventsSent(int)                     {}
+func (noMetrics) Subscribers(int)                    {}

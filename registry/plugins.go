@@ -3,6 +3,7 @@ package registry
 import (
 	"maps"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
@@ -51,6 +52,7 @@ type write struct {
 	event   proto.Message // nil when the command changed nothing
 	ops     []storage.Op
 	err     error // a refusal decided against the working state
+	arrived time.Time
 }
 
 // batchWritten is sent to the actor by the goroutine that wrote a batch.
@@ -93,7 +95,7 @@ func (a *pluginsActor) Receive(ctx actor.Context) {
 }
 
 func (a *pluginsActor) onCommand(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) {
-	w := &write{cmd: cmd, replyTo: replyTo}
+	w := &write{cmd: cmd, replyTo: replyTo, arrived: time.Now()}
 	if w.replyTo == nil {
 		w.replyTo = ctx.Sender()
 	}
@@ -282,10 +284,10 @@ func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
 	var resp proto.Message
 	switch w.cmd.(type) {
 	case *messages.RegisterPlugin:
-		a.metrics.Write("register", err)
+		a.metrics.Write("register", err, time.Since(w.arrived))
 		resp = &messages.RegisterPluginResponse{Error: toProto(err)}
 	case *messages.DeregisterPlugin:
-		a.metrics.Write("deregister", err)
+		a.metrics.Write("deregister", err, time.Since(w.arrived))
 		resp = &messages.DeregisterPluginResponse{Error: toProto(err)}
 	}
 	if w.replyTo != nil {
