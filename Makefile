@@ -37,8 +37,8 @@ bench: ## run the benchmarks (BENCH=regexp to pick)
 demo: ## run the self-contained demo
 	@echo "make demo: the demo arrives with the plugvisor binary (issue 7); nothing to run yet."; exit 2
 
-run: ## run the agent with default settings
-	@echo "make run: the agent arrives with the plugvisor binary (issue 7); nothing to run yet."; exit 2
+run: ## run an agent in ./.plugvisor (stop it with Ctrl-C)
+	$(GO) run ./cmd/plugvisor agent
 
 clean: ## remove build output
 	rm -rf $(BIN)

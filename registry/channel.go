@@ -46,6 +46,10 @@ type SubscribeOptions struct {
 type Subscription struct {
 	// C delivers the events in sequence order.
 	C <-chan Event
+	// Sequence is the sequence number of the registry state the
+	// subscription started from: replayed events carry it, and every live
+	// event has a greater one.
+	Sequence uint64
 
 	lagged chan struct{}
 }
@@ -109,7 +113,7 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 	case <-a.subscribed:
 	case <-a.ended:
 	}
-	return &Subscription{C: out, lagged: a.lagged}, nil
+	return &Subscription{C: out, lagged: a.lagged, Sequence: a.sequence}, nil
 }
 
 // channelAdapter is the actor that subscribes on behalf of a channel. It
@@ -125,6 +129,7 @@ type channelAdapter struct {
 	backlog []Event
 	wake    chan struct{}
 
+	sequence   uint64        // from Subscribed, set before subscribed closes
 	subscribed chan struct{} // closed on Subscribed
 	ended      chan struct{} // closed when the actor stops
 	lagged     chan struct{} // closed when the reader fell too far behind
@@ -141,11 +146,14 @@ func (a *channelAdapter) Receive(ctx actor.Context) {
 		for _, p := range msg.GetCurrent() {
 			a.push(ctx, &messages.PluginRegistered{Plugin: p, Sequence: msg.GetSequence()})
 		}
+		a.sequence = msg.GetSequence()
 		close(a.subscribed)
 	case Event:
 		a.push(ctx, msg)
 	case *actor.Terminated:
 		ctx.Stop(ctx.Self()) // the registry is gone
+	case *actor.Stopping:
+		ctx.Unwatch(a.registry)
 	case *actor.Stopped:
 		close(a.ended)
 	}

@@ -1,0 +1,270 @@
+// Package agent wires plugvisor's parts into one node agent: the durable
+// store, the registry, the plugin-type managers, discovery, and the local
+// HTTP API on a unix socket. It holds no logic of its own beyond start and
+// shutdown order.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// DataDirEnv names the environment variable that sets the default data dir.
+const DataDirEnv = "PLUGVISOR_DATA_DIR"
+
+// DefaultDataDir is $PLUGVISOR_DATA_DIR, or ./.plugvisor.
+func DefaultDataDir() string {
+	if d := os.Getenv(DataDirEnv); d != "" {
+		return d
+	}
+	return ".plugvisor"
+}
+
+// SocketPath is where the agent of dataDir serves its API.
+func SocketPath(dataDir string) string { return filepath.Join(dataDir, "plugvisor.sock") }
+
+// Config configures an agent. The zero value plus a DataDir works.
+type Config struct {
+	// DataDir holds the state file, the API socket and the watched plugin
+	// directories (default DefaultDataDir()).
+	DataDir string
+	// SocketDirs and SpecDirs are watched for plugins besides
+	// <data>/plugins and <data>/specs.
+	SocketDirs, SpecDirs []string
+	// HTTPAddr, when set (e.g. 127.0.0.1:8080), also serves the API on TCP.
+	HTTPAddr string
+	// ResyncInterval and FingerprintInterval tune the plugin managers
+	// (defaults 30s each).
+	ResyncInterval, FingerprintInterval time.Duration
+	// NodeID names this node in the CSI catalog (default: the host name).
+	NodeID string
+	// ResetCorruptState moves a corrupt state file aside and starts empty
+	// instead of refusing to start.
+	ResetCorruptState bool
+	// LockTimeout bounds the wait for another agent's lock on the state
+	// file (default 1s).
+	LockTimeout time.Duration
+	// Logger receives the agent's logs (default: discard).
+	Logger hclog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.ResyncInterval <= 0 {
+		c.ResyncInterval = 30 * time.Second
+	}
+	if c.FingerprintInterval <= 0 {
+		c.FingerprintInterval = 30 * time.Second
+	}
+	if c.LockTimeout <= 0 {
+		c.LockTimeout = time.Second
+	}
+	if c.NodeID == "" {
+		c.NodeID, _ = os.Hostname()
+	}
+	return c
+}
+
+// ErrAlreadyRunning: another agent holds the data dir.
+var ErrAlreadyRunning = errors.New("agent: another plugvisor agent is using this data dir")
+
+// Agent is a running plugvisor agent.
+type Agent struct {
+	cfg      Config
+	log      hclog.Logger
+	store    *storage.Bolt
+	system   *actor.ActorSystem
+	registry *registry.Registry
+	metrics  *metrics
+	servers  []*http.Server
+	cancel   context.CancelFunc // ends long-lived API requests (event streams)
+	stops    []func(context.Context) error
+}
+
+// Start opens the data dir and starts every part. On error, whatever had
+// started is stopped again.
+func Start(cfg Config) (_ *Agent, err error) {
+	cfg = cfg.withDefaults()
+	a := &Agent{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
+	defer func() {
+		if err != nil {
+			_ = a.Shutdown(context.Background())
+		}
+	}()
+	if err := a.openStore(); err != nil {
+		return nil, err
+	}
+	a.system = actors.NewSystem(cfg.Logger)
+	if err := a.startRegistry(); err != nil {
+		return nil, err
+	}
+	if err := a.serveAPI(); err != nil {
+		return nil, err
+	}
+	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", cfg.HTTPAddr,
+		"plugins", len(a.registry.ListPlugins("")))
+	return a, nil
+}
+
+func (a *Agent) openStore() error {
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("agent: data dir: %w", err)
+	}
+	for _, dir := range []string{a.PluginDir(), a.SpecDir()} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("agent: plugin dir: %w", err)
+		}
+	}
+	path := filepath.Join(a.cfg.DataDir, "state.db")
+	store, err := storage.OpenBolt(path, storage.BoltOptions{
+		LockTimeout:      a.cfg.LockTimeout,
+		MoveAsideCorrupt: a.cfg.ResetCorruptState,
+		Logger:           slog.New(actors.NewSlogHandler(a.log.Named("storage"))),
+	})
+	if errors.Is(err, storage.ErrLocked) {
+		return fmt.Errorf("%w: %s (%v)", ErrAlreadyRunning, a.cfg.DataDir, err)
+	}
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.store = store
+	a.stops = append(a.stops, func(context.Context) error { return store.Close() })
+	return nil
+}
+
+func (a *Agent) startRegistry() error {
+	bucket, err := a.store.Bucket(registry.BucketName)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.registry, err = registry.New(a.system, registry.Config{
+		Bucket:  bucket,
+		Logger:  a.log,
+		Metrics: registryMetrics{a.metrics},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.stops = append(a.stops, func(context.Context) error { return a.registry.Shutdown() })
+	return nil
+}
+
+func (a *Agent) serveAPI() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	handler := (&api.Server{
+		Registry: a.registry,
+		Metrics:  promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
+		Logger:   a.log.Named("api"),
+	}).Handler()
+
+	socket := a.SocketPath()
+	if err := registry.ValidateSocketPath(socket); err != nil {
+		abs, _ := filepath.Abs(socket)
+		if err := registry.ValidateSocketPath(abs); err != nil {
+			return fmt.Errorf("agent: API socket %s: %w; use a shorter data dir", abs, err)
+		}
+	}
+	// The state file's lock proves no other agent owns this dir: a socket
+	// file left here is stale.
+	_ = os.Remove(socket)
+	unixListener, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("agent: API socket: %w", err)
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		_ = unixListener.Close()
+		return fmt.Errorf("agent: API socket: %w", err)
+	}
+	listeners := []net.Listener{unixListener}
+	if a.cfg.HTTPAddr != "" {
+		tcp, err := net.Listen("tcp", a.cfg.HTTPAddr)
+		if err != nil {
+			_ = unixListener.Close()
+			return fmt.Errorf("agent: -http %s: %w", a.cfg.HTTPAddr, err)
+		}
+		listeners = append(listeners, tcp)
+	}
+	for _, l := range listeners {
+		srv := &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return ctx },
+		}
+		a.servers = append(a.servers, srv)
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("API server stopped", "listener", l.Addr().String(), "error", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// DataDir is the agent's data dir.
+func (a *Agent) DataDir() string { return a.cfg.DataDir }
+
+// SocketPath is the unix socket the API listens on.
+func (a *Agent) SocketPath() string { return SocketPath(a.cfg.DataDir) }
+
+// PluginDir is the watched directory for plugin sockets.
+func (a *Agent) PluginDir() string { return filepath.Join(a.cfg.DataDir, "plugins") }
+
+// SpecDir is the watched directory for plugin spec files.
+func (a *Agent) SpecDir() string { return filepath.Join(a.cfg.DataDir, "specs") }
+
+// Registry is the agent's plugin registry.
+func (a *Agent) Registry() *registry.Registry { return a.registry }
+
+// Shutdown stops the API, then the managers (so final fingerprints mark
+// plugins unhealthy), then the registry, then closes the store. It returns
+// every error it met.
+func (a *Agent) Shutdown(ctx context.Context) error {
+	var errs []error
+	if a.cancel != nil {
+		a.cancel()
+	}
+	for _, srv := range a.servers {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("agent: API server: %w", err))
+		}
+	}
+	a.servers = nil
+	for i := len(a.stops) - 1; i >= 0; i-- {
+		if err := a.stops[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.stops = nil
+	if a.system != nil {
+		a.system.Shutdown()
+		a.system = nil
+	}
+	if err := errors.Join(errs...); err != nil {
+		a.log.Error("agent stopped with errors", "error", err)
+		return err
+	}
+	a.log.Info("agent stopped")
+	return nil
+}

@@ -1,0 +1,82 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) error {
+	ptype := r.URL.Query().Get("type")
+	if ptype != "" {
+		if err := registry.ValidateID("plugin type", ptype); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugins": protoList(s.Registry.ListPlugins(ptype))})
+	return nil
+}
+
+func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) error {
+	var info messages.PluginInfo
+	if err := decode(w, r, &info); err != nil {
+		return err
+	}
+	if err := s.Registry.RegisterPlugin(&info); err != nil {
+		return err
+	}
+	current, _ := s.Registry.Snapshot().Current(info.GetType(), info.GetName())
+	writeJSON(w, http.StatusOK, map[string]any{"registered": protoJSON(&info), "current": protoJSON(current)})
+	return nil
+}
+
+func pathIDs(r *http.Request, names ...string) ([]string, error) {
+	var errs []error
+	values := make([]string, len(names))
+	for i, n := range names {
+		values[i] = r.PathValue(n)
+		errs = append(errs, registry.ValidateID(n, values[i]))
+	}
+	return values, errors.Join(errs...)
+}
+
+func (s *Server) getPlugin(w http.ResponseWriter, r *http.Request) error {
+	ids, err := pathIDs(r, "type", "name")
+	if err != nil {
+		return err
+	}
+	snap := s.Registry.Snapshot()
+	current, ok := snap.Current(ids[0], ids[1])
+	if !ok {
+		return fmt.Errorf("%w: plugin %q of type %q is not registered", errNotFound, ids[1], ids[0])
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"current":     protoJSON(current),
+		"allocations": protoList(snap.Allocations(ids[0], ids[1])),
+	})
+	return nil
+}
+
+func (s *Server) deregisterPlugin(w http.ResponseWriter, r *http.Request) error {
+	ids, err := pathIDs(r, "type", "name", "alloc")
+	if err != nil {
+		return err
+	}
+	if err := s.Registry.DeregisterPlugin(ids[0], ids[1], ids[2]); err != nil {
+		return err
+	}
+	current, _ := s.Registry.Snapshot().Current(ids[0], ids[1])
+	writeJSON(w, http.StatusOK, map[string]any{"deregistered": ids[2], "current": protoJSON(current)})
+	return nil
+}
+
+func (s *Server) csiPlugins(w http.ResponseWriter, _ *http.Request) error {
+	if s.CSI == nil {
+		return fmt.Errorf("%w: this agent runs no CSI manager", errNotFound)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugins": protoList(s.CSI.Plugins())})
+	return nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"syscall"
+
+	"github.com/plugvisor/plugvisor/agent"
+)
+
+// client talks to an agent's API over its unix socket.
+type client struct {
+	socket string
+	http   *http.Client
+}
+
+func newClient(dataDir string) *client {
+	socket := agent.SocketPath(dataDir)
+	return &client{
+		socket: socket,
+		http: &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", socket)
+			},
+		}},
+	}
+}
+
+// errNoAgent says the agent is not running, and how to start one.
+type errNoAgent struct {
+	socket string
+	err    error
+}
+
+func (e *errNoAgent) Error() string {
+	return fmt.Sprintf("no agent is running at %s (%v)\nstart one with: plugvisor agent -data-dir %s",
+		e.socket, e.err, dirOf(e.socket))
+}
+
+func dirOf(socket string) string {
+	if d := socket[:len(socket)-len("/plugvisor.sock")]; d != "" {
+		return d
+	}
+	return "."
+}
+
+// do sends a request with an optional JSON body and returns the response,
+// turning an API error into a Go error with the agent's message.
+func (c *client) do(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	var reader io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		reader = bytes.NewReader(b)
+	}
+	u := url.URL{Scheme: "http", Host: "plugvisor", Path: path, RawQuery: query.Encode()}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), reader)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return nil, &errNoAgent{socket: c.socket, err: err}
+		}
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var apiErr struct {
+			Error string `json:"error"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&apiErr) != nil || apiErr.Error == "" {
+			apiErr.Error = resp.Status
+		}
+		return nil, errors.New(apiErr.Error)
+	}
+	return resp, nil
+}
+
+// getJSON decodes a JSON answer into out.
+func (c *client) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	resp, err := c.do(ctx, method, path, query, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}

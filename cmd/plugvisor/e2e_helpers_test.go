@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// binary is the plugvisor binary the end-to-end tests run, built once.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pvbin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "plugvisor")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building plugvisor: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// dataDir returns a short temp data dir (the API socket path must fit in
+// 107 bytes), removed with the test.
+func dataDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "pv")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// agentProc is a plugvisor agent running as a subprocess.
+type agentProc struct {
+	cmd    *exec.Cmd
+	dir    string
+	stderr *syncBuffer
+	done   chan struct{}
+}
+
+// startAgent runs `plugvisor agent` on dir and waits until its API answers.
+func startAgent(t *testing.T, dir string, extra ...string) *agentProc {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"agent", "-data-dir", dir, "-log-level", "debug"}, extra...)...)
+	a := &agentProc{cmd: cmd, dir: dir, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = a.stderr
+	require.NoError(t, cmd.Start())
+	go func() { _ = cmd.Wait(); close(a.done) }()
+	t.Cleanup(func() { a.stop(t) })
+	c := apiClient(dir)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := c.Get("http://plugvisor/v1/health")
+		if err == nil {
+			resp.Body.Close()
+			return a
+		}
+		select {
+		case <-a.done:
+			t.Fatalf("agent exited at start: %s", a.stderr)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "agent did not answer within 20s: %v", err)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (a *agentProc) stop(t *testing.T) {
+	select {
+	case <-a.done:
+		return
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+		t.Errorf("agent did not stop on SIGTERM within 30s")
+	}
+}
+
+func (a *agentProc) kill9() {
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+}
+
+// syncBuffer collects a subprocess's output for reading while it runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// apiClient talks HTTP to the agent of dir over its unix socket.
+func apiClient(dir string) *http.Client {
+	socket := filepath.Join(dir, "plugvisor.sock")
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			MaxIdleConnsPerHost: 64,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", socket)
+			},
+		},
+	}
+}
+
+// cli runs a plugvisor command and returns stdout, stderr and exit code.
+func cli(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func registerBody(name, alloc string) string {
+	return fmt.Sprintf(`{"type":"csi-node","name":%q,"alloc_id":%q,"connection":{"socket_path":"/run/csi/%s.sock"}}`,
+		name, alloc, alloc)
+}
+
+func post(c *http.Client, path, body string) (int, string, error) {
+	resp, err := c.Post("http://plugvisor"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+func getJSON(t *testing.T, c *http.Client, path string, out any) {
+	t.Helper()
+	resp, err := c.Get("http://plugvisor" + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+}

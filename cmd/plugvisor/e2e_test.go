@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRegisterThroughTheCLIShowsInListAndEvents(t *testing.T) {
+	dir := dataDir(t)
+	startAgent(t, dir)
+
+	events := exec.Command(binary, "events", "-data-dir", dir, "-replay")
+	out, err := events.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, events.Start())
+	t.Cleanup(func() { _ = events.Process.Kill(); _ = events.Wait() })
+	lines := bufio.NewScanner(out)
+	// With -replay the stream shows a2 whether it subscribed before or
+	// after the registration.
+	stdout, stderr, code := cli(t, "plugin", "register", "-data-dir", dir,
+		"-type", "csi-node", "-name", "hostpath", "-alloc", "a1", "-socket", "/run/csi/a1.sock")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, "registered csi-node hostpath alloc a1")
+
+	list, stderr, code := cli(t, "plugin", "list", "-data-dir", dir)
+	require.Zero(t, code, stderr)
+	require.Contains(t, list, "csi-node  hostpath  a1")
+
+	_, _, code = cli(t, "plugin", "register", "-data-dir", dir,
+		"-type", "csi-node", "-name", "hostpath", "-alloc", "a2", "-socket", "/run/csi/a2.sock")
+	require.Zero(t, code)
+	seen := make(chan string, 8)
+	go func() {
+		for lines.Scan() {
+			seen <- lines.Text()
+		}
+		close(seen)
+	}()
+	requireLine(t, seen, "registered   csi-node hostpath alloc a2")
+
+	status, _, code := cli(t, "plugin", "status", "-data-dir", dir, "-json", "csi-node", "hostpath")
+	require.Zero(t, code)
+	require.Contains(t, status, `"alloc_id": "a2"`)
+}
+
+func requireLine(t *testing.T, lines <-chan string, want string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	var got []string
+	for {
+		select {
+		case line, ok := <-lines:
+			require.True(t, ok, "stream ended; lines so far: %q", got)
+			if strings.Contains(line, want) {
+				return
+			}
+			got = append(got, line)
+		case <-deadline:
+			t.Fatalf("no line containing %q; got %q", want, got)
+		}
+	}
+}
+
+func TestAcknowledgedRegistrationsSurviveKill9(t *testing.T) {
+	dir := dataDir(t)
+	agent := startAgent(t, dir)
+	c := apiClient(dir)
+
+	const total, workers = 10000, 32
+	var next, acked atomic.Int64
+	ackedNames := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > total {
+					return
+				}
+				name := fmt.Sprintf("p%d", i)
+				code, _, err := post(c, "/v1/plugins", registerBody(name, "a"))
+				if err != nil {
+					return // the agent is gone
+				}
+				if code == http.StatusOK {
+					ackedNames[w] = append(ackedNames[w], name)
+					if acked.Add(1) == total/2 {
+						agent.kill9()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	agent.kill9()
+
+	startAgent(t, dir)
+	var out struct {
+		Plugins []struct {
+			Name string `json:"name"`
+		} `json:"plugins"`
+	}
+	getJSON(t, apiClient(dir), "/v1/plugins?type=csi-node", &out)
+	present := map[string]bool{}
+	for _, p := range out.Plugins {
+		present[p.Name] = true
+	}
+	missing := 0
+	for _, names := range ackedNames {
+		for _, n := range names {
+			if !present[n] {
+				missing++
+			}
+		}
+	}
+	t.Logf("sent up to %d registrations from %d workers; %d acknowledged before kill -9; %d present after restart; %d acknowledged but missing",
+		total, workers, acked.Load(), len(out.Plugins), missing)
+	require.GreaterOrEqual(t, acked.Load(), int64(total/2))
+	require.Zero(t, missing, "every registration that got a success response is present after restart")
+}
+
+func TestBadAPIRequestsGetClearErrorsAndChangeNothing(t *testing.T) {
+	dir := dataDir(t)
+	startAgent(t, dir)
+	c := apiClient(dir)
+	code, body, err := post(c, "/v1/plugins", registerBody("keep", "a1"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, body)
+	before := listing(t, c)
+
+	long := "/" + strings.Repeat("s", 103) + ".sock"
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{"bad JSON", "POST", "/v1/plugins", `{"type":`, 400, "bad request body"},
+		{"not an object", "POST", "/v1/plugins", `[1,2]`, 400, "bad request body"},
+		{"empty body", "POST", "/v1/plugins", ``, 400, "empty"},
+		{"unknown field", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","alloc_id":"a","colour":"red"}`, 400, "colour"},
+		{"wrong field type", "POST", "/v1/plugins", `{"type":7}`, 400, "bad request body"},
+		{"oversized body", "POST", "/v1/plugins", `{"type":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "over the limit"},
+		{"missing name", "POST", "/v1/plugins", `{"type":"csi-node","alloc_id":"a","connection":{"socket_path":"/x.sock"}}`, 400, "plugin name must not be empty"},
+		{"missing alloc", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","connection":{"socket_path":"/x.sock"}}`, 400, "alloc ID must not be empty"},
+		{"missing connection", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","alloc_id":"a"}`, 400, "socket path or an address"},
+		{"traversal in name", "POST", "/v1/plugins", registerBody("../../etc", "a"), 400, "path separator"},
+		{"dot-dot in alloc", "POST", "/v1/plugins", registerBody("x", ".."), 400, "must not contain"},
+		{"relative socket path", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","alloc_id":"a","connection":{"socket_path":"x.sock"}}`, 400, "must be absolute"},
+		{"socket path too long", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","alloc_id":"a","connection":{"socket_path":"` + long + `"}}`, 400, "over the unix limit of 107"},
+		{"name too long", "POST", "/v1/plugins", registerBody(strings.Repeat("n", 200), "a"), 400, "over the limit of 128"},
+		{"missing plugin", "GET", "/v1/plugins/csi-node/nope", "", 404, "not registered"},
+		{"deregister unknown alloc", "DELETE", "/v1/plugins/csi-node/keep/nope", "", 404, "has no allocation"},
+		{"deregister unknown plugin", "DELETE", "/v1/plugins/csi-node/nope/a1", "", 404, "not found"},
+		{"dot-dot inside a path name", "GET", "/v1/plugins/csi-node/a..b", "", 400, "must not contain"},
+		{"encoded traversal in path", "DELETE", "/v1/plugins/csi-node/keep/..%2f..", "", 400, "path separator"},
+		{"bad type filter", "GET", "/v1/plugins?type=../x", "", 400, "path separator"},
+		{"bad replay flag", "GET", "/v1/events?replay=maybe", "", 400, "replay"},
+		{"wrong method on plugins", "PUT", "/v1/plugins", "{}", 405, "method not allowed"},
+		{"wrong method on health", "POST", "/v1/health", "", 405, "method not allowed"},
+		{"unknown endpoint", "GET", "/v1/nothing", "", 404, "no such endpoint"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, "http://plugvisor"+tc.path, strings.NewReader(tc.body))
+			require.NoError(t, err)
+			resp, err := c.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			require.Equal(t, tc.status, resp.StatusCode, string(b))
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			require.Contains(t, string(b), `"error":`)
+			require.Contains(t, string(b), tc.want)
+		})
+	}
+	require.Equal(t, before, listing(t, c), "no bad request changed the state")
+}
+
+func listing(t *testing.T, c *http.Client) string {
+	t.Helper()
+	resp, err := c.Get("http://plugvisor/v1/plugins")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestMetricsAreScraped(t *testing.T) {
+	dir := dataDir(t)
+	startAgent(t, dir)
+	c := apiClient(dir)
+	code, _, err := post(c, "/v1/plugins", registerBody("m", "a1"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	resp, err := c.Get("http://plugvisor/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`plugvisor_registry_operations_total{op="register",result="ok"} 1`,
+		`plugvisor_registry_operation_seconds_count{op="register"} 1`,
+		`plugvisor_registry_batch_writes_count`,
+		`plugvisor_registry_subscribers`,
+		`go_goroutines`,
+	} {
+		require.Contains(t, string(b), want)
+	}
+}
+
+func TestASecondAgentOnTheSameDataDirFailsClearly(t *testing.T) {
+	dir := dataDir(t)
+	startAgent(t, dir)
+	_, stderr, code := cli(t, "agent", "-data-dir", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "another plugvisor agent is using this data dir")
+}
+
+func TestTheCLISaysWhenNoAgentRuns(t *testing.T) {
+	dir := dataDir(t)
+	_, stderr, code := cli(t, "plugin", "list", "-data-dir", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "no agent is running at "+dir+"/plugvisor.sock")
+	require.Contains(t, stderr, "start one with: plugvisor agent -data-dir "+dir)
+}
+
+func TestHelpTeachesWithAnExample(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"agent", "-h"}, {"plugin", "-h"}, {"plugin", "list", "-h"},
+		{"plugin", "register", "-h"}, {"events", "-h"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			stdout, _, code := cli(t, args...)
+			require.Zero(t, code)
+			require.Regexp(t, `(?i)example|try:`, stdout)
+		})
+	}
+	_, stderr, code := cli(t, "plugin", "register", "-nope")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "flag provided but not defined: -nope")
+}
