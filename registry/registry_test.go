@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,20 +279,44 @@ func TestSubscriptionsArePerType(t *testing.T) {
 	all.ExpectNone(t, 10*time.Millisecond)
 }
 
+// subscriberGauge is a registry.Metrics that keeps the subscriber count.
+type subscriberGauge struct {
+	count atomic.Int64
+	set   chan int64
+}
+
+func (g *subscriberGauge) Write(string, error, time.Duration) {}
+func (g *subscriberGauge) Batch(int)                         {}
+func (g *subscriberGauge) EventsSent(int)                    {}
+func (g *subscriberGauge) Subscribers(n int) {
+	g.count.Store(int64(n))
+	g.set <- int64(n)
+}
+
 func TestDeadSubscribersAreDropped(t *testing.T) {
-	r, system := newRegistry(t)
+	system := probe.NewSystem(t)
+	gauge := &subscriberGauge{set: make(chan int64, 16)}
+	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: gauge})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
 	doomed := probe.New(t, system)
 	subscribe(t, r, doomed, csiNode, false)
 	watcher := probe.New(t, system)
 	subscribe(t, r, watcher, csiNode, false)
-	watcher.Watch(t, doomed.PID())
-	system.Root.Stop(doomed.PID())
-	watcher.ExpectTerminated(t, doomed.PID(), timeout)
+	require.Equal(t, int64(2), gauge.count.Load())
 
-	// The registry got the same Terminated; it no longer sends to doomed,
-	// which a dead-letter count would show. Registration still works.
+	system.Root.Stop(doomed.PID())
+	for dropped := false; !dropped; {
+		select {
+		case n := <-gauge.set:
+			dropped = n == 1 // the registry saw the Terminated and dropped doomed
+		case <-time.After(timeout):
+			t.Fatal("the registry did not drop the dead subscriber")
+		}
+	}
 	require.NoError(t, r.RegisterPlugin(plugin(0)))
 	probe.Expect[*messages.PluginRegistered](t, watcher, timeout)
+	require.Equal(t, int64(1), gauge.count.Load())
 }
 
 func TestAStuckSubscriberDelaysNobody(t *testing.T) {
