@@ -54,14 +54,20 @@ func (p *plugvisorTarget) SubscribeStuck() func() {
 	return func() { close(release); stop() }
 }
 
-// spawn starts a subscriber actor running receive and returns its stop.
+// spawn starts a subscriber actor running receive, waits until the
+// registry has acknowledged the subscription, and returns its stop.
 func (p *plugvisorTarget) spawn(receive actor.ReceiveFunc) func() {
 	registryPID := p.r.PID()
+	subscribed := make(chan struct{})
 	pid := p.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if _, ok := ctx.Message().(*actor.Started); ok {
+		switch ctx.Message().(type) {
+		case *actor.Started:
 			ctx.Send(registryPID, &messages.Subscribe{Type: PluginType, Subscriber: ctx.Self()})
+		case *messages.Subscribed:
+			close(subscribed)
 		}
 		receive(ctx)
 	}))
+	<-subscribed
 	return func() { p.system.Root.Stop(pid) }
 }
