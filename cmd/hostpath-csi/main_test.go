@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
+	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 )
 
@@ -39,7 +40,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			err := run(t.Context(), tt.args, &stderr)
+			err := hostpath.Run(t.Context(), tt.args, &stderr)
 			require.Error(t, err)
 			require.Contains(t, err.Error()+stderr.String(), tt.want)
 		})
@@ -54,7 +55,7 @@ func TestRunServesUntilCancelledThenRemovesTheSocket(t *testing.T) {
 	var stderr bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-endpoint=unix://" + socket, "-root=" + filepath.Join(dir, "root"),
+		done <- hostpath.Run(ctx, []string{"-endpoint=unix://" + socket, "-root=" + filepath.Join(dir, "root"),
 			"-node-id=n1", "-name=test.example.com", "-version=9.9.9", "-mode=controller", "-max-volumes=3"}, &stderr)
 	}()
 
