@@ -1,0 +1,234 @@
+// Package localvolume is a small reference Docker volume plugin: a volume
+// is a directory under a root. It speaks Docker's VolumeDriver protocol
+// through github.com/docker/go-plugins-helpers, on a unix socket. The
+// plugvisor demo runs it as `plugvisor docker-volume-plugin`; it is also a
+// ready peer for tests of Docker-protocol discovery.
+package localvolume
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/volume"
+
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// Driver keeps volumes as directories under Root and counts their mounts.
+type Driver struct {
+	root string
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	created map[string]time.Time
+	mounts  map[string]map[string]bool // volume → mount IDs
+}
+
+// New returns a driver keeping volumes under root, creating it if needed.
+// Volumes already there are known again.
+func New(root string, log *slog.Logger) (*Driver, error) {
+	if !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("localvolume: root %q must be absolute", root)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("localvolume: %w", err)
+	}
+	d := &Driver{root: root, log: log, created: map[string]time.Time{}, mounts: map[string]map[string]bool{}}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("localvolume: %w", err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && e.IsDir() {
+			d.created[e.Name()] = info.ModTime()
+		}
+	}
+	return d, nil
+}
+
+func (d *Driver) path(name string) (string, error) {
+	if err := registry.ValidateID("volume name", name); err != nil {
+		return "", fmt.Errorf("localvolume: %w", err)
+	}
+	return filepath.Join(d.root, name), nil
+}
+
+// known returns the path of an existing volume, or an error naming it.
+func (d *Driver) known(name string) (string, error) {
+	p, err := d.path(name)
+	if err != nil {
+		return "", err
+	}
+	if _, ok := d.created[name]; !ok {
+		return "", fmt.Errorf("localvolume: no such volume %q", name)
+	}
+	return p, nil
+}
+
+// Create makes the volume's directory; creating an existing one is fine.
+func (d *Driver) Create(r *volume.CreateRequest) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, err := d.path(r.Name)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return fmt.Errorf("localvolume: create %q: %w", r.Name, err)
+	}
+	if _, ok := d.created[r.Name]; !ok {
+		d.created[r.Name] = time.Now()
+		d.log.Info("volume created", "volume", r.Name, "path", p)
+	}
+	return nil
+}
+
+func (d *Driver) describe(name string) *volume.Volume {
+	return &volume.Volume{Name: name, Mountpoint: filepath.Join(d.root, name),
+		CreatedAt: d.created[name].UTC().Format(time.RFC3339)}
+}
+
+// List returns every volume, sorted by name.
+func (d *Driver) List() (*volume.ListResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	names := make([]string, 0, len(d.created))
+	for n := range d.created {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := &volume.ListResponse{}
+	for _, n := range names {
+		out.Volumes = append(out.Volumes, d.describe(n))
+	}
+	return out, nil
+}
+
+// Get describes one volume.
+func (d *Driver) Get(r *volume.GetRequest) (*volume.GetResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := d.known(r.Name); err != nil {
+		return nil, err
+	}
+	return &volume.GetResponse{Volume: d.describe(r.Name)}, nil
+}
+
+// Remove deletes an unmounted volume and its data.
+func (d *Driver) Remove(r *volume.RemoveRequest) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, err := d.known(r.Name)
+	if err != nil {
+		return err
+	}
+	if len(d.mounts[r.Name]) > 0 {
+		return fmt.Errorf("localvolume: volume %q is mounted %d times", r.Name, len(d.mounts[r.Name]))
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("localvolume: remove %q: %w", r.Name, err)
+	}
+	delete(d.created, r.Name)
+	d.log.Info("volume removed", "volume", r.Name)
+	return nil
+}
+
+// Path returns the volume's directory.
+func (d *Driver) Path(r *volume.PathRequest) (*volume.PathResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, err := d.known(r.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &volume.PathResponse{Mountpoint: p}, nil
+}
+
+// Mount records a mount by ID and returns the volume's directory.
+func (d *Driver) Mount(r *volume.MountRequest) (*volume.MountResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, err := d.known(r.Name)
+	if err != nil {
+		return nil, err
+	}
+	if d.mounts[r.Name] == nil {
+		d.mounts[r.Name] = map[string]bool{}
+	}
+	d.mounts[r.Name][r.ID] = true
+	d.log.Info("volume mounted", "volume", r.Name, "id", r.ID)
+	return &volume.MountResponse{Mountpoint: p}, nil
+}
+
+// Unmount forgets a mount by ID.
+func (d *Driver) Unmount(r *volume.UnmountRequest) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := d.known(r.Name); err != nil {
+		return err
+	}
+	if !d.mounts[r.Name][r.ID] {
+		return fmt.Errorf("localvolume: volume %q is not mounted by %q", r.Name, r.ID)
+	}
+	delete(d.mounts[r.Name], r.ID)
+	d.log.Info("volume unmounted", "volume", r.Name, "id", r.ID)
+	return nil
+}
+
+// Capabilities says the volumes are local to this host.
+func (d *Driver) Capabilities() *volume.CapabilitiesResponse {
+	return &volume.CapabilitiesResponse{Capabilities: volume.Capability{Scope: "local"}}
+}
+
+// Serve serves the driver on a unix socket at socket (removing a stale
+// file first) until ctx ends, then removes the socket.
+func Serve(ctx context.Context, d *Driver, socket string) error {
+	if err := registry.ValidateSocketPath(socket); err != nil {
+		return fmt.Errorf("localvolume: %w", err)
+	}
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("localvolume: stale socket: %w", err)
+	}
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("localvolume: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- volume.NewHandler(d).Serve(l) }()
+	d.log.Info("docker volume plugin serving", "socket", socket, "root", d.root, "pid", os.Getpid())
+	select {
+	case <-ctx.Done():
+		_ = l.Close()
+		<-served
+		return nil
+	case err := <-served:
+		return fmt.Errorf("localvolume: serve: %w", err)
+	}
+}
+
+// Run is the plugin command: -socket PATH -root DIR; it serves until ctx
+// ends.
+func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("docker-volume-plugin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", "", "unix socket to serve on (absolute, at most 107 bytes)")
+	root := fs.String("root", "", "directory that holds the volumes (absolute)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d, err := New(*root, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		return err
+	}
+	return Serve(ctx, d, *socket)
+}

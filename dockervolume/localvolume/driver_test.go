@@ -1,0 +1,51 @@
+package localvolume_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestThePluginServesDockersVolumeProtocol(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pvlv")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "local.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- localvolume.Run(ctx, []string{"-socket", socket, "-root", filepath.Join(dir, "vols")}, os.Stderr) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	require.Eventually(t, func() bool { _, err := os.Stat(socket); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	candidate, err := discovery.Lookup(discovery.Dirs{Sockets: []string{dir}}, "local")
+	require.NoError(t, err)
+	manifest, err := discovery.Activate(ctx, candidate, discovery.ActivateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"VolumeDriver"}, manifest.Implements)
+
+	c := dockervolume.NewClient(candidate)
+	require.NoError(t, c.Create(ctx, "data", nil))
+	path, err := c.Mount(ctx, "data", "m1")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(path, "hello"), []byte("hi"), 0o644))
+	require.ErrorContains(t, c.Remove(ctx, "data"), "mounted 1 times")
+	require.NoError(t, c.Unmount(ctx, "data", "m1"))
+	vols, err := c.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, vols, 1)
+	require.ErrorContains(t, c.Create(ctx, "../etc", nil), "path separator")
+	require.NoError(t, c.Remove(ctx, "data"))
+	_, err = os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
