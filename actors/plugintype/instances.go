@@ -1,0 +1,448 @@
+// Package plugintype is the generic half of a plugin-type manager: the
+// bookkeeping that keeps one supervised instance actor per plugin of some
+// registry plugin types, whatever those instances do. A type's manager
+// actor embeds an *Instances, hands it every message first, and implements
+// Type for the part only it knows: what an instance is, and what to say
+// when one is replaced, fails or is gone.
+//
+// Instances subscribes to the registry for its types, with a replay of the
+// current plugins; starts one instance per (type, name), serving the
+// plugin's current allocation, under a child name of its own (type, name,
+// alloc ID and a counter, so a replacement never collides with an instance
+// still terminating); stops it and starts another when a newer allocation
+// becomes current (takeover) or the current one changes; stops it when the
+// plugin is gone; and compares its instances with a registry snapshot every
+// ResyncInterval, correcting any difference. An instance that gives up
+// under its supervision, or stops by itself, is reported failed and not
+// started again until the registry says something new about its plugin.
+//
+// The supervision itself is the manager's: give its props
+// actor.WithSupervisor(strategy) (a supervisor.Strategy), and Instances
+// reads the *messages.ChildSupervised events the strategy sends the parent.
+//
+// This package imports only messages and actors, so any plugin type can
+// use it: dockervolume is the worked example. The CSI manager (csi/manager.go)
+// keeps the same logic inline; it can adopt Instances by replacing its
+// plugins/children maps, reconcile, sync, onResync, onChildSupervised and
+// onTerminated with an embedded *Instances, keeping its fingerprints and
+// subscribers in its Type hooks.
+package plugintype
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// DefaultResyncInterval is Config.ResyncInterval when none is given.
+const DefaultResyncInterval = 30 * time.Second
+
+// Snapshot is what Instances reads of the registry at a resync;
+// *registry.Snapshot is one.
+type Snapshot interface {
+	// List returns the current allocation of every plugin of ptype.
+	List(ptype string) []*messages.PluginInfo
+	// Sequence is the sequence number of the last event the snapshot includes.
+	Sequence() uint64
+}
+
+// Type is the plugin-type-specific half of a manager, implemented by the
+// manager actor that embeds the Instances. Every method runs on the
+// manager's goroutine, with its context.
+type Type interface {
+	// InstanceProps returns the props of an instance actor serving plugin.
+	// An error is reported to InstanceFailed, with no instance.
+	InstanceProps(ctx actor.Context, plugin *messages.PluginInfo) (*actor.Props, error)
+	// InstanceStopped says that instance no longer serves plugin: a newer
+	// allocation took over, the plugin was deregistered, or a resync found
+	// it out of step. The instance terminates later (InstanceGone).
+	// instance is nil when the plugin had failed, and is now dropped or
+	// tried again.
+	InstanceStopped(ctx actor.Context, plugin *messages.PluginInfo, instance *actor.PID, why string)
+	// InstanceFailed says that plugin is not served: its instance gave up
+	// under supervision or stopped by itself, or none could be started
+	// (instance is nil then). It is not started again until the registry
+	// says something new about the plugin.
+	InstanceFailed(ctx actor.Context, plugin *messages.PluginInfo, instance *actor.PID, reason string)
+	// InstanceGone says that instance has terminated, after every message
+	// it sent the manager.
+	InstanceGone(ctx actor.Context, plugin *messages.PluginInfo, instance *actor.PID)
+}
+
+// Config configures Instances. Every field but ResyncInterval and Logger
+// is required.
+type Config struct {
+	// Types are the registry plugin types whose plugins get an instance.
+	Types []string
+	// Registry is the registry actor's address.
+	Registry *actor.PID
+	// Snapshot returns the registry's latest snapshot, for resyncs.
+	Snapshot func() Snapshot
+	// ResyncInterval is the time between resyncs (default DefaultResyncInterval).
+	ResyncInterval time.Duration
+	// Logger receives the log lines about instances; nil discards them.
+	Logger hclog.Logger
+}
+
+// Resync is sent to the manager by its resync timer, or by its owner for a
+// resync now: Instances compares its instances with a registry snapshot,
+// stops the extra ones, then starts the missing ones.
+type Resync struct{}
+
+// instanceGone is sent by the manager to itself when a child terminated.
+// Terminated is a system message, which overtakes user messages;
+// instanceGone queues behind the child's last report.
+type instanceGone struct{ pid *actor.PID }
+
+// key names a plugin: one instance serves it at a time.
+type key struct{ ptype, name string }
+
+func keyOf(p *messages.PluginInfo) key { return key{p.GetType(), p.GetName()} }
+
+// managed is the record of one plugin.
+type managed struct {
+	info   *messages.PluginInfo // the current allocation, as the registry says
+	child  *child               // the instance serving info; nil once it failed
+	failed bool
+}
+
+// child is one instance actor, current or on its way out.
+type child struct {
+	pid    *actor.PID
+	plugin *messages.PluginInfo
+}
+
+// Instances is the instance bookkeeping of one manager actor. It is part of
+// that actor's state and used only on its goroutine.
+type Instances struct {
+	cfg      Config
+	typ      Type
+	log      hclog.Logger
+	plugins  map[key]*managed
+	children map[string]*child // by PID ID, until terminated
+	applied  uint64            // the last registry sequence reflected in plugins
+	spawned  uint64            // instances started, to name each uniquely
+	resync   *time.Timer
+}
+
+// Validate reports what is missing from cfg.
+func (cfg Config) Validate() error {
+	switch {
+	case len(cfg.Types) == 0 || cfg.Registry == nil || cfg.Snapshot == nil:
+		return fmt.Errorf("plugintype: Types, Registry and Snapshot are required")
+	case cfg.ResyncInterval < 0:
+		return fmt.Errorf("plugintype: resync interval %v must not be negative", cfg.ResyncInterval)
+	}
+	return nil
+}
+
+// New returns the bookkeeping for a manager implementing typ. cfg must
+// pass Validate; zero optional fields get their defaults.
+func New(cfg Config, typ Type) *Instances {
+	if cfg.ResyncInterval == 0 {
+		cfg.ResyncInterval = DefaultResyncInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Instances{cfg: cfg, typ: typ, log: cfg.Logger, plugins: map[key]*managed{}, children: map[string]*child{}}
+}
+
+// Receive handles the messages of the instances' life cycle and reports
+// whether the message was one of them. Started, Stopping, Restarting and
+// the Terminated of actors other than instances are left to the manager
+// too (Receive reports false for them).
+func (m *Instances) Receive(ctx actor.Context) bool {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		m.onStarted(ctx)
+		return false
+	case *actor.Stopping, *actor.Restarting:
+		m.stopTimer()
+		return false
+	case *actor.Terminated:
+		return m.onTerminated(ctx, msg)
+	case *messages.Subscribed:
+		m.onSubscribed(ctx, msg)
+	case *messages.PluginRegistered:
+		m.onRegistered(ctx, msg)
+	case *messages.PluginUpdated:
+		m.onUpdated(ctx, msg)
+	case *messages.PluginDeregistered:
+		m.onDeregistered(ctx, msg)
+	case *Resync:
+		m.onResync(ctx)
+	case *messages.ChildSupervised:
+		m.onChildSupervised(ctx, msg)
+	case *instanceGone:
+		m.onInstanceGone(ctx, msg)
+	default:
+		return false
+	}
+	return true
+}
+
+// Current returns the plugin instance serves, if it is its plugin's
+// current instance.
+func (m *Instances) Current(instance *actor.PID) (*messages.PluginInfo, bool) {
+	if p := m.currentOf(m.children[instance.GetId()]); p != nil {
+		return p.info, true
+	}
+	return nil, false
+}
+
+// Known reports whether instance is a child that has not terminated yet,
+// current or not.
+func (m *Instances) Known(instance *actor.PID) bool {
+	_, ok := m.children[instance.GetId()]
+	return ok
+}
+
+// Each calls f for the current instance of every plugin, in no order.
+func (m *Instances) Each(f func(plugin *messages.PluginInfo, instance *actor.PID)) {
+	for _, p := range m.plugins {
+		if p.child != nil {
+			f(p.info, p.child.pid)
+		}
+	}
+}
+
+func (m *Instances) onStarted(ctx actor.Context) {
+	for _, ptype := range m.cfg.Types {
+		ctx.Send(m.cfg.Registry, &messages.Subscribe{Type: ptype, Subscriber: ctx.Self(), Replay: true})
+	}
+	m.scheduleResync(ctx)
+}
+
+// fresh reports whether a registry event with sequence seq is news: not
+// reflected already by a replay or a resync.
+func (m *Instances) fresh(ptype string, seq uint64) bool {
+	if !slices.Contains(m.cfg.Types, ptype) || seq <= m.applied {
+		return false
+	}
+	m.applied = seq
+	return true
+}
+
+func (m *Instances) onSubscribed(ctx actor.Context, msg *messages.Subscribed) {
+	if !slices.Contains(m.cfg.Types, msg.GetType()) || msg.GetSequence() < m.applied {
+		return // a resync has applied a newer state already
+	}
+	m.sync(ctx, []string{msg.GetType()}, msg.GetCurrent(), "registry replay")
+	m.applied = max(m.applied, msg.GetSequence())
+}
+
+func (m *Instances) onRegistered(ctx actor.Context, ev *messages.PluginRegistered) {
+	if m.fresh(ev.GetPlugin().GetType(), ev.GetSequence()) {
+		m.reconcile(ctx, ev.GetPlugin(), "registered")
+	}
+}
+
+func (m *Instances) onUpdated(ctx actor.Context, ev *messages.PluginUpdated) {
+	if m.fresh(ev.GetPlugin().GetType(), ev.GetSequence()) && ev.GetIsCurrent() {
+		m.reconcile(ctx, ev.GetPlugin(), "updated")
+	}
+}
+
+func (m *Instances) onDeregistered(ctx actor.Context, ev *messages.PluginDeregistered) {
+	if !m.fresh(ev.GetPlugin().GetType(), ev.GetSequence()) || !ev.GetCurrentChanged() {
+		return
+	}
+	if ev.GetGone() || ev.GetCurrent() == nil {
+		m.remove(ctx, keyOf(ev.GetPlugin()), "deregistered")
+		return
+	}
+	m.reconcile(ctx, ev.GetCurrent(), "current allocation deregistered")
+}
+
+func (m *Instances) onResync(ctx actor.Context) {
+	snapshot := m.cfg.Snapshot()
+	var current []*messages.PluginInfo
+	for _, ptype := range m.cfg.Types {
+		current = append(current, snapshot.List(ptype)...)
+	}
+	if changed := m.sync(ctx, m.cfg.Types, current, "resync"); changed > 0 {
+		m.log.Warn("resync found instances out of step with the registry and corrected them", "corrected", changed)
+	}
+	m.applied = max(m.applied, snapshot.Sequence())
+	m.scheduleResync(ctx)
+}
+
+// sync makes the instances of ptypes match current, the current allocation
+// of every plugin of those types: it stops the extra instances first, then
+// starts the missing ones and replaces the stale ones. It returns how many
+// plugins it changed.
+func (m *Instances) sync(ctx actor.Context, ptypes []string, current []*messages.PluginInfo, why string) int {
+	want := make(map[key]bool, len(current))
+	for _, p := range current {
+		want[keyOf(p)] = true
+	}
+	changed := 0
+	for k := range m.plugins {
+		if slices.Contains(ptypes, k.ptype) && !want[k] {
+			m.remove(ctx, k, why)
+			changed++
+		}
+	}
+	for _, p := range current {
+		if m.reconcile(ctx, p, why) {
+			changed++
+		}
+	}
+	return changed
+}
+
+// reconcile makes info, the current allocation of its plugin, the one an
+// instance serves, and reports whether anything changed. Nothing changes
+// when an instance serves it already, or when its instance failed and info
+// is not news.
+func (m *Instances) reconcile(ctx actor.Context, info *messages.PluginInfo, why string) bool {
+	k := keyOf(info)
+	p := m.plugins[k]
+	if p != nil && proto.Equal(p.info, info) && (p.child != nil || p.failed) {
+		return false
+	}
+	if p == nil {
+		p = &managed{}
+		m.plugins[k] = p
+	}
+	m.stopInstance(ctx, p, why)
+	p.info, p.failed = info, false
+	m.startInstance(ctx, p, why)
+	return true
+}
+
+// remove stops the plugin's instance and forgets the plugin.
+func (m *Instances) remove(ctx actor.Context, k key, why string) {
+	if p, ok := m.plugins[k]; ok {
+		m.stopInstance(ctx, p, why)
+		delete(m.plugins, k)
+	}
+}
+
+// stopInstance stops the plugin's instance, and tells the Type that the
+// plugin is no longer served by it, or no longer failed.
+func (m *Instances) stopInstance(ctx actor.Context, p *managed, why string) {
+	c := p.child
+	if c == nil {
+		if p.failed {
+			m.typ.InstanceStopped(ctx, p.info, nil, why)
+		}
+		return
+	}
+	m.log.Info("stopping plugin instance", "type", c.plugin.GetType(), "name", c.plugin.GetName(),
+		"alloc", c.plugin.GetAllocId(), "why", why)
+	ctx.Stop(c.pid)
+	p.child = nil
+	m.typ.InstanceStopped(ctx, c.plugin, c.pid, why)
+}
+
+func (m *Instances) startInstance(ctx actor.Context, p *managed, why string) {
+	info := p.info
+	m.spawned++
+	name := fmt.Sprintf("%s:%s:%s:%d", info.GetType(), info.GetName(), info.GetAllocId(), m.spawned)
+	props, err := m.typ.InstanceProps(ctx, info)
+	var pid *actor.PID
+	if err == nil {
+		pid, err = ctx.SpawnNamed(props, name)
+	}
+	if err != nil {
+		m.fail(ctx, p, nil, fmt.Sprintf("cannot start: %v", err))
+		return
+	}
+	c := &child{pid: pid, plugin: info}
+	m.children[pid.GetId()] = c
+	p.child = c
+	m.log.Info("started plugin instance", "type", info.GetType(), "name", info.GetName(),
+		"alloc", info.GetAllocId(), "why", why)
+}
+
+// currentOf returns the plugin c serves while c is its current instance.
+func (m *Instances) currentOf(c *child) *managed {
+	if c == nil {
+		return nil
+	}
+	if p := m.plugins[keyOf(c.plugin)]; p != nil && p.child == c {
+		return p
+	}
+	return nil
+}
+
+func (m *Instances) onChildSupervised(ctx actor.Context, ev *messages.ChildSupervised) {
+	c := m.children[ev.GetChild().GetId()]
+	p := m.currentOf(c)
+	if p == nil {
+		return // about an instance that is no longer current
+	}
+	log := m.log.With("type", c.plugin.GetType(), "name", c.plugin.GetName(), "alloc", c.plugin.GetAllocId(),
+		"reason", ev.GetReason(), "failures", ev.GetFailures())
+	switch ev.GetDecision() {
+	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
+		log.Warn("plugin instance failed: restarting it after a backoff", "delay", ev.GetDelay().AsDuration())
+	case messages.SupervisionDecision_SUPERVISION_DECISION_RESTARTED:
+		log.Info("plugin instance restarted")
+	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
+		reason := ev.GetReason()
+		if n := ev.GetFailures(); n > 1 {
+			reason = fmt.Sprintf("%s (gave up after %d restarts)", reason, n-1)
+		}
+		m.fail(ctx, p, c, reason)
+	default:
+		log.Error("plugin instance failure escalated")
+	}
+}
+
+// fail marks p failed, not to be restarted until the registry says
+// something new about it, and tells the Type.
+func (m *Instances) fail(ctx actor.Context, p *managed, c *child, reason string) {
+	p.failed = true
+	m.log.Error("plugin instance failed: not restarting it until the registry says something new about it",
+		"type", p.info.GetType(), "name", p.info.GetName(), "alloc", p.info.GetAllocId(), "reason", reason)
+	var pid *actor.PID
+	if c != nil {
+		pid = c.pid
+	}
+	m.typ.InstanceFailed(ctx, p.info, pid, reason)
+}
+
+func (m *Instances) onTerminated(ctx actor.Context, msg *actor.Terminated) bool {
+	if _, ok := m.children[msg.GetWho().GetId()]; !ok {
+		return false
+	}
+	ctx.Send(ctx.Self(), &instanceGone{pid: msg.GetWho()})
+	return true
+}
+
+func (m *Instances) onInstanceGone(ctx actor.Context, msg *instanceGone) {
+	c := m.children[msg.pid.GetId()]
+	if c == nil {
+		return
+	}
+	if p := m.currentOf(c); p != nil {
+		if !p.failed {
+			m.fail(ctx, p, c, "plugin instance stopped unexpectedly")
+		}
+		p.child = nil
+	}
+	delete(m.children, msg.pid.GetId())
+	m.typ.InstanceGone(ctx, c.plugin, c.pid)
+}
+
+func (m *Instances) scheduleResync(ctx actor.Context) {
+	m.stopTimer()
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	m.resync = time.AfterFunc(m.cfg.ResyncInterval, func() { root.Send(self, &Resync{}) })
+}
+
+func (m *Instances) stopTimer() {
+	if m.resync != nil {
+		m.resync.Stop()
+		m.resync = nil
+	}
+}

@@ -1,0 +1,194 @@
+package plugintype_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/plugvisor/plugvisor/actors/plugintype"
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/supervisor"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const wait = 5 * time.Second
+
+// What the test type tells the test probe.
+type (
+	started struct {
+		alloc string
+		pid   *actor.PID
+	}
+	stopped struct{ alloc, why string }
+	failed  struct{ alloc, reason string }
+	gone    struct{ alloc string }
+	// boom makes an instance panic.
+	boom struct{}
+)
+
+// snapshot is a registry snapshot the test sets.
+type snapshot struct {
+	plugins []*messages.PluginInfo
+	seq     uint64
+}
+
+func (s *snapshot) List(ptype string) []*messages.PluginInfo {
+	var out []*messages.PluginInfo
+	for _, p := range s.plugins {
+		if p.GetType() == ptype {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (s *snapshot) Sequence() uint64 { return s.seq }
+
+// manager is the smallest plugin type: instances that say they started
+// and panic on boom; every hook is reported to the test probe.
+type manager struct {
+	instances *plugintype.Instances
+	report    *actor.PID
+}
+
+func (m *manager) Receive(ctx actor.Context) { m.instances.Receive(ctx) }
+
+func (m *manager) InstanceProps(_ actor.Context, p *messages.PluginInfo) (*actor.Props, error) {
+	report := m.report
+	return actor.PropsFromFunc(func(c actor.Context) {
+		switch c.Message().(type) {
+		case *actor.Started:
+			c.Send(report, &started{alloc: p.GetAllocId(), pid: c.Self()})
+		case *boom:
+			panic("boom")
+		}
+	}), nil
+}
+
+func (m *manager) InstanceStopped(ctx actor.Context, p *messages.PluginInfo, _ *actor.PID, why string) {
+	ctx.Send(m.report, &stopped{alloc: p.GetAllocId(), why: why})
+}
+
+func (m *manager) InstanceFailed(ctx actor.Context, p *messages.PluginInfo, _ *actor.PID, reason string) {
+	ctx.Send(m.report, &failed{alloc: p.GetAllocId(), reason: reason})
+}
+
+func (m *manager) InstanceGone(ctx actor.Context, p *messages.PluginInfo, _ *actor.PID) {
+	ctx.Send(m.report, &gone{alloc: p.GetAllocId()})
+}
+
+type env struct {
+	registry *probe.Probe // plays the registry
+	report   *probe.Probe // hears the hooks
+	manager  *actor.PID
+	snap     atomic.Pointer[snapshot]
+}
+
+func plugin(name, alloc string) *messages.PluginInfo {
+	return &messages.PluginInfo{Type: "test", Name: name, AllocId: alloc}
+}
+
+// start runs a manager whose instances may fail once, and answers its
+// subscription with a replay of current at sequence 1.
+func start(t *testing.T, resync time.Duration, current ...*messages.PluginInfo) *env {
+	t.Helper()
+	system := probe.NewSystem(t)
+	e := &env{registry: probe.New(t, system), report: probe.New(t, system)}
+	e.snap.Store(&snapshot{plugins: current, seq: 1})
+	cfg := plugintype.Config{Types: []string{"test"}, Registry: e.registry.PID(), ResyncInterval: resync,
+		Snapshot: func() plugintype.Snapshot { return e.snap.Load() }}
+	require.NoError(t, cfg.Validate())
+	strategy, err := supervisor.NewStrategy(supervisor.Spec{MaxRestarts: 1, Within: time.Minute, InitialDelay: time.Millisecond})
+	require.NoError(t, err)
+	e.manager = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		m := &manager{report: e.report.PID()}
+		m.instances = plugintype.New(cfg, m)
+		return m
+	}, actor.WithSupervisor(strategy)))
+	t.Cleanup(func() { _ = system.Root.StopFuture(e.manager).Wait() })
+	sub := probe.Expect[*messages.Subscribe](t, e.registry, wait)
+	require.Equal(t, "test", sub.GetType())
+	require.True(t, sub.GetReplay())
+	e.registry.Send(e.manager, &messages.Subscribed{Type: "test", Current: current, Sequence: 1})
+	return e
+}
+
+// replaced returns the next instance started, and checks that the
+// instance of goneAlloc terminated too; the two come from different
+// actors, so in either order.
+func (e *env) replaced(t *testing.T, goneAlloc string) *started {
+	t.Helper()
+	var next *started
+	for sawGone := false; next == nil || !sawGone; {
+		switch m := e.report.Next(t, wait).Message.(type) {
+		case *started:
+			next = m
+		case *gone:
+			require.Equal(t, goneAlloc, m.alloc)
+			sawGone = true
+		default:
+			t.Fatalf("expected an instance started and one gone, got %T %+v", m, m)
+		}
+	}
+	return next
+}
+
+func TestInstancesFollowTheRegistry(t *testing.T) {
+	e := start(t, time.Hour, plugin("p", "a1"))
+	first := probe.Expect[*started](t, e.report, wait)
+	require.Equal(t, "a1", first.alloc)
+
+	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("p", "a2"), Previous: plugin("p", "a1"), Sequence: 2})
+	e.report.ExpectMessages(t, wait, &stopped{alloc: "a1", why: "registered"})
+	second := e.replaced(t, "a1")
+	require.Equal(t, "a2", second.alloc)
+	require.NotEqual(t, first.pid.GetId(), second.pid.GetId(), "the replacement has a name of its own")
+
+	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("p", "a2"), Sequence: 2})
+	e.report.ExpectNone(t, 50*time.Millisecond) // an event already applied changes nothing
+
+	e.registry.Send(e.manager, &messages.PluginDeregistered{Plugin: plugin("p", "a2"), Current: plugin("p", "a1"), CurrentChanged: true, Sequence: 3})
+	e.report.ExpectMessages(t, wait, &stopped{alloc: "a2", why: "current allocation deregistered"})
+	require.Equal(t, "a1", e.replaced(t, "a2").alloc)
+
+	e.registry.Send(e.manager, &messages.PluginDeregistered{Plugin: plugin("p", "a1"), Gone: true, CurrentChanged: true, Sequence: 4})
+	e.report.ExpectMessages(t, wait, &stopped{alloc: "a1", why: "deregistered"}, &gone{alloc: "a1"})
+}
+
+func TestResyncCorrectsInstancesOutOfStep(t *testing.T) {
+	e := start(t, 20*time.Millisecond, plugin("extra", "a1"))
+	require.Equal(t, "a1", probe.Expect[*started](t, e.report, wait).alloc)
+	e.snap.Store(&snapshot{plugins: []*messages.PluginInfo{plugin("missing", "b1")}, seq: 5})
+	e.report.ExpectMessages(t, wait, &stopped{alloc: "a1", why: "resync"})
+	require.Equal(t, "b1", e.replaced(t, "a1").alloc)
+	e.report.ExpectNone(t, 100*time.Millisecond) // later resyncs find nothing to correct
+}
+
+func TestAnInstanceThatGivesUpIsFailedUntilTheRegistrySaysSomethingNew(t *testing.T) {
+	e := start(t, 20*time.Millisecond, plugin("p", "a1"))
+	first := probe.Expect[*started](t, e.report, wait)
+	e.report.Send(first.pid, &boom{})
+	require.Equal(t, first.pid.GetId(), probe.Expect[*started](t, e.report, wait).pid.GetId(), "restarted in place")
+	e.report.Send(first.pid, &boom{})
+	got := probe.Expect[*failed](t, e.report, wait)
+	require.Equal(t, "a1", got.alloc)
+	require.Contains(t, got.reason, "boom (gave up after 1 restarts)")
+	e.report.ExpectMessages(t, wait, &gone{alloc: "a1"})
+	e.report.ExpectNone(t, 100*time.Millisecond) // resyncs leave a failed plugin alone
+
+	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("p", "a2"), Sequence: 2})
+	e.report.ExpectMessages(t, wait, &stopped{alloc: "a1", why: "registered"})
+	require.Equal(t, "a2", probe.Expect[*started](t, e.report, wait).alloc)
+}
+
+func TestConfigNeedsItsRequiredFields(t *testing.T) {
+	require.ErrorContains(t, plugintype.Config{}.Validate(), "required")
+	require.ErrorContains(t, plugintype.Config{Types: []string{"t"}, Registry: &actor.PID{},
+		Snapshot: func() plugintype.Snapshot { return nil }, ResyncInterval: -1}.Validate(), "negative")
+}
