@@ -21,6 +21,8 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -68,6 +70,9 @@ func (c Config) withDefaults() Config {
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir()
 	}
+	if abs, err := filepath.Abs(c.DataDir); err == nil {
+		c.DataDir = abs
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -96,6 +101,8 @@ type Agent struct {
 	store    *storage.Bolt
 	system   *actor.ActorSystem
 	registry *registry.Registry
+	docker   *dockervolume.Manager
+	disc     *discovery.Discovery
 	metrics  *metrics
 	servers  []*http.Server
 	cancel   context.CancelFunc // ends long-lived API requests (event streams)
@@ -117,6 +124,12 @@ func Start(cfg Config) (_ *Agent, err error) {
 	}
 	a.system = actors.NewSystem(cfg.Logger)
 	if err := a.startRegistry(); err != nil {
+		return nil, err
+	}
+	if err := a.startManagers(); err != nil {
+		return nil, err
+	}
+	if err := a.startDiscovery(); err != nil {
 		return nil, err
 	}
 	if err := a.serveAPI(); err != nil {
@@ -170,6 +183,41 @@ func (a *Agent) startRegistry() error {
 	return nil
 }
 
+// startManagers starts the plugin-type managers: one supervised instance
+// actor per plugin, fed by the registry.
+func (a *Agent) startManagers() error {
+	docker, err := dockervolume.StartManager(a.system, dockervolume.ManagerConfig{
+		Registry:       a.registry,
+		Logger:         a.log,
+		ResyncInterval: a.cfg.ResyncInterval,
+		HealthInterval: a.cfg.FingerprintInterval,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.docker = docker
+	a.stops = append(a.stops, func(context.Context) error { return docker.Shutdown() })
+	return nil
+}
+
+// startDiscovery watches the plugin directories and registers what it finds.
+func (a *Agent) startDiscovery() error {
+	disc, err := discovery.Start(a.system, discovery.Config{
+		Dirs: discovery.Dirs{
+			Sockets: append([]string{a.PluginDir()}, a.cfg.SocketDirs...),
+			Specs:   append([]string{a.SpecDir()}, a.cfg.SpecDirs...),
+		},
+		Registry: a.registry,
+		Logger:   a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.disc = disc
+	a.stops = append(a.stops, func(context.Context) error { return disc.Shutdown() })
+	return nil
+}
+
 func (a *Agent) serveAPI() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -181,10 +229,7 @@ func (a *Agent) serveAPI() error {
 
 	socket := a.SocketPath()
 	if err := registry.ValidateSocketPath(socket); err != nil {
-		abs, _ := filepath.Abs(socket)
-		if err := registry.ValidateSocketPath(abs); err != nil {
-			return fmt.Errorf("agent: API socket %s: %w; use a shorter data dir", abs, err)
-		}
+		return fmt.Errorf("agent: API socket: %w; use a shorter data dir", err)
 	}
 	// The state file's lock proves no other agent owns this dir: a socket
 	// file left here is stale.

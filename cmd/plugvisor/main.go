@@ -3,12 +3,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
+
+	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
 )
 
 const usage = `plugvisor manages plugins that come and go at run time.
@@ -21,8 +27,11 @@ Commands:
   plugin      list, inspect, register and deregister plugins
   volume      register, list, inspect, mount and unmount CSI volumes
   events      follow the agent's plugin events as they happen
-  demo        run a self-contained demo in a temp dir
   help        show this help, or a command's: plugvisor help plugin
+
+Reference plugins (the demo runs them; so can you):
+  hostpath-csi          a hostpath CSI plugin: plugvisor hostpath-csi -h
+  docker-volume-plugin  a Docker volume plugin: plugvisor docker-volume-plugin -h
 
 Every command takes -h. Commands that talk to an agent find it through
 -data-dir (default $PLUGVISOR_DATA_DIR or ./.plugvisor).
@@ -44,6 +53,12 @@ func commands() map[string]command {
 		"agent":  {"run an agent", runAgent},
 		"plugin": {"manage plugins", runPlugin},
 		"events": {"follow plugin events", runEvents},
+		"hostpath-csi": {"serve the reference hostpath CSI plugin", func(args []string, _, stderr io.Writer) error {
+			return servePlugin(hostpath.Run, args, stderr)
+		}},
+		"docker-volume-plugin": {"serve the reference Docker volume plugin", func(args []string, _, stderr io.Writer) error {
+			return servePlugin(localvolume.Run, args, stderr)
+		}},
 	}
 }
 
@@ -79,6 +94,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "plugvisor %s: %v\n", args[0], err)
 		return 1
 	}
+}
+
+// servePlugin runs a reference plugin's command until SIGINT or SIGTERM.
+func servePlugin(run func(context.Context, []string, io.Writer) error, args []string, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, args, stderr)
 }
 
 // errUsage marks an error in how a command was called.
