@@ -21,3 +21,10 @@
 // bare phrase ("not found") so that a wrapped error reads
 // `csi: NodeStageVolume: not found: volume "v1" does not exist`.
 package csi
+
+// Plugin types of CSI plugins in the registry. A monolith plugin registers
+// under both and gets an instance for each.
+const (
+	TypeController = "csi-controller"
+	TypeNode       = "csi-node"
+)
