@@ -286,8 +286,8 @@ type subscriberGauge struct {
 }
 
 func (g *subscriberGauge) Write(string, error, time.Duration) {}
-func (g *subscriberGauge) Batch(int)                         {}
-func (g *subscriberGauge) EventsSent(int)                    {}
+func (g *subscriberGauge) Batch(int)                          {}
+func (g *subscriberGauge) EventsSent(int)                     {}
 func (g *subscriberGauge) Subscribers(n int) {
 	g.count.Store(int64(n))
 	g.set <- int64(n)

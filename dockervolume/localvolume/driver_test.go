@@ -24,7 +24,9 @@ func TestThePluginServesDockersVolumeProtocol(t *testing.T) {
 	socket := filepath.Join(dir, "local.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- localvolume.Run(ctx, []string{"-socket", socket, "-root", filepath.Join(dir, "vols")}, os.Stderr) }()
+	go func() {
+		done <- localvolume.Run(ctx, []string{"-socket", socket, "-root", filepath.Join(dir, "vols")}, os.Stderr)
+	}()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 
 	require.Eventually(t, func() bool { _, err := os.Stat(socket); return err == nil }, 5*time.Second, 10*time.Millisecond)
