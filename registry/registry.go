@@ -97,11 +97,15 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		frozen[ptype] = t.clone()
 	}
 	published.Store(newSnapshot(frozen, seq))
+	dispatcher := newOwnGoroutine()
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newPluginsActor(cfg, tables, seq, published)
-	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
+		a := newPluginsActor(cfg, tables, seq, published)
+		a.stopped = dispatcher.close
+		return a
+	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)), actor.WithDispatcher(dispatcher))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
+		dispatcher.close()
 		return nil, fmt.Errorf("registry: start actor %q: %w", cfg.Name, err)
 	}
 	restored := len(published.Load().List(""))
@@ -182,18 +186,21 @@ func (r *Registry) PluginForAlloc(ptype, name, allocID string) (*messages.Plugin
 // DispensePlugin hands the current allocation of plugin (ptype, name) to
 // the dispenser configured for ptype and returns what it made.
 func (r *Registry) DispensePlugin(ptype, name string) (any, error) {
+	dispense, ok := r.dispensers[ptype]
+	if ok {
+		// A registered plugin's type and name were validated when it
+		// registered: only a miss needs them checked, to say why.
+		if p, ok := r.Snapshot().Current(ptype, name); ok {
+			return dispense(p)
+		}
+	}
 	if err := errors.Join(ValidateID("plugin type", ptype), ValidateID("plugin name", name)); err != nil {
 		return nil, err
 	}
-	dispense, ok := r.dispensers[ptype]
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrNoDispenser, ptype)
 	}
-	p, ok := r.Snapshot().Current(ptype, name)
-	if !ok {
-		return nil, errorf(ErrNotFound, "plugin %q of type %q is not registered", name, ptype)
-	}
-	return dispense(p)
+	return nil, errorf(ErrNotFound, "plugin %q of type %q is not registered", name, ptype)
 }
 
 // WaitForPlugin returns the current allocation of plugin (ptype, name) as

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"sort"
+	"sync"
 
 	"github.com/google/btree"
 
@@ -66,12 +67,27 @@ func probe(name, alloc string) *allocation {
 	return &allocation{info: &messages.PluginInfo{Name: name, AllocId: alloc}}
 }
 
+// probes recycles the search keys of lookups: readers look plugins up
+// from many goroutines at once, and a fresh key per lookup was most of the
+// cost of DispensePlugin.
+var probes = sync.Pool{New: func() any { return probe("", "") }}
+
+// lookup finds the item of tree with name and alloc.
+func lookup(tree *btree.BTreeG[*allocation], name, alloc string) (*allocation, bool) {
+	key := probes.Get().(*allocation)
+	key.info.Name, key.info.AllocId = name, alloc
+	found, ok := tree.Get(key)
+	key.info.Name, key.info.AllocId = "", ""
+	probes.Put(key)
+	return found, ok
+}
+
 func (t *pluginTable) get(name, alloc string) (*allocation, bool) {
-	return t.allocs.Get(probe(name, alloc))
+	return lookup(t.allocs, name, alloc)
 }
 
 func (t *pluginTable) currentOf(name string) (*allocation, bool) {
-	return t.current.Get(probe(name, ""))
+	return lookup(t.current, name, "")
 }
 
 // put adds a or replaces the allocation with the same name and alloc ID.
