@@ -128,7 +128,7 @@ func ReportPercentiles(b *testing.B, latencies []time.Duration) {
 
 // ReadsUnderWrites measures List or Dispense (per iteration, from parallel
 // readers) while one writer registers and deregisters without pause over
-// plugins plugins.
+// plugins plugins, and reports the writer's pairs per second meanwhile.
 func ReadsUnderWrites(b *testing.B, t Target, plugins int, dispense bool) {
 	for i := range plugins {
 		if !ok(b, t.Register(fmt.Sprint("p", i), "a0")) {
@@ -137,6 +137,7 @@ func ReadsUnderWrites(b *testing.B, t Target, plugins int, dispense bool) {
 	}
 	stop := make(chan struct{})
 	var writer sync.WaitGroup
+	var writes atomic.Int64
 	writer.Go(func() {
 		for i := 0; ; i++ {
 			select {
@@ -148,10 +149,12 @@ func ReadsUnderWrites(b *testing.B, t Target, plugins int, dispense bool) {
 			if !ok(b, t.Register("writer", alloc)) || !ok(b, t.Deregister("writer", alloc)) {
 				return
 			}
+			writes.Add(1)
 		}
 	})
 	b.ReportAllocs()
 	b.ResetTimer()
+	start, written := time.Now(), writes.Load()
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
 			if dispense {
@@ -165,6 +168,9 @@ func ReadsUnderWrites(b *testing.B, t Target, plugins int, dispense bool) {
 		}
 	})
 	b.StopTimer()
+	// What the readers left the writer: a registry whose readers block its
+	// writer (or the reverse) shows it here.
+	b.ReportMetric(float64(writes.Load()-written)/time.Since(start).Seconds(), "writer-pairs/s")
 	close(stop)
 	writer.Wait()
 }
