@@ -34,6 +34,31 @@ test: ## go vet, then every test under the race detector
 bench: ## run the benchmarks (BENCH=regexp to pick)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
 
+# bench-compare: the bench/ module (its own go.mod, so the main module never
+# depends on Nomad) runs the registry workloads against Nomad's registry,
+# plugvisor's and raw protoactor in one run. The fixed-work benchmarks
+# (a 2 s window, a one-off measurement) run with -benchtime 1x in a test
+# process of their own. Each process runs Nomad's side and plugvisor's side
+# of a workload back to back; BENCH_COMPARE_COUNT rounds, and the report
+# takes the median. bench/cmd/report writes the table into BENCHMARKS.md.
+BENCH_COMPARE_DIR   := $(BIN)/bench-compare
+BENCH_COMPARE_ONCE  := StuckSubscriber|MemoryPerPlugin
+BENCH_COMPARE_COUNT ?= 3
+.PHONY: bench-compare
+bench-compare: SHELL := /bin/bash
+bench-compare: .SHELLFLAGS := -eo pipefail -c
+bench-compare: ## compare the registry with Nomad's and raw protoactor; table into BENCHMARKS.md
+	@mkdir -p $(BENCH_COMPARE_DIR)
+	cd bench && $(GO) test -c -o $(BENCH_COMPARE_DIR)/bench.test .
+	cd $(BENCH_COMPARE_DIR) && rm -f timed.txt once.txt && for i in $$(seq $(BENCH_COMPARE_COUNT)); do \
+		./bench.test -test.run '^$$' -test.bench . -test.skip '$(BENCH_COMPARE_ONCE)' \
+			-test.benchtime 1s -test.benchmem -test.timeout 4m | tee -a timed.txt; \
+		./bench.test -test.run '^$$' -test.bench '$(BENCH_COMPARE_ONCE)' \
+			-test.benchtime 1x -test.timeout 1m | tee -a once.txt; \
+	done
+	cd bench && $(GO) run ./cmd/report -out $(CURDIR)/BENCHMARKS.md -command 'make bench-compare' \
+		$(BENCH_COMPARE_DIR)/timed.txt $(BENCH_COMPARE_DIR)/once.txt
+
 demo: ## run the self-contained demo
 	@echo "make demo: the demo arrives with the plugvisor binary (issue 7); nothing to run yet."; exit 2
 

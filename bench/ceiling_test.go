@@ -1,0 +1,173 @@
+package bench_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/registry/workload"
+)
+
+// The ceiling: what protoactor itself does on this machine, in this run.
+// plugvisor's registry cannot deliver events faster than an actor receives
+// messages, nor answer a facade call faster than a request/response round
+// trip.
+
+// tick is the message the raw benchmarks send: one shared pointer, so the
+// figure is protoactor's delivery and not an allocation of ours.
+type tick struct{}
+
+var theTick = &tick{}
+
+// BenchmarkProtoactorSend: one goroutine sends b.N messages to an actor
+// that counts them, without waiting (pipelined); the time runs until the
+// actor has counted the last one.
+func BenchmarkProtoactorSend(b *testing.B) {
+	system := probe.NewSystem(b)
+	done := make(chan struct{})
+	want := b.N
+	count := 0
+	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*tick); ok {
+			if count++; count == want {
+				close(done)
+			}
+		}
+	}))
+	b.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		system.Root.Send(pid, theTick)
+	}
+	<-done
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkProtoactorRequestFuture: one goroutine asks an echo actor and
+// waits for each answer (RequestFuture), as the registry's facade does.
+func BenchmarkProtoactorRequestFuture(b *testing.B) {
+	system := probe.NewSystem(b)
+	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*tick); ok {
+			ctx.Respond(theTick)
+		}
+	}))
+	b.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	b.ResetTimer()
+	for range b.N {
+		if _, err := system.Root.RequestFuture(pid, theTick, 10*time.Second).Result(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkProtoactorRequestFutureParallel: as above from 8 goroutines at
+// once, as many as the concurrent registrants.
+func BenchmarkProtoactorRequestFutureParallel(b *testing.B) {
+	system := probe.NewSystem(b)
+	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*tick); ok {
+			ctx.Respond(theTick)
+		}
+	}))
+	b.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := system.Root.RequestFuture(pid, theTick, 10*time.Second).Result(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// pipelineWindow is how many commands the pipelined driver keeps in
+// flight: enough that the registry never waits for it, few enough that
+// the mailboxes stay small.
+const pipelineWindow = 1024
+
+// BenchmarkPipelinedRegistrations: an actor sends RegisterPlugin and
+// DeregisterPlugin commands to the registry actor (reg.PID()) without
+// waiting for each answer (pipelineWindow in flight); one subscriber actor
+// counts the events. One iteration is a register and a deregister, two
+// events; the time runs until the subscriber has the last event. Compare
+// events/s with BenchmarkProtoactorSend's msgs/s.
+func BenchmarkPipelinedRegistrations(b *testing.B) {
+	system, reg := newPlugvisor(b, memoryBucket(b))
+	total := 2 * b.N
+
+	subscribed, delivered := make(chan struct{}), make(chan struct{})
+	events := 0
+	sub := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *actor.Started:
+			ctx.Send(reg.PID(), &messages.Subscribe{Type: workload.PluginType, Subscriber: ctx.Self()})
+		case *messages.Subscribed:
+			close(subscribed)
+		case registry.Event:
+			if events++; events == total {
+				close(delivered)
+			}
+		}
+	}))
+	b.Cleanup(func() { system.Root.Stop(sub) })
+	<-subscribed
+
+	failed := make(chan error, 1)
+	command := func(self *actor.PID, i int) any {
+		alloc := fmt.Sprint("a", i/2)
+		if i%2 == 0 {
+			return &messages.RegisterPlugin{ReplyTo: self, Plugin: &messages.PluginInfo{
+				Type: workload.PluginType, Name: "p", AllocId: alloc,
+				Connection: &messages.ConnectionInfo{SocketPath: workload.SocketPath(alloc)},
+			}}
+		}
+		return &messages.DeregisterPlugin{ReplyTo: self, Type: workload.PluginType, Name: "p", AllocId: alloc}
+	}
+	sent := 0
+	answer := func(ctx actor.Context, err *messages.Error) {
+		if err != nil {
+			select {
+			case failed <- registry.FromProto(err):
+			default:
+			}
+			return
+		}
+		if sent < total {
+			ctx.Send(reg.PID(), command(ctx.Self(), sent))
+			sent++
+		}
+	}
+
+	b.ResetTimer()
+	start := time.Now()
+	driver := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch msg := ctx.Message().(type) {
+		case *actor.Started:
+			for sent < min(pipelineWindow, total) {
+				ctx.Send(reg.PID(), command(ctx.Self(), sent))
+				sent++
+			}
+		case *messages.RegisterPluginResponse:
+			answer(ctx, msg.GetError())
+		case *messages.DeregisterPluginResponse:
+			answer(ctx, msg.GetError())
+		}
+	}))
+	b.Cleanup(func() { system.Root.Stop(driver) })
+	select {
+	case <-delivered:
+	case err := <-failed:
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "events/s")
+}

@@ -1,0 +1,112 @@
+package bench_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/plugvisor/plugvisor/registry/workload"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// The comparisons: every workload of registry/workload, run against
+// Nomad's registry and plugvisor's in one process. Sub-benchmark names end
+// in /nomad or /plugvisor; cmd/report pairs them up.
+
+func BenchmarkRegisterDeregister(b *testing.B) {
+	for _, subs := range []int{1, 8} {
+		b.Run(fmt.Sprintf("subscribers=%d", subs), func(b *testing.B) {
+			each(b, func(b *testing.B, im impl) { workload.RegisterDeregister(b, im.memory(b), subs) })
+		})
+	}
+}
+
+func BenchmarkConcurrentRegistrants(b *testing.B) {
+	b.Run("registrants=8,subscribers=8", func(b *testing.B) {
+		each(b, func(b *testing.B, im impl) { workload.ConcurrentRegistrants(b, im.memory(b), 8, 8) })
+	})
+}
+
+func BenchmarkDeliveryLatency(b *testing.B) {
+	each(b, func(b *testing.B, im impl) { workload.DeliveryLatency(b, im.memory(b)) })
+}
+
+// BenchmarkReadsUnderWrites: parallel readers while one writer registers
+// and deregisters without pause, the writer's store in memory, then in a
+// bbolt file with fsync (Nomad's client persists under the lock its
+// readers take).
+func BenchmarkReadsUnderWrites(b *testing.B) {
+	const plugins = 100
+	for _, read := range []string{"ListPlugins", "DispensePlugin"} {
+		for _, store := range []string{"memory", "durable"} {
+			b.Run(read+"/writer="+store, func(b *testing.B) {
+				each(b, func(b *testing.B, im impl) {
+					target := im.memory
+					if store == "durable" {
+						target = im.durable
+					}
+					workload.ReadsUnderWrites(b, target(b), plugins, read == "DispensePlugin")
+				})
+			})
+		}
+	}
+}
+
+func BenchmarkOldAllocs(b *testing.B) {
+	for _, old := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("old=%d", old), func(b *testing.B) {
+			each(b, func(b *testing.B, im impl) { workload.OldAllocs(b, im.memory(b), old) })
+		})
+	}
+}
+
+// BenchmarkDurableWrites: writers goroutines register and deregister, each
+// write durable (fsync) before it returns; no subscribers.
+func BenchmarkDurableWrites(b *testing.B) {
+	for _, writers := range []int{1, 32} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			each(b, func(b *testing.B, im impl) { workload.ConcurrentRegistrants(b, im.durable(b), writers, 0) })
+		})
+	}
+}
+
+// The benchmarks below do a fixed amount of work whatever b.N is: run them
+// with -benchtime=1x (make bench-compare runs them in a test process of
+// their own, apart from the others).
+
+// stuckWindow is how long the stuck-subscriber benchmark registers.
+const stuckWindow = 2 * time.Second
+
+// BenchmarkStuckSubscriber: register+deregister from one goroutine over a
+// fixed window with 7 draining subscribers, and with one more that never
+// reads (8 in all). Nomad stalls: its figure is the operations that
+// completed before the stall, divided by the window; the calls still
+// blocked when the window ends are abandoned, and released at cleanup.
+func BenchmarkStuckSubscriber(b *testing.B) {
+	for _, stuck := range []bool{false, true} {
+		name := map[bool]string{false: "draining=7", true: "draining=7,stuck=1"}[stuck]
+		b.Run(name, func(b *testing.B) {
+			each(b, func(b *testing.B, im impl) { workload.StuckSubscriber(b, im.memory(b), 7, stuck, stuckWindow) })
+		})
+	}
+}
+
+// BenchmarkMemoryPerPlugin: heap held per plugin once 10,000 plugins are
+// registered (one allocation each).
+// plugvisor's in-memory store keeps an encoded copy of every record on the
+// heap; "plugvisor-registry" discards the records, to show the registry's
+// own share (in the agent the records live in bbolt's memory map).
+func BenchmarkMemoryPerPlugin(b *testing.B) {
+	b.Run("plugins=10000", func(b *testing.B) {
+		each(b, func(b *testing.B, im impl) { workload.MemoryPerPlugin(b, im.memory(b), 10000) })
+		b.Run("plugvisor-registry", func(b *testing.B) {
+			workload.MemoryPerPlugin(b, workload.Plugvisor(newPlugvisor(b, discard{})), 10000)
+		})
+	})
+}
+
+// discard is a storage.Bucket that keeps nothing.
+type discard struct{}
+
+func (discard) Load(func(key, value []byte) error) error { return nil }
+func (discard) Apply([]storage.Op) error                 { return nil }

@@ -1,0 +1,111 @@
+package bench_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/bench"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/registry/workload"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// closeTimeout bounds a target's teardown: a stalled Nomad registry is
+// abandoned after it, so the benchmark binary always exits.
+const closeTimeout = 5 * time.Second
+
+// impl makes a fresh target of one implementation, torn down in
+// b.Cleanup; durable targets write to a bbolt file with fsync.
+type impl struct {
+	name    string
+	memory  func(b *testing.B) workload.Target
+	durable func(b *testing.B) workload.Target
+}
+
+var impls = []impl{
+	{name: "nomad", memory: nomadMemory, durable: nomadDurable},
+	{name: "plugvisor", memory: plugvisorMemory, durable: plugvisorDurable},
+}
+
+// each runs fn as a sub-benchmark per implementation, Nomad first.
+func each(b *testing.B, fn func(b *testing.B, im impl)) {
+	for _, im := range impls {
+		b.Run(im.name, func(b *testing.B) { fn(b, im) })
+	}
+}
+
+func nomadTarget(b *testing.B, state *bench.BoltState) workload.Target {
+	b.Helper()
+	var n *bench.NomadTarget
+	if state == nil {
+		n = bench.NewNomad(nil) // in memory only, as Nomad's own tests run it
+	} else {
+		n = bench.NewNomad(state)
+	}
+	b.Cleanup(func() {
+		if err := n.Close(closeTimeout); err != nil {
+			b.Log(err)
+		}
+	})
+	return n
+}
+
+func nomadMemory(b *testing.B) workload.Target { return nomadTarget(b, nil) }
+
+func nomadDurable(b *testing.B) workload.Target {
+	b.Helper()
+	state, err := bench.OpenBoltState(filepath.Join(b.TempDir(), "client.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = state.Close() })
+	return nomadTarget(b, state)
+}
+
+// newPlugvisor starts plugvisor's registry on bucket in an actor system of
+// its own.
+func newPlugvisor(b *testing.B, bucket storage.Bucket) (*actor.ActorSystem, *registry.Registry) {
+	b.Helper()
+	system := probe.NewSystem(b)
+	r, err := registry.New(system, registry.Config{
+		Bucket:     bucket,
+		Dispensers: map[string]registry.Dispenser{workload.PluginType: func(*messages.PluginInfo) (any, error) { return nil, nil }},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Shutdown() })
+	return system, r
+}
+
+func memoryBucket(b *testing.B) storage.Bucket {
+	b.Helper()
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bucket
+}
+
+func plugvisorMemory(b *testing.B) workload.Target {
+	return workload.Plugvisor(newPlugvisor(b, memoryBucket(b)))
+}
+
+func plugvisorDurable(b *testing.B) workload.Target {
+	b.Helper()
+	db, err := storage.OpenBolt(filepath.Join(b.TempDir(), "state.db"), storage.BoltOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	bucket, err := db.Bucket(registry.BucketName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return workload.Plugvisor(newPlugvisor(b, bucket))
+}
