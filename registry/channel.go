@@ -116,6 +116,9 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 	return &Subscription{C: out, lagged: a.lagged, Sequence: a.sequence}, nil
 }
 
+// registryGone is the adapter's note to itself that the registry stopped.
+type registryGone struct{}
+
 // channelAdapter is the actor that subscribes on behalf of a channel. It
 // owns the backlog of events not yet handed to the reader; its pump
 // goroutine drains it into the channel.
@@ -151,7 +154,12 @@ func (a *channelAdapter) Receive(ctx actor.Context) {
 	case Event:
 		a.push(ctx, msg)
 	case *actor.Terminated:
-		ctx.Stop(ctx.Self()) // the registry is gone
+		// The registry is gone. Terminated is a system message and can
+		// overtake the registry's last events in the mailbox: stop only
+		// after them, when this note to self comes through.
+		ctx.Send(ctx.Self(), registryGone{})
+	case registryGone:
+		ctx.Stop(ctx.Self())
 	case *actor.Stopping:
 		ctx.Unwatch(a.registry)
 	case *actor.Stopped:

@@ -304,6 +304,9 @@ func TestDeadSubscribersAreDropped(t *testing.T) {
 	watcher := probe.New(t, system)
 	subscribe(t, r, watcher, csiNode, false)
 	require.Equal(t, int64(2), gauge.count.Load())
+	for len(gauge.set) > 0 {
+		<-gauge.set // the counts from subscribing
+	}
 
 	system.Root.Stop(doomed.PID())
 	for dropped := false; !dropped; {
