@@ -122,6 +122,11 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 				Jitter:     0.2,
 				MaxDelay:   opts.BackoffMax,
 			},
+			// Each attempt gets at least the RPC timeout to connect, not
+			// just the current backoff: with a short backoff and many
+			// plugins dialled at once, attempts would otherwise never
+			// finish.
+			MinConnectTimeout: opts.RPCTimeout,
 		}),
 	)
 	if err != nil {

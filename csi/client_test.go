@@ -8,7 +8,6 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -18,10 +17,13 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/csitest"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 )
 
+// TestMain checks for leaks and removes the hostpath binary that some of
+// the package's tests build.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	hostpathtest.Main(m)
 }
 
 // testOptions retries quickly; the RPC timeout is generous because the
