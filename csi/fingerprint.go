@@ -74,6 +74,11 @@ type FingerprintOptions struct {
 	// Dial connects to a plugin (default DialPlugin). It must return soon
 	// after its context ends, as must the Plugin's methods.
 	Dial DialFunc
+	// Observe, when set, is called after every fingerprint with its result
+	// and how long it took (the agent feeds its metrics from it). It runs
+	// on the fingerprint's goroutine: it must be safe for concurrent use
+	// and must not block.
+	Observe func(fp *messages.CSIFingerprint, took time.Duration)
 }
 
 // withDefaults returns o with every zero field set to its default.
@@ -151,12 +156,16 @@ func newProber(plugin *messages.PluginInfo, opts FingerprintOptions) *prober {
 // ControllerGetCapabilities or NodeGetCapabilities. The result has no
 // update time.
 func (p *prober) fingerprint(ctx context.Context) *messages.CSIFingerprint {
+	start := time.Now()
 	err := p.check(ctx)
 	fp := p.facts()
 	fp.Healthy = err == nil
 	fp.HealthDescription = HealthyDescription
 	if err != nil {
 		fp.HealthDescription = err.Error()
+	}
+	if p.opts.Observe != nil {
+		p.opts.Observe(fp, time.Since(start))
 	}
 	return fp
 }

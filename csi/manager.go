@@ -33,6 +33,12 @@ const (
 	DefaultManagerName     = "csi-manager"
 )
 
+// ManagerMetrics counts what the manager's supervision decides.
+type ManagerMetrics interface {
+	InstanceRestarting(plugin *messages.PluginInfo)
+	InstanceGaveUp(plugin *messages.PluginInfo)
+}
+
 // ManagerConfig configures the CSI manager. Only Registry is required.
 type ManagerConfig struct {
 	// Registry is where the manager learns which plugins run.
@@ -55,6 +61,10 @@ type ManagerConfig struct {
 	ShutdownTimeout time.Duration
 	// Fingerprint says how each instance fingerprints its plugin.
 	Fingerprint FingerprintOptions
+	// Metrics, when set, hears of every restart an instance's supervisor
+	// schedules and of every instance that gives up. It is called on the
+	// manager's goroutine and must not block.
+	Metrics ManagerMetrics
 	// Clock sets the instances' timers, the shutdown timer and the
 	// supervisor's backoff (default: the real clock). The resync timer
 	// always runs on the real clock.
@@ -469,8 +479,14 @@ func (a *managerActor) onChildSupervised(ctx actor.Context, ev *messages.ChildSu
 	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
 		a.recordUnhealthy(ctx, ev.GetChild(), st, fmt.Sprintf("plugin instance failed (%s): restarting in %v",
 			ev.GetReason(), ev.GetDelay().AsDuration()))
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.InstanceRestarting(plugin)
+		}
 	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
 		st.restarts = max(ev.GetFailures(), 1) - 1
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.InstanceGaveUp(plugin)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -492,10 +493,30 @@ func TestManagerResyncsOnItsTimer(t *testing.T) {
 	awaitHealth(t, h.events, nodeHealthy("missing", "a1"))
 }
 
+// supervisionCounts is a csi.ManagerMetrics that counts, by plugin name.
+type supervisionCounts struct {
+	mu                 sync.Mutex
+	restarting, gaveUp map[string]int
+}
+
+func (s *supervisionCounts) InstanceRestarting(p *messages.PluginInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.restarting[p.GetName()]++
+}
+
+func (s *supervisionCounts) InstanceGaveUp(p *messages.PluginInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gaveUp[p.GetName()]++
+}
+
 func TestManagerRestartsAPanickingInstanceWithBackoffAndGivesUp(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	var flaky string
+	counts := &supervisionCounts{restarting: map[string]int{}, gaveUp: map[string]int{}}
 	h := startManager(t, func(c *csi.ManagerConfig) {
+		c.Metrics = counts
 		c.Clock = clock
 		c.Supervision = supervisor.Spec{MaxRestarts: 2, Within: time.Minute, InitialDelay: time.Second, Multiplier: 2}
 		c.Fingerprint.Dial = func(ctx context.Context, path string, opts csi.Options) (csi.Plugin, error) {
@@ -528,6 +549,10 @@ func TestManagerRestartsAPanickingInstanceWithBackoffAndGivesUp(t *testing.T) {
 	expectDescription("plugin instance failed: " + gaveUp)
 	h.events.ExpectMessages(t, wait, &messages.CSIPluginFailed{Type: csi.TypeNode, Name: "flaky", AllocId: "a1", Reason: gaveUp, Restarts: 2})
 	expectDescription(csi.StoppedDescription)
+	counts.mu.Lock()
+	require.Equal(t, 2, counts.restarting["flaky"], "the metrics hook heard of both restarts")
+	require.Equal(t, 1, counts.gaveUp["flaky"])
+	counts.mu.Unlock()
 	requireListed(t, h.manager, health(csi.TypeNode, "flaky", "a1", false, "plugin instance failed: "+gaveUp))
 
 	clock.Advance(time.Hour)
