@@ -2,7 +2,6 @@ package registry_test
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
+	"github.com/plugvisor/plugvisor/storage/storagetest"
 )
 
 func openBolt(t *testing.T, path string) (*storage.Bolt, storage.Bucket) {
@@ -103,29 +103,16 @@ func TestACorruptStateFileIsAClearErrorAtStart(t *testing.T) {
 	require.Len(t, aside, 1, "the corrupt file is kept for inspection")
 }
 
-// flakyBucket fails Apply while failing is set: a disk that fills up.
-type flakyBucket struct {
-	storage.Bucket
-	failing atomic.Bool
-}
-
-func (b *flakyBucket) Apply(ops []storage.Op) error {
-	if b.failing.Load() {
-		return errors.New("no space left on device")
-	}
-	return b.Bucket.Apply(ops)
-}
-
 func TestAFailedWriteIsRefusedAndRolledBack(t *testing.T) {
 	system := probe.NewSystem(t)
-	bucket := &flakyBucket{Bucket: memoryBucket(t)}
+	bucket := &storagetest.FlakyBucket{Bucket: memoryBucket(t)}
 	r := start(t, system, bucket, echoDispensers())
 	p := probe.New(t, system)
 	subscribe(t, r, p, csiNode, false)
 	require.NoError(t, r.RegisterPlugin(plugin(0)))
 	probe.Expect[*messages.PluginRegistered](t, p, timeout)
 
-	bucket.failing.Store(true)
+	bucket.Failing.Store(true)
 	err := r.RegisterPlugin(plugin(1))
 	require.ErrorIs(t, err, registry.ErrStore)
 	require.ErrorContains(t, err, "no space left on device")
@@ -133,7 +120,7 @@ func TestAFailedWriteIsRefusedAndRolledBack(t *testing.T) {
 	p.ExpectNone(t, 20*time.Millisecond)
 	require.Equal(t, "alloc-0", dispense(t, r).GetAllocId())
 
-	bucket.failing.Store(false)
+	bucket.Failing.Store(false)
 	require.NoError(t, r.RegisterPlugin(plugin(2)))
 	ev := probe.Expect[*messages.PluginRegistered](t, p, timeout)
 	require.Equal(t, "alloc-0", ev.GetPrevious().GetAllocId(), "the refused alloc-1 left no trace")
