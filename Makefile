@@ -59,8 +59,9 @@ bench-compare: ## compare the registry with Nomad's and raw protoactor; table in
 	cd bench && $(GO) run ./cmd/report -out $(CURDIR)/BENCHMARKS.md -command 'make bench-compare' \
 		$(BENCH_COMPARE_DIR)/timed.txt $(BENCH_COMPARE_DIR)/once.txt
 
-demo: ## run the self-contained demo
-	@echo "make demo: the demo arrives with the plugvisor binary (issue 7); nothing to run yet."; exit 2
+demo: ## run the self-contained demo (a temp dir, nothing to set up)
+	$(GO) build -o $(BIN)/plugvisor ./cmd/plugvisor
+	$(BIN)/plugvisor demo
 
 run: ## run an agent in ./.plugvisor (stop it with Ctrl-C)
 	$(GO) run ./cmd/plugvisor agent

@@ -21,6 +21,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/registry"
@@ -102,6 +103,9 @@ type Agent struct {
 	system   *actor.ActorSystem
 	registry *registry.Registry
 	docker   *dockervolume.Manager
+	csi      *csi.Manager
+	catalog  *csi.Catalog
+	volumes  *csi.Volumes
 	disc     *discovery.Discovery
 	metrics  *metrics
 	servers  []*http.Server
@@ -183,8 +187,11 @@ func (a *Agent) startRegistry() error {
 	return nil
 }
 
-// startManagers starts the plugin-type managers: one supervised instance
-// actor per plugin, fed by the registry.
+// startManagers starts the plugin-type managers (one supervised instance
+// actor per plugin, fed by the registry), the CSI catalog fed by the CSI
+// manager's fingerprints, and the volume manager that claims through the
+// catalog. Their stops run in reverse: volumes, then the CSI manager (whose
+// final fingerprints reach the catalog), then the catalog, then Docker's.
 func (a *Agent) startManagers() error {
 	docker, err := dockervolume.StartManager(a.system, dockervolume.ManagerConfig{
 		Registry:       a.registry,
@@ -197,6 +204,40 @@ func (a *Agent) startManagers() error {
 	}
 	a.docker = docker
 	a.stops = append(a.stops, func(context.Context) error { return docker.Shutdown() })
+
+	a.csi, err = csi.StartManager(a.system, csi.ManagerConfig{
+		Registry:       a.registry,
+		Logger:         a.log,
+		ResyncInterval: a.cfg.ResyncInterval,
+		Fingerprint:    csi.FingerprintOptions{Interval: a.cfg.FingerprintInterval, Observe: a.metrics.observeFingerprint},
+		Metrics:        csiMetrics{a.metrics},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	bucket, err := a.store.Bucket(csi.CatalogBucket)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.catalog, err = csi.StartCatalog(a.system, csi.CatalogConfig{
+		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log,
+	})
+	if err != nil {
+		_ = a.csi.Shutdown(context.Background())
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.stops = append(a.stops, a.catalog.Shutdown, a.csi.Shutdown)
+
+	a.volumes, err = csi.StartVolumes(a.system, csi.VolumesConfig{
+		Registry: a.registry,
+		Root:     filepath.Join(a.cfg.DataDir, "csi"),
+		Claimer:  a.catalog,
+		Logger:   a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.stops = append(a.stops, func(context.Context) error { return a.volumes.Shutdown() })
 	return nil
 }
 
@@ -223,6 +264,10 @@ func (a *Agent) serveAPI() error {
 	a.cancel = cancel
 	handler := (&api.Server{
 		Registry: a.registry,
+		CSI:      a.csi,
+		Catalog:  a.catalog,
+		Volumes:  a.volumes,
+		OnMount:  a.metrics.observeMount,
 		Metrics:  promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
 		Logger:   a.log.Named("api"),
 	}).Handler()
@@ -281,6 +326,24 @@ func (a *Agent) SpecDir() string { return filepath.Join(a.cfg.DataDir, "specs") 
 
 // Registry is the agent's plugin registry.
 func (a *Agent) Registry() *registry.Registry { return a.registry }
+
+// System is the agent's actor system, for actors that talk to its parts.
+func (a *Agent) System() *actor.ActorSystem { return a.system }
+
+// CSI is the agent's CSI manager.
+func (a *Agent) CSI() *csi.Manager { return a.csi }
+
+// Catalog is the agent's CSI catalog.
+func (a *Agent) Catalog() *csi.Catalog { return a.catalog }
+
+// Volumes is the agent's volume manager.
+func (a *Agent) Volumes() *csi.Volumes { return a.volumes }
+
+// Discovery is the agent's plugin discovery.
+func (a *Agent) Discovery() *discovery.Discovery { return a.disc }
+
+// DockerVolumes is the agent's Docker volume-driver manager.
+func (a *Agent) DockerVolumes() *dockervolume.Manager { return a.docker }
 
 // Shutdown stops the API, then the managers (so final fingerprints mark
 // plugins unhealthy), then the registry, then closes the store. It returns

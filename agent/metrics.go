@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // metrics holds the agent's Prometheus collectors.
@@ -19,7 +21,7 @@ type metrics struct {
 	instanceRestarts *prometheus.CounterVec
 	instanceGiveUps  *prometheus.CounterVec
 	pluginHealthy    *prometheus.GaugeVec
-	fingerprints     *prometheus.CounterVec
+	fingerprints     *prometheus.HistogramVec
 	mounts           *prometheus.CounterVec
 }
 
@@ -60,9 +62,10 @@ func newMetrics() *metrics {
 			Name: "plugvisor_plugin_healthy",
 			Help: "1 when the plugin instance's last fingerprint was healthy, else 0.",
 		}, []string{"type", "name"}),
-		fingerprints: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plugvisor_fingerprint_changes_total",
-			Help: "Fingerprint changes published, by plugin.",
+		fingerprints: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "plugvisor_fingerprint_seconds",
+			Help:    "How long each plugin fingerprint took, by plugin type and name.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 4, 10),
 		}, []string{"type", "name"}),
 		mounts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plugvisor_mount_operations_total",
@@ -92,3 +95,29 @@ func (r registryMetrics) Write(op string, err error, took time.Duration) {
 func (r registryMetrics) Batch(writes int)  { r.m.registryBatch.Observe(float64(writes)) }
 func (r registryMetrics) EventsSent(n int)  { r.m.eventsDelivered.Add(float64(n)) }
 func (r registryMetrics) Subscribers(n int) { r.m.subscribers.Set(float64(n)) }
+
+// csiMetrics is the csi.ManagerMetrics the agent gives its CSI manager.
+type csiMetrics struct{ m *metrics }
+
+func (c csiMetrics) InstanceRestarting(p *messages.PluginInfo) {
+	c.m.instanceRestarts.WithLabelValues(p.GetType(), p.GetName()).Inc()
+}
+
+func (c csiMetrics) InstanceGaveUp(p *messages.PluginInfo) {
+	c.m.instanceGiveUps.WithLabelValues(p.GetType(), p.GetName()).Inc()
+}
+
+// observeFingerprint records one fingerprint's latency and health.
+func (m *metrics) observeFingerprint(fp *messages.CSIFingerprint, took time.Duration) {
+	m.fingerprints.WithLabelValues(fp.GetType(), fp.GetName()).Observe(took.Seconds())
+	healthy := 0.0
+	if fp.GetHealthy() {
+		healthy = 1
+	}
+	m.pluginHealthy.WithLabelValues(fp.GetType(), fp.GetName()).Set(healthy)
+}
+
+// observeMount counts one mount or unmount through the API.
+func (m *metrics) observeMount(op string, err error) {
+	m.mounts.WithLabelValues(op, result(err)).Inc()
+}

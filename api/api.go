@@ -6,6 +6,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -30,13 +32,17 @@ type CSIPlugins interface {
 }
 
 // Server holds what the API serves. Registry is required; a nil CSI,
-// Volumes or Metrics turns their endpoints into 404s that say so.
+// Catalog, Volumes or Metrics turns their endpoints into 404s that say so.
 type Server struct {
 	Registry *registry.Registry
 	CSI      CSIPlugins
-	Volumes  Volumes
+	Catalog  *csi.Catalog
+	Volumes  *csi.Volumes
 	Metrics  http.Handler
 	Logger   hclog.Logger
+	// OnMount, when set, hears of every mount and unmount ("mount",
+	// "unmount") and its error.
+	OnMount func(op string, err error)
 	// Health reports the agent's components; nil means just "ok".
 	Health func() map[string]string
 }
@@ -97,7 +103,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case isConflict(err):
 		return http.StatusConflict
-	case errors.Is(err, registry.ErrShutdown):
+	case errors.Is(err, registry.ErrShutdown), classOf(err) == http.StatusServiceUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -143,20 +149,44 @@ func protoList[M proto.Message](items []M) []json.RawMessage {
 	return out
 }
 
-// decode reads a size-limited body into m, refusing unknown fields.
-func decode(w http.ResponseWriter, r *http.Request, m proto.Message) error {
+// readBody reads a size-limited, non-empty request body.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return fmt.Errorf("api: request body is over the limit of %d bytes: %w", MaxBodyBytes, err)
+			return nil, fmt.Errorf("api: request body is over the limit of %d bytes: %w", MaxBodyBytes, err)
 		}
-		return fmt.Errorf("%w: %v", errBadBody, err)
+		return nil, fmt.Errorf("%w: %v", errBadBody, err)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return fmt.Errorf("%w: empty; send a JSON object", errBadBody)
+		return nil, fmt.Errorf("%w: empty; send a JSON object", errBadBody)
+	}
+	return body, nil
+}
+
+// decode reads a size-limited body into m, refusing unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, m proto.Message) error {
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
 	}
 	if err := unmarshal.Unmarshal(body, m); err != nil {
+		return fmt.Errorf("%w: %v", errBadBody, err)
+	}
+	return nil
+}
+
+// decodeJSON reads a size-limited body into a Go struct, refusing unknown
+// fields.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errBadBody, err)
 	}
 	return nil

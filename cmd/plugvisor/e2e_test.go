@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,6 +169,13 @@ func TestBadAPIRequestsGetClearErrorsAndChangeNothing(t *testing.T) {
 		{"wrong method on plugins", "PUT", "/v1/plugins", "{}", 405, "method not allowed"},
 		{"wrong method on health", "POST", "/v1/health", "", 405, "method not allowed"},
 		{"unknown endpoint", "GET", "/v1/nothing", "", 404, "no such endpoint"},
+		{"volume with an unknown field", "POST", "/v1/volumes", `{"id":"v","colour":1}`, 400, "unknown field"},
+		{"volume with an unknown access mode", "POST", "/v1/volumes",
+			`{"id":"v","plugin_id":"p","access_mode":"sometimes","attachment_mode":"file-system"}`, 400, "unknown access mode"},
+		{"volume ID with traversal", "POST", "/v1/volumes",
+			`{"id":"../v","plugin_id":"p","access_mode":"single-node-writer","attachment_mode":"file-system"}`, 400, "path separator"},
+		{"mount of a missing volume", "POST", "/v1/volumes/default/nope/mount", `{"alloc_id":"a"}`, 404, "not found"},
+		{"wrong method on volumes", "PUT", "/v1/volumes", "{}", 405, "method not allowed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,4 +254,57 @@ func TestHelpTeachesWithAnExample(t *testing.T) {
 	_, stderr, code := cli(t, "plugin", "register", "-nope")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "flag provided but not defined: -nope")
+}
+
+func TestTheDemoRunsToCompletion(t *testing.T) {
+	stdout, stderr, code := cli(t, "demo")
+	require.Zero(t, code, "demo failed:\n%s\n%s", stdout, stderr)
+	for _, want := range []string{
+		"[7/7]", "is registered and fingerprinted healthy", "the new allocation is current and healthy",
+		"hostpath-b is unhealthy", "hostpath-b is healthy again", "refused a second writer",
+		"already has a writer", "All stopped cleanly",
+	} {
+		require.Contains(t, stdout, want)
+	}
+}
+
+func TestVolumesThroughTheCLI(t *testing.T) {
+	dir := dataDir(t)
+	startAgent(t, dir, "-fingerprint-interval", "200ms")
+	plugin := exec.Command(binary, "hostpath-csi", "-endpoint", dir+"/plugins/hp.sock", "-name", "hp",
+		"-node-id", "n1", "-root", dir+"/hp", "-symlink-fallback")
+	require.NoError(t, plugin.Start())
+	t.Cleanup(func() { _ = plugin.Process.Signal(syscall.SIGTERM); _ = plugin.Wait() })
+	require.Eventually(t, func() bool {
+		out, _, _ := cli(t, "volume", "register", "-data-dir", dir, "-id", "v1", "-plugin", "hp", "-access-mode", "single-node-writer")
+		return strings.Contains(out, "schedulable: true")
+	}, 20*time.Second, 100*time.Millisecond, "the volume's plugin never became healthy in the catalog")
+
+	list, _, code := cli(t, "volume", "list", "-data-dir", dir)
+	require.Zero(t, code)
+	require.Contains(t, list, "v1")
+	_, stderr, code := cli(t, "volume", "mount", "-data-dir", dir, "v1", "web-1")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "does not exist", "the plugin refuses a volume it never created, and says so")
+	_, stderr, code = cli(t, "volume", "register", "-data-dir", dir, "-id", "../x", "-plugin", "hp", "-access-mode", "single-node-writer")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "path separator")
+	_, stderr, code = cli(t, "volume", "register", "-data-dir", dir, "-id", "v2", "-plugin", "hp", "-access-mode", "sometimes")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "unknown access mode")
+	status, _, code := cli(t, "volume", "status", "-data-dir", dir, "-json", "v1")
+	require.Zero(t, code)
+	require.Contains(t, status, `"plugin_id": "hp"`)
+
+	resp, err := apiClient(dir).Get("http://plugvisor/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`plugvisor_plugin_healthy{name="hp",type="csi-node"} 1`,
+		`plugvisor_fingerprint_seconds_count{name="hp",type="csi-node"}`,
+		`plugvisor_mount_operations_total{op="mount",result="error"} 1`,
+	} {
+		require.Contains(t, string(metrics), want)
+	}
 }

@@ -27,6 +27,7 @@ Commands:
   plugin      list, inspect, register and deregister plugins
   volume      register, list, inspect, mount and unmount CSI volumes
   events      follow the agent's plugin events as they happen
+  demo        run a self-contained demo in a temp dir
   help        show this help, or a command's: plugvisor help plugin
 
 Reference plugins (the demo runs them; so can you):
@@ -52,6 +53,8 @@ func commands() map[string]command {
 	return map[string]command{
 		"agent":  {"run an agent", runAgent},
 		"plugin": {"manage plugins", runPlugin},
+		"volume": {"manage CSI volumes", runVolume},
+		"demo":   {"run the demo", runDemo},
 		"events": {"follow plugin events", runEvents},
 		"hostpath-csi": {"serve the reference hostpath CSI plugin", func(args []string, _, stderr io.Writer) error {
 			return servePlugin(hostpath.Run, args, stderr)

@@ -22,7 +22,7 @@ const pluginHelp = `Usage: plugvisor plugin <list|status|register|deregister> [f
 Examples:
   plugvisor plugin list -type csi-node
   plugvisor plugin register -type csi-node -name hostpath -alloc a1 -socket /run/csi/a1.sock
-  plugvisor plugin status csi-node hostpath -json
+  plugvisor plugin status -json csi-node hostpath
   plugvisor plugin deregister csi-node hostpath a1`
 
 // pluginJSON is a plugin as the API renders it.
