@@ -142,9 +142,10 @@ func (s *Strategy) decide(system *actor.ActorSystem, supervisor actor.Supervisor
 	switch {
 	case d.Directive == Restart:
 		s.histories[key] = d.History
-		s.clock.AfterFunc(d.Delay, func() { s.restart(system, supervisor, child, parent, event) })
 		event.Decision = messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF
 		event.Delay = durationpb.New(d.Delay)
+		// The event is complete before the timer can fire and copy it.
+		s.clock.AfterFunc(d.Delay, func() { s.restart(system, supervisor, child, parent, event) })
 	case d.GaveUp:
 		event.Decision = messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP
 		event.Escalated = d.Directive == Escalate
