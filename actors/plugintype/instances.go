@@ -263,6 +263,11 @@ func (m *Instances) onDeregistered(ctx actor.Context, ev *messages.PluginDeregis
 
 func (m *Instances) onResync(ctx actor.Context) {
 	snapshot := m.cfg.Snapshot()
+	if snapshot.Sequence() < m.applied {
+		// Older than events already applied: it would undo them.
+		m.scheduleResync(ctx)
+		return
+	}
 	var current []*messages.PluginInfo
 	for _, ptype := range m.cfg.Types {
 		current = append(current, snapshot.List(ptype)...)
