@@ -163,12 +163,12 @@ func (s *Server) deregisterVolume(w http.ResponseWriter, r *http.Request) error 
 }
 
 // claimRequest builds the catalog claim of an alloc on a registered volume.
-func (s *Server) claimRequest(r *http.Request, alloc string, readOnly bool) (*catalog.CSIVolume, csi.ClaimRequest, error) {
+func (s *Server) claimRequest(r *http.Request, alloc string, readOnly bool) (csi.ClaimRequest, error) {
 	v, err := s.Catalog.GetVolume(r.Context(), r.PathValue("namespace"), r.PathValue("id"))
 	if err != nil {
-		return nil, csi.ClaimRequest{}, err
+		return csi.ClaimRequest{}, err
 	}
-	return v, csi.ClaimRequest{
+	return csi.ClaimRequest{
 		Plugin: v.PluginID, Namespace: v.Namespace, VolumeID: v.ID, AllocID: alloc,
 		Usage: csi.Usage{ReadOnly: readOnly, AttachmentMode: v.AttachmentMode, AccessMode: v.AccessMode},
 	}, nil
@@ -182,7 +182,7 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &body); err != nil {
 		return err
 	}
-	_, req, err := s.claimRequest(r, body.AllocID, body.ReadOnly)
+	req, err := s.claimRequest(r, body.AllocID, body.ReadOnly)
 	if err != nil {
 		return err
 	}
@@ -202,19 +202,26 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
-	if err := s.needVolumes(); err != nil {
-		return err
-	}
+// mountTarget decodes a mount or unmount body and finds the volume and
+// the mounter of its plugin.
+func (s *Server) mountTarget(w http.ResponseWriter, r *http.Request) (MountBody, *catalog.CSIVolume, *csi.Mounter, error) {
 	var body MountBody
-	if err := decodeJSON(w, r, &body); err != nil {
-		return err
+	if err := s.needVolumes(); err != nil {
+		return body, nil, nil, err
 	}
-	v, _, err := s.claimRequest(r, body.AllocID, body.ReadOnly)
+	if err := decodeJSON(w, r, &body); err != nil {
+		return body, nil, nil, err
+	}
+	v, err := s.Catalog.GetVolume(r.Context(), r.PathValue("namespace"), r.PathValue("id"))
 	if err != nil {
-		return err
+		return body, nil, nil, err
 	}
 	m, err := s.Volumes.MounterForPlugin(r.Context(), v.PluginID)
+	return body, v, m, err
+}
+
+func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
+	body, v, m, err := s.mountTarget(w, r)
 	if err != nil {
 		return err
 	}
@@ -239,18 +246,7 @@ func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) unmountVolume(w http.ResponseWriter, r *http.Request) error {
-	if err := s.needVolumes(); err != nil {
-		return err
-	}
-	var body MountBody
-	if err := decodeJSON(w, r, &body); err != nil {
-		return err
-	}
-	v, _, err := s.claimRequest(r, body.AllocID, body.ReadOnly)
-	if err != nil {
-		return err
-	}
-	m, err := s.Volumes.MounterForPlugin(r.Context(), v.PluginID)
+	body, v, m, err := s.mountTarget(w, r)
 	if err != nil {
 		return err
 	}

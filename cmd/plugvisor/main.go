@@ -125,6 +125,20 @@ func newFlags(name, help string, stdout io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// subcommand splits args into a subcommand and its arguments. With no
+// subcommand it prints help and returns a usage error; with -h, help and
+// flag.ErrHelp.
+func subcommand(args []string, help string, stdout io.Writer) (string, []string, error) {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stdout, help)
+		if len(args) == 0 {
+			return "", nil, usageError("missing subcommand")
+		}
+		return "", nil, flag.ErrHelp
+	}
+	return args[0], args[1:], nil
+}
+
 // parse parses args, turning flag errors into usage errors.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {

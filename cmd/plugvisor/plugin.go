@@ -59,14 +59,10 @@ func (c *commonFlags) register(fs interface {
 }
 
 func runPlugin(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, pluginHelp)
-		if len(args) == 0 {
-			return usageError("missing subcommand")
-		}
-		return nil
+	sub, args, err := subcommand(args, pluginHelp, stdout)
+	if err != nil {
+		return err
 	}
-	sub, args := args[0], args[1:]
 	fs := newFlags("plugin "+sub, pluginHelp, stdout)
 	var common commonFlags
 	common.register(fs)

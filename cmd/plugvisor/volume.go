@@ -30,14 +30,10 @@ Examples:
   plugvisor volume unmount db web-1`
 
 func runVolume(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, volumeHelp)
-		if len(args) == 0 {
-			return usageError("missing subcommand")
-		}
-		return nil
+	sub, args, err := subcommand(args, volumeHelp, stdout)
+	if err != nil {
+		return err
 	}
-	sub, args := args[0], args[1:]
 	fs := newFlags("volume "+sub, volumeHelp, stdout)
 	var common commonFlags
 	common.register(fs)

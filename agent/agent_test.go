@@ -1,0 +1,135 @@
+package agent_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// TestMain fails the package if any goroutine outlives the tests: an agent
+// that shuts down leaves nothing running.
+func TestMain(m *testing.M) { hostpathtest.Main(m) }
+
+func dataDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "pva")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func startAgent(t *testing.T, dir string) *agent.Agent {
+	t.Helper()
+	a, err := agent.Start(agent.Config{DataDir: dir, Logger: probe.Logger(t), NodeID: "n1",
+		FingerprintInterval: 50 * time.Millisecond, ResyncInterval: time.Second})
+	require.NoError(t, err)
+	return a
+}
+
+// mountsUnder lists the mount points below dir, from /proc/self/mountinfo.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
+	dir := dataDir(t)
+	a := startAgent(t, dir)
+	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
+		Mode: hostpath.ModeMonolith, SymlinkFallback: true})
+	for _, ptype := range []string{csi.TypeController, csi.TypeNode} {
+		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: "a1",
+			Connection: &messages.ConnectionInfo{SocketPath: plugin.Endpoint}}))
+	}
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		for _, fp := range a.CSI().Plugins() {
+			if fp.GetType() == csi.TypeNode && fp.GetHealthy() {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+
+	client, err := csi.Dial(ctx, plugin.Endpoint, csi.Options{})
+	require.NoError(t, err)
+	created, err := client.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}}})
+	require.NoError(t, err)
+	require.NoError(t, client.Close())
+	vol := catalog.NewCSIVolume(created.GetVolume().GetVolumeId(), 0)
+	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hp", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	_, err = a.Catalog().RegisterVolume(ctx, vol)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		v, err := a.Catalog().GetVolume(ctx, vol.Namespace, vol.ID)
+		return err == nil && v.Schedulable
+	}, 10*time.Second, 10*time.Millisecond)
+
+	m, err := a.Volumes().MounterForPlugin(ctx, "hp")
+	require.NoError(t, err)
+	req := csi.MountRequest{Volume: csi.VolumeSpec{Namespace: vol.Namespace, ID: vol.ID}, AllocID: "web-1",
+		AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode}
+	res, err := m.MountVolume(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(res.TargetPath, "f"), []byte("x"), 0o644))
+	req.AllocID = "web-2"
+	_, err = m.MountVolume(ctx, req)
+	require.ErrorIs(t, err, csi.ErrClaimRefused, "a second writer is refused through the real mount path")
+	require.NoError(t, m.UnmountVolume(ctx, csi.UnmountRequest{Namespace: vol.Namespace, VolumeID: vol.ID, AllocID: "web-1"}))
+
+	require.NoError(t, a.Shutdown(ctx))
+	require.Empty(t, mountsUnder(t, dir), "no mount is left under the data dir")
+	_, err = os.Stat(a.SocketPath())
+	require.ErrorIs(t, err, os.ErrNotExist, "the API socket is removed")
+}
+
+func TestASecondAgentOnTheDataDirIsRefusedPromptly(t *testing.T) {
+	dir := dataDir(t)
+	first := startAgent(t, dir)
+	t.Cleanup(func() { require.NoError(t, first.Shutdown(context.Background())) })
+	_, err := agent.Start(agent.Config{DataDir: dir, LockTimeout: 50 * time.Millisecond})
+	require.ErrorIs(t, err, agent.ErrAlreadyRunning)
+	require.ErrorContains(t, err, dir)
+}
+
+func TestADataDirTooLongForTheAPISocketIsAClearError(t *testing.T) {
+	dir := filepath.Join(dataDir(t), strings.Repeat("d", 100))
+	_, err := agent.Start(agent.Config{DataDir: dir})
+	require.ErrorContains(t, err, "use a shorter data dir")
+}
+
+func TestStateSurvivesARestart(t *testing.T) {
+	dir := dataDir(t)
+	a := startAgent(t, dir)
+	require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: "csi-node", Name: "p", AllocId: "a1",
+		Connection: &messages.ConnectionInfo{SocketPath: "/run/p.sock"}}))
+	require.NoError(t, a.Shutdown(context.Background()))
+	b := startAgent(t, dir)
+	t.Cleanup(func() { require.NoError(t, b.Shutdown(context.Background())) })
+	require.Len(t, b.Registry().ListPlugins("csi-node"), 1)
+}
