@@ -17,6 +17,7 @@ BenchmarkConcurrentRegistrants/registrants=8,subscribers=8/nomad-2   	  38324	  
 BenchmarkConcurrentRegistrants/registrants=8,subscribers=8/nomad-2   	  38324	      5577 ns/op	    200 ops/s	     240 B/op	       7 allocs/op
 BenchmarkConcurrentRegistrants/registrants=8,subscribers=8/plugvisor-2   	  38324	      5577 ns/op	    400 ops/s
 BenchmarkDeliveryLatency/plugvisor-2    4107	     52792 ns/op	        13.74 p50-µs	        87.91 p99-µs	      1754 p99.9-µs
+BenchmarkCSIMemoryPerPlugin/plugins=10000/idle-2         	       1	 742696127 ns/op	      2982 B/plugin	         0 goroutines/plugin	      2962 heap-B/plugin	       309.4 list-µs	       240.6 ms-until-current	     10000 plugins	      6253 resync-µs	        19.66 stack-B/plugin
 --- FAIL: something else
 PASS
 `
@@ -40,7 +41,9 @@ func TestTheTableSaysWhichTargetsAreMet(t *testing.T) {
 	require.Contains(t, section, "| 8 concurrent registrants, 8 draining subscribers | pairs/s | 200 | 400 | 2× |")
 	require.Contains(t, section, "**met** (2.00×)")
 	require.Contains(t, section, "**met** (88 µs)")
-	require.Contains(t, section, "**TODO: pending")
+	require.Contains(t, section, "| CSI: manager + instance actor memory per plugin, 10,000 plugins, idle (registered, socket missing: no connection) | B/plugin (lower is better) | — | 2,982 | — |")
+	require.Contains(t, section, "| CSI: resync at 10,000 plugins, nothing to correct, idle fleet | µs (lower is better) | — | 6,253 | — |")
+	require.NotContains(t, section, "TODO")
 	require.True(t, strings.HasPrefix(section, startMarker))
 	require.True(t, strings.HasSuffix(section, endMarker+"\n"))
 }
@@ -66,4 +69,12 @@ func TestSpliceReplacesOnlyTheGeneratedSection(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(path, []byte("broken\n"+endMarker+"\n"), 0o644))
 	require.Error(t, splice(path, startMarker+"\nnew\n"+endMarker+"\n"))
+}
+
+func TestTheCSIRowsSayWhenTheConnectedFleetWasSmaller(t *testing.T) {
+	r := newResults()
+	require.NoError(t, r.parse(strings.NewReader(
+		"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43219 B/plugin 8371 ms-until-current 1000 plugins\n")))
+	section := render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+	require.Contains(t, section, "| … connected to a real gRPC server (in other processes: their memory not counted) (measured at 1,000 plugins, not 10,000: the open-file limit allowed no more) | B/plugin (lower is better) | — | 43,219 |")
 }
