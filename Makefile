@@ -54,7 +54,7 @@ bench-compare: ## compare the registry with Nomad's and raw protoactor; table in
 		./bench.test -test.run '^$$' -test.bench . -test.skip '$(BENCH_COMPARE_ONCE)' \
 			-test.benchtime 1s -test.benchmem -test.timeout 4m | tee -a timed.txt; \
 		./bench.test -test.run '^$$' -test.bench '$(BENCH_COMPARE_ONCE)' \
-			-test.benchtime 1x -test.timeout 1m | tee -a once.txt; \
+			-test.benchtime 1x -test.timeout 3m | tee -a once.txt; \
 	done
 	cd bench && $(GO) run ./cmd/report -out $(CURDIR)/BENCHMARKS.md -command 'make bench-compare' \
 		$(BENCH_COMPARE_DIR)/timed.txt $(BENCH_COMPARE_DIR)/once.txt
