@@ -89,7 +89,7 @@ func activatePlugin(ctx context.Context, c Candidate, activateTimeout, csiTimeou
 	act, cerr := identifyCSI(ctx, c, csiTimeout)
 	if cerr != nil && !errors.Is(cerr, ErrUnusable) {
 		return activation{}, &PluginError{Name: c.Name, Path: c.Source, Kind: ErrUnknownProtocol,
-			Err: fmt.Errorf("Docker handshake: %v; CSI identity: %w", err, cerr)}
+			Err: fmt.Errorf("the Docker handshake: %v; the CSI identity handshake: %w", err, cerr)}
 	}
 	return act, cerr
 }
