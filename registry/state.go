@@ -3,8 +3,10 @@ package registry
 import (
 	"cmp"
 	"math"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 
@@ -48,6 +50,10 @@ type pluginTable struct {
 	allocs  *btree.BTreeG[*allocation]
 	newest  *btree.BTreeG[*allocation]
 	current *btree.BTreeG[*allocation]
+
+	// listed caches list() once the table is frozen in a snapshot; the
+	// actor's working tables never read it.
+	listed atomic.Pointer[[]*messages.PluginInfo]
 }
 
 func newPluginTable() *pluginTable {
@@ -132,6 +138,19 @@ func (t *pluginTable) list() []*messages.PluginInfo {
 	return out
 }
 
+// frozenList is list() for a table frozen in a snapshot: the first reader
+// walks the tree and keeps the result, later readers copy it. Each caller
+// gets a slice of its own.
+func (t *pluginTable) frozenList() []*messages.PluginInfo {
+	cached := t.listed.Load()
+	if cached == nil {
+		l := t.list()
+		cached = &l
+		t.listed.Store(cached)
+	}
+	return slices.Clone(*cached)
+}
+
 // Snapshot is an immutable view of the registry's durable state, published
 // by the registry actor after every committed batch of writes. Readers use
 // it without going through the actor's mailbox: a read never waits for a
@@ -169,13 +188,13 @@ func (s *Snapshot) Types() []string {
 func (s *Snapshot) List(ptype string) []*messages.PluginInfo {
 	if ptype != "" {
 		if t, ok := s.tables[ptype]; ok {
-			return t.list()
+			return t.frozenList()
 		}
 		return []*messages.PluginInfo{}
 	}
 	var out []*messages.PluginInfo
 	for _, name := range s.Types() {
-		out = append(out, s.tables[name].list()...)
+		out = append(out, s.tables[name].frozenList()...)
 	}
 	return out
 }
