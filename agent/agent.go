@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -268,6 +269,7 @@ func (a *Agent) serveAPI() error {
 		Catalog:  a.catalog,
 		Volumes:  a.volumes,
 		OnMount:  a.metrics.observeMount,
+		Health:   a.health,
 		Metrics:  promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
 		Logger:   a.log.Named("api"),
 	}).Handler()
@@ -310,6 +312,23 @@ func (a *Agent) serveAPI() error {
 		}()
 	}
 	return nil
+}
+
+// health summarises the agent for GET /v1/health.
+func (a *Agent) health() map[string]string {
+	healthy, total := 0, 0
+	for _, fp := range a.csi.Plugins() {
+		total++
+		if fp.GetHealthy() {
+			healthy++
+		}
+	}
+	return map[string]string{
+		"data_dir":              a.cfg.DataDir,
+		"plugins":               strconv.Itoa(len(a.registry.ListPlugins(""))),
+		"csi_instances_healthy": fmt.Sprintf("%d/%d", healthy, total),
+		"discovered":            strconv.Itoa(len(a.disc.Plugins())),
+	}
 }
 
 // DataDir is the agent's data dir.

@@ -296,6 +296,12 @@ func TestVolumesThroughTheCLI(t *testing.T) {
 	require.Zero(t, code)
 	require.Contains(t, status, `"plugin_id": "hp"`)
 
+	var health map[string]string
+	getJSON(t, apiClient(dir), "/v1/health", &health)
+	require.Equal(t, "ok", health["status"])
+	require.Equal(t, "2/2", health["csi_instances_healthy"], "the plugin's controller and node instances")
+	require.Equal(t, "1", health["discovered"])
+
 	resp, err := apiClient(dir).Get("http://plugvisor/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
