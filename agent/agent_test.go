@@ -126,6 +126,9 @@ func TestADataDirTooLongForTheAPISocketIsAClearError(t *testing.T) {
 func TestStateSurvivesARestart(t *testing.T) {
 	dir := dataDir(t)
 	a := startAgent(t, dir)
+	info, err := os.Stat(a.SocketPath())
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "only the agent's user may use the API socket")
 	require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: "csi-node", Name: "p", AllocId: "a1",
 		Connection: &messages.ConnectionInfo{SocketPath: "/run/p.sock"}}))
 	require.NoError(t, a.Shutdown(context.Background()))
