@@ -1,7 +1,9 @@
 package csi_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -9,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/supervisor"
 )
@@ -24,24 +29,37 @@ const fleetSize = 1000
 var benchFingerprints = csi.FingerprintOptions{Interval: time.Minute, Retry: 100 * time.Millisecond, RPCTimeout: 30 * time.Second}
 
 // fleet is a harness whose registry holds fleetSize node plugins, "p0" to
-// "p999", alloc "a", each on a socket of its own. When served, one
-// in-process gRPC server (a healthy plugin) listens on every socket.
+// "p999", alloc "a", each on a socket of its own. When served, the
+// reference hostpath plugin, in-process on one gRPC server, listens on
+// every socket; probes counts the Probe calls it answered.
 type fleet struct {
 	*harness
-	identity *healthyIdentity
+	probes atomic.Int64
 }
 
 func newFleet(b *testing.B, served bool) *fleet {
 	b.Helper()
 	f := &fleet{harness: newHarness(b)}
-	server, identity := newHealthyServer(b)
-	f.identity = identity
+	driver, err := hostpath.New(hostpath.Config{Name: "hostpath", NodeID: "bench", Root: b.TempDir(), Mode: hostpath.ModeNode})
+	if err != nil {
+		b.Fatal(err)
+	}
+	server := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == "/csi.v1.Identity/Probe" {
+			f.probes.Add(1)
+		}
+		return next(ctx, req)
+	}))
+	driver.Register(server)
+	b.Cleanup(server.Stop)
 	for i := range fleetSize {
 		socket := f.socket()
 		if served {
-			if err := server.Listen(socket); err != nil {
+			l, err := net.Listen("unix", socket)
+			if err != nil {
 				b.Fatal(err)
 			}
+			go func() { _ = server.Serve(l) }()
 		}
 		f.register(b, csi.TypeNode, fmt.Sprintf("p%d", i), "a", socket)
 	}
@@ -106,7 +124,7 @@ func BenchmarkManagerTakeover(b *testing.B) {
 // BenchmarkInstanceMemory measures the memory the manager and its
 // instances hold per plugin, 1,000 plugins in all: idle (the socket does
 // not exist, so no connection) and connected (a gRPC connection to the
-// in-process server, whose side of each connection is counted too).
+// in-process hostpath plugin, whose side of each connection is counted too).
 func BenchmarkInstanceMemory(b *testing.B) {
 	for _, served := range []bool{false, true} {
 		b.Run(map[bool]string{false: "idle", true: "connected"}[served], func(b *testing.B) {
@@ -159,9 +177,9 @@ func BenchmarkFingerprintCycles(b *testing.B) {
 		f.awaitFleetHealth(b, true)
 		b.StartTimer()
 		clock.open()
-		before := f.identity.probes.Load()
+		before := f.probes.Load()
 		time.Sleep(window)
-		cycles := f.identity.probes.Load() - before
+		cycles := f.probes.Load() - before
 		b.ReportMetric(float64(cycles)/window.Seconds(), "fingerprints/s")
 	}
 }
