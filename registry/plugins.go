@@ -39,7 +39,7 @@ type pluginsActor struct {
 	queue    []*write // accepted, waiting for the next batch
 	inflight []*write // being written; nil when no batch is in flight
 
-	subs     subscribers
+	subs     *subscribers // outlives a restart: see New
 	closing  bool
 	shutdown []*actor.PID // who waits for ShutdownRegistryResponse
 
@@ -60,19 +60,27 @@ type write struct {
 // batchWritten is sent to the actor by the goroutine that wrote a batch.
 type batchWritten struct{ err error }
 
-func newPluginsActor(cfg Config, tables map[string]*pluginTable, seq uint64, published *atomic.Pointer[Snapshot]) *pluginsActor {
-	a := &pluginsActor{
+// newPluginsActor starts from the last published snapshot, the durable
+// state, with working tables cloned from it. A restarted actor (after a
+// panic) does the same: the writes it had accepted but not yet answered
+// are lost with the old instance, and their callers get no answer.
+func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], subs *subscribers) *pluginsActor {
+	committed := published.Load()
+	tables := make(map[string]*pluginTable, len(committed.tables))
+	for ptype, t := range committed.tables {
+		tables[ptype] = t.clone()
+	}
+	return &pluginsActor{
 		log:       cfg.Logger,
 		bucket:    cfg.Bucket,
 		published: published,
 		metrics:   cfg.Metrics,
 		tables:    tables,
 		dirty:     map[string]bool{},
-		seq:       seq,
-		subs:      newSubscribers(),
+		seq:       committed.sequence,
+		committed: committed,
+		subs:      subs,
 	}
-	a.committed = published.Load()
-	return a
 }
 
 // Receive handles the registry's commands, queries and internal results.
@@ -237,6 +245,12 @@ func (a *pluginsActor) cut() *Snapshot {
 }
 
 func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
+	if a.pending == nil {
+		// A batch of the instance that panicked: its writes were dropped
+		// with it (see newPluginsActor).
+		a.log.Warn("a batch written before the registry actor restarted is not published", "error", msg.err)
+		return
+	}
 	batch := a.inflight
 	a.inflight = nil
 	if msg.err != nil {

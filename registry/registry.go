@@ -98,8 +98,12 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 	}
 	published.Store(newSnapshot(frozen, seq))
 	dispatcher := newOwnGoroutine()
+	// The subscribers are kept apart from the actor instance so that a
+	// restart after a panic keeps them (the watches live in protoactor's
+	// context and survive too).
+	subs := newSubscribers()
 	props := actor.PropsFromProducer(func() actor.Actor {
-		a := newPluginsActor(cfg, tables, seq, published)
+		a := newPluginsActor(cfg, published, subs)
 		a.stopped = dispatcher.close
 		return a
 	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)), actor.WithDispatcher(dispatcher))

@@ -517,3 +517,37 @@ func TestErrorsSurviveTheActorBoundary(t *testing.T) {
 	require.NoError(t, registry.FromProto(nil))
 	require.False(t, errors.Is(registry.FromProto(&messages.Error{Message: "x"}), registry.ErrStore))
 }
+
+// panickyMetrics panics in the registry actor the first time a register is
+// answered: a stand-in for a bug in the actor.
+type panickyMetrics struct{ fired atomic.Bool }
+
+func (m *panickyMetrics) Write(op string, _ error, _ time.Duration) {
+	if op == "register" && m.fired.CompareAndSwap(false, true) {
+		panic("metrics bug")
+	}
+}
+func (m *panickyMetrics) Batch(int)       {}
+func (m *panickyMetrics) EventsSent(int)  {}
+func (m *panickyMetrics) Subscribers(int) {}
+
+func TestARestartAfterAPanicKeepsDurableStateAndSubscribers(t *testing.T) {
+	system := probe.NewSystem(t)
+	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: &panickyMetrics{},
+		Dispensers: echoDispensers(), RequestTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+	p := probe.New(t, system)
+	subscribe(t, r, p, csiNode, false)
+
+	// The panic comes after alloc-0 is durable and published, while its
+	// caller is being answered: the caller hears nothing.
+	require.Error(t, r.RegisterPlugin(plugin(0)))
+	probe.Expect[*messages.PluginRegistered](t, p, timeout)
+
+	require.NoError(t, r.RegisterPlugin(plugin(1)), "the restarted actor takes writes")
+	ev := probe.Expect[*messages.PluginRegistered](t, p, timeout)
+	require.Equal(t, "alloc-1", ev.GetPlugin().GetAllocId(), "the subscriber outlived the restart")
+	require.Equal(t, "alloc-0", ev.GetPrevious().GetAllocId(), "the restart began from the durable state")
+	require.Equal(t, []string{"alloc-1", "alloc-0"}, allocIDs(r.Snapshot().Allocations(csiNode, "my-plugin")))
+}

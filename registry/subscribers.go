@@ -26,8 +26,8 @@ type subscribers struct {
 	refs map[string]int
 }
 
-func newSubscribers() subscribers {
-	return subscribers{byType: map[string]*actor.PIDSet{}, refs: map[string]int{}}
+func newSubscribers() *subscribers {
+	return &subscribers{byType: map[string]*actor.PIDSet{}, refs: map[string]int{}}
 }
 
 func pidKey(pid *actor.PID) string { return pid.GetAddress() + "/" + pid.GetId() }
