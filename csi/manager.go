@@ -142,7 +142,8 @@ func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error
 	}
 	published := &atomic.Pointer[fingerprints]{}
 	published.Store(newFingerprints())
-	props := actor.PropsFromProducer(func() actor.Actor { return newManagerActor(cfg, published) },
+	subscribers := plugintype.NewSubscribers()
+	props := actor.PropsFromProducer(func() actor.Actor { return newManagerActor(cfg, published, subscribers) },
 		actor.WithSupervisor(strategy),
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
@@ -273,7 +274,9 @@ type closing struct {
 // shutdownTimedOut is sent by the manager's shutdown timer to the manager.
 type shutdownTimedOut struct{}
 
-func newManagerActor(cfg ManagerConfig, published *atomic.Pointer[fingerprints]) *managerActor {
+// newManagerActor makes the manager's state anew; subscribers are passed
+// in so that they outlive a restart after a panic.
+func newManagerActor(cfg ManagerConfig, published *atomic.Pointer[fingerprints], subscribers *plugintype.Subscribers) *managerActor {
 	a := &managerActor{
 		cfg:         cfg,
 		log:         cfg.Logger,
@@ -281,7 +284,7 @@ func newManagerActor(cfg ManagerConfig, published *atomic.Pointer[fingerprints])
 		states:      map[string]*instanceState{},
 		stopping:    map[string]*messages.PluginInfo{},
 		listed:      newFingerprints(),
-		subscribers: plugintype.NewSubscribers(),
+		subscribers: subscribers,
 	}
 	a.instances = plugintype.New(plugintype.Config{
 		Types:          []string{TypeController, TypeNode},

@@ -85,9 +85,10 @@ func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error
 	}
 	published := &atomic.Pointer[[]*messages.DockerVolumePluginHealth]{}
 	published.Store(&[]*messages.DockerVolumePluginHealth{})
+	subscribers := plugintype.NewSubscribers() // outlives a restart after a panic
 	props := actor.PropsFromProducer(func() actor.Actor {
 		a := &managerActor{cfg: cfg, health: map[string]*messages.DockerVolumePluginHealth{},
-			subscribers: plugintype.NewSubscribers(), published: published}
+			subscribers: subscribers, published: published}
 		a.instances = plugintype.New(icfg, a)
 		return a
 	}, actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
