@@ -18,14 +18,15 @@ import (
 
 // client talks to an agent's API over its unix socket.
 type client struct {
-	socket string
-	http   *http.Client
+	dataDir, socket string
+	http            *http.Client
 }
 
 func newClient(dataDir string) *client {
 	socket := agent.SocketPath(dataDir)
 	return &client{
-		socket: socket,
+		dataDir: dataDir,
+		socket:  socket,
 		http: &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
@@ -37,20 +38,13 @@ func newClient(dataDir string) *client {
 
 // errNoAgent says the agent is not running, and how to start one.
 type errNoAgent struct {
-	socket string
-	err    error
+	dataDir, socket string
+	err             error
 }
 
 func (e *errNoAgent) Error() string {
 	return fmt.Sprintf("no agent is running at %s (%v)\nstart one with: plugvisor agent -data-dir %s",
-		e.socket, e.err, dirOf(e.socket))
-}
-
-func dirOf(socket string) string {
-	if d := socket[:len(socket)-len("/plugvisor.sock")]; d != "" {
-		return d
-	}
-	return "."
+		e.socket, e.err, e.dataDir)
 }
 
 // do sends a request with an optional JSON body and returns the response,
@@ -75,7 +69,7 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-			return nil, &errNoAgent{socket: c.socket, err: err}
+			return nil, &errNoAgent{dataDir: c.dataDir, socket: c.socket, err: err}
 		}
 		return nil, err
 	}
@@ -92,7 +86,7 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	return resp, nil
 }
 
-// getJSON decodes a JSON answer into out.
+// call sends a request and decodes the JSON answer into out (unless nil).
 func (c *client) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	resp, err := c.do(ctx, method, path, query, body)
 	if err != nil {
