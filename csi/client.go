@@ -10,6 +10,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/plugvisor/plugvisor/registry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
@@ -17,8 +18,9 @@ import (
 )
 
 // MaxSocketPathLen is the longest unix socket path, in bytes, that fits in
-// sun_path (108 bytes on Linux, one of them the terminating NUL).
-const MaxSocketPathLen = 107
+// sun_path (108 bytes on Linux, one of them the terminating NUL): the
+// registry's limit, so a path it accepts can be dialled.
+const MaxSocketPathLen = registry.MaxSocketPathLen
 
 // ValidateSocketPath reports whether path can name a CSI plugin's unix
 // socket: it must be absolute and at most [MaxSocketPathLen] bytes long.

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
 )
 
 // MaxNameLen is the longest plugin name, in bytes, that discovery accepts.
@@ -25,7 +26,7 @@ const MaxNameLen = 128
 
 // MaxSocketPathLen is the longest unix socket path, in bytes: sun_path holds
 // 108 bytes including the terminating NUL.
-const MaxSocketPathLen = 107
+const MaxSocketPathLen = registry.MaxSocketPathLen
 
 // maxSpecFileSize bounds how much of a spec file is read.
 const maxSpecFileSize = 64 << 10
