@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -21,21 +19,39 @@ type controllerServer struct {
 	d *Driver
 }
 
-// ControllerGetCapabilities advertises CREATE_DELETE_VOLUME and LIST_VOLUMES.
+// ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, LIST_VOLUMES,
+// LIST_VOLUMES_PUBLISHED_NODES, GET_VOLUME, GET_VOLUME_HEALTH, EXPAND_VOLUME,
+// CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS, and with AttachRequired also
+// PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY.
 func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	caps := capabilities(func(t csi.ControllerServiceCapability_RPC_Type) *csi.ControllerServiceCapability {
-		return &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}}
-	},
+	types := []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
-	)
+		csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	}
+	if s.d.cfg.AttachRequired {
+		types = append(types,
+			csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+			csi.ControllerServiceCapability_RPC_PUBLISH_READONLY)
+	}
+	caps := capabilities(func(t csi.ControllerServiceCapability_RPC_Type) *csi.ControllerServiceCapability {
+		return &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}}
+	}, types...)
 	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// CreateVolume creates the volume directory and its record. The volume ID is
-// derived from the name, so a repeated request finds the volume it created:
-// it succeeds if the volume's capacity fits the requested range and the
-// parameters are the same, and fails with AlreadyExists otherwise.
+// CreateVolume creates the volume directory and its record, empty or filled
+// with a copy of a snapshot's files. The volume ID is derived from the name,
+// so a repeated request finds the volume it created: it succeeds if the
+// volume's capacity fits the requested range and the parameters and source
+// are the same, and fails with AlreadyExists otherwise. An unknown source
+// snapshot fails with NotFound, a source volume (cloning) with
+// InvalidArgument. Secrets are accepted and neither kept nor logged.
 func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	name := req.GetName()
 	if name == "" {
@@ -44,8 +60,9 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return nil, invalidArgument(err)
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, invalidArgument(errors.New("hostpath: volume content sources (snapshots, clones) are not supported"))
+	snapshotID, err := sourceSnapshot(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
 	}
 	if len(req.GetMutableParameters()) > 0 {
 		return nil, invalidArgument(errors.New("hostpath: mutable parameters are not supported"))
@@ -67,22 +84,62 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		return nil, internal(err)
 	}
 	if found {
-		if err := rec.compatible(name, req.GetCapacityRange(), req.GetParameters()); err != nil {
+		if err := rec.compatible(name, req.GetCapacityRange(), req.GetParameters(), snapshotID); err != nil {
 			return nil, err
 		}
 		return &csi.CreateVolumeResponse{Volume: rec.volume()}, nil
 	}
-	rec = volumeRecord{ID: id, Name: name, CapacityBytes: capacity, Parameters: req.GetParameters(), NodeID: d.cfg.NodeID}
+	rec = volumeRecord{ID: id, Name: name, CapacityBytes: capacity, Parameters: req.GetParameters(), NodeID: d.cfg.NodeID, SourceSnapshotID: snapshotID}
+	if err := d.fillFromSnapshot(&rec, req.GetCapacityRange()); err != nil {
+		return nil, err
+	}
 	// The directory first, the record last: the record is what makes the
 	// volume exist, so a plugin killed in between leaves no half volume.
-	if err := os.MkdirAll(d.volumeDir(id), 0o755); err != nil {
-		return nil, internal(fmt.Errorf("hostpath: create volume directory: %w", err))
+	if err := d.makeVolumeDir(rec); err != nil {
+		return nil, err
 	}
 	if err := writeJSON(d.volumeFile(id), rec); err != nil {
 		return nil, internal(err)
 	}
-	d.log.Info("hostpath: created volume", "volume_id", id, "name", name, "capacity_bytes", capacity, "path", d.volumeDir(id))
+	d.log.Info("hostpath: created volume", "volume_id", id, "name", name, "capacity_bytes", rec.CapacityBytes,
+		"path", d.volumeDir(id), "source_snapshot_id", snapshotID)
 	return &csi.CreateVolumeResponse{Volume: rec.volume()}, nil
+}
+
+// sourceSnapshot returns the snapshot ID of a content source, "" for none.
+// Cloning a volume is not supported (no CLONE_VOLUME).
+func sourceSnapshot(src *csi.VolumeContentSource) (string, error) {
+	switch t := src.GetType().(type) {
+	case nil:
+		return "", nil
+	case *csi.VolumeContentSource_Snapshot:
+		id := t.Snapshot.GetSnapshotId()
+		if err := checkID("snapshot", id); err != nil {
+			return "", invalidArgument(err)
+		}
+		return id, nil
+	}
+	return "", invalidArgument(errors.New("hostpath: volume content source must be a snapshot: cloning a volume is not supported"))
+}
+
+// makeVolumeDir creates the volume's directory, empty or, for a volume made
+// from a snapshot, as a copy of the snapshot's files. A copy left half done
+// by a killed plugin is replaced.
+func (d *Driver) makeVolumeDir(rec volumeRecord) error {
+	dir := d.volumeDir(rec.ID)
+	if rec.SourceSnapshotID == "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return internal(fmt.Errorf("hostpath: create volume directory: %w", err))
+		}
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return internal(fmt.Errorf("hostpath: remove half-made volume directory: %w", err))
+	}
+	if err := copyTree(d.snapshotDir(rec.SourceSnapshotID), dir); err != nil {
+		return internal(err)
+	}
+	return nil
 }
 
 // capacityFor returns the capacity to record for a requested range: the
@@ -103,7 +160,7 @@ func capacityFor(r *csi.CapacityRange) (int64, error) {
 
 // compatible reports, as an AlreadyExists error, why an existing volume does
 // not satisfy a repeated CreateVolume.
-func (rec volumeRecord) compatible(name string, r *csi.CapacityRange, params map[string]string) error {
+func (rec volumeRecord) compatible(name string, r *csi.CapacityRange, params map[string]string, snapshotID string) error {
 	if rec.Name != name {
 		return status.Errorf(codes.AlreadyExists, "hostpath: volume ID %s is taken by volume %q (hash collision with %q)", rec.ID, rec.Name, name)
 	}
@@ -114,16 +171,29 @@ func (rec volumeRecord) compatible(name string, r *csi.CapacityRange, params map
 	if !maps.Equal(rec.Parameters, params) {
 		return status.Errorf(codes.AlreadyExists, "hostpath: volume %q exists with parameters %v, not %v", name, rec.Parameters, params)
 	}
+	if rec.SourceSnapshotID != snapshotID {
+		return status.Errorf(codes.AlreadyExists, "hostpath: volume %q exists with source snapshot %q, not %q", name, rec.SourceSnapshotID, snapshotID)
+	}
 	return nil
 }
 
+// VolumeContextNodeID is the volume context key CreateVolume sets to the
+// node whose disk holds the volume.
+const VolumeContextNodeID = "hostpath.csi.plugvisor.io/node-id"
+
 // volume is the CSI view of the record.
 func (rec volumeRecord) volume() *csi.Volume {
-	return &csi.Volume{
+	v := &csi.Volume{
 		VolumeId:           rec.ID,
 		CapacityBytes:      rec.CapacityBytes,
+		VolumeContext:      map[string]string{VolumeContextNodeID: rec.NodeID},
 		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: rec.NodeID}}},
 	}
+	if rec.SourceSnapshotID != "" {
+		v.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: rec.SourceSnapshotID}}}
+	}
+	return v
 }
 
 // checkTopology fails with ResourceExhausted when the requisite topologies
@@ -142,8 +212,9 @@ func (d *Driver) checkTopology(req *csi.TopologyRequirement) error {
 }
 
 // DeleteVolume removes the volume's directory and record. An unknown volume
-// is already deleted. A volume still staged or published on a node is not
-// deleted (FailedPrecondition): its directory is mounted somewhere.
+// is already deleted. A volume still attached to, staged on or published on
+// a node is not deleted (FailedPrecondition). Snapshots of the volume are
+// copies and stay.
 func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := checkID("volume", id); err != nil {
@@ -152,16 +223,17 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolume
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	nodes, err := d.nodesUsing(id)
+	rec, found, err := d.loadVolume(id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	rec.ID = id
+	nodes, err := d.attachedNodes(rec)
 	if err != nil {
 		return nil, internal(err)
 	}
 	if len(nodes) > 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is still staged or published on node %s", id, strings.Join(nodes, ", "))
-	}
-	_, found, err := d.loadVolume(id)
-	if err != nil {
-		return nil, internal(err)
+		return nil, errInUse(id, nodes)
 	}
 	// The directory first, the record last: a plugin killed in between still
 	// lists the volume, and the CO's retry finishes the job.
@@ -245,8 +317,7 @@ func (s *controllerServer) ListVolumes(_ context.Context, req *csi.ListVolumesRe
 	if err != nil {
 		return nil, internal(err)
 	}
-	start, _ := slices.BinarySearch(ids, token)
-	ids = ids[start:]
+	ids = ids[lowerBound(ids, token):]
 	resp := &csi.ListVolumesResponse{}
 	if maxEntries > 0 && len(ids) > int(maxEntries) {
 		resp.NextToken = ids[maxEntries]
@@ -257,9 +328,46 @@ func (s *controllerServer) ListVolumes(_ context.Context, req *csi.ListVolumesRe
 		if err != nil {
 			return nil, internal(err)
 		}
-		if found {
-			resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: rec.volume()})
+		if !found {
+			continue
 		}
+		st, err := d.volumeStatus(rec)
+		if err != nil {
+			return nil, internal(err)
+		}
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: rec.volume(), Status: st})
 	}
 	return resp, nil
+}
+
+// volumeStatus is what ListVolumes and ControllerGetVolume say of a volume
+// besides the volume itself: the nodes it is attached to or used on.
+func (d *Driver) volumeStatus(rec volumeRecord) (*csi.ListVolumesResponse_VolumeStatus, error) {
+	nodes, err := d.attachedNodes(rec)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: nodes}, nil
+}
+
+// ControllerGetVolume reports a volume and the nodes it is attached to or
+// used on. An unknown volume fails with NotFound.
+func (s *controllerServer) ControllerGetVolume(_ context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := checkID("volume", id); err != nil {
+		return nil, invalidArgument(err)
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec, err := d.requireVolumeLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	st, err := d.volumeStatus(rec)
+	if err != nil {
+		return nil, internal(err)
+	}
+	return &csi.ControllerGetVolumeResponse{Volume: rec.volume(), Status: &csi.ControllerGetVolumeResponse_VolumeStatus{
+		PublishedNodeIds: st.GetPublishedNodeIds()}}, nil
 }

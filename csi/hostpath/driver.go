@@ -1,16 +1,3 @@
-// Package hostpath is plugvisor's reference CSI plugin: a volume is a
-// directory <root>/volumes/<volume-id> on the local disk.
-//
-// It serves the CSI Identity, Controller and Node services (which of the last
-// two depends on Mode) over gRPC. All state lives in small JSON files under
-// <root>/state, written atomically, so a restarted plugin, or a controller and
-// a node process sharing one root, see the same volumes, stagings and
-// publications. Node publication bind-mounts the volume directory onto the
-// target path, which needs root; Config.SymlinkFallback publishes a symbolic
-// link instead when the bind mount is not permitted.
-//
-// A Driver is safe for concurrent RPCs: one mutex serialises every RPC that
-// reads or writes state. It is a plugin that plugvisor talks to, not an actor.
 package hostpath
 
 import (
@@ -81,6 +68,12 @@ type Config struct {
 	// target when a bind mount is not permitted (not root), instead of failing
 	// with FailedPrecondition.
 	SymlinkFallback bool
+	// AttachRequired makes the driver behave like a driver of network disks:
+	// the controller advertises PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY,
+	// and a node stages or publishes a volume only once ControllerPublishVolume
+	// attached it to that node and with the publish context it returned. Off
+	// by default. The controller and the nodes sharing a root must agree on it.
+	AttachRequired bool
 	// Logger receives what the driver does (default: discard).
 	Logger *slog.Logger
 }
@@ -118,7 +111,11 @@ func New(cfg Config) (*Driver, error) {
 	}
 	cfg.Root = filepath.Clean(cfg.Root)
 	d := &Driver{cfg: cfg, log: cfg.Logger}
-	for _, dir := range []string{d.volumesDir(), d.volumeStateDir(), d.nodeStateDir()} {
+	dirs := []string{d.volumesDir(), d.volumeStateDir(), d.snapshotsDir(), d.snapshotStateDir(), d.nodesStateDir()}
+	if cfg.Mode.node() {
+		dirs = append(dirs, d.nodeStateDir()) // the controller learns that this node exists
+	}
+	for _, dir := range dirs {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("hostpath: create %s: %w", dir, err)
 		}
@@ -126,7 +123,8 @@ func New(cfg Config) (*Driver, error) {
 	d.server = grpc.NewServer(grpc.ChainUnaryInterceptor(d.intercept))
 	d.Register(d.server)
 	d.log.Info("hostpath: driver ready", "name", cfg.Name, "version", cfg.Version, "mode", cfg.Mode,
-		"node_id", cfg.NodeID, "root", cfg.Root, "max_volumes", cfg.MaxVolumes, "symlink_fallback", cfg.SymlinkFallback)
+		"node_id", cfg.NodeID, "root", cfg.Root, "max_volumes", cfg.MaxVolumes, "symlink_fallback", cfg.SymlinkFallback,
+		"attach_required", cfg.AttachRequired)
 	return d, nil
 }
 

@@ -321,9 +321,14 @@ func TestBadInput(t *testing.T) {
 		{"create a volume with a negative size", func(ctx context.Context) error {
 			return call(p.ctrl.CreateVolume(ctx, createReq("new", -1)))
 		}, codes.InvalidArgument},
-		{"create a volume from a snapshot", func(ctx context.Context) error {
+		{"create a volume from a snapshot that does not exist", func(ctx context.Context) error {
 			req := createReq("new", 0)
 			req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "s"}}}
+			return call(p.ctrl.CreateVolume(ctx, req))
+		}, codes.NotFound},
+		{"create a volume as a clone of another, which the driver does not do", func(ctx context.Context) error {
+			req := createReq("new", 0)
+			req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
 			return call(p.ctrl.CreateVolume(ctx, req))
 		}, codes.InvalidArgument},
 		{"create a volume only on another node", func(ctx context.Context) error {
@@ -383,7 +388,7 @@ func TestBadInput(t *testing.T) {
 		}, codes.NotFound},
 		{"stage a volume at a second staging path", func(ctx context.Context) error {
 			return call(p.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: p.path("s2"), VolumeCapability: writer}))
-		}, codes.AlreadyExists},
+		}, codes.FailedPrecondition},
 		{"unstage a volume with an empty id", func(ctx context.Context) error {
 			return call(p.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{StagingTargetPath: staging}))
 		}, codes.InvalidArgument},
@@ -433,12 +438,48 @@ func TestBadInput(t *testing.T) {
 		{"get stats at a path where the volume is not", func(ctx context.Context) error {
 			return call(p.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: outside}))
 		}, codes.NotFound},
-		{"controller publish, which the driver does not implement", func(ctx context.Context) error {
-			return call(p.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-1"}))
+		{"controller publish, which needs -attach-required", func(ctx context.Context) error {
+			return call(p.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-1", VolumeCapability: writer}))
 		}, codes.Unimplemented},
-		{"create a snapshot, which the driver does not implement", func(ctx context.Context) error {
-			return call(p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: id}))
+		{"controller unpublish, which needs -attach-required", func(ctx context.Context) error {
+			return call(p.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: "node-1"}))
 		}, codes.Unimplemented},
+		{"create a snapshot without a name", func(ctx context.Context) error {
+			return call(p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{SourceVolumeId: id}))
+		}, codes.InvalidArgument},
+		{"create a snapshot of a volume whose id climbs out of the root", func(ctx context.Context) error {
+			return call(p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "../state"}))
+		}, codes.InvalidArgument},
+		{"create a snapshot of an unknown volume", func(ctx context.Context) error {
+			return call(p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "unknown"}))
+		}, codes.NotFound},
+		{"delete a snapshot whose id climbs out of the root", func(ctx context.Context) error {
+			return call(p.ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: "../volumes/" + id}))
+		}, codes.InvalidArgument},
+		{"list snapshots from a token the driver did not hand out", func(ctx context.Context) error {
+			return call(p.ctrl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: id}))
+		}, codes.Aborted},
+		{"expand a volume without a capacity range", func(ctx context.Context) error {
+			return call(p.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id}))
+		}, codes.InvalidArgument},
+		{"expand an unknown volume", func(ctx context.Context) error {
+			return call(p.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "unknown", CapacityRange: &csi.CapacityRange{RequiredBytes: 1}}))
+		}, codes.NotFound},
+		{"shrink a volume below its capacity", func(ctx context.Context) error {
+			return call(p.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{LimitBytes: 1}}))
+		}, codes.OutOfRange},
+		{"expand on the node beyond what the controller granted", func(ctx context.Context) error {
+			return call(p.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: staging, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 20}}))
+		}, codes.OutOfRange},
+		{"expand on the node at a path where the volume is not", func(ctx context.Context) error {
+			return call(p.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: outside}))
+		}, codes.NotFound},
+		{"get the controller's health of an unknown volume", func(ctx context.Context) error {
+			return call(p.ctrl.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: "unknown"}))
+		}, codes.NotFound},
+		{"get a volume whose id is empty", func(ctx context.Context) error {
+			return call(p.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{}))
+		}, codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -619,7 +660,7 @@ func TestStateSurvivesANewDriver(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, resp.GetVolume().GetVolumeId())
 	_, err = second.node.NodeStageVolume(t.Context(), &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: first.path("elsewhere"), VolumeCapability: writer})
-	requireCode(t, codes.AlreadyExists, err)
+	requireCode(t, codes.FailedPrecondition, err)
 	second.unstage(t, id, staging)
 }
 

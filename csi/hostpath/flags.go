@@ -14,10 +14,11 @@ const (
 	flagMode            = "mode"
 	flagMaxVolumes      = "max-volumes"
 	flagSymlinkFallback = "symlink-fallback"
+	flagAttachRequired  = "attach-required"
 )
 
 // RegisterFlags defines the flags -name, -version, -node-id, -root, -mode,
-// -max-volumes and -symlink-fallback on fs, storing into c. The current
+// -max-volumes, -symlink-fallback and -attach-required on fs, storing into c. The current
 // values of c are the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Name, flagName, c.Name, "CSI plugin name reported by GetPluginInfo")
@@ -27,6 +28,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Mode, flagMode, "services to serve besides Identity: controller, node or monolith (both)")
 	fs.Int64Var(&c.MaxVolumes, flagMaxVolumes, c.MaxVolumes, "volumes this node may stage at once, reported by NodeGetInfo (0: no limit)")
 	fs.BoolVar(&c.SymlinkFallback, flagSymlinkFallback, c.SymlinkFallback, "publish with a symlink when a bind mount is not permitted (not root) instead of failing")
+	fs.BoolVar(&c.AttachRequired, flagAttachRequired, c.AttachRequired, "require ControllerPublishVolume to a node before it stages or publishes, "+
+		"and its publish_context on NodeStageVolume and NodePublishVolume, as drivers of network disks do")
 }
 
 // Args returns the command-line flags that make the hostpath-csi binary
@@ -48,6 +51,9 @@ func (c Config) Args() []string {
 	}
 	if c.SymlinkFallback {
 		add(flagSymlinkFallback, "true")
+	}
+	if c.AttachRequired {
+		add(flagAttachRequired, "true")
 	}
 	return args
 }

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"syscall"
 
@@ -24,8 +23,9 @@ type nodeServer struct {
 	d *Driver
 }
 
-// NodeGetCapabilities advertises STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS and
-// SINGLE_NODE_MULTI_WRITER (the single-node access modes are enforced).
+// NodeGetCapabilities advertises STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS,
+// SINGLE_NODE_MULTI_WRITER (the single-node access modes are enforced),
+// EXPAND_VOLUME and GET_VOLUME_HEALTH.
 func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	caps := capabilities(func(t csi.NodeServiceCapability_RPC_Type) *csi.NodeServiceCapability {
 		return &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}}
@@ -33,6 +33,8 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 	)
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
@@ -87,8 +89,11 @@ func (d *Driver) updateNode(id string, change func(rec *nodeRecord) (changed boo
 // NodeStageVolume records that the volume is staged at the staging path,
 // creating that directory if needed. Nothing is mounted there: publication
 // binds the volume directory itself. Staging again at the same path succeeds;
-// at another path it fails with AlreadyExists. Staging more volumes than
-// MaxVolumes fails with ResourceExhausted.
+// at another path it fails with FailedPrecondition: a volume is staged once
+// per node. With AttachRequired, a volume not attached to this node, or a
+// publish context of another attachment, fails with FailedPrecondition, and
+// a missing publish context with InvalidArgument. Staging more volumes than
+// MaxVolumes fails with ResourceExhausted. Secrets are neither kept nor logged.
 func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
@@ -100,7 +105,11 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 		return nil, invalidArgument(err)
 	}
 	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
-		if _, err := d.requireVolumeLocked(id); err != nil {
+		vol, err := d.requireVolumeLocked(id)
+		if err != nil {
+			return false, err
+		}
+		if err := d.checkAttached(vol, req.GetPublishContext()); err != nil {
 			return false, err
 		}
 		switch rec.StagingPath {
@@ -108,7 +117,7 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 			return false, nil
 		case "":
 		default:
-			return false, status.Errorf(codes.AlreadyExists, "hostpath: volume %s is already staged at %s", id, rec.StagingPath)
+			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is already staged at %s: a volume is staged once per node; publish it from there", id, rec.StagingPath)
 		}
 		if err := d.checkStagingLimit(); err != nil {
 			return false, err
@@ -171,11 +180,16 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 }
 
 // NodePublishVolume makes the volume directory appear at the target path: a
-// bind mount (read-only when asked), or, when the bind mount is not permitted
-// and SymlinkFallback is set, a symbolic link. The volume must be staged at
-// the given staging path. Publishing again at the same target with the same
-// options succeeds; with other options it fails with AlreadyExists. A
-// SINGLE_NODE_SINGLE_WRITER volume is published at one target at a time.
+// bind mount (remounted read-only when asked), or, when the bind mount is not
+// permitted and SymlinkFallback is set, a symbolic link (never read-only).
+// The volume must be staged at the given staging path (FailedPrecondition
+// otherwise, an empty staging path included: the driver advertises
+// STAGE_UNSTAGE_VOLUME). With AttachRequired it must be attached to this
+// node, with this attachment's publish context (see NodeStageVolume), and a
+// read-only attachment is published read-only only. Publishing again at the
+// same target with the same options succeeds; with other options it fails
+// with AlreadyExists. A SINGLE_NODE_SINGLE_WRITER volume is published at one
+// target at a time (FailedPrecondition).
 func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
@@ -196,8 +210,15 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	}
 	want := publication{Readonly: req.GetReadonly(), AccessMode: capability.GetAccessMode().GetMode()}
 	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
-		if _, err := d.requireVolumeLocked(id); err != nil {
+		vol, err := d.requireVolumeLocked(id)
+		if err != nil {
 			return false, err
+		}
+		if err := d.checkAttached(vol, req.GetPublishContext()); err != nil {
+			return false, err
+		}
+		if a, ok := vol.Attachments[d.cfg.NodeID]; ok && a.Readonly && !want.Readonly {
+			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is attached to node %s read-only: publish it read-only", id, d.cfg.NodeID)
 		}
 		if rec.StagingPath != staging {
 			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is not staged at %s", id, staging)
@@ -393,65 +414,4 @@ func unpublish(target string) error {
 		return internal(fmt.Errorf("hostpath: remove target path: %w", err))
 	}
 	return nil
-}
-
-// NodeGetVolumeStats reports the usage of a volume at a path where it is
-// staged or published: bytes and inodes used by the volume's files, and the
-// total and available figures of the file system holding it. An unknown
-// volume, or a path where it is not, fails with NotFound.
-func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	d := s.d
-	id := req.GetVolumeId()
-	if err := checkID("volume", id); err != nil {
-		return nil, invalidArgument(err)
-	}
-	if req.GetVolumePath() == "" {
-		return nil, invalidArgument(errors.New("hostpath: volume path must not be empty"))
-	}
-	path := filepath.Clean(req.GetVolumePath())
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, err := d.requireVolumeLocked(id); err != nil {
-		return nil, err
-	}
-	rec, err := d.loadNode(id)
-	if err != nil {
-		return nil, internal(err)
-	}
-	if _, published := rec.Targets[path]; !published && path != rec.StagingPath {
-		return nil, status.Errorf(codes.NotFound, "hostpath: volume %s is not staged or published at %s", id, path)
-	}
-	return volumeStats(d.volumeDir(id))
-}
-
-// volumeStats measures dir like kubelet does: du for what is used, statfs
-// for the file system's total and available.
-func volumeStats(dir string) (*csi.NodeGetVolumeStatsResponse, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return nil, internal(fmt.Errorf("hostpath: statfs %s: %w", dir, err))
-	}
-	var usedBytes, usedInodes int64
-	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		usedInodes++
-		if info.Mode().IsRegular() {
-			usedBytes += info.Size()
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, internal(fmt.Errorf("hostpath: measure %s: %w", dir, err))
-	}
-	bsize := int64(st.Bsize)
-	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
-		{Unit: csi.VolumeUsage_BYTES, Total: int64(st.Blocks) * bsize, Available: int64(st.Bavail) * bsize, Used: usedBytes},
-		{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: usedInodes},
-	}}, nil
 }

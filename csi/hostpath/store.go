@@ -17,13 +17,17 @@ import (
 
 // On-disk layout under the root:
 //
-//	volumes/<volume-id>/                 the volume's data
-//	state/volumes/<volume-id>.json       volumeRecord, written by the controller
+//	volumes/<volume-id>/                   the volume's data
+//	snapshots/<snapshot-id>/               a snapshot's data, a copy of its volume's
+//	state/volumes/<volume-id>.json         volumeRecord, written by the controller
+//	state/snapshots/<snapshot-id>.json     snapshotRecord, written by the controller
+//	state/nodes/<node-id>/                 made by a node plugin when it starts: the node exists
 //	state/nodes/<node-id>/<volume-id>.json nodeRecord, written by that node
 //
 // A record is written to a temporary file and renamed into place, so a killed
 // plugin leaves either the old record or the new one. The controller and the
 // nodes write disjoint files, so they can run as separate processes on one root.
+// Secrets are never written.
 
 // volumeRecord is what the controller knows of a volume.
 type volumeRecord struct {
@@ -33,6 +37,30 @@ type volumeRecord struct {
 	Parameters    map[string]string `json:"parameters,omitempty"`
 	// NodeID is the node whose disk holds the volume (its topology).
 	NodeID string `json:"node_id"`
+	// SourceSnapshotID is the snapshot the volume was created from, if any.
+	SourceSnapshotID string `json:"source_snapshot_id,omitempty"`
+	// Attachments are the ControllerPublishVolume calls in force, by node ID
+	// (only with Config.AttachRequired).
+	Attachments map[string]attachment `json:"attachments,omitempty"`
+}
+
+// attachment is one ControllerPublishVolume of a volume to a node.
+type attachment struct {
+	// ID is a random token made at attach time and handed out in the
+	// publish context: a node call carrying an older attachment's ID is stale.
+	ID         string                               `json:"id"`
+	Readonly   bool                                 `json:"readonly"`
+	AccessMode csi.VolumeCapability_AccessMode_Mode `json:"access_mode"`
+}
+
+// snapshotRecord is what the controller knows of a snapshot.
+type snapshotRecord struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	SourceVolumeID string            `json:"source_volume_id"`
+	SizeBytes      int64             `json:"size_bytes"`
+	CreatedUnixNs  int64             `json:"created_unix_ns"`
+	Parameters     map[string]string `json:"parameters,omitempty"`
 }
 
 // nodeRecord is what one node knows of a volume: where it is staged and
@@ -54,7 +82,8 @@ type publication struct {
 func (r *nodeRecord) empty() bool { return r.StagingPath == "" && len(r.Targets) == 0 }
 
 const (
-	volumeIDPrefix = "hp-"
+	volumeIDPrefix   = "hp-"
+	snapshotIDPrefix = "hps-"
 	recordSuffix   = ".json"
 	tempPrefix     = ".tmp-"
 )
@@ -63,17 +92,35 @@ const (
 // are such IDs; other IDs are accepted everywhere else and simply not found.
 var volumeIDPattern = regexp.MustCompile(`^hp-[0-9a-f]{32}$`)
 
+// snapshotIDPattern matches the IDs CreateSnapshot hands out, and so the
+// ListSnapshots tokens.
+var snapshotIDPattern = regexp.MustCompile(`^hps-[0-9a-f]{32}$`)
+
 // volumeIDFor derives the volume ID from the CO's volume name, so that a
 // repeated CreateVolume finds its volume without an index.
-func volumeIDFor(name string) string {
+func volumeIDFor(name string) string { return idFor(volumeIDPrefix, name) }
+
+// snapshotIDFor derives the snapshot ID from the CO's snapshot name.
+func snapshotIDFor(name string) string { return idFor(snapshotIDPrefix, name) }
+
+func idFor(prefix, name string) string {
 	sum := sha256.Sum256([]byte(name))
-	return volumeIDPrefix + hex.EncodeToString(sum[:16])
+	return prefix + hex.EncodeToString(sum[:16])
 }
 
 func (d *Driver) volumesDir() string     { return filepath.Join(d.cfg.Root, "volumes") }
 func (d *Driver) volumeStateDir() string { return filepath.Join(d.cfg.Root, "state", "volumes") }
 func (d *Driver) nodesStateDir() string  { return filepath.Join(d.cfg.Root, "state", "nodes") }
 func (d *Driver) nodeStateDir() string   { return filepath.Join(d.nodesStateDir(), d.cfg.NodeID) }
+
+func (d *Driver) snapshotsDir() string { return filepath.Join(d.cfg.Root, "snapshots") }
+func (d *Driver) snapshotStateDir() string {
+	return filepath.Join(d.cfg.Root, "state", "snapshots")
+}
+func (d *Driver) snapshotDir(id string) string { return filepath.Join(d.snapshotsDir(), id) }
+func (d *Driver) snapshotFile(id string) string {
+	return filepath.Join(d.snapshotStateDir(), id+recordSuffix)
+}
 
 func (d *Driver) volumeDir(id string) string { return filepath.Join(d.volumesDir(), id) }
 func (d *Driver) volumeFile(id string) string {
@@ -85,6 +132,36 @@ func (d *Driver) nodeFile(id string) string { return filepath.Join(d.nodeStateDi
 func (d *Driver) loadVolume(id string) (rec volumeRecord, found bool, err error) {
 	found, err = readJSON(d.volumeFile(id), &rec)
 	return rec, found, err
+}
+
+// loadSnapshot reads the snapshot record of id; found is false if there is none.
+func (d *Driver) loadSnapshot(id string) (rec snapshotRecord, found bool, err error) {
+	found, err = readJSON(d.snapshotFile(id), &rec)
+	return rec, found, err
+}
+
+// nodeExists reports whether a node plugin of this ID has started on the root.
+func (d *Driver) nodeExists(id string) (bool, error) {
+	_, err := os.Stat(filepath.Join(d.nodesStateDir(), id))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("hostpath: check node %s: %w", id, err)
+}
+
+// nodeUses reports whether node stages or publishes volume id.
+func (d *Driver) nodeUses(node, id string) (bool, error) {
+	_, err := os.Stat(filepath.Join(d.nodesStateDir(), node, id+recordSuffix))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("hostpath: check node %s: %w", node, err)
 }
 
 // loadNode reads this node's record of volume id, or an empty one.
@@ -134,12 +211,12 @@ func (d *Driver) nodesUsing(id string) ([]string, error) {
 	}
 	var nodes []string
 	for _, e := range entries {
-		_, err := os.Stat(filepath.Join(d.nodesStateDir(), e.Name(), id+recordSuffix))
-		switch {
-		case err == nil:
+		uses, err := d.nodeUses(e.Name(), id)
+		if err != nil {
+			return nil, err
+		}
+		if uses {
 			nodes = append(nodes, e.Name())
-		case !errors.Is(err, fs.ErrNotExist):
-			return nil, fmt.Errorf("hostpath: check node %s: %w", e.Name(), err)
 		}
 	}
 	return nodes, nil
