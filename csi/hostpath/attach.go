@@ -223,5 +223,3 @@ func (d *Driver) attachedNodes(rec volumeRecord) ([]string, error) {
 func errInUse(id string, nodes []string) error {
 	return status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is still attached, staged or published on node %s", id, strings.Join(nodes, ", "))
 }
-
-

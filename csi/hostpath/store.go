@@ -84,8 +84,8 @@ func (r *nodeRecord) empty() bool { return r.StagingPath == "" && len(r.Targets)
 const (
 	volumeIDPrefix   = "hp-"
 	snapshotIDPrefix = "hps-"
-	recordSuffix   = ".json"
-	tempPrefix     = ".tmp-"
+	recordSuffix     = ".json"
+	tempPrefix       = ".tmp-"
 )
 
 // volumeIDPattern matches the IDs CreateVolume hands out. ListVolumes tokens
