@@ -1,8 +1,11 @@
 // Command hostpath-csi runs plugvisor's reference hostpath CSI plugin on a
 // unix socket until SIGTERM or SIGINT, then stops gracefully and removes the
-// socket. It logs what it does to stderr.
+// socket. It logs what it does to stderr. The plugin is as strict as the
+// drivers of real disks; `hostpath-csi -h` lists its rules, and the package
+// documentation of csi/hostpath gives each refusal's gRPC code.
 //
 //	hostpath-csi -endpoint /run/csi/hostpath.sock -root /var/lib/hostpath-csi -node-id node1 -mode monolith
+//	hostpath-csi -endpoint /run/csi/hostpath.sock -root /var/lib/hostpath-csi -node-id node1 -attach-required
 package main
 
 import (

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -46,6 +48,43 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		})
 	}
 	require.NoFileExists(t, filepath.Join(dir, "csi.sock"))
+}
+
+func TestHelpStatesTheStrictRulesWithAnExample(t *testing.T) {
+	var stderr bytes.Buffer
+	err := hostpath.Run(t.Context(), []string{"-h"}, &stderr)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	for _, want := range []string{
+		"a second staging path is FailedPrecondition",
+		"NodeUnstageVolume while any target is published is FailedPrecondition",
+		"NodePublishVolume before NodeStageVolume",
+		"-attach-required",
+		"ControllerPublishVolume to a second node is FailedPrecondition",
+		"Example:\n  hostpath-csi -endpoint unix:///run/csi/hostpath.sock",
+		"Secrets in requests are never logged",
+	} {
+		require.Contains(t, stderr.String(), want)
+	}
+}
+
+func TestRunPassesAttachRequired(t *testing.T) {
+	dir := hostpathtest.TempDir(t)
+	socket := filepath.Join(dir, "csi.sock")
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- hostpath.Run(ctx, []string{"-endpoint=" + socket, "-root=" + filepath.Join(dir, "root"), "-node-id=n1", "-attach-required"}, io.Discard)
+	}()
+	conn := hostpathtest.Dial(t, socket)
+	caps, err := csi.NewControllerClient(conn).ControllerGetCapabilities(t.Context(), &csi.ControllerGetCapabilitiesRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	var attach bool
+	for _, c := range caps.GetCapabilities() {
+		attach = attach || c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+	}
+	require.True(t, attach, "-attach-required advertises PUBLISH_UNPUBLISH_VOLUME")
+	cancel()
+	require.NoError(t, <-done)
 }
 
 func TestRunServesUntilCancelledThenRemovesTheSocket(t *testing.T) {

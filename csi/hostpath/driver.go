@@ -61,8 +61,9 @@ type Config struct {
 	Root string
 	// Mode selects the services (default ModeMonolith).
 	Mode Mode
-	// MaxVolumes is the number of volumes this node may stage at once,
-	// reported by NodeGetInfo; 0 means no limit.
+	// MaxVolumes is the number of volumes this node may stage at once, and
+	// with AttachRequired have attached, reported by NodeGetInfo; 0 means no
+	// limit.
 	MaxVolumes int64
 	// SymlinkFallback makes NodePublishVolume create a symbolic link at the
 	// target when a bind mount is not permitted (not root), instead of failing

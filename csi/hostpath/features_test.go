@@ -2,6 +2,7 @@ package hostpath_test
 
 import (
 	"bytes"
+	"flag"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -180,4 +181,15 @@ func TestSecretsAreNeverLoggedOrKept(t *testing.T) {
 	for path, content := range tree(t, p.srv.Driver.Config().Root) {
 		require.NotContains(t, content, secret, "in %s", path)
 	}
+}
+
+func TestArgsParseBackIntoTheSameConfig(t *testing.T) {
+	want := hostpath.Config{Name: "hp.example.com", Version: "2.0.0", NodeID: "n7", Root: "/var/lib/hp",
+		Mode: hostpath.ModeNode, MaxVolumes: 5, SymlinkFallback: true, AttachRequired: true}
+	var got hostpath.Config
+	fs := flag.NewFlagSet("hostpath-csi", flag.ContinueOnError)
+	got.RegisterFlags(fs)
+	require.NoError(t, fs.Parse(want.Args()))
+	require.Equal(t, want, got)
+	require.Contains(t, want.Args(), "-attach-required=true")
 }

@@ -26,7 +26,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeID, flagNodeID, c.NodeID, "node ID reported by NodeGetInfo, also the topology segment")
 	fs.StringVar(&c.Root, flagRoot, c.Root, "absolute directory holding volumes (<root>/volumes/<id>) and their state")
 	fs.Var(&c.Mode, flagMode, "services to serve besides Identity: controller, node or monolith (both)")
-	fs.Int64Var(&c.MaxVolumes, flagMaxVolumes, c.MaxVolumes, "volumes this node may stage at once, reported by NodeGetInfo (0: no limit)")
+	fs.Int64Var(&c.MaxVolumes, flagMaxVolumes, c.MaxVolumes, "volumes this node may stage at once (and, with -attach-required, have attached), reported by NodeGetInfo (0: no limit)")
 	fs.BoolVar(&c.SymlinkFallback, flagSymlinkFallback, c.SymlinkFallback, "publish with a symlink when a bind mount is not permitted (not root) instead of failing")
 	fs.BoolVar(&c.AttachRequired, flagAttachRequired, c.AttachRequired, "require ControllerPublishVolume to a node before it stages or publishes, "+
 		"and its publish_context on NodeStageVolume and NodePublishVolume, as drivers of network disks do")

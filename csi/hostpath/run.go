@@ -14,6 +14,36 @@ import (
 // DefaultRoot is where volumes live when -root is not given.
 const DefaultRoot = "/var/lib/hostpath-csi"
 
+// usageHead is what -h prints before the flags.
+const usageHead = `Usage: hostpath-csi -endpoint SOCKET [flags]
+       plugvisor hostpath-csi -endpoint SOCKET [flags]
+
+Serves plugvisor's reference CSI plugin on a unix socket until SIGTERM or
+SIGINT. A volume is a directory <root>/volumes/<id>; state is kept under
+<root>/state and survives a restart. Publishing bind-mounts the volume on the
+target (read-only when asked), which needs root.
+
+It is as strict as the drivers of real disks (each refusal is a gRPC status):
+  - a volume is staged once per node: a second staging path is FailedPrecondition;
+  - NodeUnstageVolume while any target is published is FailedPrecondition;
+  - NodePublishVolume before NodeStageVolume, or with another staging path,
+    is FailedPrecondition;
+  - DeleteVolume of a volume attached, staged or published is FailedPrecondition.
+With -attach-required it also advertises PUBLISH_UNPUBLISH_VOLUME and:
+  - NodeStageVolume or NodePublishVolume before ControllerPublishVolume to the
+    node is FailedPrecondition; without the publish_context it returned,
+    InvalidArgument; with a stale one, FailedPrecondition;
+  - ControllerPublishVolume to a second node is FailedPrecondition;
+  - ControllerUnpublishVolume while the node stages or publishes the volume
+    is FailedPrecondition.
+Secrets in requests are never logged or stored.
+
+Example:
+  hostpath-csi -endpoint unix:///run/csi/hostpath.sock -root /var/lib/hostpath-csi -node-id node1 -attach-required
+
+Flags:
+`
+
 // Run is the hostpath-csi command: it parses args, serves the plugin until
 // ctx is done, then stops it and removes the socket. Both the hostpath-csi
 // binary and `plugvisor hostpath-csi` (which the demo starts) run it.
@@ -28,6 +58,10 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	flags := flag.NewFlagSet("hostpath-csi", flag.ContinueOnError)
 	flags.SetOutput(stderr)
+	flags.Usage = func() {
+		fmt.Fprint(flags.Output(), usageHead)
+		flags.PrintDefaults()
+	}
 	endpoint := flags.String("endpoint", "", "unix socket to serve on: an absolute path (or unix:///path) of at most 107 bytes")
 	cfg.RegisterFlags(flags)
 	if err := flags.Parse(args); err != nil {
