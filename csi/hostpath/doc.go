@@ -7,10 +7,13 @@
 // two depends on Mode) over gRPC. All state lives in small JSON files under
 // <root>/state, written atomically, so a restarted plugin, or a controller and
 // node processes sharing one root, see the same volumes, snapshots,
-// attachments, stagings and publications. Node publication bind-mounts the
-// volume directory onto the target path, remounted read-only for a read-only
-// publish; that needs root. Config.SymlinkFallback publishes a symbolic link
-// instead when the bind mount is not permitted (never read-only).
+// attachments, stagings and publications. NodeStageVolume bind-mounts the
+// volume directory on the staging path, as a disk driver mounts the disk
+// there, and NodePublishVolume bind-mounts the staging path on the target,
+// remounted read-only for a read-only publish, so /proc/self/mountinfo shows
+// both. That needs root. Config.SymlinkFallback stages without a mount and
+// publishes a symbolic link instead when bind mounts are not permitted (never
+// read-only).
 //
 // # The strict rules
 //

@@ -21,6 +21,9 @@ const (
 	// HealthTargetNotMounted: a target the node bind-mounted the volume on
 	// is no longer a mount point (someone unmounted it behind the driver).
 	HealthTargetNotMounted = "TargetNotMounted"
+	// HealthStagingNotMounted: the staging path the node bind-mounted the
+	// volume on is no longer a mount point; staging again mounts it again.
+	HealthStagingNotMounted = "StagingNotMounted"
 )
 
 // ControllerGetVolumeHealth reports whether a volume's directory is in
@@ -39,10 +42,10 @@ func (s *controllerServer) ControllerGetVolumeHealth(_ context.Context, req *csi
 	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: id, HealthStatuses: d.dirHealth(id)}}, nil
 }
 
-// NodeGetVolumeHealth reports whether a volume's directory is in place and
-// whether the targets this node bind-mounted it on (the one at
-// volume_publish_path, or all) are still mount points. An unknown volume
-// fails with NotFound.
+// NodeGetVolumeHealth reports whether a volume's directory is in place, and
+// whether the staging path and the targets this node bind-mounted it on (the
+// target at volume_publish_path, or all) are still mount points. An unknown
+// volume fails with NotFound.
 func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
@@ -66,6 +69,12 @@ func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolu
 		return nil, internal(err)
 	}
 	health := d.dirHealth(id)
+	if rec.StagingMounted {
+		if mounted, err := mount.IsMountPoint(rec.StagingPath); err != nil || !mounted {
+			health = append(health, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: HealthStagingNotMounted,
+				Message: "hostpath: not a mount point any more: " + rec.StagingPath})
+		}
+	}
 	var unmounted []string
 	for _, target := range slices.Sorted(maps.Keys(rec.Targets)) {
 		if rec.Targets[target].Symlink || (only != "" && target != only) {

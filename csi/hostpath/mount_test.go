@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/internal/mount"
 )
 
@@ -23,6 +24,7 @@ func TestBindMount(t *testing.T) {
 	cfg := config(t)
 	cfg.SymlinkFallback = false // a bind mount or nothing
 	p, id, staging := stagedVolume(t, cfg)
+	requireMounted(t, staging, true)
 	rw, ro := p.path("rw"), p.path("ro")
 	_, err := p.node.NodePublishVolume(t.Context(), publishReq(id, staging, rw, false))
 	require.NoError(t, err)
@@ -54,6 +56,35 @@ func TestBindMount(t *testing.T) {
 	require.NoDirExists(t, rw)
 	require.NoDirExists(t, ro)
 	require.FileExists(t, filepath.Join(volume, "hello.txt"), "unpublishing keeps the data")
+	p.unstage(t, id, staging)
+	requireMounted(t, staging, false)
+	require.DirExists(t, staging, "the staging directory belongs to the CO")
+}
+
+// TestStagingAgainMountsWhatWasLost unmounts a staging path behind the
+// driver's back, as a reboot does: the node's health says so, and staging
+// again at the same path mounts it again.
+func TestStagingAgainMountsWhatWasLost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skipf("bind mounts need root and this test runs as uid %d", os.Geteuid())
+	}
+	cfg := config(t)
+	cfg.SymlinkFallback = false
+	p, id, staging := stagedVolume(t, cfg)
+	require.NoError(t, mount.Unmount(staging))
+
+	health, err := p.node.NodeGetVolumeHealth(t.Context(), &csi.NodeGetVolumeHealthRequest{VolumeId: id})
+	require.NoError(t, err)
+	require.Len(t, health.GetVolumeHealth().GetHealthStatuses(), 1)
+	require.Equal(t, hostpath.HealthStagingNotMounted, health.GetVolumeHealth().GetHealthStatuses()[0].GetReason())
+
+	p.stage(t, id, staging)
+	requireMounted(t, staging, true)
+	health, err = p.node.NodeGetVolumeHealth(t.Context(), &csi.NodeGetVolumeHealthRequest{VolumeId: id})
+	require.NoError(t, err)
+	require.Empty(t, health.GetVolumeHealth().GetHealthStatuses())
+	p.unstage(t, id, staging)
+	requireMounted(t, staging, false)
 }
 
 // requireMounted checks /proc/self/mountinfo for target.

@@ -86,9 +86,9 @@ func (d *Driver) updateNode(id string, change func(rec *nodeRecord) (changed boo
 	return err
 }
 
-// NodeStageVolume records that the volume is staged at the staging path,
-// creating that directory if needed. Nothing is mounted there: publication
-// binds the volume directory itself. Staging again at the same path succeeds;
+// NodeStageVolume bind-mounts the volume directory on the staging path,
+// creating that directory if needed, and records it; publications bind the
+// staging path onward, as drivers of disks mount the disk there. Staging again at the same path succeeds;
 // at another path it fails with FailedPrecondition: a volume is staged once
 // per node. With AttachRequired, a volume not attached to this node, or a
 // publish context of another attachment, fails with FailedPrecondition, and
@@ -113,26 +113,87 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 			return false, err
 		}
 		switch rec.StagingPath {
-		case staging:
-			return false, nil
-		case "":
+		case staging, "":
 		default:
 			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is already staged at %s: a volume is staged once per node; publish it from there", id, rec.StagingPath)
 		}
-		if err := d.checkStagingLimit(); err != nil {
-			return false, err
-		}
-		if err := os.MkdirAll(staging, 0o750); err != nil {
-			return false, internal(fmt.Errorf("hostpath: create staging path: %w", err))
-		}
-		rec.StagingPath = staging
-		d.log.Info("hostpath: staging volume", "volume_id", id, "staging_path", staging)
-		return true, nil
+		return d.stageRecorded(rec, staging)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageRecorded records the staging, then bind-mounts the volume directory
+// on the staging path (record first, as for publications), then records
+// whether it is mounted. Staging again at the same path mounts again what a
+// reboot or an admin unmounted. When the bind mount is not permitted and
+// SymlinkFallback is set, the staging is recorded without a mount, and
+// publications bind (or link) the volume directory itself.
+func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, err error) {
+	again := rec.StagingPath == staging
+	if !again {
+		if err := d.checkStagingLimit(); err != nil {
+			return false, err
+		}
+		if _, err := os.Lstat(staging); errors.Is(err, fs.ErrNotExist) {
+			// The CO creates it; made here, it goes again if staging fails.
+			defer func() {
+				if rec.StagingPath == "" {
+					d.removeTarget(staging)
+				}
+			}()
+		}
+		if err := os.MkdirAll(staging, 0o750); err != nil {
+			return false, internal(fmt.Errorf("hostpath: create staging path: %w", err))
+		}
+		rec.StagingPath, rec.StagingMounted = staging, false
+		if err := d.saveNode(*rec); err != nil {
+			return false, internal(err)
+		}
+		d.log.Info("hostpath: staging volume", "volume_id", rec.VolumeID, "staging_path", staging)
+	}
+	mounted, err := mount.IsMountPoint(staging)
+	switch {
+	case err != nil:
+		return !again, internal(err)
+	case mounted && !again:
+		rec.StagingPath = ""
+		return true, status.Errorf(codes.FailedPrecondition, "hostpath: staging path %s is already a mount point", staging)
+	case mounted:
+		return false, nil
+	case !rec.StagingMounted && again:
+		return false, nil // staged without a mount (SymlinkFallback)
+	}
+	err = mount.Bind(d.volumeDir(rec.VolumeID), staging, false)
+	if needsRoot, denied := d.bindDenied(err); denied {
+		if !d.cfg.SymlinkFallback {
+			if !again {
+				rec.StagingPath = ""
+			}
+			return !again, status.Error(codes.FailedPrecondition, needsRoot+"; run the plugin as root, or with -symlink-fallback")
+		}
+		d.log.Warn("hostpath: bind mount not permitted, staged without a mount (-symlink-fallback)", "staging_path", staging, "reason", needsRoot)
+		return !again, nil
+	}
+	if err != nil {
+		if !again {
+			rec.StagingPath = ""
+		}
+		return true, internal(fmt.Errorf("hostpath: %w", err))
+	}
+	rec.StagingMounted = true
+	return true, nil
+}
+
+// bindDenied reports whether a bind mount failed for want of privilege, and
+// says so in a message.
+func (d *Driver) bindDenied(err error) (string, bool) {
+	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, mount.ErrUnsupported) {
+		return "", false
+	}
+	return fmt.Sprintf("hostpath: bind mount needs root: %v (running as uid %d)", err, os.Geteuid()), true
 }
 
 // checkStagingLimit fails with ResourceExhausted when this node already
@@ -152,8 +213,8 @@ func (d *Driver) checkStagingLimit() error {
 	return nil
 }
 
-// NodeUnstageVolume forgets the staging. The staging directory belongs to the
-// CO and stays. A volume that is not staged there is already unstaged; one
+// NodeUnstageVolume unmounts the staging path and forgets the staging. The
+// staging directory belongs to the CO and stays. A volume that is not staged there is already unstaged; one
 // still published fails with FailedPrecondition.
 func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	d := s.d
@@ -169,8 +230,11 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 		if len(rec.Targets) > 0 {
 			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is still published at %v", id, slices.Sorted(maps.Keys(rec.Targets)))
 		}
-		rec.StagingPath = ""
-		d.log.Info("hostpath: unstaging volume", "volume_id", id, "staging_path", staging)
+		if err := unmountAll(staging); err != nil {
+			return false, err
+		}
+		rec.StagingPath, rec.StagingMounted = "", false
+		d.log.Info("hostpath: unstaged volume", "volume_id", id, "staging_path", staging)
 		return true, nil
 	})
 	if err != nil {
@@ -249,7 +313,7 @@ func (d *Driver) publishRecorded(rec *nodeRecord, target string, want publicatio
 	if err := d.saveNode(*rec); err != nil {
 		return false, internal(err)
 	}
-	want.Symlink, err = d.publish(d.volumeDir(rec.VolumeID), target, want.Readonly, again)
+	want.Symlink, err = d.publish(d.publishSource(*rec), target, want.Readonly, again)
 	if err != nil {
 		if !again {
 			delete(rec.Targets, target)
@@ -264,6 +328,15 @@ func (d *Driver) publishRecorded(rec *nodeRecord, target string, want publicatio
 	}
 	d.log.Info("hostpath: published volume", "volume_id", rec.VolumeID, "target_path", target, "readonly", want.Readonly, "how", how)
 	return true, nil
+}
+
+// publishSource is what publications bind: the staging path where the
+// volume is mounted, else the volume directory.
+func (d *Driver) publishSource(rec nodeRecord) string {
+	if rec.StagingMounted {
+		return rec.StagingPath
+	}
+	return d.volumeDir(rec.VolumeID)
 }
 
 // singleWriterConflict fails with FailedPrecondition when publishing at
@@ -322,11 +395,10 @@ func (d *Driver) publish(source, target string, readonly, again bool) (symlink b
 	if err == nil {
 		return false, nil
 	}
-	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, mount.ErrUnsupported) {
-		return false, internal(fmt.Errorf("hostpath: %w", err))
-	}
-	needsRoot := fmt.Sprintf("hostpath: bind mount needs root: %v (running as uid %d)", err, os.Geteuid())
+	needsRoot, denied := d.bindDenied(err)
 	switch {
+	case !denied:
+		return false, internal(fmt.Errorf("hostpath: %w", err))
 	case !d.cfg.SymlinkFallback:
 		return false, status.Error(codes.FailedPrecondition, needsRoot+"; run the plugin as root, or with -symlink-fallback")
 	case readonly:
@@ -342,11 +414,12 @@ func (d *Driver) publish(source, target string, readonly, again bool) (symlink b
 	return true, nil
 }
 
-// removeTarget removes a target directory publish created, if it is still
-// an empty directory, so a failed publication leaves the target as it was.
-func (d *Driver) removeTarget(target string) {
-	if err := syscall.Rmdir(target); err != nil && !errors.Is(err, syscall.ENOENT) {
-		d.log.Warn("hostpath: could not remove target path after failed publication", "target_path", target, "error", err)
+// removeTarget removes a target or staging directory the driver created, if
+// it is still an empty directory, so a failed publication or staging leaves
+// the path as it was.
+func (d *Driver) removeTarget(path string) {
+	if err := syscall.Rmdir(path); err != nil && !errors.Is(err, syscall.ENOENT) {
+		d.log.Warn("hostpath: could not remove the directory it made after a failure", "path", path, "error", err)
 	}
 }
 
@@ -395,23 +468,34 @@ func unpublish(target string) error {
 		}
 		return nil
 	}
-	for unmounts := 0; ; unmounts++ {
-		mounted, err := mount.IsMountPoint(target)
-		if err != nil {
-			return internal(err)
-		}
-		if !mounted {
-			break
-		}
-		if unmounts == maxStackedMounts {
-			return internal(fmt.Errorf("hostpath: %s is still a mount point after %d unmounts", target, unmounts))
-		}
-		if err := mount.Unmount(target); err != nil {
-			return internal(fmt.Errorf("hostpath: %w", err))
-		}
+	if err := unmountAll(target); err != nil {
+		return err
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return internal(fmt.Errorf("hostpath: remove target path: %w", err))
 	}
 	return nil
+}
+
+// unmountAll unmounts every mount stacked on path; a path that is not a
+// mount point, or does not exist, is left as it is.
+func unmountAll(path string) error {
+	for unmounts := 0; ; unmounts++ {
+		mounted, err := mount.IsMountPoint(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return internal(err)
+		}
+		if !mounted {
+			return nil
+		}
+		if unmounts == maxStackedMounts {
+			return internal(fmt.Errorf("hostpath: %s is still a mount point after %d unmounts", path, unmounts))
+		}
+		if err := mount.Unmount(path); err != nil {
+			return internal(fmt.Errorf("hostpath: %w", err))
+		}
+	}
 }

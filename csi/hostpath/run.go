@@ -20,8 +20,9 @@ const usageHead = `Usage: hostpath-csi -endpoint SOCKET [flags]
 
 Serves plugvisor's reference CSI plugin on a unix socket until SIGTERM or
 SIGINT. A volume is a directory <root>/volumes/<id>; state is kept under
-<root>/state and survives a restart. Publishing bind-mounts the volume on the
-target (read-only when asked), which needs root.
+<root>/state and survives a restart. Staging bind-mounts the volume on the
+staging path, publishing bind-mounts that on the target (read-only when
+asked); both need root, or -symlink-fallback.
 
 It is as strict as the drivers of real disks (each refusal is a gRPC status):
   - a volume is staged once per node: a second staging path is FailedPrecondition;

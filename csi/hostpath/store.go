@@ -66,9 +66,12 @@ type snapshotRecord struct {
 // nodeRecord is what one node knows of a volume: where it is staged and
 // published. It is deleted when the volume is neither.
 type nodeRecord struct {
-	VolumeID    string                 `json:"volume_id"`
-	StagingPath string                 `json:"staging_path,omitempty"`
-	Targets     map[string]publication `json:"targets,omitempty"`
+	VolumeID    string `json:"volume_id"`
+	StagingPath string `json:"staging_path,omitempty"`
+	// StagingMounted says the volume directory is bind-mounted on StagingPath
+	// (not when staged with SymlinkFallback and no privilege).
+	StagingMounted bool                   `json:"staging_mounted,omitempty"`
+	Targets        map[string]publication `json:"targets,omitempty"`
 }
 
 // publication is one NodePublishVolume target.

@@ -112,8 +112,8 @@ func TestKilledProcessRestartsWithItsState(t *testing.T) {
 
 // TestSymlinkFallback runs the plugin as an unprivileged user (uid 65534
 // when the test is root), where bind mounts are not permitted: without
-// -symlink-fallback publishing fails and says why, with it the target is a
-// symlink to the volume.
+// -symlink-fallback staging fails and says why, with it the staging is
+// recorded without a mount and the target is a symlink to the volume.
 func TestSymlinkFallback(t *testing.T) {
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
@@ -123,7 +123,7 @@ func TestSymlinkFallback(t *testing.T) {
 		name     string
 		fallback bool
 	}{
-		{"without the fallback publishing fails", false},
+		{"without the fallback staging fails", false},
 		{"with the fallback the target is a symlink", true},
 	}
 	for _, tt := range tests {
@@ -140,16 +140,20 @@ func TestSymlinkFallback(t *testing.T) {
 			})
 			c := connect(t, p.Endpoint)
 			staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
-			id := c.createAndStage(t, "v", staging)
-
-			err := c.publish(t.Context(), id, staging, target)
 			if !tt.fallback {
+				vol, err := c.ctrl.CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{writer}})
+				require.NoError(t, err)
+				_, err = c.node.NodeStageVolume(t.Context(), &csi.NodeStageVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId(), StagingTargetPath: staging, VolumeCapability: writer})
 				require.Equal(t, codes.FailedPrecondition, status.Code(err), "error: %v", err)
 				require.Contains(t, status.Convert(err).Message(), "hostpath: bind mount needs root: ")
-				require.NoDirExists(t, target, "a failed publication leaves no target")
+				require.NoDirExists(t, staging, "a failed staging leaves no staging directory it made")
+				_, err = c.node.NodeUnstageVolume(t.Context(), &csi.NodeUnstageVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId(), StagingTargetPath: staging})
+				require.NoError(t, err, "nothing is staged, so nothing is left to unstage")
 				return
 			}
-			require.NoError(t, err)
+			id := c.createAndStage(t, "v", staging)
+			require.Contains(t, p.Output(), "staged without a mount")
+			require.NoError(t, c.publish(t.Context(), id, staging, target))
 			link, err := os.Readlink(target)
 			require.NoError(t, err)
 			require.Equal(t, filepath.Join(root, "volumes", id), link)
