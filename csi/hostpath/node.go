@@ -88,9 +88,10 @@ func (d *Driver) updateNode(id string, change func(rec *nodeRecord) (changed boo
 
 // NodeStageVolume bind-mounts the volume directory on the staging path,
 // creating that directory if needed, and records it; publications bind the
-// staging path onward, as drivers of disks mount the disk there. Staging again at the same path succeeds;
-// at another path it fails with FailedPrecondition: a volume is staged once
-// per node. With AttachRequired, a volume not attached to this node, or a
+// staging path onward, as drivers of disks mount the disk there. Staging
+// again at the same path succeeds (and mounts again what was unmounted); at
+// another path it fails with FailedPrecondition: a volume is staged once per
+// node. With AttachRequired, a volume not attached to this node, or a
 // publish context of another attachment, fails with FailedPrecondition, and
 // a missing publish context with InvalidArgument. Staging more volumes than
 // MaxVolumes fails with ResourceExhausted. Secrets are neither kept nor logged.
@@ -162,9 +163,10 @@ func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, e
 		rec.StagingPath = ""
 		return true, status.Errorf(codes.FailedPrecondition, "hostpath: staging path %s is already a mount point", staging)
 	case mounted:
-		return false, nil
-	case !rec.StagingMounted && again:
-		return false, nil // staged without a mount (SymlinkFallback)
+		// Mounted before a killed plugin could record it, or long since.
+		changed = !rec.StagingMounted
+		rec.StagingMounted = true
+		return changed, nil
 	}
 	err = mount.Bind(d.volumeDir(rec.VolumeID), staging, false)
 	if needsRoot, denied := d.bindDenied(err); denied {
@@ -214,8 +216,9 @@ func (d *Driver) checkStagingLimit() error {
 }
 
 // NodeUnstageVolume unmounts the staging path and forgets the staging. The
-// staging directory belongs to the CO and stays. A volume that is not staged there is already unstaged; one
-// still published fails with FailedPrecondition.
+// staging directory belongs to the CO and stays. A volume that is not staged
+// there is already unstaged; one still published fails with
+// FailedPrecondition.
 func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
