@@ -166,3 +166,57 @@ func TestSymlinkFallback(t *testing.T) {
 		})
 	}
 }
+
+// TestKilledAttachRequiredProcessKeepsItsAttachment kills a plugin run with
+// -attach-required while a volume is attached, staged and published: the
+// restarted plugin still refuses to detach or unstage it, takes the old
+// publish context, and lets the volume go in order.
+func TestKilledAttachRequiredProcessKeepsItsAttachment(t *testing.T) {
+	dir := hostpathtest.TempDir(t)
+	cfg := hostpathtest.ProcessConfig{
+		Endpoint: filepath.Join(dir, "csi.sock"),
+		Driver:   hostpath.Config{Root: filepath.Join(dir, "root"), NodeID: "node-1", SymlinkFallback: true, AttachRequired: true},
+	}
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
+	first := hostpathtest.StartProcess(t, cfg)
+	c := connect(t, cfg.Endpoint)
+	vol, err := c.ctrl.CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "attached", VolumeCapabilities: []*csi.VolumeCapability{writer}})
+	require.NoError(t, err)
+	id := vol.GetVolume().GetVolumeId()
+	attached, err := c.ctrl.ControllerPublishVolume(t.Context(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-1", VolumeCapability: writer})
+	require.NoError(t, err)
+	pc := attached.GetPublishContext()
+	stage := &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: writer, PublishContext: pc}
+	_, err = c.node.NodeStageVolume(t.Context(), stage)
+	require.NoError(t, err)
+	publish := &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: writer, PublishContext: pc}
+	_, err = c.node.NodePublishVolume(t.Context(), publish)
+	require.NoError(t, err)
+
+	first.Kill()
+	require.ErrorContains(t, first.Wait(), "signal: killed")
+	second := hostpathtest.StartProcess(t, cfg)
+	_, err = c.id.Probe(t.Context(), &csi.ProbeRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+
+	detach := &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: "node-1"}
+	_, err = c.ctrl.ControllerUnpublishVolume(t.Context(), detach)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "detaching a published volume: %v", err)
+	unstage := &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}
+	_, err = c.node.NodeUnstageVolume(t.Context(), unstage)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "unstaging a published volume: %v", err)
+	_, err = c.node.NodeStageVolume(t.Context(), stage)
+	require.NoError(t, err, "the publish context from before the restart is still the attachment's")
+	_, err = c.node.NodePublishVolume(t.Context(), publish)
+	require.NoError(t, err)
+
+	_, err = c.node.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	require.NoError(t, err)
+	_, err = c.node.NodeUnstageVolume(t.Context(), unstage)
+	require.NoError(t, err)
+	_, err = c.ctrl.ControllerUnpublishVolume(t.Context(), detach)
+	require.NoError(t, err)
+	_, err = c.ctrl.DeleteVolume(t.Context(), &csi.DeleteVolumeRequest{VolumeId: id})
+	require.NoError(t, err)
+	require.NoError(t, second.Stop())
+}
