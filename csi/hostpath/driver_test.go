@@ -241,6 +241,8 @@ func TestIdentity(t *testing.T) {
 		csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
 	}, serviceTypes(caps))
 
+	require.Equal(t, csi.PluginCapability_VolumeExpansion_ONLINE, caps.GetCapabilities()[len(caps.GetCapabilities())-1].GetVolumeExpansion().GetType())
+
 	probe, err := p.id.Probe(t.Context(), &csi.ProbeRequest{})
 	require.NoError(t, err)
 	require.True(t, probe.GetReady().GetValue())
@@ -254,7 +256,9 @@ func TestIdentity(t *testing.T) {
 func serviceTypes(resp *csi.GetPluginCapabilitiesResponse) []csi.PluginCapability_Service_Type {
 	var types []csi.PluginCapability_Service_Type
 	for _, c := range resp.GetCapabilities() {
-		types = append(types, c.GetService().GetType())
+		if c.GetService() != nil {
+			types = append(types, c.GetService().GetType())
+		}
 	}
 	return types
 }

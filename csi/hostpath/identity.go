@@ -27,7 +27,8 @@ func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 }
 
 // GetPluginCapabilities advertises the controller service (when this driver
-// serves it) and volume accessibility constraints (volumes stay on their node).
+// serves it), volume accessibility constraints (volumes stay on their node)
+// and online volume expansion (a volume grows while published).
 func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	services := []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}
 	if s.d.cfg.Mode.controller() {
@@ -36,6 +37,8 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	caps := capabilities(func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 	}, services...)
+	caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+		VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}})
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
