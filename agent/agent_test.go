@@ -14,7 +14,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/messages"
@@ -81,8 +81,8 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 	}}})
 	require.NoError(t, err)
 	require.NoError(t, client.Close())
-	vol := catalog.NewCSIVolume(created.GetVolume().GetVolumeId(), 0)
-	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hp", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	vol := model.NewCSIVolume(created.GetVolume().GetVolumeId(), 0)
+	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	_, err = a.Catalog().RegisterVolume(ctx, vol)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

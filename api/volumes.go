@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // VolumeBody registers a volume: POST /v1/volumes.
@@ -53,7 +53,7 @@ type VolumeJSON struct {
 	ModifyIndex    uint64              `json:"modify_index"`
 }
 
-func volumeJSON(v *catalog.CSIVolume) VolumeJSON {
+func volumeJSON(v *model.CSIVolume) VolumeJSON {
 	out := VolumeJSON{
 		ID: v.ID, Namespace: v.Namespace, PluginID: v.PluginID,
 		AccessMode: string(v.AccessMode), AttachmentMode: string(v.AttachmentMode),
@@ -102,21 +102,21 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &body); err != nil {
 		return err
 	}
-	access, err := catalog.ParseAccessMode(body.AccessMode)
+	access, err := model.ParseAccessMode(body.AccessMode)
 	if err != nil {
 		return err
 	}
-	attach, err := catalog.ParseAttachmentMode(body.AttachmentMode)
+	attach, err := model.ParseAttachmentMode(body.AttachmentMode)
 	if err != nil {
 		return err
 	}
-	v := catalog.NewCSIVolume(body.ID, 0)
+	v := model.NewCSIVolume(body.ID, 0)
 	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode = body.Namespace, body.PluginID, access, attach
 	if v.Namespace == "" {
-		v.Namespace = catalog.DefaultNamespace
+		v.Namespace = model.DefaultNamespace
 	}
 	for _, seg := range body.Topologies {
-		v.Topologies = append(v.Topologies, &catalog.Topology{Segments: seg})
+		v.Topologies = append(v.Topologies, &model.Topology{Segments: seg})
 	}
 	got, err := s.Catalog.RegisterVolume(r.Context(), v)
 	if err != nil {
@@ -204,7 +204,7 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 
 // mountTarget decodes a mount or unmount body and finds the volume and
 // the mounter of its plugin.
-func (s *Server) mountTarget(w http.ResponseWriter, r *http.Request) (MountBody, *catalog.CSIVolume, *csi.Mounter, error) {
+func (s *Server) mountTarget(w http.ResponseWriter, r *http.Request) (MountBody, *model.CSIVolume, *csi.Mounter, error) {
 	var body MountBody
 	if err := s.needVolumes(); err != nil {
 		return body, nil, nil, err
@@ -271,12 +271,12 @@ var errorClasses = []struct {
 	status int
 	errs   []error
 }{
-	{http.StatusBadRequest, []error{csi.ErrCatalogInvalid, csi.ErrInvalidVolumeRequest, catalog.ErrInvalidVolume,
-		catalog.ErrInvalidClaim, catalog.ErrUnknownAccessMode, catalog.ErrUnknownAttachmentMode, catalog.ErrUnknownClaimMode}},
-	{http.StatusNotFound, []error{csi.ErrVolumeNotFound, csi.ErrPluginNotFound, csi.ErrNotMounted, catalog.ErrClaimNotFound}},
-	{http.StatusConflict, []error{csi.ErrClaimRefused, csi.ErrVolumeInUse, catalog.ErrWriteClaimRefused, catalog.ErrVolumeMaxClaims,
-		catalog.ErrNodeConflict, catalog.ErrClaimModeConflict, catalog.ErrClaimReleasing, catalog.ErrVolumeUnschedulable,
-		catalog.ErrPluginMismatch}},
+	{http.StatusBadRequest, []error{csi.ErrCatalogInvalid, csi.ErrInvalidVolumeRequest, model.ErrInvalidVolume,
+		model.ErrInvalidClaim, model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode}},
+	{http.StatusNotFound, []error{csi.ErrVolumeNotFound, csi.ErrPluginNotFound, csi.ErrNotMounted, model.ErrClaimNotFound}},
+	{http.StatusConflict, []error{csi.ErrClaimRefused, csi.ErrVolumeInUse, model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims,
+		model.ErrNodeConflict, model.ErrClaimModeConflict, model.ErrClaimReleasing, model.ErrVolumeUnschedulable,
+		model.ErrPluginMismatch}},
 	{http.StatusServiceUnavailable, []error{csi.ErrCatalogShutdown, csi.ErrVolumesShutDown}},
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -78,7 +78,7 @@ type catalogWrite struct {
 	// or CSIPluginFingerprinted (which nobody waits for).
 	cmd     proto.Message
 	replyTo *actor.PID
-	volume  *catalog.CSIVolume // the volume the answer carries
+	volume  *model.CSIVolume // the volume the answer carries
 	ops     []storage.Op
 	err     error // a refusal decided against the working state
 }
@@ -188,8 +188,8 @@ func (a *catalogActor) apply(w *catalogWrite) error {
 
 func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolume) (catalogChange, error) {
 	var change catalogChange
-	v := catalog.VolumeFromProto(cmd.GetVolume())
-	v.Namespace = cmp.Or(v.Namespace, catalog.DefaultNamespace)
+	v := model.VolumeFromProto(cmd.GetVolume())
+	v.Namespace = cmp.Or(v.Namespace, model.DefaultNamespace)
 	key, err := catalogVolumeKey(v.Namespace, v.ID)
 	if err == nil {
 		err = checkRegistration(v)
@@ -211,7 +211,7 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	if old != nil {
 		v.CreateIndex, v.ResourceExhausted = old.CreateIndex, old.ResourceExhausted
 	}
-	v.Health = catalog.PluginHealth(a.state.plugins[v.PluginID])
+	v.Health = model.PluginHealth(a.state.plugins[v.PluginID])
 	change.putVolume(key, v)
 	w.volume = v
 	return change, nil
@@ -219,7 +219,7 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 
 // checkRegistration checks the description of a volume to register: safe
 // IDs, known modes, well-formed topologies, and no claims.
-func checkRegistration(v *catalog.CSIVolume) error {
+func checkRegistration(v *model.CSIVolume) error {
 	if err := registry.ValidateID("plugin ID", v.PluginID); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
 	}
@@ -233,7 +233,7 @@ func checkRegistration(v *catalog.CSIVolume) error {
 }
 
 // claimants lists, sorted, the allocs that hold claims on v.
-func claimants(v *catalog.CSIVolume) string {
+func claimants(v *model.CSIVolume) string {
 	allocs := slices.Concat(slices.Collect(maps.Keys(v.ReadClaims)), slices.Collect(maps.Keys(v.WriteClaims)))
 	slices.Sort(allocs)
 	return strings.Join(allocs, ", ")
@@ -261,11 +261,11 @@ func (a *catalogActor) applyDeregister(w *catalogWrite, cmd *messages.Deregister
 func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (catalogChange, error) {
 	var change catalogChange
 	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
-	claim := &catalog.Claim{
+	claim := &model.Claim{
 		AllocID: cmd.GetAllocId(),
 		NodeID:  cmp.Or(cmd.GetNodeId(), a.nodeID),
-		Mode:    catalog.ClaimMode(cmd.GetMode()),
-		State:   catalog.ClaimStateTaken,
+		Mode:    model.ClaimMode(cmd.GetMode()),
+		State:   model.ClaimStateTaken,
 	}
 	if err := cmp.Or(err, checkClaim(claim), checkUsage(cmd)); err != nil {
 		return change, err
@@ -278,11 +278,11 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 		w.err = err
 		return change, nil
 	}
-	return a.changeClaims(w, key, v, func(v *catalog.CSIVolume) error { return v.Claim(claim) }), nil
+	return a.changeClaims(w, key, v, func(v *model.CSIVolume) error { return v.Claim(claim) }), nil
 }
 
 // checkClaim checks a claim's alloc, node and mode on their face.
-func checkClaim(c *catalog.Claim) error {
+func checkClaim(c *model.Claim) error {
 	if err := cmp.Or(registry.ValidateID("alloc ID", c.AllocID), registry.ValidateID("node ID", c.NodeID)); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
 	}
@@ -300,10 +300,10 @@ func checkUsage(cmd *messages.ClaimVolume) error {
 		problems = append(problems, registry.ValidateID("plugin ID", cmd.GetPluginId()))
 	}
 	if cmd.GetAccessMode() != "" {
-		problems = append(problems, catalog.AccessMode(cmd.GetAccessMode()).Validate())
+		problems = append(problems, model.AccessMode(cmd.GetAccessMode()).Validate())
 	}
 	if cmd.GetAttachmentMode() != "" {
-		problems = append(problems, catalog.AttachmentMode(cmd.GetAttachmentMode()).Validate())
+		problems = append(problems, model.AttachmentMode(cmd.GetAttachmentMode()).Validate())
 	}
 	if err := cmp.Or(problems...); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
@@ -313,7 +313,7 @@ func checkUsage(cmd *messages.ClaimVolume) error {
 
 // usageConflict refuses a claim that reaches v through another plugin, or
 // asks for other modes than v's.
-func usageConflict(v *catalog.CSIVolume, cmd *messages.ClaimVolume) error {
+func usageConflict(v *model.CSIVolume, cmd *messages.ClaimVolume) error {
 	if cmp.Or(cmd.GetPluginId(), v.PluginID) == v.PluginID &&
 		cmp.Or(cmd.GetAccessMode(), string(v.AccessMode)) == string(v.AccessMode) &&
 		cmp.Or(cmd.GetAttachmentMode(), string(v.AttachmentMode)) == string(v.AttachmentMode) {
@@ -327,16 +327,16 @@ func usageConflict(v *catalog.CSIVolume, cmd *messages.ClaimVolume) error {
 func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume) (catalogChange, error) {
 	var change catalogChange
 	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
-	claim := &catalog.Claim{
+	claim := &model.Claim{
 		AllocID: cmd.GetAllocId(),
 		NodeID:  a.nodeID,
-		Mode:    catalog.ClaimModeRead,
-		State:   catalog.ClaimState(cmp.Or(cmd.GetState(), string(catalog.ClaimStateReadyToFree))),
+		Mode:    model.ClaimModeRead,
+		State:   model.ClaimState(cmp.Or(cmd.GetState(), string(model.ClaimStateReadyToFree))),
 	}
 	if err := cmp.Or(err, checkClaim(claim)); err != nil {
 		return change, err
 	}
-	if claim.State == catalog.ClaimStateTaken {
+	if claim.State == model.ClaimStateTaken {
 		return change, catalogErrorf(ErrCatalogInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
 			claim.AllocID, claim.State)
 	}
@@ -352,12 +352,12 @@ func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume
 	if held != nil {
 		claim.NodeID, claim.Mode = held.NodeID, held.Mode
 	}
-	return a.changeClaims(w, key, v, func(v *catalog.CSIVolume) error { return v.ClaimRelease(claim) }), nil
+	return a.changeClaims(w, key, v, func(v *model.CSIVolume) error { return v.ClaimRelease(claim) }), nil
 }
 
 // changeClaims runs a claim operation on a copy of v and returns the change
 // it makes: none when it is refused (w.err says why) or changes no claim.
-func (a *catalogActor) changeClaims(w *catalogWrite, key volumeKey, v *catalog.CSIVolume, op func(*catalog.CSIVolume) error) catalogChange {
+func (a *catalogActor) changeClaims(w *catalogWrite, key volumeKey, v *model.CSIVolume, op func(*model.CSIVolume) error) catalogChange {
 	var change catalogChange
 	changed := v.Copy()
 	if err := op(changed); err != nil {
@@ -365,8 +365,8 @@ func (a *catalogActor) changeClaims(w *catalogWrite, key volumeKey, v *catalog.C
 		return change
 	}
 	if reflect.DeepEqual(
-		[]map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims},
-		[]map[string]*catalog.Claim{changed.ReadClaims, changed.WriteClaims, changed.PastClaims}) {
+		[]map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims},
+		[]map[string]*model.Claim{changed.ReadClaims, changed.WriteClaims, changed.PastClaims}) {
 		w.volume = v
 		return change
 	}
@@ -377,7 +377,7 @@ func (a *catalogActor) changeClaims(w *catalogWrite, key volumeKey, v *catalog.C
 
 func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogChange, error) {
 	var change catalogChange
-	info, err := catalog.InstanceFromFingerprint(fp)
+	info, err := model.InstanceFromFingerprint(fp)
 	if err == nil {
 		err = registry.ValidateID("plugin name", info.PluginID)
 	}
@@ -390,7 +390,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 	}
 	p := old.Copy()
 	if p == nil {
-		p = catalog.NewCSIPlugin(info.PluginID, 0)
+		p = model.NewCSIPlugin(info.PluginID, 0)
 	}
 	if err := p.AddPlugin(a.nodeID, info); err != nil {
 		return change, catalogWrap(ErrCatalogInvalid, err)
@@ -398,7 +398,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 	if reflect.DeepEqual(old, p) {
 		return change, nil // the same fingerprint again
 	}
-	change.plugins = []*catalog.CSIPlugin{p}
+	change.plugins = []*model.CSIPlugin{p}
 	change.followHealth(a.state)
 	return change, nil
 }
@@ -406,7 +406,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 // lateWord reports whether info is the final fingerprint of an instance
 // that another alloc has replaced on nodeID: the manager publishes it after
 // the new instance may have spoken, and it must not hide the new one.
-func lateWord(p *catalog.CSIPlugin, nodeID string, info *catalog.CSIInfo) bool {
+func lateWord(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
 	if p == nil || info.Healthy || info.HealthDescription != StoppedDescription {
 		return false
 	}
@@ -539,7 +539,7 @@ func (a *catalogActor) onGetVolume(ctx actor.Context, msg *messages.GetVolumeReq
 	resp := &messages.GetVolumeResponse{}
 	key, err := catalogVolumeKey(msg.GetNamespace(), msg.GetVolumeId())
 	if err == nil {
-		var v *catalog.CSIVolume
+		var v *model.CSIVolume
 		if v, err = a.committed.volume(key); err == nil {
 			resp.Volume = v.Proto()
 		}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -16,7 +16,7 @@ import (
 // release that conflicts with the volume's claims or health (a second
 // writer, another node, the other mode, an unschedulable volume). A refusal
 // that comes from the catalog model also matches the model's own sentinel
-// (say catalog.ErrVolumeMaxClaims behind ErrClaimRefused), on both sides of
+// (say model.ErrVolumeMaxClaims behind ErrClaimRefused), on both sides of
 // the actor boundary.
 var (
 	// ErrCatalogInvalid: the request was malformed (an empty or unsafe ID,
@@ -82,9 +82,9 @@ func catalogWrap(sentinel, err error) error {
 // health (a missing claim to release included) is ErrClaimRefused.
 func catalogModelError(err error) error {
 	for _, bad := range []error{
-		catalog.ErrUnknownAccessMode, catalog.ErrUnknownAttachmentMode, catalog.ErrUnknownClaimMode,
-		catalog.ErrUnknownClaimState, catalog.ErrUnknownPluginType, catalog.ErrInvalidVolume,
-		catalog.ErrInvalidClaim, catalog.ErrInvalidPlugin, catalog.ErrPluginMismatch,
+		model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode,
+		model.ErrUnknownClaimState, model.ErrUnknownPluginType, model.ErrInvalidVolume,
+		model.ErrInvalidClaim, model.ErrInvalidPlugin, model.ErrPluginMismatch,
 	} {
 		if errors.Is(err, bad) {
 			return catalogWrap(ErrCatalogInvalid, err)
@@ -99,7 +99,7 @@ func catalogKnownErrors() []error {
 	for _, s := range catalogSentinels {
 		known = append(known, s.err)
 	}
-	return append(known, catalog.Sentinels()...)
+	return append(known, model.Sentinels()...)
 }
 
 // catalogErrorToProto turns an error of the catalog into the error of an

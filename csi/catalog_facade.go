@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -110,7 +110,7 @@ func (c *Catalog) PID() *actor.PID { return c.pid }
 // changes nothing. v must carry no claims; its health and indexes are set
 // by the catalog. A plugin the catalog has never seen is allowed: the
 // volume is unschedulable until the plugin is fingerprinted healthy.
-func (c *Catalog) RegisterVolume(ctx context.Context, v *catalog.CSIVolume) (*catalog.CSIVolume, error) {
+func (c *Catalog) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
 	if v == nil {
 		return nil, catalogErrorf(ErrCatalogInvalid, "volume must not be nil")
 	}
@@ -131,23 +131,23 @@ func (c *Catalog) DeregisterVolume(ctx context.Context, namespace, id string) er
 
 // ListVolumes returns the stubs of the volumes of namespace (all of them
 // when empty), sorted by namespace, then ID.
-func (c *Catalog) ListVolumes(ctx context.Context, namespace string) ([]*catalog.CSIVolumeStub, error) {
+func (c *Catalog) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
 	resp, err := catalogCall[*messages.ListVolumesResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.ListVolumesRequest{Namespace: namespace, ReplyTo: replyTo}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*catalog.CSIVolumeStub, len(resp.GetVolumes()))
+	out := make([]*model.CSIVolumeStub, len(resp.GetVolumes()))
 	for i, m := range resp.GetVolumes() {
-		out[i] = catalog.VolumeStubFromProto(m)
+		out[i] = model.VolumeStubFromProto(m)
 	}
 	return out, nil
 }
 
 // GetVolume returns a volume with its claims, or ErrVolumeNotFound. An
 // empty namespace means the default one.
-func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*catalog.CSIVolume, error) {
+func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
 	resp, err := catalogCall[*messages.GetVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.GetVolumeRequest{Namespace: namespace, VolumeId: id, ReplyTo: replyTo}
 	})
@@ -158,7 +158,7 @@ func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*catalog
 // a read-only usage, a write claim otherwise. It implements [Claimer]: the
 // volume manager calls it before staging or publishing. The claim is
 // refused with ErrClaimRefused (and the catalog model's sentinel, such as
-// catalog.ErrVolumeMaxClaims for a second writer) when the volume's claims
+// model.ErrVolumeMaxClaims for a second writer) when the volume's claims
 // or health do not allow it, or when req names another plugin or other
 // modes than the volume was registered with (empty ones are not checked).
 // An unregistered volume is ErrVolumeNotFound. Claiming again what the
@@ -197,16 +197,16 @@ func (c *Catalog) Release(ctx context.Context, req ClaimRequest) error {
 
 // Plugins returns every plugin the catalog knows, sorted by ID, with the
 // fingerprints of their instances and their health counts.
-func (c *Catalog) Plugins(ctx context.Context) ([]*catalog.CSIPlugin, error) {
+func (c *Catalog) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
 	resp, err := catalogCall[*messages.ListCatalogPluginsResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.ListCatalogPluginsRequest{ReplyTo: replyTo}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*catalog.CSIPlugin, len(resp.GetPlugins()))
+	out := make([]*model.CSIPlugin, len(resp.GetPlugins()))
 	for i, m := range resp.GetPlugins() {
-		if out[i], err = catalog.PluginFromProto(m); err != nil {
+		if out[i], err = model.PluginFromProto(m); err != nil {
 			return nil, fmt.Errorf("csi: catalog: plugin %q in the answer: %w", m.GetId(), err)
 		}
 	}
@@ -270,9 +270,9 @@ func catalogAsk[R proto.Message](ctx context.Context, c *Catalog, build func(rep
 // volumeAnswer decodes the volume an answer carries.
 func volumeAnswer(resp interface {
 	GetVolume() *messages.CatalogVolume
-}, err error) (*catalog.CSIVolume, error) {
+}, err error) (*model.CSIVolume, error) {
 	if err != nil {
 		return nil, err
 	}
-	return catalog.VolumeFromProto(resp.GetVolume()), nil
+	return model.VolumeFromProto(resp.GetVolume()), nil
 }

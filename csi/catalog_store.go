@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -46,7 +46,7 @@ func compareVolumeKeys(a, b volumeKey) int {
 // volume ID, and returns them as a key.
 func catalogVolumeKey(namespace, id string) (volumeKey, error) {
 	if namespace == "" {
-		namespace = catalog.DefaultNamespace
+		namespace = model.DefaultNamespace
 	}
 	if err := cmp.Or(registry.ValidateID("namespace", namespace), registry.ValidateID("volume ID", id)); err != nil {
 		return volumeKey{}, catalogWrap(ErrCatalogInvalid, err)
@@ -59,13 +59,13 @@ func catalogVolumeKey(namespace, id string) (volumeKey, error) {
 // puts a changed copy in place of the old value, so a clone of the maps is
 // a snapshot that later changes do not touch.
 type catalogState struct {
-	volumes map[volumeKey]*catalog.CSIVolume
-	plugins map[string]*catalog.CSIPlugin
+	volumes map[volumeKey]*model.CSIVolume
+	plugins map[string]*model.CSIPlugin
 	index   uint64
 }
 
 func newCatalogState() *catalogState {
-	return &catalogState{volumes: map[volumeKey]*catalog.CSIVolume{}, plugins: map[string]*catalog.CSIPlugin{}}
+	return &catalogState{volumes: map[volumeKey]*model.CSIVolume{}, plugins: map[string]*model.CSIPlugin{}}
 }
 
 // clone returns a snapshot of s in O(volumes + plugins), sharing the values.
@@ -74,7 +74,7 @@ func (s *catalogState) clone() *catalogState {
 }
 
 // volume returns the volume under key, or an error matching ErrVolumeNotFound.
-func (s *catalogState) volume(key volumeKey) (*catalog.CSIVolume, error) {
+func (s *catalogState) volume(key volumeKey) (*model.CSIVolume, error) {
 	if v, ok := s.volumes[key]; ok {
 		return v, nil
 	}
@@ -90,13 +90,13 @@ func (s *catalogState) sortedVolumeKeys() []volumeKey {
 // nil, to delete) and the plugins to put. Its values are fresh copies that
 // commit may stamp.
 type catalogChange struct {
-	volumes map[volumeKey]*catalog.CSIVolume
-	plugins []*catalog.CSIPlugin
+	volumes map[volumeKey]*model.CSIVolume
+	plugins []*model.CSIPlugin
 }
 
-func (c *catalogChange) putVolume(key volumeKey, v *catalog.CSIVolume) {
+func (c *catalogChange) putVolume(key volumeKey, v *model.CSIVolume) {
 	if c.volumes == nil {
-		c.volumes = map[volumeKey]*catalog.CSIVolume{}
+		c.volumes = map[volumeKey]*model.CSIVolume{}
 	}
 	c.volumes[key] = v
 }
@@ -107,10 +107,10 @@ func (c *catalogChange) followHealth(s *catalogState) {
 	for _, key := range s.sortedVolumeKeys() {
 		v := s.volumes[key]
 		p := s.plugins[v.PluginID]
-		if i := slices.IndexFunc(c.plugins, func(p *catalog.CSIPlugin) bool { return p.ID == v.PluginID }); i >= 0 {
+		if i := slices.IndexFunc(c.plugins, func(p *model.CSIPlugin) bool { return p.ID == v.PluginID }); i >= 0 {
 			p = c.plugins[i]
 		}
-		if want := catalog.PluginHealth(p); v.Health != want {
+		if want := model.PluginHealth(p); v.Health != want {
 			changed := v.Copy()
 			changed.Health = want
 			c.putVolume(key, changed)
@@ -221,7 +221,7 @@ func (s *catalogState) restorePlugin(key string, value []byte) error {
 	if err := proto.Unmarshal(value, &m); err != nil {
 		return err
 	}
-	p, err := catalog.PluginFromProto(&m)
+	p, err := model.PluginFromProto(&m)
 	if err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func (s *catalogState) restoreVolume(key string, value []byte) error {
 	if err := proto.Unmarshal(value, &m); err != nil {
 		return err
 	}
-	v := catalog.VolumeFromProto(&m)
+	v := model.VolumeFromProto(&m)
 	if err := v.Validate(); err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (s *catalogState) distrustHealth() catalogChange {
 		if !distrusted {
 			continue
 		}
-		p, err := catalog.PluginFromProto(m)
+		p, err := model.PluginFromProto(m)
 		if err != nil {
 			panic(err) // it was decoded from the same form a moment ago
 		}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -103,14 +103,14 @@ func catAsk[R interface {
 	return resp, csi.CatalogErrorFromProto(resp.GetError())
 }
 
-func (f *catFixture) volume(namespace, id string) *catalog.CSIVolume {
+func (f *catFixture) volume(namespace, id string) *model.CSIVolume {
 	f.t.Helper()
 	v, err := f.cat.GetVolume(context.Background(), namespace, id)
 	require.NoError(f.t, err)
 	return v
 }
 
-func (f *catFixture) plugin(id string) *catalog.CSIPlugin {
+func (f *catFixture) plugin(id string) *model.CSIPlugin {
 	f.t.Helper()
 	plugins, err := f.cat.Plugins(context.Background())
 	require.NoError(f.t, err)
@@ -126,8 +126,8 @@ func (f *catFixture) plugin(id string) *catalog.CSIPlugin {
 // catDump is everything a catalog shows: its plugins and its volumes with
 // their claims.
 type catDump struct {
-	plugins []*catalog.CSIPlugin
-	volumes []*catalog.CSIVolume
+	plugins []*model.CSIPlugin
+	volumes []*model.CSIVolume
 }
 
 func (f *catFixture) dump() catDump {
@@ -156,13 +156,13 @@ func (d catDump) lastIndex() uint64 {
 	return last
 }
 
-func catVolume(id, plugin string, mode catalog.AccessMode) *catalog.CSIVolume {
-	v := catalog.NewCSIVolume(id, 0)
-	v.PluginID, v.AccessMode, v.AttachmentMode = plugin, mode, catalog.AttachmentModeFileSystem
+func catVolume(id, plugin string, mode model.AccessMode) *model.CSIVolume {
+	v := model.NewCSIVolume(id, 0)
+	v.PluginID, v.AccessMode, v.AttachmentMode = plugin, mode, model.AttachmentModeFileSystem
 	return v
 }
 
-func (f *catFixture) register(v *catalog.CSIVolume) *catalog.CSIVolume {
+func (f *catFixture) register(v *model.CSIVolume) *model.CSIVolume {
 	f.t.Helper()
 	got, err := f.cat.RegisterVolume(context.Background(), v)
 	require.NoError(f.t, err)
@@ -206,14 +206,14 @@ func TestCatalogRegistersListsGetsAndDeregistersVolumes(t *testing.T) {
 	f := startCatFixture(t, catMemoryBucket(t))
 	ctx := context.Background()
 
-	db := f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
-	require.Equal(t, catalog.DefaultNamespace, db.Namespace, "an empty namespace is the default one")
+	db := f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
+	require.Equal(t, model.DefaultNamespace, db.Namespace, "an empty namespace is the default one")
 	require.Equal(t, [2]uint64{1, 1}, [2]uint64{db.CreateIndex, db.ModifyIndex})
 	require.False(t, db.Schedulable, "a volume of a plugin never seen is unschedulable")
 
-	web := catVolume("web", "hostpath", catalog.AccessModeMultiNodeMultiWriter)
+	web := catVolume("web", "hostpath", model.AccessModeMultiNodeMultiWriter)
 	web.Namespace = "prod"
-	web.Topologies = []*catalog.Topology{{Segments: map[string]string{"zone": "a"}}}
+	web.Topologies = []*model.Topology{{Segments: map[string]string{"zone": "a"}}}
 	resp, err := catAsk[*messages.RegisterVolumeResponse](f, &messages.RegisterVolume{Volume: web.Proto()})
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), resp.GetVolume().GetCreateIndex())
@@ -231,11 +231,11 @@ func TestCatalogRegistersListsGetsAndDeregistersVolumes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), got.GetVolume().GetModifyIndex())
 
-	again := f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
+	again := f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
 	require.Equal(t, db, again, "registering the same description again changes nothing")
 
-	changed := catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter)
-	changed.Topologies = []*catalog.Topology{{Segments: map[string]string{"zone": "b"}}}
+	changed := catVolume("db", "hostpath", model.AccessModeSingleNodeWriter)
+	changed.Topologies = []*model.Topology{{Segments: map[string]string{"zone": "b"}}}
 	changed = f.register(changed)
 	require.Equal(t, [2]uint64{1, 3}, [2]uint64{changed.CreateIndex, changed.ModifyIndex}, "a change keeps the create index")
 
@@ -247,11 +247,11 @@ func TestCatalogRegistersListsGetsAndDeregistersVolumes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"prod/web"}, catStubNames(all))
 
-	next := f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
+	next := f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
 	require.Equal(t, uint64(5), next.CreateIndex, "the deregistration took index 4")
 }
 
-func catStubNames(stubs []*catalog.CSIVolumeStub) []string {
+func catStubNames(stubs []*model.CSIVolumeStub) []string {
 	names := make([]string, len(stubs))
 	for i, s := range stubs {
 		names[i] = s.Namespace + "/" + s.ID
@@ -261,8 +261,8 @@ func catStubNames(stubs []*catalog.CSIVolumeStub) []string {
 
 func TestCatalogFingerprintsKeepPluginCountsAndVolumeHealth(t *testing.T) {
 	f := startCatFixture(t, catMemoryBucket(t))
-	f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
-	f.register(catVolume("other", "nfs", catalog.AccessModeSingleNodeWriter))
+	f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
+	f.register(catVolume("other", "nfs", model.AccessModeSingleNodeWriter))
 
 	steps := []struct {
 		name               string
@@ -301,7 +301,7 @@ func TestCatalogFingerprintsKeepPluginCountsAndVolumeHealth(t *testing.T) {
 			require.Equal(t, step.nodeAlloc, p.Nodes[catNode].AllocID)
 			require.Equal(t, "hostpath.csi.k8s.io", p.Provider)
 			v := f.volume("", "db")
-			require.Equal(t, catalog.PluginHealth(p), v.Health, "the volume's health follows its plugin")
+			require.Equal(t, model.PluginHealth(p), v.Health, "the volume's health follows its plugin")
 			require.Equal(t, step.schedulable, v.Schedulable)
 			if step.changed {
 				require.Greater(t, p.ModifyIndex, lastIndex)
@@ -328,9 +328,9 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 	f := startCatFixture(t, catMemoryBucket(t))
 	ctx := context.Background()
 	f.feed(catNodeFingerprint("hostpath", "p1", true))
-	f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
+	f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
 
-	claimMsg := func(alloc string, mode catalog.ClaimMode, node string) func() error {
+	claimMsg := func(alloc string, mode model.ClaimMode, node string) func() error {
 		return func() error {
 			_, err := catAsk[*messages.ClaimVolumeResponse](f, &messages.ClaimVolume{VolumeId: "db", AllocId: alloc, Mode: string(mode), NodeId: node})
 			return err
@@ -340,24 +340,24 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 		name    string
 		do      func() error
 		wantErr []error
-		check   func(t *testing.T, v *catalog.CSIVolume)
+		check   func(t *testing.T, v *model.CSIVolume)
 		changed bool
 	}{
-		{name: "alloc a1 claims to write by message", do: claimMsg("a1", catalog.ClaimModeWrite, ""), changed: true,
-			check: func(t *testing.T, v *catalog.CSIVolume) {
-				require.Equal(t, &catalog.Claim{AllocID: "a1", NodeID: catNode, Mode: catalog.ClaimModeWrite, State: catalog.ClaimStateTaken}, v.WriteClaims["a1"])
+		{name: "alloc a1 claims to write by message", do: claimMsg("a1", model.ClaimModeWrite, ""), changed: true,
+			check: func(t *testing.T, v *model.CSIVolume) {
+				require.Equal(t, &model.Claim{AllocID: "a1", NodeID: catNode, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}, v.WriteClaims["a1"])
 			}},
-		{name: "alloc a1 claiming the same again changes nothing", do: claimMsg("a1", catalog.ClaimModeWrite, catNode)},
+		{name: "alloc a1 claiming the same again changes nothing", do: claimMsg("a1", model.ClaimModeWrite, catNode)},
 		{name: "a second writer is refused",
 			do:      func() error { return f.cat.Claim(ctx, catClaim("db", "a2", false)) },
-			wantErr: []error{csi.ErrClaimRefused, catalog.ErrVolumeMaxClaims}},
+			wantErr: []error{csi.ErrClaimRefused, model.ErrVolumeMaxClaims}},
 		{name: "a reader on the same node is granted", changed: true,
 			do:    func() error { return f.cat.Claim(ctx, catClaim("db", "a2", true)) },
-			check: func(t *testing.T, v *catalog.CSIVolume) { require.Contains(t, v.ReadClaims, "a2") }},
-		{name: "a reader on another node is refused", do: claimMsg("a3", catalog.ClaimModeRead, "node-2"),
-			wantErr: []error{csi.ErrClaimRefused, catalog.ErrNodeConflict}},
-		{name: "the writer asking to read as well is refused", do: claimMsg("a1", catalog.ClaimModeRead, ""),
-			wantErr: []error{csi.ErrClaimRefused, catalog.ErrClaimModeConflict}},
+			check: func(t *testing.T, v *model.CSIVolume) { require.Contains(t, v.ReadClaims, "a2") }},
+		{name: "a reader on another node is refused", do: claimMsg("a3", model.ClaimModeRead, "node-2"),
+			wantErr: []error{csi.ErrClaimRefused, model.ErrNodeConflict}},
+		{name: "the writer asking to read as well is refused", do: claimMsg("a1", model.ClaimModeRead, ""),
+			wantErr: []error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{name: "a claim through another plugin is refused",
 			do: func() error {
 				req := catClaim("db", "a4", true)
@@ -368,7 +368,7 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 		{name: "a claim with another access mode is refused",
 			do: func() error {
 				req := catClaim("db", "a4", true)
-				req.Plugin, req.Usage.AccessMode = "hostpath", catalog.AccessModeMultiNodeReader
+				req.Plugin, req.Usage.AccessMode = "hostpath", model.AccessModeMultiNodeReader
 				return f.cat.Claim(ctx, req)
 			},
 			wantErr: []error{csi.ErrClaimRefused}},
@@ -377,19 +377,19 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 			wantErr: []error{csi.ErrVolumeInUse}},
 		{name: "moving the writer's claim to unpublishing keeps it as a past claim", changed: true,
 			do: func() error {
-				_, err := catAsk[*messages.ReleaseVolumeResponse](f, &messages.ReleaseVolume{VolumeId: "db", AllocId: "a1", State: string(catalog.ClaimStateUnpublishing)})
+				_, err := catAsk[*messages.ReleaseVolumeResponse](f, &messages.ReleaseVolume{VolumeId: "db", AllocId: "a1", State: string(model.ClaimStateUnpublishing)})
 				return err
 			},
-			check: func(t *testing.T, v *catalog.CSIVolume) {
+			check: func(t *testing.T, v *model.CSIVolume) {
 				require.Contains(t, v.WriteClaims, "a1")
-				require.Equal(t, catalog.ClaimStateUnpublishing, v.PastClaims["a1"].State)
+				require.Equal(t, model.ClaimStateUnpublishing, v.PastClaims["a1"].State)
 			}},
 		{name: "claiming while the claim is being released is refused",
 			do:      func() error { return f.cat.Claim(ctx, catClaim("db", "a1", false)) },
-			wantErr: []error{csi.ErrClaimRefused, catalog.ErrClaimReleasing}},
+			wantErr: []error{csi.ErrClaimRefused, model.ErrClaimReleasing}},
 		{name: "releasing frees the claim", changed: true,
 			do: func() error { return f.cat.Release(ctx, catClaim("db", "a1", false)) },
-			check: func(t *testing.T, v *catalog.CSIVolume) {
+			check: func(t *testing.T, v *model.CSIVolume) {
 				require.Empty(t, v.WriteClaims)
 				require.Empty(t, v.PastClaims)
 			}},
@@ -398,7 +398,7 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 			do: func() error { return f.cat.Release(ctx, catClaim("gone", "a1", false)) }},
 		{name: "another writer is granted now", changed: true,
 			do:    func() error { return f.cat.Claim(ctx, catClaim("db", "a5", false)) },
-			check: func(t *testing.T, v *catalog.CSIVolume) { require.Equal(t, []string{"a5"}, catKeys(v.WriteClaims)) }},
+			check: func(t *testing.T, v *model.CSIVolume) { require.Equal(t, []string{"a5"}, catKeys(v.WriteClaims)) }},
 	}
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
@@ -431,13 +431,13 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 	f := startCatFixture(t, catMemoryBucket(t))
 	ctx := context.Background()
 	f.feed(catNodeFingerprint("hostpath", "p1", true))
-	f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
+	f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
 	require.NoError(t, f.cat.Claim(ctx, catClaim("db", "a1", false)))
 	require.NoError(t, f.cat.Claim(ctx, catClaim("db", "a2", true)))
 
-	register := func(change func(v *catalog.CSIVolume)) func() error {
+	register := func(change func(v *model.CSIVolume)) func() error {
 		return func() error {
-			v := catVolume("vol", "hostpath", catalog.AccessModeSingleNodeWriter)
+			v := catVolume("vol", "hostpath", model.AccessModeSingleNodeWriter)
 			change(v)
 			_, err := f.cat.RegisterVolume(ctx, v)
 			return err
@@ -475,23 +475,23 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 		do      func() error
 		wantErr []error // none for fingerprints: nobody is answered
 	}{
-		{"a volume with an empty ID", register(func(v *catalog.CSIVolume) { v.ID = "" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume ID with a path separator", register(func(v *catalog.CSIVolume) { v.ID = "a/b" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume ID that climbs out", register(func(v *catalog.CSIVolume) { v.ID = ".." }), []error{csi.ErrCatalogInvalid}},
-		{"a namespace that climbs out", register(func(v *catalog.CSIVolume) { v.Namespace = "../etc" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume ID that is not UTF-8", register(func(v *catalog.CSIVolume) { v.ID = "vol\xff" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume without a plugin", register(func(v *catalog.CSIVolume) { v.PluginID = "" }), []error{csi.ErrCatalogInvalid}},
-		{"a plugin ID with a path separator", register(func(v *catalog.CSIVolume) { v.PluginID = "host/path" }), []error{csi.ErrCatalogInvalid}},
-		{"an unknown access mode", register(func(v *catalog.CSIVolume) { v.AccessMode = "single-node-admin" }),
-			[]error{csi.ErrCatalogInvalid, catalog.ErrUnknownAccessMode}},
-		{"an unknown attachment mode", register(func(v *catalog.CSIVolume) { v.AttachmentMode = "floppy" }),
-			[]error{csi.ErrCatalogInvalid, catalog.ErrUnknownAttachmentMode}},
-		{"a registration that carries claims", register(func(v *catalog.CSIVolume) {
-			v.WriteClaims["a9"] = &catalog.Claim{AllocID: "a9", NodeID: catNode, Mode: catalog.ClaimModeWrite, State: catalog.ClaimStateTaken}
+		{"a volume with an empty ID", register(func(v *model.CSIVolume) { v.ID = "" }), []error{csi.ErrCatalogInvalid}},
+		{"a volume ID with a path separator", register(func(v *model.CSIVolume) { v.ID = "a/b" }), []error{csi.ErrCatalogInvalid}},
+		{"a volume ID that climbs out", register(func(v *model.CSIVolume) { v.ID = ".." }), []error{csi.ErrCatalogInvalid}},
+		{"a namespace that climbs out", register(func(v *model.CSIVolume) { v.Namespace = "../etc" }), []error{csi.ErrCatalogInvalid}},
+		{"a volume ID that is not UTF-8", register(func(v *model.CSIVolume) { v.ID = "vol\xff" }), []error{csi.ErrCatalogInvalid}},
+		{"a volume without a plugin", register(func(v *model.CSIVolume) { v.PluginID = "" }), []error{csi.ErrCatalogInvalid}},
+		{"a plugin ID with a path separator", register(func(v *model.CSIVolume) { v.PluginID = "host/path" }), []error{csi.ErrCatalogInvalid}},
+		{"an unknown access mode", register(func(v *model.CSIVolume) { v.AccessMode = "single-node-admin" }),
+			[]error{csi.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
+		{"an unknown attachment mode", register(func(v *model.CSIVolume) { v.AttachmentMode = "floppy" }),
+			[]error{csi.ErrCatalogInvalid, model.ErrUnknownAttachmentMode}},
+		{"a registration that carries claims", register(func(v *model.CSIVolume) {
+			v.WriteClaims["a9"] = &model.Claim{AllocID: "a9", NodeID: catNode, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
 		}), []error{csi.ErrCatalogInvalid}},
 		{"a registration message without a volume", send(&messages.RegisterVolume{}), []error{csi.ErrCatalogInvalid}},
-		{"a new description for a claimed volume", register(func(v *catalog.CSIVolume) {
-			v.ID, v.AccessMode = "db", catalog.AccessModeMultiNodeMultiWriter
+		{"a new description for a claimed volume", register(func(v *model.CSIVolume) {
+			v.ID, v.AccessMode = "db", model.AccessModeMultiNodeMultiWriter
 		}), []error{csi.ErrVolumeInUse}},
 
 		{"deregistering an empty ID", send(&messages.DeregisterVolume{}), []error{csi.ErrCatalogInvalid}},
@@ -502,21 +502,21 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 		{"a claim with an empty alloc ID", send(&messages.ClaimVolume{VolumeId: "db", Mode: "read"}), []error{csi.ErrCatalogInvalid}},
 		{"a claim by an alloc ID that climbs out", claim(&messages.ClaimVolume{AllocId: "../a1"}), []error{csi.ErrCatalogInvalid}},
 		{"a claim on a node ID with a separator", claim(&messages.ClaimVolume{NodeId: "n/1"}), []error{csi.ErrCatalogInvalid}},
-		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{csi.ErrCatalogInvalid, catalog.ErrUnknownClaimMode}},
-		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{csi.ErrCatalogInvalid, catalog.ErrUnknownAccessMode}},
+		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{csi.ErrCatalogInvalid, model.ErrUnknownClaimMode}},
+		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{csi.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
 		{"a claim on an unknown volume", claim(&messages.ClaimVolume{VolumeId: "nope"}), []error{csi.ErrVolumeNotFound}},
 		{"a write claim by an alloc that holds a read claim", claim(&messages.ClaimVolume{AllocId: "a2", Mode: "write"}),
-			[]error{csi.ErrClaimRefused, catalog.ErrClaimModeConflict}},
+			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{"a read claim by an alloc that holds a write claim", claim(&messages.ClaimVolume{AllocId: "a1", Mode: "read"}),
-			[]error{csi.ErrClaimRefused, catalog.ErrClaimModeConflict}},
-		{"a second writer", claim(&messages.ClaimVolume{AllocId: "a3", Mode: "write"}), []error{csi.ErrClaimRefused, catalog.ErrVolumeMaxClaims}},
+			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
+		{"a second writer", claim(&messages.ClaimVolume{AllocId: "a3", Mode: "write"}), []error{csi.ErrClaimRefused, model.ErrVolumeMaxClaims}},
 
 		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{csi.ErrCatalogInvalid}},
-		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{csi.ErrCatalogInvalid, catalog.ErrUnknownClaimState}},
+		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{csi.ErrCatalogInvalid, model.ErrUnknownClaimState}},
 		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{csi.ErrCatalogInvalid}},
 		{"a release on an unknown volume", release(&messages.ReleaseVolume{VolumeId: "nope"}), []error{csi.ErrVolumeNotFound}},
 		{"moving a claim that is not held to unpublishing", release(&messages.ReleaseVolume{AllocId: "a7", State: "unpublishing"}),
-			[]error{csi.ErrClaimRefused, catalog.ErrClaimNotFound}},
+			[]error{csi.ErrClaimRefused, model.ErrClaimNotFound}},
 
 		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{csi.ErrCatalogInvalid}},
 		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{csi.ErrCatalogInvalid}},
@@ -542,7 +542,7 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 	}
 
 	t.Run("no refusal took an index", func(t *testing.T) {
-		v := f.register(catVolume("vol", "hostpath", catalog.AccessModeSingleNodeWriter))
+		v := f.register(catVolume("vol", "hostpath", model.AccessModeSingleNodeWriter))
 		require.Equal(t, before.lastIndex()+1, v.CreateIndex)
 	})
 }
@@ -562,14 +562,14 @@ func TestCatalogComesBackFromItsBoltFileAfterARestart(t *testing.T) {
 	var before catDump
 	t.Run("first run", func(t *testing.T) {
 		f := startCatFixture(t, openBucket(t))
-		f.feed(catNodeFingerprint("hostpath", "p1", true))                          // 1
-		f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter)) // 2
-		web := catVolume("web", "hostpath", catalog.AccessModeMultiNodeReader)
+		f.feed(catNodeFingerprint("hostpath", "p1", true))                        // 1
+		f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter)) // 2
+		web := catVolume("web", "hostpath", model.AccessModeMultiNodeReader)
 		web.Namespace = "prod"
-		f.register(web)                                                              // 3
-		require.NoError(t, f.cat.Claim(ctx, catClaim("db", "a1", false)))            // 4
-		f.register(catVolume("tmp", "hostpath", catalog.AccessModeSingleNodeWriter)) // 5
-		require.NoError(t, f.cat.DeregisterVolume(ctx, "", "tmp"))                   // 6
+		f.register(web)                                                            // 3
+		require.NoError(t, f.cat.Claim(ctx, catClaim("db", "a1", false)))          // 4
+		f.register(catVolume("tmp", "hostpath", model.AccessModeSingleNodeWriter)) // 5
+		require.NoError(t, f.cat.DeregisterVolume(ctx, "", "tmp"))                 // 6
 		before = f.dump()
 		require.Equal(t, uint64(4), before.lastIndex(), "what is left shows index 4; the deregistration took 6")
 	})
@@ -582,8 +582,8 @@ func TestCatalogComesBackFromItsBoltFileAfterARestart(t *testing.T) {
 			was := before.volumes[i]
 			require.True(t, was.Equal(v), "volume %s/%s comes back as it was", v.Namespace, v.ID)
 			require.Equal(t, was.CreateIndex, v.CreateIndex)
-			require.Equal(t, [3]map[string]*catalog.Claim{was.ReadClaims, was.WriteClaims, was.PastClaims},
-				[3]map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims}, "claims come back")
+			require.Equal(t, [3]map[string]*model.Claim{was.ReadClaims, was.WriteClaims, was.PastClaims},
+				[3]map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims}, "claims come back")
 			require.False(t, v.Schedulable, "health is not trusted across a restart")
 			require.Equal(t, uint64(7), v.ModifyIndex, "distrusting health took index 7, after the deregistration's 6")
 		}
@@ -591,12 +591,12 @@ func TestCatalogComesBackFromItsBoltFileAfterARestart(t *testing.T) {
 		require.Equal(t, 0, p.NodesHealthy)
 		require.Equal(t, "p1", p.Nodes[catNode].AllocID)
 		require.Contains(t, p.Nodes[catNode].HealthDescription, "restored at start")
-		require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a2", true)), catalog.ErrVolumeUnschedulable)
+		require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a2", true)), model.ErrVolumeUnschedulable)
 
 		f.feed(catNodeFingerprint("hostpath", "p1", true)) // 8: the manager's replay
 		require.True(t, f.volume("", "db").Schedulable)
-		require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a2", false)), catalog.ErrVolumeMaxClaims, "a1 still holds the write claim")
-		require.Equal(t, uint64(9), f.register(catVolume("tmp", "hostpath", catalog.AccessModeSingleNodeWriter)).CreateIndex,
+		require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a2", false)), model.ErrVolumeMaxClaims, "a1 still holds the write claim")
+		require.Equal(t, uint64(9), f.register(catVolume("tmp", "hostpath", model.AccessModeSingleNodeWriter)).CreateIndex,
 			"indexes keep growing")
 	})
 }
@@ -607,7 +607,7 @@ func TestCatalogRefusesToStartFromACorruptRecord(t *testing.T) {
 		require.NoError(t, err)
 		return b
 	}
-	good := catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter).Proto()
+	good := catVolume("db", "hostpath", model.AccessModeSingleNodeWriter).Proto()
 	badMode := catVolume("db", "hostpath", "single-node-admin").Proto()
 	tests := []struct {
 		name       string
@@ -649,18 +649,18 @@ func TestCatalogRollsBackWhenTheStoreFails(t *testing.T) {
 	f := startCatFixture(t, bucket)
 	ctx := context.Background()
 	f.feed(catNodeFingerprint("hostpath", "p1", true))
-	f.register(catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
+	f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
 	before := f.dump()
 
 	bucket.Failing.Store(true)
-	_, err := f.cat.RegisterVolume(ctx, catVolume("web", "hostpath", catalog.AccessModeSingleNodeWriter))
+	_, err := f.cat.RegisterVolume(ctx, catVolume("web", "hostpath", model.AccessModeSingleNodeWriter))
 	require.ErrorIs(t, err, csi.ErrCatalogStore)
 	require.Contains(t, err.Error(), storagetest.ErrNoSpace.Error())
 	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), csi.ErrCatalogStore)
 	require.Equal(t, before, f.dump(), "nothing that failed to be stored is shown")
 
 	bucket.Failing.Store(false)
-	web := f.register(catVolume("web", "hostpath", catalog.AccessModeSingleNodeWriter))
+	web := f.register(catVolume("web", "hostpath", model.AccessModeSingleNodeWriter))
 	require.Equal(t, before.lastIndex()+1, web.CreateIndex, "the failed writes gave their indexes back")
 	require.NoError(t, f.cat.Claim(ctx, catClaim("db", "a1", false)))
 }
@@ -669,9 +669,9 @@ func TestCatalogShutdownFinishesAcceptedWritesAndRefusesLaterOnes(t *testing.T) 
 	f := startCatFixture(t, catMemoryBucket(t))
 	ctx := context.Background()
 
-	f.manager.Send(f.cat.PID(), &messages.RegisterVolume{Volume: catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter).Proto()})
+	f.manager.Send(f.cat.PID(), &messages.RegisterVolume{Volume: catVolume("db", "hostpath", model.AccessModeSingleNodeWriter).Proto()})
 	f.manager.Send(f.cat.PID(), &messages.ShutdownCatalog{})
-	f.manager.Send(f.cat.PID(), &messages.RegisterVolume{Volume: catVolume("web", "hostpath", catalog.AccessModeSingleNodeWriter).Proto()})
+	f.manager.Send(f.cat.PID(), &messages.RegisterVolume{Volume: catVolume("web", "hostpath", model.AccessModeSingleNodeWriter).Proto()})
 	// The refusal is answered at once, the accepted write once durable, and
 	// the shutdown once no write is left: their order depends on the disk.
 	answers := map[string]proto.Message{}
@@ -727,7 +727,7 @@ func TestCatalogLetsOneOfTwoRacingWritersMount(t *testing.T) {
 	ctx := context.Background()
 	f := startCatFixture(t, catMemoryBucket(t))
 	f.feed(catNodeFingerprint("mock", "p1", true))
-	f.register(catVolume("db", "mock", catalog.AccessModeSingleNodeWriter))
+	f.register(catVolume("db", "mock", model.AccessModeSingleNodeWriter))
 
 	var mu sync.Mutex
 	var published, unpublished []string
@@ -772,7 +772,7 @@ func TestCatalogLetsOneOfTwoRacingWritersMount(t *testing.T) {
 	mount := func(alloc string) error {
 		_, err := mounter.MountVolume(ctx, csi.MountRequest{
 			Volume: csi.VolumeSpec{ID: "db"}, AllocID: alloc,
-			AccessMode: catalog.AccessModeSingleNodeWriter, AttachmentMode: catalog.AttachmentModeFileSystem,
+			AccessMode: model.AccessModeSingleNodeWriter, AttachmentMode: model.AttachmentModeFileSystem,
 		})
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -369,7 +369,7 @@ func (o *MountOptions) toProto() *messages.MountOptions {
 // (until the catalog tells it, issue 5): its namespace and ID, its own
 // mount options and its volume context. The ID is the plugin's volume ID.
 type VolumeSpec struct {
-	// Namespace scopes the ID; empty means catalog.DefaultNamespace.
+	// Namespace scopes the ID; empty means model.DefaultNamespace.
 	Namespace    string
 	ID           string
 	MountOptions *MountOptions
@@ -380,8 +380,8 @@ type VolumeSpec struct {
 type MountRequest struct {
 	Volume         VolumeSpec
 	AllocID        string
-	AccessMode     catalog.AccessMode
-	AttachmentMode catalog.AttachmentMode
+	AccessMode     model.AccessMode
+	AttachmentMode model.AttachmentMode
 	ReadOnly       bool
 	// MountOptions override the volume's, field by field (MergeMountOptions).
 	MountOptions *MountOptions
@@ -440,13 +440,13 @@ func (m *Mounter) MountVolume(ctx context.Context, req MountRequest) (MountResul
 	return MountResult{
 		TargetPath:  resp.GetTargetPath(),
 		StagingPath: resp.GetStagingPath(),
-		IsDevice:    req.AttachmentMode == catalog.AttachmentModeBlockDevice,
+		IsDevice:    req.AttachmentMode == model.AttachmentModeBlockDevice,
 	}, nil
 }
 
 // UnmountRequest asks to unmount a volume from an alloc.
 type UnmountRequest struct {
-	// Namespace scopes VolumeID; empty means catalog.DefaultNamespace.
+	// Namespace scopes VolumeID; empty means model.DefaultNamespace.
 	Namespace string
 	VolumeID  string
 	AllocID   string
@@ -483,11 +483,11 @@ type ClaimRequest struct {
 }
 
 // Mode is the claim mode of r: read for a read-only usage, write otherwise.
-func (r ClaimRequest) Mode() catalog.ClaimMode {
+func (r ClaimRequest) Mode() model.ClaimMode {
 	if r.Usage.ReadOnly {
-		return catalog.ClaimModeRead
+		return model.ClaimModeRead
 	}
-	return catalog.ClaimModeWrite
+	return model.ClaimModeWrite
 }
 
 // Claimer decides whether an alloc may claim a volume, and hears when it
@@ -518,7 +518,7 @@ const localNodeID = "local"
 // safe for concurrent use.
 type LocalClaimer struct {
 	mu      sync.Mutex
-	volumes map[localClaimKey]*catalog.CSIVolume
+	volumes map[localClaimKey]*model.CSIVolume
 }
 
 type localClaimKey struct{ namespace, volumeID string }
@@ -526,24 +526,24 @@ type localClaimKey struct{ namespace, volumeID string }
 func (r ClaimRequest) localKey() localClaimKey { return localClaimKey{r.Namespace, r.VolumeID} }
 
 // localClaim is r as a claim of the catalog model, in state.
-func (r ClaimRequest) localClaim(state catalog.ClaimState) *catalog.Claim {
-	return &catalog.Claim{AllocID: r.AllocID, NodeID: localNodeID, Mode: r.Mode(), State: state}
+func (r ClaimRequest) localClaim(state model.ClaimState) *model.Claim {
+	return &model.Claim{AllocID: r.AllocID, NodeID: localNodeID, Mode: r.Mode(), State: state}
 }
 
 // NewLocalClaimer returns a LocalClaimer holding no claims.
 func NewLocalClaimer() *LocalClaimer {
-	return &LocalClaimer{volumes: map[localClaimKey]*catalog.CSIVolume{}}
+	return &LocalClaimer{volumes: map[localClaimKey]*model.CSIVolume{}}
 }
 
 // Claim grants req or says why not, wrapping ErrClaimRefused and the
-// catalog's sentinel (catalog.ErrVolumeMaxClaims, ...). Claiming again what
+// catalog's sentinel (model.ErrVolumeMaxClaims, ...). Claiming again what
 // the alloc holds changes nothing.
 func (c *LocalClaimer) Claim(_ context.Context, req ClaimRequest) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, known := c.volumes[req.localKey()]
 	if !known {
-		v = catalog.NewCSIVolume(req.VolumeID, 0)
+		v = model.NewCSIVolume(req.VolumeID, 0)
 		v.Namespace = req.Namespace
 		v.PluginID = req.Plugin
 		v.AccessMode = req.Usage.AccessMode
@@ -554,7 +554,7 @@ func (c *LocalClaimer) Claim(_ context.Context, req ClaimRequest) error {
 			ErrClaimRefused, req.VolumeID, req.Namespace, v.PluginID, v.AttachmentMode, v.AccessMode,
 			req.AllocID, req.Plugin, req.Usage.AttachmentMode, req.Usage.AccessMode)
 	}
-	if err := v.Claim(req.localClaim(catalog.ClaimStateTaken)); err != nil {
+	if err := v.Claim(req.localClaim(model.ClaimStateTaken)); err != nil {
 		return fmt.Errorf("csi: %w: alloc %s: %w", ErrClaimRefused, req.AllocID, err)
 	}
 	c.volumes[req.localKey()] = v
@@ -570,7 +570,7 @@ func (c *LocalClaimer) Release(_ context.Context, req ClaimRequest) error {
 	if !ok {
 		return nil
 	}
-	if err := v.ClaimRelease(req.localClaim(catalog.ClaimStateReadyToFree)); err != nil {
+	if err := v.ClaimRelease(req.localClaim(model.ClaimStateReadyToFree)); err != nil {
 		return fmt.Errorf("csi: release claim of alloc %s on volume %q in namespace %q: %w", req.AllocID, req.VolumeID, req.Namespace, err)
 	}
 	if !v.InUse() {

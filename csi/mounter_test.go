@@ -18,7 +18,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
@@ -35,8 +35,8 @@ const volWait = 10 * time.Second
 
 // Usages the volume tests mount with.
 var (
-	volWriter = csi.Usage{AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeWriter}
-	volReader = csi.Usage{ReadOnly: true, AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeWriter}
+	volWriter = csi.Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
+	volReader = csi.Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
 )
 
 // volFixture is a volume manager mounting through csi-test's gomock CSI
@@ -105,7 +105,7 @@ func volStart(t *testing.T, system *actor.ActorSystem, reg *registry.Registry, r
 }
 
 func (f *volFixture) staging(vol string, u csi.Usage) string {
-	return filepath.Join(f.root, volPlugin, csi.StagingDirName, catalog.DefaultNamespace, vol, u.String())
+	return filepath.Join(f.root, volPlugin, csi.StagingDirName, model.DefaultNamespace, vol, u.String())
 }
 
 func (f *volFixture) target(alloc, vol string, u csi.Usage) string {
@@ -129,13 +129,13 @@ func volCapability(u csi.Usage) *csipb.VolumeCapability {
 }
 
 func volMountCapability(u csi.Usage, fsType string, flags ...string) *csipb.VolumeCapability {
-	mode := map[catalog.AccessMode]csipb.VolumeCapability_AccessMode_Mode{
-		catalog.AccessModeSingleNodeReader:     csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
-		catalog.AccessModeSingleNodeWriter:     csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
-		catalog.AccessModeMultiNodeMultiWriter: csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
+	mode := map[model.AccessMode]csipb.VolumeCapability_AccessMode_Mode{
+		model.AccessModeSingleNodeReader:     csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+		model.AccessModeSingleNodeWriter:     csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+		model.AccessModeMultiNodeMultiWriter: csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
 	}[u.AccessMode]
 	c := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
-	if u.AttachmentMode == catalog.AttachmentModeBlockDevice {
+	if u.AttachmentMode == model.AttachmentModeBlockDevice {
 		c.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
 	} else {
 		c.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: flags}}
@@ -218,7 +218,7 @@ func expectMounted(t *testing.T, p *probe.Probe) *messages.MountVolumeResponse {
 }
 
 func TestMountVolumeSendsStagePublishUnpublishUnstageInOrder(t *testing.T) {
-	blockReader := csi.Usage{ReadOnly: true, AttachmentMode: catalog.AttachmentModeBlockDevice, AccessMode: catalog.AccessModeSingleNodeReader}
+	blockReader := csi.Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeBlockDevice, AccessMode: model.AccessModeSingleNodeReader}
 	cases := []struct {
 		name       string
 		usage      csi.Usage
@@ -266,7 +266,7 @@ func TestMountVolumeSendsStagePublishUnpublishUnstageInOrder(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, csi.MountResult{
 				TargetPath: target, StagingPath: staging,
-				IsDevice: tc.usage.AttachmentMode == catalog.AttachmentModeBlockDevice,
+				IsDevice: tc.usage.AttachmentMode == model.AttachmentModeBlockDevice,
 			}, res)
 			require.DirExists(t, staging, "the staging path is made before staging")
 			require.DirExists(t, filepath.Dir(target), "the target's parent is made; the plugin makes the target")
@@ -313,10 +313,10 @@ func TestMountVolumeRefusesBadRequestsWithoutAnyRPC(t *testing.T) {
 			`unknown access mode "single-node-single-writer"`},
 		{"unknown attachment mode", func(r *csi.MountRequest) { r.AttachmentMode = "fs" },
 			`unknown attachment mode "fs"`},
-		{"read-write on a reader-only mode", func(r *csi.MountRequest) { r.AccessMode = catalog.AccessModeSingleNodeReader },
+		{"read-write on a reader-only mode", func(r *csi.MountRequest) { r.AccessMode = model.AccessModeSingleNodeReader },
 			"access mode single-node-reader-only is read-only: a mount with it must be read-only"},
 		{"block device with an fs type", func(r *csi.MountRequest) {
-			r.AttachmentMode = catalog.AttachmentModeBlockDevice
+			r.AttachmentMode = model.AttachmentModeBlockDevice
 			r.MountOptions = &csi.MountOptions{FSType: "ext4"}
 		}, `attachment mode block-device takes no fs_type (got "ext4")`},
 		{"empty mount flag", func(r *csi.MountRequest) { r.MountOptions = &csi.MountOptions{MountFlags: []string{""}} },
@@ -497,7 +497,7 @@ func TestConcurrentMountsOfOneVolumeStageOnce(t *testing.T) {
 // volReaderMulti is a read-only usage of a multi-node multi-writer volume,
 // which many allocs may share.
 func volReaderMulti() csi.Usage {
-	return csi.Usage{ReadOnly: true, AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeMultiNodeMultiWriter}
+	return csi.Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeMultiNodeMultiWriter}
 }
 
 // TestUnmountRacingAMountNeverUnstagesUnderIt is Nomad issue 20424: an
@@ -593,7 +593,7 @@ func TestVolumeRPCsAreRetriedAndFailuresRollBack(t *testing.T) {
 	_, err := f.mount(t, "v1", "a1", volWriter)
 	require.ErrorContains(t, err, `csi: mount volume "v1" in namespace "default" for alloc a1 on plugin "ebs": csi: NodePublishVolume: invalid argument: bad target`)
 	require.NoDirExists(t, filepath.Join(f.root, volPlugin, csi.PerAllocDirName, "a1"), "a failed mount leaves no directories")
-	require.NoDirExists(t, filepath.Join(f.root, volPlugin, csi.StagingDirName, catalog.DefaultNamespace))
+	require.NoDirExists(t, filepath.Join(f.root, volPlugin, csi.StagingDirName, model.DefaultNamespace))
 
 	_, err = f.mount(t, "v1", "a2", volWriter)
 	require.ErrorContains(t, err, "csi: gave up after 3 attempts: csi: NodeStageVolume: unavailable: plugin restarting")
@@ -664,7 +664,7 @@ func TestLocalClaimerAppliesTheCatalogClaimRules(t *testing.T) {
 	claim := func(alloc string, u csi.Usage) csi.ClaimRequest {
 		return csi.ClaimRequest{Plugin: volPlugin, Namespace: "default", VolumeID: "v1", AllocID: alloc, Usage: u}
 	}
-	readerOnly := csi.Usage{ReadOnly: true, AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeReader}
+	readerOnly := csi.Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeReader}
 	writeOnReaderOnly := readerOnly
 	writeOnReaderOnly.ReadOnly = false
 	type step struct {
@@ -678,14 +678,14 @@ func TestLocalClaimerAppliesTheCatalogClaimRules(t *testing.T) {
 	}{
 		{"one writer", []step{{req: claim("a1", volWriter)}}},
 		{"a second writer is refused", []step{
-			{req: claim("a1", volWriter)}, {req: claim("a2", volWriter), want: catalog.ErrVolumeMaxClaims},
+			{req: claim("a1", volWriter)}, {req: claim("a2", volWriter), want: model.ErrVolumeMaxClaims},
 		}},
 		{"a reader may join a writer", []step{{req: claim("a1", volWriter)}, {req: claim("a2", volReader)}}},
 		{"claiming again changes nothing", []step{{req: claim("a1", volWriter)}, {req: claim("a1", volWriter)}}},
 		{"an alloc cannot switch from writing to reading", []step{
-			{req: claim("a1", volWriter)}, {req: claim("a1", volReader), want: catalog.ErrClaimModeConflict},
+			{req: claim("a1", volWriter)}, {req: claim("a1", volReader), want: model.ErrClaimModeConflict},
 		}},
-		{"a write on a read-only mode is refused", []step{{req: claim("a1", writeOnReaderOnly), want: catalog.ErrWriteClaimRefused}}},
+		{"a write on a read-only mode is refused", []step{{req: claim("a1", writeOnReaderOnly), want: model.ErrWriteClaimRefused}}},
 		{"another access mode while claimed is refused", []step{
 			{req: claim("a1", volWriter)}, {req: claim("a2", readerOnly), want: csi.ErrClaimRefused},
 		}},

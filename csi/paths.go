@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -25,8 +25,8 @@ const (
 // its staging and target paths end in the usage's [Usage.String].
 type Usage struct {
 	ReadOnly       bool
-	AttachmentMode catalog.AttachmentMode
-	AccessMode     catalog.AccessMode
+	AttachmentMode model.AttachmentMode
+	AccessMode     model.AccessMode
 }
 
 // String is the usage as one path segment, as Nomad spells it:
@@ -42,7 +42,7 @@ func (u Usage) String() string {
 // Validate checks that u names a known attachment mode and access mode, and
 // that a read-write usage does not ask for a read-only access mode. Each
 // problem wraps [ErrInvalidVolumeRequest]; catalog's sentinels
-// (catalog.ErrUnknownAccessMode, ...) stay in the chain.
+// (model.ErrUnknownAccessMode, ...) stay in the chain.
 func (u Usage) Validate() error {
 	return invalidVolumeRequest(u.problems())
 }

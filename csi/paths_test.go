@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 func TestUsageNamesItsPathSegmentAsNomadDoes(t *testing.T) {
@@ -15,11 +15,11 @@ func TestUsageNamesItsPathSegmentAsNomadDoes(t *testing.T) {
 		usage csi.Usage
 		want  string
 	}{
-		{"read-only file system", csi.Usage{ReadOnly: true, AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeReader},
+		{"read-only file system", csi.Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeReader},
 			"ro-file-system-single-node-reader-only"},
-		{"read-write block device", csi.Usage{AttachmentMode: catalog.AttachmentModeBlockDevice, AccessMode: catalog.AccessModeSingleNodeWriter},
+		{"read-write block device", csi.Usage{AttachmentMode: model.AttachmentModeBlockDevice, AccessMode: model.AccessModeSingleNodeWriter},
 			"rw-block-device-single-node-writer"},
-		{"reader of a multi-writer volume", csi.Usage{ReadOnly: true, AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeMultiNodeMultiWriter},
+		{"reader of a multi-writer volume", csi.Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeMultiNodeMultiWriter},
 			"ro-file-system-multi-node-multi-writer"},
 	}
 	for _, tc := range cases {
@@ -34,7 +34,7 @@ func TestPluginPathsLayOutStagingAndTargets(t *testing.T) {
 	paths, err := csi.NewPluginPaths("/var/lib/plugvisor/csi", "ebs")
 	require.NoError(t, err)
 	require.Equal(t, "/var/lib/plugvisor/csi/ebs", paths.Root())
-	u := csi.Usage{AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeWriter}
+	u := csi.Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
 
 	staging, err := paths.Staging("prod", "vol-1", u)
 	require.NoError(t, err)
@@ -46,7 +46,7 @@ func TestPluginPathsLayOutStagingAndTargets(t *testing.T) {
 }
 
 func TestPluginPathsRefuseTraversal(t *testing.T) {
-	good := csi.Usage{AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeWriter}
+	good := csi.Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
 	paths, err := csi.NewPluginPaths("/root", "p")
 	require.NoError(t, err)
 	cases := []struct {

@@ -18,7 +18,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -612,7 +612,7 @@ var fsTypePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
 // the alloc. The op it returns is never nil, so a refusal can be answered.
 func parseVolumeOp(root, plugin, namespace, volumeID, allocID string) (*volumeOp, []error) {
 	if namespace == "" {
-		namespace = catalog.DefaultNamespace
+		namespace = model.DefaultNamespace
 	}
 	op := &volumeOp{key: volumeRef{plugin: plugin, namespace: namespace, volumeID: volumeID}, allocID: allocID}
 	var problems []error
@@ -634,8 +634,8 @@ func parseMountVolume(root string, msg *messages.MountVolume) (*volumeOp, error)
 	spec := &mountSpec{
 		usage: Usage{
 			ReadOnly:       msg.GetReadOnly(),
-			AttachmentMode: catalog.AttachmentMode(msg.GetAttachmentMode()),
-			AccessMode:     catalog.AccessMode(msg.GetAccessMode()),
+			AttachmentMode: model.AttachmentMode(msg.GetAttachmentMode()),
+			AccessMode:     model.AccessMode(msg.GetAccessMode()),
 		},
 		volumeContext:  msg.GetVolumeContext(),
 		publishContext: msg.GetPublishContext(),
@@ -661,10 +661,10 @@ func parseMountVolume(root string, msg *messages.MountVolume) (*volumeOp, error)
 // attachment mode: a block device takes none; a file system takes an fs
 // type of a plain name and mount flags that are not empty, not too long,
 // and hold no ".." and no control characters.
-func mountOptionProblems(attachment catalog.AttachmentMode, o *messages.MountOptions) []error {
+func mountOptionProblems(attachment model.AttachmentMode, o *messages.MountOptions) []error {
 	var problems []error
 	fsType, flags := o.GetFsType(), o.GetMountFlags()
-	if attachment == catalog.AttachmentModeBlockDevice {
+	if attachment == model.AttachmentModeBlockDevice {
 		if fsType != "" {
 			problems = append(problems, fmt.Errorf("attachment mode %s takes no fs_type (got %q)", attachment, fsType))
 		}
@@ -695,12 +695,12 @@ func mountOptionProblems(attachment catalog.AttachmentMode, o *messages.MountOpt
 }
 
 // volumeAccessModes maps the catalog's access modes to CSI's.
-var volumeAccessModes = map[catalog.AccessMode]csipb.VolumeCapability_AccessMode_Mode{
-	catalog.AccessModeSingleNodeReader:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
-	catalog.AccessModeSingleNodeWriter:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
-	catalog.AccessModeMultiNodeReader:       csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
-	catalog.AccessModeMultiNodeSingleWriter: csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
-	catalog.AccessModeMultiNodeMultiWriter:  csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
+var volumeAccessModes = map[model.AccessMode]csipb.VolumeCapability_AccessMode_Mode{
+	model.AccessModeSingleNodeReader:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+	model.AccessModeSingleNodeWriter:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+	model.AccessModeMultiNodeReader:       csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
+	model.AccessModeMultiNodeSingleWriter: csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
+	model.AccessModeMultiNodeMultiWriter:  csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
 }
 
 // volumeCapability is the CSI volume capability of a mount: its access
@@ -709,7 +709,7 @@ func (s *mountSpec) volumeCapability() *csipb.VolumeCapability {
 	c := &csipb.VolumeCapability{
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: volumeAccessModes[s.usage.AccessMode]},
 	}
-	if s.usage.AttachmentMode == catalog.AttachmentModeBlockDevice {
+	if s.usage.AttachmentMode == model.AttachmentModeBlockDevice {
 		c.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
 		return c
 	}

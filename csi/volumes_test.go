@@ -11,15 +11,15 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 var (
 	trackerVolume  = volumeRef{plugin: "p", namespace: "default", volumeID: "v1"}
 	trackerOther   = volumeRef{plugin: "p", namespace: "default", volumeID: "v2"}
-	trackerWriter  = Usage{AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeWriter}
-	trackerReader  = Usage{ReadOnly: true, AttachmentMode: catalog.AttachmentModeFileSystem, AccessMode: catalog.AccessModeSingleNodeWriter}
+	trackerWriter  = Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
+	trackerReader  = Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
 	trackerPublish = func(u Usage) allocUse { return allocUse{usage: u, published: true} }
 )
 
@@ -211,8 +211,8 @@ func TestVolumeRPCRetriesStopWhenTheContextEnds(t *testing.T) {
 func validMount() *messages.MountVolume {
 	return &messages.MountVolume{
 		Plugin: "p", Namespace: "ns", VolumeId: "v1", AllocId: "a1",
-		AccessMode:     string(catalog.AccessModeSingleNodeWriter),
-		AttachmentMode: string(catalog.AttachmentModeFileSystem),
+		AccessMode:     string(model.AccessModeSingleNodeWriter),
+		AttachmentMode: string(model.AttachmentModeFileSystem),
 		MountOptions:   &messages.MountOptions{FsType: "ext4", MountFlags: []string{"noatime", "uid=1000"}},
 	}
 }
@@ -229,7 +229,7 @@ func TestParseMountVolumeWorksOutPathsAndUsage(t *testing.T) {
 	msg.Namespace = ""
 	op, err = parseMountVolume("/r", msg)
 	require.NoError(t, err)
-	require.Equal(t, catalog.DefaultNamespace, op.key.namespace, "an empty namespace is the default one")
+	require.Equal(t, model.DefaultNamespace, op.key.namespace, "an empty namespace is the default one")
 }
 
 func TestParseMountVolumeRefusesBadInput(t *testing.T) {
@@ -254,18 +254,18 @@ func TestParseMountVolumeRefusesBadInput(t *testing.T) {
 		{"alloc ID with a newline", func(m *messages.MountVolume) { m.AllocId = "a\n1" },
 			[]string{"alloc ID", "must not contain control characters"}, nil},
 		{"unknown access mode", func(m *messages.MountVolume) { m.AccessMode = "rwx" },
-			[]string{`unknown access mode "rwx"`, "single-node-writer"}, catalog.ErrUnknownAccessMode},
+			[]string{`unknown access mode "rwx"`, "single-node-writer"}, model.ErrUnknownAccessMode},
 		{"missing attachment mode", func(m *messages.MountVolume) { m.AttachmentMode = "" },
-			[]string{`unknown attachment mode ""`}, catalog.ErrUnknownAttachmentMode},
+			[]string{`unknown attachment mode ""`}, model.ErrUnknownAttachmentMode},
 		{"writing through a read-only access mode", func(m *messages.MountVolume) {
-			m.AccessMode = string(catalog.AccessModeMultiNodeReader)
+			m.AccessMode = string(model.AccessModeMultiNodeReader)
 		}, []string{"access mode multi-node-reader-only is read-only: a mount with it must be read-only"}, nil},
 		{"block device with an fs type", func(m *messages.MountVolume) {
-			m.AttachmentMode = string(catalog.AttachmentModeBlockDevice)
+			m.AttachmentMode = string(model.AttachmentModeBlockDevice)
 			m.MountOptions = &messages.MountOptions{FsType: "xfs"}
 		}, []string{`attachment mode block-device takes no fs_type (got "xfs")`}, nil},
 		{"block device with mount flags", func(m *messages.MountVolume) {
-			m.AttachmentMode = string(catalog.AttachmentModeBlockDevice)
+			m.AttachmentMode = string(model.AttachmentModeBlockDevice)
 			m.MountOptions = &messages.MountOptions{MountFlags: []string{"ro"}}
 		}, []string{"attachment mode block-device takes no mount flags (got 1)"}, nil},
 		{"fs type with a slash", func(m *messages.MountVolume) { m.MountOptions.FsType = "ext4/../x" },

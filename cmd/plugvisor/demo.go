@@ -20,7 +20,7 @@ import (
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -338,8 +338,8 @@ func (d *demo) volumes(ctx context.Context) error {
 	}
 	id := created.GetVolume().GetVolumeId()
 	d.say("      created volume %s on hostpath-a (CreateVolume)\n", id)
-	vol := catalog.NewCSIVolume(id, 0)
-	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hostpath-a", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	vol := model.NewCSIVolume(id, 0)
+	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hostpath-a", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	if _, err := d.agent.Catalog().RegisterVolume(ctx, vol); err != nil {
 		return err
 	}

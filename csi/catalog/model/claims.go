@@ -1,4 +1,4 @@
-package catalog
+package model
 
 // Claim applies c to v: a claim in state taken goes to ClaimRead or
 // ClaimWrite by its mode, any other state to ClaimRelease. On error v is

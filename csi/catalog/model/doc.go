@@ -1,4 +1,4 @@
-// Package catalog is the model of the CSI catalog: volumes with their claims,
+// Package model is the model of the CSI catalog: volumes with their claims,
 // plugins with their per-node fingerprints and health counts, and the rules
 // that tie them together (which claims an access mode allows, when a volume is
 // schedulable).
@@ -13,4 +13,4 @@
 // both ways, an alloc cannot silently switch its claim between read and write,
 // single-node access modes are enforced per node, and plugin health counts are
 // kept exact through every replacement and deletion.
-package catalog
+package model
