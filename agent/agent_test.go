@@ -17,6 +17,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -92,7 +93,7 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 
 	m, err := a.Volumes().MounterForPlugin(ctx, "hp")
 	require.NoError(t, err)
-	req := csi.MountRequest{Volume: csi.VolumeSpec{Namespace: vol.Namespace, ID: vol.ID}, AllocID: "web-1",
+	req := volumes.MountRequest{Volume: volumes.VolumeSpec{Namespace: vol.Namespace, ID: vol.ID}, AllocID: "web-1",
 		AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode}
 	res, err := m.MountVolume(ctx, req)
 	require.NoError(t, err)
@@ -100,7 +101,7 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 	req.AllocID = "web-2"
 	_, err = m.MountVolume(ctx, req)
 	require.ErrorIs(t, err, csi.ErrClaimRefused, "a second writer is refused through the real mount path")
-	require.NoError(t, m.UnmountVolume(ctx, csi.UnmountRequest{Namespace: vol.Namespace, VolumeID: vol.ID, AllocID: "web-1"}))
+	require.NoError(t, m.UnmountVolume(ctx, volumes.UnmountRequest{Namespace: vol.Namespace, VolumeID: vol.ID, AllocID: "web-1"}))
 
 	require.NoError(t, a.Shutdown(ctx))
 	require.Empty(t, mountsUnder(t, dir), "no mount is left under the data dir")

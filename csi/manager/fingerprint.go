@@ -1,18 +1,15 @@
-package csi
+package manager
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -22,32 +19,25 @@ const (
 	DefaultFingerprintRetry    = time.Second
 )
 
-// HealthyDescription is the health description of a healthy fingerprint.
-const HealthyDescription = "healthy"
-
-// StoppedDescription is the health description of the final fingerprint an
-// instance reports when it stops.
-const StoppedDescription = "plugin instance stopped"
-
 // Plugin is what fingerprinting asks of a CSI plugin. *[Client] is one;
 // [FingerprintOptions.Dial] may return another (a fake in a test).
 type Plugin interface {
-	GetPluginInfo(ctx context.Context) (PluginInfo, error)
-	GetPluginCapabilities(ctx context.Context) (PluginCapabilities, error)
+	GetPluginInfo(ctx context.Context) (csi.PluginInfo, error)
+	GetPluginCapabilities(ctx context.Context) (csi.PluginCapabilities, error)
 	Probe(ctx context.Context) (bool, error)
-	ControllerGetCapabilities(ctx context.Context) (ControllerCapabilities, error)
-	NodeGetInfo(ctx context.Context) (NodeInfo, error)
-	NodeGetCapabilities(ctx context.Context) (NodeCapabilities, error)
+	ControllerGetCapabilities(ctx context.Context) (csi.ControllerCapabilities, error)
+	NodeGetInfo(ctx context.Context) (csi.NodeInfo, error)
+	NodeGetCapabilities(ctx context.Context) (csi.NodeCapabilities, error)
 	Close() error
 }
 
 // DialFunc connects to the plugin listening on socketPath, giving up when
 // ctx ends.
-type DialFunc func(ctx context.Context, socketPath string, opts Options) (Plugin, error)
+type DialFunc func(ctx context.Context, socketPath string, opts csi.Options) (Plugin, error)
 
 // DialPlugin is the default DialFunc: [Dial].
-func DialPlugin(ctx context.Context, socketPath string, opts Options) (Plugin, error) {
-	c, err := Dial(ctx, socketPath, opts)
+func DialPlugin(ctx context.Context, socketPath string, opts csi.Options) (Plugin, error) {
+	c, err := csi.Dial(ctx, socketPath, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +81,7 @@ func (o FingerprintOptions) withDefaults() FingerprintOptions {
 	}
 	o.Retry = min(o.Retry, o.Interval)
 	if o.RPCTimeout == 0 {
-		o.RPCTimeout = DefaultRPCTimeout
+		o.RPCTimeout = csi.DefaultRPCTimeout
 	}
 	if o.Dial == nil {
 		o.Dial = DialPlugin
@@ -103,7 +93,7 @@ func (o FingerprintOptions) withDefaults() FingerprintOptions {
 func (o FingerprintOptions) validate() error {
 	if o.Interval < 0 || o.Retry < 0 || o.RPCTimeout < 0 {
 		return fmt.Errorf("csi: %w: fingerprint durations must not be negative: interval %v, retry %v, RPC timeout %v",
-			ErrInvalidOptions, o.Interval, o.Retry, o.RPCTimeout)
+			csi.ErrInvalidOptions, o.Interval, o.Retry, o.RPCTimeout)
 	}
 	return nil
 }
@@ -122,11 +112,11 @@ func (o FingerprintOptions) retryDelay(n int) time.Duration {
 // that comes back is reached by the next fingerprint or the one after; it
 // never starts below the client's default, because gRPC also gives each
 // connection attempt only as long as the current backoff to complete.
-func (o FingerprintOptions) clientOptions() Options {
-	return Options{
+func (o FingerprintOptions) clientOptions() csi.Options {
+	return csi.Options{
 		RPCTimeout:     o.RPCTimeout,
-		BackoffInitial: DefaultBackoffInitial,
-		BackoffMax:     max(DefaultBackoffInitial, min(DefaultBackoffMax, o.Interval)),
+		BackoffInitial: csi.DefaultBackoffInitial,
+		BackoffMax:     max(csi.DefaultBackoffInitial, min(csi.DefaultBackoffMax, o.Interval)),
 	}
 }
 
@@ -139,11 +129,11 @@ type prober struct {
 	opts   FingerprintOptions
 
 	conn           Plugin // nil until connected
-	info           *PluginInfo
-	pluginCaps     *PluginCapabilities
-	node           *NodeInfo
-	controllerCaps *ControllerCapabilities // of the last healthy fingerprint
-	nodeCaps       *NodeCapabilities       // of the last healthy fingerprint
+	info           *csi.PluginInfo
+	pluginCaps     *csi.PluginCapabilities
+	node           *csi.NodeInfo
+	controllerCaps *csi.ControllerCapabilities // of the last healthy fingerprint
+	nodeCaps       *csi.NodeCapabilities       // of the last healthy fingerprint
 }
 
 func newProber(plugin *messages.PluginInfo, opts FingerprintOptions) *prober {
@@ -160,7 +150,7 @@ func (p *prober) fingerprint(ctx context.Context) *messages.CSIFingerprint {
 	err := p.check(ctx)
 	fp := p.facts()
 	fp.Healthy = err == nil
-	fp.HealthDescription = HealthyDescription
+	fp.HealthDescription = csi.HealthyDescription
 	if err != nil {
 		fp.HealthDescription = err.Error()
 	}
@@ -194,7 +184,7 @@ func (p *prober) check(ctx context.Context) error {
 	if err := learnOnce(ctx, p, &p.pluginCaps, "GetPluginCapabilities", p.conn.GetPluginCapabilities); err != nil {
 		return err
 	}
-	if p.plugin.GetType() == TypeNode {
+	if p.plugin.GetType() == csi.TypeNode {
 		if err := learnOnce(ctx, p, &p.node, "NodeGetInfo", p.conn.NodeGetInfo); err != nil {
 			return err
 		}
@@ -204,9 +194,10 @@ func (p *prober) check(ctx context.Context) error {
 		return p.describe("Probe", err)
 	}
 	if !ready {
+		//lint:ignore ST1005 the health description starts with the RPC's name, as every other one does.
 		return errors.New("Probe: plugin is not ready")
 	}
-	if p.plugin.GetType() == TypeNode {
+	if p.plugin.GetType() == csi.TypeNode {
 		return learn(ctx, p, &p.nodeCaps, "NodeGetCapabilities", p.conn.NodeGetCapabilities)
 	}
 	return learn(ctx, p, &p.controllerCaps, "ControllerGetCapabilities", p.conn.ControllerGetCapabilities)
@@ -233,7 +224,7 @@ func learn[T any](ctx context.Context, p *prober, slot **T, rpc string, call fun
 // describe turns the error of rpc into a health description an operator
 // can act on.
 func (p *prober) describe(rpc string, err error) error {
-	if errors.Is(err, ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, csi.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: deadline exceeded after %v", rpc, p.opts.RPCTimeout)
 	}
 	text := strings.TrimPrefix(err.Error(), "csi: ")
@@ -261,7 +252,7 @@ func (p *prober) facts() *messages.CSIFingerprint {
 		fp.NodeInfo = &messages.CSINodeInfo{NodeId: p.node.NodeID, MaxVolumes: p.node.MaxVolumes, AccessibleTopology: p.node.AccessibleTopology}
 	}
 	if p.pluginCaps != nil {
-		fp.Capabilities = capabilityNames(p.pluginCaps, p.controllerCaps, p.nodeCaps)
+		fp.Capabilities = csi.CapabilityNames(p.pluginCaps, p.controllerCaps, p.nodeCaps)
 	}
 	return fp
 }
@@ -269,38 +260,4 @@ func (p *prober) facts() *messages.CSIFingerprint {
 // baseFingerprint is an unhealthy fingerprint naming plugin's allocation.
 func baseFingerprint(plugin *messages.PluginInfo) *messages.CSIFingerprint {
 	return &messages.CSIFingerprint{Type: plugin.GetType(), Name: plugin.GetName(), AllocId: plugin.GetAllocId()}
-}
-
-// capabilityNames lists capabilities by their CSI names (volume expansion
-// types prefixed "VOLUME_EXPANSION_"), each list in the order of the CSI
-// enum. unknown holds the values this spec version does not name, in the
-// order: plugin services, volume expansions, controller or node RPCs.
-func capabilityNames(pc *PluginCapabilities, cc *ControllerCapabilities, nc *NodeCapabilities) *messages.CSICapabilities {
-	caps := &messages.CSICapabilities{
-		Plugin: slices.Concat(
-			flagNames(csipb.PluginCapability_Service_Type_name, "", pc.serviceFlag),
-			flagNames(csipb.PluginCapability_VolumeExpansion_Type_name, "VOLUME_EXPANSION_", pc.expansionFlag)),
-		Unknown: slices.Concat(pc.Unknown, pc.UnknownVolumeExpansion),
-	}
-	if cc != nil {
-		caps.Controller = flagNames(csipb.ControllerServiceCapability_RPC_Type_name, "", cc.flag)
-		caps.Unknown = append(caps.Unknown, cc.Unknown...)
-	}
-	if nc != nil {
-		caps.Node = flagNames(csipb.NodeServiceCapability_RPC_Type_name, "", nc.flag)
-		caps.Unknown = append(caps.Unknown, nc.Unknown...)
-	}
-	return caps
-}
-
-// flagNames returns, in the order of the enum's values, prefix plus the name
-// of each value whose flag is set.
-func flagNames[T ~int32](names map[int32]string, prefix string, flag func(T) *bool) []string {
-	var out []string
-	for _, v := range slices.Sorted(maps.Keys(names)) {
-		if f := flag(T(v)); f != nil && *f {
-			out = append(out, prefix+names[v])
-		}
-	}
-	return out
 }

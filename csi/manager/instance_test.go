@@ -1,4 +1,4 @@
-package csi_test
+package manager_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/supervisor"
 	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
@@ -34,11 +35,11 @@ type instanceUnderTest struct {
 
 // startInstance starts an instance serving plugin and stops it when the
 // test ends. A nil clock is the real one.
-func startInstance(t *testing.T, plugin *messages.PluginInfo, opts csi.FingerprintOptions, clock supervisor.Clock) *instanceUnderTest {
+func startInstance(t *testing.T, plugin *messages.PluginInfo, opts manager.FingerprintOptions, clock supervisor.Clock) *instanceUnderTest {
 	t.Helper()
 	system := probe.NewSystem(t)
 	u := &instanceUnderTest{system: system, reports: probe.New(t, system)}
-	props, err := csi.NewInstanceProps(csi.InstanceConfig{
+	props, err := manager.NewInstanceProps(manager.InstanceConfig{
 		Plugin: plugin, ReportTo: u.reports.PID(), Logger: probe.Logger(t), Fingerprint: opts, Clock: clock,
 	})
 	require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestInstanceReportsOnlyChangesAndAFinalUnhealthyFingerprint(t *testing.T) {
 
 func TestInstanceBecomesHealthyWhenItsSocketAppears(t *testing.T) {
 	socket := shortSocket(t)
-	opts := csi.FingerprintOptions{Interval: time.Minute, Retry: 10 * time.Millisecond}
+	opts := manager.FingerprintOptions{Interval: time.Minute, Retry: 10 * time.Millisecond}
 	u := startInstance(t, pluginAt(csi.TypeNode, "disk", "a1", socket), opts, nil)
 	healthy, description := u.nextHealth(t)
 	require.False(t, healthy)
@@ -191,7 +192,7 @@ func TestInstanceOutlivesAPluginThatHangs(t *testing.T) {
 		id.Probe(gomock.Any(), gomock.Any()).Return(probeOK.resp, nil),
 		node.NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(nodeCapsOK.resp, nil),
 	)
-	opts := csi.FingerprintOptions{Interval: time.Minute, Retry: 10 * time.Millisecond, RPCTimeout: 100 * time.Millisecond}
+	opts := manager.FingerprintOptions{Interval: time.Minute, Retry: 10 * time.Millisecond, RPCTimeout: 100 * time.Millisecond}
 	u := startInstance(t, pluginAt(csi.TypeNode, "disk", "a1", socket), opts, nil)
 
 	healthy, description := u.nextHealth(t)
@@ -213,7 +214,7 @@ func TestInstanceStopsPromptlyWhileAnRPCHangs(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
-	opts := csi.FingerprintOptions{RPCTimeout: time.Minute}
+	opts := manager.FingerprintOptions{RPCTimeout: time.Minute}
 	u := startInstance(t, pluginAt(csi.TypeNode, "disk", "a1", socket), opts, nil)
 	<-entered
 
@@ -245,7 +246,7 @@ func TestInstanceRunsOneFingerprintAtATime(t *testing.T) {
 	node.NodeGetInfo(gomock.Any(), gomock.Any()).Return(nodeInfoOK.resp, nil)
 	id.Probe(gomock.Any(), gomock.Any()).DoAndReturn(slowProbe).AnyTimes()
 	node.NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(nodeCapsOK.resp, nil).AnyTimes()
-	opts := csi.FingerprintOptions{Interval: time.Millisecond}
+	opts := manager.FingerprintOptions{Interval: time.Millisecond}
 	startInstance(t, pluginAt(csi.TypeNode, "disk", "a1", socket), opts, nil)
 
 	require.Eventually(t, func() bool { return probes.Load() >= 5 }, wait, 5*time.Millisecond)
@@ -271,14 +272,14 @@ func TestInstanceRetriesWithExponentialBackoffCappedAtTheInterval(t *testing.T) 
 	server, _ := newHealthyServer(t)
 	socket := shortSocket(t)
 	require.NoError(t, server.Listen(socket))
-	opts := csi.FingerprintOptions{
+	opts := manager.FingerprintOptions{
 		Interval: 80 * time.Millisecond,
 		Retry:    10 * time.Millisecond,
-		Dial: func(ctx context.Context, path string, o csi.Options) (csi.Plugin, error) {
+		Dial: func(ctx context.Context, path string, o csi.Options) (manager.Plugin, error) {
 			if !up.Load() {
 				return nil, errors.New("plugin is starting")
 			}
-			return csi.DialPlugin(ctx, path, o)
+			return manager.DialPlugin(ctx, path, o)
 		},
 	}
 	u := startInstance(t, pluginAt(csi.TypeNode, "disk", "a1", socket), opts, clock)
@@ -328,18 +329,18 @@ func TestNewInstancePropsRefusesABadConfig(t *testing.T) {
 	report := &actor.PID{Address: "nonhost", Id: "manager"}
 	cases := []struct {
 		name   string
-		config csi.InstanceConfig
+		config manager.InstanceConfig
 		want   string
 	}{
-		{"without a plugin", csi.InstanceConfig{ReportTo: report}, `plugin type is ""`},
-		{"with a plugin type that is not CSI", csi.InstanceConfig{Plugin: pluginAt("docker-volume", "v", "a1", "/x.sock"), ReportTo: report}, `plugin type is "docker-volume"`},
-		{"without an address to report to", csi.InstanceConfig{Plugin: pluginAt(csi.TypeNode, "v", "a1", "/x.sock")}, "needs a ReportTo"},
-		{"with a negative retry", csi.InstanceConfig{Plugin: pluginAt(csi.TypeNode, "v", "a1", "/x.sock"), ReportTo: report,
-			Fingerprint: csi.FingerprintOptions{Retry: -time.Second}}, "must not be negative"},
+		{"without a plugin", manager.InstanceConfig{ReportTo: report}, `plugin type is ""`},
+		{"with a plugin type that is not CSI", manager.InstanceConfig{Plugin: pluginAt("docker-volume", "v", "a1", "/x.sock"), ReportTo: report}, `plugin type is "docker-volume"`},
+		{"without an address to report to", manager.InstanceConfig{Plugin: pluginAt(csi.TypeNode, "v", "a1", "/x.sock")}, "needs a ReportTo"},
+		{"with a negative retry", manager.InstanceConfig{Plugin: pluginAt(csi.TypeNode, "v", "a1", "/x.sock"), ReportTo: report,
+			Fingerprint: manager.FingerprintOptions{Retry: -time.Second}}, "must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := csi.NewInstanceProps(tc.config)
+			_, err := manager.NewInstanceProps(tc.config)
 			require.ErrorIs(t, err, csi.ErrInvalidOptions)
 			require.ErrorContains(t, err, tc.want)
 		})

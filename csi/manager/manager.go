@@ -1,4 +1,4 @@
-package csi
+package manager
 
 import (
 	"cmp"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/actors/plugintype"
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -76,18 +77,18 @@ type ManagerConfig struct {
 func (c ManagerConfig) validate() error {
 	var problems []error
 	if c.Registry == nil {
-		problems = append(problems, fmt.Errorf("csi: %w: the CSI manager needs a registry", ErrInvalidOptions))
+		problems = append(problems, fmt.Errorf("csi: %w: the CSI manager needs a registry", csi.ErrInvalidOptions))
 	}
 	if c.ResyncInterval < 0 || c.ShutdownTimeout < 0 {
 		problems = append(problems, fmt.Errorf("csi: %w: resync interval %v and shutdown timeout %v must not be negative",
-			ErrInvalidOptions, c.ResyncInterval, c.ShutdownTimeout))
+			csi.ErrInvalidOptions, c.ResyncInterval, c.ShutdownTimeout))
 	}
 	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
 		problems = append(problems, fmt.Errorf("csi: %w: Supervision.OnGiveUp is %v, must be stop: the manager reports a plugin that gave up",
-			ErrInvalidOptions, giveUp))
+			csi.ErrInvalidOptions, giveUp))
 	}
 	if err := c.Supervision.Validate(); err != nil {
-		problems = append(problems, fmt.Errorf("csi: %w: supervision: %w", ErrInvalidOptions, err))
+		problems = append(problems, fmt.Errorf("csi: %w: supervision: %w", csi.ErrInvalidOptions, err))
 	}
 	return errors.Join(append(problems, c.Fingerprint.validate())...)
 }
@@ -287,7 +288,7 @@ func newManagerActor(cfg ManagerConfig, published *atomic.Pointer[fingerprints],
 		subscribers: subscribers,
 	}
 	a.instances = plugintype.New(plugintype.Config{
-		Types:          []string{TypeController, TypeNode},
+		Types:          []string{csi.TypeController, csi.TypeNode},
 		Registry:       cfg.Registry.PID(),
 		Snapshot:       a.snapshot,
 		ResyncInterval: cfg.ResyncInterval,
@@ -388,7 +389,7 @@ func (a *managerActor) InstanceFailed(ctx actor.Context, plugin *messages.Plugin
 // its final fingerprint gets one from the manager.
 func (a *managerActor) InstanceGone(ctx actor.Context, plugin *messages.PluginInfo, instance *actor.PID) {
 	if st := a.state(instance, plugin); !st.final {
-		a.recordUnhealthy(ctx, instance, st, StoppedDescription)
+		a.recordUnhealthy(ctx, instance, st, csi.StoppedDescription)
 	}
 	delete(a.states, instance.GetId())
 	delete(a.stopping, instance.GetId())

@@ -1,4 +1,4 @@
-package csi
+package volumes
 
 import (
 	"cmp"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -24,89 +25,7 @@ import (
 
 // NodePluginType is the registry type of CSI node plugins, whose volumes the
 // volume manager mounts.
-const NodePluginType = "csi-node"
-
-// Sentinel errors of the volume manager. They survive the trip through
-// MountVolumeResponse and UnmountVolumeResponse: the [Mounter] gives them
-// back to errors.Is. Failures of the plugin's RPCs and of the file system
-// come back as plain errors carrying the full message.
-var (
-	// ErrInvalidVolumeRequest is returned for a malformed mount or unmount:
-	// an ID or namespace that cannot be a path segment, an unknown access or
-	// attachment mode, bad mount options. Nothing changed.
-	ErrInvalidVolumeRequest = errors.New("invalid volume request")
-	// ErrPluginNotFound is returned when no csi-node plugin of the name is
-	// registered. Nothing changed.
-	ErrPluginNotFound = errors.New("node plugin not found")
-	// ErrNotMounted is returned by an unmount for an alloc that does not
-	// mount the volume. Nothing changed.
-	ErrNotMounted = errors.New("volume not mounted")
-	// ErrClaimRefused is returned when the [Claimer] refuses the claim (a
-	// second writer on a single-writer volume, say), or the alloc already
-	// mounts the volume another way. No RPC was sent; nothing changed.
-	ErrClaimRefused = errors.New("claim refused")
-	// ErrVolumesShutDown is returned once the volume manager is shut down.
-	ErrVolumesShutDown = errors.New("volume manager is shut down")
-)
-
-// volumeErrorCodes maps the sentinels to the codes of messages.Error. Two share
-// ERROR_CODE_NOT_FOUND; their messages start with "csi: " and the sentinel,
-// which tells them apart.
-var volumeErrorCodes = []struct {
-	code     messages.ErrorCode
-	sentinel error
-}{
-	{messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, ErrInvalidVolumeRequest},
-	{messages.ErrorCode_ERROR_CODE_NOT_FOUND, ErrPluginNotFound},
-	{messages.ErrorCode_ERROR_CODE_NOT_FOUND, ErrNotMounted},
-	{messages.ErrorCode_ERROR_CODE_CONFLICT, ErrClaimRefused},
-	{messages.ErrorCode_ERROR_CODE_SHUT_DOWN, ErrVolumesShutDown},
-}
-
-// volumeErrorToProto turns an error into the Error of a response; nil stays nil.
-func volumeErrorToProto(err error) *messages.Error {
-	if err == nil {
-		return nil
-	}
-	for _, c := range volumeErrorCodes {
-		if errors.Is(err, c.sentinel) {
-			return &messages.Error{Code: c.code, Message: err.Error()}
-		}
-	}
-	return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNSPECIFIED, Message: err.Error()}
-}
-
-// VolumeErrorFromProto turns the Error of a MountVolumeResponse,
-// UnmountVolumeResponse or ShutdownVolumesResponse back into an error that
-// errors.Is matches against the volume manager's sentinels; nil stays nil.
-func VolumeErrorFromProto(e *messages.Error) error {
-	if e == nil {
-		return nil
-	}
-	var match error
-	for _, c := range volumeErrorCodes {
-		if c.code != e.GetCode() {
-			continue
-		}
-		if match == nil || strings.HasPrefix(e.GetMessage(), "csi: "+c.sentinel.Error()) {
-			match = c.sentinel
-		}
-	}
-	if match == nil {
-		return errors.New(e.GetMessage())
-	}
-	return &volumeError{sentinel: match, text: e.GetMessage()}
-}
-
-// volumeError is an error that came back from the volume manager actor:
-// its text is the actor's, and errors.Is matches its sentinel.
-type volumeError struct {
-	sentinel error
-	text     string
-}
-
-func (e *volumeError) Error() string { return e.text }
-func (e *volumeError) Unwrap() error { return e.sentinel }
+const NodePluginType = csi.TypeNode
 
 // Defaults of [VolumesConfig].
 const (
@@ -144,7 +63,7 @@ type VolumesConfig struct {
 	// plugin must see the host's file system at Root.
 	Root string
 	// Claimer decides claims and releases; default a new [LocalClaimer].
-	Claimer Claimer
+	Claimer csi.Claimer
 	// RPCTimeout bounds each attempt of a volume RPC (default
 	// DefaultVolumeRPCTimeout).
 	RPCTimeout time.Duration
@@ -470,111 +389,4 @@ func (m *Mounter) UnmountVolume(ctx context.Context, req UnmountRequest) error {
 		return err
 	}
 	return VolumeErrorFromProto(answer.(*messages.UnmountVolumeResponse).GetError())
-}
-
-// ClaimRequest is one alloc's claim on a volume, as the volume manager
-// hands it to its [Claimer].
-type ClaimRequest struct {
-	Plugin    string
-	Namespace string
-	VolumeID  string
-	AllocID   string
-	Usage     Usage
-}
-
-// Mode is the claim mode of r: read for a read-only usage, write otherwise.
-func (r ClaimRequest) Mode() model.ClaimMode {
-	if r.Usage.ReadOnly {
-		return model.ClaimModeRead
-	}
-	return model.ClaimModeWrite
-}
-
-// Claimer decides whether an alloc may claim a volume, and hears when it
-// lets go. The volume manager calls Claim before it stages or publishes
-// anything, and Release once the volume is unpublished (and unstaged, if
-// this was the last mount of its usage) or when a mount failed after the
-// claim. It calls them from its worker goroutines: concurrently for
-// different volumes, never concurrently for one volume of one plugin. ctx
-// ends when the volume manager shuts down. A refusal should wrap
-// ErrClaimRefused; any other error is reported as a refusal too.
-//
-// The CSI catalog actor (issue 5) will implement it by message; until then
-// [LocalClaimer] keeps the claims of this agent.
-type Claimer interface {
-	Claim(ctx context.Context, req ClaimRequest) error
-	Release(ctx context.Context, req ClaimRequest) error
-}
-
-// localNodeID is the node of every claim a LocalClaimer takes: they are
-// all this agent's.
-const localNodeID = "local"
-
-// LocalClaimer is the default [Claimer]: it applies csi/catalog's claim
-// rules to the claims of this agent. A volume takes the access and
-// attachment modes of its first claim and keeps them until its last claim
-// is released; a claim with other modes is refused, as are a write claim on
-// a read-only access mode and a second writer on a single-writer one. It is
-// safe for concurrent use.
-type LocalClaimer struct {
-	mu      sync.Mutex
-	volumes map[localClaimKey]*model.CSIVolume
-}
-
-type localClaimKey struct{ namespace, volumeID string }
-
-func (r ClaimRequest) localKey() localClaimKey { return localClaimKey{r.Namespace, r.VolumeID} }
-
-// localClaim is r as a claim of the catalog model, in state.
-func (r ClaimRequest) localClaim(state model.ClaimState) *model.Claim {
-	return &model.Claim{AllocID: r.AllocID, NodeID: localNodeID, Mode: r.Mode(), State: state}
-}
-
-// NewLocalClaimer returns a LocalClaimer holding no claims.
-func NewLocalClaimer() *LocalClaimer {
-	return &LocalClaimer{volumes: map[localClaimKey]*model.CSIVolume{}}
-}
-
-// Claim grants req or says why not, wrapping ErrClaimRefused and the
-// catalog's sentinel (model.ErrVolumeMaxClaims, ...). Claiming again what
-// the alloc holds changes nothing.
-func (c *LocalClaimer) Claim(_ context.Context, req ClaimRequest) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, known := c.volumes[req.localKey()]
-	if !known {
-		v = model.NewCSIVolume(req.VolumeID, 0)
-		v.Namespace = req.Namespace
-		v.PluginID = req.Plugin
-		v.AccessMode = req.Usage.AccessMode
-		v.AttachmentMode = req.Usage.AttachmentMode
-		v.Schedulable = true
-	} else if v.PluginID != req.Plugin || v.AccessMode != req.Usage.AccessMode || v.AttachmentMode != req.Usage.AttachmentMode {
-		return fmt.Errorf("csi: %w: volume %q in namespace %q is in use through plugin %q as %s %s; alloc %s asked for it through plugin %q as %s %s",
-			ErrClaimRefused, req.VolumeID, req.Namespace, v.PluginID, v.AttachmentMode, v.AccessMode,
-			req.AllocID, req.Plugin, req.Usage.AttachmentMode, req.Usage.AccessMode)
-	}
-	if err := v.Claim(req.localClaim(model.ClaimStateTaken)); err != nil {
-		return fmt.Errorf("csi: %w: alloc %s: %w", ErrClaimRefused, req.AllocID, err)
-	}
-	c.volumes[req.localKey()] = v
-	return nil
-}
-
-// Release frees the claim of req's alloc; releasing a claim that is not
-// held changes nothing. The volume is forgotten with its last claim.
-func (c *LocalClaimer) Release(_ context.Context, req ClaimRequest) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.volumes[req.localKey()]
-	if !ok {
-		return nil
-	}
-	if err := v.ClaimRelease(req.localClaim(model.ClaimStateReadyToFree)); err != nil {
-		return fmt.Errorf("csi: release claim of alloc %s on volume %q in namespace %q: %w", req.AllocID, req.VolumeID, req.Namespace, err)
-	}
-	if !v.InUse() {
-		delete(c.volumes, req.localKey())
-	}
-	return nil
 }

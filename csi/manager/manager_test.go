@@ -1,4 +1,4 @@
-package csi_test
+package manager_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -33,7 +34,7 @@ const (
 )
 
 // fastFingerprints fingerprint every 50ms and retry after 10ms.
-var fastFingerprints = csi.FingerprintOptions{Interval: 50 * time.Millisecond, Retry: 10 * time.Millisecond, RPCTimeout: 2 * time.Second}
+var fastFingerprints = manager.FingerprintOptions{Interval: 50 * time.Millisecond, Retry: 10 * time.Millisecond, RPCTimeout: 2 * time.Second}
 
 // healthyIdentity, healthyController and healthyNode are a small CSI plugin
 // that answers every fingerprint RPC, healthy, and counts its Probes.
@@ -47,7 +48,7 @@ func (*healthyIdentity) GetPluginInfo(context.Context, *csipb.GetPluginInfoReque
 }
 
 func (*healthyIdentity) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
-	return pluginCapabilities([]csipb.PluginCapability_Service_Type{csipb.PluginCapability_Service_CONTROLLER_SERVICE}, nil), nil
+	return csitest.PluginCapabilities([]csipb.PluginCapability_Service_Type{csipb.PluginCapability_Service_CONTROLLER_SERVICE}, nil), nil
 }
 
 func (i *healthyIdentity) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
@@ -60,7 +61,7 @@ type healthyController struct {
 }
 
 func (healthyController) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
-	return controllerCapabilities(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), nil
+	return csitest.ControllerCapabilities(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), nil
 }
 
 type healthyNode struct {
@@ -72,7 +73,7 @@ func (healthyNode) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csi
 }
 
 func (healthyNode) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
-	return nodeCapabilities(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil
+	return csitest.NodeCapabilities(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil
 }
 
 // newHealthyServer returns a server of a healthy plugin that listens on
@@ -88,7 +89,7 @@ func newHealthyServer(t testing.TB) (*csitest.Server, *healthyIdentity) {
 type harness struct {
 	system   *actor.ActorSystem
 	registry *registry.Registry
-	manager  *csi.Manager
+	manager  *manager.Manager
 	events   *probe.Probe
 	dir      string
 	sockets  int
@@ -97,7 +98,7 @@ type harness struct {
 
 // startManager starts a harness whose manager fingerprints fast and
 // resyncs only when told; change adjusts the manager's config.
-func startManager(t testing.TB, change func(*csi.ManagerConfig)) *harness {
+func startManager(t testing.TB, change func(*manager.ManagerConfig)) *harness {
 	t.Helper()
 	h := newHarness(t)
 	h.start(t, change)
@@ -118,9 +119,9 @@ func newHarness(t testing.TB) *harness {
 }
 
 // start starts the harness's manager and subscribes its probe.
-func (h *harness) start(t testing.TB, change func(*csi.ManagerConfig)) {
+func (h *harness) start(t testing.TB, change func(*manager.ManagerConfig)) {
 	t.Helper()
-	cfg := csi.ManagerConfig{
+	cfg := manager.ManagerConfig{
 		Registry:       h.registry,
 		Logger:         probe.Logger(t),
 		ResyncInterval: time.Hour,
@@ -130,7 +131,7 @@ func (h *harness) start(t testing.TB, change func(*csi.ManagerConfig)) {
 		change(&cfg)
 	}
 	var err error
-	h.manager, err = csi.StartManager(h.system, cfg)
+	h.manager, err = manager.StartManager(h.system, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if !h.shutDown {
@@ -230,7 +231,7 @@ func indexOf[T proto.Message](list []T, m T) int {
 
 // requireListed requires the manager to list exactly want (type, name,
 // alloc and health), in order.
-func requireListed(t testing.TB, m *csi.Manager, want ...*messages.CSIPluginHealthChanged) {
+func requireListed(t testing.TB, m *manager.Manager, want ...*messages.CSIPluginHealthChanged) {
 	t.Helper()
 	got := make([]*messages.CSIPluginHealthChanged, 0, len(want))
 	for _, fp := range m.Plugins() {
@@ -486,14 +487,14 @@ func TestManagerResyncStopsExtraInstancesAndStartsMissingOnes(t *testing.T) {
 }
 
 func TestManagerResyncsOnItsTimer(t *testing.T) {
-	h := startManager(t, func(c *csi.ManagerConfig) { c.ResyncInterval = 20 * time.Millisecond })
+	h := startManager(t, func(c *manager.ManagerConfig) { c.ResyncInterval = 20 * time.Millisecond })
 	h.events.Send(h.registry.PID(), &messages.Unsubscribe{Type: csi.TypeNode, Subscriber: h.manager.PID()})
 	socket, _ := h.serve(t)
 	h.register(t, csi.TypeNode, "missing", "a1", socket)
 	awaitHealth(t, h.events, nodeHealthy("missing", "a1"))
 }
 
-// supervisionCounts is a csi.ManagerMetrics that counts, by plugin name.
+// supervisionCounts is a manager.ManagerMetrics that counts, by plugin name.
 type supervisionCounts struct {
 	mu                 sync.Mutex
 	restarting, gaveUp map[string]int
@@ -515,15 +516,15 @@ func TestManagerRestartsAPanickingInstanceWithBackoffAndGivesUp(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	var flaky string
 	counts := &supervisionCounts{restarting: map[string]int{}, gaveUp: map[string]int{}}
-	h := startManager(t, func(c *csi.ManagerConfig) {
+	h := startManager(t, func(c *manager.ManagerConfig) {
 		c.Metrics = counts
 		c.Clock = clock
 		c.Supervision = supervisor.Spec{MaxRestarts: 2, Within: time.Minute, InitialDelay: time.Second, Multiplier: 2}
-		c.Fingerprint.Dial = func(ctx context.Context, path string, opts csi.Options) (csi.Plugin, error) {
+		c.Fingerprint.Dial = func(ctx context.Context, path string, opts csi.Options) (manager.Plugin, error) {
 			if path == flaky {
 				panic("boom")
 			}
-			return csi.DialPlugin(ctx, path, opts)
+			return manager.DialPlugin(ctx, path, opts)
 		}
 	})
 	flaky, _ = h.serve(t)
@@ -585,14 +586,14 @@ func TestManagerShutdownNamesTheInstancesThatDidNotStop(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	var stuck string
 	var shutdownErr error
-	h := startManager(t, func(c *csi.ManagerConfig) {
-		c.Fingerprint.Dial = func(ctx context.Context, path string, opts csi.Options) (csi.Plugin, error) {
+	h := startManager(t, func(c *manager.ManagerConfig) {
+		c.Fingerprint.Dial = func(ctx context.Context, path string, opts csi.Options) (manager.Plugin, error) {
 			if path == stuck {
 				entered <- struct{}{}
 				<-release // ignores ctx, as a broken plugin client might
 				return nil, errors.New("released")
 			}
-			return csi.DialPlugin(ctx, path, opts)
+			return manager.DialPlugin(ctx, path, opts)
 		}
 	})
 	t.Cleanup(func() { // before the harness's cleanups: they shut the manager down
@@ -624,18 +625,18 @@ func TestStartManagerRefusesABadConfig(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, reg.Shutdown()) })
 	cases := []struct {
 		name   string
-		config csi.ManagerConfig
+		config manager.ManagerConfig
 		want   string
 	}{
-		{"without a registry", csi.ManagerConfig{}, "needs a registry"},
-		{"escalating on give-up", csi.ManagerConfig{Registry: reg, Supervision: supervisor.Spec{OnGiveUp: supervisor.Escalate}}, "OnGiveUp is escalate"},
-		{"with a restart window of a bare number", csi.ManagerConfig{Registry: reg, Supervision: supervisor.Spec{Within: 1000}}, "Within is 1µs"},
-		{"with a negative resync interval", csi.ManagerConfig{Registry: reg, ResyncInterval: -time.Second}, "must not be negative"},
-		{"with a negative fingerprint interval", csi.ManagerConfig{Registry: reg, Fingerprint: csi.FingerprintOptions{Interval: -1}}, "must not be negative"},
+		{"without a registry", manager.ManagerConfig{}, "needs a registry"},
+		{"escalating on give-up", manager.ManagerConfig{Registry: reg, Supervision: supervisor.Spec{OnGiveUp: supervisor.Escalate}}, "OnGiveUp is escalate"},
+		{"with a restart window of a bare number", manager.ManagerConfig{Registry: reg, Supervision: supervisor.Spec{Within: 1000}}, "Within is 1µs"},
+		{"with a negative resync interval", manager.ManagerConfig{Registry: reg, ResyncInterval: -time.Second}, "must not be negative"},
+		{"with a negative fingerprint interval", manager.ManagerConfig{Registry: reg, Fingerprint: manager.FingerprintOptions{Interval: -1}}, "must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := csi.StartManager(system, tc.config)
+			_, err := manager.StartManager(system, tc.config)
 			require.ErrorIs(t, err, csi.ErrInvalidOptions)
 			require.ErrorContains(t, err, tc.want)
 		})

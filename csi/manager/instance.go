@@ -1,4 +1,4 @@
-package csi
+package manager
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/supervisor"
 )
@@ -57,12 +58,12 @@ func NewInstanceProps(cfg InstanceConfig) (*actor.Props, error) {
 
 func (c InstanceConfig) validate() error {
 	var problems []error
-	if t := c.Plugin.GetType(); t != TypeController && t != TypeNode {
+	if t := c.Plugin.GetType(); t != csi.TypeController && t != csi.TypeNode {
 		problems = append(problems, fmt.Errorf("csi: %w: instance plugin type is %q, must be %q or %q",
-			ErrInvalidOptions, t, TypeController, TypeNode))
+			csi.ErrInvalidOptions, t, csi.TypeController, csi.TypeNode))
 	}
 	if c.ReportTo == nil {
-		problems = append(problems, fmt.Errorf("csi: %w: instance needs a ReportTo address", ErrInvalidOptions))
+		problems = append(problems, fmt.Errorf("csi: %w: instance needs a ReportTo address", csi.ErrInvalidOptions))
 	}
 	return errors.Join(append(problems, c.Fingerprint.validate())...)
 }
@@ -148,7 +149,7 @@ func (a *instance) Receive(ctx actor.Context) {
 
 func (a *instance) onStarted(ctx actor.Context) {
 	a.work, a.cancel = context.WithCancel(context.Background())
-	if err := ValidateSocketPath(a.cfg.Plugin.GetConnection().GetSocketPath()); err != nil {
+	if err := csi.ValidateSocketPath(a.cfg.Plugin.GetConnection().GetSocketPath()); err != nil {
 		// Waiting will not make the path usable: say so once and stay idle.
 		a.log.Error("plugin instance cannot reach its plugin", "error", err)
 		fp := baseFingerprint(a.cfg.Plugin)
@@ -231,7 +232,7 @@ func (a *instance) onStopping(ctx actor.Context) {
 	if a.last != nil {
 		fp = proto.CloneOf(a.last)
 	}
-	fp.Healthy, fp.HealthDescription = false, StoppedDescription
+	fp.Healthy, fp.HealthDescription = false, csi.StoppedDescription
 	a.report(ctx, fp, true)
 	a.log.Debug("plugin instance stopped")
 }

@@ -1,4 +1,4 @@
-package csi
+package catalog
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -54,7 +55,7 @@ type Catalog struct {
 	closed bool
 }
 
-var _ Claimer = (*Catalog)(nil)
+var _ csi.Claimer = (*Catalog)(nil)
 
 // StartCatalog restores the catalog from cfg.Bucket and starts its actor in
 // system. A record that cannot be restored is an error matching
@@ -163,7 +164,7 @@ func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*model.C
 // modes than the volume was registered with (empty ones are not checked).
 // An unregistered volume is ErrVolumeNotFound. Claiming again what the
 // alloc holds changes nothing.
-func (c *Catalog) Claim(ctx context.Context, req ClaimRequest) error {
+func (c *Catalog) Claim(ctx context.Context, req csi.ClaimRequest) error {
 	_, err := catalogCall[*messages.ClaimVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.ClaimVolume{
 			Namespace:      req.Namespace,
@@ -185,7 +186,7 @@ func (c *Catalog) Claim(ctx context.Context, req ClaimRequest) error {
 // claim that is not held, or a volume the catalog does not know (it cannot
 // hold claims), changes nothing and returns nil. (ReleaseVolume sent as a
 // message is stricter: an unknown volume is ErrVolumeNotFound.)
-func (c *Catalog) Release(ctx context.Context, req ClaimRequest) error {
+func (c *Catalog) Release(ctx context.Context, req csi.ClaimRequest) error {
 	_, err := catalogCall[*messages.ReleaseVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.ReleaseVolume{Namespace: req.Namespace, VolumeId: req.VolumeID, AllocId: req.AllocID, ReplyTo: replyTo}
 	})

@@ -1,4 +1,4 @@
-package csi
+package volumes
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -20,70 +20,12 @@ const (
 	PerAllocDirName = "per-alloc"
 )
 
-// Usage is how an alloc uses a volume: read-only or read-write, with which
-// attachment mode and access mode. A volume is staged once per usage, and
-// its staging and target paths end in the usage's [Usage.String].
-type Usage struct {
-	ReadOnly       bool
-	AttachmentMode model.AttachmentMode
-	AccessMode     model.AccessMode
-}
-
-// String is the usage as one path segment, as Nomad spells it:
-// "ro-file-system-single-node-reader-only", "rw-block-device-single-node-writer".
-func (u Usage) String() string {
-	rw := "rw"
-	if u.ReadOnly {
-		rw = "ro"
-	}
-	return rw + "-" + string(u.AttachmentMode) + "-" + string(u.AccessMode)
-}
-
-// Validate checks that u names a known attachment mode and access mode, and
-// that a read-write usage does not ask for a read-only access mode. Each
-// problem wraps [ErrInvalidVolumeRequest]; catalog's sentinels
-// (model.ErrUnknownAccessMode, ...) stay in the chain.
-func (u Usage) Validate() error {
-	return invalidVolumeRequest(u.problems())
-}
-
-func (u Usage) problems() []error {
-	var problems []error
-	if err := u.AttachmentMode.Validate(); err != nil {
-		problems = append(problems, err)
-	}
-	if err := u.AccessMode.Validate(); err != nil {
-		problems = append(problems, err)
-	} else if !u.ReadOnly && u.AccessMode.ReadOnly() {
-		problems = append(problems, fmt.Errorf("access mode %s is read-only: a mount with it must be read-only", u.AccessMode))
-	}
-	return problems
-}
-
-// invalidVolumeRequest wraps problems, each kept in the chain, into one error
-// matching ErrInvalidVolumeRequest; nil when there are none.
-func invalidVolumeRequest(problems []error) error {
-	if len(problems) == 0 {
-		return nil
-	}
-	format := "csi: %w: " + strings.Repeat("%w; ", len(problems)-1) + "%w"
-	return fmt.Errorf(format, append([]any{ErrInvalidVolumeRequest}, errorsAsAny(problems)...)...)
-}
-
-func errorsAsAny(errs []error) []any {
-	out := make([]any, len(errs))
-	for i, e := range errs {
-		out[i] = e
-	}
-	return out
-}
-
 // ValidatePathID checks an ID or namespace that becomes one segment of a
 // path: registry.ValidateID's rules (present, at most registry.MaxIDLen
 // bytes, no path separator, no "..", no control characters), and not ".".
 // field names it in the error, which wraps [ErrInvalidVolumeRequest].
 func ValidatePathID(field, v string) error {
-	return invalidVolumeRequest(appendIDProblem(nil, field, v))
+	return csi.InvalidVolumeRequest(appendIDProblem(nil, field, v))
 }
 
 // appendIDProblem appends to problems what is wrong with v as a path
@@ -110,7 +52,7 @@ type PluginPaths struct {
 // absolute path. The plugin name is checked with [ValidatePathID].
 func NewPluginPaths(root, plugin string) (PluginPaths, error) {
 	p, problems := newPluginPaths(root, plugin)
-	return p, invalidVolumeRequest(problems)
+	return p, csi.InvalidVolumeRequest(problems)
 }
 
 func newPluginPaths(root, plugin string) (PluginPaths, []error) {
@@ -131,7 +73,7 @@ func (p PluginPaths) Root() string { return p.root }
 // Staging returns <plugin root>/staging/<namespace>/<volumeID>/<usage>, where
 // the volume is staged for u. Every part is checked first; the error wraps
 // [ErrInvalidVolumeRequest].
-func (p PluginPaths) Staging(namespace, volumeID string, u Usage) (string, error) {
+func (p PluginPaths) Staging(namespace, volumeID string, u csi.Usage) (string, error) {
 	problems := appendIDProblem(nil, "namespace", namespace)
 	return p.join(problems, volumeID, u, StagingDirName, namespace)
 }
@@ -139,7 +81,7 @@ func (p PluginPaths) Staging(namespace, volumeID string, u Usage) (string, error
 // Target returns <plugin root>/per-alloc/<allocID>/<volumeID>/<usage>, where
 // the volume is published for the alloc. Every part is checked first; the
 // error wraps [ErrInvalidVolumeRequest].
-func (p PluginPaths) Target(allocID, volumeID string, u Usage) (string, error) {
+func (p PluginPaths) Target(allocID, volumeID string, u csi.Usage) (string, error) {
 	problems := appendIDProblem(nil, "alloc ID", allocID)
 	return p.join(problems, volumeID, u, PerAllocDirName, allocID)
 }
@@ -147,19 +89,19 @@ func (p PluginPaths) Target(allocID, volumeID string, u Usage) (string, error) {
 // join returns <plugin root>/<dir>/<id>/<volumeID>/<usage> unless there are
 // problems with it, or it would leave <plugin root>/<dir> (which the checks
 // already rule out; this is the last line of defence).
-func (p PluginPaths) join(problems []error, volumeID string, u Usage, dir, id string) (string, error) {
+func (p PluginPaths) join(problems []error, volumeID string, u csi.Usage, dir, id string) (string, error) {
 	problems = appendIDProblem(problems, "volume ID", volumeID)
-	problems = append(problems, u.problems()...)
+	problems = append(problems, u.Problems()...)
 	if p.root == "" {
 		problems = append(problems, errors.New("plugin paths have no root (use NewPluginPaths)"))
 	}
-	if err := invalidVolumeRequest(problems); err != nil {
+	if err := csi.InvalidVolumeRequest(problems); err != nil {
 		return "", err
 	}
 	base := filepath.Join(p.root, dir)
 	path := filepath.Join(base, id, volumeID, u.String())
 	if rel, err := filepath.Rel(base, path); err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-		return "", fmt.Errorf("csi: %w: path %q escapes %q", ErrInvalidVolumeRequest, path, base)
+		return "", fmt.Errorf("csi: %w: path %q escapes %q", csi.ErrInvalidVolumeRequest, path, base)
 	}
 	return path, nil
 }

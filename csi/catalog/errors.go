@@ -1,4 +1,4 @@
-package csi
+package catalog
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -44,7 +45,7 @@ var catalogSentinels = []struct {
 	{ErrCatalogInvalid, messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT},
 	{ErrVolumeNotFound, messages.ErrorCode_ERROR_CODE_NOT_FOUND},
 	{ErrVolumeInUse, messages.ErrorCode_ERROR_CODE_CONFLICT},
-	{ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
 	{ErrCatalogCorrupt, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
@@ -90,7 +91,7 @@ func catalogModelError(err error) error {
 			return catalogWrap(ErrCatalogInvalid, err)
 		}
 	}
-	return catalogWrap(ErrClaimRefused, err)
+	return catalogWrap(csi.ErrClaimRefused, err)
 }
 
 // catalogKnownErrors are the sentinels a catalog error can match across the wire.

@@ -1,4 +1,4 @@
-package csi_test
+package catalog_test
 
 import (
 	"cmp"
@@ -20,8 +20,10 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -39,7 +41,7 @@ const catNode = "node-1"
 type catFixture struct {
 	t       *testing.T
 	system  *actor.ActorSystem
-	cat     *csi.Catalog
+	cat     *catalog.Catalog
 	manager *probe.Probe
 }
 
@@ -58,9 +60,9 @@ func startCatFixture(t *testing.T, bucket storage.Bucket) *catFixture {
 }
 
 // startCat starts a catalog and shuts it down when the test ends.
-func startCat(t *testing.T, system *actor.ActorSystem, bucket storage.Bucket, manager *actor.PID) *csi.Catalog {
+func startCat(t *testing.T, system *actor.ActorSystem, bucket storage.Bucket, manager *actor.PID) *catalog.Catalog {
 	t.Helper()
-	cat, err := csi.StartCatalog(system, csi.CatalogConfig{Bucket: bucket, NodeID: catNode, Manager: manager, Logger: probe.Logger(t)})
+	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Manager: manager, Logger: probe.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
 	return cat
@@ -68,7 +70,7 @@ func startCat(t *testing.T, system *actor.ActorSystem, bucket storage.Bucket, ma
 
 func catMemoryBucket(t *testing.T) storage.Bucket {
 	t.Helper()
-	bucket, err := storage.NewMemory().Bucket(csi.CatalogBucket)
+	bucket, err := storage.NewMemory().Bucket(catalog.CatalogBucket)
 	require.NoError(t, err)
 	return bucket
 }
@@ -89,7 +91,7 @@ func (f *catFixture) feed(fps ...*messages.CSIFingerprint) {
 func (f *catFixture) settle() {
 	f.t.Helper()
 	resp := probe.Ask[*messages.DeregisterVolumeResponse](f.t, f.manager, f.cat.PID(), &messages.DeregisterVolume{VolumeId: "no-such-volume"}, catWait)
-	require.ErrorIs(f.t, csi.CatalogErrorFromProto(resp.GetError()), csi.ErrVolumeNotFound)
+	require.ErrorIs(f.t, catalog.CatalogErrorFromProto(resp.GetError()), catalog.ErrVolumeNotFound)
 }
 
 // catAsk sends msg to the catalog from the manager probe and returns the
@@ -100,7 +102,7 @@ func catAsk[R interface {
 }](f *catFixture, msg proto.Message) (R, error) {
 	f.t.Helper()
 	resp := probe.Ask[R](f.t, f.manager, f.cat.PID(), msg, catWait)
-	return resp, csi.CatalogErrorFromProto(resp.GetError())
+	return resp, catalog.CatalogErrorFromProto(resp.GetError())
 }
 
 func (f *catFixture) volume(namespace, id string) *model.CSIVolume {
@@ -241,8 +243,8 @@ func TestCatalogRegistersListsGetsAndDeregistersVolumes(t *testing.T) {
 
 	require.NoError(t, f.cat.DeregisterVolume(ctx, "", "db"))
 	_, err = f.cat.GetVolume(ctx, "", "db")
-	require.ErrorIs(t, err, csi.ErrVolumeNotFound)
-	require.ErrorIs(t, f.cat.DeregisterVolume(ctx, "", "db"), csi.ErrVolumeNotFound)
+	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, f.cat.DeregisterVolume(ctx, "", "db"), catalog.ErrVolumeNotFound)
 	all, err = f.cat.ListVolumes(ctx, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"prod/web"}, catStubNames(all))
@@ -374,7 +376,7 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 			wantErr: []error{csi.ErrClaimRefused}},
 		{name: "deregistering the claimed volume is refused",
 			do:      func() error { return f.cat.DeregisterVolume(ctx, "", "db") },
-			wantErr: []error{csi.ErrVolumeInUse}},
+			wantErr: []error{catalog.ErrVolumeInUse}},
 		{name: "moving the writer's claim to unpublishing keeps it as a past claim", changed: true,
 			do: func() error {
 				_, err := catAsk[*messages.ReleaseVolumeResponse](f, &messages.ReleaseVolume{VolumeId: "db", AllocId: "a1", State: string(model.ClaimStateUnpublishing)})
@@ -448,7 +450,7 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 			f.manager.Send(f.cat.PID(), msg)
 			resp, ok := probe.Expect[proto.Message](t, f.manager, catWait).(interface{ GetError() *messages.CatalogError })
 			require.True(t, ok, "the answer carries an error")
-			return csi.CatalogErrorFromProto(resp.GetError())
+			return catalog.CatalogErrorFromProto(resp.GetError())
 		}
 	}
 	fingerprint := func(change func(fp *messages.CSIFingerprint)) func() error {
@@ -475,51 +477,51 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 		do      func() error
 		wantErr []error // none for fingerprints: nobody is answered
 	}{
-		{"a volume with an empty ID", register(func(v *model.CSIVolume) { v.ID = "" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume ID with a path separator", register(func(v *model.CSIVolume) { v.ID = "a/b" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume ID that climbs out", register(func(v *model.CSIVolume) { v.ID = ".." }), []error{csi.ErrCatalogInvalid}},
-		{"a namespace that climbs out", register(func(v *model.CSIVolume) { v.Namespace = "../etc" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume ID that is not UTF-8", register(func(v *model.CSIVolume) { v.ID = "vol\xff" }), []error{csi.ErrCatalogInvalid}},
-		{"a volume without a plugin", register(func(v *model.CSIVolume) { v.PluginID = "" }), []error{csi.ErrCatalogInvalid}},
-		{"a plugin ID with a path separator", register(func(v *model.CSIVolume) { v.PluginID = "host/path" }), []error{csi.ErrCatalogInvalid}},
+		{"a volume with an empty ID", register(func(v *model.CSIVolume) { v.ID = "" }), []error{catalog.ErrCatalogInvalid}},
+		{"a volume ID with a path separator", register(func(v *model.CSIVolume) { v.ID = "a/b" }), []error{catalog.ErrCatalogInvalid}},
+		{"a volume ID that climbs out", register(func(v *model.CSIVolume) { v.ID = ".." }), []error{catalog.ErrCatalogInvalid}},
+		{"a namespace that climbs out", register(func(v *model.CSIVolume) { v.Namespace = "../etc" }), []error{catalog.ErrCatalogInvalid}},
+		{"a volume ID that is not UTF-8", register(func(v *model.CSIVolume) { v.ID = "vol\xff" }), []error{catalog.ErrCatalogInvalid}},
+		{"a volume without a plugin", register(func(v *model.CSIVolume) { v.PluginID = "" }), []error{catalog.ErrCatalogInvalid}},
+		{"a plugin ID with a path separator", register(func(v *model.CSIVolume) { v.PluginID = "host/path" }), []error{catalog.ErrCatalogInvalid}},
 		{"an unknown access mode", register(func(v *model.CSIVolume) { v.AccessMode = "single-node-admin" }),
-			[]error{csi.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
+			[]error{catalog.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
 		{"an unknown attachment mode", register(func(v *model.CSIVolume) { v.AttachmentMode = "floppy" }),
-			[]error{csi.ErrCatalogInvalid, model.ErrUnknownAttachmentMode}},
+			[]error{catalog.ErrCatalogInvalid, model.ErrUnknownAttachmentMode}},
 		{"a registration that carries claims", register(func(v *model.CSIVolume) {
 			v.WriteClaims["a9"] = &model.Claim{AllocID: "a9", NodeID: catNode, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
-		}), []error{csi.ErrCatalogInvalid}},
-		{"a registration message without a volume", send(&messages.RegisterVolume{}), []error{csi.ErrCatalogInvalid}},
+		}), []error{catalog.ErrCatalogInvalid}},
+		{"a registration message without a volume", send(&messages.RegisterVolume{}), []error{catalog.ErrCatalogInvalid}},
 		{"a new description for a claimed volume", register(func(v *model.CSIVolume) {
 			v.ID, v.AccessMode = "db", model.AccessModeMultiNodeMultiWriter
-		}), []error{csi.ErrVolumeInUse}},
+		}), []error{catalog.ErrVolumeInUse}},
 
-		{"deregistering an empty ID", send(&messages.DeregisterVolume{}), []error{csi.ErrCatalogInvalid}},
-		{"deregistering in a namespace that climbs out", send(&messages.DeregisterVolume{Namespace: "..", VolumeId: "db"}), []error{csi.ErrCatalogInvalid}},
-		{"deregistering an unknown volume", send(&messages.DeregisterVolume{VolumeId: "nope"}), []error{csi.ErrVolumeNotFound}},
-		{"deregistering a claimed volume", send(&messages.DeregisterVolume{VolumeId: "db"}), []error{csi.ErrVolumeInUse}},
+		{"deregistering an empty ID", send(&messages.DeregisterVolume{}), []error{catalog.ErrCatalogInvalid}},
+		{"deregistering in a namespace that climbs out", send(&messages.DeregisterVolume{Namespace: "..", VolumeId: "db"}), []error{catalog.ErrCatalogInvalid}},
+		{"deregistering an unknown volume", send(&messages.DeregisterVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
+		{"deregistering a claimed volume", send(&messages.DeregisterVolume{VolumeId: "db"}), []error{catalog.ErrVolumeInUse}},
 
-		{"a claim with an empty alloc ID", send(&messages.ClaimVolume{VolumeId: "db", Mode: "read"}), []error{csi.ErrCatalogInvalid}},
-		{"a claim by an alloc ID that climbs out", claim(&messages.ClaimVolume{AllocId: "../a1"}), []error{csi.ErrCatalogInvalid}},
-		{"a claim on a node ID with a separator", claim(&messages.ClaimVolume{NodeId: "n/1"}), []error{csi.ErrCatalogInvalid}},
-		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{csi.ErrCatalogInvalid, model.ErrUnknownClaimMode}},
-		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{csi.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
-		{"a claim on an unknown volume", claim(&messages.ClaimVolume{VolumeId: "nope"}), []error{csi.ErrVolumeNotFound}},
+		{"a claim with an empty alloc ID", send(&messages.ClaimVolume{VolumeId: "db", Mode: "read"}), []error{catalog.ErrCatalogInvalid}},
+		{"a claim by an alloc ID that climbs out", claim(&messages.ClaimVolume{AllocId: "../a1"}), []error{catalog.ErrCatalogInvalid}},
+		{"a claim on a node ID with a separator", claim(&messages.ClaimVolume{NodeId: "n/1"}), []error{catalog.ErrCatalogInvalid}},
+		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{catalog.ErrCatalogInvalid, model.ErrUnknownClaimMode}},
+		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{catalog.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
+		{"a claim on an unknown volume", claim(&messages.ClaimVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
 		{"a write claim by an alloc that holds a read claim", claim(&messages.ClaimVolume{AllocId: "a2", Mode: "write"}),
 			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{"a read claim by an alloc that holds a write claim", claim(&messages.ClaimVolume{AllocId: "a1", Mode: "read"}),
 			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{"a second writer", claim(&messages.ClaimVolume{AllocId: "a3", Mode: "write"}), []error{csi.ErrClaimRefused, model.ErrVolumeMaxClaims}},
 
-		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{csi.ErrCatalogInvalid}},
-		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{csi.ErrCatalogInvalid, model.ErrUnknownClaimState}},
-		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{csi.ErrCatalogInvalid}},
-		{"a release on an unknown volume", release(&messages.ReleaseVolume{VolumeId: "nope"}), []error{csi.ErrVolumeNotFound}},
+		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{catalog.ErrCatalogInvalid}},
+		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{catalog.ErrCatalogInvalid, model.ErrUnknownClaimState}},
+		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{catalog.ErrCatalogInvalid}},
+		{"a release on an unknown volume", release(&messages.ReleaseVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
 		{"moving a claim that is not held to unpublishing", release(&messages.ReleaseVolume{AllocId: "a7", State: "unpublishing"}),
 			[]error{csi.ErrClaimRefused, model.ErrClaimNotFound}},
 
-		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{csi.ErrCatalogInvalid}},
-		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{csi.ErrCatalogInvalid}},
+		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{catalog.ErrCatalogInvalid}},
+		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{catalog.ErrCatalogInvalid}},
 
 		{"a fingerprint of another plugin type", fingerprint(func(fp *messages.CSIFingerprint) { fp.Type = "docker-volume" }), nil},
 		{"a fingerprint without a plugin name", fingerprint(func(fp *messages.CSIFingerprint) { fp.Name = "" }), nil},
@@ -554,7 +556,7 @@ func TestCatalogComesBackFromItsBoltFileAfterARestart(t *testing.T) {
 		store, err := storage.OpenBolt(path, storage.BoltOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		bucket, err := store.Bucket(csi.CatalogBucket)
+		bucket, err := store.Bucket(catalog.CatalogBucket)
 		require.NoError(t, err)
 		return bucket
 	}
@@ -631,13 +633,13 @@ func TestCatalogRefusesToStartFromACorruptRecord(t *testing.T) {
 			store, err := storage.OpenBolt(filepath.Join(t.TempDir(), "state.db"), storage.BoltOptions{})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, store.Close()) })
-			bucket, err := store.Bucket(csi.CatalogBucket)
+			bucket, err := store.Bucket(catalog.CatalogBucket)
 			require.NoError(t, err)
 			require.NoError(t, bucket.Apply([]storage.Op{storage.Put([]byte(tt.key), tt.value)}))
 
 			system := probe.NewSystem(t)
-			_, err = csi.StartCatalog(system, csi.CatalogConfig{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t)})
-			require.ErrorIs(t, err, csi.ErrCatalogCorrupt)
+			_, err = catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t)})
+			require.ErrorIs(t, err, catalog.ErrCatalogCorrupt)
 			require.Contains(t, err.Error(), `record "`+tt.key+`"`)
 			require.Contains(t, err.Error(), tt.wantDetail)
 		})
@@ -654,9 +656,9 @@ func TestCatalogRollsBackWhenTheStoreFails(t *testing.T) {
 
 	bucket.Failing.Store(true)
 	_, err := f.cat.RegisterVolume(ctx, catVolume("web", "hostpath", model.AccessModeSingleNodeWriter))
-	require.ErrorIs(t, err, csi.ErrCatalogStore)
+	require.ErrorIs(t, err, catalog.ErrCatalogStore)
 	require.Contains(t, err.Error(), storagetest.ErrNoSpace.Error())
-	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), csi.ErrCatalogStore)
+	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), catalog.ErrCatalogStore)
 	require.Equal(t, before, f.dump(), "nothing that failed to be stored is shown")
 
 	bucket.Failing.Store(false)
@@ -689,30 +691,30 @@ func TestCatalogShutdownFinishesAcceptedWritesAndRefusesLaterOnes(t *testing.T) 
 	require.Less(t, slices.Index(order, "accepted"), slices.Index(order, "ShutdownCatalogResponse"),
 		"the shutdown is answered once the accepted write is durable")
 	refused := answers["RegisterVolumeResponse"].(*messages.RegisterVolumeResponse)
-	require.ErrorIs(t, csi.CatalogErrorFromProto(refused.GetError()), csi.ErrCatalogShutdown)
+	require.ErrorIs(t, catalog.CatalogErrorFromProto(refused.GetError()), catalog.ErrCatalogShutdown)
 	require.Equal(t, "db", f.volume("", "db").ID, "queries still answer until the actor stops")
 
 	require.NoError(t, f.cat.Shutdown(ctx))
 	require.NoError(t, f.cat.Shutdown(ctx), "a second shutdown is a no-op")
 	_, err := f.cat.GetVolume(ctx, "", "db")
-	require.ErrorIs(t, err, csi.ErrCatalogShutdown)
-	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), csi.ErrCatalogShutdown)
+	require.ErrorIs(t, err, catalog.ErrCatalogShutdown)
+	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), catalog.ErrCatalogShutdown)
 }
 
 func TestCatalogStartRefusesABadConfig(t *testing.T) {
 	system := probe.NewSystem(t)
 	tests := []struct {
 		name string
-		cfg  csi.CatalogConfig
+		cfg  catalog.CatalogConfig
 	}{
-		{"no bucket", csi.CatalogConfig{NodeID: catNode}},
-		{"no node ID", csi.CatalogConfig{Bucket: catMemoryBucket(t)}},
-		{"a node ID that climbs out", csi.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: "../node"}},
+		{"no bucket", catalog.CatalogConfig{NodeID: catNode}},
+		{"no node ID", catalog.CatalogConfig{Bucket: catMemoryBucket(t)}},
+		{"a node ID that climbs out", catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: "../node"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := csi.StartCatalog(system, tt.cfg)
-			require.ErrorIs(t, err, csi.ErrCatalogInvalid)
+			_, err := catalog.StartCatalog(system, tt.cfg)
+			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
 		})
 	}
 }
@@ -761,17 +763,17 @@ func TestCatalogLetsOneOfTwoRacingWritersMount(t *testing.T) {
 	require.NoError(t, reg.RegisterPlugin(&messages.PluginInfo{
 		Type: csi.TypeNode, Name: "mock", AllocId: "p1", Connection: &messages.ConnectionInfo{SocketPath: socket},
 	}))
-	volumes, err := csi.StartVolumes(f.system, csi.VolumesConfig{
+	vm, err := volumes.StartVolumes(f.system, volumes.VolumesConfig{
 		Registry: reg, Root: t.TempDir(), Claimer: f.cat, Logger: probe.Logger(t), RetryAttempts: 1,
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, volumes.Shutdown()) })
-	mounter, err := volumes.MounterForPlugin(ctx, "mock")
+	t.Cleanup(func() { require.NoError(t, vm.Shutdown()) })
+	mounter, err := vm.MounterForPlugin(ctx, "mock")
 	require.NoError(t, err)
 
 	mount := func(alloc string) error {
-		_, err := mounter.MountVolume(ctx, csi.MountRequest{
-			Volume: csi.VolumeSpec{ID: "db"}, AllocID: alloc,
+		_, err := mounter.MountVolume(ctx, volumes.MountRequest{
+			Volume: volumes.VolumeSpec{ID: "db"}, AllocID: alloc,
 			AccessMode: model.AccessModeSingleNodeWriter, AttachmentMode: model.AttachmentModeFileSystem,
 		})
 		return err
@@ -797,7 +799,7 @@ func TestCatalogLetsOneOfTwoRacingWritersMount(t *testing.T) {
 	mu.Unlock()
 	require.Equal(t, []string{allocs[winner]}, catKeys(f.volume("", "db").WriteClaims))
 
-	require.NoError(t, mounter.UnmountVolume(ctx, csi.UnmountRequest{VolumeID: "db", AllocID: allocs[winner]}))
+	require.NoError(t, mounter.UnmountVolume(ctx, volumes.UnmountRequest{VolumeID: "db", AllocID: allocs[winner]}))
 	require.Empty(t, f.volume("", "db").WriteClaims, "unmounting released the claim")
 	require.NoError(t, mount(allocs[loser]), "the other alloc mounts once the winner is gone")
 	mu.Lock()

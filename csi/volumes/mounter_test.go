@@ -1,4 +1,4 @@
-package csi_test
+package volumes_test
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -47,8 +48,8 @@ type volFixture struct {
 	reg     *registry.Registry
 	mocks   *csitest.Mocks
 	root    string
-	volumes *csi.Volumes
-	mounter *csi.Mounter
+	volumes *volumes.Volumes
+	mounter *volumes.Mounter
 }
 
 func newVolFixture(t *testing.T) *volFixture {
@@ -82,15 +83,15 @@ func volRegistry(t *testing.T, system *actor.ActorSystem) *registry.Registry {
 func volRegister(t *testing.T, reg *registry.Registry, socket string) {
 	t.Helper()
 	require.NoError(t, reg.RegisterPlugin(&messages.PluginInfo{
-		Type: csi.NodePluginType, Name: volPlugin, AllocId: "plugin-alloc-1", Version: "1.0.0",
+		Type: volumes.NodePluginType, Name: volPlugin, AllocId: "plugin-alloc-1", Version: "1.0.0",
 		Connection: &messages.ConnectionInfo{SocketPath: socket},
 	}))
 }
 
 // volStart starts a volume manager with quick retries, shut down with the test.
-func volStart(t *testing.T, system *actor.ActorSystem, reg *registry.Registry, root string) *csi.Volumes {
+func volStart(t *testing.T, system *actor.ActorSystem, reg *registry.Registry, root string) *volumes.Volumes {
 	t.Helper()
-	volumes, err := csi.StartVolumes(system, csi.VolumesConfig{
+	vm, err := volumes.StartVolumes(system, volumes.VolumesConfig{
 		Registry:      reg,
 		Root:          root,
 		RPCTimeout:    volWait,
@@ -100,16 +101,16 @@ func volStart(t *testing.T, system *actor.ActorSystem, reg *registry.Registry, r
 		Logger:        probe.Logger(t),
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, volumes.Shutdown()) })
-	return volumes
+	t.Cleanup(func() { require.NoError(t, vm.Shutdown()) })
+	return vm
 }
 
 func (f *volFixture) staging(vol string, u csi.Usage) string {
-	return filepath.Join(f.root, volPlugin, csi.StagingDirName, model.DefaultNamespace, vol, u.String())
+	return filepath.Join(f.root, volPlugin, volumes.StagingDirName, model.DefaultNamespace, vol, u.String())
 }
 
 func (f *volFixture) target(alloc, vol string, u csi.Usage) string {
-	return filepath.Join(f.root, volPlugin, csi.PerAllocDirName, alloc, vol, u.String())
+	return filepath.Join(f.root, volPlugin, volumes.PerAllocDirName, alloc, vol, u.String())
 }
 
 // expectCaps expects one NodeGetCapabilities: the answer is cached per socket.
@@ -187,21 +188,21 @@ func (f *volFixture) expectLastUnmount(alloc, vol string, u csi.Usage) []any {
 }
 
 // volMount is a request to mount vol for alloc with usage u.
-func volMount(vol, alloc string, u csi.Usage) csi.MountRequest {
-	return csi.MountRequest{
-		Volume: csi.VolumeSpec{ID: vol}, AllocID: alloc,
+func volMount(vol, alloc string, u csi.Usage) volumes.MountRequest {
+	return volumes.MountRequest{
+		Volume: volumes.VolumeSpec{ID: vol}, AllocID: alloc,
 		AccessMode: u.AccessMode, AttachmentMode: u.AttachmentMode, ReadOnly: u.ReadOnly,
 	}
 }
 
-func (f *volFixture) mount(t *testing.T, vol, alloc string, u csi.Usage) (csi.MountResult, error) {
+func (f *volFixture) mount(t *testing.T, vol, alloc string, u csi.Usage) (volumes.MountResult, error) {
 	t.Helper()
 	return f.mounter.MountVolume(t.Context(), volMount(vol, alloc, u))
 }
 
 func (f *volFixture) unmount(t *testing.T, vol, alloc string) error {
 	t.Helper()
-	return f.mounter.UnmountVolume(t.Context(), csi.UnmountRequest{VolumeID: vol, AllocID: alloc})
+	return f.mounter.UnmountVolume(t.Context(), volumes.UnmountRequest{VolumeID: vol, AllocID: alloc})
 }
 
 // send sends an actor caller's mount (with p as sender) without waiting.
@@ -213,7 +214,7 @@ func (f *volFixture) send(p *probe.Probe, vol, alloc string, u csi.Usage) {
 func expectMounted(t *testing.T, p *probe.Probe) *messages.MountVolumeResponse {
 	t.Helper()
 	resp := probe.Expect[*messages.MountVolumeResponse](t, p, volWait)
-	require.NoError(t, csi.VolumeErrorFromProto(resp.GetError()))
+	require.NoError(t, volumes.VolumeErrorFromProto(resp.GetError()))
 	return resp
 }
 
@@ -222,13 +223,13 @@ func TestMountVolumeSendsStagePublishUnpublishUnstageInOrder(t *testing.T) {
 	cases := []struct {
 		name       string
 		usage      csi.Usage
-		options    *csi.MountOptions
+		options    *volumes.MountOptions
 		contexts   map[string]string // the volume context and the publish context
 		capability *csipb.VolumeCapability
 		segment    string
 	}{
 		{"read-write file system with mount options and contexts", volWriter,
-			&csi.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}}, map[string]string{"device": "/dev/vdb"},
+			&volumes.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}}, map[string]string{"device": "/dev/vdb"},
 			volMountCapability(volWriter, "ext4", "noatime"), "rw-file-system-single-node-writer"},
 		{"read-only block device", blockReader, nil, nil,
 			volCapability(blockReader), "ro-block-device-single-node-reader-only"},
@@ -264,14 +265,14 @@ func TestMountVolumeSendsStagePublishUnpublishUnstageInOrder(t *testing.T) {
 
 			res, err := f.mounter.MountVolume(t.Context(), req)
 			require.NoError(t, err)
-			require.Equal(t, csi.MountResult{
+			require.Equal(t, volumes.MountResult{
 				TargetPath: target, StagingPath: staging,
 				IsDevice: tc.usage.AttachmentMode == model.AttachmentModeBlockDevice,
 			}, res)
 			require.DirExists(t, staging, "the staging path is made before staging")
 			require.DirExists(t, filepath.Dir(target), "the target's parent is made; the plugin makes the target")
 
-			require.NoError(t, f.mounter.UnmountVolume(t.Context(), csi.UnmountRequest{Namespace: "prod", VolumeID: "vol-1", AllocID: "alloc-1"}))
+			require.NoError(t, f.mounter.UnmountVolume(t.Context(), volumes.UnmountRequest{Namespace: "prod", VolumeID: "vol-1", AllocID: "alloc-1"}))
 			require.NoDirExists(t, filepath.Join(f.root, "ebs", "per-alloc", "alloc-1"), "empty alloc directories are removed")
 			require.NoDirExists(t, filepath.Join(f.root, "ebs", "staging", "prod"), "empty staging directories are removed")
 		})
@@ -294,35 +295,35 @@ func TestMountVolumeWithoutStageCapabilityOnlyPublishes(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.unmount(t, "v1", "a1"))
 	require.NoError(t, f.unmount(t, "v1", "a2"))
-	require.NoDirExists(t, filepath.Join(f.root, volPlugin, csi.StagingDirName))
+	require.NoDirExists(t, filepath.Join(f.root, volPlugin, volumes.StagingDirName))
 }
 
 func TestMountVolumeRefusesBadRequestsWithoutAnyRPC(t *testing.T) {
 	cases := []struct {
 		name   string
-		change func(r *csi.MountRequest)
+		change func(r *volumes.MountRequest)
 		want   string
 	}{
-		{"namespace climbing out", func(r *csi.MountRequest) { r.Volume.Namespace = "../../etc" },
+		{"namespace climbing out", func(r *volumes.MountRequest) { r.Volume.Namespace = "../../etc" },
 			`namespace "../../etc" must not contain a path separator`},
-		{"volume ID climbing out", func(r *csi.MountRequest) { r.Volume.ID = ".." },
+		{"volume ID climbing out", func(r *volumes.MountRequest) { r.Volume.ID = ".." },
 			`volume ID ".." must not contain ".."`},
-		{"alloc ID climbing out", func(r *csi.MountRequest) { r.AllocID = "../a1" },
+		{"alloc ID climbing out", func(r *volumes.MountRequest) { r.AllocID = "../a1" },
 			`alloc ID "../a1" must not contain a path separator`},
-		{"unknown access mode", func(r *csi.MountRequest) { r.AccessMode = "single-node-single-writer" },
+		{"unknown access mode", func(r *volumes.MountRequest) { r.AccessMode = "single-node-single-writer" },
 			`unknown access mode "single-node-single-writer"`},
-		{"unknown attachment mode", func(r *csi.MountRequest) { r.AttachmentMode = "fs" },
+		{"unknown attachment mode", func(r *volumes.MountRequest) { r.AttachmentMode = "fs" },
 			`unknown attachment mode "fs"`},
-		{"read-write on a reader-only mode", func(r *csi.MountRequest) { r.AccessMode = model.AccessModeSingleNodeReader },
+		{"read-write on a reader-only mode", func(r *volumes.MountRequest) { r.AccessMode = model.AccessModeSingleNodeReader },
 			"access mode single-node-reader-only is read-only: a mount with it must be read-only"},
-		{"block device with an fs type", func(r *csi.MountRequest) {
+		{"block device with an fs type", func(r *volumes.MountRequest) {
 			r.AttachmentMode = model.AttachmentModeBlockDevice
-			r.MountOptions = &csi.MountOptions{FSType: "ext4"}
+			r.MountOptions = &volumes.MountOptions{FSType: "ext4"}
 		}, `attachment mode block-device takes no fs_type (got "ext4")`},
-		{"empty mount flag", func(r *csi.MountRequest) { r.MountOptions = &csi.MountOptions{MountFlags: []string{""}} },
+		{"empty mount flag", func(r *volumes.MountRequest) { r.MountOptions = &volumes.MountOptions{MountFlags: []string{""}} },
 			"mount flag 1 is empty"},
-		{"mount flag with traversal", func(r *csi.MountRequest) {
-			r.Volume.MountOptions = &csi.MountOptions{MountFlags: []string{"lowerdir=/x/../../etc"}}
+		{"mount flag with traversal", func(r *volumes.MountRequest) {
+			r.Volume.MountOptions = &volumes.MountOptions{MountFlags: []string{"lowerdir=/x/../../etc"}}
 		}, `mount flag "lowerdir=/x/../../etc" must not contain ".."`},
 	}
 	f := newVolFixture(t) // no expectations: any RPC fails the test
@@ -337,7 +338,7 @@ func TestMountVolumeRefusesBadRequestsWithoutAnyRPC(t *testing.T) {
 		})
 	}
 	t.Run("unmount with traversal", func(t *testing.T) {
-		err := f.mounter.UnmountVolume(t.Context(), csi.UnmountRequest{Namespace: "..", VolumeID: "v1/x", AllocID: "a1"})
+		err := f.mounter.UnmountVolume(t.Context(), volumes.UnmountRequest{Namespace: "..", VolumeID: "v1/x", AllocID: "a1"})
 		require.ErrorIs(t, err, csi.ErrInvalidVolumeRequest)
 		require.ErrorContains(t, err, `namespace ".." must not contain ".."`)
 		require.ErrorContains(t, err, `volume ID "v1/x" must not contain a path separator`)
@@ -346,8 +347,8 @@ func TestMountVolumeRefusesBadRequestsWithoutAnyRPC(t *testing.T) {
 		p := probe.New(t, f.system)
 		msg := volMount("v1", "a1", volWriter).Message("no-such-plugin")
 		resp := probe.Ask[*messages.MountVolumeResponse](t, p, f.volumes.PID(), msg, volWait)
-		err := csi.VolumeErrorFromProto(resp.GetError())
-		require.ErrorIs(t, err, csi.ErrPluginNotFound)
+		err := volumes.VolumeErrorFromProto(resp.GetError())
+		require.ErrorIs(t, err, volumes.ErrPluginNotFound)
 		require.ErrorContains(t, err, `no csi-node plugin "no-such-plugin" is registered`)
 	})
 	entries, err := os.ReadDir(f.root)
@@ -359,32 +360,32 @@ func TestMounterForPlugin(t *testing.T) {
 	f := newVolFixture(t)
 	require.Equal(t, volPlugin, f.mounter.Plugin())
 	_, err := f.volumes.MounterForPlugin(t.Context(), "no-such-plugin")
-	require.ErrorIs(t, err, csi.ErrPluginNotFound)
+	require.ErrorIs(t, err, volumes.ErrPluginNotFound)
 	_, err = f.volumes.MounterForPlugin(t.Context(), "../ebs")
 	require.ErrorIs(t, err, csi.ErrInvalidVolumeRequest)
 }
 
 func TestMergeMountOptions(t *testing.T) {
-	volume := &csi.MountOptions{FSType: "ext4", MountFlags: []string{"noatime", "discard"}}
+	volume := &volumes.MountOptions{FSType: "ext4", MountFlags: []string{"noatime", "discard"}}
 	cases := []struct {
 		name            string
-		volume, request *csi.MountOptions
-		want            *csi.MountOptions
+		volume, request *volumes.MountOptions
+		want            *volumes.MountOptions
 	}{
 		{"neither has options", nil, nil, nil},
 		{"the volume's options", volume, nil, volume},
-		{"the request's options", nil, &csi.MountOptions{FSType: "xfs"}, &csi.MountOptions{FSType: "xfs"}},
-		{"the request overrides the fs type only", volume, &csi.MountOptions{FSType: "xfs"},
-			&csi.MountOptions{FSType: "xfs", MountFlags: []string{"noatime", "discard"}}},
-		{"the request overrides the flags only", volume, &csi.MountOptions{MountFlags: []string{"ro"}},
-			&csi.MountOptions{FSType: "ext4", MountFlags: []string{"ro"}}},
-		{"empty request flags clear the volume's", volume, &csi.MountOptions{MountFlags: []string{}},
-			&csi.MountOptions{FSType: "ext4", MountFlags: []string{}}},
-		{"an empty request changes nothing", volume, &csi.MountOptions{}, volume},
+		{"the request's options", nil, &volumes.MountOptions{FSType: "xfs"}, &volumes.MountOptions{FSType: "xfs"}},
+		{"the request overrides the fs type only", volume, &volumes.MountOptions{FSType: "xfs"},
+			&volumes.MountOptions{FSType: "xfs", MountFlags: []string{"noatime", "discard"}}},
+		{"the request overrides the flags only", volume, &volumes.MountOptions{MountFlags: []string{"ro"}},
+			&volumes.MountOptions{FSType: "ext4", MountFlags: []string{"ro"}}},
+		{"empty request flags clear the volume's", volume, &volumes.MountOptions{MountFlags: []string{}},
+			&volumes.MountOptions{FSType: "ext4", MountFlags: []string{}}},
+		{"an empty request changes nothing", volume, &volumes.MountOptions{}, volume},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := csi.MergeMountOptions(tc.volume, tc.request)
+			got := volumes.MergeMountOptions(tc.volume, tc.request)
 			require.Equal(t, tc.want, got)
 			if got != nil && len(got.MountFlags) > 0 {
 				got.MountFlags[0] = "changed"
@@ -397,15 +398,15 @@ func TestMergeMountOptions(t *testing.T) {
 func TestMountVolumeSendsTheMergedMountOptions(t *testing.T) {
 	cases := []struct {
 		name            string
-		volume, request *csi.MountOptions
+		volume, request *volumes.MountOptions
 		fsType          string
 		flags           []string
 	}{
-		{"from the volume", &csi.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}}, nil, "ext4", []string{"noatime"}},
-		{"fs type overridden by the request", &csi.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}},
-			&csi.MountOptions{FSType: "xfs"}, "xfs", []string{"noatime"}},
-		{"flags overridden by the request", &csi.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}},
-			&csi.MountOptions{MountFlags: []string{"nodev", "nosuid"}}, "ext4", []string{"nodev", "nosuid"}},
+		{"from the volume", &volumes.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}}, nil, "ext4", []string{"noatime"}},
+		{"fs type overridden by the request", &volumes.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}},
+			&volumes.MountOptions{FSType: "xfs"}, "xfs", []string{"noatime"}},
+		{"flags overridden by the request", &volumes.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}},
+			&volumes.MountOptions{MountFlags: []string{"nodev", "nosuid"}}, "ext4", []string{"nodev", "nosuid"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -440,7 +441,7 @@ func TestSecondWriterOnASingleNodeWriterVolumeIsRefused(t *testing.T) {
 	_, err = f.mount(t, "v1", "a2", volWriter)
 	require.ErrorIs(t, err, csi.ErrClaimRefused)
 	require.ErrorContains(t, err, `volume "v1" (single-node-writer) already has a writer (alloc a1)`)
-	require.NoDirExists(t, filepath.Join(f.root, volPlugin, csi.PerAllocDirName, "a2"), "a refused claim changes nothing")
+	require.NoDirExists(t, filepath.Join(f.root, volPlugin, volumes.PerAllocDirName, "a2"), "a refused claim changes nothing")
 
 	_, err = f.mount(t, "v1", "a3", volReader)
 	require.NoError(t, err, "a reader may join a single-node-writer volume")
@@ -467,7 +468,7 @@ func TestMountVolumeAgainForTheSameAlloc(t *testing.T) {
 func TestUnmountOfAVolumeNotMountedChangesNothing(t *testing.T) {
 	f := newVolFixture(t)
 	err := f.unmount(t, "v1", "a1")
-	require.ErrorIs(t, err, csi.ErrNotMounted)
+	require.ErrorIs(t, err, volumes.ErrNotMounted)
 	require.ErrorContains(t, err, `csi: volume not mounted: alloc a1 does not mount volume "v1" in namespace "default" of plugin "ebs"`)
 }
 
@@ -516,7 +517,7 @@ func TestUnmountRacingAMountNeverUnstagesUnderIt(t *testing.T) {
 	p.Send(f.volumes.PID(), &messages.UnmountVolume{Plugin: volPlugin, VolumeId: "v1", AllocId: "a1"})
 	f.send(p, "v1", "a2", volWriter)
 	unmounted := probe.Expect[*messages.UnmountVolumeResponse](t, p, volWait)
-	require.NoError(t, csi.VolumeErrorFromProto(unmounted.GetError()))
+	require.NoError(t, volumes.VolumeErrorFromProto(unmounted.GetError()))
 	expectMounted(t, p)
 	require.DirExists(t, f.staging("v1", volWriter), "a2's staging is in place")
 
@@ -592,15 +593,15 @@ func TestVolumeRPCsAreRetriedAndFailuresRollBack(t *testing.T) {
 	)
 	_, err := f.mount(t, "v1", "a1", volWriter)
 	require.ErrorContains(t, err, `csi: mount volume "v1" in namespace "default" for alloc a1 on plugin "ebs": csi: NodePublishVolume: invalid argument: bad target`)
-	require.NoDirExists(t, filepath.Join(f.root, volPlugin, csi.PerAllocDirName, "a1"), "a failed mount leaves no directories")
-	require.NoDirExists(t, filepath.Join(f.root, volPlugin, csi.StagingDirName, model.DefaultNamespace))
+	require.NoDirExists(t, filepath.Join(f.root, volPlugin, volumes.PerAllocDirName, "a1"), "a failed mount leaves no directories")
+	require.NoDirExists(t, filepath.Join(f.root, volPlugin, volumes.StagingDirName, model.DefaultNamespace))
 
 	_, err = f.mount(t, "v1", "a2", volWriter)
 	require.ErrorContains(t, err, "csi: gave up after 3 attempts: csi: NodeStageVolume: unavailable: plugin restarting")
 	require.NotErrorIs(t, err, csi.ErrClaimRefused, "a1's claim was released when its mount failed")
 
 	err = f.unmount(t, "v1", "a2")
-	require.ErrorIs(t, err, csi.ErrNotMounted, "a failed mount is not mounted")
+	require.ErrorIs(t, err, volumes.ErrNotMounted, "a failed mount is not mounted")
 }
 
 func TestFailedUnmountResumesWhereItStopped(t *testing.T) {
@@ -622,7 +623,7 @@ func TestFailedUnmountResumesWhereItStopped(t *testing.T) {
 	require.ErrorContains(t, err, "unfinished unmount")
 
 	require.NoError(t, f.unmount(t, "v1", "a1"))
-	require.ErrorIs(t, f.unmount(t, "v1", "a1"), csi.ErrNotMounted, "the unmount finished")
+	require.ErrorIs(t, f.unmount(t, "v1", "a1"), volumes.ErrNotMounted, "the unmount finished")
 }
 
 func TestVolumesShutdownAnswersEveryCallerAndRefusesLaterCalls(t *testing.T) {
@@ -650,13 +651,13 @@ func TestVolumesShutdownAnswersEveryCallerAndRefusesLaterCalls(t *testing.T) {
 
 	require.NoError(t, f.volumes.Shutdown(), "shutdown does not wait behind a Go caller's mount")
 	require.ErrorContains(t, <-running, "csi: NodePublishVolume: canceled")
-	queued := csi.VolumeErrorFromProto(probe.Expect[*messages.MountVolumeResponse](t, pB, volWait).GetError())
-	require.ErrorIs(t, queued, csi.ErrVolumesShutDown)
+	queued := volumes.VolumeErrorFromProto(probe.Expect[*messages.MountVolumeResponse](t, pB, volWait).GetError())
+	require.ErrorIs(t, queued, volumes.ErrVolumesShutDown)
 
 	_, err := f.mount(t, "v1", "a3", volWriter)
-	require.ErrorIs(t, err, csi.ErrVolumesShutDown)
+	require.ErrorIs(t, err, volumes.ErrVolumesShutDown)
 	_, err = f.volumes.MounterForPlugin(t.Context(), volPlugin)
-	require.ErrorIs(t, err, csi.ErrVolumesShutDown)
+	require.ErrorIs(t, err, volumes.ErrVolumesShutDown)
 	require.NoError(t, f.volumes.Shutdown(), "a second shutdown does nothing")
 }
 
@@ -699,7 +700,7 @@ func TestLocalClaimerAppliesTheCatalogClaimRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := csi.NewLocalClaimer()
+			c := volumes.NewLocalClaimer()
 			for i, s := range tc.steps {
 				var err error
 				if s.release {
@@ -739,8 +740,8 @@ func TestMountVolumeOfTheHostpathPlugin(t *testing.T) {
 	require.NoError(t, err)
 	volID := created.GetVolume().GetVolumeId()
 
-	volumes := volStart(t, system, reg, hostpathtest.TempDir(t)) // its cleanup unmounts leftovers
-	mounter, err := volumes.MounterForPlugin(ctx, volPlugin)
+	vm := volStart(t, system, reg, hostpathtest.TempDir(t)) // its cleanup unmounts leftovers
+	mounter, err := vm.MounterForPlugin(ctx, volPlugin)
 	require.NoError(t, err)
 	res, err := mounter.MountVolume(ctx, volMount(volID, "alloc-1", volWriter))
 	require.NoError(t, err)
@@ -757,7 +758,7 @@ func TestMountVolumeOfTheHostpathPlugin(t *testing.T) {
 		t.Logf("running as uid %d, not root: the plugin published a symlink, not a bind mount; skipping the mount table checks", os.Geteuid())
 	}
 
-	require.NoError(t, mounter.UnmountVolume(ctx, csi.UnmountRequest{VolumeID: volID, AllocID: "alloc-1"}))
+	require.NoError(t, mounter.UnmountVolume(ctx, volumes.UnmountRequest{VolumeID: volID, AllocID: "alloc-1"}))
 	require.NotContains(t, volMountPoints(t), res.TargetPath, "the bind mount is gone")
 	require.NoFileExists(t, res.TargetPath)
 	require.NoDirExists(t, res.TargetPath)

@@ -1,4 +1,4 @@
-package csi_test
+package volumes_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
 func TestUsageNamesItsPathSegmentAsNomadDoes(t *testing.T) {
@@ -31,7 +32,7 @@ func TestUsageNamesItsPathSegmentAsNomadDoes(t *testing.T) {
 }
 
 func TestPluginPathsLayOutStagingAndTargets(t *testing.T) {
-	paths, err := csi.NewPluginPaths("/var/lib/plugvisor/csi", "ebs")
+	paths, err := volumes.NewPluginPaths("/var/lib/plugvisor/csi", "ebs")
 	require.NoError(t, err)
 	require.Equal(t, "/var/lib/plugvisor/csi/ebs", paths.Root())
 	u := csi.Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
@@ -47,7 +48,7 @@ func TestPluginPathsLayOutStagingAndTargets(t *testing.T) {
 
 func TestPluginPathsRefuseTraversal(t *testing.T) {
 	good := csi.Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
-	paths, err := csi.NewPluginPaths("/root", "p")
+	paths, err := volumes.NewPluginPaths("/root", "p")
 	require.NoError(t, err)
 	cases := []struct {
 		name string
@@ -55,11 +56,11 @@ func TestPluginPathsRefuseTraversal(t *testing.T) {
 		want string
 	}{
 		{"plugin name of dots", func() (string, error) {
-			p, err := csi.NewPluginPaths("/root", "..")
+			p, err := volumes.NewPluginPaths("/root", "..")
 			return p.Root(), err
 		}, `plugin name ".." must not contain ".."`},
 		{"relative root", func() (string, error) {
-			p, err := csi.NewPluginPaths("root", "p")
+			p, err := volumes.NewPluginPaths("root", "p")
 			return p.Root(), err
 		}, `root "root" must be an absolute path`},
 		{"namespace climbing out", func() (string, error) { return paths.Staging("../../etc", "v", good) },
@@ -76,7 +77,7 @@ func TestPluginPathsRefuseTraversal(t *testing.T) {
 			"alloc ID must not be empty"},
 		{"unknown usage", func() (string, error) { return paths.Target("a1", "v", csi.Usage{}) },
 			`unknown attachment mode ""`},
-		{"zero paths", func() (string, error) { return csi.PluginPaths{}.Staging("ns", "v", good) },
+		{"zero paths", func() (string, error) { return volumes.PluginPaths{}.Staging("ns", "v", good) },
 			"plugin paths have no root"},
 	}
 	for _, tc := range cases {
@@ -90,9 +91,9 @@ func TestPluginPathsRefuseTraversal(t *testing.T) {
 }
 
 func TestValidatePathID(t *testing.T) {
-	require.NoError(t, csi.ValidatePathID("volume ID", "vol-1.ext4_a"))
+	require.NoError(t, volumes.ValidatePathID("volume ID", "vol-1.ext4_a"))
 	for _, bad := range []string{"", ".", "..", "a/b", `a\b`, "a..b", "a\x00b", string(make([]byte, 129))} {
-		err := csi.ValidatePathID("volume ID", bad)
+		err := volumes.ValidatePathID("volume ID", bad)
 		require.ErrorIs(t, err, csi.ErrInvalidVolumeRequest, "%q", bad)
 		require.ErrorContains(t, err, "csi: invalid volume request: volume ID")
 	}

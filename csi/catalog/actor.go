@@ -1,4 +1,4 @@
-package csi
+package catalog
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -319,7 +320,7 @@ func usageConflict(v *model.CSIVolume, cmd *messages.ClaimVolume) error {
 		cmp.Or(cmd.GetAttachmentMode(), string(v.AttachmentMode)) == string(v.AttachmentMode) {
 		return nil
 	}
-	return catalogErrorf(ErrClaimRefused, "volume %q in namespace %q is served by plugin %q as %s %s; alloc %s asked for it through plugin %q as %s %s",
+	return catalogErrorf(csi.ErrClaimRefused, "volume %q in namespace %q is served by plugin %q as %s %s; alloc %s asked for it through plugin %q as %s %s",
 		v.ID, v.Namespace, v.PluginID, v.AttachmentMode, v.AccessMode,
 		cmd.GetAllocId(), cmd.GetPluginId(), cmd.GetAttachmentMode(), cmd.GetAccessMode())
 }
@@ -407,7 +408,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 // that another alloc has replaced on nodeID: the manager publishes it after
 // the new instance may have spoken, and it must not hide the new one.
 func lateWord(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
-	if p == nil || info.Healthy || info.HealthDescription != StoppedDescription {
+	if p == nil || info.Healthy || info.HealthDescription != csi.StoppedDescription {
 		return false
 	}
 	entries := p.Nodes

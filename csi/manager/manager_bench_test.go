@@ -1,4 +1,4 @@
-package csi_test
+package manager_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/supervisor"
 )
@@ -26,7 +27,7 @@ const fleetSize = 1000
 // benchFingerprints fingerprint once a minute, leave RPCs time enough on
 // a busy machine, and retry soon: with a thousand connections made at once
 // a few need a second try.
-var benchFingerprints = csi.FingerprintOptions{Interval: time.Minute, Retry: 100 * time.Millisecond, RPCTimeout: 30 * time.Second}
+var benchFingerprints = manager.FingerprintOptions{Interval: time.Minute, Retry: 100 * time.Millisecond, RPCTimeout: 30 * time.Second}
 
 // fleet is a harness whose registry holds fleetSize node plugins, "p0" to
 // "p999", alloc "a", each on a socket of its own. When served, the
@@ -89,7 +90,7 @@ func BenchmarkManagerStartsAThousandPlugins(b *testing.B) {
 		f := newFleet(b, true)
 		b.StartTimer()
 		start := time.Now()
-		f.start(b, func(c *csi.ManagerConfig) { c.Fingerprint = benchFingerprints })
+		f.start(b, func(c *manager.ManagerConfig) { c.Fingerprint = benchFingerprints })
 		f.awaitFleetHealth(b, true)
 		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms-until-all-healthy")
 	}
@@ -103,7 +104,7 @@ func BenchmarkManagerTakeover(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		f := newFleet(b, true)
-		f.start(b, func(c *csi.ManagerConfig) { c.Fingerprint = benchFingerprints })
+		f.start(b, func(c *manager.ManagerConfig) { c.Fingerprint = benchFingerprints })
 		f.awaitFleetHealth(b, true)
 		b.StartTimer()
 		latencies := make([]time.Duration, 0, takeovers)
@@ -133,7 +134,7 @@ func BenchmarkInstanceMemory(b *testing.B) {
 				f := newFleet(b, served)
 				b.StartTimer()
 				before := memory()
-				f.start(b, func(c *csi.ManagerConfig) { c.Fingerprint = benchFingerprints })
+				f.start(b, func(c *manager.ManagerConfig) { c.Fingerprint = benchFingerprints })
 				f.awaitFleetHealth(b, served)
 				after := memory()
 				b.ReportMetric(float64(after.heap-before.heap)/fleetSize, "heap-B/instance")
@@ -170,8 +171,8 @@ func BenchmarkFingerprintCycles(b *testing.B) {
 		b.StopTimer()
 		f := newFleet(b, true)
 		clock := &gateClock{}
-		f.start(b, func(c *csi.ManagerConfig) {
-			c.Fingerprint = csi.FingerprintOptions{Interval: time.Millisecond, RPCTimeout: 30 * time.Second}
+		f.start(b, func(c *manager.ManagerConfig) {
+			c.Fingerprint = manager.FingerprintOptions{Interval: time.Millisecond, RPCTimeout: 30 * time.Second}
 			c.Clock = clock
 		})
 		f.awaitFleetHealth(b, true)

@@ -1,4 +1,4 @@
-package csi
+package volumes
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -18,9 +19,9 @@ import (
 var (
 	trackerVolume  = volumeRef{plugin: "p", namespace: "default", volumeID: "v1"}
 	trackerOther   = volumeRef{plugin: "p", namespace: "default", volumeID: "v2"}
-	trackerWriter  = Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
-	trackerReader  = Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
-	trackerPublish = func(u Usage) allocUse { return allocUse{usage: u, published: true} }
+	trackerWriter  = csi.Usage{AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
+	trackerReader  = csi.Usage{ReadOnly: true, AttachmentMode: model.AttachmentModeFileSystem, AccessMode: model.AccessModeSingleNodeWriter}
+	trackerPublish = func(u csi.Usage) allocUse { return allocUse{usage: u, published: true} }
 )
 
 func TestVolumeUsageTracker(t *testing.T) {
@@ -30,7 +31,9 @@ func TestVolumeUsageTracker(t *testing.T) {
 		return func(tr *usageTracker) { tr.set(key, alloc, use) }
 	}
 	free := func(key volumeRef, alloc string) step { return func(tr *usageTracker) { tr.free(key, alloc) } }
-	staged := func(key volumeRef, u Usage, s bool) step { return func(tr *usageTracker) { tr.setStaged(key, u, s) } }
+	staged := func(key volumeRef, u csi.Usage, s bool) step {
+		return func(tr *usageTracker) { tr.setStaged(key, u, s) }
+	}
 
 	cases := []struct {
 		name       string
@@ -153,7 +156,7 @@ func TestVolumeRetryDelayDoublesUpToItsCap(t *testing.T) {
 }
 
 func TestVolumeRPCRetries(t *testing.T) {
-	unavailable := fmt.Errorf("csi: NodeStageVolume: %w: plugin restarting", ErrUnavailable)
+	unavailable := fmt.Errorf("csi: NodeStageVolume: %w: plugin restarting", csi.ErrUnavailable)
 	cases := []struct {
 		name      string
 		errs      []error // what each call returns; later calls succeed
@@ -164,12 +167,12 @@ func TestVolumeRPCRetries(t *testing.T) {
 		{name: "success needs one call", wantCalls: 1},
 		{name: "unavailable is retried until it succeeds", errs: []error{unavailable, unavailable}, wantCalls: 3},
 		{name: "deadline exceeded and aborted are retried",
-			errs: []error{ErrDeadlineExceeded, ErrAborted}, wantCalls: 3},
+			errs: []error{csi.ErrDeadlineExceeded, csi.ErrAborted}, wantCalls: 3},
 		{name: "invalid argument is not retried",
-			errs: []error{ErrInvalidArgument}, wantCalls: 1, wantErr: ErrInvalidArgument},
+			errs: []error{csi.ErrInvalidArgument}, wantCalls: 1, wantErr: csi.ErrInvalidArgument},
 		{name: "retries stop at the bound",
 			errs:      []error{unavailable, unavailable, unavailable, unavailable, unavailable},
-			wantCalls: 4, wantErr: ErrUnavailable, wantText: "gave up after 4 attempts"},
+			wantCalls: 4, wantErr: csi.ErrUnavailable, wantText: "gave up after 4 attempts"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,11 +203,11 @@ func TestVolumeRPCRetriesStopWhenTheContextEnds(t *testing.T) {
 	_, err := retryVolumeRPC(ctx, env, "NodePublishVolume", func(context.Context) (int, error) {
 		calls++
 		cancel()
-		return 0, ErrUnavailable
+		return 0, csi.ErrUnavailable
 	})
 	require.Equal(t, 1, calls)
 	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, csi.ErrUnavailable)
 }
 
 // validMount is a mount request that parseMountVolume accepts.
@@ -288,7 +291,7 @@ func TestParseMountVolumeRefusesBadInput(t *testing.T) {
 			msg := validMount()
 			tc.change(msg)
 			_, err := parseMountVolume("/r", msg)
-			require.ErrorIs(t, err, ErrInvalidVolumeRequest)
+			require.ErrorIs(t, err, csi.ErrInvalidVolumeRequest)
 			require.True(t, strings.HasPrefix(err.Error(), "csi: invalid volume request: "), err.Error())
 			for _, w := range tc.want {
 				require.Contains(t, err.Error(), w)
@@ -307,10 +310,10 @@ func TestVolumeErrorsSurviveTheActorBoundary(t *testing.T) {
 		want error
 		code messages.ErrorCode
 	}{
-		{"invalid request", fmt.Errorf("csi: %w: volume ID must not be empty", ErrInvalidVolumeRequest), ErrInvalidVolumeRequest, messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT},
+		{"invalid request", fmt.Errorf("csi: %w: volume ID must not be empty", csi.ErrInvalidVolumeRequest), csi.ErrInvalidVolumeRequest, messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT},
 		{"plugin not found", pluginNotFoundError("p"), ErrPluginNotFound, messages.ErrorCode_ERROR_CODE_NOT_FOUND},
 		{"not mounted", fmt.Errorf("csi: %w: alloc a1", ErrNotMounted), ErrNotMounted, messages.ErrorCode_ERROR_CODE_NOT_FOUND},
-		{"claim refused", fmt.Errorf("csi: %w: second writer", ErrClaimRefused), ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
+		{"claim refused", fmt.Errorf("csi: %w: second writer", csi.ErrClaimRefused), csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
 		{"shut down", fmt.Errorf("csi: %w", ErrVolumesShutDown), ErrVolumesShutDown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 		{"an RPC failure keeps its words", errors.New("csi: mount volume: csi: NodePublishVolume: internal error: boom"), nil, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
 	}

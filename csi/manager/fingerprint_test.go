@@ -1,4 +1,4 @@
-package csi_test
+package manager_test
 
 import (
 	"strings"
@@ -15,11 +15,12 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/csitest"
+	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 // oneFingerprint fingerprints once: the next one is a minute away.
-var oneFingerprint = csi.FingerprintOptions{Interval: time.Minute, Retry: time.Minute, RPCTimeout: 2 * time.Second}
+var oneFingerprint = manager.FingerprintOptions{Interval: time.Minute, Retry: time.Minute, RPCTimeout: 2 * time.Second}
 
 // answer is how a mock plugin answers one RPC.
 type answer struct {
@@ -30,11 +31,15 @@ type answer struct {
 
 // expecters maps each RPC's name to the function that makes m expect it.
 func expecters(m *csitest.Mocks) map[string]func(ctx, req any) *gomock.Call {
-	expect := map[string]func(ctx, req any) *gomock.Call{}
-	for _, r := range everyRPC(m, nil) {
-		expect[r.name] = r.expect
+	id, ctl, node := m.Identity.EXPECT(), m.Controller.EXPECT(), m.Node.EXPECT()
+	return map[string]func(ctx, req any) *gomock.Call{
+		"GetPluginInfo":             id.GetPluginInfo,
+		"GetPluginCapabilities":     id.GetPluginCapabilities,
+		"Probe":                     id.Probe,
+		"ControllerGetCapabilities": ctl.ControllerGetCapabilities,
+		"NodeGetInfo":               node.NodeGetInfo,
+		"NodeGetCapabilities":       node.NodeGetCapabilities,
 	}
-	return expect
 }
 
 // expectInOrder makes m expect exactly answers' RPCs, in that order, and
@@ -51,11 +56,11 @@ func expectInOrder(m *csitest.Mocks, answers ...answer) {
 // The answers of a healthy node plugin, in the order a first fingerprint asks.
 var (
 	pluginInfoOK  = answer{"GetPluginInfo", &csipb.GetPluginInfoResponse{Name: "disk.csi.example.com", VendorVersion: "1.2.3"}, nil}
-	pluginCapsOK  = answer{"GetPluginCapabilities", pluginCapabilities(nil, nil), nil}
+	pluginCapsOK  = answer{"GetPluginCapabilities", csitest.PluginCapabilities(nil, nil), nil}
 	nodeInfoOK    = answer{"NodeGetInfo", &csipb.NodeGetInfoResponse{NodeId: "node-1"}, nil}
 	probeOK       = answer{"Probe", &csipb.ProbeResponse{}, nil}
-	nodeCapsOK    = answer{"NodeGetCapabilities", nodeCapabilities(), nil}
-	controllerCap = answer{"ControllerGetCapabilities", controllerCapabilities(), nil}
+	nodeCapsOK    = answer{"NodeGetCapabilities", csitest.NodeCapabilities(), nil}
+	controllerCap = answer{"ControllerGetCapabilities", csitest.ControllerCapabilities(), nil}
 )
 
 // failing is rpc answering with an error status.
@@ -97,13 +102,13 @@ func TestFingerprint(t *testing.T) {
 			ptype: csi.TypeNode,
 			answers: []answer{
 				{"GetPluginInfo", &csipb.GetPluginInfoResponse{Name: "disk.csi.example.com", VendorVersion: "1.2.3", Manifest: map[string]string{"commit": "abc"}}, nil},
-				{"GetPluginCapabilities", pluginCapabilities(
+				{"GetPluginCapabilities", csitest.PluginCapabilities(
 					[]csipb.PluginCapability_Service_Type{csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS, csipb.PluginCapability_Service_CONTROLLER_SERVICE},
 					[]csipb.PluginCapability_VolumeExpansion_Type{csipb.PluginCapability_VolumeExpansion_ONLINE}), nil},
 				{"NodeGetInfo", &csipb.NodeGetInfoResponse{NodeId: "node-1", MaxVolumesPerNode: 16,
 					AccessibleTopology: &csipb.Topology{Segments: map[string]string{"zone": "z1", "rack": "r7"}}}, nil},
 				{"Probe", &csipb.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil},
-				{"NodeGetCapabilities", nodeCapabilities(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS, csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil},
+				{"NodeGetCapabilities", csitest.NodeCapabilities(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS, csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil},
 			},
 			want: fingerprintOf(csi.TypeNode, true, csi.HealthyDescription, func(fp *messages.CSIFingerprint) {
 				fp.PluginInfo = &messages.CSIPluginInfo{Name: "disk.csi.example.com", VendorVersion: "1.2.3", Manifest: map[string]string{"commit": "abc"}}
@@ -119,9 +124,9 @@ func TestFingerprint(t *testing.T) {
 			ptype: csi.TypeController,
 			answers: []answer{
 				pluginInfoOK,
-				{"GetPluginCapabilities", pluginCapabilities([]csipb.PluginCapability_Service_Type{csipb.PluginCapability_Service_CONTROLLER_SERVICE}, nil), nil},
+				{"GetPluginCapabilities", csitest.PluginCapabilities([]csipb.PluginCapability_Service_Type{csipb.PluginCapability_Service_CONTROLLER_SERVICE}, nil), nil},
 				probeOK,
-				{"ControllerGetCapabilities", controllerCapabilities(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME, csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), nil},
+				{"ControllerGetCapabilities", csitest.ControllerCapabilities(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME, csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), nil},
 			},
 			want: fingerprintOf(csi.TypeController, true, csi.HealthyDescription, func(fp *messages.CSIFingerprint) {
 				fp.PluginInfo = learnedInfo
@@ -133,11 +138,11 @@ func TestFingerprint(t *testing.T) {
 			ptype: csi.TypeNode,
 			answers: []answer{
 				pluginInfoOK,
-				{"GetPluginCapabilities", pluginCapabilities(
+				{"GetPluginCapabilities", csitest.PluginCapabilities(
 					[]csipb.PluginCapability_Service_Type{99, csipb.PluginCapability_Service_CONTROLLER_SERVICE},
 					[]csipb.PluginCapability_VolumeExpansion_Type{7}), nil},
 				nodeInfoOK, probeOK,
-				{"NodeGetCapabilities", nodeCapabilities(4, csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil},
+				{"NodeGetCapabilities", csitest.NodeCapabilities(4, csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil},
 			},
 			want: fingerprintOf(csi.TypeNode, true, csi.HealthyDescription, func(fp *messages.CSIFingerprint) {
 				fp.PluginInfo, fp.NodeInfo = learnedInfo, learnedNode
@@ -148,7 +153,7 @@ func TestFingerprint(t *testing.T) {
 			name:  "an unknown controller capability is kept too",
 			ptype: csi.TypeController,
 			answers: []answer{pluginInfoOK, pluginCapsOK, probeOK,
-				{"ControllerGetCapabilities", controllerCapabilities(11), nil}},
+				{"ControllerGetCapabilities", csitest.ControllerCapabilities(11), nil}},
 			want: fingerprintOf(csi.TypeController, true, csi.HealthyDescription, func(fp *messages.CSIFingerprint) {
 				fp.PluginInfo, fp.Capabilities = learnedInfo, &messages.CSICapabilities{Unknown: []int32{11}}
 			}),

@@ -1,0 +1,26 @@
+// Package catalog is the CSI catalog of this node: the actor that owns the
+// volumes with their claims and the plugins with their fingerprints and
+// health counts, its durable store, its errors as they cross the wire, and
+// its Go facade ([Catalog]). The rules themselves (claims, access modes,
+// health counts) are the pure model in csi/catalog/model.
+//
+// State it owns: the working, the pending and the last durable state of
+// the catalog (volumes, plugins, the index counter), the queue of writes
+// waiting for the next batch and the batch in flight, and its shutdown.
+// The records live in [CatalogBucket] of the agent's store.
+//
+// Messages it takes: RegisterVolume, DeregisterVolume, ClaimVolume and
+// ReleaseVolume (answered once durable), ListVolumesRequest,
+// GetVolumeRequest and ListCatalogPluginsRequest (answered at once from the
+// last durable state), ShutdownCatalog, and CSIPluginFingerprinted from the
+// CSI manager, to which it subscribes by PID (SubscribeCSI, with replay) and
+// which it watches. It sends only answers.
+//
+// [Catalog] is the volume manager's [csi.Claimer]: the volume manager
+// reaches the catalog through that interface and never imports this
+// package, nor does this package import the volume manager or the CSI
+// manager.
+//
+// Imports: csi, csi/catalog/model, storage, registry (ID validation),
+// actors, messages.
+package catalog
