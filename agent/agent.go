@@ -22,7 +22,9 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/api"
-	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/manager"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/registry"
@@ -104,9 +106,9 @@ type Agent struct {
 	system   *actor.ActorSystem
 	registry *registry.Registry
 	docker   *dockervolume.Manager
-	csi      *csi.Manager
-	catalog  *csi.Catalog
-	volumes  *csi.Volumes
+	csi      *manager.Manager
+	catalog  *catalog.Catalog
+	volumes  *volumes.Volumes
 	disc     *discovery.Discovery
 	metrics  *metrics
 	servers  []*http.Server
@@ -206,21 +208,21 @@ func (a *Agent) startManagers() error {
 	a.docker = docker
 	a.stops = append(a.stops, func(context.Context) error { return docker.Shutdown() })
 
-	a.csi, err = csi.StartManager(a.system, csi.ManagerConfig{
+	a.csi, err = manager.StartManager(a.system, manager.ManagerConfig{
 		Registry:       a.registry,
 		Logger:         a.log,
 		ResyncInterval: a.cfg.ResyncInterval,
-		Fingerprint:    csi.FingerprintOptions{Interval: a.cfg.FingerprintInterval, Observe: a.metrics.observeFingerprint},
+		Fingerprint:    manager.FingerprintOptions{Interval: a.cfg.FingerprintInterval, Observe: a.metrics.observeFingerprint},
 		Metrics:        csiMetrics{a.metrics},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	bucket, err := a.store.Bucket(csi.CatalogBucket)
+	bucket, err := a.store.Bucket(catalog.CatalogBucket)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.catalog, err = csi.StartCatalog(a.system, csi.CatalogConfig{
+	a.catalog, err = catalog.StartCatalog(a.system, catalog.CatalogConfig{
 		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log,
 	})
 	if err != nil {
@@ -229,7 +231,7 @@ func (a *Agent) startManagers() error {
 	}
 	a.stops = append(a.stops, a.catalog.Shutdown, a.csi.Shutdown)
 
-	a.volumes, err = csi.StartVolumes(a.system, csi.VolumesConfig{
+	a.volumes, err = volumes.StartVolumes(a.system, volumes.VolumesConfig{
 		Registry: a.registry,
 		Root:     filepath.Join(a.cfg.DataDir, "csi"),
 		Claimer:  a.catalog,
@@ -350,13 +352,13 @@ func (a *Agent) Registry() *registry.Registry { return a.registry }
 func (a *Agent) System() *actor.ActorSystem { return a.system }
 
 // CSI is the agent's CSI manager.
-func (a *Agent) CSI() *csi.Manager { return a.csi }
+func (a *Agent) CSI() *manager.Manager { return a.csi }
 
 // Catalog is the agent's CSI catalog.
-func (a *Agent) Catalog() *csi.Catalog { return a.catalog }
+func (a *Agent) Catalog() *catalog.Catalog { return a.catalog }
 
 // Volumes is the agent's volume manager.
-func (a *Agent) Volumes() *csi.Volumes { return a.volumes }
+func (a *Agent) Volumes() *volumes.Volumes { return a.volumes }
 
 // Discovery is the agent's plugin discovery.
 func (a *Agent) Discovery() *discovery.Discovery { return a.disc }

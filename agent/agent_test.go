@@ -14,9 +14,10 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -81,8 +82,8 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 	}}})
 	require.NoError(t, err)
 	require.NoError(t, client.Close())
-	vol := catalog.NewCSIVolume(created.GetVolume().GetVolumeId(), 0)
-	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hp", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	vol := model.NewCSIVolume(created.GetVolume().GetVolumeId(), 0)
+	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	_, err = a.Catalog().RegisterVolume(ctx, vol)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -92,7 +93,7 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 
 	m, err := a.Volumes().MounterForPlugin(ctx, "hp")
 	require.NoError(t, err)
-	req := csi.MountRequest{Volume: csi.VolumeSpec{Namespace: vol.Namespace, ID: vol.ID}, AllocID: "web-1",
+	req := volumes.MountRequest{Volume: volumes.VolumeSpec{Namespace: vol.Namespace, ID: vol.ID}, AllocID: "web-1",
 		AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode}
 	res, err := m.MountVolume(ctx, req)
 	require.NoError(t, err)
@@ -100,7 +101,7 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 	req.AllocID = "web-2"
 	_, err = m.MountVolume(ctx, req)
 	require.ErrorIs(t, err, csi.ErrClaimRefused, "a second writer is refused through the real mount path")
-	require.NoError(t, m.UnmountVolume(ctx, csi.UnmountRequest{Namespace: vol.Namespace, VolumeID: vol.ID, AllocID: "web-1"}))
+	require.NoError(t, m.UnmountVolume(ctx, volumes.UnmountRequest{Namespace: vol.Namespace, VolumeID: vol.ID, AllocID: "web-1"}))
 
 	require.NoError(t, a.Shutdown(ctx))
 	require.Empty(t, mountsUnder(t, dir), "no mount is left under the data dir")

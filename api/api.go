@@ -18,7 +18,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -36,8 +37,8 @@ type CSIPlugins interface {
 type Server struct {
 	Registry *registry.Registry
 	CSI      CSIPlugins
-	Catalog  *csi.Catalog
-	Volumes  *csi.Volumes
+	Catalog  *catalog.Catalog
+	Volumes  *volumes.Volumes
 	Metrics  http.Handler
 	Logger   hclog.Logger
 	// OnMount, when set, hears of every mount and unmount ("mount",

@@ -7,6 +7,8 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
 // VolumeBody registers a volume: POST /v1/volumes.
@@ -53,7 +55,7 @@ type VolumeJSON struct {
 	ModifyIndex    uint64              `json:"modify_index"`
 }
 
-func volumeJSON(v *catalog.CSIVolume) VolumeJSON {
+func volumeJSON(v *model.CSIVolume) VolumeJSON {
 	out := VolumeJSON{
 		ID: v.ID, Namespace: v.Namespace, PluginID: v.PluginID,
 		AccessMode: string(v.AccessMode), AttachmentMode: string(v.AttachmentMode),
@@ -102,21 +104,21 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &body); err != nil {
 		return err
 	}
-	access, err := catalog.ParseAccessMode(body.AccessMode)
+	access, err := model.ParseAccessMode(body.AccessMode)
 	if err != nil {
 		return err
 	}
-	attach, err := catalog.ParseAttachmentMode(body.AttachmentMode)
+	attach, err := model.ParseAttachmentMode(body.AttachmentMode)
 	if err != nil {
 		return err
 	}
-	v := catalog.NewCSIVolume(body.ID, 0)
+	v := model.NewCSIVolume(body.ID, 0)
 	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode = body.Namespace, body.PluginID, access, attach
 	if v.Namespace == "" {
-		v.Namespace = catalog.DefaultNamespace
+		v.Namespace = model.DefaultNamespace
 	}
 	for _, seg := range body.Topologies {
-		v.Topologies = append(v.Topologies, &catalog.Topology{Segments: seg})
+		v.Topologies = append(v.Topologies, &model.Topology{Segments: seg})
 	}
 	got, err := s.Catalog.RegisterVolume(r.Context(), v)
 	if err != nil {
@@ -204,7 +206,7 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 
 // mountTarget decodes a mount or unmount body and finds the volume and
 // the mounter of its plugin.
-func (s *Server) mountTarget(w http.ResponseWriter, r *http.Request) (MountBody, *catalog.CSIVolume, *csi.Mounter, error) {
+func (s *Server) mountTarget(w http.ResponseWriter, r *http.Request) (MountBody, *model.CSIVolume, *volumes.Mounter, error) {
 	var body MountBody
 	if err := s.needVolumes(); err != nil {
 		return body, nil, nil, err
@@ -225,8 +227,8 @@ func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req := csi.MountRequest{
-		Volume:         csi.VolumeSpec{Namespace: v.Namespace, ID: v.ID, Context: body.VolumeCtx},
+	req := volumes.MountRequest{
+		Volume:         volumes.VolumeSpec{Namespace: v.Namespace, ID: v.ID, Context: body.VolumeCtx},
 		AllocID:        body.AllocID,
 		AccessMode:     v.AccessMode,
 		AttachmentMode: v.AttachmentMode,
@@ -234,7 +236,7 @@ func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
 		PublishContext: body.PublishCtx,
 	}
 	if body.FSType != "" || body.MountFlags != nil {
-		req.MountOptions = &csi.MountOptions{FSType: body.FSType, MountFlags: body.MountFlags}
+		req.MountOptions = &volumes.MountOptions{FSType: body.FSType, MountFlags: body.MountFlags}
 	}
 	res, err := m.MountVolume(r.Context(), req)
 	s.observeMount("mount", err)
@@ -250,7 +252,7 @@ func (s *Server) unmountVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	err = m.UnmountVolume(r.Context(), csi.UnmountRequest{Namespace: v.Namespace, VolumeID: v.ID, AllocID: body.AllocID})
+	err = m.UnmountVolume(r.Context(), volumes.UnmountRequest{Namespace: v.Namespace, VolumeID: v.ID, AllocID: body.AllocID})
 	s.observeMount("unmount", err)
 	if err != nil {
 		return err
@@ -271,13 +273,13 @@ var errorClasses = []struct {
 	status int
 	errs   []error
 }{
-	{http.StatusBadRequest, []error{csi.ErrCatalogInvalid, csi.ErrInvalidVolumeRequest, catalog.ErrInvalidVolume,
-		catalog.ErrInvalidClaim, catalog.ErrUnknownAccessMode, catalog.ErrUnknownAttachmentMode, catalog.ErrUnknownClaimMode}},
-	{http.StatusNotFound, []error{csi.ErrVolumeNotFound, csi.ErrPluginNotFound, csi.ErrNotMounted, catalog.ErrClaimNotFound}},
-	{http.StatusConflict, []error{csi.ErrClaimRefused, csi.ErrVolumeInUse, catalog.ErrWriteClaimRefused, catalog.ErrVolumeMaxClaims,
-		catalog.ErrNodeConflict, catalog.ErrClaimModeConflict, catalog.ErrClaimReleasing, catalog.ErrVolumeUnschedulable,
-		catalog.ErrPluginMismatch}},
-	{http.StatusServiceUnavailable, []error{csi.ErrCatalogShutdown, csi.ErrVolumesShutDown}},
+	{http.StatusBadRequest, []error{catalog.ErrCatalogInvalid, csi.ErrInvalidVolumeRequest, model.ErrInvalidVolume,
+		model.ErrInvalidClaim, model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode}},
+	{http.StatusNotFound, []error{catalog.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted, model.ErrClaimNotFound}},
+	{http.StatusConflict, []error{csi.ErrClaimRefused, catalog.ErrVolumeInUse, model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims,
+		model.ErrNodeConflict, model.ErrClaimModeConflict, model.ErrClaimReleasing, model.ErrVolumeUnschedulable,
+		model.ErrPluginMismatch}},
+	{http.StatusServiceUnavailable, []error{catalog.ErrCatalogShutdown, volumes.ErrVolumesShutDown}},
 }
 
 func classOf(err error) int {

@@ -23,12 +23,13 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/bench"
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// The CSI side: the CSI manager (csi.StartManager) and its plugin instance
+// The CSI side: the CSI manager (manager.StartManager) and its plugin instance
 // actors, with 10,000 csi-node plugins registered. Nomad has no
 // counterpart here: its csimanager does not run without a Nomad client
 // around it, so these rows have no Nomad figure.
@@ -316,7 +317,7 @@ func benchCSIFleet(b testing.TB, plugins int, connected bool, report func(value 
 	if connected {
 		startCSIServers(b, f.dir, plugins)
 	}
-	fingerprint := csi.FingerprintOptions{
+	fingerprint := manager.FingerprintOptions{
 		// One fingerprint each while measured: the next is 10 min away.
 		Interval: 10 * time.Minute,
 		// Idle instances wait that long too; a connected one whose dial
@@ -329,7 +330,7 @@ func benchCSIFleet(b testing.TB, plugins int, connected bool, report func(value 
 	before := csiMemory()
 
 	start := time.Now()
-	mgr, err := csi.StartManager(f.system, csi.ManagerConfig{
+	mgr, err := manager.StartManager(f.system, manager.ManagerConfig{
 		Registry:        f.registry,
 		ResyncInterval:  time.Hour, // resyncs only when told
 		ShutdownTimeout: 30 * time.Second,

@@ -1,9 +1,12 @@
 package csi
 
 import (
+	"maps"
 	"slices"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // PluginCapabilities is what a plugin's Identity service says it offers
@@ -208,4 +211,38 @@ func (nc *NodeCapabilities) flag(t csipb.NodeServiceCapability_RPC_Type) *bool {
 		return &nc.GetStorageHealth
 	}
 	return nil
+}
+
+// CapabilityNames lists capabilities by their CSI names (volume expansion
+// types prefixed "VOLUME_EXPANSION_"), each list in the order of the CSI
+// enum. unknown holds the values this spec version does not name, in the
+// order: plugin services, volume expansions, controller or node RPCs.
+func CapabilityNames(pc *PluginCapabilities, cc *ControllerCapabilities, nc *NodeCapabilities) *messages.CSICapabilities {
+	caps := &messages.CSICapabilities{
+		Plugin: slices.Concat(
+			flagNames(csipb.PluginCapability_Service_Type_name, "", pc.serviceFlag),
+			flagNames(csipb.PluginCapability_VolumeExpansion_Type_name, "VOLUME_EXPANSION_", pc.expansionFlag)),
+		Unknown: slices.Concat(pc.Unknown, pc.UnknownVolumeExpansion),
+	}
+	if cc != nil {
+		caps.Controller = flagNames(csipb.ControllerServiceCapability_RPC_Type_name, "", cc.flag)
+		caps.Unknown = append(caps.Unknown, cc.Unknown...)
+	}
+	if nc != nil {
+		caps.Node = flagNames(csipb.NodeServiceCapability_RPC_Type_name, "", nc.flag)
+		caps.Unknown = append(caps.Unknown, nc.Unknown...)
+	}
+	return caps
+}
+
+// flagNames returns, in the order of the enum's values, prefix plus the name
+// of each value whose flag is set.
+func flagNames[T ~int32](names map[int32]string, prefix string, flag func(T) *bool) []string {
+	var out []string
+	for _, v := range slices.Sorted(maps.Keys(names)) {
+		if f := flag(T(v)); f != nil && *f {
+			out = append(out, prefix+names[v])
+		}
+	}
+	return out
 }

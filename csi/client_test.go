@@ -97,15 +97,15 @@ func TestClientSendsExactlyTheRPCsOfAVolumeLifecycleInOrder(t *testing.T) {
 		m.Identity.EXPECT().GetPluginInfo(gomock.Any(), eq(&csipb.GetPluginInfoRequest{})).
 			Return(&csipb.GetPluginInfoResponse{Name: "disk.csi.example.com", VendorVersion: "1.2.3", Manifest: map[string]string{"commit": "abc"}}, nil),
 		m.Identity.EXPECT().GetPluginCapabilities(gomock.Any(), eq(&csipb.GetPluginCapabilitiesRequest{})).
-			Return(pluginCapabilities(
+			Return(csitest.PluginCapabilities(
 				[]csipb.PluginCapability_Service_Type{csipb.PluginCapability_Service_CONTROLLER_SERVICE, csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
 				[]csipb.PluginCapability_VolumeExpansion_Type{csipb.PluginCapability_VolumeExpansion_ONLINE}), nil),
 		m.Controller.EXPECT().ControllerGetCapabilities(gomock.Any(), eq(&csipb.ControllerGetCapabilitiesRequest{})).
-			Return(controllerCapabilities(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME), nil),
+			Return(csitest.ControllerCapabilities(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME), nil),
 		m.Node.EXPECT().NodeGetInfo(gomock.Any(), eq(&csipb.NodeGetInfoRequest{})).
 			Return(&csipb.NodeGetInfoResponse{NodeId: "node-1", MaxVolumesPerNode: 16, AccessibleTopology: &csipb.Topology{Segments: map[string]string{"zone": "z1"}}}, nil),
 		m.Node.EXPECT().NodeGetCapabilities(gomock.Any(), eq(&csipb.NodeGetCapabilitiesRequest{})).
-			Return(nodeCapabilities(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil),
+			Return(csitest.NodeCapabilities(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME), nil),
 		m.Controller.EXPECT().CreateVolume(gomock.Any(), eq(createReq)).Return(createResp, nil),
 		m.Controller.EXPECT().ValidateVolumeCapabilities(gomock.Any(), eq(validateReq)).Return(validateResp, nil),
 		m.Controller.EXPECT().ControllerPublishVolume(gomock.Any(), eq(publishReq)).Return(publishResp, nil),
@@ -406,16 +406,16 @@ func TestStatusCodesBecomeSentinelErrors(t *testing.T) {
 
 func TestUnknownCapabilityValuesAreKept(t *testing.T) {
 	m, c := servedMocks(t, testOptions)
-	m.Identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).Return(pluginCapabilities(
+	m.Identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).Return(csitest.PluginCapabilities(
 		[]csipb.PluginCapability_Service_Type{csipb.PluginCapability_Service_CONTROLLER_SERVICE, 99, 0, 99},
 		[]csipb.PluginCapability_VolumeExpansion_Type{csipb.PluginCapability_VolumeExpansion_OFFLINE, 7},
 	), nil)
 	// 11 (controller) and 4 (node) are VOLUME_CONDITION, sent by drivers
 	// built on spec 1.12 and no longer named by 1.13.
-	m.Controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(controllerCapabilities(
+	m.Controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(csitest.ControllerCapabilities(
 		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, 11, csipb.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH, 18, 11,
 	), nil)
-	m.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(nodeCapabilities(
+	m.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(csitest.NodeCapabilities(
 		csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME, 4, csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 	), nil)
 
@@ -537,35 +537,3 @@ func TestClosedClientRefusesRPCs(t *testing.T) {
 }
 
 // each returns wrap(v) for every v in values.
-func each[T, C any](values []T, wrap func(T) C) []C {
-	out := make([]C, 0, len(values))
-	for _, v := range values {
-		out = append(out, wrap(v))
-	}
-	return out
-}
-
-func pluginCapabilities(services []csipb.PluginCapability_Service_Type, expansions []csipb.PluginCapability_VolumeExpansion_Type) *csipb.GetPluginCapabilitiesResponse {
-	return &csipb.GetPluginCapabilitiesResponse{Capabilities: append(
-		each(services, func(s csipb.PluginCapability_Service_Type) *csipb.PluginCapability {
-			return &csipb.PluginCapability{Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{Type: s}}}
-		}),
-		each(expansions, func(e csipb.PluginCapability_VolumeExpansion_Type) *csipb.PluginCapability {
-			return &csipb.PluginCapability{Type: &csipb.PluginCapability_VolumeExpansion_{VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{Type: e}}}
-		})...,
-	)}
-}
-
-func controllerCapabilities(rpcs ...csipb.ControllerServiceCapability_RPC_Type) *csipb.ControllerGetCapabilitiesResponse {
-	return &csipb.ControllerGetCapabilitiesResponse{Capabilities: each(rpcs,
-		func(r csipb.ControllerServiceCapability_RPC_Type) *csipb.ControllerServiceCapability {
-			return &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: r}}}
-		})}
-}
-
-func nodeCapabilities(rpcs ...csipb.NodeServiceCapability_RPC_Type) *csipb.NodeGetCapabilitiesResponse {
-	return &csipb.NodeGetCapabilitiesResponse{Capabilities: each(rpcs,
-		func(r csipb.NodeServiceCapability_RPC_Type) *csipb.NodeServiceCapability {
-			return &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: r}}}
-		})}
-}

@@ -1,7 +1,18 @@
-// Package csi is plugvisor's side of the Container Storage Interface: the gRPC
-// client that talks to one CSI plugin over its unix socket, and (in files of
-// their own) the CSI manager, plugin instance actors, fingerprinting, the
-// volume manager and the catalog model.
+// Package csi is plugvisor's side of the Container Storage Interface
+// protocol: the gRPC client that talks to one CSI plugin over its unix
+// socket, capabilities, the mapping of gRPC codes to errors, socket-path
+// validation and the plugin type names. It owns no state and runs no actor.
+//
+// It also holds the vocabulary that several actors share, so that none of
+// them imports another: the volume usage and claim request ([Usage],
+// [ClaimRequest]), the [Claimer] interface, the claim and bad-request
+// sentinels ([ErrClaimRefused], [ErrInvalidVolumeRequest]) and the health
+// descriptions of fingerprints ([StoppedDescription]).
+//
+// The actors live in sub-packages: csi/manager (the CSI manager and its
+// plugin instances), csi/volumes (the volume manager) and csi/catalog (the
+// catalog; its model is csi/catalog/model). This package imports none of
+// them: only the model, messages, and registry for the socket-path limit.
 //
 // The client ([Dial], [Client]) speaks CSI spec v1.13.0. It connects with the
 // authority "localhost" through a unix-socket dialer, retries the connection

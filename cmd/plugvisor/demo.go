@@ -20,7 +20,8 @@ import (
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -338,8 +339,8 @@ func (d *demo) volumes(ctx context.Context) error {
 	}
 	id := created.GetVolume().GetVolumeId()
 	d.say("      created volume %s on hostpath-a (CreateVolume)\n", id)
-	vol := catalog.NewCSIVolume(id, 0)
-	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hostpath-a", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	vol := model.NewCSIVolume(id, 0)
+	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hostpath-a", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	if _, err := d.agent.Catalog().RegisterVolume(ctx, vol); err != nil {
 		return err
 	}
@@ -348,8 +349,8 @@ func (d *demo) volumes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	request := func(alloc string) csi.MountRequest {
-		return csi.MountRequest{Volume: csi.VolumeSpec{Namespace: vol.Namespace, ID: id}, AllocID: alloc,
+	request := func(alloc string) volumes.MountRequest {
+		return volumes.MountRequest{Volume: volumes.VolumeSpec{Namespace: vol.Namespace, ID: id}, AllocID: alloc,
 			AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode}
 	}
 	res, err := mounter.MountVolume(ctx, request("web-1"))
@@ -372,7 +373,7 @@ func (d *demo) volumes(ctx context.Context) error {
 	}
 	d.refused++
 	d.say("      refused a second writer, web-2: %v\n", err)
-	if err := mounter.UnmountVolume(ctx, csi.UnmountRequest{Namespace: vol.Namespace, VolumeID: id, AllocID: "web-1"}); err != nil {
+	if err := mounter.UnmountVolume(ctx, volumes.UnmountRequest{Namespace: vol.Namespace, VolumeID: id, AllocID: "web-1"}); err != nil {
 		return err
 	}
 	d.say("      unmounted web-1 (unpublish, unstage, release the claim)\n")

@@ -1,16 +1,26 @@
-// Package catalog is the model of the CSI catalog: volumes with their claims,
-// plugins with their per-node fingerprints and health counts, and the rules
-// that tie them together (which claims an access mode allows, when a volume is
-// schedulable).
+// Package catalog is the CSI catalog of this node: the actor that owns the
+// volumes with their claims and the plugins with their fingerprints and
+// health counts, its durable store, its errors as they cross the wire, and
+// its Go facade ([Catalog]). The rules themselves (claims, access modes,
+// health counts) are the pure model in csi/catalog/model.
 //
-// It is plain data with methods and no concurrency of its own: the catalog
-// actor owns one copy of it and is the only one to mutate it. Every method that
-// refuses its input returns an error matching one of the Err sentinels with
-// errors.Is and leaves the receiver unchanged.
+// State it owns: the working, the pending and the last durable state of
+// the catalog (volumes, plugins, the index counter), the queue of writes
+// waiting for the next batch and the batch in flight, and its shutdown.
+// The records live in [CatalogBucket] of the agent's store.
 //
-// The model keeps Nomad's semantics (nomad/structs/csi.go) where they are
-// sound, and departs from them where they are not: topologies compare as sets
-// both ways, an alloc cannot silently switch its claim between read and write,
-// single-node access modes are enforced per node, and plugin health counts are
-// kept exact through every replacement and deletion.
+// Messages it takes: RegisterVolume, DeregisterVolume, ClaimVolume and
+// ReleaseVolume (answered once durable), ListVolumesRequest,
+// GetVolumeRequest and ListCatalogPluginsRequest (answered at once from the
+// last durable state), ShutdownCatalog, and CSIPluginFingerprinted from the
+// CSI manager, to which it subscribes by PID (SubscribeCSI, with replay) and
+// which it watches. It sends only answers.
+//
+// [Catalog] is the volume manager's [csi.Claimer]: the volume manager
+// reaches the catalog through that interface and never imports this
+// package, nor does this package import the volume manager or the CSI
+// manager.
+//
+// Imports: csi, csi/catalog/model, storage, registry (ID validation),
+// actors, messages.
 package catalog

@@ -3,95 +3,140 @@ package catalog
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
 )
 
-// Sentinel errors. Errors returned by this package match one or more of these
-// with errors.Is; their messages carry the details (volume, alloc, node).
+// Sentinel errors of the catalog actor and its facade, besides
+// ErrClaimRefused, which it shares with the volume manager: a claim or
+// release that conflicts with the volume's claims or health (a second
+// writer, another node, the other mode, an unschedulable volume). A refusal
+// that comes from the catalog model also matches the model's own sentinel
+// (say model.ErrVolumeMaxClaims behind ErrClaimRefused), on both sides of
+// the actor boundary.
 var (
-	// ErrUnknownAccessMode is returned for an access mode that is not one of
-	// the AccessMode constants.
-	ErrUnknownAccessMode = errors.New("catalog: unknown access mode")
-	// ErrUnknownAttachmentMode is returned for an attachment mode that is not
-	// one of the AttachmentMode constants.
-	ErrUnknownAttachmentMode = errors.New("catalog: unknown attachment mode")
-	// ErrUnknownClaimMode is returned for a claim mode that is neither read nor
-	// write.
-	ErrUnknownClaimMode = errors.New("catalog: unknown claim mode")
-	// ErrUnknownClaimState is returned for a claim state that is not one of the
-	// ClaimState constants.
-	ErrUnknownClaimState = errors.New("catalog: unknown claim state")
-	// ErrUnknownPluginType is returned for a plugin type that is not one of the
-	// PluginType constants.
-	ErrUnknownPluginType = errors.New("catalog: unknown plugin type")
-
-	// ErrInvalidVolume is returned when a volume's own fields are wrong: by
-	// CSIVolume.Validate, and by claim operations on such a volume.
-	ErrInvalidVolume = errors.New("catalog: invalid volume")
-	// ErrInvalidClaim is returned when a claim is malformed or contradicts the
-	// claim its alloc already holds (other node, other mode on release).
-	ErrInvalidClaim = errors.New("catalog: invalid claim")
-	// ErrInvalidPlugin is returned for bad input to plugin operations: an
-	// empty node ID, a missing or foreign fingerprint, a malformed job.
-	ErrInvalidPlugin = errors.New("catalog: invalid plugin input")
-	// ErrPluginMismatch is returned when a volume's health is derived from a
-	// plugin other than the volume's own.
-	ErrPluginMismatch = errors.New("catalog: plugin does not serve this volume")
-
-	// ErrVolumeUnschedulable is returned when a new claim is refused because
-	// the volume's plugin is not healthy enough or its resources are
-	// exhausted.
-	ErrVolumeUnschedulable = errors.New("catalog: volume is not schedulable")
-	// ErrWriteClaimRefused is returned when a write claim is made on a volume
-	// whose access mode is read-only.
-	ErrWriteClaimRefused = errors.New("catalog: volume refuses write claims")
-	// ErrVolumeMaxClaims is returned when a write claim is made on a volume
-	// whose access mode allows no more writers than it already has.
-	ErrVolumeMaxClaims = errors.New("catalog: volume has no free write claim")
-	// ErrNodeConflict is returned when a volume with a single-node access mode
-	// is claimed on a node other than the one it is already claimed on.
-	ErrNodeConflict = errors.New("catalog: volume is claimed on another node")
-	// ErrClaimModeConflict is returned when an alloc that holds a read claim
-	// asks for a write claim, or the other way round: it must release first.
-	ErrClaimModeConflict = errors.New("catalog: alloc holds a claim in the other mode")
-	// ErrClaimReleasing is returned when an alloc whose claim is being
-	// released asks for a claim again.
-	ErrClaimReleasing = errors.New("catalog: claim is being released")
-	// ErrClaimNotFound is returned when a claim that is not held is released
-	// with a state other than ClaimStateReadyToFree.
-	ErrClaimNotFound = errors.New("catalog: no such claim")
+	// ErrCatalogInvalid: the request was malformed (an empty or unsafe ID,
+	// an unknown mode); nothing changed.
+	ErrCatalogInvalid = errors.New("invalid catalog request")
+	// ErrVolumeNotFound: no volume has that namespace and ID; nothing changed.
+	ErrVolumeNotFound = errors.New("volume not found")
+	// ErrVolumeInUse: the volume has claims, so it cannot be deregistered or
+	// changed; nothing changed.
+	ErrVolumeInUse = errors.New("volume in use")
+	// ErrCatalogShutdown: the catalog is shut down; nothing changed.
+	ErrCatalogShutdown = errors.New("catalog shut down")
+	// ErrCatalogStore: the durable store failed; the change was not made.
+	ErrCatalogStore = errors.New("catalog store failed")
+	// ErrCatalogCorrupt: a stored record does not decode or is invalid, so
+	// the catalog does not start.
+	ErrCatalogCorrupt = errors.New("catalog record corrupt")
 )
 
-// catalogError is an error with a package-prefixed message of its own that
-// matches one or more sentinels with errors.Is.
+// catalogSentinels pairs each sentinel of the catalog actor with its wire code.
+var catalogSentinels = []struct {
+	err  error
+	code messages.ErrorCode
+}{
+	{ErrCatalogInvalid, messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT},
+	{ErrVolumeNotFound, messages.ErrorCode_ERROR_CODE_NOT_FOUND},
+	{ErrVolumeInUse, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
+	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
+	{ErrCatalogCorrupt, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
+}
+
+// catalogError is an error of the catalog: its text is the whole message,
+// and errors.Is matches each of its kinds.
 type catalogError struct {
-	detail string
-	kinds  []error
+	text  string
+	kinds []error
 }
 
-// errorf returns an error matching kind whose message is "catalog: " followed
-// by the formatted detail.
-func errorf(kind error, format string, args ...any) *catalogError {
-	return &catalogError{detail: fmt.Sprintf(format, args...), kinds: []error{kind}}
-}
-
-func (e *catalogError) Error() string { return "catalog: " + e.detail }
-
+func (e *catalogError) Error() string   { return e.text }
 func (e *catalogError) Unwrap() []error { return e.kinds }
 
-// within puts e in a wider context: the result matches kind as well as what e
-// matches, and its detail is the formatted context, a colon, and e's detail.
-func (e *catalogError) within(kind error, format string, args ...any) *catalogError {
+// catalogErrorf returns an error matching sentinel that reads
+// "csi: catalog: <sentinel>: <detail>".
+func catalogErrorf(sentinel error, format string, args ...any) error {
 	return &catalogError{
-		detail: fmt.Sprintf(format, args...) + ": " + e.detail,
-		kinds:  append([]error{kind}, e.kinds...),
+		text:  fmt.Sprintf("csi: catalog: %v: %s", sentinel, fmt.Sprintf(format, args...)),
+		kinds: []error{sentinel},
 	}
 }
 
-// asError turns a possibly nil *catalogError into an error that is nil when
-// it is.
-func asError(e *catalogError) error {
-	if e == nil {
+// catalogWrap wraps err, an error of the catalog model (or of
+// registry.ValidateID), as an error of the catalog that matches sentinel as
+// well as everything err matches.
+func catalogWrap(sentinel, err error) error {
+	detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "catalog: "), registry.ErrInvalid.Error()+": ")
+	return &catalogError{text: fmt.Sprintf("csi: catalog: %v: %s", sentinel, detail), kinds: []error{sentinel, err}}
+}
+
+// catalogModelError classifies an error of the catalog model: bad input is
+// ErrCatalogInvalid; every refusal that depends on the volume's claims or
+// health (a missing claim to release included) is ErrClaimRefused.
+func catalogModelError(err error) error {
+	for _, bad := range []error{
+		model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode,
+		model.ErrUnknownClaimState, model.ErrUnknownPluginType, model.ErrInvalidVolume,
+		model.ErrInvalidClaim, model.ErrInvalidPlugin, model.ErrPluginMismatch,
+	} {
+		if errors.Is(err, bad) {
+			return catalogWrap(ErrCatalogInvalid, err)
+		}
+	}
+	return catalogWrap(csi.ErrClaimRefused, err)
+}
+
+// catalogKnownErrors are the sentinels a catalog error can match across the wire.
+func catalogKnownErrors() []error {
+	known := make([]error, 0, len(catalogSentinels)+16)
+	for _, s := range catalogSentinels {
+		known = append(known, s.err)
+	}
+	return append(known, model.Sentinels()...)
+}
+
+// catalogErrorToProto turns an error of the catalog into the error of an
+// answer; nil stays nil.
+func catalogErrorToProto(err error) *messages.CatalogError {
+	if err == nil {
 		return nil
+	}
+	out := &messages.CatalogError{Message: err.Error()}
+	for _, s := range catalogSentinels {
+		if errors.Is(err, s.err) {
+			out.Code = s.code
+			break
+		}
+	}
+	for _, known := range catalogKnownErrors() {
+		if errors.Is(err, known) {
+			out.Kinds = append(out.Kinds, known.Error())
+		}
+	}
+	return out
+}
+
+// CatalogErrorFromProto turns the error of a catalog answer back into an
+// error that errors.Is matches against the sentinels it matched before the
+// trip (the csi package's and the catalog model's); nil stays nil. Actors
+// that talk to the catalog by message use it on the answers.
+func CatalogErrorFromProto(m *messages.CatalogError) error {
+	if m == nil {
+		return nil
+	}
+	e := &catalogError{text: m.GetMessage()}
+	for _, known := range catalogKnownErrors() {
+		if slices.Contains(m.GetKinds(), known.Error()) {
+			e.kinds = append(e.kinds, known)
+		}
 	}
 	return e
 }

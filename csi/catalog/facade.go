@@ -1,0 +1,279 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// DefaultCatalogName is the catalog actor's name.
+const DefaultCatalogName = "csi-catalog"
+
+// CatalogConfig configures the catalog. Bucket and NodeID are required.
+type CatalogConfig struct {
+	// Bucket is where the catalog keeps its records: the CatalogBucket of
+	// the agent's storage.Bolt file, or a bucket of a storage.Memory in tests.
+	Bucket storage.Bucket
+	// NodeID is this node: the node of the fingerprints the catalog takes
+	// and of the claims that name none.
+	NodeID string
+	// Manager is the CSI manager to subscribe to for fingerprints; nil
+	// means none (fingerprints can still be sent to the catalog's PID).
+	Manager *actor.PID
+	// Logger receives the catalog's log lines; nil discards them.
+	Logger hclog.Logger
+	// Name is the actor's name in the actor system (default DefaultCatalogName).
+	Name string
+}
+
+// Catalog is the Go facade over the catalog actor, for callers that are not
+// actors, and the volume manager's [Claimer]. Its methods are safe for
+// concurrent use; each waits for the actor's answer or for its ctx to end.
+// Writes return once durable; reads answer from the last durable state.
+// Actors talk to the catalog directly at PID.
+type Catalog struct {
+	system *actor.ActorSystem
+	pid    *actor.PID
+	log    hclog.Logger
+
+	// mu orders calls against Shutdown: a call made before Shutdown is
+	// answered; one after it gets ErrCatalogShutdown without reaching the actor.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ csi.Claimer = (*Catalog)(nil)
+
+// StartCatalog restores the catalog from cfg.Bucket and starts its actor in
+// system. A record that cannot be restored is an error matching
+// ErrCatalogCorrupt: the catalog never starts silently empty. Health is not
+// trusted across a restart: every fingerprint restored as healthy is made
+// unhealthy (durably, under a new index) until the CSI manager fingerprints
+// the plugin again, so no claim is granted on a plugin that may be gone.
+func StartCatalog(system *actor.ActorSystem, cfg CatalogConfig) (*Catalog, error) {
+	if cfg.Bucket == nil {
+		return nil, catalogErrorf(ErrCatalogInvalid, "config needs a storage bucket")
+	}
+	if err := registry.ValidateID("node ID", cfg.NodeID); err != nil {
+		return nil, catalogWrap(ErrCatalogInvalid, err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	cfg.Logger = cfg.Logger.Named("catalog")
+	if cfg.Name == "" {
+		cfg.Name = DefaultCatalogName
+	}
+	state, err := loadCatalog(cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := state.commit(state.distrustHealth())
+	if err == nil && len(ops) > 0 {
+		err = cfg.Bucket.Apply(append(ops, catalogIndexOp(state.index)))
+	}
+	if err != nil {
+		return nil, catalogErrorf(ErrCatalogStore, "start: %v", err)
+	}
+	durable := &atomic.Pointer[catalogState]{}
+	durable.Store(state)
+	props := actor.PropsFromProducer(func() actor.Actor { return newCatalogActor(cfg, durable) },
+		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
+	pid, err := system.Root.SpawnNamed(props, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("csi: catalog: start actor %q: %w", cfg.Name, err)
+	}
+	cfg.Logger.Info("catalog started", "volumes", len(state.volumes), "plugins", len(state.plugins),
+		"index", state.index, "node", cfg.NodeID)
+	return &Catalog{system: system, pid: pid, log: cfg.Logger}, nil
+}
+
+// PID is the catalog actor's address, for actors that send it commands,
+// queries and fingerprints directly.
+func (c *Catalog) PID() *actor.PID { return c.pid }
+
+// RegisterVolume adds v (its description: ID, namespace, plugin, modes,
+// topologies) or changes the description of a volume with no claims, and
+// returns the volume as registered. Registering the same description again
+// changes nothing. v must carry no claims; its health and indexes are set
+// by the catalog. A plugin the catalog has never seen is allowed: the
+// volume is unschedulable until the plugin is fingerprinted healthy.
+func (c *Catalog) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
+	if v == nil {
+		return nil, catalogErrorf(ErrCatalogInvalid, "volume must not be nil")
+	}
+	resp, err := catalogCall[*messages.RegisterVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.RegisterVolume{Volume: v.Proto(), ReplyTo: replyTo}
+	})
+	return volumeAnswer(resp, err)
+}
+
+// DeregisterVolume forgets a volume; one with claims is refused with
+// ErrVolumeInUse. An empty namespace means the default one.
+func (c *Catalog) DeregisterVolume(ctx context.Context, namespace, id string) error {
+	_, err := catalogCall[*messages.DeregisterVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.DeregisterVolume{Namespace: namespace, VolumeId: id, ReplyTo: replyTo}
+	})
+	return err
+}
+
+// ListVolumes returns the stubs of the volumes of namespace (all of them
+// when empty), sorted by namespace, then ID.
+func (c *Catalog) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
+	resp, err := catalogCall[*messages.ListVolumesResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.ListVolumesRequest{Namespace: namespace, ReplyTo: replyTo}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.CSIVolumeStub, len(resp.GetVolumes()))
+	for i, m := range resp.GetVolumes() {
+		out[i] = model.VolumeStubFromProto(m)
+	}
+	return out, nil
+}
+
+// GetVolume returns a volume with its claims, or ErrVolumeNotFound. An
+// empty namespace means the default one.
+func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	resp, err := catalogCall[*messages.GetVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.GetVolumeRequest{Namespace: namespace, VolumeId: id, ReplyTo: replyTo}
+	})
+	return volumeAnswer(resp, err)
+}
+
+// Claim claims req's volume for req's alloc on this node: a read claim for
+// a read-only usage, a write claim otherwise. It implements [Claimer]: the
+// volume manager calls it before staging or publishing. The claim is
+// refused with ErrClaimRefused (and the catalog model's sentinel, such as
+// model.ErrVolumeMaxClaims for a second writer) when the volume's claims
+// or health do not allow it, or when req names another plugin or other
+// modes than the volume was registered with (empty ones are not checked).
+// An unregistered volume is ErrVolumeNotFound. Claiming again what the
+// alloc holds changes nothing.
+func (c *Catalog) Claim(ctx context.Context, req csi.ClaimRequest) error {
+	_, err := catalogCall[*messages.ClaimVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.ClaimVolume{
+			Namespace:      req.Namespace,
+			VolumeId:       req.VolumeID,
+			AllocId:        req.AllocID,
+			Mode:           string(req.Mode()),
+			PluginId:       req.Plugin,
+			AccessMode:     string(req.Usage.AccessMode),
+			AttachmentMode: string(req.Usage.AttachmentMode),
+			ReplyTo:        replyTo,
+		}
+	})
+	return err
+}
+
+// Release frees the claim of req's alloc on req's volume. It implements
+// [Claimer]: the volume manager calls it once the volume is unpublished, and
+// retries a failed unmount until it succeeds, so releasing is idempotent: a
+// claim that is not held, or a volume the catalog does not know (it cannot
+// hold claims), changes nothing and returns nil. (ReleaseVolume sent as a
+// message is stricter: an unknown volume is ErrVolumeNotFound.)
+func (c *Catalog) Release(ctx context.Context, req csi.ClaimRequest) error {
+	_, err := catalogCall[*messages.ReleaseVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.ReleaseVolume{Namespace: req.Namespace, VolumeId: req.VolumeID, AllocId: req.AllocID, ReplyTo: replyTo}
+	})
+	if errors.Is(err, ErrVolumeNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Plugins returns every plugin the catalog knows, sorted by ID, with the
+// fingerprints of their instances and their health counts.
+func (c *Catalog) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
+	resp, err := catalogCall[*messages.ListCatalogPluginsResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.ListCatalogPluginsRequest{ReplyTo: replyTo}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.CSIPlugin, len(resp.GetPlugins()))
+	for i, m := range resp.GetPlugins() {
+		if out[i], err = model.PluginFromProto(m); err != nil {
+			return nil, fmt.Errorf("csi: catalog: plugin %q in the answer: %w", m.GetId(), err)
+		}
+	}
+	return out, nil
+}
+
+// Shutdown lets the writes already accepted become durable, then stops the
+// catalog actor. Later calls return ErrCatalogShutdown at once; a second
+// Shutdown returns nil. It does not close the store, which its owner shares.
+func (c *Catalog) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+
+	_, err := catalogAsk[*messages.ShutdownCatalogResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+		return &messages.ShutdownCatalog{ReplyTo: replyTo}
+	})
+	if stopErr := c.system.Root.PoisonFuture(c.pid).Wait(); err == nil && stopErr != nil {
+		err = fmt.Errorf("csi: catalog: stop actor: %w", stopErr)
+	}
+	c.log.Info("catalog shut down")
+	return err
+}
+
+// catalogCall asks the catalog actor, unless the catalog is shut down.
+func catalogCall[R proto.Message](ctx context.Context, c *Catalog, build func(replyTo *actor.PID) proto.Message) (R, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		var none R
+		return none, catalogErrorf(ErrCatalogShutdown, "the catalog is shut down")
+	}
+	return catalogAsk[R](ctx, c, build)
+}
+
+// catalogAsk sends the message build makes to the catalog actor and waits
+// for its answer, an R, and returns it with the error it carries.
+func catalogAsk[R proto.Message](ctx context.Context, c *Catalog, build func(replyTo *actor.PID) proto.Message) (R, error) {
+	var none R
+	answer, err := actors.Ask(ctx, c.system, c.pid, func(replyTo *actor.PID) any { return build(replyTo) })
+	switch {
+	case errors.Is(err, actors.ErrTargetGone):
+		return none, catalogErrorf(ErrCatalogShutdown, "the catalog actor is gone")
+	case err != nil:
+		return none, fmt.Errorf("csi: catalog: waiting for the catalog's answer: %w", err)
+	}
+	resp, ok := answer.(R)
+	if !ok {
+		return none, fmt.Errorf("csi: catalog: unexpected answer %T", answer)
+	}
+	if failed, ok := any(resp).(interface{ GetError() *messages.CatalogError }); ok {
+		return resp, CatalogErrorFromProto(failed.GetError())
+	}
+	return resp, nil
+}
+
+// volumeAnswer decodes the volume an answer carries.
+func volumeAnswer(resp interface {
+	GetVolume() *messages.CatalogVolume
+}, err error) (*model.CSIVolume, error) {
+	if err != nil {
+		return nil, err
+	}
+	return model.VolumeFromProto(resp.GetVolume()), nil
+}

@@ -1,0 +1,97 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Errors returned by this package match one or more of these
+// with errors.Is; their messages carry the details (volume, alloc, node).
+var (
+	// ErrUnknownAccessMode is returned for an access mode that is not one of
+	// the AccessMode constants.
+	ErrUnknownAccessMode = errors.New("catalog: unknown access mode")
+	// ErrUnknownAttachmentMode is returned for an attachment mode that is not
+	// one of the AttachmentMode constants.
+	ErrUnknownAttachmentMode = errors.New("catalog: unknown attachment mode")
+	// ErrUnknownClaimMode is returned for a claim mode that is neither read nor
+	// write.
+	ErrUnknownClaimMode = errors.New("catalog: unknown claim mode")
+	// ErrUnknownClaimState is returned for a claim state that is not one of the
+	// ClaimState constants.
+	ErrUnknownClaimState = errors.New("catalog: unknown claim state")
+	// ErrUnknownPluginType is returned for a plugin type that is not one of the
+	// PluginType constants.
+	ErrUnknownPluginType = errors.New("catalog: unknown plugin type")
+
+	// ErrInvalidVolume is returned when a volume's own fields are wrong: by
+	// CSIVolume.Validate, and by claim operations on such a volume.
+	ErrInvalidVolume = errors.New("catalog: invalid volume")
+	// ErrInvalidClaim is returned when a claim is malformed or contradicts the
+	// claim its alloc already holds (other node, other mode on release).
+	ErrInvalidClaim = errors.New("catalog: invalid claim")
+	// ErrInvalidPlugin is returned for bad input to plugin operations: an
+	// empty node ID, a missing or foreign fingerprint, a malformed job.
+	ErrInvalidPlugin = errors.New("catalog: invalid plugin input")
+	// ErrPluginMismatch is returned when a volume's health is derived from a
+	// plugin other than the volume's own.
+	ErrPluginMismatch = errors.New("catalog: plugin does not serve this volume")
+
+	// ErrVolumeUnschedulable is returned when a new claim is refused because
+	// the volume's plugin is not healthy enough or its resources are
+	// exhausted.
+	ErrVolumeUnschedulable = errors.New("catalog: volume is not schedulable")
+	// ErrWriteClaimRefused is returned when a write claim is made on a volume
+	// whose access mode is read-only.
+	ErrWriteClaimRefused = errors.New("catalog: volume refuses write claims")
+	// ErrVolumeMaxClaims is returned when a write claim is made on a volume
+	// whose access mode allows no more writers than it already has.
+	ErrVolumeMaxClaims = errors.New("catalog: volume has no free write claim")
+	// ErrNodeConflict is returned when a volume with a single-node access mode
+	// is claimed on a node other than the one it is already claimed on.
+	ErrNodeConflict = errors.New("catalog: volume is claimed on another node")
+	// ErrClaimModeConflict is returned when an alloc that holds a read claim
+	// asks for a write claim, or the other way round: it must release first.
+	ErrClaimModeConflict = errors.New("catalog: alloc holds a claim in the other mode")
+	// ErrClaimReleasing is returned when an alloc whose claim is being
+	// released asks for a claim again.
+	ErrClaimReleasing = errors.New("catalog: claim is being released")
+	// ErrClaimNotFound is returned when a claim that is not held is released
+	// with a state other than ClaimStateReadyToFree.
+	ErrClaimNotFound = errors.New("catalog: no such claim")
+)
+
+// catalogError is an error with a package-prefixed message of its own that
+// matches one or more sentinels with errors.Is.
+type catalogError struct {
+	detail string
+	kinds  []error
+}
+
+// errorf returns an error matching kind whose message is "catalog: " followed
+// by the formatted detail.
+func errorf(kind error, format string, args ...any) *catalogError {
+	return &catalogError{detail: fmt.Sprintf(format, args...), kinds: []error{kind}}
+}
+
+func (e *catalogError) Error() string { return "catalog: " + e.detail }
+
+func (e *catalogError) Unwrap() []error { return e.kinds }
+
+// within puts e in a wider context: the result matches kind as well as what e
+// matches, and its detail is the formatted context, a colon, and e's detail.
+func (e *catalogError) within(kind error, format string, args ...any) *catalogError {
+	return &catalogError{
+		detail: fmt.Sprintf(format, args...) + ": " + e.detail,
+		kinds:  append([]error{kind}, e.kinds...),
+	}
+}
+
+// asError turns a possibly nil *catalogError into an error that is nil when
+// it is.
+func asError(e *catalogError) error {
+	if e == nil {
+		return nil
+	}
+	return e
+}
