@@ -43,8 +43,9 @@ type Server struct {
 	// OnMount, when set, hears of every mount and unmount ("mount",
 	// "unmount") and its error.
 	OnMount func(op string, err error)
-	// Health reports the agent's components; nil means just "ok".
-	Health func() map[string]string
+	// Health reports the agent's components for GET /v1/health; nil
+	// means just "ok".
+	Health func() Health
 }
 
 // Handler returns the API's routes.
@@ -65,7 +66,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/plugins", s.registerPlugin)
 	route("GET /v1/plugins/{type}/{name}", s.getPlugin)
 	route("DELETE /v1/plugins/{type}/{name}/{alloc}", s.deregisterPlugin)
-	route("GET /v1/events", s.events)
+	route("GET /v1/events", streaming(s.events))
 	route("GET /v1/csi/plugins", s.csiPlugins)
 	s.volumeRoutes(route)
 	if s.Metrics != nil {
@@ -189,16 +190,5 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errBadBody, err)
 	}
-	return nil
-}
-
-func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
-	status := map[string]string{"status": "ok"}
-	if s.Health != nil {
-		for k, v := range s.Health() {
-			status[k] = v
-		}
-	}
-	writeJSON(w, http.StatusOK, status)
 	return nil
 }

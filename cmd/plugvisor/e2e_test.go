@@ -181,6 +181,9 @@ func TestBadAPIRequestsGetClearErrorsAndChangeNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, "http://plugvisor"+tc.path, strings.NewReader(tc.body))
 			require.NoError(t, err)
+			if tc.method != "GET" {
+				req.Header.Set("Content-Type", "application/json")
+			}
 			resp, err := c.Do(req)
 			require.NoError(t, err)
 			defer resp.Body.Close()
