@@ -270,6 +270,7 @@ func (a *Agent) listenTCP() (served, error) {
 	for _, h := range cfg.HTTPHosts {
 		hosts = append(hosts, net.JoinHostPort(h, port))
 	}
+	a.httpAddr = addr.String()
 	listener := netutil.LimitListener(l, cfg.HTTPLimits.MaxConns)
 	scheme := "http"
 	if tlsConfig != nil {
@@ -343,3 +344,7 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 		NextProtos:   []string{"http/1.1"},
 	}, nil
 }
+
+// HTTPAddr is the address the TCP listener is bound to (the port chosen
+// for port 0), or "" without -http.
+func (a *Agent) HTTPAddr() string { return a.httpAddr }
