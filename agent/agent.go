@@ -127,7 +127,7 @@ type Agent struct {
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
 	servers     []*http.Server
-	httpAddr    string // the TCP listener's bound address
+	httpAddr    string             // the TCP listener's bound address
 	cancel      context.CancelFunc // ends long-lived API requests (event streams)
 	stops       []func(context.Context) error
 }
