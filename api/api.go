@@ -69,13 +69,15 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/events", streaming(s.events))
 	route("GET /v1/csi/plugins", s.csiPlugins)
 	s.volumeRoutes(route)
+	paths := []string{"/v1/health", "/v1/plugins", "/v1/plugins/{type}/{name}",
+		"/v1/plugins/{type}/{name}/{alloc}", "/v1/events", "/v1/csi/plugins"}
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
+		paths = append(paths, "/metrics")
 	}
 	// Anything else: JSON 404, and JSON 405 for a known path with the
 	// wrong method (the method patterns above are more specific).
-	for _, path := range []string{"/v1/health", "/v1/plugins", "/v1/plugins/{type}/{name}",
-		"/v1/plugins/{type}/{name}/{alloc}", "/v1/events", "/v1/csi/plugins", "/metrics"} {
+	for _, path := range paths {
 		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
 	}
 	route("/", func(_ http.ResponseWriter, r *http.Request) error {
