@@ -11,16 +11,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 	"github.com/plugvisor/plugvisor/storage/storagetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the package if any goroutine outlives the tests.
+func TestMain(m *testing.M) { hostpathtest.Main(m) }
 
 // backend is a registry on an in-memory store whose writes fail on demand.
 type backend struct {
