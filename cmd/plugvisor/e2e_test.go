@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/api"
 )
 
 func TestRegisterThroughTheCLIShowsInListAndEvents(t *testing.T) {
@@ -299,11 +301,11 @@ func TestVolumesThroughTheCLI(t *testing.T) {
 	require.Zero(t, code)
 	require.Contains(t, status, `"plugin_id": "hp"`)
 
-	var health map[string]string
+	var health api.Health
 	getJSON(t, apiClient(dir), "/v1/health", &health)
-	require.Equal(t, "ok", health["status"])
-	require.Equal(t, "2/2", health["csi_instances_healthy"], "the plugin's controller and node instances")
-	require.Equal(t, "1", health["discovered"])
+	require.Equal(t, "ok", health.Status, health.Reasons)
+	require.Equal(t, api.InstanceCounts{Healthy: 2, Total: 2}, health.CSIInstances, "the plugin's controller and node instances")
+	require.Equal(t, 1, health.Discovered)
 
 	resp, err := apiClient(dir).Get("http://plugvisor/metrics")
 	require.NoError(t, err)
