@@ -82,6 +82,21 @@ type Config struct {
 	Logger hclog.Logger
 }
 
+// validate checks the raw config: a negative duration is an error, not a
+// default.
+func (c Config) validate() error {
+	problems := []error{c.validateHTTP()}
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"ResyncInterval", c.ResyncInterval}, {"FingerprintInterval", c.FingerprintInterval}, {"LockTimeout", c.LockTimeout}} {
+		if d.value < 0 {
+			problems = append(problems, fmt.Errorf("%w: %s is %v; give a positive duration, or 0 for the default", ErrInvalidConfig, d.name, d.value))
+		}
+	}
+	return errors.Join(problems...)
+}
+
 func (c Config) withDefaults() Config {
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir()
@@ -111,6 +126,9 @@ func (c Config) withDefaults() Config {
 // ErrAlreadyRunning: another agent holds the data dir.
 var ErrAlreadyRunning = errors.New("agent: another plugvisor agent is using this data dir")
 
+// ErrInvalidConfig: a setting is out of range or missing its partner.
+var ErrInvalidConfig = errors.New("agent: invalid config")
+
 // Agent is a running plugvisor agent.
 type Agent struct {
 	cfg      Config
@@ -135,7 +153,7 @@ type Agent struct {
 // Start opens the data dir and starts every part. On error, whatever had
 // started is stopped again.
 func Start(cfg Config) (_ *Agent, err error) {
-	if err := cfg.validateHTTP(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()

@@ -27,9 +27,6 @@ import (
 // protection its address needs, and -http-insecure was not given.
 var ErrUnprotectedHTTP = errors.New("agent: refusing to serve the API on TCP unprotected")
 
-// ErrInvalidConfig: a setting is out of range or missing its partner.
-var ErrInvalidConfig = errors.New("agent: invalid config")
-
 // HTTPLimits bound what clients can hold of the API server, on every
 // listener. Zero fields take the defaults; negative ones are an error.
 type HTTPLimits struct {

@@ -120,6 +120,8 @@ func TestAnUnprotectedOrMisconfiguredListenerIsRefusedAtStart(t *testing.T) {
 			agent.ErrInvalidConfig, `-http-host "node1:4646" must be a bare host name`},
 		{"a negative limit", agent.Config{HTTPLimits: agent.HTTPLimits{ReadTimeout: -time.Second, MaxConns: -1}}, agent.ErrInvalidConfig,
 			"HTTPLimits.MaxConns is -1"},
+		{"a negative interval", agent.Config{ResyncInterval: -time.Second}, agent.ErrInvalidConfig,
+			"ResyncInterval is -1s; give a positive duration"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,9 @@
-// Package api serves plugvisor's local HTTP JSON API (v1) over the agent's
-// unix socket (and, optionally, loopback TCP). Handlers are thin: they
-// decode, call a facade (registry, CSI manager, catalog, volumes), and
-// encode. Errors are JSON {"error": "..."} with a status code that matches
-// the facade's sentinel.
+// Package api serves plugvisor's HTTP JSON API (v1), which the agent serves
+// on its unix socket and, optionally, on TCP. Server.HandlerFor guards the
+// routes for one listener (Host header, ACL tokens, JSON writes, body
+// size). Handlers are thin: they decode, call a facade (registry, CSI
+// manager, catalog, volumes), and encode. Errors are JSON
+// {"error": "..."} with a status code that matches the facade's sentinel.
 package api
 
 import (

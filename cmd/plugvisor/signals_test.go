@@ -50,12 +50,7 @@ func TestTwoSignalsAtOnceStillShutDownCleanly(t *testing.T) {
 	// What timeout(1) and a terminal's Ctrl-C to a process group do.
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-a.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the agent did not stop: %s", a.stderr)
-	}
-	require.Equal(t, 0, a.cmd.ProcessState.ExitCode(), a.stderr.String())
+	require.Equal(t, 0, a.exitCode(t), a.stderr.String())
 	require.Contains(t, a.stderr.String(), "agent stopped")
 	require.NotContains(t, a.stderr.String(), "exiting now")
 	_, err := os.Stat(filepath.Join(dir, "plugvisor.sock"))
@@ -87,11 +82,17 @@ func TestASignalAfterTheGraceForcesExit(t *testing.T) {
 	default:
 	}
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 1, a.exitCode(t), a.stderr.String())
+	require.Contains(t, a.stderr.String(), "second signal: exiting now")
+}
+
+// exitCode waits for the agent to exit and returns its exit code.
+func (a *agentProc) exitCode(t *testing.T) int {
+	t.Helper()
 	select {
 	case <-a.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the second signal did not force exit: %s", a.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the agent did not exit: %s", a.stderr)
 	}
-	require.Equal(t, 1, a.cmd.ProcessState.ExitCode(), a.stderr.String())
-	require.Contains(t, a.stderr.String(), "second signal: exiting now")
+	return a.cmd.ProcessState.ExitCode()
 }
