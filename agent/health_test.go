@@ -91,5 +91,9 @@ func TestHealthIsDegradedWhileTheStoreFailsWrites(t *testing.T) {
 
 	require.NoError(t, os.Remove(filler))
 	require.NoError(t, a.Registry().RegisterPlugin(plugin(-1)))
-	require.Equal(t, "ok", healthOf(t, c)["status"], "a successful write clears it")
+	// The registered plugins have no sockets, so their CSI instances may be
+	// unhealthy by now: only the store's reason must be gone.
+	for _, reason := range healthOf(t, c)["reasons"].([]any) {
+		require.NotContains(t, reason, "store:", "a successful write clears it")
+	}
 }
