@@ -179,7 +179,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if err := a.serveAPI(); err != nil {
 		return nil, err
 	}
-	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", cfg.HTTPAddr,
+	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", a.httpAddr,
 		"plugins", len(a.registry.ListPlugins("")))
 	return a, nil
 }
