@@ -49,7 +49,8 @@ type Server struct {
 	Health func() Health
 }
 
-// Handler returns the API's routes.
+// Handler returns the API's routes, unguarded: serve them through
+// HandlerFor, which checks each request against its listener first.
 func (s *Server) Handler() http.Handler {
 	if s.Logger == nil {
 		s.Logger = hclog.NewNullLogger()
