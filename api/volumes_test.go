@@ -12,24 +12,55 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
-	"github.com/plugvisor/plugvisor/agent"
-	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/storage"
 )
 
+// csiParts are the CSI manager, catalog and volume manager behind a backend.
+type csiParts struct {
+	manager *csi.Manager
+	catalog *csi.Catalog
+	volumes *csi.Volumes
+}
+
+// newCSIBackend is newBackend with the CSI parts an agent runs, as the
+// agent wires them, with mounts below dir.
+func newCSIBackend(t *testing.T, dir string) (*backend, csiParts) {
+	t.Helper()
+	b := newBackend(t)
+	system := probe.NewSystem(t)
+	var p csiParts
+	var err error
+	p.manager, err = csi.StartManager(system, csi.ManagerConfig{Registry: b.registry, Logger: probe.Logger(t),
+		ResyncInterval: time.Second, Fingerprint: csi.FingerprintOptions{Interval: 50 * time.Millisecond}})
+	require.NoError(t, err)
+	bucket, err := storage.NewMemory().Bucket(csi.CatalogBucket)
+	require.NoError(t, err)
+	p.catalog, err = csi.StartCatalog(system, csi.CatalogConfig{Bucket: bucket, NodeID: "n1", Manager: p.manager.PID(),
+		Logger: probe.Logger(t)})
+	require.NoError(t, err)
+	p.volumes, err = csi.StartVolumes(system, csi.VolumesConfig{Registry: b.registry, Root: filepath.Join(dir, "csi"),
+		Claimer: p.catalog, Logger: probe.Logger(t)})
+	require.NoError(t, err)
+	// The agent's order: volumes, then the manager, whose final
+	// fingerprints reach the catalog, then the catalog.
+	t.Cleanup(func() {
+		require.NoError(t, p.volumes.Shutdown())
+		require.NoError(t, p.manager.Shutdown(context.Background()))
+		require.NoError(t, p.catalog.Shutdown(context.Background()))
+	})
+	b.server.CSI, b.server.Catalog, b.server.Volumes = p.manager, p.catalog, p.volumes
+	return b, p
+}
+
 // TestTheVolumeRoutesAnswerEveryStatusWithAClearBody drives the volume
-// routes against an agent's real catalog and volume manager, with a real
-// hostpath plugin doing real mounts.
+// routes against a real catalog and volume manager, with a real hostpath
+// plugin doing real mounts.
 func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 	dir := hostpathtest.TempDir(t)
-	a, err := agent.Start(agent.Config{DataDir: filepath.Join(dir, "agent"), Logger: probe.Logger(t), NodeID: "n1",
-		FingerprintInterval: 50 * time.Millisecond, ResyncInterval: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
-	b := &backend{registry: a.Registry(), server: &api.Server{Registry: a.Registry(), CSI: a.CSI(), Catalog: a.Catalog(),
-		Volumes: a.Volumes(), Logger: probe.Logger(t)}}
+	b, a := newCSIBackend(t, dir)
 	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
 		Mode: hostpath.ModeMonolith, SymlinkFallback: false})
 	sock := `"connection":{"socket_path":"` + plugin.Endpoint + `"}}`
@@ -41,7 +72,7 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 	})
 	require.Eventually(t, func() bool {
 		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
-		return got.status == 200 && len(a.CSI().Plugins()) == 2 && a.CSI().Plugins()[0].GetHealthy() && a.CSI().Plugins()[1].GetHealthy()
+		return got.status == 200 && len(a.manager.Plugins()) == 2 && a.manager.Plugins()[0].GetHealthy() && a.manager.Plugins()[1].GetHealthy()
 	}, 20*time.Second, 20*time.Millisecond)
 
 	ctx := context.Background()
@@ -71,7 +102,7 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 		{name: "a missing volume", method: "GET", path: "/v1/volumes/default/nope", status: 404, want: "not found"},
 	})
 	require.Eventually(t, func() bool {
-		v, err := a.Catalog().GetVolume(ctx, "default", id)
+		v, err := a.catalog.GetVolume(ctx, "default", id)
 		return err == nil && v.Schedulable
 	}, 20*time.Second, 20*time.Millisecond)
 	var target string
@@ -95,7 +126,7 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 		{name: "a deregistration", method: "DELETE", path: vol, status: 200, want: `"deregistered"`},
 		{name: "a deregistration of a missing volume", method: "DELETE", path: vol, status: 404, want: "not found"},
 		{name: "the catalog shut down", method: "GET", path: "/v1/volumes", status: 503, want: "shut down",
-			before: func(*backend) { require.NoError(t, a.Catalog().Shutdown(ctx)) }},
+			before: func(*backend) { require.NoError(t, a.catalog.Shutdown(ctx)) }},
 	})
 	require.NotEmpty(t, target, "the mount was a real mount")
 	_, err = os.Stat(target)
