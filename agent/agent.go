@@ -9,19 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/plugvisor/plugvisor/actors"
-	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -53,8 +49,26 @@ type Config struct {
 	// SocketDirs and SpecDirs are watched for plugins besides
 	// <data>/plugins and <data>/specs.
 	SocketDirs, SpecDirs []string
-	// HTTPAddr, when set (e.g. 127.0.0.1:8080), also serves the API on TCP.
+	// HTTPAddr, when set (e.g. 127.0.0.1:4646), also serves the API on
+	// TCP. Beyond loopback it needs TLS; on loopback, TLS or TokenFile;
+	// else the agent refuses to start (ErrUnprotectedHTTP) unless
+	// HTTPInsecure is set.
 	HTTPAddr string
+	// HTTPHosts are further host names (no port) by which clients reach
+	// HTTPAddr: the Host header of a request must name the listener.
+	HTTPHosts []string
+	// TLSCert and TLSKey are the TCP listener's certificate and key (PEM
+	// files); clients must present a certificate signed by TLSCA.
+	TLSCert, TLSKey, TLSCA string
+	// TokenFile lists the ACL tokens the TCP listener requires (see
+	// api.ParseTokens). The unix socket trusts its file mode instead.
+	TokenFile string
+	// HTTPInsecure serves HTTPAddr even without the protection its address
+	// needs, with a warning at every start.
+	HTTPInsecure bool
+	// HTTPLimits bound the API server's timeouts, header size and
+	// connections.
+	HTTPLimits HTTPLimits
 	// ResyncInterval and FingerprintInterval tune the plugin managers
 	// (defaults 30s each).
 	ResyncInterval, FingerprintInterval time.Duration
@@ -68,6 +82,21 @@ type Config struct {
 	LockTimeout time.Duration
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
+}
+
+// validate checks the raw config: a negative duration is an error, not a
+// default.
+func (c Config) validate() error {
+	problems := []error{c.validateHTTP()}
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"ResyncInterval", c.ResyncInterval}, {"FingerprintInterval", c.FingerprintInterval}, {"LockTimeout", c.LockTimeout}} {
+		if d.value < 0 {
+			problems = append(problems, fmt.Errorf("%w: %s is %v; give a positive duration, or 0 for the default", ErrInvalidConfig, d.name, d.value))
+		}
+	}
+	return errors.Join(problems...)
 }
 
 func (c Config) withDefaults() Config {
@@ -92,11 +121,15 @@ func (c Config) withDefaults() Config {
 	if c.NodeID == "" {
 		c.NodeID, _ = os.Hostname()
 	}
+	c.HTTPLimits = c.HTTPLimits.withDefaults()
 	return c
 }
 
 // ErrAlreadyRunning: another agent holds the data dir.
 var ErrAlreadyRunning = errors.New("agent: another plugvisor agent is using this data dir")
+
+// ErrInvalidConfig: a setting is out of range or missing its partner.
+var ErrInvalidConfig = errors.New("agent: invalid config")
 
 // Agent is a running plugvisor agent.
 type Agent struct {
@@ -111,14 +144,20 @@ type Agent struct {
 	volumes  *volumes.Volumes
 	disc     *discovery.Discovery
 	metrics  *metrics
-	servers  []*http.Server
-	cancel   context.CancelFunc // ends long-lived API requests (event streams)
-	stops    []func(context.Context) error
+	// storeHealth hears of the registry's durable writes, for health.
+	storeHealth storeHealth
+	servers     []*http.Server
+	httpAddr    string             // the TCP listener's bound address
+	cancel      context.CancelFunc // ends long-lived API requests (event streams)
+	stops       []func(context.Context) error
 }
 
 // Start opens the data dir and starts every part. On error, whatever had
 // started is stopped again.
 func Start(cfg Config) (_ *Agent, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	a := &Agent{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
 	defer func() {
@@ -142,7 +181,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if err := a.serveAPI(); err != nil {
 		return nil, err
 	}
-	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", cfg.HTTPAddr,
+	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", a.httpAddr,
 		"plugins", len(a.registry.ListPlugins("")))
 	return a, nil
 }
@@ -181,7 +220,7 @@ func (a *Agent) startRegistry() error {
 	a.registry, err = registry.New(a.system, registry.Config{
 		Bucket:  bucket,
 		Logger:  a.log,
-		Metrics: registryMetrics{a.metrics},
+		Metrics: registryMetrics{m: a.metrics, store: &a.storeHealth},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -260,77 +299,6 @@ func (a *Agent) startDiscovery() error {
 	a.disc = disc
 	a.stops = append(a.stops, func(context.Context) error { return disc.Shutdown() })
 	return nil
-}
-
-func (a *Agent) serveAPI() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
-	handler := (&api.Server{
-		Registry: a.registry,
-		CSI:      a.csi,
-		Catalog:  a.catalog,
-		Volumes:  a.volumes,
-		OnMount:  a.metrics.observeMount,
-		Health:   a.health,
-		Metrics:  promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
-		Logger:   a.log.Named("api"),
-	}).Handler()
-
-	socket := a.SocketPath()
-	if err := registry.ValidateSocketPath(socket); err != nil {
-		return fmt.Errorf("agent: API socket: %w; use a shorter data dir", err)
-	}
-	// The state file's lock proves no other agent owns this dir: a socket
-	// file left here is stale.
-	_ = os.Remove(socket)
-	unixListener, err := net.Listen("unix", socket)
-	if err != nil {
-		return fmt.Errorf("agent: API socket: %w", err)
-	}
-	if err := os.Chmod(socket, 0o600); err != nil {
-		_ = unixListener.Close()
-		return fmt.Errorf("agent: API socket: %w", err)
-	}
-	listeners := []net.Listener{unixListener}
-	if a.cfg.HTTPAddr != "" {
-		tcp, err := net.Listen("tcp", a.cfg.HTTPAddr)
-		if err != nil {
-			_ = unixListener.Close()
-			return fmt.Errorf("agent: -http %s: %w", a.cfg.HTTPAddr, err)
-		}
-		listeners = append(listeners, tcp)
-	}
-	for _, l := range listeners {
-		srv := &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: 10 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return ctx },
-		}
-		a.servers = append(a.servers, srv)
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error("API server stopped", "listener", l.Addr().String(), "error", err)
-			}
-		}()
-	}
-	return nil
-}
-
-// health summarises the agent for GET /v1/health.
-func (a *Agent) health() map[string]string {
-	healthy, total := 0, 0
-	for _, fp := range a.csi.Plugins() {
-		total++
-		if fp.GetHealthy() {
-			healthy++
-		}
-	}
-	return map[string]string{
-		"data_dir":              a.cfg.DataDir,
-		"plugins":               strconv.Itoa(len(a.registry.ListPlugins(""))),
-		"csi_instances_healthy": fmt.Sprintf("%d/%d", healthy, total),
-		"discovered":            strconv.Itoa(len(a.disc.Plugins())),
-	}
 }
 
 // DataDir is the agent's data dir.

@@ -86,9 +86,13 @@ func result(err error) string {
 }
 
 // registryMetrics is the registry.Metrics the agent gives its registry.
-type registryMetrics struct{ m *metrics }
+type registryMetrics struct {
+	m     *metrics
+	store *storeHealth
+}
 
 func (r registryMetrics) Write(op string, err error, took time.Duration) {
+	r.store.observe(err)
 	r.m.registryWrites.WithLabelValues(op, result(err)).Inc()
 	r.m.registryLatency.WithLabelValues(op).Observe(took.Seconds())
 }

@@ -1,8 +1,9 @@
-// Package api serves plugvisor's local HTTP JSON API (v1) over the agent's
-// unix socket (and, optionally, loopback TCP). Handlers are thin: they
-// decode, call a facade (registry, CSI manager, catalog, volumes), and
-// encode. Errors are JSON {"error": "..."} with a status code that matches
-// the facade's sentinel.
+// Package api serves plugvisor's HTTP JSON API (v1), which the agent serves
+// on its unix socket and, optionally, on TCP. Server.HandlerFor guards the
+// routes for one listener (Host header, ACL tokens, JSON writes, body
+// size). Handlers are thin: they decode, call a facade (registry, CSI
+// manager, catalog, volumes), and encode. Errors are JSON
+// {"error": "..."} with a status code that matches the facade's sentinel.
 package api
 
 import (
@@ -44,11 +45,13 @@ type Server struct {
 	// OnMount, when set, hears of every mount and unmount ("mount",
 	// "unmount") and its error.
 	OnMount func(op string, err error)
-	// Health reports the agent's components; nil means just "ok".
-	Health func() map[string]string
+	// Health reports the agent's components for GET /v1/health; nil
+	// means just "ok".
+	Health func() Health
 }
 
-// Handler returns the API's routes.
+// Handler returns the API's routes, unguarded: serve them through
+// HandlerFor, which checks each request against its listener first.
 func (s *Server) Handler() http.Handler {
 	if s.Logger == nil {
 		s.Logger = hclog.NewNullLogger()
@@ -66,16 +69,18 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/plugins", s.registerPlugin)
 	route("GET /v1/plugins/{type}/{name}", s.getPlugin)
 	route("DELETE /v1/plugins/{type}/{name}/{alloc}", s.deregisterPlugin)
-	route("GET /v1/events", s.events)
+	route("GET /v1/events", streaming(s.events))
 	route("GET /v1/csi/plugins", s.csiPlugins)
 	s.volumeRoutes(route)
+	paths := []string{"/v1/health", "/v1/plugins", "/v1/plugins/{type}/{name}",
+		"/v1/plugins/{type}/{name}/{alloc}", "/v1/events", "/v1/csi/plugins"}
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
+		paths = append(paths, "/metrics")
 	}
 	// Anything else: JSON 404, and JSON 405 for a known path with the
 	// wrong method (the method patterns above are more specific).
-	for _, path := range []string{"/v1/health", "/v1/plugins", "/v1/plugins/{type}/{name}",
-		"/v1/plugins/{type}/{name}/{alloc}", "/v1/events", "/v1/csi/plugins", "/metrics"} {
+	for _, path := range paths {
 		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
 	}
 	route("/", func(_ http.ResponseWriter, r *http.Request) error {
@@ -190,16 +195,5 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errBadBody, err)
 	}
-	return nil
-}
-
-func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
-	status := map[string]string{"status": "ok"}
-	if s.Health != nil {
-		for k, v := range s.Health() {
-			status[k] = v
-		}
-	}
-	writeJSON(w, http.StatusOK, status)
 	return nil
 }

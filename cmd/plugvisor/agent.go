@@ -20,10 +20,21 @@ const agentHelp = `Usage: plugvisor agent [flags]
 Runs an agent in the foreground: a durable registry in <data-dir>/state.db,
 plugin discovery in <data-dir>/plugins (sockets) and <data-dir>/specs (spec
 files), and the API on the unix socket <data-dir>/plugvisor.sock (mode 0600).
-SIGINT or SIGTERM stops it cleanly; a second signal forces exit.
 
-Example:
-  plugvisor agent -data-dir /var/lib/plugvisor -http 127.0.0.1:4646 -log-level debug`
+-http also serves the API on TCP. Beyond loopback it needs TLS with client
+certificates (-tls-cert, -tls-key, -tls-ca); on loopback, -token-file or TLS.
+Otherwise the agent refuses to start, unless -http-insecure is given. The
+token file holds one "<token> read" or "<token> write" per line, mode 0600;
+clients send "Authorization: Bearer <token>".
+
+SIGINT or SIGTERM stops it cleanly. A second signal within 1s of the first
+is ignored (timeout(1) and process groups deliver two); a later one forces
+exit.
+
+Examples:
+  plugvisor agent -data-dir /var/lib/plugvisor -http 127.0.0.1:4646 -token-file /etc/plugvisor/tokens
+  plugvisor agent -http 0.0.0.0:4646 -http-host node1.example.com \
+      -tls-cert agent.pem -tls-key agent-key.pem -tls-ca clients-ca.pem -token-file tokens`
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -38,7 +49,15 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir(), "data dir (env "+agent.DataDirEnv+")")
 	fs.Var(&socketDirs, "plugin-dir", "extra directory to watch for plugin sockets (repeatable)")
 	fs.Var(&specDirs, "spec-dir", "extra directory to watch for plugin spec files (repeatable)")
+	var httpHosts stringList
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "also serve the API on this TCP address, e.g. 127.0.0.1:4646 (off by default)")
+	fs.Var(&httpHosts, "http-host", "a host name clients use to reach -http, accepted in the Host header (repeatable)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate of the -http listener")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of the -http listener")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM CA that signs the client certificates -http requires")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", `ACL tokens for -http: one "<token> read|write" per line, mode 0600`)
+	fs.BoolVar(&cfg.HTTPInsecure, "http-insecure", false, "serve -http without the TLS or tokens its address needs (warns at every start)")
+	fs.IntVar(&cfg.HTTPLimits.MaxConns, "http-max-conns", 256, "most open API connections per listener")
 	fs.DurationVar(&cfg.ResyncInterval, "resync-interval", 30*time.Second, "how often plugin managers resync with the registry")
 	fs.DurationVar(&cfg.FingerprintInterval, "fingerprint-interval", 30*time.Second, "how often plugins are fingerprinted")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID in the CSI catalog (default: host name)")
@@ -55,7 +74,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	if lvl == hclog.NoLevel {
 		return usageError("-log-level %q: want trace, debug, info, warn or error", *level)
 	}
-	cfg.SocketDirs, cfg.SpecDirs = socketDirs, specDirs
+	cfg.SocketDirs, cfg.SpecDirs, cfg.HTTPHosts = socketDirs, specDirs, httpHosts
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: lvl, JSONFormat: *jsonLogs, Output: stderr})
 
 	signals := make(chan os.Signal, 2)
@@ -69,12 +88,28 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "plugvisor agent running: API on %s; drop plugins into %s\n", a.SocketPath(), a.PluginDir())
 	sig := <-signals
 	cfg.Logger.Info("shutting down", "signal", sig.String())
-	go func() {
-		sig := <-signals
-		cfg.Logger.Warn("second signal: exiting now", "signal", sig.String())
-		os.Exit(1)
-	}()
+	go forceExitOnLaterSignal(signals, time.Now(), time.Now, cfg.Logger, func() { os.Exit(1) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return a.Shutdown(ctx)
+}
+
+// signalGrace is how long after the first signal a second one is taken as
+// the same request: timeout(1), and a terminal's Ctrl-C to a process
+// group, deliver the signal twice within a millisecond.
+const signalGrace = time.Second
+
+// forceExitOnLaterSignal reads the signals that follow the first, received
+// at first: one within signalGrace is ignored; a later one calls exit.
+func forceExitOnLaterSignal(signals <-chan os.Signal, first time.Time, now func() time.Time, log hclog.Logger, exit func()) {
+	for sig := range signals {
+		if since := now().Sub(first); since < signalGrace {
+			log.Info("ignoring a repeated signal: shutdown is under way; signal again after 1s to force exit",
+				"signal", sig.String(), "after", since)
+			continue
+		}
+		log.Warn("second signal: exiting now, without a clean shutdown", "signal", sig.String())
+		exit()
+		return
+	}
 }

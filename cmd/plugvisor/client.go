@@ -63,7 +63,8 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
+	if method != http.MethodGet {
+		// The API refuses writes without it, even bodiless ones.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)

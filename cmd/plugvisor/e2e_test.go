@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/api"
 )
 
 func TestRegisterThroughTheCLIShowsInListAndEvents(t *testing.T) {
@@ -181,6 +183,9 @@ func TestBadAPIRequestsGetClearErrorsAndChangeNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, "http://plugvisor"+tc.path, strings.NewReader(tc.body))
 			require.NoError(t, err)
+			if tc.method != "GET" {
+				req.Header.Set("Content-Type", "application/json")
+			}
 			resp, err := c.Do(req)
 			require.NoError(t, err)
 			defer resp.Body.Close()
@@ -296,11 +301,11 @@ func TestVolumesThroughTheCLI(t *testing.T) {
 	require.Zero(t, code)
 	require.Contains(t, status, `"plugin_id": "hp"`)
 
-	var health map[string]string
+	var health api.Health
 	getJSON(t, apiClient(dir), "/v1/health", &health)
-	require.Equal(t, "ok", health["status"])
-	require.Equal(t, "2/2", health["csi_instances_healthy"], "the plugin's controller and node instances")
-	require.Equal(t, "1", health["discovered"])
+	require.Equal(t, "ok", health.Status, health.Reasons)
+	require.Equal(t, api.InstanceCounts{Healthy: 2, Total: 2}, health.CSIInstances, "the plugin's controller and node instances")
+	require.Equal(t, 1, health.Discovered)
 
 	resp, err := apiClient(dir).Get("http://plugvisor/metrics")
 	require.NoError(t, err)

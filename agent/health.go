@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// storeHealth remembers whether the registry's latest durable write
+// failed. The registry's actor reports each write from its goroutine; the
+// API reads at any time.
+type storeHealth struct {
+	failure atomic.Pointer[string]
+}
+
+// observe hears of one answered registry write: a store failure marks the
+// store failing, a success clears it, and a refused request (bad input,
+// not found) says nothing about the store.
+func (s *storeHealth) observe(err error) {
+	switch {
+	case err == nil:
+		s.failure.Store(nil)
+	case errors.Is(err, registry.ErrStore):
+		msg := err.Error()
+		s.failure.Store(&msg)
+	}
+}
+
+// failing is the latest write's store failure, or "".
+func (s *storeHealth) failing() string {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// maxNamed bounds how many plugins a health reason names.
+const maxNamed = 5
+
+// health summarises the agent for GET /v1/health: it is degraded while the
+// store fails writes, any plugin instance is unhealthy, or discovery has
+// plugins it could not activate or parse.
+func (a *Agent) health() api.Health {
+	h := api.Health{
+		DataDir:    a.cfg.DataDir,
+		Plugins:    len(a.registry.ListPlugins("")),
+		Discovered: len(a.disc.Plugins()),
+	}
+	if failure := a.storeHealth.failing(); failure != "" {
+		h.Reasons = append(h.Reasons, "store: the latest durable write failed: "+failure)
+	}
+	var sick []string
+	for _, fp := range a.csi.Plugins() {
+		h.CSIInstances.Total++
+		if fp.GetHealthy() {
+			h.CSIInstances.Healthy++
+		} else {
+			sick = append(sick, fmt.Sprintf("%s %s (%s)", fp.GetType(), fp.GetName(), fp.GetHealthDescription()))
+		}
+	}
+	h.Reasons = appendReason(h.Reasons, "CSI plugin instances are unhealthy", sick)
+	sick = nil
+	for _, p := range a.docker.Plugins() {
+		h.DockerInstances.Total++
+		if p.GetHealthy() {
+			h.DockerInstances.Healthy++
+		} else {
+			sick = append(sick, fmt.Sprintf("%s (%s)", p.GetName(), p.GetDescription()))
+		}
+	}
+	h.Reasons = appendReason(h.Reasons, "Docker volume plugin instances are unhealthy", sick)
+	sick = nil
+	for _, p := range a.disc.Plugins() {
+		switch p.GetState() {
+		case messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED,
+			messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID:
+			h.DiscoveryFailures++
+			sick = append(sick, fmt.Sprintf("%s (%s)", p.GetName(), p.GetError()))
+		}
+	}
+	h.Reasons = appendReason(h.Reasons, "discovered plugins failed", sick)
+	return h
+}
+
+// appendReason adds "<n> <what>: <the first few>" when there are any.
+func appendReason(reasons []string, what string, names []string) []string {
+	if len(names) == 0 {
+		return reasons
+	}
+	reason := fmt.Sprintf("%d %s: %s", len(names), what, strings.Join(names[:min(len(names), maxNamed)], "; "))
+	if len(names) > maxNamed {
+		reason += fmt.Sprintf("; and %d more", len(names)-maxNamed)
+	}
+	return append(reasons, reason)
+}

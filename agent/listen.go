@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
+
+	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// served is one listener with the policy it is served under.
+type served struct {
+	listener net.Listener
+	policy   api.Listener
+}
+
+// serveAPI listens on the unix socket and, when configured, on TCP, and
+// serves the API on each under its policy and the HTTP limits.
+func (a *Agent) serveAPI() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	apiServer := &api.Server{
+		Registry: a.registry,
+		CSI:      a.csi,
+		Catalog:  a.catalog,
+		Volumes:  a.volumes,
+		OnMount:  a.metrics.observeMount,
+		Health:   a.health,
+		Metrics:  promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
+		Logger:   a.log.Named("api"),
+	}
+	limits := a.cfg.HTTPLimits
+	listeners, err := a.listen()
+	if err != nil {
+		return err
+	}
+	errorLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
+	for _, s := range listeners {
+		srv := &http.Server{
+			Handler:           apiServer.HandlerFor(s.policy),
+			ReadHeaderTimeout: limits.ReadHeaderTimeout,
+			ReadTimeout:       limits.ReadTimeout,
+			WriteTimeout:      limits.WriteTimeout,
+			IdleTimeout:       limits.IdleTimeout,
+			MaxHeaderBytes:    limits.MaxHeaderBytes,
+			ErrorLog:          errorLog,
+			BaseContext:       func(net.Listener) context.Context { return ctx },
+		}
+		a.servers = append(a.servers, srv)
+		go func() {
+			if err := srv.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("API server stopped", "listener", s.policy.Name, "error", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// listen opens the API's listeners, each capped at MaxConns connections.
+func (a *Agent) listen() ([]served, error) {
+	socket := a.SocketPath()
+	if err := registry.ValidateSocketPath(socket); err != nil {
+		return nil, fmt.Errorf("agent: API socket: %w; use a shorter data dir", err)
+	}
+	// The state file's lock proves no other agent owns this dir: a socket
+	// file left here is stale.
+	_ = os.Remove(socket)
+	unixListener, err := listenUnix(socket)
+	if err != nil {
+		return nil, fmt.Errorf("agent: API socket: %w", err)
+	}
+	maxConns := a.cfg.HTTPLimits.MaxConns
+	out := []served{{
+		listener: netutil.LimitListener(unixListener, maxConns),
+		// The socket's mode (0600) admits only the agent's user: no token.
+		policy: api.Listener{Name: "unix socket " + socket, Hosts: unixHosts},
+	}}
+	if a.cfg.HTTPAddr == "" {
+		return out, nil
+	}
+	tcp, err := a.listenTCP()
+	if err != nil {
+		_ = unixListener.Close()
+		return nil, err
+	}
+	return append(out, tcp), nil
+}
+
+// unixHosts are the Host header values that name the API's unix socket.
+// The CLI sends the first; curl --unix-socket sends "localhost".
+var unixHosts = []string{"plugvisor", "localhost"}
+
+// umaskMu serializes the umask changes of listenUnix: the umask is the
+// process's.
+var umaskMu sync.Mutex
+
+// listenUnix creates the unix socket at path under umask 0177, so that it
+// has mode 0600 from the moment it exists: there is no window in which
+// another user could connect. Files that other goroutines create in that
+// instant get a stricter mode than they asked for, never a looser one.
+func listenUnix(path string) (net.Listener, error) {
+	umaskMu.Lock()
+	defer umaskMu.Unlock()
+	old := syscall.Umask(0o177)
+	defer syscall.Umask(old)
+	return net.Listen("unix", path)
+}

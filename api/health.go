@@ -1,0 +1,43 @@
+package api
+
+import "net/http"
+
+// Health is the answer to GET /v1/health. Status is "degraded" when any
+// reason is given, else "ok"; the answer is 200 either way, since a
+// degraded agent still serves.
+type Health struct {
+	Status  string   `json:"status"`
+	Reasons []string `json:"reasons"`
+	DataDir string   `json:"data_dir,omitempty"`
+	// Plugins counts the registry's current plugins.
+	Plugins int `json:"plugins"`
+	// CSIInstances and DockerInstances count plugin instances by health.
+	CSIInstances    InstanceCounts `json:"csi_instances"`
+	DockerInstances InstanceCounts `json:"docker_instances"`
+	// Discovered counts the plugins discovery knows of, and
+	// DiscoveryFailures those of them that failed activation or are
+	// invalid.
+	Discovered        int `json:"discovered"`
+	DiscoveryFailures int `json:"discovery_failures"`
+}
+
+// InstanceCounts counts plugin instances.
+type InstanceCounts struct {
+	Healthy int `json:"healthy"`
+	Total   int `json:"total"`
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
+	var h Health
+	if s.Health != nil {
+		h = s.Health()
+	}
+	h.Status = "ok"
+	if len(h.Reasons) > 0 {
+		h.Status = "degraded"
+	} else {
+		h.Reasons = []string{}
+	}
+	writeJSON(w, http.StatusOK, h)
+	return nil
+}

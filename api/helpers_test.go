@@ -1,0 +1,101 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
+	"github.com/plugvisor/plugvisor/storage/storagetest"
+)
+
+// TestMain fails the package if any goroutine outlives the tests.
+func TestMain(m *testing.M) { hostpathtest.Main(m) }
+
+// backend is a registry on an in-memory store whose writes fail on demand.
+type backend struct {
+	registry *registry.Registry
+	bucket   *storagetest.FlakyBucket
+	logs     *bytes.Buffer
+	server   *api.Server
+}
+
+// newBackend starts a registry for one test and an API server on it with
+// no CSI parts; the server logs at trace level into logs.
+func newBackend(t *testing.T) *backend {
+	t.Helper()
+	system := probe.NewSystem(t)
+	mem, err := storage.NewMemory().Bucket(registry.BucketName)
+	require.NoError(t, err)
+	b := &backend{bucket: &storagetest.FlakyBucket{Bucket: mem}, logs: &bytes.Buffer{}}
+	b.registry, err = registry.New(system, registry.Config{Bucket: b.bucket, Logger: probe.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.registry.Shutdown() })
+	b.server = &api.Server{Registry: b.registry,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: b.logs})}
+	return b
+}
+
+// request is one HTTP request to a handler.
+type request struct {
+	method, path, body string
+	host               string            // default: the unix socket's "plugvisor"
+	header             map[string]string // default for writes: Content-Type application/json
+}
+
+// answer is a handler's response.
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// error is the "error" member of a JSON error body, or "".
+func (a answer) error(t *testing.T) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(a.body), &e), a.body)
+	return e.Error
+}
+
+func serve(t *testing.T, h http.Handler, r request) answer {
+	t.Helper()
+	var body io.Reader
+	if r.body != "" {
+		body = strings.NewReader(r.body)
+	}
+	req := httptest.NewRequest(r.method, "http://plugvisor"+r.path, body)
+	req.Host = "plugvisor"
+	if r.host != "" {
+		req.Host = r.host
+	}
+	if r.header == nil && r.method != http.MethodGet {
+		r.header = map[string]string{"Content-Type": "application/json"}
+	}
+	for k, v := range r.header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return answer{status: rec.Code, header: rec.Header(), body: rec.Body.String()}
+}
+
+// unixListener is the policy the agent gives its unix socket.
+var unixListener = api.Listener{Name: "unix socket /run/plugvisor.sock", Hosts: []string{"plugvisor", "localhost"}}
+
+func registerBody(name, alloc string) string {
+	return `{"type":"csi-node","name":"` + name + `","alloc_id":"` + alloc + `","connection":{"socket_path":"/run/csi/` + alloc + `.sock"}}`
+}

@@ -1,0 +1,60 @@
+package api_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/api"
+)
+
+func TestATokenFileIsParsedOrRefusedByLine(t *testing.T) {
+	long := strings.Repeat("t", api.MinTokenLength)
+	cases := []struct {
+		name, file string
+		want       string // error, or "" when valid
+	}{
+		{"tokens with comments and blank lines", "# ops\n\n" + long + "1 write\n  " + long + "2   read  \n", ""},
+		{"an empty file", "# nothing\n", "lists no token"},
+		{"unknown rights", long + " admin\n", `line 1: rights must be read or write, not "admin"`},
+		{"a token without rights", "\n" + long + "\n", "line 2: want a token and its rights"},
+		{"three fields", long + " read extra\n", "found 3 fields"},
+		{"a short token", "short write\n", "the token is 5 characters; use at least 16"},
+		{"a token listed twice", long + " write\n" + long + " read\n", "line 2: the token of line 1 is listed again"},
+		{"a non-ASCII token", long + "é write\n", "printable ASCII"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := api.ParseTokens(strings.NewReader(tc.file))
+			if tc.want == "" {
+				require.NoError(t, err)
+				require.Equal(t, 2, got.Len())
+				require.Equal(t, api.Write, got.Rights(long+"1"))
+				require.Equal(t, api.Read, got.Rights(long+"2"))
+				require.Equal(t, api.NoRights, got.Rights(long))
+				require.Equal(t, api.NoRights, got.Rights(""))
+				return
+			}
+			require.ErrorIs(t, err, api.ErrInvalidTokens)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), long, "errors never show a token")
+		})
+	}
+}
+
+func TestATokenFileOthersCanReadIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Repeat("t", 20)+" write\n"), 0o644))
+	_, err := api.LoadTokens(path)
+	require.ErrorIs(t, err, api.ErrInvalidTokens)
+	require.ErrorContains(t, err, "mode 0644")
+	require.ErrorContains(t, err, "chmod 600 "+path)
+
+	require.NoError(t, os.Chmod(path, 0o600))
+	tokens, err := api.LoadTokens(path)
+	require.NoError(t, err)
+	require.Equal(t, api.Write, tokens.Rights(strings.Repeat("t", 20)))
+}
