@@ -143,6 +143,7 @@ func (v *CSIVolume) checkPluginSide(bad func(string, ...any)) {
 			bad("external ID %s", err)
 		}
 	}
+
 	if v.CapacityBytes < 0 {
 		bad("capacity %d bytes is negative", v.CapacityBytes)
 	}
@@ -173,6 +174,16 @@ func (v *CSIVolume) checkPluginSide(bad func(string, ...any)) {
 			bad("requested topology %d has a segment with an empty key", i)
 		}
 	}
+}
+
+// ValidateExternalID returns nil when id can be a plugin's ID of a volume or
+// snapshot (at most MaxExternalIDBytes of UTF-8 without control
+// characters), and an error matching ErrInvalidVolume otherwise.
+func ValidateExternalID(id string) error {
+	if err := checkExternalID(id); err != "" {
+		return errorf(ErrInvalidVolume, "plugin ID %s", err)
+	}
+	return nil
 }
 
 // checkExternalID says what is wrong with a plugin's volume ID, or "".
