@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -38,8 +39,11 @@ type Server struct {
 	CSI      CSIPlugins
 	Catalog  *csi.Catalog
 	Volumes  *csi.Volumes
-	Metrics  http.Handler
-	Logger   hclog.Logger
+	// Controller runs create, expand, delete and snapshots through the
+	// plugins' controllers (api/controller.go); nil turns them into 404s.
+	Controller *controller.Controller
+	Metrics    http.Handler
+	Logger     hclog.Logger
 	// OnMount, when set, hears of every mount and unmount ("mount",
 	// "unmount") and its error.
 	OnMount func(op string, err error)
@@ -68,6 +72,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/events", s.events)
 	route("GET /v1/csi/plugins", s.csiPlugins)
 	s.volumeRoutes(route)
+	s.controllerRoutes(route)
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
@@ -105,6 +110,8 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, registry.ErrShutdown), classOf(err) == http.StatusServiceUnavailable:
 		return http.StatusServiceUnavailable
+	case pluginStatus(err) != 0:
+		return pluginStatus(err)
 	}
 	return http.StatusInternalServerError
 }
