@@ -23,6 +23,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/registry"
@@ -64,6 +65,10 @@ type Config struct {
 	// LockTimeout bounds the wait for another agent's lock on the state
 	// file (default 1s).
 	LockTimeout time.Duration
+	// VolumeOperationTimeout bounds a whole controller operation (create,
+	// delete, expand, snapshots); zero means controller.DefaultOperationTimeout,
+	// negative is refused.
+	VolumeOperationTimeout time.Duration
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
 }
@@ -107,6 +112,7 @@ type Agent struct {
 	csi      *csi.Manager
 	catalog  *csi.Catalog
 	volumes  *csi.Volumes
+	ctl      *controller.Controller
 	disc     *discovery.Discovery
 	metrics  *metrics
 	servers  []*http.Server
@@ -239,6 +245,13 @@ func (a *Agent) startManagers() error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a.stops = append(a.stops, func(context.Context) error { return a.volumes.Shutdown() })
+
+	a.ctl, err = controller.New(controller.Config{
+		Catalog: a.catalog, Plugins: a.registry, OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	return nil
 }
 
@@ -264,14 +277,15 @@ func (a *Agent) serveAPI() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	handler := (&api.Server{
-		Registry: a.registry,
-		CSI:      a.csi,
-		Catalog:  a.catalog,
-		Volumes:  a.volumes,
-		OnMount:  a.metrics.observeMount,
-		Health:   a.health,
-		Metrics:  promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
-		Logger:   a.log.Named("api"),
+		Registry:   a.registry,
+		CSI:        a.csi,
+		Catalog:    a.catalog,
+		Volumes:    a.volumes,
+		Controller: a.ctl,
+		OnMount:    a.metrics.observeMount,
+		Health:     a.health,
+		Metrics:    promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
+		Logger:     a.log.Named("api"),
 	}).Handler()
 
 	socket := a.SocketPath()
