@@ -212,7 +212,7 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	case old != nil && old.Deleting:
 		w.err = deletingError(key)
 		return change, nil
-	case a.externalIDTaken(w, key, v):
+	case createdConflict(w, key, old, v), a.externalIDTaken(w, key, v):
 		return change, nil
 	case old.Equal(v):
 		w.volume = old // the same description again: nothing changes

@@ -2,8 +2,6 @@ package csi
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -16,6 +14,20 @@ import (
 // This file holds the catalog actor's writes for the controller operations
 // (create, delete, expand): one plugin volume per catalog volume, the
 // Deleting marker, and the capacity the plugin reports.
+
+// createdConflict refuses, in w.err, a plain registration of v over a
+// volume that was created through the controller: it would drop the
+// plugin-side fields (the plugin's ID, the secrets) of a volume plugvisor
+// must still delete.
+func createdConflict(w *catalogWrite, key volumeKey, old, v *catalog.CSIVolume) bool {
+	if old == nil || !old.Created || v.Created {
+		return false
+	}
+	w.err = catalogErrorf(ErrVolumeConflict,
+		"volume %s was created through plugin %q's controller (plugin volume %q): a registration cannot replace it; delete it, or register under another ID",
+		key, old.PluginID, old.PluginVolumeID())
+	return true
+}
 
 // externalIDTaken refuses, in w.err, a registration of v under key whose
 // plugin volume (plugin, external ID) another catalog volume holds.
@@ -38,17 +50,6 @@ func deletingError(key volumeKey) error {
 	return catalogErrorf(ErrVolumeDeleting, "volume %s is being deleted: it takes no claim or new description; run the delete again to finish it", key)
 }
 
-// allClaimants lists, sorted, the allocs with any claim on v, held or past.
-func allClaimants(v *catalog.CSIVolume) string {
-	set := map[string]bool{}
-	for _, m := range []map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
-		for alloc := range m {
-			set[alloc] = true
-		}
-	}
-	return strings.Join(slices.Sorted(maps.Keys(set)), ", ")
-}
-
 func (a *catalogActor) applyMarkDeleting(w *catalogWrite, cmd *messages.MarkVolumeDeleting) (catalogChange, error) {
 	var change catalogChange
 	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
@@ -61,7 +62,7 @@ func (a *catalogActor) applyMarkDeleting(w *catalogWrite, cmd *messages.MarkVolu
 		w.err = err
 	case v.InUse() || len(v.PastClaims) > 0:
 		w.err = catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: they must release it before it is deleted",
-			key, allClaimants(v))
+			key, strings.Join(v.Claimants(), ", "))
 	case v.Deleting:
 		w.volume = v // marked already: nothing changes
 	default:

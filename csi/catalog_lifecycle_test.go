@@ -77,6 +77,16 @@ func TestCatalogKeepsOnePluginVolumeInOneNamespace(t *testing.T) {
 	require.Contains(t, err.Error(), `catalog volume "cache" in namespace "default"`)
 }
 
+func TestCatalogRefusesAPlainRegistrationOverACreatedVolume(t *testing.T) {
+	ctx := context.Background()
+	f := startCatFixture(t, catMemoryBucket(t))
+	created := f.register(createdVolume("default", "db", "vol-1"))
+	_, err := f.cat.RegisterVolume(ctx, catVolume("db", "hostpath", catalog.AccessModeSingleNodeWriter))
+	require.ErrorIs(t, err, csi.ErrVolumeConflict)
+	require.Contains(t, err.Error(), `created through plugin "hostpath"'s controller (plugin volume "vol-1")`)
+	require.Equal(t, created, f.volume("", "db"), "the created volume keeps its plugin side")
+}
+
 func TestCatalogMarksAVolumeDeletingOnlyWithoutClaims(t *testing.T) {
 	ctx := context.Background()
 	f := startCatFixture(t, catMemoryBucket(t))

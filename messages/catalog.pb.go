@@ -230,7 +230,8 @@ func (x *CatalogHealth) GetNodesExpected() int64 {
 
 // CatalogVolume is a CSI volume as the catalog keeps it (in answers and on
 // disk). In RegisterVolume only the description is read (id, namespace,
-// plugin_id, modes, topologies); claims must be empty, and health, indexes
+// plugin_id, modes, topologies and the plugin side: external_id through
+// created); claims must be empty, deleting is ignored, and health, indexes
 // and resource_exhausted are set by the catalog.
 type CatalogVolume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`

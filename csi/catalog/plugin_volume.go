@@ -112,6 +112,18 @@ func (v *CSIVolume) PluginVolumeID() string {
 	return v.ID
 }
 
+// Claimants returns, sorted, the allocs with any claim on v: held, or on
+// its way to being freed.
+func (v *CSIVolume) Claimants() []string {
+	set := map[string]bool{}
+	for _, m := range []map[string]*Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
+		for alloc := range m {
+			set[alloc] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
 // copyPluginSide deep-copies into out the plugin-side fields of v.
 func copyPluginSide(out, v *CSIVolume) {
 	out.Parameters = maps.Clone(v.Parameters)

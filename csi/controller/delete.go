@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 )
 
 // Delete destroys a volume on its plugin and forgets it: the catalog marks
@@ -36,7 +34,7 @@ func (c *Controller) Delete(ctx context.Context, namespace, id string) error {
 	if err != nil {
 		return fmt.Errorf("controller: %s: %w", what, err)
 	}
-	if allocs := claimants(v); allocs != "" {
+	if allocs := strings.Join(v.Claimants(), ", "); allocs != "" {
 		return fmt.Errorf("controller: %s: %w: claimed by allocs %s; they must release it before it is deleted", what, csi.ErrVolumeInUse, allocs)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capCreateDelete)
@@ -57,15 +55,4 @@ func (c *Controller) Delete(ctx context.Context, namespace, id string) error {
 	}
 	c.log.Info("volume deleted", "namespace", v.Namespace, "volume_id", v.ID, "plugin", v.PluginID, "external_id", v.PluginVolumeID())
 	return nil
-}
-
-// claimants lists, sorted, the allocs with any claim on v, held or past.
-func claimants(v *catalog.CSIVolume) string {
-	set := map[string]bool{}
-	for _, m := range []map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
-		for alloc := range m {
-			set[alloc] = true
-		}
-	}
-	return strings.Join(slices.Sorted(maps.Keys(set)), ", ")
 }
