@@ -213,6 +213,15 @@ func checkExternalID(id string) string {
 
 func identity(s string) string { return s }
 
+// pluginSideFromProto sets the plugin-side fields of v from m.
+func pluginSideFromProto(v *CSIVolume, m *messages.CatalogVolume) {
+	v.ExternalID, v.CapacityBytes = m.GetExternalId(), m.GetCapacityBytes()
+	v.Parameters, v.Secrets, v.Context = mapTo(m.GetParameters(), identity), mapTo(m.GetSecrets(), identity), mapTo(m.GetContext(), identity)
+	v.MountOptions = mountOptionsFromProto(m.GetMountOptions())
+	v.RequestedTopologies = topologiesFromProto(m.GetRequestedTopologies())
+	v.Deleting, v.Created = m.GetDeleting(), m.GetCreated()
+}
+
 func mountOptionsToProto(o *MountOptions) *messages.CatalogMountOptions {
 	if o == nil {
 		return nil

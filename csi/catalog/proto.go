@@ -252,29 +252,21 @@ func (v *CSIVolume) Proto() *messages.CatalogVolume {
 // Modes and claims are taken as spelled: run Validate on the result.
 func VolumeFromProto(m *messages.CatalogVolume) *CSIVolume {
 	v := &CSIVolume{
-		ID:                  m.GetId(),
-		Namespace:           m.GetNamespace(),
-		PluginID:            m.GetPluginId(),
-		AccessMode:          AccessMode(m.GetAccessMode()),
-		AttachmentMode:      AttachmentMode(m.GetAttachmentMode()),
-		Topologies:          topologiesFromProto(m.GetTopologies()),
-		ReadClaims:          mapTo(m.GetReadClaims(), claimFromProto),
-		WriteClaims:         mapTo(m.GetWriteClaims(), claimFromProto),
-		PastClaims:          mapTo(m.GetPastClaims(), claimFromProto),
-		Health:              HealthFromProto(m.GetHealth()),
-		ResourceExhausted:   timeFromProto(m.GetResourceExhausted()),
-		CreateIndex:         m.GetCreateIndex(),
-		ModifyIndex:         m.GetModifyIndex(),
-		ExternalID:          m.GetExternalId(),
-		CapacityBytes:       m.GetCapacityBytes(),
-		Parameters:          mapTo(m.GetParameters(), identity),
-		Secrets:             mapTo(m.GetSecrets(), identity),
-		Context:             mapTo(m.GetContext(), identity),
-		MountOptions:        mountOptionsFromProto(m.GetMountOptions()),
-		RequestedTopologies: topologiesFromProto(m.GetRequestedTopologies()),
-		Deleting:            m.GetDeleting(),
-		Created:             m.GetCreated(),
+		ID:                m.GetId(),
+		Namespace:         m.GetNamespace(),
+		PluginID:          m.GetPluginId(),
+		AccessMode:        AccessMode(m.GetAccessMode()),
+		AttachmentMode:    AttachmentMode(m.GetAttachmentMode()),
+		Topologies:        topologiesFromProto(m.GetTopologies()),
+		ReadClaims:        mapTo(m.GetReadClaims(), claimFromProto),
+		WriteClaims:       mapTo(m.GetWriteClaims(), claimFromProto),
+		PastClaims:        mapTo(m.GetPastClaims(), claimFromProto),
+		Health:            HealthFromProto(m.GetHealth()),
+		ResourceExhausted: timeFromProto(m.GetResourceExhausted()),
+		CreateIndex:       m.GetCreateIndex(),
+		ModifyIndex:       m.GetModifyIndex(),
 	}
+	pluginSideFromProto(v, m)
 	v.ensureMaps()
 	return v
 }
