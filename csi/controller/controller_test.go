@@ -479,6 +479,19 @@ func TestACallerThatGoesAwayDoesNotStopTheOperation(t *testing.T) {
 	require.Len(t, f.volumes(), 1, "the volume the plugin made is registered all the same")
 }
 
+func TestCreateOverARegisteredVolumeIsRefusedBeforeAnyRPC(t *testing.T) {
+	f := newFixture(t, nil)
+	f.serveMocks() // no RPC is expected
+	registered := catalog.NewCSIVolume("db", 0)
+	registered.PluginID, registered.AccessMode, registered.AttachmentMode = plugin, catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	before, err := f.cat.RegisterVolume(context.Background(), registered)
+	require.NoError(t, err)
+	_, err = f.ctl.Create(context.Background(), createRequest())
+	require.ErrorIs(t, err, controller.ErrVolumeExists)
+	require.Contains(t, err.Error(), "created: false")
+	require.Equal(t, []*catalog.CSIVolume{before}, f.volumes())
+}
+
 func TestAPluginWithoutAControllerIsRefused(t *testing.T) {
 	f := newFixture(t, nil)
 	_, err := f.ctl.Create(context.Background(), createRequest())

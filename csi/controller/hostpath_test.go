@@ -127,3 +127,22 @@ func TestAClaimedVolumeIsNotDeletedOnTheHostpathPlugin(t *testing.T) {
 	require.NoError(t, f.ctl.Delete(ctx, "", "db"))
 	require.NoDirExists(t, filepath.Join(root, "volumes", v.ExternalID))
 }
+
+func TestACrashBetweenCreateVolumeAndTheRegistrationHealsWithTheHostpathPlugin(t *testing.T) {
+	f, root := hostpathFixture(t)
+	ctx := context.Background()
+	f.cat.failNextRegister.Store(true)
+	_, err := f.ctl.Create(ctx, hostpathCreate("", "db"))
+	require.ErrorIs(t, err, errCrash)
+	require.Empty(t, f.volumes())
+	entries, err := os.ReadDir(filepath.Join(root, "volumes"))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "the plugin made the volume before the crash")
+
+	v, err := f.ctl.Create(ctx, hostpathCreate("", "db"))
+	require.NoError(t, err)
+	require.Equal(t, entries[0].Name(), v.ExternalID, "running create again registers the volume the plugin made")
+	entries, err = os.ReadDir(filepath.Join(root, "volumes"))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "and makes no second one")
+}
