@@ -84,7 +84,7 @@ func newAPIFixture(t *testing.T) *apiFixture {
 	vols, err := csi.StartVolumes(system, csi.VolumesConfig{Registry: reg, Root: t.TempDir(), Claimer: cat, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, vols.Shutdown()) })
-	ctl, err := controller.New(controller.Config{Catalog: cat, Plugins: reg, OperationTimeout: 2 * time.Second, Logger: logger})
+	ctl, err := controller.New(controller.Config{Catalog: cat, Plugins: reg, OperationTimeout: 30 * time.Second, Logger: logger})
 	require.NoError(t, err)
 	f := &apiFixture{t: t, reg: reg, cat: cat, logs: logs,
 		handler: (&api.Server{Registry: reg, Catalog: cat, Volumes: vols, Controller: ctl, Logger: logger}).Handler()}

@@ -447,7 +447,7 @@ func TestSnapshotsAreCreatedListedAndDeleted(t *testing.T) {
 }
 
 func TestAHangingPluginIsAnsweredWithinTheOperationDeadline(t *testing.T) {
-	f := newFixture(t, func(c *controller.Config) { c.OperationTimeout = time.Second })
+	f := newFixture(t, func(c *controller.Config) { c.OperationTimeout = 3 * time.Second })
 	m := f.serveMocks()
 	gomock.InOrder(
 		expectCaps(m, createDelete),
