@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -179,7 +180,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 		RequiredBytes: body.Capacity.RequiredBytes, LimitBytes: body.Capacity.LimitBytes,
 		Parameters: body.Parameters, Secrets: body.Secrets, SnapshotID: body.SnapshotID,
 		AccessMode:     catalog.AccessMode(body.AccessMode),
-		AttachmentMode: catalog.AttachmentMode(cmpOr(body.AttachmentMode, string(catalog.AttachmentModeFileSystem))),
+		AttachmentMode: catalog.AttachmentMode(cmp.Or(body.AttachmentMode, string(catalog.AttachmentModeFileSystem))),
 	}
 	if o := body.MountOptions; o != nil {
 		req.MountOptions = &catalog.MountOptions{FSType: o.FSType, MountFlags: o.MountFlags}
@@ -348,13 +349,6 @@ func onlyQuery(q map[string][]string, allowed ...string) error {
 		}
 	}
 	return nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // pluginStatuses map the controller operations' errors, and a plugin's
