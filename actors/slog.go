@@ -2,10 +2,13 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 )
 
 // SlogHandler is a log/slog Handler that writes through an hclog.Logger,
@@ -66,7 +69,21 @@ func appendAttr(args []any, group string, a slog.Attr) []any {
 	if a.Key == "" {
 		return args
 	}
-	return append(args, joinKey(group, a.Key), v.Any())
+	return append(args, joinKey(group, a.Key), redact(v.Any()))
+}
+
+// redact logs a protobuf message (other than a PID) by its type only.
+// protoactor logs whole messages (dead letters, supervision), and the
+// messages that cross actor boundaries can carry CSI secrets, which must
+// never reach a log.
+func redact(v any) any {
+	switch m := v.(type) {
+	case *actor.PID:
+		return m
+	case proto.Message:
+		return fmt.Sprintf("%T (contents not logged)", m)
+	}
+	return v
 }
 
 func joinKey(group, key string) string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
@@ -80,6 +81,10 @@ type Config struct {
 	// LockTimeout bounds the wait for another agent's lock on the state
 	// file (default 1s).
 	LockTimeout time.Duration
+	// VolumeOperationTimeout bounds a whole controller operation (create,
+	// delete, expand, snapshots); zero means controller.DefaultOperationTimeout,
+	// negative is refused.
+	VolumeOperationTimeout time.Duration
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
 }
@@ -142,6 +147,7 @@ type Agent struct {
 	csi      *manager.Manager
 	catalog  *catalog.Catalog
 	volumes  *volumes.Volumes
+	ctl      *controller.Controller
 	disc     *discovery.Discovery
 	metrics  *metrics
 	// storeHealth hears of the registry's durable writes, for health.
@@ -280,6 +286,13 @@ func (a *Agent) startManagers() error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a.stops = append(a.stops, func(context.Context) error { return a.volumes.Shutdown() })
+
+	a.ctl, err = controller.New(controller.Config{
+		Catalog: a.catalog, Plugins: a.registry, OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	return nil
 }
 

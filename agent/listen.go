@@ -30,14 +30,15 @@ func (a *Agent) serveAPI() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	apiServer := &api.Server{
-		Registry: a.registry,
-		CSI:      a.csi,
-		Catalog:  a.catalog,
-		Volumes:  a.volumes,
-		OnMount:  a.metrics.observeMount,
-		Health:   a.health,
-		Metrics:  promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
-		Logger:   a.log.Named("api"),
+		Registry:   a.registry,
+		CSI:        a.csi,
+		Catalog:    a.catalog,
+		Volumes:    a.volumes,
+		Controller: a.ctl,
+		OnMount:    a.metrics.observeMount,
+		Health:     a.health,
+		Metrics:    promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
+		Logger:     a.log.Named("api"),
 	}
 	limits := a.cfg.HTTPLimits
 	listeners, err := a.listen()

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -40,8 +41,11 @@ type Server struct {
 	CSI      CSIPlugins
 	Catalog  *catalog.Catalog
 	Volumes  *volumes.Volumes
-	Metrics  http.Handler
-	Logger   hclog.Logger
+	// Controller runs create, expand, delete and snapshots through the
+	// plugins' controllers (api/controller.go); nil turns them into 404s.
+	Controller *controller.Controller
+	Metrics    http.Handler
+	Logger     hclog.Logger
 	// OnMount, when set, hears of every mount and unmount ("mount",
 	// "unmount") and its error.
 	OnMount func(op string, err error)
@@ -72,6 +76,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/events", streaming(s.events))
 	route("GET /v1/csi/plugins", s.csiPlugins)
 	s.volumeRoutes(route)
+	s.controllerRoutes(route)
 	paths := []string{"/v1/health", "/v1/plugins", "/v1/plugins/{type}/{name}",
 		"/v1/plugins/{type}/{name}/{alloc}", "/v1/events", "/v1/csi/plugins"}
 	if s.Metrics != nil {
@@ -111,6 +116,8 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, registry.ErrShutdown), classOf(err) == http.StatusServiceUnavailable:
 		return http.StatusServiceUnavailable
+	case pluginStatus(err) != 0:
+		return pluginStatus(err)
 	}
 	return http.StatusInternalServerError
 }

@@ -156,6 +156,9 @@ func (s *Server) deregisterVolume(w http.ResponseWriter, r *http.Request) error 
 	if err := s.needVolumes(); err != nil {
 		return err
 	}
+	if done, err := s.deleteThroughController(w, r); done {
+		return err
+	}
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
 	if err := s.Catalog.DeregisterVolume(r.Context(), ns, id); err != nil {
 		return err

@@ -320,6 +320,21 @@ func (c *Client) ControllerExpandVolume(ctx context.Context, req *csipb.Controll
 	return invoke(ctx, c, "ControllerExpandVolume", c.controller.ControllerExpandVolume, req)
 }
 
+// CreateSnapshot passes the request to the plugin's Controller service.
+func (c *Client) CreateSnapshot(ctx context.Context, req *csipb.CreateSnapshotRequest) (*csipb.CreateSnapshotResponse, error) {
+	return invoke(ctx, c, "CreateSnapshot", c.controller.CreateSnapshot, req)
+}
+
+// DeleteSnapshot passes the request to the plugin's Controller service.
+func (c *Client) DeleteSnapshot(ctx context.Context, req *csipb.DeleteSnapshotRequest) (*csipb.DeleteSnapshotResponse, error) {
+	return invoke(ctx, c, "DeleteSnapshot", c.controller.DeleteSnapshot, req)
+}
+
+// ListSnapshots passes the request to the plugin's Controller service.
+func (c *Client) ListSnapshots(ctx context.Context, req *csipb.ListSnapshotsRequest) (*csipb.ListSnapshotsResponse, error) {
+	return invoke(ctx, c, "ListSnapshots", c.controller.ListSnapshots, req)
+}
+
 // NodeInfo is what a plugin's Node service says about the node (NodeGetInfo).
 type NodeInfo struct {
 	// NodeID is the plugin's name for this node, used in ControllerPublishVolume.

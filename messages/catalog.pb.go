@@ -230,7 +230,8 @@ func (x *CatalogHealth) GetNodesExpected() int64 {
 
 // CatalogVolume is a CSI volume as the catalog keeps it (in answers and on
 // disk). In RegisterVolume only the description is read (id, namespace,
-// plugin_id, modes, topologies); claims must be empty, and health, indexes
+// plugin_id, modes, topologies and the plugin side: external_id through
+// created); claims must be empty, deleting is ignored, and health, indexes
 // and resource_exhausted are set by the catalog.
 type CatalogVolume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -249,8 +250,35 @@ type CatalogVolume struct {
 	ResourceExhausted *timestamppb.Timestamp   `protobuf:"bytes,11,opt,name=resource_exhausted,json=resourceExhausted,proto3" json:"resource_exhausted,omitempty"`
 	CreateIndex       uint64                   `protobuf:"varint,12,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex       uint64                   `protobuf:"varint,13,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// external_id is the plugin's ID of the volume, the one every CSI RPC
+	// carries; empty means the same as id. One plugin volume (plugin_id,
+	// external_id) lives in one catalog volume only.
+	ExternalId string `protobuf:"bytes,14,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	// capacity_bytes is the volume's size as the plugin last reported it
+	// (CreateVolume, ControllerExpandVolume); 0 means unknown.
+	CapacityBytes int64 `protobuf:"varint,15,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// parameters are the plugin's opaque creation parameters.
+	Parameters map[string]string `protobuf:"bytes,16,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// secrets go to the plugin with every RPC that takes them. They are kept
+	// on disk and in the catalog's answers to Go callers, and never appear in
+	// the API, the CLI or a log line.
+	Secrets map[string]string `protobuf:"bytes,17,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// context is the volume_context the plugin returned at creation, passed
+	// back to it with every node and controller publish.
+	Context      map[string]string    `protobuf:"bytes,18,rep,name=context,proto3" json:"context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MountOptions *CatalogMountOptions `protobuf:"bytes,19,opt,name=mount_options,json=mountOptions,proto3" json:"mount_options,omitempty"`
+	// requested_topologies are the accessibility requirements the volume was
+	// created with (topologies says where the plugin put it).
+	RequestedTopologies []*CatalogTopology `protobuf:"bytes,20,rep,name=requested_topologies,json=requestedTopologies,proto3" json:"requested_topologies,omitempty"`
+	// deleting marks a volume on its way to DeleteVolume: no claim is granted,
+	// and only a delete (or a deregistration) finishes it.
+	Deleting bool `protobuf:"varint,21,opt,name=deleting,proto3" json:"deleting,omitempty"`
+	// created says the volume was created through the plugin's controller by
+	// plugvisor (not registered as an existing volume): deleting it through
+	// the API destroys it on the plugin.
+	Created       bool `protobuf:"varint,22,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CatalogVolume) Reset() {
@@ -374,6 +402,122 @@ func (x *CatalogVolume) GetModifyIndex() uint64 {
 	return 0
 }
 
+func (x *CatalogVolume) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *CatalogVolume) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *CatalogVolume) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *CatalogVolume) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *CatalogVolume) GetContext() map[string]string {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *CatalogVolume) GetMountOptions() *CatalogMountOptions {
+	if x != nil {
+		return x.MountOptions
+	}
+	return nil
+}
+
+func (x *CatalogVolume) GetRequestedTopologies() []*CatalogTopology {
+	if x != nil {
+		return x.RequestedTopologies
+	}
+	return nil
+}
+
+func (x *CatalogVolume) GetDeleting() bool {
+	if x != nil {
+		return x.Deleting
+	}
+	return false
+}
+
+func (x *CatalogVolume) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// CatalogMountOptions are how a file-system volume is mounted.
+type CatalogMountOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FsType        string                 `protobuf:"bytes,1,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
+	MountFlags    []string               `protobuf:"bytes,2,rep,name=mount_flags,json=mountFlags,proto3" json:"mount_flags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogMountOptions) Reset() {
+	*x = CatalogMountOptions{}
+	mi := &file_messages_catalog_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogMountOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogMountOptions) ProtoMessage() {}
+
+func (x *CatalogMountOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogMountOptions.ProtoReflect.Descriptor instead.
+func (*CatalogMountOptions) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CatalogMountOptions) GetFsType() string {
+	if x != nil {
+		return x.FsType
+	}
+	return ""
+}
+
+func (x *CatalogMountOptions) GetMountFlags() []string {
+	if x != nil {
+		return x.MountFlags
+	}
+	return nil
+}
+
 // CatalogVolumeStub is the summary of a volume in ListVolumesResponse: the
 // volume without its claims, and how many read and write claims it has.
 type CatalogVolumeStub struct {
@@ -387,7 +531,7 @@ type CatalogVolumeStub struct {
 
 func (x *CatalogVolumeStub) Reset() {
 	*x = CatalogVolumeStub{}
-	mi := &file_messages_catalog_proto_msgTypes[4]
+	mi := &file_messages_catalog_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +543,7 @@ func (x *CatalogVolumeStub) String() string {
 func (*CatalogVolumeStub) ProtoMessage() {}
 
 func (x *CatalogVolumeStub) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[4]
+	mi := &file_messages_catalog_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +556,7 @@ func (x *CatalogVolumeStub) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogVolumeStub.ProtoReflect.Descriptor instead.
 func (*CatalogVolumeStub) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{4}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CatalogVolumeStub) GetVolume() *CatalogVolume {
@@ -449,7 +593,7 @@ type CatalogControllerInfo struct {
 
 func (x *CatalogControllerInfo) Reset() {
 	*x = CatalogControllerInfo{}
-	mi := &file_messages_catalog_proto_msgTypes[5]
+	mi := &file_messages_catalog_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +605,7 @@ func (x *CatalogControllerInfo) String() string {
 func (*CatalogControllerInfo) ProtoMessage() {}
 
 func (x *CatalogControllerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[5]
+	mi := &file_messages_catalog_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +618,7 @@ func (x *CatalogControllerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogControllerInfo.ProtoReflect.Descriptor instead.
 func (*CatalogControllerInfo) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{5}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CatalogControllerInfo) GetCapabilities() []string {
@@ -506,7 +650,7 @@ type CatalogNodeInfo struct {
 
 func (x *CatalogNodeInfo) Reset() {
 	*x = CatalogNodeInfo{}
-	mi := &file_messages_catalog_proto_msgTypes[6]
+	mi := &file_messages_catalog_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +662,7 @@ func (x *CatalogNodeInfo) String() string {
 func (*CatalogNodeInfo) ProtoMessage() {}
 
 func (x *CatalogNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[6]
+	mi := &file_messages_catalog_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +675,7 @@ func (x *CatalogNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogNodeInfo.ProtoReflect.Descriptor instead.
 func (*CatalogNodeInfo) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{6}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CatalogNodeInfo) GetNodeId() string {
@@ -590,7 +734,7 @@ type CatalogInstance struct {
 
 func (x *CatalogInstance) Reset() {
 	*x = CatalogInstance{}
-	mi := &file_messages_catalog_proto_msgTypes[7]
+	mi := &file_messages_catalog_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +746,7 @@ func (x *CatalogInstance) String() string {
 func (*CatalogInstance) ProtoMessage() {}
 
 func (x *CatalogInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[7]
+	mi := &file_messages_catalog_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +759,7 @@ func (x *CatalogInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogInstance.ProtoReflect.Descriptor instead.
 func (*CatalogInstance) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{7}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CatalogInstance) GetPluginId() string {
@@ -708,7 +852,7 @@ type CatalogPluginJob struct {
 
 func (x *CatalogPluginJob) Reset() {
 	*x = CatalogPluginJob{}
-	mi := &file_messages_catalog_proto_msgTypes[8]
+	mi := &file_messages_catalog_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +864,7 @@ func (x *CatalogPluginJob) String() string {
 func (*CatalogPluginJob) ProtoMessage() {}
 
 func (x *CatalogPluginJob) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[8]
+	mi := &file_messages_catalog_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +877,7 @@ func (x *CatalogPluginJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogPluginJob.ProtoReflect.Descriptor instead.
 func (*CatalogPluginJob) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{8}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CatalogPluginJob) GetId() string {
@@ -778,7 +922,7 @@ type CatalogPlugin struct {
 
 func (x *CatalogPlugin) Reset() {
 	*x = CatalogPlugin{}
-	mi := &file_messages_catalog_proto_msgTypes[9]
+	mi := &file_messages_catalog_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +934,7 @@ func (x *CatalogPlugin) String() string {
 func (*CatalogPlugin) ProtoMessage() {}
 
 func (x *CatalogPlugin) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[9]
+	mi := &file_messages_catalog_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +947,7 @@ func (x *CatalogPlugin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogPlugin.ProtoReflect.Descriptor instead.
 func (*CatalogPlugin) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{9}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CatalogPlugin) GetId() string {
@@ -887,7 +1031,7 @@ type CatalogIndex struct {
 
 func (x *CatalogIndex) Reset() {
 	*x = CatalogIndex{}
-	mi := &file_messages_catalog_proto_msgTypes[10]
+	mi := &file_messages_catalog_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1043,7 @@ func (x *CatalogIndex) String() string {
 func (*CatalogIndex) ProtoMessage() {}
 
 func (x *CatalogIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[10]
+	mi := &file_messages_catalog_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1056,7 @@ func (x *CatalogIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogIndex.ProtoReflect.Descriptor instead.
 func (*CatalogIndex) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{10}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CatalogIndex) GetIndex() uint64 {
@@ -937,7 +1081,7 @@ type CatalogError struct {
 
 func (x *CatalogError) Reset() {
 	*x = CatalogError{}
-	mi := &file_messages_catalog_proto_msgTypes[11]
+	mi := &file_messages_catalog_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1093,7 @@ func (x *CatalogError) String() string {
 func (*CatalogError) ProtoMessage() {}
 
 func (x *CatalogError) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[11]
+	mi := &file_messages_catalog_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1106,7 @@ func (x *CatalogError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogError.ProtoReflect.Descriptor instead.
 func (*CatalogError) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{11}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CatalogError) GetCode() ErrorCode {
@@ -1000,7 +1144,7 @@ type RegisterVolume struct {
 
 func (x *RegisterVolume) Reset() {
 	*x = RegisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[12]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1156,7 @@ func (x *RegisterVolume) String() string {
 func (*RegisterVolume) ProtoMessage() {}
 
 func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[12]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1169,7 @@ func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolume.ProtoReflect.Descriptor instead.
 func (*RegisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{12}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterVolume) GetVolume() *CatalogVolume {
@@ -1054,7 +1198,7 @@ type RegisterVolumeResponse struct {
 
 func (x *RegisterVolumeResponse) Reset() {
 	*x = RegisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[13]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1210,7 @@ func (x *RegisterVolumeResponse) String() string {
 func (*RegisterVolumeResponse) ProtoMessage() {}
 
 func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[13]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1223,7 @@ func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterVolumeResponse) GetError() *CatalogError {
@@ -1110,7 +1254,7 @@ type DeregisterVolume struct {
 
 func (x *DeregisterVolume) Reset() {
 	*x = DeregisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1266,7 @@ func (x *DeregisterVolume) String() string {
 func (*DeregisterVolume) ProtoMessage() {}
 
 func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1279,7 @@ func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolume.ProtoReflect.Descriptor instead.
 func (*DeregisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeregisterVolume) GetNamespace() string {
@@ -1169,7 +1313,7 @@ type DeregisterVolumeResponse struct {
 
 func (x *DeregisterVolumeResponse) Reset() {
 	*x = DeregisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1325,7 @@ func (x *DeregisterVolumeResponse) String() string {
 func (*DeregisterVolumeResponse) ProtoMessage() {}
 
 func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1338,7 @@ func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeregisterVolumeResponse) GetError() *CatalogError {
@@ -1218,7 +1362,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1374,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1387,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListVolumesRequest) GetNamespace() string {
@@ -1271,7 +1415,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1427,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1440,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
@@ -1326,7 +1470,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1482,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1495,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetVolumeRequest) GetNamespace() string {
@@ -1386,7 +1530,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1542,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1555,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetVolumeResponse) GetError() *CatalogError {
@@ -1455,7 +1599,7 @@ type ClaimVolume struct {
 
 func (x *ClaimVolume) Reset() {
 	*x = ClaimVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1611,7 @@ func (x *ClaimVolume) String() string {
 func (*ClaimVolume) ProtoMessage() {}
 
 func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1624,7 @@ func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolume.ProtoReflect.Descriptor instead.
 func (*ClaimVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ClaimVolume) GetNamespace() string {
@@ -1558,7 +1702,7 @@ type ClaimVolumeResponse struct {
 
 func (x *ClaimVolumeResponse) Reset() {
 	*x = ClaimVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1714,7 @@ func (x *ClaimVolumeResponse) String() string {
 func (*ClaimVolumeResponse) ProtoMessage() {}
 
 func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1727,7 @@ func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ClaimVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClaimVolumeResponse) GetError() *CatalogError {
@@ -1618,7 +1762,7 @@ type ReleaseVolume struct {
 
 func (x *ReleaseVolume) Reset() {
 	*x = ReleaseVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1774,7 @@ func (x *ReleaseVolume) String() string {
 func (*ReleaseVolume) ProtoMessage() {}
 
 func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1787,7 @@ func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseVolume) GetNamespace() string {
@@ -1692,7 +1836,7 @@ type ReleaseVolumeResponse struct {
 
 func (x *ReleaseVolumeResponse) Reset() {
 	*x = ReleaseVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1848,7 @@ func (x *ReleaseVolumeResponse) String() string {
 func (*ReleaseVolumeResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1861,7 @@ func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseVolumeResponse) GetError() *CatalogError {
@@ -1728,6 +1872,251 @@ func (x *ReleaseVolumeResponse) GetError() *CatalogError {
 }
 
 func (x *ReleaseVolumeResponse) GetVolume() *CatalogVolume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// MarkVolumeDeleting is sent by the controller operations (through the
+// catalog's Go facade) to the catalog before DeleteVolume. A volume with any
+// claim, held or being released, is refused (ERROR_CODE_CONFLICT naming the
+// allocs); once marked, new claims are refused. Marking again changes
+// nothing. The catalog answers MarkVolumeDeletingResponse once durable.
+type MarkVolumeDeleting struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkVolumeDeleting) Reset() {
+	*x = MarkVolumeDeleting{}
+	mi := &file_messages_catalog_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkVolumeDeleting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkVolumeDeleting) ProtoMessage() {}
+
+func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkVolumeDeleting.ProtoReflect.Descriptor instead.
+func (*MarkVolumeDeleting) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MarkVolumeDeleting) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *MarkVolumeDeleting) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *MarkVolumeDeleting) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// MarkVolumeDeletingResponse is the catalog's answer to MarkVolumeDeleting:
+// the marked volume.
+type MarkVolumeDeletingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkVolumeDeletingResponse) Reset() {
+	*x = MarkVolumeDeletingResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkVolumeDeletingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkVolumeDeletingResponse) ProtoMessage() {}
+
+func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkVolumeDeletingResponse.ProtoReflect.Descriptor instead.
+func (*MarkVolumeDeletingResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *MarkVolumeDeletingResponse) GetError() *CatalogError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *MarkVolumeDeletingResponse) GetVolume() *CatalogVolume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// RecordVolumeCapacity is sent by the controller operations (through the
+// catalog's Go facade) to the catalog after ControllerExpandVolume, with the
+// capacity the plugin answered. Claims do not stop it: expansion can be
+// online. The catalog answers RecordVolumeCapacityResponse once durable.
+type RecordVolumeCapacity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	CapacityBytes int64                  `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordVolumeCapacity) Reset() {
+	*x = RecordVolumeCapacity{}
+	mi := &file_messages_catalog_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordVolumeCapacity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordVolumeCapacity) ProtoMessage() {}
+
+func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordVolumeCapacity.ProtoReflect.Descriptor instead.
+func (*RecordVolumeCapacity) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RecordVolumeCapacity) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RecordVolumeCapacity) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *RecordVolumeCapacity) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *RecordVolumeCapacity) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// RecordVolumeCapacityResponse is the catalog's answer to
+// RecordVolumeCapacity: the volume with its new capacity.
+type RecordVolumeCapacityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordVolumeCapacityResponse) Reset() {
+	*x = RecordVolumeCapacityResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordVolumeCapacityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordVolumeCapacityResponse) ProtoMessage() {}
+
+func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordVolumeCapacityResponse.ProtoReflect.Descriptor instead.
+func (*RecordVolumeCapacityResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RecordVolumeCapacityResponse) GetError() *CatalogError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RecordVolumeCapacityResponse) GetVolume() *CatalogVolume {
 	if x != nil {
 		return x.Volume
 	}
@@ -1745,7 +2134,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +2146,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +2159,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -1790,7 +2179,7 @@ type ListCatalogPluginsResponse struct {
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +2191,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +2204,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -1838,7 +2227,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2239,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2252,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -1883,7 +2272,7 @@ type ShutdownCatalogResponse struct {
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2284,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2297,7 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShutdownCatalogResponse) GetError() *CatalogError {
@@ -1939,7 +2328,7 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x13controllers_healthy\x18\x03 \x01(\x03R\x12controllersHealthy\x121\n" +
 	"\x14controllers_expected\x18\x04 \x01(\x03R\x13controllersExpected\x12#\n" +
 	"\rnodes_healthy\x18\x05 \x01(\x03R\fnodesHealthy\x12%\n" +
-	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\xd8\a\n" +
+	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\x9a\r\n" +
 	"\rCatalogVolume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -1959,7 +2348,19 @@ const file_messages_catalog_proto_rawDesc = "" +
 	" \x01(\v2!.plugvisor.messages.CatalogHealthR\x06health\x12I\n" +
 	"\x12resource_exhausted\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x11resourceExhausted\x12!\n" +
 	"\fcreate_index\x18\f \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\r \x01(\x04R\vmodifyIndex\x1a_\n" +
+	"\fmodify_index\x18\r \x01(\x04R\vmodifyIndex\x12\x1f\n" +
+	"\vexternal_id\x18\x0e \x01(\tR\n" +
+	"externalId\x12%\n" +
+	"\x0ecapacity_bytes\x18\x0f \x01(\x03R\rcapacityBytes\x12Q\n" +
+	"\n" +
+	"parameters\x18\x10 \x03(\v21.plugvisor.messages.CatalogVolume.ParametersEntryR\n" +
+	"parameters\x12H\n" +
+	"\asecrets\x18\x11 \x03(\v2..plugvisor.messages.CatalogVolume.SecretsEntryR\asecrets\x12H\n" +
+	"\acontext\x18\x12 \x03(\v2..plugvisor.messages.CatalogVolume.ContextEntryR\acontext\x12L\n" +
+	"\rmount_options\x18\x13 \x01(\v2'.plugvisor.messages.CatalogMountOptionsR\fmountOptions\x12V\n" +
+	"\x14requested_topologies\x18\x14 \x03(\v2#.plugvisor.messages.CatalogTopologyR\x13requestedTopologies\x12\x1a\n" +
+	"\bdeleting\x18\x15 \x01(\bR\bdeleting\x12\x18\n" +
+	"\acreated\x18\x16 \x01(\bR\acreated\x1a_\n" +
 	"\x0fReadClaimsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\x05value\x18\x02 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05value:\x028\x01\x1a`\n" +
@@ -1968,7 +2369,20 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05value:\x028\x01\x1a_\n" +
 	"\x0fPastClaimsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
-	"\x05value\x18\x02 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05value:\x028\x01\"\xa0\x01\n" +
+	"\x05value\x18\x02 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05value:\x028\x01\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x13CatalogMountOptions\x12\x17\n" +
+	"\afs_type\x18\x01 \x01(\tR\x06fsType\x12\x1f\n" +
+	"\vmount_flags\x18\x02 \x03(\tR\n" +
+	"mountFlags\"\xa0\x01\n" +
 	"\x11CatalogVolumeStub\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12'\n" +
 	"\x0fcurrent_readers\x18\x02 \x01(\x03R\x0ecurrentReaders\x12'\n" +
@@ -2082,6 +2496,23 @@ const file_messages_catalog_proto_rawDesc = "" +
 	".actor.PIDR\areplyTo\"\x8a\x01\n" +
 	"\x15ReleaseVolumeResponse\x126\n" +
 	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"v\n" +
+	"\x12MarkVolumeDeleting\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
+	"\breply_to\x18\x03 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x8f\x01\n" +
+	"\x1aMarkVolumeDeletingResponse\x126\n" +
+	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\x9f\x01\n" +
+	"\x14RecordVolumeCapacity\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
+	"\x0ecapacity_bytes\x18\x03 \x01(\x03R\rcapacityBytes\x12%\n" +
+	"\breply_to\x18\x04 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x91\x01\n" +
+	"\x1cRecordVolumeCapacityResponse\x126\n" +
+	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"B\n" +
 	"\x19ListCatalogPluginsRequest\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
@@ -2106,98 +2537,117 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_messages_catalog_proto_goTypes = []any{
-	(*CatalogTopology)(nil),            // 0: plugvisor.messages.CatalogTopology
-	(*CatalogClaim)(nil),               // 1: plugvisor.messages.CatalogClaim
-	(*CatalogHealth)(nil),              // 2: plugvisor.messages.CatalogHealth
-	(*CatalogVolume)(nil),              // 3: plugvisor.messages.CatalogVolume
-	(*CatalogVolumeStub)(nil),          // 4: plugvisor.messages.CatalogVolumeStub
-	(*CatalogControllerInfo)(nil),      // 5: plugvisor.messages.CatalogControllerInfo
-	(*CatalogNodeInfo)(nil),            // 6: plugvisor.messages.CatalogNodeInfo
-	(*CatalogInstance)(nil),            // 7: plugvisor.messages.CatalogInstance
-	(*CatalogPluginJob)(nil),           // 8: plugvisor.messages.CatalogPluginJob
-	(*CatalogPlugin)(nil),              // 9: plugvisor.messages.CatalogPlugin
-	(*CatalogIndex)(nil),               // 10: plugvisor.messages.CatalogIndex
-	(*CatalogError)(nil),               // 11: plugvisor.messages.CatalogError
-	(*RegisterVolume)(nil),             // 12: plugvisor.messages.RegisterVolume
-	(*RegisterVolumeResponse)(nil),     // 13: plugvisor.messages.RegisterVolumeResponse
-	(*DeregisterVolume)(nil),           // 14: plugvisor.messages.DeregisterVolume
-	(*DeregisterVolumeResponse)(nil),   // 15: plugvisor.messages.DeregisterVolumeResponse
-	(*ListVolumesRequest)(nil),         // 16: plugvisor.messages.ListVolumesRequest
-	(*ListVolumesResponse)(nil),        // 17: plugvisor.messages.ListVolumesResponse
-	(*GetVolumeRequest)(nil),           // 18: plugvisor.messages.GetVolumeRequest
-	(*GetVolumeResponse)(nil),          // 19: plugvisor.messages.GetVolumeResponse
-	(*ClaimVolume)(nil),                // 20: plugvisor.messages.ClaimVolume
-	(*ClaimVolumeResponse)(nil),        // 21: plugvisor.messages.ClaimVolumeResponse
-	(*ReleaseVolume)(nil),              // 22: plugvisor.messages.ReleaseVolume
-	(*ReleaseVolumeResponse)(nil),      // 23: plugvisor.messages.ReleaseVolumeResponse
-	(*ListCatalogPluginsRequest)(nil),  // 24: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil), // 25: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),            // 26: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),    // 27: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                // 28: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                // 29: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                // 30: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                // 31: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                // 32: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                // 33: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                // 34: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),      // 35: google.protobuf.Timestamp
-	(ErrorCode)(0),                     // 36: plugvisor.messages.ErrorCode
-	(*actor.PID)(nil),                  // 37: actor.PID
+	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
+	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
+	(*CatalogHealth)(nil),                // 2: plugvisor.messages.CatalogHealth
+	(*CatalogVolume)(nil),                // 3: plugvisor.messages.CatalogVolume
+	(*CatalogMountOptions)(nil),          // 4: plugvisor.messages.CatalogMountOptions
+	(*CatalogVolumeStub)(nil),            // 5: plugvisor.messages.CatalogVolumeStub
+	(*CatalogControllerInfo)(nil),        // 6: plugvisor.messages.CatalogControllerInfo
+	(*CatalogNodeInfo)(nil),              // 7: plugvisor.messages.CatalogNodeInfo
+	(*CatalogInstance)(nil),              // 8: plugvisor.messages.CatalogInstance
+	(*CatalogPluginJob)(nil),             // 9: plugvisor.messages.CatalogPluginJob
+	(*CatalogPlugin)(nil),                // 10: plugvisor.messages.CatalogPlugin
+	(*CatalogIndex)(nil),                 // 11: plugvisor.messages.CatalogIndex
+	(*CatalogError)(nil),                 // 12: plugvisor.messages.CatalogError
+	(*RegisterVolume)(nil),               // 13: plugvisor.messages.RegisterVolume
+	(*RegisterVolumeResponse)(nil),       // 14: plugvisor.messages.RegisterVolumeResponse
+	(*DeregisterVolume)(nil),             // 15: plugvisor.messages.DeregisterVolume
+	(*DeregisterVolumeResponse)(nil),     // 16: plugvisor.messages.DeregisterVolumeResponse
+	(*ListVolumesRequest)(nil),           // 17: plugvisor.messages.ListVolumesRequest
+	(*ListVolumesResponse)(nil),          // 18: plugvisor.messages.ListVolumesResponse
+	(*GetVolumeRequest)(nil),             // 19: plugvisor.messages.GetVolumeRequest
+	(*GetVolumeResponse)(nil),            // 20: plugvisor.messages.GetVolumeResponse
+	(*ClaimVolume)(nil),                  // 21: plugvisor.messages.ClaimVolume
+	(*ClaimVolumeResponse)(nil),          // 22: plugvisor.messages.ClaimVolumeResponse
+	(*ReleaseVolume)(nil),                // 23: plugvisor.messages.ReleaseVolume
+	(*ReleaseVolumeResponse)(nil),        // 24: plugvisor.messages.ReleaseVolumeResponse
+	(*MarkVolumeDeleting)(nil),           // 25: plugvisor.messages.MarkVolumeDeleting
+	(*MarkVolumeDeletingResponse)(nil),   // 26: plugvisor.messages.MarkVolumeDeletingResponse
+	(*RecordVolumeCapacity)(nil),         // 27: plugvisor.messages.RecordVolumeCapacity
+	(*RecordVolumeCapacityResponse)(nil), // 28: plugvisor.messages.RecordVolumeCapacityResponse
+	(*ListCatalogPluginsRequest)(nil),    // 29: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 30: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 31: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 32: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 33: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 34: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 35: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 36: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 37: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 38: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 39: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 40: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 41: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 42: plugvisor.messages.CatalogPlugin.NodesEntry
+	(*timestamppb.Timestamp)(nil),        // 43: google.protobuf.Timestamp
+	(ErrorCode)(0),                       // 44: plugvisor.messages.ErrorCode
+	(*actor.PID)(nil),                    // 45: actor.PID
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	28, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	33, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	29, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	30, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	31, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	34, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	35, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	36, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	35, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	3,  // 7: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
-	0,  // 8: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	35, // 9: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 10: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
-	6,  // 11: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	32, // 12: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	33, // 13: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	34, // 14: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
-	2,  // 15: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
-	36, // 16: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
-	3,  // 17: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	37, // 18: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
-	11, // 19: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 20: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	37, // 21: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
-	11, // 22: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	37, // 23: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	4,  // 24: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	11, // 25: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
-	37, // 26: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	11, // 27: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 28: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	37, // 29: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	11, // 30: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 31: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	37, // 32: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	11, // 33: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 34: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	37, // 35: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	9,  // 36: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	37, // 37: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	11, // 38: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
-	1,  // 39: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 40: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 41: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	8,  // 42: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	7,  // 43: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	7,  // 44: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	43, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	37, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	38, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	39, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	4,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
+	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
+	3,  // 12: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
+	0,  // 13: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
+	43, // 14: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	6,  // 15: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
+	7,  // 16: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
+	40, // 17: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	41, // 18: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	42, // 19: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	2,  // 20: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
+	44, // 21: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
+	3,  // 22: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 23: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	12, // 24: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 25: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 26: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	12, // 27: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	45, // 28: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	5,  // 29: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	12, // 30: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
+	45, // 31: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	12, // 32: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 33: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 34: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	12, // 35: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 36: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 37: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	12, // 38: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 39: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 40: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	12, // 41: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 42: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 43: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	12, // 44: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 45: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 46: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	10, // 47: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	45, // 48: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	12, // 49: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
+	1,  // 50: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 51: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 52: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	9,  // 53: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	8,  // 54: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	8,  // 55: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -2212,7 +2662,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

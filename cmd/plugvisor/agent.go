@@ -61,6 +61,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.ResyncInterval, "resync-interval", 30*time.Second, "how often plugin managers resync with the registry")
 	fs.DurationVar(&cfg.FingerprintInterval, "fingerprint-interval", 30*time.Second, "how often plugins are fingerprinted")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID in the CSI catalog (default: host name)")
+	fs.DurationVar(&cfg.VolumeOperationTimeout, "volume-op-timeout", 2*time.Minute, "deadline of a whole volume create, delete, expand or snapshot operation")
 	fs.BoolVar(&cfg.ResetCorruptState, "reset-corrupt-state", false, "move a corrupt state file aside and start empty")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")

@@ -25,7 +25,8 @@ Usage:
 Commands:
   agent       run an agent (state, plugin discovery and the API in ./.plugvisor)
   plugin      list, inspect, register and deregister plugins
-  volume      register, list, inspect, mount and unmount CSI volumes
+  volume      create, register, list, inspect, mount, unmount, expand and delete CSI volumes
+  snapshot    create, list and delete CSI snapshots
   events      follow the agent's plugin events as they happen
   demo        run a self-contained demo in a temp dir
   help        show this help, or a command's: plugvisor help plugin
@@ -51,11 +52,12 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"agent":  {"run an agent", runAgent},
-		"plugin": {"manage plugins", runPlugin},
-		"volume": {"manage CSI volumes", runVolume},
-		"demo":   {"run the demo", runDemo},
-		"events": {"follow plugin events", runEvents},
+		"agent":    {"run an agent", runAgent},
+		"plugin":   {"manage plugins", runPlugin},
+		"volume":   {"manage CSI volumes", runVolume},
+		"snapshot": {"manage CSI snapshots", runSnapshot},
+		"demo":     {"run the demo", runDemo},
+		"events":   {"follow plugin events", runEvents},
 		"hostpath-csi": {"serve the reference hostpath CSI plugin", func(args []string, _, stderr io.Writer) error {
 			return servePlugin(hostpath.Run, args, stderr)
 		}},

@@ -11,8 +11,11 @@ import (
 	"github.com/plugvisor/plugvisor/api"
 )
 
-const volumeHelp = `Usage: plugvisor volume <register|list|status|mount|unmount> [flags] [args]
+const volumeHelp = `Usage: plugvisor volume <create|delete|expand|register|list|status|mount|unmount> [flags] [args]
 
+  create -plugin P -access-mode M [-size 1GiB] [-secrets-file F] [-snapshot S] ID   (see create -h)
+  delete [-deregister-only] ID
+  expand -size 2GiB ID
   register -id ID -plugin P -access-mode M [-attachment-mode file-system] [-namespace default]
   list [-namespace NS]
   status [-namespace NS] ID
@@ -32,6 +35,9 @@ Examples:
 func runVolume(args []string, stdout, stderr io.Writer) error {
 	sub, args, err := subcommand(args, volumeHelp, stdout)
 	if err != nil {
+		return err
+	}
+	if handled, err := runVolumeController(sub, args, stdout); handled {
 		return err
 	}
 	fs := newFlags("volume "+sub, volumeHelp, stdout)

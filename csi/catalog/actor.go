@@ -37,13 +37,14 @@ import (
 // never seen is unschedulable).
 //
 // Writes (RegisterVolume, DeregisterVolume, ClaimVolume, ReleaseVolume,
-// fingerprints) are applied at once to the working state, so the next
-// command sees them, and written to the store in batches: one batch in
-// flight, off the actor's goroutine, while the next commands queue up for
-// the one after (group commit, as the registry does). A write is answered
-// only once its batch is durable, in the order the writes came. A refusal
-// that is bad on its face is answered at once; one that depends on the
-// state is answered in order with the writes. Queries are answered at once
+// MarkVolumeDeleting, RecordVolumeCapacity, fingerprints) are applied at
+// once to the working state, so the next command sees them, and written
+// to the store in batches: one batch in flight, off the actor's goroutine,
+// while the next commands queue up for the one after (group commit, as the
+// registry does). A write is answered only once its batch is durable, in
+// the order the writes came. A refusal that is bad on its face is answered
+// at once; one that depends on the state is answered in order with the
+// writes. Queries are answered at once
 // from the last durable state, so they never show a change that might
 // still be lost. If the store fails, the batch's writes are answered
 // ErrCatalogStore and the working state rolls back to the last durable one,
@@ -114,6 +115,10 @@ func (a *catalogActor) Receive(ctx actor.Context) {
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.ReleaseVolume:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.MarkVolumeDeleting:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.RecordVolumeCapacity:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.CSIPluginFingerprinted:
 		a.onWrite(ctx, msg, nil)
 	case *messages.CSIPluginHealthChanged, *messages.CSIPluginFailed:
@@ -177,6 +182,10 @@ func (a *catalogActor) apply(w *catalogWrite) error {
 		change, err = a.applyClaim(w, cmd)
 	case *messages.ReleaseVolume:
 		change, err = a.applyRelease(w, cmd)
+	case *messages.MarkVolumeDeleting:
+		change, err = a.applyMarkDeleting(w, cmd)
+	case *messages.RecordVolumeCapacity:
+		change, err = a.applyRecordCapacity(w, cmd)
 	case *messages.CSIPluginFingerprinted:
 		change, err = a.applyFingerprint(cmd.GetFingerprint())
 	}
@@ -198,8 +207,14 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	if err != nil {
 		return change, err
 	}
+	v.ExternalID, v.Deleting = v.PluginVolumeID(), false
 	old := a.state.volumes[key]
 	switch {
+	case old != nil && old.Deleting:
+		w.err = deletingError(key)
+		return change, nil
+	case createdConflict(w, key, old, v), a.externalIDTaken(w, key, v):
+		return change, nil
 	case old.Equal(v):
 		w.volume = old // the same description again: nothing changes
 		return change, nil
@@ -274,6 +289,9 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 	v, err := a.state.volume(key)
 	if err == nil {
 		err = usageConflict(v, cmd)
+	}
+	if err == nil && v.Deleting {
+		err = deletingError(key)
 	}
 	if err != nil {
 		w.err = err
@@ -497,6 +515,10 @@ func (a *catalogActor) reply(ctx actor.Context, w *catalogWrite, err error) {
 		resp = &messages.ClaimVolumeResponse{Error: answer, Volume: volume}
 	case *messages.ReleaseVolume:
 		resp = &messages.ReleaseVolumeResponse{Error: answer, Volume: volume}
+	case *messages.MarkVolumeDeleting:
+		resp = &messages.MarkVolumeDeletingResponse{Error: answer, Volume: volume}
+	case *messages.RecordVolumeCapacity:
+		resp = &messages.RecordVolumeCapacityResponse{Error: answer, Volume: volume}
 	case *messages.CSIPluginFingerprinted:
 		fp := cmd.GetFingerprint()
 		switch {

@@ -28,6 +28,12 @@ var (
 	// ErrVolumeInUse: the volume has claims, so it cannot be deregistered or
 	// changed; nothing changed.
 	ErrVolumeInUse = errors.New("volume in use")
+	// ErrVolumeConflict: the plugin volume (plugin, external ID) already
+	// lives in another catalog volume, which the error names; nothing changed.
+	ErrVolumeConflict = errors.New("plugin volume already in the catalog")
+	// ErrVolumeDeleting: the volume is being deleted, so it takes no claim
+	// and no new description; nothing changed.
+	ErrVolumeDeleting = errors.New("volume is being deleted")
 	// ErrCatalogShutdown: the catalog is shut down; nothing changed.
 	ErrCatalogShutdown = errors.New("catalog shut down")
 	// ErrCatalogStore: the durable store failed; the change was not made.
@@ -45,6 +51,8 @@ var catalogSentinels = []struct {
 	{ErrCatalogInvalid, messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT},
 	{ErrVolumeNotFound, messages.ErrorCode_ERROR_CODE_NOT_FOUND},
 	{ErrVolumeInUse, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{ErrVolumeConflict, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{ErrVolumeDeleting, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},

@@ -110,7 +110,12 @@ func (c *Catalog) PID() *actor.PID { return c.pid }
 // returns the volume as registered. Registering the same description again
 // changes nothing. v must carry no claims; its health and indexes are set
 // by the catalog. A plugin the catalog has never seen is allowed: the
-// volume is unschedulable until the plugin is fingerprinted healthy.
+// volume is unschedulable until the plugin is fingerprinted healthy. An
+// empty ExternalID becomes the volume's ID; a plugin volume (plugin,
+// external ID) that another catalog volume holds is refused with
+// ErrVolumeConflict naming it, and so is a registration without Created
+// over a volume created through the controller. A volume being deleted is
+// refused with ErrVolumeDeleting.
 func (c *Catalog) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
 	if v == nil {
 		return nil, catalogErrorf(ErrCatalogInvalid, "volume must not be nil")

@@ -235,6 +235,16 @@ func (v *CSIVolume) Proto() *messages.CatalogVolume {
 		ResourceExhausted: timeToProto(v.ResourceExhausted),
 		CreateIndex:       v.CreateIndex,
 		ModifyIndex:       v.ModifyIndex,
+		ExternalId:        v.ExternalID,
+		CapacityBytes:     v.CapacityBytes,
+		Parameters:        maps.Clone(v.Parameters),
+		Secrets:           maps.Clone(v.Secrets),
+		Context:           maps.Clone(v.Context),
+		MountOptions:      mountOptionsToProto(v.MountOptions),
+		// RequestedTopologies are kept apart from Topologies on the wire.
+		RequestedTopologies: topologiesToProto(v.RequestedTopologies),
+		Deleting:            v.Deleting,
+		Created:             v.Created,
 	}
 }
 
@@ -256,15 +266,16 @@ func VolumeFromProto(m *messages.CatalogVolume) *CSIVolume {
 		CreateIndex:       m.GetCreateIndex(),
 		ModifyIndex:       m.GetModifyIndex(),
 	}
+	pluginSideFromProto(v, m)
 	v.ensureMaps()
 	return v
 }
 
 // StubProto returns the list summary of v in its protobuf form: v without
-// its claims, and the numbers of its read and write claims.
+// its claims and secrets, and the numbers of its read and write claims.
 func (v *CSIVolume) StubProto() *messages.CatalogVolumeStub {
 	m := v.Proto()
-	m.ReadClaims, m.WriteClaims, m.PastClaims = nil, nil, nil
+	m.ReadClaims, m.WriteClaims, m.PastClaims, m.Secrets = nil, nil, nil, nil
 	return &messages.CatalogVolumeStub{Volume: m, CurrentReaders: int64(len(v.ReadClaims)), CurrentWriters: int64(len(v.WriteClaims))}
 }
 

@@ -111,6 +111,30 @@ type CSIVolume struct {
 	// meaning.
 	Topologies []*Topology
 
+	// ExternalID is the plugin's ID of the volume, the one every CSI RPC
+	// carries (PluginVolumeID); empty means the same as ID. One plugin
+	// volume lives in one catalog volume only.
+	ExternalID string
+	// CapacityBytes is the size the plugin last reported; 0 means unknown.
+	CapacityBytes int64
+	// Parameters are the plugin's opaque creation parameters.
+	Parameters map[string]string
+	// Secrets go to the plugin with the RPCs that take them; they never
+	// show when printed or encoded (see Secrets).
+	Secrets Secrets
+	// Context is the volume_context the plugin returned at creation.
+	Context map[string]string
+	// MountOptions say how a file-system volume is mounted; nil for none.
+	MountOptions *MountOptions
+	// RequestedTopologies are the accessibility requirements the volume was
+	// created with; Topologies are where the plugin put it.
+	RequestedTopologies []*Topology
+	// Created says the volume was created through the plugin's controller,
+	// so that deleting it destroys it on the plugin.
+	Created bool
+	// Deleting marks a delete under way: no new claim is granted.
+	Deleting bool
+
 	// ReadClaims maps an alloc ID to its read claim.
 	ReadClaims map[string]*Claim
 	// WriteClaims maps an alloc ID to its write claim.
@@ -160,6 +184,7 @@ func (v *CSIVolume) Copy() *CSIVolume {
 	out.ReadClaims = copyMap(v.ReadClaims, (*Claim).Copy)
 	out.WriteClaims = copyMap(v.WriteClaims, (*Claim).Copy)
 	out.PastClaims = copyMap(v.PastClaims, (*Claim).Copy)
+	copyPluginSide(&out, v)
 	return &out
 }
 
@@ -176,7 +201,8 @@ func (v *CSIVolume) Equal(o *CSIVolume) bool {
 		v.PluginID == o.PluginID &&
 		v.AccessMode == o.AccessMode &&
 		v.AttachmentMode == o.AttachmentMode &&
-		topologySetsEqual(v.Topologies, o.Topologies)
+		topologySetsEqual(v.Topologies, o.Topologies) &&
+		v.equalPluginSide(o)
 }
 
 // InUse reports whether any alloc holds a claim on v.
@@ -310,6 +336,7 @@ func (v *CSIVolume) Validate() error {
 			bad("topology %d has a segment with an empty key", i)
 		}
 	}
+	v.checkPluginSide(bad)
 	v.checkClaimMaps(bad, within)
 	return errors.Join(errs...)
 }

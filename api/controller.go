@@ -1,0 +1,385 @@
+package api
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/controller"
+)
+
+// This file serves the controller operations: create, expand and delete a
+// volume through its plugin's controller, and snapshots.
+//
+//	POST   /v1/volumes/{namespace}/{id}/create   CreateBody → ManagedVolumeJSON (201)
+//	POST   /v1/volumes/{namespace}/{id}/expand   ExpandBody → ExpandJSON
+//	DELETE /v1/volumes/{namespace}/{id}          a created volume is deleted on the plugin;
+//	                                             a registered one (or ?deregister_only=true) is only forgotten
+//	POST   /v1/snapshots                         SnapshotBody → SnapshotJSON (201)
+//	GET    /v1/snapshots?plugin_id=&namespace=&volume_id=&snapshot_id=  → {"snapshots": [...]}
+//	DELETE /v1/snapshots/{plugin_id}/{snapshot_id}  optional {"secrets": {...}}
+//
+// Bodies are decoded strictly: an unknown field, a value of the wrong type
+// or data after the JSON object is refused with 400 naming the field.
+// Secrets go in and never come out: a volume shows the keys of its secrets
+// only. A plugin's gRPC answer maps to its own status (see pluginStatus),
+// never 500.
+
+// CapacityJSON is a capacity range in bytes; zero means unset.
+type CapacityJSON struct {
+	RequiredBytes int64 `json:"required_bytes,omitempty"`
+	LimitBytes    int64 `json:"limit_bytes,omitempty"`
+}
+
+// MountOptionsJSON are a file-system volume's fs type and mount flags.
+type MountOptionsJSON struct {
+	FSType     string   `json:"fs_type,omitempty"`
+	MountFlags []string `json:"mount_flags,omitempty"`
+}
+
+// TopologyJSON are the accessibility requirements of a create.
+type TopologyJSON struct {
+	Requisite []map[string]string `json:"requisite,omitempty"`
+	Preferred []map[string]string `json:"preferred,omitempty"`
+}
+
+// CreateBody creates a volume: POST /v1/volumes/{namespace}/{id}/create.
+// name defaults to the volume's ID, attachment_mode to "file-system".
+type CreateBody struct {
+	PluginID       string            `json:"plugin_id"`
+	Name           string            `json:"name,omitempty"`
+	Capacity       CapacityJSON      `json:"capacity"`
+	Parameters     map[string]string `json:"parameters,omitempty"`
+	Secrets        map[string]string `json:"secrets,omitempty"`
+	AccessMode     string            `json:"access_mode"`
+	AttachmentMode string            `json:"attachment_mode,omitempty"`
+	MountOptions   *MountOptionsJSON `json:"mount_options,omitempty"`
+	Topology       TopologyJSON      `json:"topology"`
+	SnapshotID     string            `json:"snapshot_id,omitempty"`
+}
+
+// ExpandBody grows a volume: POST /v1/volumes/{namespace}/{id}/expand.
+type ExpandBody struct {
+	RequiredBytes int64 `json:"required_bytes"`
+	LimitBytes    int64 `json:"limit_bytes,omitempty"`
+}
+
+// SnapshotBody snapshots a volume: POST /v1/snapshots. The namespace
+// defaults to "default"; secrets to the volume's own.
+type SnapshotBody struct {
+	Namespace  string            `json:"namespace,omitempty"`
+	VolumeID   string            `json:"volume_id"`
+	Name       string            `json:"name"`
+	Parameters map[string]string `json:"parameters,omitempty"`
+	Secrets    map[string]string `json:"secrets,omitempty"`
+}
+
+// DeleteSnapshotBody is the optional body of DELETE /v1/snapshots/....
+type DeleteSnapshotBody struct {
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+// ManagedVolumeJSON is a volume with what its plugin knows of it. Secrets
+// show as their keys only.
+type ManagedVolumeJSON struct {
+	VolumeJSON
+	ExternalID          string              `json:"external_id"`
+	CapacityBytes       int64               `json:"capacity_bytes"`
+	Parameters          map[string]string   `json:"parameters,omitempty"`
+	SecretKeys          []string            `json:"secret_keys,omitempty"`
+	Context             map[string]string   `json:"volume_context,omitempty"`
+	MountOptions        *MountOptionsJSON   `json:"mount_options,omitempty"`
+	RequestedTopologies []map[string]string `json:"requested_topologies,omitempty"`
+	Created             bool                `json:"created"`
+	Deleting            bool                `json:"deleting"`
+}
+
+func managedVolumeJSON(v *model.CSIVolume) ManagedVolumeJSON {
+	out := ManagedVolumeJSON{
+		VolumeJSON: volumeJSON(v), ExternalID: v.PluginVolumeID(), CapacityBytes: v.CapacityBytes,
+		Parameters: maps.Clone(v.Parameters), SecretKeys: v.Secrets.Keys(), Context: maps.Clone(v.Context),
+		Created: v.Created, Deleting: v.Deleting,
+	}
+	slices.Sort(out.ReadClaims)
+	slices.Sort(out.WriteClaims)
+	if o := v.MountOptions; o != nil {
+		out.MountOptions = &MountOptionsJSON{FSType: o.FSType, MountFlags: slices.Clone(o.MountFlags)}
+	}
+	for _, t := range v.RequestedTopologies {
+		out.RequestedTopologies = append(out.RequestedTopologies, maps.Clone(t.Segments))
+	}
+	return out
+}
+
+// ExpandJSON is the answer to an expand.
+type ExpandJSON struct {
+	Volume                ManagedVolumeJSON `json:"volume"`
+	CapacityBytes         int64             `json:"capacity_bytes"`
+	NodeExpansionRequired bool              `json:"node_expansion_required"`
+	NodeExpanded          bool              `json:"node_expanded"`
+}
+
+// SnapshotJSON is a plugin's snapshot.
+type SnapshotJSON struct {
+	PluginID       string `json:"plugin_id"`
+	SnapshotID     string `json:"snapshot_id"`
+	SourceVolumeID string `json:"source_volume_id"`
+	SizeBytes      int64  `json:"size_bytes"`
+	CreationTime   string `json:"creation_time,omitempty"`
+	ReadyToUse     bool   `json:"ready_to_use"`
+}
+
+func snapshotJSON(s controller.Snapshot) SnapshotJSON {
+	out := SnapshotJSON{PluginID: s.PluginID, SnapshotID: s.ID, SourceVolumeID: s.SourceVolumeID, SizeBytes: s.SizeBytes, ReadyToUse: s.ReadyToUse}
+	if !s.CreationTime.IsZero() {
+		out.CreationTime = s.CreationTime.UTC().Format(time.RFC3339Nano)
+	}
+	return out
+}
+
+func (s *Server) controllerRoutes(route func(string, func(http.ResponseWriter, *http.Request) error)) {
+	route("POST /v1/volumes/{namespace}/{id}/create", s.createVolume)
+	route("POST /v1/volumes/{namespace}/{id}/expand", s.expandVolume)
+	route("POST /v1/snapshots", s.createSnapshot)
+	route("GET /v1/snapshots", s.listSnapshots)
+	route("DELETE /v1/snapshots/{plugin_id}/{snapshot_id}", s.deleteSnapshot)
+	for _, path := range []string{"/v1/volumes/{namespace}/{id}/create", "/v1/volumes/{namespace}/{id}/expand",
+		"/v1/snapshots", "/v1/snapshots/{plugin_id}/{snapshot_id}"} {
+		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
+	}
+}
+
+func (s *Server) needController() error {
+	if s.Controller == nil || s.Catalog == nil {
+		return fmt.Errorf("%w: this agent runs no CSI controller operations", errNotFound)
+	}
+	return nil
+}
+
+func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
+	var body CreateBody
+	if err := s.needController(); err != nil {
+		return err
+	}
+	if err := decodeStrict(w, r, &body, false); err != nil {
+		return err
+	}
+	req := controller.CreateRequest{
+		Namespace: r.PathValue("namespace"), ID: r.PathValue("id"), PluginID: body.PluginID, Name: body.Name,
+		RequiredBytes: body.Capacity.RequiredBytes, LimitBytes: body.Capacity.LimitBytes,
+		Parameters: body.Parameters, Secrets: body.Secrets, SnapshotID: body.SnapshotID,
+		AccessMode:     model.AccessMode(body.AccessMode),
+		AttachmentMode: model.AttachmentMode(cmp.Or(body.AttachmentMode, string(model.AttachmentModeFileSystem))),
+	}
+	if o := body.MountOptions; o != nil {
+		req.MountOptions = &model.MountOptions{FSType: o.FSType, MountFlags: o.MountFlags}
+	}
+	for _, seg := range body.Topology.Requisite {
+		req.Requisite = append(req.Requisite, &model.Topology{Segments: seg})
+	}
+	for _, seg := range body.Topology.Preferred {
+		req.Preferred = append(req.Preferred, &model.Topology{Segments: seg})
+	}
+	v, err := s.Controller.Create(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, managedVolumeJSON(v))
+	return nil
+}
+
+func (s *Server) expandVolume(w http.ResponseWriter, r *http.Request) error {
+	var body ExpandBody
+	if err := s.needController(); err != nil {
+		return err
+	}
+	if err := decodeStrict(w, r, &body, false); err != nil {
+		return err
+	}
+	res, err := s.Controller.Expand(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.RequiredBytes, body.LimitBytes)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ExpandJSON{
+		Volume: managedVolumeJSON(res.Volume), CapacityBytes: res.CapacityBytes,
+		NodeExpansionRequired: res.NodeExpansionRequired, NodeExpanded: res.NodeExpanded,
+	})
+	return nil
+}
+
+// deleteThroughController serves DELETE /v1/volumes/{namespace}/{id} for a
+// volume created through the controller: it is deleted on the plugin, then
+// forgotten. It reports false, touching nothing, when the route should
+// only deregister: no controller operations, ?deregister_only=true, or a
+// volume that was registered rather than created.
+func (s *Server) deleteThroughController(w http.ResponseWriter, r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	if err := onlyQuery(q, "deregister_only"); err != nil {
+		return true, err
+	}
+	only := q.Get("deregister_only")
+	if only != "" && only != "true" && only != "false" {
+		return true, fmt.Errorf("api: %w: query parameter deregister_only is %q; want true or false", controller.ErrInvalidRequest, only)
+	}
+	if s.Controller == nil || only == "true" {
+		return false, nil
+	}
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	v, err := s.Catalog.GetVolume(r.Context(), ns, id)
+	if err != nil || !v.Created {
+		return false, nil // the deregistration answers for a missing volume
+	}
+	if err := s.Controller.Delete(r.Context(), ns, id); err != nil {
+		return true, err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": id, "namespace": v.Namespace})
+	return true, nil
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
+	var body SnapshotBody
+	if err := s.needController(); err != nil {
+		return err
+	}
+	if err := decodeStrict(w, r, &body, false); err != nil {
+		return err
+	}
+	snap, err := s.Controller.CreateSnapshot(r.Context(), controller.SnapshotRequest{
+		Namespace: body.Namespace, VolumeID: body.VolumeID, Name: body.Name, Parameters: body.Parameters, Secrets: body.Secrets,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, snapshotJSON(snap))
+	return nil
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
+	if err := s.needController(); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	if err := onlyQuery(q, "plugin_id", "namespace", "volume_id", "snapshot_id"); err != nil {
+		return err
+	}
+	list, err := s.Controller.ListSnapshots(r.Context(), controller.ListSnapshotsRequest{
+		PluginID: q.Get("plugin_id"), Namespace: q.Get("namespace"), VolumeID: q.Get("volume_id"), SnapshotID: q.Get("snapshot_id"),
+	})
+	if err != nil {
+		return err
+	}
+	out := make([]SnapshotJSON, 0, len(list))
+	for _, snap := range list {
+		out = append(out, snapshotJSON(snap))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"snapshots": out})
+	return nil
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
+	var body DeleteSnapshotBody
+	if err := s.needController(); err != nil {
+		return err
+	}
+	if err := decodeStrict(w, r, &body, true); err != nil {
+		return err
+	}
+	plugin, id := r.PathValue("plugin_id"), r.PathValue("snapshot_id")
+	if err := s.Controller.DeleteSnapshot(r.Context(), plugin, id, body.Secrets); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": id, "plugin_id": plugin})
+	return nil
+}
+
+// decodeStrict reads a size-limited JSON object into v, refusing unknown
+// fields, values of the wrong type and anything after the object, each
+// with an error that names the field. An empty body is refused unless
+// emptyOK.
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fmt.Errorf("api: request body is over the limit of %d bytes: %w", MaxBodyBytes, err)
+		}
+		return fmt.Errorf("%w: %v", errBadBody, err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if emptyOK {
+			return nil
+		}
+		return fmt.Errorf("%w: empty; send a JSON object", errBadBody)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return fmt.Errorf("%w: field %q must be %s, not a JSON %s", errBadBody, typeErr.Field, typeErr.Type, typeErr.Value)
+		}
+		return fmt.Errorf("%w: %v", errBadBody, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: data after the JSON object; send exactly one object", errBadBody)
+	}
+	return nil
+}
+
+// onlyQuery refuses query parameters other than the allowed ones, and
+// repeated ones.
+func onlyQuery(q map[string][]string, allowed ...string) error {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		switch {
+		case !slices.Contains(allowed, k):
+			return fmt.Errorf("api: %w: unknown query parameter %q (known: %s)", controller.ErrInvalidRequest, k, strings.Join(allowed, ", "))
+		case len(q[k]) > 1:
+			return fmt.Errorf("api: %w: query parameter %q is given %d times", controller.ErrInvalidRequest, k, len(q[k]))
+		}
+	}
+	return nil
+}
+
+// pluginStatuses map the controller operations' errors, and a plugin's
+// own gRPC answers, to HTTP statuses. A plugin that failed in itself
+// (Internal, Unknown, DataLoss, a malformed answer) is 502: the agent
+// worked, its upstream did not.
+var pluginStatuses = []struct {
+	status int
+	errs   []error
+}{
+	{http.StatusBadRequest, []error{controller.ErrInvalidRequest, csi.ErrInvalidArgument, csi.ErrOutOfRange}},
+	{http.StatusServiceUnavailable, []error{csi.ErrConnect, controller.ErrNoController, csi.ErrUnavailable, csi.ErrCanceled, csi.ErrClosed}},
+	{http.StatusGatewayTimeout, []error{csi.ErrDeadlineExceeded, context.DeadlineExceeded}},
+	{http.StatusNotFound, []error{csi.ErrNotFound}},
+	{http.StatusConflict, []error{controller.ErrVolumeExists, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
+		csi.ErrAlreadyExists, csi.ErrFailedPrecondition, csi.ErrAborted}},
+	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},
+	{http.StatusNotImplemented, []error{controller.ErrUnsupported, csi.ErrUnimplemented}},
+	{http.StatusForbidden, []error{csi.ErrPermissionDenied, csi.ErrUnauthenticated}},
+	{http.StatusBadGateway, []error{csi.ErrInternal, csi.ErrUnknown, csi.ErrDataLoss, csi.ErrInvalidResponse}},
+}
+
+// pluginStatus is the status of err by pluginStatuses, or 0.
+func pluginStatus(err error) int {
+	for _, c := range pluginStatuses {
+		for _, e := range c.errs {
+			if errors.Is(err, e) {
+				return c.status
+			}
+		}
+	}
+	return 0
+}
