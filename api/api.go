@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -45,6 +46,11 @@ type Server struct {
 	OnMount func(op string, err error)
 	// Health reports the agent's components; nil means just "ok".
 	Health func() map[string]string
+	// DockerVolumes, DockerPlugins and Discovery serve /v1/docker/... and
+	// /v1/discovery/plugins; nil turns those endpoints into 404s.
+	DockerVolumes *dockervolume.Volumes
+	DockerPlugins DockerPlugins
+	Discovery     DiscoveredPlugins
 }
 
 // Handler returns the API's routes.
@@ -68,6 +74,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/events", s.events)
 	route("GET /v1/csi/plugins", s.csiPlugins)
 	s.volumeRoutes(route)
+	s.dockerRoutes(route)
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
@@ -105,6 +112,8 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, registry.ErrShutdown), classOf(err) == http.StatusServiceUnavailable:
 		return http.StatusServiceUnavailable
+	case classOf(err) != 0:
+		return classOf(err)
 	}
 	return http.StatusInternalServerError
 }

@@ -43,6 +43,16 @@ type ManagerConfig struct {
 	HealthTimeout time.Duration
 	// Name is the manager actor's name (default DefaultManagerName).
 	Name string
+	// Metrics, when set, hears of supervision decisions and health.
+	Metrics ManagerMetrics
+}
+
+// ManagerMetrics counts what the manager's supervision decides, and
+// follows each current plugin's health.
+type ManagerMetrics interface {
+	InstanceRestarting(plugin *messages.PluginInfo)
+	InstanceGaveUp(plugin *messages.PluginInfo)
+	PluginHealth(ptype, name string, healthy bool)
 }
 
 func (c ManagerConfig) withDefaults() ManagerConfig {
@@ -129,6 +139,9 @@ type managerActor struct {
 // Receive hands the instances' life cycle to plugintype, then handles
 // health reports and subscriptions.
 func (a *managerActor) Receive(ctx actor.Context) {
+	if ev, ok := ctx.Message().(*messages.ChildSupervised); ok {
+		a.onChildSupervised(ev) // counted here, then handled by plugintype
+	}
 	if a.instances.Receive(ctx) {
 		return
 	}
@@ -171,11 +184,28 @@ func (a *managerActor) onHealth(ctx actor.Context, msg *messages.DockerVolumePlu
 	}
 }
 
+// onChildSupervised counts the restarts and give-ups of current instances.
+func (a *managerActor) onChildSupervised(ev *messages.ChildSupervised) {
+	plugin, current := a.instances.Current(ev.GetChild())
+	if !current || a.cfg.Metrics == nil {
+		return
+	}
+	switch ev.GetDecision() {
+	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
+		a.cfg.Metrics.InstanceRestarting(plugin)
+	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
+		a.cfg.Metrics.InstanceGaveUp(plugin)
+	}
+}
+
 // record publishes h, and lists it when it is about the current instance.
 func (a *managerActor) record(ctx actor.Context, h *messages.DockerVolumePluginHealth, current bool) {
 	if current {
 		a.health[h.GetName()] = h
 		a.list()
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.PluginHealth(PluginType, h.GetName(), h.GetHealthy())
+		}
 	}
 	a.subscribers.Publish(ctx, h)
 }

@@ -213,4 +213,3 @@ func TestACorruptRecordIsRefusedAtStart(t *testing.T) {
 	})
 	require.ErrorIs(t, err, dockervolume.ErrCorruptRecord)
 }
-
