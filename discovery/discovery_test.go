@@ -217,14 +217,14 @@ func TestPluginsAreRegisteredWhenTheyAppearAndDeregisteredWhenTheyGo(t *testing.
 			},
 		},
 		{
-			name: "a .json file naming a TLS address, with its TLS settings", plugin: "secure", ptypes: []string{TypeDockerAuthz},
+			name: "a .json file naming an https address, with its TLS settings", plugin: "secure", ptypes: []string{TypeDockerAuthz},
 			start: func(t *testing.T, e *env) func() {
 				pki := newTestPKI(t)
 				l, err := net.Listen("tcp", "127.0.0.1:0")
 				require.NoError(t, err)
 				serveOn(t, tls.NewListener(l, pki.serverConfig), sdk.NewHandler(manifestJSON("authz")))
 				spec := filepath.Join(e.specs, "secure.json")
-				writeFile(t, spec, fmt.Sprintf(`{"Addr": "tcp://%s", "TLSConfig": {"CAFile": %q, "CertFile": %q, "KeyFile": %q}}`,
+				writeFile(t, spec, fmt.Sprintf(`{"Addr": "https://%s", "TLSConfig": {"CAFile": %q, "CertFile": %q, "KeyFile": %q}}`,
 					l.Addr(), pki.ca, pki.cert, pki.key))
 				return func() { require.NoError(t, os.Remove(spec)) }
 			},
