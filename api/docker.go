@@ -1,8 +1,10 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
@@ -38,6 +40,27 @@ func (s *Server) dockerRoutes(route func(string, func(http.ResponseWriter, *http
 		"/v1/docker/volumes/{name}/unmount", "/v1/docker/volumes/{name}/path", "/v1/docker/plugins", "/v1/discovery/plugins"} {
 		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
 	}
+}
+
+// errDockerPlugin: a CSI volume was asked of a Docker volume plugin.
+var errDockerPlugin = errors.New("api: plugin is a Docker volume plugin, not a CSI plugin")
+
+// notADockerPlugin refuses a CSI volume on a plugin that is registered only
+// as a Docker volume plugin, which would register and then never mount.
+func (s *Server) notADockerPlugin(plugin string) error {
+	snap := s.Registry.Snapshot()
+	if _, docker := snap.Current(dockervolume.PluginType, plugin); !docker {
+		return nil
+	}
+	for _, t := range snap.Types() {
+		if strings.HasPrefix(t, "csi-") {
+			if _, ok := snap.Current(t, plugin); ok {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: %q; create the volume with plugvisor docker volume create -driver %s NAME (POST /v1/docker/volumes)",
+		errDockerPlugin, plugin, plugin)
 }
 
 func (s *Server) dockerVolumes() (*dockervolume.Volumes, error) {
@@ -186,7 +209,7 @@ var dockerErrorClasses = []struct {
 	status int
 	errs   []error
 }{
-	{http.StatusBadRequest, []error{dockervolume.ErrInvalidVolume, dockervolume.ErrInvalidArgument, discovery.ErrInvalidName}},
+	{http.StatusBadRequest, []error{errDockerPlugin, dockervolume.ErrInvalidVolume, dockervolume.ErrInvalidArgument, discovery.ErrInvalidName}},
 	{http.StatusNotFound, []error{dockervolume.ErrNoSuchVolume, dockervolume.ErrNotMounted, discovery.ErrNotFound}},
 	{http.StatusConflict, []error{dockervolume.ErrVolumeInUse, dockervolume.ErrNameConflict, discovery.ErrDoesNotImplement}},
 	{http.StatusServiceUnavailable, []error{dockervolume.ErrVolumesShutDown, discovery.ErrUnreachable}},

@@ -39,6 +39,18 @@ func TestDockerVolumesThroughTheCLISurviveAnAgentRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return len(pluginNames(t, dir, "docker-volume")) == 1 },
 		20*time.Second, 50*time.Millisecond, "the plugin was not discovered")
 
+	_, stderr, code := cli(t, "volume", "register", "-id", "x", "-plugin", "local", "-access-mode", "single-node-writer", "-data-dir", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "is a Docker volume plugin", "no CSI volume is made on a Docker plugin")
+	var health map[string]string
+	require.Eventually(t, func() bool {
+		getJSON(t, apiClient(dir), "/v1/health", &health)
+		return health["docker_volume_plugins_healthy"] == "1/1"
+	}, 20*time.Second, 50*time.Millisecond, "health: %v", health)
+	require.Equal(t, "1", health["discovered_registered"])
+	require.Equal(t, "1", health["discovered_healthy"])
+	require.Equal(t, "0", health["discovered_failed"])
+
 	// Flags after the positional arguments are accepted.
 	out := ok(t, "docker", "volume", "create", "data", "-driver", "local", "-data-dir", dir)
 	require.Contains(t, out, "created volume data on driver local")
@@ -51,7 +63,7 @@ func TestDockerVolumesThroughTheCLISurviveAnAgentRestart(t *testing.T) {
 	agent.stop(t)
 	startAgent(t, dir, "-fingerprint-interval", "200ms")
 
-	_, stderr, code := cli(t, "docker", "volume", "rm", "data", "-data-dir", dir)
+	_, stderr, code = cli(t, "docker", "volume", "rm", "data", "-data-dir", dir)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "volume is in use", "the restarted agent knows its mounts")
 	var info struct {
