@@ -55,6 +55,30 @@ type ManagerMetrics interface {
 	PluginHealth(ptype, name string, healthy bool)
 }
 
+// ErrInvalidManagerConfig: StartManager was given a config it cannot use.
+var ErrInvalidManagerConfig = errors.New("dockervolume: invalid manager config")
+
+// validate reports every problem with c, each naming its field.
+func (c ManagerConfig) validate() error {
+	var problems []error
+	if c.Registry == nil {
+		problems = append(problems, errors.New("Registry is required"))
+	}
+	for field, d := range map[string]time.Duration{"HealthInterval": c.HealthInterval, "HealthTimeout": c.HealthTimeout,
+		"ResyncInterval": c.ResyncInterval} {
+		if d < 0 {
+			problems = append(problems, fmt.Errorf("%s is %v, must not be negative (zero takes the default)", field, d))
+		}
+	}
+	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
+		problems = append(problems, fmt.Errorf("Supervision.OnGiveUp is %v, must be stop", giveUp))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidManagerConfig, err)
+	}
+	return nil
+}
+
 func (c ManagerConfig) withDefaults() ManagerConfig {
 	c.Logger = cmp.Or[hclog.Logger](c.Logger, hclog.NewNullLogger()).Named("docker-volume")
 	c.HealthInterval = cmp.Or(c.HealthInterval, DefaultHealthInterval)
@@ -75,11 +99,8 @@ type Manager struct {
 
 // StartManager starts the docker-volume manager actor in system.
 func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error) {
-	if cfg.Registry == nil || cfg.HealthInterval < 0 || cfg.HealthTimeout < 0 {
-		return nil, errors.New("dockervolume: the manager needs a registry, and durations must not be negative")
-	}
-	if giveUp := cfg.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		return nil, fmt.Errorf("dockervolume: Supervision.OnGiveUp is %v, must be stop", giveUp)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	icfg := plugintype.Config{

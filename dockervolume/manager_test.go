@@ -253,11 +253,13 @@ func TestAnUnreachablePluginIsReportedUnhealthyOnlyOnce(t *testing.T) {
 
 func TestStartManagerRefusesABadConfig(t *testing.T) {
 	system := probe.NewSystem(t)
-	_, err := dockervolume.StartManager(system, dockervolume.ManagerConfig{})
-	require.ErrorContains(t, err, "needs a registry")
+	_, err := dockervolume.StartManager(system, dockervolume.ManagerConfig{HealthTimeout: -time.Second})
+	require.ErrorIs(t, err, dockervolume.ErrInvalidManagerConfig)
+	require.ErrorContains(t, err, "Registry is required")
+	require.ErrorContains(t, err, "HealthTimeout is -1s, must not be negative")
 	_, err = dockervolume.StartManager(system, dockervolume.ManagerConfig{Registry: &registry.Registry{},
 		Supervision: supervisor.Spec{OnGiveUp: supervisor.Escalate}})
-	require.ErrorContains(t, err, "must be stop")
+	require.ErrorContains(t, err, "Supervision.OnGiveUp is escalate, must be stop")
 }
 
 // A plugin that comes back is seen healthy within seconds, though the

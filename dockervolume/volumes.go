@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -193,7 +194,8 @@ func StartVolumes(system *actor.ActorSystem, cfg VolumesConfig) (*Volumes, error
 	if err != nil {
 		return nil, err
 	}
-	props := actor.PropsFromProducer(func() actor.Actor { return newVolumesActor(cfg, records) },
+	var running sync.WaitGroup // the goroutines of every incarnation
+	props := actor.PropsFromProducer(func() actor.Actor { return newVolumesActor(cfg, records, &running) },
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {

@@ -62,10 +62,11 @@ type (
 // operations of each: one operation per volume runs at a time, on a
 // goroutine of its own (driver calls and store writes never run on the
 // actor's goroutine), and the next starts when it is over. Inspect and List
-// read a copy and do not queue. A restart after a panic keeps nothing in
-// memory that the store does not have: the producer reloads nothing, so
-// the service is not supervised for restarts (a panic stops the message,
-// and the state stays as the last completed operation left it).
+// read a copy and do not queue. The records map is changed only after the
+// store has the change, and it is shared by the actor's incarnations: a
+// restart after a panic keeps the records, waits for the operations in
+// flight (whose outcomes reach the new incarnation), and drops the
+// requests queued behind them, whose callers' contexts end them.
 type volumesActor struct {
 	cfg     VolumesConfig
 	log     hclog.Logger
@@ -73,11 +74,11 @@ type volumesActor struct {
 	queues  map[string][]*volumeRequest // by volume name; the head is running
 	work    context.Context
 	cancel  context.CancelFunc
-	running sync.WaitGroup // the goroutines in flight
+	running *sync.WaitGroup // the goroutines in flight
 }
 
-func newVolumesActor(cfg VolumesConfig, records map[string]*record) *volumesActor {
-	return &volumesActor{cfg: cfg, log: cfg.Logger, records: records, queues: map[string][]*volumeRequest{}}
+func newVolumesActor(cfg VolumesConfig, records map[string]*record, running *sync.WaitGroup) *volumesActor {
+	return &volumesActor{cfg: cfg, log: cfg.Logger, records: records, queues: map[string][]*volumeRequest{}, running: running}
 }
 
 // Receive handles requests and finished operations.
@@ -89,7 +90,7 @@ func (a *volumesActor) Receive(ctx actor.Context) {
 		a.onRequest(ctx, msg)
 	case *opDone:
 		a.onDone(ctx, msg)
-	case *actor.Stopping:
+	case *actor.Stopping, *actor.Restarting:
 		a.cancel()
 		a.running.Wait()
 	}
@@ -157,8 +158,11 @@ func (a *volumesActor) onDone(ctx actor.Context, msg *opDone) {
 	if req.op == opList || req.op == opInspect {
 		return
 	}
-	q := a.queues[req.name][1:]
-	if len(q) == 0 {
+	q := a.queues[req.name]
+	if len(q) == 0 || q[0] != req {
+		return // queued in an earlier incarnation
+	}
+	if q = q[1:]; len(q) == 0 {
 		delete(a.queues, req.name)
 		return
 	}

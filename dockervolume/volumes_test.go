@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/go-plugins-helpers/volume"
 	"github.com/stretchr/testify/require"
@@ -212,4 +213,12 @@ func TestACorruptRecordIsRefusedAtStart(t *testing.T) {
 		Bucket: e.bucket, Drivers: dockervolume.RegistryDrivers{Registry: e.registry}, Name: "second",
 	})
 	require.ErrorIs(t, err, dockervolume.ErrCorruptRecord)
+}
+
+func TestStartVolumesRefusesABadConfig(t *testing.T) {
+	_, err := dockervolume.StartVolumes(probe.NewSystem(t), dockervolume.VolumesConfig{OpTimeout: -time.Second})
+	require.ErrorIs(t, err, dockervolume.ErrInvalidVolumesConfig)
+	require.ErrorContains(t, err, "Bucket is required")
+	require.ErrorContains(t, err, "Drivers is required")
+	require.ErrorContains(t, err, "OpTimeout is -1s")
 }
