@@ -62,7 +62,7 @@ var ErrInvalidManagerConfig = errors.New("dockervolume: invalid manager config")
 func (c ManagerConfig) validate() error {
 	var problems []error
 	if c.Registry == nil {
-		problems = append(problems, errors.New("Registry is required"))
+		problems = append(problems, errors.New("a Registry is required"))
 	}
 	for field, d := range map[string]time.Duration{"HealthInterval": c.HealthInterval, "HealthTimeout": c.HealthTimeout,
 		"ResyncInterval": c.ResyncInterval} {

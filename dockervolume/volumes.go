@@ -104,10 +104,10 @@ type VolumesConfig struct {
 func (c VolumesConfig) validate() error {
 	var problems []error
 	if c.Bucket == nil {
-		problems = append(problems, errors.New("Bucket is required: give the store's VolumesBucket"))
+		problems = append(problems, errors.New("a Bucket is required: give the store's VolumesBucket"))
 	}
 	if c.Drivers == nil {
-		problems = append(problems, errors.New("Drivers is required: give RegistryDrivers"))
+		problems = append(problems, errors.New("a Drivers is required: give RegistryDrivers"))
 	}
 	if c.OpTimeout < 0 {
 		problems = append(problems, fmt.Errorf("OpTimeout is %v, must not be negative", c.OpTimeout))
