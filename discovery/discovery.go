@@ -539,9 +539,14 @@ func (a *discoveryActor) onScanned(ctx actor.Context, msg *scanned) {
 	}
 	bad := map[string]*PluginError{}
 	for _, err := range msg.errs {
-		if pe := (*PluginError)(nil); errors.As(err, &pe) && pe.Name != "" {
+		pe := (*PluginError)(nil)
+		switch {
+		case errors.As(err, &pe) && errors.Is(pe, ErrNotFound):
+			// Listed, then gone before it was looked at (a socket being
+			// recreated): missing, with its grace period, not bad.
+		case pe != nil && pe.Name != "":
 			bad[pe.Name] = pe
-		} else if !a.dirProblems[err.Error()] {
+		case !a.dirProblems[err.Error()]:
 			a.dirProblems[err.Error()] = true
 			a.log.Warn("cannot read a plugin directory", "error", err)
 		}

@@ -27,6 +27,9 @@ const (
 	opPath
 )
 
+// opDoneNames say, for the log, what a change did.
+var opDoneNames = map[opKind]string{opCreate: "created", opRemove: "removed", opMount: "mounted", opUnmount: "unmounted"}
+
 var opNames = map[opKind]string{opCreate: "create", opInspect: "inspect", opList: "list", opRemove: "remove",
 	opMount: "mount", opUnmount: "unmount", opPath: "path"}
 
@@ -151,8 +154,8 @@ func (a *volumesActor) onDone(ctx actor.Context, msg *opDone) {
 	}
 	if err := msg.reply.err; err != nil {
 		a.log.Debug("volume operation failed", "op", opNames[req.op], "volume", req.name, "id", req.id, "error", err)
-	} else if req.op != opList && req.op != opInspect && req.op != opPath {
-		a.log.Info("volume "+opNames[req.op]+"d", "volume", req.name, "driver", msg.reply.volume.Driver, "id", req.id)
+	} else if done, ok := opDoneNames[req.op]; ok && msg.changed {
+		a.log.Info("volume "+done, "volume", req.name, "driver", msg.reply.volume.Driver, "id", req.id)
 	}
 	ctx.Send(req.replyTo, msg.reply)
 	if req.op == opList || req.op == opInspect {
@@ -176,11 +179,6 @@ func noSuchVolume(name string) error {
 	return fmt.Errorf("%w: %q; create it first", ErrNoSuchVolume, name)
 }
 
-// driver finds the client of rec's driver, or of the driver req names.
-func (a *volumesActor) driver(ctx context.Context, name string) (*Client, error) {
-	return a.cfg.Drivers.Driver(ctx, name)
-}
-
 func (a *volumesActor) create(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
 	if rec != nil {
 		if rec.Driver != req.driver {
@@ -188,7 +186,7 @@ func (a *volumesActor) create(ctx context.Context, req *volumeRequest, rec *reco
 		}
 		return &volumeReply{volume: rec.info()}, false, nil
 	}
-	client, err := a.driver(ctx, req.driver)
+	client, err := a.cfg.Drivers.Driver(ctx, req.driver)
 	if err != nil {
 		return failed(err), false, nil
 	}
@@ -210,7 +208,7 @@ func (a *volumesActor) remove(ctx context.Context, req *volumeRequest, rec *reco
 		return failed(fmt.Errorf("%w: volume %q is mounted by %s; unmount it first", ErrVolumeInUse, req.name,
 			strings.Join(slices.Sorted(maps.Keys(rec.Mounts)), ", "))), false, nil
 	}
-	client, err := a.driver(ctx, rec.Driver)
+	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
 	if err != nil {
 		return failed(err), false, nil
 	}
@@ -234,7 +232,7 @@ func (a *volumesActor) mount(ctx context.Context, req *volumeRequest, rec *recor
 		}
 		return &volumeReply{volume: VolumeInfo{Name: req.name, Driver: rec.Driver, Mountpoint: m.Mountpoint}}, true, rec
 	}
-	client, err := a.driver(ctx, rec.Driver)
+	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
 	if err != nil {
 		return failed(err), false, nil
 	}
@@ -281,7 +279,7 @@ func (a *volumesActor) unmount(ctx context.Context, req *volumeRequest, rec *rec
 		}
 		return &volumeReply{volume: VolumeInfo{Name: req.name, Driver: rec.Driver}}, true, rec
 	}
-	client, err := a.driver(ctx, rec.Driver)
+	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
 	if err != nil {
 		return failed(err), false, nil
 	}
@@ -301,7 +299,7 @@ func (a *volumesActor) path(ctx context.Context, req *volumeRequest, rec *record
 	if rec == nil {
 		return failed(noSuchVolume(req.name)), false, nil
 	}
-	client, err := a.driver(ctx, rec.Driver)
+	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
 	if err != nil {
 		return failed(err), false, nil
 	}
