@@ -52,6 +52,7 @@ func TestDockerVolumesThroughTheCLISurviveAnAgentRestart(t *testing.T) {
 	require.Equal(t, "0", health["discovered_failed"])
 
 	// Flags after the positional arguments are accepted.
+	require.Contains(t, ok(t, "plugin", "status", "docker-volume", "local", "-data-dir", dir), "local")
 	out := ok(t, "docker", "volume", "create", "data", "-driver", "local", "-data-dir", dir)
 	require.Contains(t, out, "created volume data on driver local")
 	out = ok(t, "docker", "volume", "mount", "data", "c1", "-data-dir", dir)
