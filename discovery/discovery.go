@@ -195,7 +195,8 @@ func Start(system *actor.ActorSystem, cfg Config) (*Discovery, error) {
 	}
 	published := &atomic.Pointer[[]*messages.DiscoveredPlugin]{}
 	published.Store(&[]*messages.DiscoveredPlugin{})
-	props := actor.PropsFromProducer(func() actor.Actor { return newDiscoveryActor(cfg, published) },
+	subscribers := plugintype.NewSubscribers() // outlives a restart after a panic
+	props := actor.PropsFromProducer(func() actor.Actor { return newDiscoveryActor(cfg, published, subscribers) },
 		actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
@@ -466,9 +467,13 @@ type discoveryActor struct {
 	graceTimer  supervisor.Stopper // armed while a plugin's file is missing
 }
 
-func newDiscoveryActor(cfg Config, published *atomic.Pointer[[]*messages.DiscoveredPlugin]) *discoveryActor {
+// newDiscoveryActor makes an incarnation of the discovery actor. The
+// subscribers and the published list are the facade's and outlive a
+// restart after a panic; what is known of the plugins on disk does not:
+// the new incarnation's watchers scan again.
+func newDiscoveryActor(cfg Config, published *atomic.Pointer[[]*messages.DiscoveredPlugin], subscribers *plugintype.Subscribers) *discoveryActor {
 	return &discoveryActor{cfg: cfg, log: cfg.Logger, published: published, plugins: map[string]*found{},
-		subscribers: plugintype.NewSubscribers(), dirProblems: map[string]bool{}}
+		subscribers: subscribers, dirProblems: map[string]bool{}}
 }
 
 // Receive handles the watchers' news, scans, activators' reports,
