@@ -313,8 +313,9 @@ func (a *activator) start(ctx actor.Context) {
 	}()
 }
 
-// retryTimer tells the timer in force from one stopped too late.
-type retryTimer struct{}
+// retryTimer tells the timer in force from one stopped too late. It is not
+// zero-sized: pointers to distinct zero-sized values may compare equal.
+type retryTimer struct{ _ byte }
 
 func (a *activator) onRetryDue(ctx actor.Context, msg *retryDue) {
 	if a.timer == nil || msg.timer != a.due {
