@@ -174,8 +174,9 @@ func (r *record) info() VolumeInfo {
 
 // Volumes is the Go facade over the volume service actor, which owns the
 // Docker volumes of this node as dockerd's volume store does: each name
-// maps to one driver, mounts are counted by mount ID, and a volume in use
-// cannot be removed. Every change is in the store before it is answered,
+// maps to one driver (a name it has no record of is asked of every
+// driver's Get, and the one driver that knows it is recorded), mounts are
+// counted by mount ID, and a volume in use cannot be removed. Every change is in the store before it is answered,
 // and the service loads the store at start, so it knows its mounts after
 // a restart. Its methods are safe for concurrent use; each checks its
 // arguments before anything is sent.

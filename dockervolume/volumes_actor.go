@@ -126,7 +126,8 @@ func (a *volumesActor) onRequest(ctx actor.Context, req *volumeRequest) {
 type op func(ctx context.Context, req *volumeRequest, rec *record) (reply *volumeReply, changed bool, after *record)
 
 func (a *volumesActor) start(ctx actor.Context, req *volumeRequest) {
-	ops := map[opKind]op{opCreate: a.create, opRemove: a.remove, opMount: a.mount, opUnmount: a.unmount, opPath: a.path}
+	ops := map[opKind]op{opCreate: a.create, opRemove: a.adopting(a.remove), opMount: a.adopting(a.mount),
+		opUnmount: a.unmount, opPath: a.adopting(a.path)}
 	a.goRun(ctx, req, a.records[req.name].clone(), ops[req.op])
 }
 
@@ -174,6 +175,50 @@ func (a *volumesActor) onDone(ctx actor.Context, msg *opDone) {
 }
 
 func failed(err error) *volumeReply { return &volumeReply{err: err} }
+
+// find looks for a volume the service has no record of among the drivers,
+// as dockerd does for a name it does not know: the one driver whose Get
+// knows it. Two that do are a conflict; none is ErrNoSuchVolume.
+func (a *volumesActor) find(ctx context.Context, name string) (*record, error) {
+	var found []string
+	for driver, c := range a.cfg.Drivers.All() {
+		if _, err := c.Get(ctx, name); err == nil {
+			found = append(found, driver)
+		}
+	}
+	slices.Sort(found)
+	switch len(found) {
+	case 0:
+		return nil, noSuchVolume(name)
+	case 1:
+		return &record{Name: name, Driver: found[0], CreatedAt: time.Now().UTC(), Mounts: map[string]*mountRecord{}}, nil
+	}
+	return nil, fmt.Errorf("%w: volume %q is known to drivers %s; create it naming one", ErrNameConflict, name, strings.Join(found, ", "))
+}
+
+// adopting runs fn on the volume's record, or, when there is none, on the
+// record of the volume as a driver knows it (find), written first: the
+// name then maps to that driver whatever fn's outcome.
+func (a *volumesActor) adopting(fn op) op {
+	return func(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
+		if rec != nil {
+			return fn(ctx, req, rec)
+		}
+		rec, err := a.find(ctx, req.name)
+		if err == nil {
+			err = save(a.cfg.Bucket, req.name, rec)
+		}
+		if err != nil {
+			return failed(err), false, nil
+		}
+		a.log.Info("volume adopted from its driver", "volume", req.name, "driver", rec.Driver)
+		reply, changed, after := fn(ctx, req, rec.clone())
+		if !changed {
+			after = rec
+		}
+		return reply, true, after
+	}
+}
 
 func noSuchVolume(name string) error {
 	return fmt.Errorf("%w: %q; create it first", ErrNoSuchVolume, name)
@@ -313,10 +358,16 @@ func (a *volumesActor) path(ctx context.Context, req *volumeRequest, rec *record
 // inspect describes a known volume with what its driver's Get says; a
 // driver that cannot answer leaves its error in the answer, not a failure.
 func (a *volumesActor) inspect(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
-	if rec == nil {
-		return failed(noSuchVolume(req.name)), false, nil
+	known := rec != nil
+	if !known {
+		found, err := a.find(ctx, req.name)
+		if err != nil {
+			return failed(err), false, nil
+		}
+		rec = found
 	}
 	v := rec.info()
+	v.Known = known
 	client, err := a.cfg.Drivers.All()[rec.Driver], error(nil)
 	if client == nil {
 		err = fmt.Errorf("driver %q is not registered", rec.Driver)

@@ -135,6 +135,23 @@ func TestListMergesEveryDriversVolumesWithItsScope(t *testing.T) {
 	require.Equal(t, "mine", list.Volumes[1].Name)
 	require.Equal(t, dockervolume.ScopeLocal, list.Volumes[1].Scope)
 	require.True(t, list.Volumes[1].Known)
+
+	// A volume only its driver knows is found by name, as dockerd finds it,
+	// and mapped to that driver from its first mount on.
+	info, err := e.volumes.Inspect(ctx, "made-outside")
+	require.NoError(t, err)
+	require.Equal(t, "shared", info.Driver)
+	require.False(t, info.Known)
+	_, err = e.volumes.Mount(ctx, "made-outside", "c1")
+	require.NoError(t, err)
+	info, err = e.volumes.Inspect(ctx, "made-outside")
+	require.NoError(t, err)
+	require.True(t, info.Known)
+	require.Equal(t, map[string]int{"c1": 1}, info.Mounts)
+	_, err = e.volumes.Create(ctx, "made-outside", "local", nil)
+	require.ErrorIs(t, err, dockervolume.ErrNameConflict, "the name maps to its driver now")
+	_, err = e.volumes.Mount(ctx, "nowhere", "c1")
+	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
 }
 
 func TestBadVolumeRequestsAreRefusedAndChangeNothing(t *testing.T) {
