@@ -16,6 +16,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi/catalog"
@@ -24,6 +25,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -50,6 +52,9 @@ type Config struct {
 	// SocketDirs and SpecDirs are watched for plugins besides
 	// <data>/plugins and <data>/specs.
 	SocketDirs, SpecDirs []string
+	// DockerDirs also watches Docker's own plugin directories
+	// (discovery.DockerDirs), so the agent runs beside dockerd as a drop-in.
+	DockerDirs bool
 	// HTTPAddr, when set (e.g. 127.0.0.1:4646), also serves the API on
 	// TCP. Beyond loopback it needs TLS; on loopback, TLS or TokenFile;
 	// else the agent refuses to start (ErrUnprotectedHTTP) unless
@@ -144,12 +149,14 @@ type Agent struct {
 	system   *actor.ActorSystem
 	registry *registry.Registry
 	docker   *dockervolume.Manager
-	csi      *manager.Manager
-	catalog  *catalog.Catalog
-	volumes  *volumes.Volumes
-	ctl      *controller.Controller
-	disc     *discovery.Discovery
-	metrics  *metrics
+	// dockerVolumes is the Docker volume service.
+	dockerVolumes *dockervolume.Volumes
+	csi           *manager.Manager
+	catalog       *catalog.Catalog
+	volumes       *volumes.Volumes
+	ctl           *controller.Controller
+	disc          *discovery.Discovery
+	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
 	servers     []*http.Server
@@ -182,6 +189,9 @@ func Start(cfg Config) (_ *Agent, err error) {
 		return nil, err
 	}
 	if err := a.startDiscovery(); err != nil {
+		return nil, err
+	}
+	if err := a.startDockerVolumes(); err != nil {
 		return nil, err
 	}
 	if err := a.serveAPI(); err != nil {
@@ -246,6 +256,7 @@ func (a *Agent) startManagers() error {
 		Logger:         a.log,
 		ResyncInterval: a.cfg.ResyncInterval,
 		HealthInterval: a.cfg.FingerprintInterval,
+		Metrics:        csiMetrics{a.metrics},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -296,22 +307,82 @@ func (a *Agent) startManagers() error {
 	return nil
 }
 
+// startDockerVolumes starts the Docker volume service on the store, finding
+// drivers through discovery (Docker's Get semantics).
+func (a *Agent) startDockerVolumes() error {
+	bucket, err := a.store.Bucket(dockervolume.VolumesBucket)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.dockerVolumes, err = dockervolume.StartVolumes(a.system, dockervolume.VolumesConfig{
+		Bucket:  bucket,
+		Drivers: dockervolume.RegistryDrivers{Registry: a.registry, Discovery: a.disc},
+		Logger:  a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.stops = append(a.stops, func(context.Context) error { return a.dockerVolumes.Shutdown() })
+	return nil
+}
+
 // startDiscovery watches the plugin directories and registers what it finds.
 func (a *Agent) startDiscovery() error {
+	dirs := discovery.Dirs{
+		Sockets: append([]string{a.PluginDir()}, a.cfg.SocketDirs...),
+		Specs:   append([]string{a.SpecDir()}, a.cfg.SpecDirs...),
+	}
+	if a.cfg.DockerDirs {
+		docker := discovery.DockerDirs()
+		dirs.Sockets, dirs.Specs = append(dirs.Sockets, docker.Sockets...), append(dirs.Specs, docker.Specs...)
+	}
 	disc, err := discovery.Start(a.system, discovery.Config{
-		Dirs: discovery.Dirs{
-			Sockets: append([]string{a.PluginDir()}, a.cfg.SocketDirs...),
-			Specs:   append([]string{a.SpecDir()}, a.cfg.SpecDirs...),
-		},
+		Dirs:     dirs,
 		Registry: a.registry,
 		Logger:   a.log,
+		Metrics:  a.metrics,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a.disc = disc
+	a.metrics.reg.MustRegister(newDiscoveredCollector(a.Plugins))
 	a.stops = append(a.stops, func(context.Context) error { return disc.Shutdown() })
 	return nil
+}
+
+// Plugins returns what discovery knows of every plugin found on disk,
+// each with its health as its manager last saw it (the docker-volume
+// manager's checks, the CSI manager's fingerprints).
+func (a *Agent) Plugins() []*messages.DiscoveredPlugin {
+	type health struct {
+		healthy bool
+		err     string
+	}
+	checked := map[[2]string]health{}
+	for _, h := range a.docker.Plugins() {
+		checked[[2]string{dockervolume.PluginType, h.GetName()}] = health{h.GetHealthy(), h.GetDescription()}
+	}
+	for _, fp := range a.csi.Plugins() {
+		checked[[2]string{fp.GetType(), fp.GetName()}] = health{fp.GetHealthy(), fp.GetHealthDescription()}
+	}
+	found := a.disc.Plugins()
+	out := make([]*messages.DiscoveredPlugin, 0, len(found))
+	for _, p := range found {
+		p = proto.CloneOf(p)
+		for _, r := range p.GetRegistered() {
+			h, ok := checked[[2]string{r.GetType(), r.GetName()}]
+			switch {
+			case !ok:
+			case !h.healthy:
+				p.Health, p.HealthError = "unhealthy", h.err
+			case p.Health == "":
+				p.Health = "healthy"
+			}
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // DataDir is the agent's data dir.
@@ -346,6 +417,9 @@ func (a *Agent) Discovery() *discovery.Discovery { return a.disc }
 
 // DockerVolumes is the agent's Docker volume-driver manager.
 func (a *Agent) DockerVolumes() *dockervolume.Manager { return a.docker }
+
+// DockerVolumeService is the agent's Docker volume service.
+func (a *Agent) DockerVolumeService() *dockervolume.Volumes { return a.dockerVolumes }
 
 // Shutdown stops the API, then the managers (so final fingerprints mark
 // plugins unhealthy), then the registry, then closes the store. It returns

@@ -47,9 +47,10 @@ const maxNamed = 5
 // plugins it could not activate or parse.
 func (a *Agent) health() api.Health {
 	h := api.Health{
-		DataDir:    a.cfg.DataDir,
-		Plugins:    len(a.registry.ListPlugins("")),
-		Discovered: len(a.disc.Plugins()),
+		DataDir:          a.cfg.DataDir,
+		Plugins:          len(a.registry.ListPlugins("")),
+		Discovered:       len(a.disc.Plugins()),
+		DiscoveredStates: discoveredStates(a.Plugins()),
 	}
 	if failure := a.storeHealth.failing(); failure != "" {
 		h.Reasons = append(h.Reasons, "store: the latest durable write failed: "+failure)

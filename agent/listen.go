@@ -39,6 +39,10 @@ func (a *Agent) serveAPI() error {
 		Health:     a.health,
 		Metrics:    promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
 		Logger:     a.log.Named("api"),
+
+		DockerVolumes: a.dockerVolumes,
+		DockerPlugins: a.docker,
+		Discovery:     a,
 	}
 	limits := a.cfg.HTTPLimits
 	listeners, err := a.listen()

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"cmp"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,7 @@ type metrics struct {
 	pluginHealthy    *prometheus.GaugeVec
 	fingerprints     *prometheus.HistogramVec
 	mounts           *prometheus.CounterVec
+	activations      *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -71,9 +74,13 @@ func newMetrics() *metrics {
 			Name: "plugvisor_mount_operations_total",
 			Help: "Volume mount and unmount operations, by operation and result.",
 		}, []string{"op", "result"}),
+		activations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plugvisor_discovery_activation_failures_total",
+			Help: "Failed activations of discovered plugins, by plugin name and what follows: retry (fast backoff), slow (slow retry), wait (wait for the file to change).",
+		}, []string{"name", "then"}),
 	}
 	m.reg.MustRegister(m.registryWrites, m.registryLatency, m.registryBatch, m.eventsDelivered, m.subscribers,
-		m.instanceRestarts, m.instanceGiveUps, m.pluginHealthy, m.fingerprints, m.mounts,
+		m.instanceRestarts, m.instanceGiveUps, m.pluginHealthy, m.fingerprints, m.mounts, m.activations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -100,8 +107,71 @@ func (r registryMetrics) Batch(writes int)  { r.m.registryBatch.Observe(float64(
 func (r registryMetrics) EventsSent(n int)  { r.m.eventsDelivered.Add(float64(n)) }
 func (r registryMetrics) Subscribers(n int) { r.m.subscribers.Set(float64(n)) }
 
-// csiMetrics is the csi.ManagerMetrics the agent gives its CSI manager.
+// csiMetrics is the csi.ManagerMetrics and dockervolume.ManagerMetrics the
+// agent gives its plugin managers: restarts and give-ups of every plugin type.
 type csiMetrics struct{ m *metrics }
+
+// PluginHealth sets the health gauge of a plugin whose manager does not
+// fingerprint (Docker volume plugins).
+func (c csiMetrics) PluginHealth(ptype, name string, healthy bool) {
+	c.m.pluginHealthy.WithLabelValues(ptype, name).Set(map[bool]float64{true: 1}[healthy])
+}
+
+// ActivationFailed implements discovery.Metrics.
+func (m *metrics) ActivationFailed(name, then string) {
+	m.activations.WithLabelValues(name, then).Inc()
+}
+
+// discoveredStates counts discovered plugins for /v1/health by state
+// ("registered": 3) and, of those checked, by health ("healthy": 2); every
+// key is present, at zero when nothing is in it.
+func discoveredStates(found []*messages.DiscoveredPlugin) map[string]int {
+	counts := map[string]int{"healthy": 0, "unhealthy": 0}
+	for _, state := range []messages.DiscoveredPluginState{messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING,
+		messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED, messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED,
+		messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID} {
+		counts[stateName(state)] = 0
+	}
+	for _, p := range found {
+		counts[stateName(p.GetState())]++
+		if p.GetHealth() != "" {
+			counts[p.GetHealth()]++
+		}
+	}
+	return counts
+}
+
+// discoveredCollector reports how many discovered plugins are in each state,
+// read from discovery at each scrape.
+type discoveredCollector struct {
+	plugins func() []*messages.DiscoveredPlugin
+	desc    *prometheus.Desc
+}
+
+func newDiscoveredCollector(plugins func() []*messages.DiscoveredPlugin) *discoveredCollector {
+	return &discoveredCollector{plugins: plugins, desc: prometheus.NewDesc("plugvisor_discovered_plugins",
+		"Plugins found on disk, by state (activating, registered, failed, invalid) and health (healthy, unhealthy, unknown).",
+		[]string{"state", "health"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *discoveredCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *discoveredCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[[2]string]int{}
+	for _, p := range c.plugins() {
+		counts[[2]string{stateName(p.GetState()), cmp.Or(p.GetHealth(), "unknown")}]++
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+}
+
+// stateName is the short name of a discovered plugin's state: "registered".
+func stateName(s messages.DiscoveredPluginState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "DISCOVERED_PLUGIN_STATE_"))
+}
 
 func (c csiMetrics) InstanceRestarting(p *messages.PluginInfo) {
 	c.m.instanceRestarts.WithLabelValues(p.GetType(), p.GetName()).Inc()

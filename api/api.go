@@ -22,6 +22,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -52,6 +53,11 @@ type Server struct {
 	// Health reports the agent's components for GET /v1/health; nil
 	// means just "ok".
 	Health func() Health
+	// DockerVolumes, DockerPlugins and Discovery serve /v1/docker/... and
+	// /v1/discovery/plugins; nil turns those endpoints into 404s.
+	DockerVolumes *dockervolume.Volumes
+	DockerPlugins DockerPlugins
+	Discovery     DiscoveredPlugins
 }
 
 // Handler returns the API's routes, unguarded: serve them through
@@ -77,6 +83,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/csi/plugins", s.csiPlugins)
 	s.volumeRoutes(route)
 	s.controllerRoutes(route)
+	s.dockerRoutes(route)
 	paths := []string{"/v1/health", "/v1/plugins", "/v1/plugins/{type}/{name}",
 		"/v1/plugins/{type}/{name}/{alloc}", "/v1/events", "/v1/csi/plugins"}
 	if s.Metrics != nil {
@@ -118,6 +125,8 @@ func statusOf(err error) int {
 		return http.StatusServiceUnavailable
 	case pluginStatus(err) != 0:
 		return pluginStatus(err)
+	case classOf(err) != 0:
+		return classOf(err)
 	}
 	return http.StatusInternalServerError
 }

@@ -19,6 +19,10 @@ type Health struct {
 	// invalid.
 	Discovered        int `json:"discovered"`
 	DiscoveryFailures int `json:"discovery_failures"`
+	// DiscoveredStates counts the discovered plugins by state (activating,
+	// registered, failed, invalid) and, of those checked, by health
+	// (healthy, unhealthy).
+	DiscoveredStates map[string]int `json:"discovered_states"`
 }
 
 // InstanceCounts counts plugin instances.

@@ -104,6 +104,9 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &body); err != nil {
 		return err
 	}
+	if err := s.notADockerPlugin(body.PluginID); err != nil {
+		return err
+	}
 	access, err := model.ParseAccessMode(body.AccessMode)
 	if err != nil {
 		return err

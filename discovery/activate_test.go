@@ -350,31 +350,37 @@ func TestActivateOverTLS(t *testing.T) {
 	}{
 		{
 			name: "trusting the CA and showing a client certificate",
-			spec: `{"Addr": "tcp://` + addr + `", "TLSConfig": {"CAFile": "` + pki.ca + `", "CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"}}`,
-		},
-		{
-			name: "an https address works the same",
 			spec: `{"Addr": "https://` + addr + `", "TLSConfig": {"CAFile": "` + pki.ca + `", "CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"}}`,
 		},
 		{
 			name: "skipping verification, with a client certificate",
-			spec: `{"Addr": "tcp://` + addr + `", "TLSConfig": {"InsecureSkipVerify": true, "CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"}}`,
+			spec: `{"Addr": "https://` + addr + `", "TLSConfig": {"InsecureSkipVerify": true, "CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"}}`,
 		},
 		{
-			name:    "without the CA the server is not trusted",
-			spec:    `{"Addr": "tcp://` + addr + `", "TLSConfig": {"CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"}}`,
+			name: "without a CA, verification is skipped, as Docker does",
+			spec: `{"Addr": "https://` + addr + `", "TLSConfig": {"CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"}}`,
+		},
+		{
+			name:    "without a TLSConfig an https address is verified against the system roots",
+			spec:    `{"Addr": "https://` + addr + `"}`,
 			wantErr: ErrUnreachable,
 			errText: "certificate",
 		},
 		{
+			name:    "a tcp address with TLS settings is plain HTTP, as Docker speaks it",
+			spec:    `{"Addr": "tcp://` + addr + `", "TLSConfig": {"CAFile": "` + pki.ca + `", "CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"}}`,
+			wantErr: ErrPluginFailed,
+			errText: "HTTPS server",
+		},
+		{
 			name:    "without a client certificate the server refuses",
-			spec:    `{"Addr": "tcp://` + addr + `", "TLSConfig": {"CAFile": "` + pki.ca + `"}}`,
+			spec:    `{"Addr": "https://` + addr + `", "TLSConfig": {"CAFile": "` + pki.ca + `"}}`,
 			wantErr: ErrUnreachable,
 			errText: "certificate",
 		},
 		{
 			name:    "a missing CA file is unusable TLS settings",
-			spec:    `{"Addr": "tcp://` + addr + `", "TLSConfig": {"CAFile": "/nonexistent/ca.pem"}}`,
+			spec:    `{"Addr": "https://` + addr + `", "TLSConfig": {"CAFile": "/nonexistent/ca.pem"}}`,
 			wantErr: ErrTLSConfig,
 			errText: "read CA file",
 		},

@@ -15,6 +15,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi"
@@ -176,6 +178,9 @@ type activatorConfig struct {
 	activateTimeout time.Duration
 	csiTimeout      time.Duration
 	retry           supervisor.Spec
+	slowRetry       time.Duration
+	clock           supervisor.Clock
+	metrics         Metrics
 	log             hclog.Logger
 }
 
@@ -190,11 +195,17 @@ func regKeyOf(p *messages.PluginInfo) regKey { return regKey{p.GetType(), p.GetN
 // the history of failed handshakes, and the registrations it sent.
 //
 // A failed handshake is tried again after a backoff that supervisor.Decide
-// computes from the retry Spec and the failure history: exponential, and
-// given up past MaxRestarts failures within Within. Giving up removes the
-// plugin's registrations; the discovery actor starts over when the
-// plugin's file changes. A registration the registry refuses is given up at
-// once: trying again would not change the answer.
+// computes from the retry Spec and the failure history: exponential, up to
+// MaxRestarts failures within Within. Past that the fast backoff gives up,
+// and the plugin is tried again every slowRetry, for as long as its file
+// is there: a plugin that starts late is still found. A failure that
+// trying again cannot change (a manifest that implements nothing, a
+// registration the registry refuses as invalid) is not retried: the
+// plugin waits, with its registrations removed, until its file changes.
+//
+// Activations already registered the same way (same type, name, alloc and
+// address) are not sent again: a plugin whose socket comes back keeps its
+// registrations untouched, and never takes over from a newer allocation.
 type activator struct {
 	cfg      activatorConfig
 	c        Candidate
@@ -204,7 +215,9 @@ type activator struct {
 	running  *attempt
 	again    bool // start another attempt when the running one is over
 	history  []time.Time
-	timer    *time.Timer
+	slow     bool // the fast backoff gave up: retrying every slowRetry
+	timer    supervisor.Stopper
+	due      *retryTimer                     // the identity of timer
 	sent     map[regKey]*messages.PluginInfo // registrations sent and not withdrawn
 	awaiting int                             // RegisterPluginResponses still to come
 	refused  error                           // what the registry refused since the last attempt
@@ -220,7 +233,11 @@ type attempt struct {
 // The activator's messages to itself.
 type (
 	// retryDue is sent by the backoff timer.
-	retryDue struct{}
+	retryDue struct{ timer *retryTimer }
+	// retryNow is sent by the discovery actor when a caller asks for the
+	// plugin by name (Discovery.Get): a plugin waiting out a backoff is
+	// tried at once, Docker's lazy activation.
+	retryNow struct{}
 	// attemptDone is sent by an attempt's goroutine with its result.
 	attemptDone struct {
 		attempt *attempt
@@ -241,7 +258,9 @@ func (a *activator) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.onStarted(ctx)
 	case *retryDue:
-		a.onRetryDue(ctx)
+		a.onRetryDue(ctx, msg)
+	case *retryNow:
+		a.onRetryNow(ctx)
 	case *attemptDone:
 		a.onAttemptDone(ctx, msg)
 	case *messages.RegisterPluginResponse:
@@ -266,7 +285,7 @@ func (a *activator) onStarted(ctx actor.Context) {
 
 // restart forgets the failure history and activates the candidate anew.
 func (a *activator) restart(ctx actor.Context) {
-	a.history = nil
+	a.history, a.slow = nil, false
 	a.stopTimer()
 	a.status.Kind, a.status.Source, a.status.Address = string(a.c.Kind), a.c.Source, a.c.Addr
 	a.status.State, a.status.Failures, a.status.Error = messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING, 0, ""
@@ -294,8 +313,24 @@ func (a *activator) start(ctx actor.Context) {
 	}()
 }
 
-func (a *activator) onRetryDue(ctx actor.Context) {
-	a.timer = nil
+// retryTimer tells the timer in force from one stopped too late. It is not
+// zero-sized: pointers to distinct zero-sized values may compare equal.
+type retryTimer struct{ _ byte }
+
+func (a *activator) onRetryDue(ctx actor.Context, msg *retryDue) {
+	if a.timer == nil || msg.timer != a.due {
+		return
+	}
+	a.timer, a.due = nil, nil
+	a.start(ctx)
+}
+
+func (a *activator) onRetryNow(ctx actor.Context) {
+	if a.timer == nil || a.running != nil {
+		return // activating now, registered, or waiting for the file to change
+	}
+	a.log.Debug("plugin asked for by name: trying it now")
+	a.stopTimer()
 	a.start(ctx)
 }
 
@@ -327,12 +362,29 @@ func (a *activator) register(ctx actor.Context, act activation) {
 		}
 	}
 	a.refused = nil
+	snap := a.cfg.registry.Snapshot()
 	for k, p := range want {
-		ctx.Send(a.cfg.registry.PID(), &messages.RegisterPlugin{Plugin: p, ReplyTo: ctx.Self()})
 		a.sent[k] = p
+		if registeredAs(snap, p) {
+			continue // already there, the same: sending it again could only disturb
+		}
+		ctx.Send(a.cfg.registry.PID(), &messages.RegisterPlugin{Plugin: p, ReplyTo: ctx.Self()})
 		a.awaiting++
 	}
 	a.status.Protocol, a.status.Registered = act.protocol, slices.SortedFunc(maps.Values(want), byTypeThenName)
+	if a.awaiting == 0 {
+		a.registered(ctx)
+	}
+}
+
+// registeredAs reports whether s holds p's allocation with p's contents.
+func registeredAs(s *registry.Snapshot, p *messages.PluginInfo) bool {
+	for _, q := range s.Allocations(p.GetType(), p.GetName()) {
+		if q.GetAllocId() == p.GetAllocId() {
+			return proto.Equal(q, p)
+		}
+	}
+	return false
 }
 
 func (a *activator) onRegistered(ctx actor.Context, msg *messages.RegisterPluginResponse) {
@@ -344,10 +396,16 @@ func (a *activator) onRegistered(ctx actor.Context, msg *messages.RegisterPlugin
 		return // more answers to come, or a newer attempt under way
 	}
 	if a.refused != nil {
-		a.failed(ctx, unusable(a.c, a.refused), true)
+		a.failed(ctx, unusable(a.c, a.refused), errors.Is(a.refused, registry.ErrInvalid))
 		return
 	}
-	a.history = nil
+	a.registered(ctx)
+}
+
+// registered records that every registration of the plugin is in place.
+func (a *activator) registered(ctx actor.Context) {
+	a.history, a.slow = nil, false
+	a.status.NextAttemptTime = nil
 	a.status.State, a.status.Failures, a.status.Error = messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED, 0, ""
 	types := make([]string, 0, len(a.status.GetRegistered()))
 	for _, p := range a.status.GetRegistered() {
@@ -357,27 +415,49 @@ func (a *activator) onRegistered(ctx actor.Context, msg *messages.RegisterPlugin
 	a.report(ctx)
 }
 
-// failed records a failed handshake (or a refused registration, which is
-// given up at once) and tries again after a backoff, or gives up.
-func (a *activator) failed(ctx actor.Context, err error, giveUp bool) {
-	d := supervisor.Decide(a.cfg.retry, a.history, time.Now(), err, rand.Float64())
-	a.history = d.History
+// failed records a failed handshake or registration. A permanent failure
+// (one that trying again cannot change) waits for the file to change;
+// any other is tried again after the fast backoff, or, once that gave up,
+// after the slow retry interval.
+func (a *activator) failed(ctx actor.Context, err error, permanent bool) {
 	a.status.Failures++
 	a.status.Error = err.Error()
-	if giveUp || d.Directive != supervisor.Restart {
-		a.log.Error("plugin activation failed: giving up until its file changes", "failures", a.status.GetFailures(), "error", err)
+	if permanent || errors.Is(err, ErrUnusable) {
+		a.log.Error("plugin activation failed for good: waiting for its file to change", "failures", a.status.GetFailures(), "error", err)
+		a.observe("wait")
 		a.status.State = messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED
-		a.status.Registered = nil
+		a.status.Registered, a.status.NextAttemptTime = nil, nil
 		a.withdraw(ctx)
 		a.report(ctx)
 		return
 	}
-	a.log.Warn("plugin activation failed: trying again after a backoff", "failures", a.status.GetFailures(),
-		"delay", d.Delay, "error", err)
+	now := a.cfg.clock.Now()
+	delay, then := a.cfg.slowRetry, "slow"
+	if !a.slow {
+		d := supervisor.Decide(a.cfg.retry, a.history, now, err, rand.Float64())
+		a.history = d.History
+		if d.Directive == supervisor.Restart {
+			delay, then = d.Delay, "retry"
+		} else {
+			a.slow = true
+			a.log.Warn("plugin activation keeps failing: trying again every slow retry interval, for as long as its file is there",
+				"failures", a.status.GetFailures(), "interval", delay)
+		}
+	}
+	a.observe(then)
+	a.log.Debug("plugin activation failed: trying again", "failures", a.status.GetFailures(), "delay", delay, "error", err)
 	a.status.State = messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING
-	root, self := ctx.ActorSystem().Root, ctx.Self()
-	a.timer = time.AfterFunc(d.Delay, func() { root.Send(self, &retryDue{}) })
+	a.status.NextAttemptTime = timestamppb.New(now.Add(delay))
+	a.stopTimer()
+	root, self, due := ctx.ActorSystem().Root, ctx.Self(), &retryTimer{}
+	a.timer, a.due = a.cfg.clock.AfterFunc(delay, func() { root.Send(self, &retryDue{timer: due}) }), due
 	a.report(ctx)
+}
+
+func (a *activator) observe(then string) {
+	if a.cfg.metrics != nil {
+		a.cfg.metrics.ActivationFailed(a.c.Name, then)
+	}
 }
 
 func (a *activator) onReactivate(ctx actor.Context, msg *messages.ReactivateDiscoveredPlugin) {
@@ -449,7 +529,7 @@ func (a *activator) report(ctx actor.Context) {
 func (a *activator) stopTimer() {
 	if a.timer != nil {
 		a.timer.Stop()
-		a.timer = nil
+		a.timer, a.due = nil, nil
 	}
 }
 

@@ -45,15 +45,34 @@ func DefaultLookupBackoff() []time.Duration {
 	return []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 }
 
-// DefaultRetry returns the retry policy of failed activations when
-// Config.Retry is zero: after 250ms, doubling up to 30s, giving up at the
-// ninth failure within 10 minutes (about a minute of trying, as Docker's 30
-// seconds, and some).
+// DefaultRetry returns the fast backoff of failed activations when
+// Config.Retry is zero: after 250ms, doubling up to 30s, for 8 retries
+// within 10 minutes (about a minute of trying, as Docker's 30 seconds, and
+// some). After that the slow retry takes over (Config.SlowRetry).
 func DefaultRetry() supervisor.Spec {
 	return supervisor.Spec{
 		MaxRestarts: 8, Within: 10 * time.Minute, InitialDelay: 250 * time.Millisecond,
 		MaxDelay: 30 * time.Second, Multiplier: 2, Jitter: 0.2,
 	}
+}
+
+// Defaults of Config.
+const (
+	// DefaultSlowRetry is the time between activations of a plugin whose
+	// fast backoff gave up.
+	DefaultSlowRetry = time.Minute
+	// DefaultGrace is how long a plugin's file may be gone before the
+	// plugin is: a socket recreated within it is the same plugin.
+	DefaultGrace = 3 * time.Second
+)
+
+// Metrics hears of discovery's failed activations; implementations must be
+// safe for concurrent use.
+type Metrics interface {
+	// ActivationFailed counts one failed activation of plugin name, and
+	// what follows it: "retry" (the fast backoff), "slow" (the slow retry)
+	// or "wait" (for the file to change).
+	ActivationFailed(name, then string)
 }
 
 // Config configures discovery. Dirs and Registry are required.
@@ -72,10 +91,23 @@ type Config struct {
 	ActivateTimeout time.Duration
 	// CSITimeout bounds one CSI identity handshake (default DefaultCSITimeout).
 	CSITimeout time.Duration
-	// Retry is the policy for failed activations (default DefaultRetry()):
-	// its delays are the backoff between attempts, and its limit when to
-	// give up. Its Decider is consulted with the error.
+	// Retry is the fast backoff of failed activations (default
+	// DefaultRetry()): its delays are the waits between attempts, and its
+	// limit when the slow retry takes over. Its Decider is consulted with
+	// the error.
 	Retry supervisor.Spec
+	// SlowRetry is the time between activations once the fast backoff gave
+	// up (default DefaultSlowRetry): a plugin is retried for as long as its
+	// file is there.
+	SlowRetry time.Duration
+	// Grace is how long a plugin's file may be missing before the plugin
+	// is gone (default DefaultGrace): a socket removed and recreated within
+	// it keeps its registrations and its place.
+	Grace time.Duration
+	// Clock times the retries and the grace period (default the real one).
+	Clock supervisor.Clock
+	// Metrics, when set, counts failed activations.
+	Metrics Metrics
 	// Supervision is the restart policy of the watcher and activator
 	// actors when they fail (panic); its OnGiveUp must be Stop.
 	Supervision supervisor.Spec
@@ -96,8 +128,14 @@ func (c Config) validate() error {
 	}
 	_, errs := c.Dirs.usable()
 	problems = append(problems, errs...)
-	if c.RescanInterval < 0 || c.ActivateTimeout < 0 || c.CSITimeout < 0 || slices.ContainsFunc(c.LookupBackoff, func(d time.Duration) bool { return d < 0 }) {
-		problems = append(problems, errors.New("durations must not be negative"))
+	for field, d := range map[string]time.Duration{"RescanInterval": c.RescanInterval, "ActivateTimeout": c.ActivateTimeout,
+		"CSITimeout": c.CSITimeout, "SlowRetry": c.SlowRetry, "Grace": c.Grace} {
+		if d < 0 {
+			problems = append(problems, fmt.Errorf("%s is %v, must not be negative", field, d))
+		}
+	}
+	if slices.ContainsFunc(c.LookupBackoff, func(d time.Duration) bool { return d < 0 }) {
+		problems = append(problems, errors.New("LookupBackoff durations must not be negative"))
 	}
 	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
 		problems = append(problems, fmt.Errorf("Supervision.OnGiveUp is %v, must be stop", giveUp))
@@ -114,6 +152,9 @@ func (c Config) withDefaults() Config {
 	c.RescanInterval = cmp.Or(c.RescanInterval, DefaultRescanInterval)
 	c.ActivateTimeout = cmp.Or(c.ActivateTimeout, DefaultActivateTimeout)
 	c.CSITimeout = cmp.Or(c.CSITimeout, DefaultCSITimeout)
+	c.SlowRetry = cmp.Or(c.SlowRetry, DefaultSlowRetry)
+	c.Grace = cmp.Or(c.Grace, DefaultGrace)
+	c.Clock = cmp.Or(c.Clock, supervisor.RealClock)
 	if reflect.ValueOf(c.Retry).IsZero() {
 		c.Retry = DefaultRetry()
 	}
@@ -154,7 +195,8 @@ func Start(system *actor.ActorSystem, cfg Config) (*Discovery, error) {
 	}
 	published := &atomic.Pointer[[]*messages.DiscoveredPlugin]{}
 	published.Store(&[]*messages.DiscoveredPlugin{})
-	props := actor.PropsFromProducer(func() actor.Actor { return newDiscoveryActor(cfg, published) },
+	subscribers := plugintype.NewSubscribers() // outlives a restart after a panic
+	props := actor.PropsFromProducer(func() actor.Actor { return newDiscoveryActor(cfg, published, subscribers) },
 		actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
@@ -227,6 +269,7 @@ func (d *Discovery) Get(ctx context.Context, name, implements string) (*messages
 			timer.Stop()
 		}
 	}()
+	asked := false
 	for step := 0; ; {
 		s := d.registry.Snapshot()
 		if p, ok := s.Current(ptype, name); ok {
@@ -239,6 +282,12 @@ func (d *Discovery) Get(ctx context.Context, name, implements string) (*messages
 		if step == len(d.backoff) {
 			return nil, &PluginError{Name: name, Kind: ErrNotFound,
 				Err: fmt.Errorf("not registered after %d lookups", len(d.backoff)+1)}
+		}
+		if !asked {
+			// Lazy activation: a plugin found but waiting out a backoff is
+			// tried now, and the directories are looked at again.
+			d.system.Root.Send(d.pid, &activateNow{name: name})
+			asked = true
 		}
 		if timer == nil {
 			timer = time.NewTimer(d.backoff[step])
@@ -370,7 +419,17 @@ type found struct {
 	file      fileID
 	activator *actor.PID // nil while the plugin's file is bad
 	status    *messages.DiscoveredPlugin
+	missing   time.Time // when its file was first missed; zero while it is there
 }
+
+// The discovery actor's messages to itself.
+type (
+	// activateNow is sent by Discovery.Get when it finds no registration
+	// of the plugin it asks for.
+	activateNow struct{ name string }
+	// graceOver is sent by the grace timer: missing files are looked for again.
+	graceOver struct{}
+)
 
 // scanRun is one scan of the directories, on a goroutine of its own.
 type scanRun struct{ done chan struct{} }
@@ -405,11 +464,16 @@ type discoveryActor struct {
 	scan        *scanRun // in flight, or nil
 	again       bool     // a change arrived during the scan in flight
 	dirProblems map[string]bool
+	graceTimer  supervisor.Stopper // armed while a plugin's file is missing
 }
 
-func newDiscoveryActor(cfg Config, published *atomic.Pointer[[]*messages.DiscoveredPlugin]) *discoveryActor {
+// newDiscoveryActor makes an incarnation of the discovery actor. The
+// subscribers and the published list are the facade's and outlive a
+// restart after a panic; what is known of the plugins on disk does not:
+// the new incarnation's watchers scan again.
+func newDiscoveryActor(cfg Config, published *atomic.Pointer[[]*messages.DiscoveredPlugin], subscribers *plugintype.Subscribers) *discoveryActor {
 	return &discoveryActor{cfg: cfg, log: cfg.Logger, published: published, plugins: map[string]*found{},
-		subscribers: plugintype.NewSubscribers(), dirProblems: map[string]bool{}}
+		subscribers: subscribers, dirProblems: map[string]bool{}}
 }
 
 // Receive handles the watchers' news, scans, activators' reports,
@@ -430,6 +494,11 @@ func (a *discoveryActor) Receive(ctx actor.Context) {
 		a.onTerminated(ctx, msg)
 	case *messages.SubscribeDiscovery:
 		a.onSubscribe(ctx, msg)
+	case *activateNow:
+		a.onActivateNow(ctx, msg)
+	case *graceOver:
+		a.graceTimer = nil
+		a.onDirectoryChanged(ctx)
 	case *actor.Stopping, *actor.Restarting:
 		a.release()
 	}
@@ -475,18 +544,19 @@ func (a *discoveryActor) onScanned(ctx actor.Context, msg *scanned) {
 	}
 	bad := map[string]*PluginError{}
 	for _, err := range msg.errs {
-		if pe := (*PluginError)(nil); errors.As(err, &pe) && pe.Name != "" {
+		pe := (*PluginError)(nil)
+		switch {
+		case errors.As(err, &pe) && errors.Is(pe, ErrNotFound):
+			// Listed, then gone before it was looked at (a socket being
+			// recreated): missing, with its grace period, not bad.
+		case pe != nil && pe.Name != "":
 			bad[pe.Name] = pe
-		} else if !a.dirProblems[err.Error()] {
+		case !a.dirProblems[err.Error()]:
 			a.dirProblems[err.Error()] = true
 			a.log.Warn("cannot read a plugin directory", "error", err)
 		}
 	}
-	for name, f := range a.plugins {
-		if !present[name] && bad[name] == nil {
-			a.gone(ctx, name, f)
-		}
-	}
+	a.missing(ctx, present, bad)
 	for name, pe := range bad {
 		a.invalid(ctx, name, pe)
 	}
@@ -510,7 +580,8 @@ func (a *discoveryActor) found(ctx actor.Context, c Candidate, file fileID) {
 		f.activator = ctx.SpawnPrefix(newActivatorProps(activatorConfig{
 			candidate: c, registry: a.cfg.Registry, reportTo: ctx.Self(),
 			activateTimeout: a.cfg.ActivateTimeout, csiTimeout: a.cfg.CSITimeout,
-			retry: a.cfg.Retry, log: a.log.Named("activator"),
+			retry: a.cfg.Retry, slowRetry: a.cfg.SlowRetry, clock: a.cfg.Clock, metrics: a.cfg.Metrics,
+			log: a.log.Named("activator"),
 		}), "activator")
 		a.log.Debug("plugin found", "plugin", c.Name, "file", c.Source, "address", c.Addr)
 	case !sameCandidate(f.candidate, c) || f.file != file:
@@ -535,6 +606,47 @@ func (a *discoveryActor) invalid(ctx actor.Context, name string, pe *PluginError
 	f.status = &messages.DiscoveredPlugin{Name: name, Source: pe.Path, Error: pe.Error(),
 		State: messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID}
 	a.changed(ctx, f.status)
+}
+
+// missing handles the plugins whose file the scan did not find. One with
+// an activator keeps it, and its registrations, for the grace period: a
+// socket recreated meanwhile is the same plugin. Past the grace period, or
+// at once for a plugin with nothing to keep, the plugin is gone.
+func (a *discoveryActor) missing(ctx actor.Context, present map[string]bool, bad map[string]*PluginError) {
+	now := a.cfg.Clock.Now()
+	var next time.Duration
+	for name, f := range a.plugins {
+		if present[name] || bad[name] != nil {
+			f.missing = time.Time{}
+			continue
+		}
+		if f.activator != nil && f.missing.IsZero() {
+			f.missing = now
+			a.log.Debug("plugin file is missing: waiting for it to come back", "plugin", name, "grace", a.cfg.Grace)
+		}
+		left := a.cfg.Grace - now.Sub(f.missing)
+		if f.activator == nil || left <= 0 {
+			a.gone(ctx, name, f)
+			continue
+		}
+		if next == 0 || left < next {
+			next = left
+		}
+	}
+	if next > 0 && a.graceTimer == nil {
+		root, self := ctx.ActorSystem().Root, ctx.Self()
+		a.graceTimer = a.cfg.Clock.AfterFunc(next, func() { root.Send(self, &graceOver{}) })
+	}
+}
+
+// onActivateNow passes a caller's interest in a plugin to its activator,
+// and looks at the directories again for a plugin not found yet.
+func (a *discoveryActor) onActivateNow(ctx actor.Context, msg *activateNow) {
+	if f := a.plugins[msg.name]; f != nil && f.activator != nil {
+		ctx.Send(f.activator, &retryNow{})
+		return
+	}
+	a.onDirectoryChanged(ctx)
 }
 
 func (a *discoveryActor) gone(ctx actor.Context, name string, f *found) {
@@ -635,8 +747,13 @@ func (a *discoveryActor) onSubscribe(ctx actor.Context, msg *messages.SubscribeD
 	a.subscribers.Subscribe(ctx, msg.GetSubscriber(), replay...)
 }
 
-// release waits for the scan in flight, so that nothing outlives the actor.
+// release stops the grace timer and waits for the scan in flight, so that
+// nothing outlives the actor.
 func (a *discoveryActor) release() {
+	if a.graceTimer != nil {
+		a.graceTimer.Stop()
+		a.graceTimer = nil
+	}
 	if a.scan != nil {
 		<-a.scan.done
 		a.scan = nil

@@ -217,14 +217,14 @@ func TestPluginsAreRegisteredWhenTheyAppearAndDeregisteredWhenTheyGo(t *testing.
 			},
 		},
 		{
-			name: "a .json file naming a TLS address, with its TLS settings", plugin: "secure", ptypes: []string{TypeDockerAuthz},
+			name: "a .json file naming an https address, with its TLS settings", plugin: "secure", ptypes: []string{TypeDockerAuthz},
 			start: func(t *testing.T, e *env) func() {
 				pki := newTestPKI(t)
 				l, err := net.Listen("tcp", "127.0.0.1:0")
 				require.NoError(t, err)
 				serveOn(t, tls.NewListener(l, pki.serverConfig), sdk.NewHandler(manifestJSON("authz")))
 				spec := filepath.Join(e.specs, "secure.json")
-				writeFile(t, spec, fmt.Sprintf(`{"Addr": "tcp://%s", "TLSConfig": {"CAFile": %q, "CertFile": %q, "KeyFile": %q}}`,
+				writeFile(t, spec, fmt.Sprintf(`{"Addr": "https://%s", "TLSConfig": {"CAFile": %q, "CertFile": %q, "KeyFile": %q}}`,
 					l.Addr(), pki.ca, pki.cert, pki.key))
 				return func() { require.NoError(t, os.Remove(spec)) }
 			},
@@ -327,13 +327,13 @@ func TestBadPluginsAreReportedAloneAndNothingElseIsDisturbed(t *testing.T) {
 		{"a name over the length limit", strings.Repeat("n", MaxNameLen+1), messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID, ErrInvalidName},
 		{"a socket path that is a regular file", "regular", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID, ErrNotSocket},
 		{"a symlink loop", "loop", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID, ErrUnreadable},
-		{"a plugin that never answers activation", "silent", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, ErrTimeout},
-		{"an activation answered with invalid JSON", "badjson", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, ErrBadResponse},
-		{"an activation answered with the wrong content type", "html", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, ErrBadResponse},
-		{"an activation answered with HTTP 500", "fails", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, ErrPluginFailed},
-		{"an activation answered with HTTP 404", "missing", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, ErrNotAPlugin},
+		{"a plugin that never answers activation", "silent", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING, ErrTimeout},
+		{"an activation answered with invalid JSON", "badjson", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING, ErrBadResponse},
+		{"an activation answered with the wrong content type", "html", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING, ErrBadResponse},
+		{"an activation answered with HTTP 500", "fails", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING, ErrPluginFailed},
+		{"an activation answered with HTTP 404", "missing", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING, ErrNotAPlugin},
 		{"a manifest that implements nothing", "nothing", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, ErrUnusable},
-		{"a socket that speaks neither protocol", "mute", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, ErrUnknownProtocol},
+		{"a socket that speaks neither protocol", "mute", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING, ErrUnknownProtocol},
 	}
 	e.registered(t, TypeDockerVolume, "good")
 	for _, tt := range tests {
@@ -341,7 +341,7 @@ func TestBadPluginsAreReportedAloneAndNothingElseIsDisturbed(t *testing.T) {
 			var status *messages.DiscoveredPlugin
 			require.Eventually(t, func() bool {
 				for _, p := range e.d.Plugins() {
-					if p.GetName() == tt.plugin && p.GetState() == tt.state {
+					if p.GetName() == tt.plugin && p.GetState() == tt.state && (tt.state != messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING || p.GetFailures() >= 2) {
 						status = p
 						return true
 					}
@@ -350,6 +350,9 @@ func TestBadPluginsAreReportedAloneAndNothingElseIsDisturbed(t *testing.T) {
 			}, wait, 10*time.Millisecond, "plugin %q never reached %v; discovery has %v", tt.plugin, tt.state, e.d.Plugins())
 			require.Contains(t, status.GetError(), tt.wantErr.Error())
 			require.Contains(t, status.GetError(), fmt.Sprintf("%q", tt.plugin), "the error names the plugin")
+			if tt.state == messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING {
+				require.NotNil(t, status.GetNextAttemptTime(), "past the fast backoff, a next attempt is due: nothing is given up for good")
+			}
 			require.Empty(t, status.GetRegistered())
 			require.Contains(t, e.logs.String(), tt.plugin, "the log names the plugin")
 			require.Contains(t, e.logs.String(), filepath.Base(status.GetSource()), "the log names the file")

@@ -30,21 +30,27 @@
 // must be a socket; addresses use the schemes unix, tcp (a port is
 // required), http or https; spec files are at most 64 KiB.
 //
+// # Addresses and TLS, as Docker
+//
+// unix://, tcp://, http:// and https:// are accepted. Only https:// speaks
+// TLS: a tcp:// or http:// address is plain HTTP even when its .json spec
+// has a TLSConfig. An https:// address in a .spec file skips certificate
+// verification, as Docker's local plugins do, and so does a .json
+// TLSConfig without a CAFile; with a CAFile, the certificate is verified
+// against the system roots and that CA unless InsecureSkipVerify is set.
+//
 // # Where plugvisor differs from Docker
 //
-//   - Docker sends plain HTTP to a tcp:// address even when its .json spec
-//     has a TLSConfig; plugvisor uses TLS there, as the spec asks. A TLSConfig
-//     with an http:// address is an error rather than silently unused.
-//   - Docker turns certificate verification off for https:// addresses in
-//     .spec files, and for .json TLSConfig objects without a CAFile;
-//     plugvisor verifies unless InsecureSkipVerify is set.
+//   - Docker accepts a tcp:// address without a port (and fails to dial
+//     it); plugvisor reports it at discovery.
 //   - Docker accepts any URL scheme in a spec file and relative unix paths
 //     (unix://x.sock); plugvisor rejects them.
 //   - Docker ignores the Content-Type of answers; plugvisor accepts only
 //     JSON ones (application/vnd.docker.plugins.v1.N+json or
 //     application/json) or none.
 //   - Docker retries a failed activation for 30 seconds; Activate tries once
-//     and leaves retries to its caller. It follows no redirects and uses no
+//     and leaves retries to its caller (the discovery actor retries with a
+//     fast backoff, then every minute, for as long as the file is there). It follows no redirects and uses no
 //     HTTP proxy.
 //
 // # Talking to plugins

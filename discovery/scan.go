@@ -222,7 +222,9 @@ func collect(dir string, add func(name, path string), exts ...string) []error {
 	for _, e := range entries {
 		n := e.Name()
 		if ext := filepath.Ext(n); slices.Contains(exts, ext) {
-			add(strings.TrimSuffix(n, ext), filepath.Join(dir, n))
+			if name := strings.TrimSuffix(n, ext); name != "" { // ".spec" names no plugin: ignored
+				add(name, filepath.Join(dir, n))
+			}
 			continue
 		}
 		for _, ext := range exts {

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,11 @@ import (
 	"github.com/docker/go-plugins-helpers/volume"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	actorprobe "github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
+	"github.com/plugvisor/plugvisor/supervisor"
 )
 
 func TestMain(m *testing.M) {
@@ -119,7 +125,7 @@ func TestScanFindsEveryKindOfPlugin(t *testing.T) {
 		"run/0123abcd/other.sock": socketFile, // a managed plugin's directory
 		"run/plain":               socketFile, // no .sock extension
 		"etc/d.spec":              "unix://{root}/elsewhere/d.sock\n",
-		"etc/e.json":              `{"Name": "e", "Addr": "tcp://127.0.0.1:7000", "TLSConfig": {"CAFile": "/ca.pem"}}`,
+		"etc/e.json":              `{"Name": "e", "Addr": "https://127.0.0.1:7000", "TLSConfig": {"CAFile": "/ca.pem"}}`,
 		"etc/f/f.spec":            "https://plugins.example:8443",
 		"etc/g.json":              `{"Addr": "unix:///x/g.sock"}`,
 		"etc/h/h.json":            `{"Addr": "http://10.1.1.1"}`,
@@ -137,8 +143,8 @@ func TestScanFindsEveryKindOfPlugin(t *testing.T) {
 		{Name: "b", Kind: KindSocket, Source: run + "/b/b.sock", Addr: "unix://" + run + "/b/b.sock", SocketPath: run + "/b/b.sock"},
 		{Name: "c", Kind: KindSocket, Source: run + "/c.sock", Addr: "unix://" + run + "/c.sock", SocketPath: run + "/c.sock"},
 		{Name: "d", Kind: KindSpec, Source: etc + "/d.spec", Addr: "unix://" + root + "/elsewhere/d.sock", SocketPath: root + "/elsewhere/d.sock"},
-		{Name: "e", Kind: KindJSON, Source: etc + "/e.json", Addr: "tcp://127.0.0.1:7000", TCPAddr: "127.0.0.1:7000", TLS: &TLSConfig{CAFile: "/ca.pem"}},
-		{Name: "f", Kind: KindSpec, Source: etc + "/f/f.spec", Addr: "https://plugins.example:8443", TCPAddr: "plugins.example:8443", TLS: &TLSConfig{}},
+		{Name: "e", Kind: KindJSON, Source: etc + "/e.json", Addr: "https://127.0.0.1:7000", TCPAddr: "127.0.0.1:7000", TLS: &TLSConfig{CAFile: "/ca.pem"}},
+		{Name: "f", Kind: KindSpec, Source: etc + "/f/f.spec", Addr: "https://plugins.example:8443", TCPAddr: "plugins.example:8443", TLS: &TLSConfig{InsecureSkipVerify: true}},
 		{Name: "g", Kind: KindJSON, Source: etc + "/g.json", Addr: "unix:///x/g.sock", SocketPath: "/x/g.sock"},
 		{Name: "h", Kind: KindJSON, Source: etc + "/h/h.json", Addr: "http://10.1.1.1", TCPAddr: "10.1.1.1:80"},
 		{Name: "i", Kind: KindSpec, Source: usr + "/i.spec", Addr: "tcp://[::1]:9000", TCPAddr: "[::1]:9000"},
@@ -395,6 +401,9 @@ type crossCheckSetup struct {
 	Binds   map[string]string // Docker's directory → the test's directory to mount over it
 	Scratch string            // an empty directory for the child's tmpfs
 	HostNS  string            // the parent's mount namespace, which the child must have left
+	// LateSocket is where the child starts the "late" plugin, once
+	// plugvisor's fast retries for it are over.
+	LateSocket string
 }
 
 // foundPlugin is one activated plugin, as either side saw it.
@@ -413,6 +422,9 @@ type crossCheckReport struct {
 
 type crossCheckResult struct {
 	Docker, Plugvisor crossCheckReport
+	// LateFound is what plugvisor's discovery actor registered for the
+	// late plugin: its address, after its fast retries had given up.
+	LateFound string
 }
 
 func TestDockerCrossCheck(t *testing.T) {
@@ -454,7 +466,18 @@ func TestDockerCrossCheck(t *testing.T) {
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	serveOn(t, tcp, volume.NewHandler(activationOnly{}))
+	// Two TLS servers: one that wants a client certificate, one that does not.
+	pki := newTestPKI(t)
+	mtls, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	serveOn(t, tls.NewListener(mtls, pki.serverConfig), sdk.NewHandler(manifestJSON("authz")))
+	anyClient := pki.serverConfig.Clone()
+	anyClient.ClientAuth = tls.NoClientCert
+	plainTLS, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	serveOn(t, tls.NewListener(plainTLS, anyClient), volume.NewHandler(activationOnly{}))
 	unixAddr := func(sock string) string { return "unix://" + filepath.Join(other, sock+".sock") }
+	certs := `"CertFile": "` + pki.cert + `", "KeyFile": "` + pki.key + `"`
 	tree{
 		"etc/shadow.spec":          unixAddr("shadow"), // loses to run/shadow.sock
 		"etc/gamma.spec":           unixAddr("gamma") + "\n",
@@ -466,15 +489,25 @@ func TestDockerCrossCheck(t *testing.T) {
 		"etc/zeta.json":            `{"Addr": "` + unixAddr("zeta-json") + `"}`, // beats usr/zeta.spec
 		"usr/zeta.spec":            unixAddr("zeta-spec"),
 		"etc/broken.spec":          "no scheme here",
+		"etc/late.spec":            unixAddr("late"), // starts after the fast retries
+		// Docker's address and TLS rules:
+		"etc/httpvol.spec":     "http://" + tcp.Addr().String(),
+		"etc/httpsspec.spec":   "https://" + plainTLS.Addr().String(),                                                    // a .spec skips verification
+		"etc/tcptls.json":      `{"Addr": "tcp://` + tcp.Addr().String() + `", "TLSConfig": {"CAFile": "/nonexistent"}}`, // unused, but loaded: broken
+		"etc/httptls.json":     `{"Addr": "http://` + tcp.Addr().String() + `", "TLSConfig": {` + certs + `}}`,           // so is http
+		"etc/tlsca.json":       `{"Addr": "https://` + mtls.Addr().String() + `", "TLSConfig": {"CAFile": "` + pki.ca + `", ` + certs + `}}`,
+		"etc/tlsnoca.json":     `{"Addr": "https://` + mtls.Addr().String() + `", "TLSConfig": {` + certs + `}}`, // no CA: no verification
+		"etc/tlsinsecure.json": `{"Addr": "https://` + mtls.Addr().String() + `", "TLSConfig": {"InsecureSkipVerify": true, "CAFile": "/nonexistent", ` + certs + `}}`,
 	}.build(t, root)
 
 	setup, err := json.Marshal(crossCheckSetup{
-		Binds:   map[string]string{docker.Sockets[0]: run, docker.Specs[0]: etc, docker.Specs[1]: usr},
-		Scratch: scratch,
-		HostNS:  hostNS,
+		Binds:      map[string]string{docker.Sockets[0]: run, docker.Specs[0]: etc, docker.Specs[1]: usr},
+		Scratch:    scratch,
+		HostNS:     hostNS,
+		LateSocket: filepath.Join(other, "late.sock"),
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, unshare, "--mount", "--propagation", "private",
 		os.Args[0], "-test.run=^TestDockerCrossCheckHelper$", "-test.count=1")
@@ -504,15 +537,24 @@ func TestDockerCrossCheck(t *testing.T) {
 			{"epsilon", unixAddr("eps"), []string{"MetricsCollector"}},
 			{"eta", unixAddr("eta-spec"), []string{"VolumeDriver"}},
 			{"gamma", unixAddr("gamma"), []string{"authz"}},
+			{"httpsspec", "https://" + plainTLS.Addr().String(), []string{"VolumeDriver"}},
+			{"httptls", "http://" + tcp.Addr().String(), []string{"VolumeDriver"}},
+			{"httpvol", "http://" + tcp.Addr().String(), []string{"VolumeDriver"}},
+			{"late", unixAddr("late"), []string{"VolumeDriver"}},
 			{"shadow", dockerSock("shadow.sock"), []string{"VolumeDriver", "IpamDriver"}},
 			{"tcpvol", "tcp://" + tcp.Addr().String(), []string{"VolumeDriver"}},
+			{"tlsca", "https://" + mtls.Addr().String(), []string{"authz"}},
+			{"tlsinsecure", "https://" + mtls.Addr().String(), []string{"authz"}},
+			{"tlsnoca", "https://" + mtls.Addr().String(), []string{"authz"}},
 			{"zeta", unixAddr("zeta-json"), []string{"IpamDriver"}},
 		},
-		VolumeDrivers: []string{"alpha", "eta", "shadow", "tcpvol"},
-		Broken:        []string{"broken"},
+		VolumeDrivers: []string{"alpha", "eta", "httpsspec", "httptls", "httpvol", "late", "shadow", "tcpvol"},
+		Broken:        []string{"broken", "tcptls"},
 	}
 	require.Equal(t, want, result.Docker, "Docker finds the layout as built")
 	require.Equal(t, result.Docker, result.Plugvisor, "plugvisor finds what Docker finds")
+	require.Equal(t, filepath.Join(other, "late.sock"), result.LateFound,
+		"plugvisor's discovery registered the plugin that started after its fast retries")
 
 	for _, p := range dockerPaths {
 		if !existedBefore[p] {
@@ -545,9 +587,57 @@ func TestDockerCrossCheckHelper(t *testing.T) {
 		bindOver(t, target, setup.Binds[target], setup.Scratch, overlaid)
 	}
 
-	out, err := json.Marshal(crossCheckResult{Docker: dockerFinds(t), Plugvisor: plugvisorFinds(t)})
+	late := startLateWatch(t)
+	docker := dockerFinds(t) // Docker's activation retries until the late plugin answers
+	out, err := json.Marshal(crossCheckResult{Docker: docker, Plugvisor: plugvisorFinds(t), LateFound: late.found(t)})
 	require.NoError(t, err)
 	fmt.Println(crossCheckMarker + string(out))
+}
+
+// lateWatch is plugvisor's discovery actor over Docker's directories,
+// started in the child before anything else looks at them.
+type lateWatch struct {
+	d *Discovery
+}
+
+// startLateWatch starts discovery with fast retries that give up within
+// milliseconds, waits until they have given up on the late plugin, and
+// then starts that plugin: only the slow retry can find it.
+func startLateWatch(t *testing.T) lateWatch {
+	t.Helper()
+	var setup crossCheckSetup
+	require.NoError(t, json.Unmarshal([]byte(os.Getenv(crossCheckEnv)), &setup))
+	system := actorprobe.NewSystem(t)
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	require.NoError(t, err)
+	reg, err := registry.New(system, registry.Config{Bucket: bucket})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, reg.Shutdown()) })
+	d, err := Start(system, Config{Dirs: DockerDirs(), Registry: reg, ActivateTimeout: time.Second,
+		Retry:     supervisor.Spec{MaxRestarts: 1, Within: time.Minute, InitialDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond},
+		SlowRetry: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Shutdown()) })
+	require.Eventually(t, func() bool {
+		for _, p := range d.Plugins() {
+			if p.GetName() == "late" && p.GetFailures() >= 2 {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond, "the late plugin's fast retries never gave up")
+	serve(t, setup.LateSocket, volume.NewHandler(activationOnly{}))
+	return lateWatch{d: d}
+}
+
+// found waits for the late plugin's registration and returns its socket.
+func (w lateWatch) found(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := w.d.Get(ctx, "late", "VolumeDriver")
+	require.NoError(t, err)
+	return p.GetConnection().GetSocketPath()
 }
 
 // bindOver bind-mounts source over target. A target that does not exist is
@@ -591,7 +681,10 @@ func dockerFinds(t *testing.T) crossCheckReport {
 			continue
 		}
 		client, err := plugins.NewClient(p.Addr, p.TLSConfig)
-		require.NoError(t, err)
+		if err != nil {
+			rep.Broken = append(rep.Broken, name) // its TLS settings do not load
+			continue
+		}
 		var m plugins.Manifest
 		require.NoError(t, client.CallWithOptions("Plugin.Activate", nil, &m, plugins.WithRequestTimeout(5*time.Second)))
 		rep.Plugins = append(rep.Plugins, foundPlugin{Name: name, Addr: p.Addr, Implements: m.Implements})

@@ -80,13 +80,14 @@ type TLSConfig struct {
 	KeyFile            string
 }
 
-// ClientConfig builds the tls.Config that Activate and Call use: TLS 1.2 or
-// newer, the system roots plus CAFile when one is given, and the client
-// certificate CertFile/KeyFile when given. Unlike Docker, it never turns
-// certificate verification off by itself: only InsecureSkipVerify does.
+// ClientConfig builds the tls.Config that Activate and Call use, as Docker's
+// tlsconfig.Client does: TLS 1.2 or newer; unless InsecureSkipVerify, the
+// system roots plus CAFile when one is given; and the client certificate
+// CertFile/KeyFile when given. Which settings a spec file gets is decided
+// where it is read (see Candidate.TLS).
 func (t TLSConfig) ClientConfig() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // the spec file asks for it
-	if t.CAFile != "" {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // Docker's rule for local plugins
+	if t.CAFile != "" && !t.InsecureSkipVerify {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w: read CA file: %w", ErrTLSConfig, err)
@@ -130,17 +131,22 @@ type Candidate struct {
 	// TCPAddr is the host:port of a plugin reached over the network.
 	TCPAddr string
 	// TLS, when set, makes calls over TCPAddr use TLS with these settings.
-	// It is set for https:// addresses, and for tcp:// addresses whose .json
-	// spec has a TLSConfig object. It is nil for unix sockets.
+	// As in Docker, it is set for https:// addresses only: a tcp:// or
+	// http:// address is plain HTTP whatever the spec says. A .spec file's
+	// https:// skips certificate verification, as Docker's local plugins
+	// do; a .json file's TLSConfig without a CAFile does too; a .json file
+	// without a TLSConfig verifies against the system roots.
 	TLS *TLSConfig
 }
 
-// ConnectionInfo returns the registry's form of the candidate's address.
+// ConnectionInfo returns the registry's form of the candidate's address:
+// a socket path, or tcp://host:port with TLS settings when the plugin
+// speaks https (the registry knows only the tcp scheme).
 func (c Candidate) ConnectionInfo() *messages.ConnectionInfo {
 	if c.SocketPath != "" {
 		return &messages.ConnectionInfo{SocketPath: c.SocketPath}
 	}
-	ci := &messages.ConnectionInfo{Address: c.Addr}
+	ci := &messages.ConnectionInfo{Address: "tcp://" + c.TCPAddr}
 	if c.TLS != nil {
 		ci.Tls = &messages.TLSConfig{
 			InsecureSkipVerify: c.TLS.InsecureSkipVerify,
@@ -153,8 +159,9 @@ func (c Candidate) ConnectionInfo() *messages.ConnectionInfo {
 }
 
 // FromConnectionInfo builds the candidate for plugin name from the registry's
-// form of its address, with the checks that spec files get. The result has no
-// Kind or Source.
+// form of its address (see ConnectionInfo: a tcp address with TLS settings
+// is spoken to over https), with the checks that spec files get. The result
+// has no Kind or Source.
 func FromConnectionInfo(name string, ci *messages.ConnectionInfo) (Candidate, error) {
 	if err := ValidateName(name); err != nil {
 		return Candidate{}, &PluginError{Name: name, Kind: ErrInvalidName, Err: err}
@@ -169,6 +176,9 @@ func FromConnectionInfo(name string, ci *messages.ConnectionInfo) (Candidate, er
 	var t *TLSConfig
 	if m := ci.GetTls(); m != nil {
 		t = &TLSConfig{InsecureSkipVerify: m.GetInsecureSkipVerify(), CAFile: m.GetCaFile(), CertFile: m.GetCertFile(), KeyFile: m.GetKeyFile()}
+		if rest, ok := strings.CutPrefix(addr, "tcp://"); ok {
+			addr = "https://" + rest
+		}
 	}
 	c := Candidate{Name: name}
 	if err := c.setAddr(addr, t); err != nil {
@@ -267,7 +277,8 @@ func (c *Candidate) parseSpec(data []byte) error {
 	if addr == "" {
 		return c.errorf(ErrBadSpec, "empty spec file")
 	}
-	return c.setAddr(addr, nil)
+	// Docker's local plugins skip certificate verification.
+	return c.setAddr(addr, &TLSConfig{InsecureSkipVerify: true})
 }
 
 // specJSON is the shape of a .json spec file. As in Docker, Name is ignored:
@@ -287,6 +298,9 @@ func (c *Candidate) parseJSON(data []byte) error {
 	if s.Addr == "" {
 		return c.errorf(ErrBadSpec, "no Addr")
 	}
+	if s.TLSConfig != nil && s.TLSConfig.CAFile == "" {
+		s.TLSConfig.InsecureSkipVerify = true // as Docker: no CA, no verification
+	}
 	return c.setAddr(s.Addr, s.TLSConfig)
 }
 
@@ -300,6 +314,14 @@ func (c *Candidate) setAddr(addr string, t *TLSConfig) error {
 		return c.errorf(ErrBadAddress, "%q has user, query or fragment parts", addr)
 	}
 	c.Addr = addr
+	if t != nil && u.Scheme != "https" {
+		// As Docker, TLS settings are loaded whatever the scheme, and bad
+		// ones make the plugin unusable even where TLS is not spoken (for
+		// https, Activate and Call load them).
+		if _, err := t.ClientConfig(); err != nil {
+			return c.wrap(err)
+		}
+	}
 	switch u.Scheme {
 	case "unix":
 		// As in Docker, TLS settings do not apply to unix sockets.
@@ -340,10 +362,10 @@ func (c *Candidate) setTCPAddr(u *url.URL, t *TLSConfig) error {
 		return c.errorf(ErrBadAddress, "%q has no port", c.Addr)
 	}
 	switch {
-	case u.Scheme == "https" && t == nil:
+	case u.Scheme != "https":
+		t = nil // as Docker: only https speaks TLS
+	case t == nil:
 		t = &TLSConfig{}
-	case u.Scheme == "http" && t != nil:
-		return c.errorf(ErrBadAddress, "%q is plain http but TLSConfig is given; use https://", c.Addr)
 	}
 	c.TCPAddr = net.JoinHostPort(u.Hostname(), port)
 	c.TLS = t
@@ -365,7 +387,7 @@ func (c *Candidate) errorf(kind error, format string, args ...any) error {
 
 // wrap returns a *PluginError about c whose Kind is the sentinel err wraps.
 func (c *Candidate) wrap(err error) error {
-	kind := sentinelOf(err, ErrBadAddress, ErrSocketPathTooLong, ErrInvalidName)
+	kind := sentinelOf(err, ErrBadAddress, ErrSocketPathTooLong, ErrInvalidName, ErrTLSConfig)
 	return &PluginError{Name: c.Name, Path: c.Source, Kind: kind, Err: err}
 }
 

@@ -81,7 +81,7 @@ func TestParseSpecText(t *testing.T) {
 		{"a tcp URL gives host and port, in plain HTTP", "  tcp://10.0.0.1:8080  ", Candidate{Addr: "tcp://10.0.0.1:8080", TCPAddr: "10.0.0.1:8080"}, nil},
 		{"an IPv6 tcp URL keeps its brackets in host:port", "tcp://[::1]:9000", Candidate{Addr: "tcp://[::1]:9000", TCPAddr: "[::1]:9000"}, nil},
 		{"an http URL without port uses 80", "http://plugins.example", Candidate{Addr: "http://plugins.example", TCPAddr: "plugins.example:80"}, nil},
-		{"an https URL uses TLS with verification and port 443", "https://plugins.example/", Candidate{Addr: "https://plugins.example/", TCPAddr: "plugins.example:443", TLS: &TLSConfig{}}, nil},
+		{"an https URL uses TLS without verification and port 443, as Docker's local plugins", "https://plugins.example/", Candidate{Addr: "https://plugins.example/", TCPAddr: "plugins.example:443", TLS: &TLSConfig{InsecureSkipVerify: true}}, nil},
 		{"an empty file is a bad spec", " \n", Candidate{}, ErrBadSpec},
 		{"words are a bad spec", "just some words", Candidate{}, ErrBadSpec},
 		{"binary garbage is a bad spec", "\x00\x01\x02garbage", Candidate{}, ErrBadSpec},
@@ -103,13 +103,15 @@ func TestParseSpecJSON(t *testing.T) {
 	checkParse(t, KindJSON, []parseCase{
 		{"a unix address, Name ignored as in Docker", `{"Name": "other", "Addr": "unix:///run/p.sock"}`, Candidate{Addr: "unix:///run/p.sock", SocketPath: "/run/p.sock"}, nil},
 		{
-			"a tcp address with TLS settings uses TLS",
-			`{"Addr": "tcp://10.0.0.1:443", "TLSConfig": {"InsecureSkipVerify": true, "CAFile": "/ca.pem", "CertFile": "/c.pem", "KeyFile": "/k.pem"}}`,
-			Candidate{Addr: "tcp://10.0.0.1:443", TCPAddr: "10.0.0.1:443", TLS: &TLSConfig{InsecureSkipVerify: true, CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem"}},
+			"a tcp address with TLS settings is plain HTTP, as in Docker",
+			`{"Addr": "tcp://10.0.0.1:443", "TLSConfig": {"InsecureSkipVerify": true, "CAFile": "/ca.pem"}}`,
+			Candidate{Addr: "tcp://10.0.0.1:443", TCPAddr: "10.0.0.1:443"},
 			nil,
 		},
 		{"a tcp address without TLS settings is plain HTTP", `{"Addr": "tcp://10.0.0.1:80"}`, Candidate{Addr: "tcp://10.0.0.1:80", TCPAddr: "10.0.0.1:80"}, nil},
-		{"TLS settings on a unix address are ignored, as in Docker", `{"Addr": "unix:///run/p.sock", "TLSConfig": {"CAFile": "/ca.pem"}}`, Candidate{Addr: "unix:///run/p.sock", SocketPath: "/run/p.sock"}, nil},
+		{"TLS settings on a unix address are ignored, as in Docker", `{"Addr": "unix:///run/p.sock", "TLSConfig": {}}`, Candidate{Addr: "unix:///run/p.sock", SocketPath: "/run/p.sock"}, nil},
+		{"TLS settings that do not load break a unix address, as in Docker", `{"Addr": "unix:///run/p.sock", "TLSConfig": {"CAFile": "/nonexistent/ca.pem"}}`, Candidate{}, ErrTLSConfig},
+		{"TLS settings that do not load break a tcp address, as in Docker", `{"Addr": "tcp://h:1", "TLSConfig": {"CertFile": "/nonexistent/c.pem", "KeyFile": "/nonexistent/k.pem"}}`, Candidate{}, ErrTLSConfig},
 		{"unknown fields are ignored, as in Docker", `{"Addr": "tcp://h:1", "Version": 3}`, Candidate{Addr: "tcp://h:1", TCPAddr: "h:1"}, nil},
 		{"invalid JSON is a bad spec", `{"Addr": `, Candidate{}, ErrBadSpec},
 		{"a JSON array is a bad spec", `["tcp://h:1"]`, Candidate{}, ErrBadSpec},
@@ -117,7 +119,10 @@ func TestParseSpecJSON(t *testing.T) {
 		{"a string for InsecureSkipVerify is a bad spec", `{"Addr": "tcp://h:1", "TLSConfig": {"InsecureSkipVerify": "yes"}}`, Candidate{}, ErrBadSpec},
 		{"a missing Addr is a bad spec", `{"Name": "p"}`, Candidate{}, ErrBadSpec},
 		{"trailing garbage is a bad spec", `{"Addr": "tcp://h:1"} junk`, Candidate{}, ErrBadSpec},
-		{"TLS settings with plain http are a bad address", `{"Addr": "http://h:1", "TLSConfig": {}}`, Candidate{}, ErrBadAddress},
+		{"TLS settings with plain http are unused, as in Docker", `{"Addr": "http://h:1", "TLSConfig": {}}`, Candidate{Addr: "http://h:1", TCPAddr: "h:1"}, nil},
+		{"an https address with a CA verifies", `{"Addr": "https://h:1", "TLSConfig": {"CAFile": "/ca.pem"}}`, Candidate{Addr: "https://h:1", TCPAddr: "h:1", TLS: &TLSConfig{CAFile: "/ca.pem"}}, nil},
+		{"an https address with TLS settings but no CA skips verification", `{"Addr": "https://h:1", "TLSConfig": {"CertFile": "/c.pem", "KeyFile": "/k.pem"}}`, Candidate{Addr: "https://h:1", TCPAddr: "h:1", TLS: &TLSConfig{InsecureSkipVerify: true, CertFile: "/c.pem", KeyFile: "/k.pem"}}, nil},
+		{"an https address without TLS settings verifies against the system roots", `{"Addr": "https://h:1"}`, Candidate{Addr: "https://h:1", TCPAddr: "h:1", TLS: &TLSConfig{}}, nil},
 		{"a relative unix address is a bad address", `{"Addr": "unix://p.sock"}`, Candidate{}, ErrBadAddress},
 		{"an unknown scheme is a bad scheme", `{"Addr": "gopher://h:70"}`, Candidate{}, ErrBadScheme},
 	})
@@ -158,7 +163,7 @@ func TestConnectionInfoRoundTrip(t *testing.T) {
 		{
 			name: "TLS settings travel along",
 			c:    Candidate{Name: "p", Addr: "https://h:1", TCPAddr: "h:1", TLS: &TLSConfig{CAFile: "/ca", CertFile: "/c", KeyFile: "/k"}},
-			want: &messages.ConnectionInfo{Address: "https://h:1", Tls: &messages.TLSConfig{CaFile: "/ca", CertFile: "/c", KeyFile: "/k"}},
+			want: &messages.ConnectionInfo{Address: "tcp://h:1", Tls: &messages.TLSConfig{CaFile: "/ca", CertFile: "/c", KeyFile: "/k"}},
 		},
 	}
 	for _, tt := range tests {

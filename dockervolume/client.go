@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // PluginType is the plugvisor plugin type of Docker volume plugins.
@@ -201,4 +202,13 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, method string,
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return discovery.Call(ctx, c.plugin, "VolumeDriver."+method, req, resp)
+}
+
+// clientOf returns a client for plugin name at the registry's address ci.
+func clientOf(name string, ci *messages.ConnectionInfo) (*Client, error) {
+	c, err := discovery.FromConnectionInfo(name, ci)
+	if err != nil {
+		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
+	}
+	return NewClient(c), nil
 }

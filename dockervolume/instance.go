@@ -3,6 +3,8 @@ package dockervolume
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -14,6 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/plugintype"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/supervisor"
 )
 
 // StoppedDescription is the health description of an instance that stopped.
@@ -32,10 +35,34 @@ type instanceConfig struct {
 // instance is the docker-volume instance actor. It owns its plugin's
 // client, the poller that checks its health (off the actor's goroutine, one
 // check at a time) and the last health it reported.
+//
+// A healthy plugin is checked every interval. An unhealthy one is checked
+// again sooner, after a backoff that supervisor.Decide computes from
+// recheckSpec (1 s, doubling up to the interval), so that a plugin that
+// comes back is seen healthy within seconds.
 type instance struct {
-	cfg  instanceConfig
-	poll *plugintype.Poller[*messages.DockerVolumePluginHealth] // nil when the plugin's address is unusable
-	last *messages.DockerVolumePluginHealth
+	cfg     instanceConfig
+	client  *Client
+	poll    *plugintype.Poller[*messages.DockerVolumePluginHealth] // nil when the plugin's address is unusable
+	last    *messages.DockerVolumePluginHealth
+	history []time.Time // the unhealthy checks since the last healthy one
+	recheck supervisor.Stopper
+}
+
+// recheckDue is sent by the recheck timer of an unhealthy plugin.
+type recheckDue struct {
+	poll *plugintype.Poller[*messages.DockerVolumePluginHealth]
+}
+
+// DefaultRecheckDelay is the first wait before an unhealthy plugin is
+// checked again.
+const DefaultRecheckDelay = time.Second
+
+// recheckSpec is the backoff of checks of an unhealthy plugin: from
+// DefaultRecheckDelay, doubling up to the health interval, never giving up.
+func recheckSpec(interval time.Duration) supervisor.Spec {
+	return supervisor.Spec{MaxRestarts: math.MaxInt32, Within: 24 * time.Hour, InitialDelay: min(DefaultRecheckDelay, interval),
+		MaxDelay: interval, Multiplier: 2, Jitter: 0.1}
 }
 
 func newInstanceProps(cfg instanceConfig) *actor.Props {
@@ -47,17 +74,55 @@ func newInstanceProps(cfg instanceConfig) *actor.Props {
 func (a *instance) Receive(ctx actor.Context) {
 	if h, ok := a.poll.Receive(ctx); ok {
 		a.report(ctx, h, false)
+		a.backoff(ctx, h.GetHealthy())
 		return
 	}
-	switch ctx.Message().(type) {
+	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		a.onStarted(ctx)
+	case *recheckDue:
+		if msg.poll == a.poll {
+			a.recheck = nil
+			a.poll.Start(ctx)
+		}
 	case *actor.Restarting:
-		a.poll.Stop()
+		a.release()
 	case *actor.Stopping:
-		a.poll.Stop()
+		a.release()
 		a.report(ctx, a.health(false, a.last.GetScope(), StoppedDescription), true)
 	}
+}
+
+// backoff schedules the next check of an unhealthy plugin sooner than the
+// poller would: a new poller, started by a timer.
+func (a *instance) backoff(ctx actor.Context, healthy bool) {
+	if healthy {
+		a.history = nil
+		return
+	}
+	d := supervisor.Decide(recheckSpec(a.cfg.interval), a.history, time.Now(), nil, rand.Float64())
+	a.history = d.History
+	if d.Directive != supervisor.Restart || d.Delay >= a.cfg.interval {
+		return // the poller's own interval comes first
+	}
+	a.poll.Stop()
+	a.poll = a.newPoller()
+	root, self, poll := ctx.ActorSystem().Root, ctx.Self(), a.poll
+	a.recheck = supervisor.RealClock.AfterFunc(d.Delay, func() { root.Send(self, &recheckDue{poll: poll}) })
+}
+
+func (a *instance) release() {
+	if a.recheck != nil {
+		a.recheck.Stop()
+		a.recheck = nil
+	}
+	a.poll.Stop()
+}
+
+func (a *instance) newPoller() *plugintype.Poller[*messages.DockerVolumePluginHealth] {
+	return plugintype.NewPoller(a.cfg.interval, a.cfg.timeout, func(ctx context.Context) *messages.DockerVolumePluginHealth {
+		return a.health(checkHealth(ctx, a.client))
+	})
 }
 
 func (a *instance) onStarted(ctx actor.Context) {
@@ -67,10 +132,8 @@ func (a *instance) onStarted(ctx actor.Context) {
 		a.report(ctx, a.health(false, "", fmt.Sprintf("cannot reach the plugin: %v", err)), false)
 		return
 	}
-	client := NewClient(c)
-	a.poll = plugintype.NewPoller(a.cfg.interval, a.cfg.timeout, func(ctx context.Context) *messages.DockerVolumePluginHealth {
-		return a.health(checkHealth(ctx, client))
-	})
+	a.client = NewClient(c)
+	a.poll = a.newPoller()
 	a.poll.Start(ctx)
 }
 
@@ -103,8 +166,14 @@ func (a *instance) report(ctx actor.Context, h *messages.DockerVolumePluginHealt
 		return
 	}
 	if a.last.GetHealthy() != h.GetHealthy() || a.last == nil {
-		a.cfg.log.Debug("plugin health", "name", h.GetName(), "alloc", h.GetAllocId(),
-			"healthy", h.GetHealthy(), "description", h.GetDescription())
+		level, what := hclog.Info, "plugin is healthy"
+		switch {
+		case final:
+			level, what = hclog.Debug, "plugin instance stopped"
+		case !h.GetHealthy():
+			level, what = hclog.Warn, "plugin is unhealthy"
+		}
+		a.cfg.log.Log(level, what, "name", h.GetName(), "alloc", h.GetAllocId(), "description", h.GetDescription())
 	}
 	a.last = h
 	sent := proto.CloneOf(h)

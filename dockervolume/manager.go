@@ -43,6 +43,40 @@ type ManagerConfig struct {
 	HealthTimeout time.Duration
 	// Name is the manager actor's name (default DefaultManagerName).
 	Name string
+	// Metrics, when set, hears of supervision decisions and health.
+	Metrics ManagerMetrics
+}
+
+// ManagerMetrics counts what the manager's supervision decides, and
+// follows each current plugin's health.
+type ManagerMetrics interface {
+	InstanceRestarting(plugin *messages.PluginInfo)
+	InstanceGaveUp(plugin *messages.PluginInfo)
+	PluginHealth(ptype, name string, healthy bool)
+}
+
+// ErrInvalidManagerConfig: StartManager was given a config it cannot use.
+var ErrInvalidManagerConfig = errors.New("dockervolume: invalid manager config")
+
+// validate reports every problem with c, each naming its field.
+func (c ManagerConfig) validate() error {
+	var problems []error
+	if c.Registry == nil {
+		problems = append(problems, errors.New("a Registry is required"))
+	}
+	for field, d := range map[string]time.Duration{"HealthInterval": c.HealthInterval, "HealthTimeout": c.HealthTimeout,
+		"ResyncInterval": c.ResyncInterval} {
+		if d < 0 {
+			problems = append(problems, fmt.Errorf("%s is %v, must not be negative (zero takes the default)", field, d))
+		}
+	}
+	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
+		problems = append(problems, fmt.Errorf("Supervision.OnGiveUp is %v, must be stop", giveUp))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidManagerConfig, err)
+	}
+	return nil
 }
 
 func (c ManagerConfig) withDefaults() ManagerConfig {
@@ -65,11 +99,8 @@ type Manager struct {
 
 // StartManager starts the docker-volume manager actor in system.
 func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error) {
-	if cfg.Registry == nil || cfg.HealthInterval < 0 || cfg.HealthTimeout < 0 {
-		return nil, errors.New("dockervolume: the manager needs a registry, and durations must not be negative")
-	}
-	if giveUp := cfg.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		return nil, fmt.Errorf("dockervolume: Supervision.OnGiveUp is %v, must be stop", giveUp)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	icfg := plugintype.Config{
@@ -129,6 +160,9 @@ type managerActor struct {
 // Receive hands the instances' life cycle to plugintype, then handles
 // health reports and subscriptions.
 func (a *managerActor) Receive(ctx actor.Context) {
+	if ev, ok := ctx.Message().(*messages.ChildSupervised); ok {
+		a.onChildSupervised(ev) // counted here, then handled by plugintype
+	}
 	if a.instances.Receive(ctx) {
 		return
 	}
@@ -171,11 +205,28 @@ func (a *managerActor) onHealth(ctx actor.Context, msg *messages.DockerVolumePlu
 	}
 }
 
+// onChildSupervised counts the restarts and give-ups of current instances.
+func (a *managerActor) onChildSupervised(ev *messages.ChildSupervised) {
+	plugin, current := a.instances.Current(ev.GetChild())
+	if !current || a.cfg.Metrics == nil {
+		return
+	}
+	switch ev.GetDecision() {
+	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
+		a.cfg.Metrics.InstanceRestarting(plugin)
+	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
+		a.cfg.Metrics.InstanceGaveUp(plugin)
+	}
+}
+
 // record publishes h, and lists it when it is about the current instance.
 func (a *managerActor) record(ctx actor.Context, h *messages.DockerVolumePluginHealth, current bool) {
 	if current {
 		a.health[h.GetName()] = h
 		a.list()
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.PluginHealth(PluginType, h.GetName(), h.GetHealthy())
+		}
 	}
 	a.subscribers.Publish(ctx, h)
 }

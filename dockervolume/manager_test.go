@@ -253,9 +253,46 @@ func TestAnUnreachablePluginIsReportedUnhealthyOnlyOnce(t *testing.T) {
 
 func TestStartManagerRefusesABadConfig(t *testing.T) {
 	system := probe.NewSystem(t)
-	_, err := dockervolume.StartManager(system, dockervolume.ManagerConfig{})
-	require.ErrorContains(t, err, "needs a registry")
+	_, err := dockervolume.StartManager(system, dockervolume.ManagerConfig{HealthTimeout: -time.Second})
+	require.ErrorIs(t, err, dockervolume.ErrInvalidManagerConfig)
+	require.ErrorContains(t, err, "Registry is required")
+	require.ErrorContains(t, err, "HealthTimeout is -1s, must not be negative")
 	_, err = dockervolume.StartManager(system, dockervolume.ManagerConfig{Registry: &registry.Registry{},
 		Supervision: supervisor.Spec{OnGiveUp: supervisor.Escalate}})
-	require.ErrorContains(t, err, "must be stop")
+	require.ErrorContains(t, err, "Supervision.OnGiveUp is escalate, must be stop")
+}
+
+// A plugin that comes back is seen healthy within seconds, though the
+// health interval is a minute: unhealthy plugins are checked again after
+// a backoff from one second.
+func TestAnUnhealthyTCPPluginIsRecheckedWithinSecondsNotAtTheNextPoll(t *testing.T) {
+	system := probe.NewSystem(t)
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	require.NoError(t, err)
+	reg, err := registry.New(system, registry.Config{Bucket: bucket, Logger: probe.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, reg.Shutdown()) })
+	m, err := dockervolume.StartManager(system, dockervolume.ManagerConfig{
+		Registry: reg, Logger: probe.Logger(t), HealthInterval: time.Minute, HealthTimeout: time.Second,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Shutdown()) })
+	health := probe.New(t, system)
+	health.Send(m.PID(), &messages.SubscribeDockerVolume{Subscriber: health.PID(), Replay: true})
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nobody listens yet
+	require.NoError(t, reg.RegisterPlugin(&messages.PluginInfo{Type: dockervolume.PluginType, Name: "tcpvol",
+		AllocId: "a1", Connection: &messages.ConnectionInfo{Address: "tcp://" + addr}}))
+	probe.FishFor(t, health, wait, func(h *messages.DockerVolumePluginHealth) bool { return !h.GetHealthy() })
+
+	l, err = net.Listen("tcp", addr)
+	require.NoError(t, err)
+	h := volume.NewHandler(newMemDriver(dockervolume.ScopeLocal))
+	served := make(chan struct{})
+	go func() { defer close(served); _ = h.Serve(l) }()
+	t.Cleanup(func() { _ = l.Close(); <-served })
+	probe.FishFor(t, health, 10*time.Second, func(h *messages.DockerVolumePluginHealth) bool { return h.GetHealthy() })
 }

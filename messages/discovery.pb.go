@@ -10,6 +10,7 @@ import (
 	actor "github.com/asynkron/protoactor-go/actor"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -28,13 +29,16 @@ type DiscoveredPluginState int32
 const (
 	DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_UNSPECIFIED DiscoveredPluginState = 0
 	// DISCOVERED_PLUGIN_STATE_ACTIVATING: found; the handshake is under way,
-	// or failed and will be tried again after a backoff.
+	// or failed and will be tried again at next_attempt_time: after a fast
+	// backoff first, then at the slow retry interval, for as long as the
+	// file is there.
 	DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING DiscoveredPluginState = 1
 	// DISCOVERED_PLUGIN_STATE_REGISTERED: activated and registered under
 	// every type in registered.
 	DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED DiscoveredPluginState = 2
-	// DISCOVERED_PLUGIN_STATE_FAILED: activation gave up (or the registry
-	// refused the plugin); not tried again until its file changes.
+	// DISCOVERED_PLUGIN_STATE_FAILED: the plugin answered something that
+	// cannot change by trying again (a manifest that implements nothing, a
+	// refusal by the registry); not tried again until its file changes.
 	DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED DiscoveredPluginState = 3
 	// DISCOVERED_PLUGIN_STATE_INVALID: the plugin's file is bad (a garbage
 	// spec, a bad address, a .sock that is no socket, ...); error says why.
@@ -165,7 +169,15 @@ type DiscoveredPlugin struct {
 	// error is the latest problem, naming the plugin and its file.
 	Error string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	// failures counts the failed activations since the last success.
-	Failures      uint32 `protobuf:"varint,9,opt,name=failures,proto3" json:"failures,omitempty"`
+	Failures uint32 `protobuf:"varint,9,opt,name=failures,proto3" json:"failures,omitempty"`
+	// next_attempt_time is when the next activation is due, while activating
+	// after a failure.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// health is "healthy" or "unhealthy" once the plugin's manager checked it
+	// (filled in by the agent from the managers, not by discovery), empty
+	// before; health_error is the last check's problem when unhealthy.
+	Health        string `protobuf:"bytes,11,opt,name=health,proto3" json:"health,omitempty"`
+	HealthError   string `protobuf:"bytes,12,opt,name=health_error,json=healthError,proto3" json:"health_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +273,27 @@ func (x *DiscoveredPlugin) GetFailures() uint32 {
 		return x.Failures
 	}
 	return 0
+}
+
+func (x *DiscoveredPlugin) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *DiscoveredPlugin) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *DiscoveredPlugin) GetHealthError() string {
+	if x != nil {
+		return x.HealthError
+	}
+	return ""
 }
 
 // DiscoveryActivatorReport is sent by a plugin's activator to the
@@ -535,10 +568,10 @@ var File_messages_discovery_proto protoreflect.FileDescriptor
 
 const file_messages_discovery_proto_rawDesc = "" +
 	"\n" +
-	"\x18messages/discovery.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x15messages/plugin.proto\"E\n" +
+	"\x18messages/discovery.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15messages/plugin.proto\"E\n" +
 	"\x19DiscoveryDirectoryChanged\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x16\n" +
-	"\x06rescan\x18\x02 \x01(\bR\x06rescan\"\xbb\x02\n" +
+	"\x06rescan\x18\x02 \x01(\bR\x06rescan\"\xbe\x03\n" +
 	"\x10DiscoveredPlugin\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -550,7 +583,11 @@ const file_messages_discovery_proto_rawDesc = "" +
 	"registered\x18\a \x03(\v2\x1e.plugvisor.messages.PluginInfoR\n" +
 	"registered\x12\x14\n" +
 	"\x05error\x18\b \x01(\tR\x05error\x12\x1a\n" +
-	"\bfailures\x18\t \x01(\rR\bfailures\"\x82\x01\n" +
+	"\bfailures\x18\t \x01(\rR\bfailures\x12F\n" +
+	"\x11next_attempt_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12\x16\n" +
+	"\x06health\x18\v \x01(\tR\x06health\x12!\n" +
+	"\fhealth_error\x18\f \x01(\tR\vhealthError\"\x82\x01\n" +
 	"\x18DiscoveryActivatorReport\x12<\n" +
 	"\x06plugin\x18\x01 \x01(\v2$.plugvisor.messages.DiscoveredPluginR\x06plugin\x12(\n" +
 	"\tactivator\x18\x02 \x01(\v2\n" +
@@ -603,22 +640,24 @@ var file_messages_discovery_proto_goTypes = []any{
 	(*SubscribeDiscovery)(nil),         // 6: plugvisor.messages.SubscribeDiscovery
 	(*DiscoveredPluginChanged)(nil),    // 7: plugvisor.messages.DiscoveredPluginChanged
 	(*PluginInfo)(nil),                 // 8: plugvisor.messages.PluginInfo
-	(*actor.PID)(nil),                  // 9: actor.PID
-	(*ConnectionInfo)(nil),             // 10: plugvisor.messages.ConnectionInfo
+	(*timestamppb.Timestamp)(nil),      // 9: google.protobuf.Timestamp
+	(*actor.PID)(nil),                  // 10: actor.PID
+	(*ConnectionInfo)(nil),             // 11: plugvisor.messages.ConnectionInfo
 }
 var file_messages_discovery_proto_depIdxs = []int32{
 	0,  // 0: plugvisor.messages.DiscoveredPlugin.state:type_name -> plugvisor.messages.DiscoveredPluginState
 	8,  // 1: plugvisor.messages.DiscoveredPlugin.registered:type_name -> plugvisor.messages.PluginInfo
-	2,  // 2: plugvisor.messages.DiscoveryActivatorReport.plugin:type_name -> plugvisor.messages.DiscoveredPlugin
-	9,  // 3: plugvisor.messages.DiscoveryActivatorReport.activator:type_name -> actor.PID
-	10, // 4: plugvisor.messages.ReactivateDiscoveredPlugin.connection:type_name -> plugvisor.messages.ConnectionInfo
-	9,  // 5: plugvisor.messages.SubscribeDiscovery.subscriber:type_name -> actor.PID
-	2,  // 6: plugvisor.messages.DiscoveredPluginChanged.plugin:type_name -> plugvisor.messages.DiscoveredPlugin
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	9,  // 2: plugvisor.messages.DiscoveredPlugin.next_attempt_time:type_name -> google.protobuf.Timestamp
+	2,  // 3: plugvisor.messages.DiscoveryActivatorReport.plugin:type_name -> plugvisor.messages.DiscoveredPlugin
+	10, // 4: plugvisor.messages.DiscoveryActivatorReport.activator:type_name -> actor.PID
+	11, // 5: plugvisor.messages.ReactivateDiscoveredPlugin.connection:type_name -> plugvisor.messages.ConnectionInfo
+	10, // 6: plugvisor.messages.SubscribeDiscovery.subscriber:type_name -> actor.PID
+	2,  // 7: plugvisor.messages.DiscoveredPluginChanged.plugin:type_name -> plugvisor.messages.DiscoveredPlugin
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_messages_discovery_proto_init() }

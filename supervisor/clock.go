@@ -25,3 +25,7 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) AfterFunc(d time.Duration, f func()) Stopper { return time.AfterFunc(d, f) }
+
+// RealClock is the Clock of package time, for packages that take a Clock
+// and default to the real one.
+var RealClock Clock = realClock{}

@@ -49,6 +49,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir(), "data dir (env "+agent.DataDirEnv+")")
 	fs.Var(&socketDirs, "plugin-dir", "extra directory to watch for plugin sockets (repeatable)")
 	fs.Var(&specDirs, "spec-dir", "extra directory to watch for plugin spec files (repeatable)")
+	fs.BoolVar(&cfg.DockerDirs, "docker-dirs", false, "also watch Docker's plugin directories (/run/docker/plugins, /etc/docker/plugins, /usr/lib/docker/plugins), to run beside dockerd as a drop-in")
 	var httpHosts stringList
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "also serve the API on this TCP address, e.g. 127.0.0.1:4646 (off by default)")
 	fs.Var(&httpHosts, "http-host", "a host name clients use to reach -http, accepted in the Host header (repeatable)")

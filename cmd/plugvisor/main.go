@@ -27,6 +27,7 @@ Commands:
   plugin      list, inspect, register and deregister plugins
   volume      create, register, list, inspect, mount, unmount, expand and delete CSI volumes
   snapshot    create, list and delete CSI snapshots
+  docker      Docker volumes (create, ls, inspect, rm, mount, unmount, path) and discovered plugins
   events      follow the agent's plugin events as they happen
   demo        run a self-contained demo in a temp dir
   help        show this help, or a command's: plugvisor help plugin
@@ -56,6 +57,7 @@ func commands() map[string]command {
 		"plugin":   {"manage plugins", runPlugin},
 		"volume":   {"manage CSI volumes", runVolume},
 		"snapshot": {"manage CSI snapshots", runSnapshot},
+		"docker":   {"manage Docker volumes and see discovered plugins", runDocker},
 		"demo":     {"run the demo", runDemo},
 		"events":   {"follow plugin events", runEvents},
 		"hostpath-csi": {"serve the reference hostpath CSI plugin", func(args []string, _, stderr io.Writer) error {
@@ -141,13 +143,25 @@ func subcommand(args []string, help string, stdout io.Writer) (string, []string,
 	return args[0], args[1:], nil
 }
 
-// parse parses args, turning flag errors into usage errors.
+// parse parses args, turning flag errors into usage errors. Flags may come
+// before, between or after positional arguments (plugin status
+// docker-volume x -data-dir d); after "--" everything is positional.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageError("%v (see -h)", err)
 		}
-		return usageError("%v (see -h)", err)
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); len(rest) == 0 || consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
 	}
-	return nil
+	// Parsing "--" first leaves fs.Args() holding exactly the positional arguments.
+	return fs.Parse(append([]string{"--"}, positional...))
 }

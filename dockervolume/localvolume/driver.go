@@ -16,10 +16,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/docker/go-plugins-helpers/volume"
+
+	"github.com/plugvisor/plugvisor/dockervolume"
 
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -40,6 +43,7 @@ func New(root string, log *slog.Logger) (*Driver, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("localvolume: root %q must be absolute", root)
 	}
+	root = filepath.Clean(root)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("localvolume: %w", err)
 	}
@@ -49,6 +53,9 @@ func New(root string, log *slog.Logger) (*Driver, error) {
 		return nil, fmt.Errorf("localvolume: %w", err)
 	}
 	for _, e := range entries {
+		if dockervolume.ValidateVolumeName(e.Name()) != nil {
+			continue
+		}
 		if info, err := e.Info(); err == nil && e.IsDir() {
 			d.created[e.Name()] = info.ModTime()
 		}
@@ -56,11 +63,24 @@ func New(root string, log *slog.Logger) (*Driver, error) {
 	return d, nil
 }
 
+// path returns the directory of volume name: always one entry directly
+// under the root. Names are checked by dockervolume.ValidateVolumeName,
+// which refuses ".", "..", separators and anything but [a-zA-Z0-9_.-]; the
+// joined path is checked once more to be a child of the root, and an entry
+// there that is not a plain directory (a symlink, a file) is refused, so
+// the driver never touches anything outside one volume's directory.
 func (d *Driver) path(name string) (string, error) {
-	if err := registry.ValidateID("volume name", name); err != nil {
-		return "", fmt.Errorf("localvolume: %w", err)
+	if err := dockervolume.ValidateVolumeName(name); err != nil {
+		return "", fmt.Errorf("localvolume: %s", strings.TrimPrefix(err.Error(), dockervolume.ErrInvalidVolume.Error()+": "))
 	}
-	return filepath.Join(d.root, name), nil
+	p := filepath.Join(d.root, name)
+	if filepath.Dir(p) != d.root || filepath.Base(p) != name {
+		return "", fmt.Errorf("localvolume: volume name %q does not name one directory under the root", name)
+	}
+	if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+		return "", fmt.Errorf("localvolume: %s is %v, not a directory: refusing to use it as volume %q", p, fi.Mode().Type(), name)
+	}
+	return p, nil
 }
 
 // known returns the path of an existing volume, or an error naming it.
@@ -83,7 +103,7 @@ func (d *Driver) Create(r *volume.CreateRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(p, 0o755); err != nil {
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("localvolume: create %q: %w", r.Name, err)
 	}
 	if _, ok := d.created[r.Name]; !ok {
@@ -194,7 +214,7 @@ func (d *Driver) Capabilities() *volume.CapabilitiesResponse {
 // file first) until ctx ends, then removes the socket.
 func Serve(ctx context.Context, d *Driver, socket string) error {
 	if err := registry.ValidateSocketPath(socket); err != nil {
-		return fmt.Errorf("localvolume: %w", err)
+		return fmt.Errorf("localvolume: %s", strings.TrimPrefix(err.Error(), "registry: "))
 	}
 	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("localvolume: stale socket: %w", err)

@@ -2,11 +2,16 @@ package localvolume_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/go-plugins-helpers/volume"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -46,8 +51,38 @@ func TestThePluginServesDockersVolumeProtocol(t *testing.T) {
 	vols, err := c.List(ctx)
 	require.NoError(t, err)
 	require.Len(t, vols, 1)
-	require.ErrorContains(t, c.Create(ctx, "../etc", nil), "path separator")
+	require.ErrorContains(t, c.Create(ctx, "../etc", nil), "must start with a letter or digit")
 	require.NoError(t, c.Remove(ctx, "data"))
 	_, err = os.Stat(path)
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestThePluginNeverTouchesAnythingOutsideOneVolumeDirectory(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "vols")
+	outside := filepath.Join(dir, "outside")
+	require.NoError(t, os.MkdirAll(outside, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o644))
+	d, err := localvolume.New(root, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "link")))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "afile"), nil, 0o644))
+
+	for _, name := range []string{".", "..", "../outside", "a/b", `a\b`, "/abs", "", "x", ".hidden", "link", "afile", "a\x00b"} {
+		t.Run(fmt.Sprintf("%q is refused", name), func(t *testing.T) {
+			err := d.Create(&volume.CreateRequest{Name: name})
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "registry:")
+			require.True(t, strings.HasPrefix(err.Error(), "localvolume: "), err.Error())
+			_, err = d.Mount(&volume.MountRequest{Name: name, ID: "m"})
+			require.Error(t, err)
+			require.Error(t, d.Remove(&volume.RemoveRequest{Name: name}))
+		})
+	}
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "nothing outside the root was created or removed")
+	fi, err := os.Lstat(filepath.Join(root, "link"))
+	require.NoError(t, err)
+	require.Equal(t, os.ModeSymlink, fi.Mode().Type(), "the symlink was left alone")
 }

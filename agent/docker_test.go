@@ -1,0 +1,62 @@
+package agent_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// A Docker volume plugin dropped into the plugin dir shows in the agent's
+// discovered plugins with its health, in /v1/health and in the metrics;
+// the volume service mounts through it.
+func TestADockerVolumePluginIsDiscoveredCheckedCountedAndServesVolumes(t *testing.T) {
+	dir := dataDir(t)
+	a := startAgent(t, dir)
+	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
+	d, err := localvolume.New(filepath.Join(dir, "vols"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- localvolume.Serve(ctx, d, filepath.Join(a.PluginDir(), "local.sock")) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-served) })
+
+	require.Eventually(t, func() bool {
+		for _, p := range a.Plugins() {
+			if p.GetName() == "local" && p.GetHealth() == "healthy" &&
+				p.GetState() == messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "discovered: %v", a.Plugins())
+
+	_, err = a.DockerVolumeService().Create(context.Background(), "data", "local", nil)
+	require.NoError(t, err)
+	mp, err := a.DockerVolumeService().Mount(context.Background(), "data", "c1")
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "vols", "data"), mp)
+	require.NoError(t, a.DockerVolumeService().Unmount(context.Background(), "data", "c1"))
+
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", a.SocketPath())
+	}}}
+	t.Cleanup(client.CloseIdleConnections)
+	resp, err := client.Get("http://plugvisor/metrics")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.NoError(t, err)
+	require.Contains(t, string(b), `plugvisor_plugin_healthy{name="local",type="docker-volume"} 1`)
+	require.Contains(t, string(b), `plugvisor_discovered_plugins{health="healthy",state="registered"} 1`)
+}

@@ -1,0 +1,223 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// DockerVolumeBody is the body of POST /v1/docker/volumes.
+type DockerVolumeBody struct {
+	Name    string            `json:"name"`
+	Driver  string            `json:"driver"`
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// DockerMountBody is the body of POST /v1/docker/volumes/{name}/mount and /unmount.
+type DockerMountBody struct {
+	// ID is the mount ID: one per user of the volume (Docker uses the container's).
+	ID string `json:"id"`
+}
+
+// dockerRoutes adds the Docker volume service's routes and the discovered
+// plugins' states.
+func (s *Server) dockerRoutes(route func(string, func(http.ResponseWriter, *http.Request) error)) {
+	route("GET /v1/docker/volumes", s.dockerList)
+	route("POST /v1/docker/volumes", s.dockerCreate)
+	route("GET /v1/docker/volumes/{name}", s.dockerInspect)
+	route("DELETE /v1/docker/volumes/{name}", s.dockerRemove)
+	route("POST /v1/docker/volumes/{name}/mount", s.dockerMount)
+	route("POST /v1/docker/volumes/{name}/unmount", s.dockerUnmount)
+	route("GET /v1/docker/volumes/{name}/path", s.dockerPath)
+	route("GET /v1/docker/plugins", s.dockerPlugins)
+	route("GET /v1/discovery/plugins", s.discovered)
+	for _, path := range []string{"/v1/docker/volumes", "/v1/docker/volumes/{name}", "/v1/docker/volumes/{name}/mount",
+		"/v1/docker/volumes/{name}/unmount", "/v1/docker/volumes/{name}/path", "/v1/docker/plugins", "/v1/discovery/plugins"} {
+		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
+	}
+}
+
+// errDockerPlugin: a CSI volume was asked of a Docker volume plugin.
+var errDockerPlugin = errors.New("api: plugin is a Docker volume plugin, not a CSI plugin")
+
+// notADockerPlugin refuses a CSI volume on a plugin that is registered only
+// as a Docker volume plugin, which would register and then never mount.
+func (s *Server) notADockerPlugin(plugin string) error {
+	snap := s.Registry.Snapshot()
+	if _, docker := snap.Current(dockervolume.PluginType, plugin); !docker {
+		return nil
+	}
+	for _, t := range snap.Types() {
+		if strings.HasPrefix(t, "csi-") {
+			if _, ok := snap.Current(t, plugin); ok {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: %q; create the volume with plugvisor docker volume create -driver %s NAME (POST /v1/docker/volumes)",
+		errDockerPlugin, plugin, plugin)
+}
+
+func (s *Server) dockerVolumes() (*dockervolume.Volumes, error) {
+	if s.DockerVolumes == nil {
+		return nil, fmt.Errorf("%w: this agent runs no Docker volume service", errNotFound)
+	}
+	return s.DockerVolumes, nil
+}
+
+func (s *Server) dockerList(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.dockerVolumes()
+	if err != nil {
+		return err
+	}
+	list, err := v.List(r.Context())
+	if err != nil {
+		return err
+	}
+	if list.Volumes == nil {
+		list.Volumes = []dockervolume.VolumeInfo{}
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) dockerCreate(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.dockerVolumes()
+	if err != nil {
+		return err
+	}
+	var body DockerVolumeBody
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	info, err := v.Create(r.Context(), body.Name, body.Driver, body.Options)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
+func (s *Server) dockerInspect(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.dockerVolumes()
+	if err != nil {
+		return err
+	}
+	info, err := v.Inspect(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
+func (s *Server) dockerRemove(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.dockerVolumes()
+	if err != nil {
+		return err
+	}
+	if err := v.Remove(r.Context(), r.PathValue("name")); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": r.PathValue("name")})
+	return nil
+}
+
+func (s *Server) dockerMount(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.dockerVolumes()
+	if err != nil {
+		return err
+	}
+	var body DockerMountBody
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	mountpoint, err := v.Mount(r.Context(), r.PathValue("name"), body.ID)
+	s.observeMount("docker-mount", err)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"name": r.PathValue("name"), "id": body.ID, "mountpoint": mountpoint})
+	return nil
+}
+
+func (s *Server) dockerUnmount(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.dockerVolumes()
+	if err != nil {
+		return err
+	}
+	var body DockerMountBody
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	err = v.Unmount(r.Context(), r.PathValue("name"), body.ID)
+	s.observeMount("docker-unmount", err)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"name": r.PathValue("name"), "unmounted": body.ID})
+	return nil
+}
+
+func (s *Server) dockerPath(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.dockerVolumes()
+	if err != nil {
+		return err
+	}
+	mountpoint, err := v.Path(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"name": r.PathValue("name"), "mountpoint": mountpoint})
+	return nil
+}
+
+func (s *Server) dockerPlugins(w http.ResponseWriter, _ *http.Request) error {
+	if s.DockerPlugins == nil {
+		return fmt.Errorf("%w: this agent runs no Docker volume manager", errNotFound)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugins": protoList(s.DockerPlugins.Plugins())})
+	return nil
+}
+
+func (s *Server) discovered(w http.ResponseWriter, _ *http.Request) error {
+	if s.Discovery == nil {
+		return fmt.Errorf("%w: this agent runs no discovery", errNotFound)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugins": protoList(s.Discovery.Plugins())})
+	return nil
+}
+
+// DockerPlugins gives the latest health of every Docker volume plugin.
+type DockerPlugins interface {
+	Plugins() []*messages.DockerVolumePluginHealth
+}
+
+// DiscoveredPlugins gives what discovery knows of every plugin found on disk.
+type DiscoveredPlugins interface {
+	Plugins() []*messages.DiscoveredPlugin
+}
+
+// dockerErrorClasses maps the Docker volume service's and discovery's
+// sentinels to HTTP statuses. A driver's own failure is a bad gateway.
+var dockerErrorClasses = []struct {
+	status int
+	errs   []error
+}{
+	{http.StatusBadRequest, []error{errDockerPlugin, dockervolume.ErrInvalidVolume, dockervolume.ErrInvalidArgument, discovery.ErrInvalidName}},
+	{http.StatusNotFound, []error{dockervolume.ErrNoSuchVolume, dockervolume.ErrNotMounted, discovery.ErrNotFound}},
+	{http.StatusConflict, []error{dockervolume.ErrVolumeInUse, dockervolume.ErrNameConflict, discovery.ErrDoesNotImplement}},
+	{http.StatusServiceUnavailable, []error{dockervolume.ErrVolumesShutDown, discovery.ErrUnreachable}},
+	{http.StatusGatewayTimeout, []error{discovery.ErrTimeout}},
+	{http.StatusBadGateway, []error{discovery.ErrPluginFailed, discovery.ErrBadResponse, discovery.ErrNotImplemented,
+		discovery.ErrNotAPlugin, dockervolume.ErrUnknownScope}},
+}
+
+// The Docker volume service's classes join the catalog's and the volume
+// manager's, so that statusOf knows them.
+func init() { errorClasses = append(errorClasses, dockerErrorClasses...) }

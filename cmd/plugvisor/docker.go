@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/dockervolume"
+)
+
+const dockerHelp = `Usage: plugvisor docker <volume|plugins> ...
+
+  volume create -driver D [-opt KEY=VALUE]... NAME
+  volume ls
+  volume inspect NAME
+  volume rm NAME
+  volume mount NAME ID
+  volume unmount NAME ID
+  volume path NAME
+  plugins            every plugin found on disk: state, attempts, health
+
+Docker volumes as dockerd keeps them: each name maps to one driver (a Docker
+volume plugin), mounts are counted by mount ID (Docker uses the
+container's), and a volume that is mounted cannot be removed. Flags may come
+after the arguments.
+
+Examples:
+  plugvisor docker volume create -driver local-persist -opt mountpoint=/data db
+  plugvisor docker volume mount db web-1
+  plugvisor docker volume rm db
+  plugvisor docker plugins -json`
+
+func runDocker(args []string, stdout, _ io.Writer) error {
+	sub, args, err := subcommand(args, dockerHelp, stdout)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "volume", "volumes":
+		return runDockerVolume(args, stdout)
+	case "plugins":
+		fs := newFlags("docker plugins", dockerHelp, stdout)
+		var common commonFlags
+		common.register(fs)
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() != 0 {
+			return usageError("plugins takes no arguments, got %q", fs.Args())
+		}
+		return dockerPlugins(common, stdout)
+	}
+	return usageError("unknown subcommand %q (want volume or plugins)", sub)
+}
+
+// dockerVolumeArgs is how many arguments each volume subcommand takes, and
+// what they are.
+var dockerVolumeArgs = map[string]string{
+	"create": "NAME", "ls": "", "list": "", "inspect": "NAME", "rm": "NAME", "remove": "NAME",
+	"mount": "NAME ID", "unmount": "NAME ID", "path": "NAME",
+}
+
+func runDockerVolume(args []string, stdout io.Writer) error {
+	sub, args, err := subcommand(args, dockerHelp, stdout)
+	if err != nil {
+		return err
+	}
+	want, ok := dockerVolumeArgs[sub]
+	if !ok {
+		return usageError("unknown subcommand %q (want create, ls, inspect, rm, mount, unmount or path)", sub)
+	}
+	fs := newFlags("docker volume "+sub, dockerHelp, stdout)
+	var common commonFlags
+	common.register(fs)
+	var body api.DockerVolumeBody
+	var opts stringList
+	if sub == "create" {
+		fs.StringVar(&body.Driver, "driver", "", "the Docker volume plugin that serves the volume (required)")
+		fs.Var(&opts, "opt", "a driver option KEY=VALUE (repeatable)")
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if names := strings.Fields(want); fs.NArg() != len(names) {
+		return usageError("%s needs %s, e.g. plugvisor docker volume %s %s", sub, orNothing(want), sub,
+			strings.NewReplacer("NAME", "db", "ID", "web-1").Replace(want))
+	}
+	if err := checkDockerArgs(sub, fs.Args()); err != nil {
+		return err
+	}
+	c, ctx, name := newClient(common.dataDir), context.Background(), fs.Arg(0)
+	path := "/v1/docker/volumes/" + url.PathEscape(name)
+	switch sub {
+	case "create":
+		body.Name = name
+		if body.Driver == "" {
+			return usageError("create needs -driver, the volume plugin's name")
+		}
+		if body.Options, err = parseOpts(opts); err != nil {
+			return err
+		}
+		if err := dockervolume.ValidateOptions(body.Options); err != nil {
+			return usageError("%v", err)
+		}
+		var v dockervolume.VolumeInfo
+		if err := c.call(ctx, "POST", "/v1/docker/volumes", nil, body, &v); err != nil {
+			return err
+		}
+		return printDockerVolume(stdout, common, v, "created volume "+v.Name+" on driver "+v.Driver)
+	case "ls", "list":
+		var list dockervolume.VolumeList
+		if err := c.call(ctx, "GET", "/v1/docker/volumes", nil, nil, &list); err != nil {
+			return err
+		}
+		return printDockerVolumes(stdout, common, list)
+	case "inspect":
+		var v dockervolume.VolumeInfo
+		if err := c.call(ctx, "GET", path, nil, nil, &v); err != nil {
+			return err
+		}
+		return printDockerVolume(stdout, common, v, "volume "+v.Name)
+	case "rm", "remove":
+		return dockerDo(ctx, c, common, stdout, "DELETE", path, nil, "removed volume "+name)
+	case "mount", "unmount":
+		return dockerDo(ctx, c, common, stdout, "POST", path+"/"+sub, api.DockerMountBody{ID: fs.Arg(1)},
+			sub+"ed volume "+name+" for "+fs.Arg(1))
+	default: // path
+		return dockerDo(ctx, c, common, stdout, "GET", path+"/path", nil, "")
+	}
+}
+
+func orNothing(s string) string {
+	if s == "" {
+		return "no arguments"
+	}
+	return s
+}
+
+// checkDockerArgs refuses a bad volume name or mount ID before anything is sent.
+func checkDockerArgs(sub string, args []string) error {
+	if len(args) > 0 {
+		if err := dockervolume.ValidateVolumeName(args[0]); err != nil {
+			return usageError("%v", err)
+		}
+	}
+	if len(args) > 1 {
+		if err := dockervolume.ValidateMountID(args[1]); err != nil {
+			return usageError("%v", err)
+		}
+	}
+	return nil
+}
+
+// parseOpts turns KEY=VALUE flags into a map; a key given twice is an error.
+func parseOpts(opts []string) (map[string]string, error) {
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, o := range opts {
+		k, v, ok := strings.Cut(o, "=")
+		if !ok || k == "" {
+			return nil, usageError("-opt %q: want KEY=VALUE", o)
+		}
+		if _, dup := out[k]; dup {
+			return nil, usageError("-opt %q: key %q given twice", o, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// dockerDo sends one request and prints its answer: JSON with -json, else
+// done (or, when done is empty, the mount point).
+func dockerDo(ctx context.Context, c *client, common commonFlags, stdout io.Writer, method, path string, body any, done string) error {
+	var out map[string]string
+	if err := c.call(ctx, method, path, nil, body, &out); err != nil {
+		return err
+	}
+	switch {
+	case common.json:
+		return printJSON(stdout, out)
+	case out["mountpoint"] != "" && done != "":
+		fmt.Fprintf(stdout, "%s at %s\n", done, out["mountpoint"])
+	case done != "":
+		fmt.Fprintln(stdout, done)
+	default:
+		fmt.Fprintln(stdout, out["mountpoint"])
+	}
+	return nil
+}
+
+func printDockerVolume(w io.Writer, common commonFlags, v dockervolume.VolumeInfo, head string) error {
+	if common.json {
+		return printJSON(w, v)
+	}
+	fmt.Fprintf(w, "%s\n  driver %s, scope %s, created %s\n  mountpoint: %s\n  mounts: %s\n",
+		head, v.Driver, orDash(v.Scope), v.CreatedAt.Format(time.RFC3339), orDash(v.Mountpoint), mountsText(v))
+	if v.Error != "" {
+		fmt.Fprintf(w, "  driver error: %s\n", v.Error)
+	}
+	return nil
+}
+
+func mountsText(v dockervolume.VolumeInfo) string {
+	var parts []string
+	for id, n := range v.Mounts {
+		parts = append(parts, fmt.Sprintf("%s×%d", id, n))
+	}
+	for _, id := range v.PendingMounts {
+		parts = append(parts, id+" (pending: unmount it to clear)")
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printDockerVolumes(w io.Writer, common commonFlags, list dockervolume.VolumeList) error {
+	if common.json {
+		return printJSON(w, list)
+	}
+	for _, warning := range list.Warnings {
+		fmt.Fprintln(w, "warning:", warning)
+	}
+	if len(list.Volumes) == 0 {
+		fmt.Fprintln(w, "no Docker volumes")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DRIVER\tVOLUME NAME\tSCOPE\tMOUNTS")
+	for _, v := range list.Volumes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Driver, v.Name, orDash(v.Scope), mountsText(v))
+	}
+	return tw.Flush()
+}
+
+// discoveredJSON is one plugin of GET /v1/discovery/plugins.
+type discoveredJSON struct {
+	Name            string `json:"name"`
+	Source          string `json:"source"`
+	State           string `json:"state"`
+	Protocol        string `json:"protocol"`
+	Error           string `json:"error"`
+	Failures        int    `json:"failures"`
+	NextAttemptTime string `json:"next_attempt_time"`
+	Health          string `json:"health"`
+	HealthError     string `json:"health_error"`
+}
+
+func dockerPlugins(common commonFlags, stdout io.Writer) error {
+	var out struct {
+		Plugins []discoveredJSON `json:"plugins"`
+	}
+	if err := newClient(common.dataDir).call(context.Background(), "GET", "/v1/discovery/plugins", nil, nil, &out); err != nil {
+		return err
+	}
+	if common.json {
+		return printJSON(stdout, out)
+	}
+	if len(out.Plugins) == 0 {
+		fmt.Fprintln(stdout, "no plugins found on disk")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tHEALTH\tFILE\tDETAIL")
+	for _, p := range out.Plugins {
+		state := strings.ToLower(strings.TrimPrefix(p.State, "DISCOVERED_PLUGIN_STATE_"))
+		detail := p.Error
+		if p.NextAttemptTime != "" {
+			detail = fmt.Sprintf("attempt %d failed, next at %s: %s", p.Failures, p.NextAttemptTime, p.Error)
+		}
+		if p.HealthError != "" && p.Health == "unhealthy" {
+			detail = p.HealthError
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, state, orDash(p.Health), p.Source, orDash(detail))
+	}
+	return tw.Flush()
+}

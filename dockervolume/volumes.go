@@ -1,0 +1,295 @@
+package dockervolume
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// DefaultVolumesName is the volume service actor's name when
+// VolumesConfig.Name is empty.
+const DefaultVolumesName = "docker-volumes"
+
+// DefaultOpTimeout bounds one volume operation: Docker's longest call
+// (LongTimeout) plus the wait for a driver to appear (1+2+4+8 s).
+const DefaultOpTimeout = LongTimeout + 15*time.Second
+
+// Sentinel errors of the volume service.
+var (
+	// ErrVolumeInUse: the volume is mounted (or may be: a mount was under
+	// way when the agent stopped); unmount it first.
+	ErrVolumeInUse = errors.New("dockervolume: volume is in use")
+	// ErrNameConflict: a volume of that name exists with another driver.
+	ErrNameConflict = errors.New("dockervolume: volume name is taken by another driver")
+	// ErrNotMounted: the mount ID does not hold the volume.
+	ErrNotMounted = errors.New("dockervolume: volume is not mounted by that ID")
+	// ErrStore: the durable write failed; nothing changed.
+	ErrStore = errors.New("dockervolume: cannot write the volume record")
+	// ErrVolumesShutDown: the service is shut down.
+	ErrVolumesShutDown = errors.New("dockervolume: the volume service is shut down")
+	// ErrInvalidVolumesConfig: StartVolumes was given a config it cannot use.
+	ErrInvalidVolumesConfig = errors.New("dockervolume: invalid volume service config")
+)
+
+// Drivers finds the volume plugins (drivers) that serve volumes.
+type Drivers interface {
+	// Driver returns a client for the volume plugin name, waiting for it
+	// to appear as Docker does.
+	Driver(ctx context.Context, name string) (*Client, error)
+	// All returns a client for every volume plugin registered now, by name.
+	All() map[string]*Client
+}
+
+// RegistryDrivers are the volume plugins of a registry. With a Discovery,
+// Driver has Docker's Get semantics (it waits 1+2+4+8 s for a plugin to
+// appear, and activates a found plugin at once); without, it looks once.
+type RegistryDrivers struct {
+	Registry  *registry.Registry
+	Discovery *discovery.Discovery
+}
+
+// Driver implements Drivers.
+func (d RegistryDrivers) Driver(ctx context.Context, name string) (*Client, error) {
+	if d.Discovery != nil {
+		p, err := d.Discovery.Get(ctx, name, "VolumeDriver")
+		if err != nil {
+			return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
+		}
+		return clientOf(p.GetName(), p.GetConnection())
+	}
+	p, ok := d.Registry.Snapshot().Current(PluginType, name)
+	if !ok {
+		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, discovery.ErrNotFound)
+	}
+	return clientOf(p.GetName(), p.GetConnection())
+}
+
+// All implements Drivers; plugins whose address is unusable are left out.
+func (d RegistryDrivers) All() map[string]*Client {
+	out := map[string]*Client{}
+	for _, p := range d.Registry.Snapshot().List(PluginType) {
+		if c, err := clientOf(p.GetName(), p.GetConnection()); err == nil {
+			out[p.GetName()] = c
+		}
+	}
+	return out
+}
+
+// VolumesConfig configures the volume service. Bucket and Drivers are required.
+type VolumesConfig struct {
+	// Bucket holds the volume records (VolumesBucket in the agent's store).
+	Bucket storage.Bucket
+	// Drivers finds volume plugins by name.
+	Drivers Drivers
+	// Logger receives the service's log lines; nil discards them.
+	Logger hclog.Logger
+	// OpTimeout bounds one operation, driver lookup included (default DefaultOpTimeout).
+	OpTimeout time.Duration
+	// Name is the actor's name (default DefaultVolumesName).
+	Name string
+}
+
+func (c VolumesConfig) validate() error {
+	var problems []error
+	if c.Bucket == nil {
+		problems = append(problems, errors.New("a Bucket is required: give the store's VolumesBucket"))
+	}
+	if c.Drivers == nil {
+		problems = append(problems, errors.New("a Drivers is required: give RegistryDrivers"))
+	}
+	if c.OpTimeout < 0 {
+		problems = append(problems, fmt.Errorf("OpTimeout is %v, must not be negative", c.OpTimeout))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidVolumesConfig, err)
+	}
+	return nil
+}
+
+func (c VolumesConfig) withDefaults() VolumesConfig {
+	c.Logger = cmp.Or[hclog.Logger](c.Logger, hclog.NewNullLogger()).Named("docker-volumes")
+	c.OpTimeout = cmp.Or(c.OpTimeout, DefaultOpTimeout)
+	c.Name = cmp.Or(c.Name, DefaultVolumesName)
+	return c
+}
+
+// VolumeInfo is a volume as the service shows it.
+type VolumeInfo struct {
+	Name   string `json:"name"`
+	Driver string `json:"driver"`
+	// Scope is the driver's ("local" or "global"), when it answered.
+	Scope string `json:"scope,omitempty"`
+	// Mountpoint is where the volume is mounted, when it is.
+	Mountpoint string            `json:"mountpoint,omitempty"`
+	CreatedAt  time.Time         `json:"created_at,omitzero"`
+	Options    map[string]string `json:"options,omitempty"`
+	// Mounts counts the mounts of each mount ID.
+	Mounts map[string]int `json:"mounts,omitempty"`
+	// PendingMounts are mount IDs whose Mount was under way when the agent
+	// stopped: the plugin may hold them. Unmount them to clear them.
+	PendingMounts []string `json:"pending_mounts,omitempty"`
+	// Status is the driver's own information (VolumeDriver.Get).
+	Status map[string]any `json:"status,omitempty"`
+	// Known says the service has a record of the volume; a volume only a
+	// driver's List gave is not known until it is created or mounted.
+	Known bool `json:"known"`
+	// Error says why the driver could not be asked, when it could not.
+	Error string `json:"error,omitempty"`
+}
+
+// VolumeList is the answer of List.
+type VolumeList struct {
+	Volumes []VolumeInfo `json:"volumes"`
+	// Warnings name the drivers whose List failed, as dockerd's do.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+func (r *record) info() VolumeInfo {
+	v := VolumeInfo{Name: r.Name, Driver: r.Driver, CreatedAt: r.CreatedAt, Options: maps.Clone(r.Options), Known: true}
+	for id, m := range r.Mounts {
+		if m.Pending {
+			v.PendingMounts = append(v.PendingMounts, id)
+			continue
+		}
+		if v.Mounts == nil {
+			v.Mounts = map[string]int{}
+		}
+		v.Mounts[id] = m.Count
+		v.Mountpoint = cmp.Or(v.Mountpoint, m.Mountpoint)
+	}
+	return v
+}
+
+// Volumes is the Go facade over the volume service actor, which owns the
+// Docker volumes of this node as dockerd's volume store does: each name
+// maps to one driver (a name it has no record of is asked of every
+// driver's Get, and the one driver that knows it is recorded), mounts are
+// counted by mount ID, and a volume in use cannot be removed. Every change is in the store before it is answered,
+// and the service loads the store at start, so it knows its mounts after
+// a restart. Its methods are safe for concurrent use; each checks its
+// arguments before anything is sent.
+type Volumes struct {
+	system *actor.ActorSystem
+	pid    *actor.PID
+}
+
+// StartVolumes loads the volume records and starts the service actor.
+func StartVolumes(system *actor.ActorSystem, cfg VolumesConfig) (*Volumes, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	records, err := loadRecords(cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	var running sync.WaitGroup // the goroutines of every incarnation
+	props := actor.PropsFromProducer(func() actor.Actor { return newVolumesActor(cfg, records, &running) },
+		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
+	pid, err := system.Root.SpawnNamed(props, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("dockervolume: start actor %q: %w", cfg.Name, err)
+	}
+	cfg.Logger.Info("docker volume service started", "volumes", len(records))
+	return &Volumes{system: system, pid: pid}, nil
+}
+
+// Create creates volume name on driver with opts. Creating a volume that
+// exists with the same driver returns it, as dockerd does; with another
+// driver it is ErrNameConflict.
+func (v *Volumes) Create(ctx context.Context, name, driver string, opts map[string]string) (VolumeInfo, error) {
+	if err := errors.Join(ValidateVolumeName(name), validateDriver(driver), ValidateOptions(opts)); err != nil {
+		return VolumeInfo{}, err
+	}
+	r, err := v.ask(ctx, &volumeRequest{op: opCreate, name: name, driver: driver, opts: maps.Clone(opts)})
+	return r.volume, err
+}
+
+// Inspect returns volume name, with what its driver says of it.
+func (v *Volumes) Inspect(ctx context.Context, name string) (VolumeInfo, error) {
+	if err := ValidateVolumeName(name); err != nil {
+		return VolumeInfo{}, err
+	}
+	r, err := v.ask(ctx, &volumeRequest{op: opInspect, name: name})
+	return r.volume, err
+}
+
+// List returns every volume the service knows and every volume a driver
+// lists, each with its driver's scope, sorted by name.
+func (v *Volumes) List(ctx context.Context) (VolumeList, error) {
+	r, err := v.ask(ctx, &volumeRequest{op: opList})
+	return r.list, err
+}
+
+// Remove removes volume name from its driver and from the store;
+// ErrVolumeInUse while any mount ID holds it.
+func (v *Volumes) Remove(ctx context.Context, name string) error {
+	if err := ValidateVolumeName(name); err != nil {
+		return err
+	}
+	_, err := v.ask(ctx, &volumeRequest{op: opRemove, name: name})
+	return err
+}
+
+// Mount mounts volume name for mount ID id and returns its mount point.
+// The driver hears of an ID's first mount only; later ones are counted.
+func (v *Volumes) Mount(ctx context.Context, name, id string) (string, error) {
+	if err := errors.Join(ValidateVolumeName(name), ValidateMountID(id)); err != nil {
+		return "", err
+	}
+	r, err := v.ask(ctx, &volumeRequest{op: opMount, name: name, id: id})
+	return r.volume.Mountpoint, err
+}
+
+// Unmount undoes one mount of volume name by id; the driver hears of the
+// ID's last unmount only. ErrNotMounted when id does not hold it.
+func (v *Volumes) Unmount(ctx context.Context, name, id string) error {
+	if err := errors.Join(ValidateVolumeName(name), ValidateMountID(id)); err != nil {
+		return err
+	}
+	_, err := v.ask(ctx, &volumeRequest{op: opUnmount, name: name, id: id})
+	return err
+}
+
+// Path returns the mount point of volume name as its driver gives it
+// (VolumeDriver.Path), empty when it is not mounted.
+func (v *Volumes) Path(ctx context.Context, name string) (string, error) {
+	if err := ValidateVolumeName(name); err != nil {
+		return "", err
+	}
+	r, err := v.ask(ctx, &volumeRequest{op: opPath, name: name})
+	return r.volume.Mountpoint, err
+}
+
+// Shutdown stops the service, cancelling the operations in flight and
+// waiting for them. Records stay in the store. A second call returns nil.
+func (v *Volumes) Shutdown() error { return v.system.Root.StopFuture(v.pid).Wait() }
+
+// ask sends req to the actor and waits for its answer. The operation goes
+// on when ctx ends first: its outcome shows in the volume.
+func (v *Volumes) ask(ctx context.Context, req *volumeRequest) (volumeReply, error) {
+	answer, err := actors.Ask(ctx, v.system, v.pid, func(replyTo *actor.PID) any {
+		req.replyTo = replyTo
+		return req
+	})
+	if errors.Is(err, actors.ErrTargetGone) {
+		return volumeReply{}, fmt.Errorf("%w: %w", ErrVolumesShutDown, err)
+	}
+	if err != nil {
+		return volumeReply{}, fmt.Errorf("dockervolume: %w", err)
+	}
+	r := answer.(*volumeReply)
+	return *r, r.err
+}

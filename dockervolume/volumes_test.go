@@ -1,0 +1,241 @@
+package dockervolume_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// volumesEnv is a registry with the reference volume plugin registered as
+// "local", a bbolt store, and the volume service on both.
+type volumesEnv struct {
+	*managerEnv
+	store   *storage.Bolt
+	bucket  storage.Bucket
+	volumes *dockervolume.Volumes
+	root    string
+}
+
+func newVolumesEnv(t *testing.T) *volumesEnv {
+	t.Helper()
+	e := &volumesEnv{managerEnv: newManagerEnv(t)}
+	e.root = filepath.Join(e.dir, "vols")
+	d, err := localvolume.New(e.root, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	socket := filepath.Join(e.dir, "local.sock")
+	serveAt(t, socket, volume.NewHandler(d))
+	e.register(t, "local", "a1", socket)
+	e.store, err = storage.OpenBolt(filepath.Join(e.dir, "state.db"), storage.BoltOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.store.Close()) })
+	e.bucket, err = e.store.Bucket(dockervolume.VolumesBucket)
+	require.NoError(t, err)
+	e.start(t)
+	return e
+}
+
+// start starts the volume service on the env's store.
+func (e *volumesEnv) start(t *testing.T) {
+	t.Helper()
+	v, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{
+		Bucket: e.bucket, Drivers: dockervolume.RegistryDrivers{Registry: e.registry}, Logger: probe.Logger(t),
+	})
+	require.NoError(t, err)
+	e.volumes = v
+	t.Cleanup(func() { require.NoError(t, v.Shutdown()) })
+}
+
+func TestTheVolumeServiceHasDockerdsSemanticsAndKnowsItsMountsAfterARestart(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	v := e.volumes
+
+	created, err := v.Create(ctx, "data", "local", map[string]string{"size": "1G"})
+	require.NoError(t, err)
+	require.Equal(t, "local", created.Driver)
+	again, err := v.Create(ctx, "data", "local", nil)
+	require.NoError(t, err, "creating an existing volume with its driver returns it")
+	require.Equal(t, created.CreatedAt, again.CreatedAt)
+	_, err = v.Create(ctx, "data", "other", nil)
+	require.ErrorIs(t, err, dockervolume.ErrNameConflict)
+
+	mp1, err := v.Mount(ctx, "data", "c1")
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(e.root, "data"), mp1)
+	mp2, err := v.Mount(ctx, "data", "c2")
+	require.NoError(t, err)
+	require.Equal(t, mp1, mp2)
+	_, err = v.Mount(ctx, "data", "c2")
+	require.NoError(t, err, "a second mount by one ID is counted")
+
+	info, err := v.Inspect(ctx, "data")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"c1": 1, "c2": 2}, info.Mounts)
+	require.Equal(t, dockervolume.ScopeLocal, info.Scope)
+
+	require.NoError(t, v.Unmount(ctx, "data", "c1"))
+	require.ErrorIs(t, v.Unmount(ctx, "data", "c1"), dockervolume.ErrNotMounted)
+	require.ErrorIs(t, v.Remove(ctx, "data"), dockervolume.ErrVolumeInUse)
+
+	// The agent restarts in the middle: the service knows its mounts.
+	require.NoError(t, v.Shutdown())
+	e.start(t)
+	v = e.volumes
+	info, err = v.Inspect(ctx, "data")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"c2": 2}, info.Mounts)
+	require.ErrorIs(t, v.Remove(ctx, "data"), dockervolume.ErrVolumeInUse, "still refused after the restart")
+
+	require.NoError(t, v.Unmount(ctx, "data", "c2"))
+	require.ErrorIs(t, v.Remove(ctx, "data"), dockervolume.ErrVolumeInUse, "c2 mounted twice, unmounted once")
+	require.NoError(t, v.Unmount(ctx, "data", "c2"))
+	path, err := v.Path(ctx, "data")
+	require.NoError(t, err)
+	require.Equal(t, mp1, path)
+	require.NoError(t, v.Remove(ctx, "data"))
+	_, err = os.Stat(mp1)
+	require.ErrorIs(t, err, os.ErrNotExist, "the driver removed the volume")
+	_, err = v.Inspect(ctx, "data")
+	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
+}
+
+func TestListMergesEveryDriversVolumesWithItsScope(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	global := filepath.Join(e.dir, "g.sock")
+	gd := newMemDriver(dockervolume.ScopeGlobal)
+	serveAt(t, global, volume.NewHandler(gd))
+	e.register(t, "shared", "g1", global)
+	require.NoError(t, gd.Create(&volume.CreateRequest{Name: "made-outside"}))
+	_, err := e.volumes.Create(ctx, "mine", "local", nil)
+	require.NoError(t, err)
+
+	list, err := e.volumes.List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, list.Warnings)
+	require.Len(t, list.Volumes, 2)
+	require.Equal(t, "made-outside", list.Volumes[0].Name)
+	require.Equal(t, "shared", list.Volumes[0].Driver)
+	require.Equal(t, dockervolume.ScopeGlobal, list.Volumes[0].Scope)
+	require.False(t, list.Volumes[0].Known)
+	require.Equal(t, "mine", list.Volumes[1].Name)
+	require.Equal(t, dockervolume.ScopeLocal, list.Volumes[1].Scope)
+	require.True(t, list.Volumes[1].Known)
+
+	// A volume only its driver knows is found by name, as dockerd finds it,
+	// and mapped to that driver from its first mount on.
+	info, err := e.volumes.Inspect(ctx, "made-outside")
+	require.NoError(t, err)
+	require.Equal(t, "shared", info.Driver)
+	require.False(t, info.Known)
+	_, err = e.volumes.Mount(ctx, "made-outside", "c1")
+	require.NoError(t, err)
+	info, err = e.volumes.Inspect(ctx, "made-outside")
+	require.NoError(t, err)
+	require.True(t, info.Known)
+	require.Equal(t, map[string]int{"c1": 1}, info.Mounts)
+	_, err = e.volumes.Create(ctx, "made-outside", "local", nil)
+	require.ErrorIs(t, err, dockervolume.ErrNameConflict, "the name maps to its driver now")
+	_, err = e.volumes.Mount(ctx, "nowhere", "c1")
+	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
+}
+
+func TestBadVolumeRequestsAreRefusedAndChangeNothing(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	_, err := e.volumes.Create(ctx, "keep", "local", nil)
+	require.NoError(t, err)
+	long := strings.Repeat("a", dockervolume.MaxVolumeNameLen+1)
+	tooMany := map[string]string{}
+	for i := range dockervolume.MaxOptions + 1 {
+		tooMany[strings.Repeat("k", i+1)] = "v"
+	}
+	for _, tc := range []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"an empty name", func() error { _, err := e.volumes.Create(ctx, "", "local", nil); return err }, "must not be empty"},
+		{"a dot", func() error { _, err := e.volumes.Create(ctx, ".", "local", nil); return err }, "at least 2"},
+		{"two dots", func() error { _, err := e.volumes.Create(ctx, "..", "local", nil); return err }, "must start with a letter"},
+		{"a separator", func() error { _, err := e.volumes.Create(ctx, "a/b", "local", nil); return err }, "'_', '.' and '-'"},
+		{"a name over the limit", func() error { _, err := e.volumes.Create(ctx, long, "local", nil); return err }, "over the limit"},
+		{"a NUL in the name", func() error { _, err := e.volumes.Create(ctx, "a\x00b", "local", nil); return err }, "use only letters"},
+		{"an empty driver", func() error { _, err := e.volumes.Create(ctx, "vol", "", nil); return err }, "driver must not be empty"},
+		{"a driver with a separator", func() error { _, err := e.volumes.Create(ctx, "vol", "../x", nil); return err }, "path separator"},
+		{"an empty option key", func() error {
+			_, err := e.volumes.Create(ctx, "vol", "local", map[string]string{"": "v"})
+			return err
+		}, "driver option key must not be empty"},
+		{"a control character in an option", func() error {
+			_, err := e.volumes.Create(ctx, "vol", "local", map[string]string{"k": "a\nb"})
+			return err
+		}, "without control characters"},
+		{"too many options", func() error { _, err := e.volumes.Create(ctx, "vol", "local", tooMany); return err }, "driver options, over the limit"},
+		{"an empty mount ID", func() error { _, err := e.volumes.Mount(ctx, "keep", ""); return err }, "mount ID must not be empty"},
+		{"a mount ID with a space", func() error { _, err := e.volumes.Mount(ctx, "keep", "a b"); return err }, "spaces"},
+		{"an unmount by a bad ID", func() error { return e.volumes.Unmount(ctx, "keep", "..") }, `must not be ".."`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.do()
+			require.ErrorIs(t, err, dockervolume.ErrInvalidVolume)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	list, err := e.volumes.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list.Volumes, 1, "nothing was created")
+	info, err := e.volumes.Inspect(ctx, "keep")
+	require.NoError(t, err)
+	require.Empty(t, info.Mounts, "nothing was mounted")
+}
+
+func TestAMountThatFailsLeavesNoRecordAndAMissingDriverSaysSo(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	_, err := e.volumes.Create(ctx, "data", "nobody", nil)
+	require.ErrorIs(t, err, discovery.ErrNotFound)
+
+	_, err = e.volumes.Create(ctx, "data", "local", nil)
+	require.NoError(t, err)
+	require.NoError(t, os.RemoveAll(filepath.Join(e.root, "data")))
+	require.NoError(t, os.WriteFile(filepath.Join(e.root, "data"), nil, 0o644))
+	_, err = e.volumes.Mount(ctx, "data", "c1")
+	require.ErrorIs(t, err, discovery.ErrPluginFailed)
+	info, err := e.volumes.Inspect(ctx, "data")
+	require.NoError(t, err)
+	require.Empty(t, info.Mounts)
+	require.Empty(t, info.PendingMounts, "the pending record is gone with the failed call")
+}
+
+// A corrupt record stops the service from starting rather than guessing.
+func TestACorruptRecordIsRefusedAtStart(t *testing.T) {
+	e := newVolumesEnv(t)
+	require.NoError(t, e.bucket.Apply([]storage.Op{storage.Put([]byte("volume/x"), []byte("garbage!"))}))
+	_, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{
+		Bucket: e.bucket, Drivers: dockervolume.RegistryDrivers{Registry: e.registry}, Name: "second",
+	})
+	require.ErrorIs(t, err, dockervolume.ErrCorruptRecord)
+}
+
+func TestStartVolumesRefusesABadConfig(t *testing.T) {
+	_, err := dockervolume.StartVolumes(probe.NewSystem(t), dockervolume.VolumesConfig{OpTimeout: -time.Second})
+	require.ErrorIs(t, err, dockervolume.ErrInvalidVolumesConfig)
+	require.ErrorContains(t, err, "Bucket is required")
+	require.ErrorContains(t, err, "Drivers is required")
+	require.ErrorContains(t, err, "OpTimeout is -1s")
+}
