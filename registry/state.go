@@ -20,6 +20,9 @@ type allocation struct {
 	// order is the registration's place in time: the highest order of a
 	// name is current. It is persisted, so a restart keeps it.
 	order uint64
+	// changed is the sequence of the last event that changed it: order,
+	// or a later update's. Replay reports it, and it is persisted too.
+	changed uint64
 }
 
 func byNameThenAlloc(a, b *allocation) bool {
@@ -195,6 +198,26 @@ func (s *Snapshot) List(ptype string) []*messages.PluginInfo {
 	var out []*messages.PluginInfo
 	for _, name := range s.Types() {
 		out = append(out, s.tables[name].frozenList()...)
+	}
+	return out
+}
+
+// replay returns the current allocation of every plugin of ptype ("" for
+// every type) as PluginRegistered events, each carrying the sequence of
+// the last event that changed it.
+func (s *Snapshot) replay(ptype string) []Event {
+	types := []string{ptype}
+	if ptype == "" {
+		types = s.Types()
+	}
+	var out []Event
+	for _, name := range types {
+		if t, ok := s.tables[name]; ok {
+			t.current.Ascend(func(a *allocation) bool {
+				out = append(out, &messages.PluginRegistered{Plugin: a.info, Sequence: a.changed})
+				return true
+			})
+		}
 	}
 	return out
 }
