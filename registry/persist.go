@@ -25,9 +25,9 @@ var sequenceKey = []byte("\x00sequence")
 // event that changed the allocation, which replay reports; decoders that
 // predate it skip it as an unknown field.
 const (
-	pluginField   protowire.Number = 1
-	orderField    protowire.Number = 2
-	changedField  protowire.Number = 3
+	pluginField  protowire.Number = 1
+	orderField   protowire.Number = 2
+	changedField protowire.Number = 3
 	// recordReserve is the room for both sequences: a one-byte tag and
 	// a varint of at most ten bytes each.
 	recordReserve = 2 * (1 + 10)

@@ -74,13 +74,13 @@ type write struct {
 	record     []byte // register: the plugin field of its record (encodePlugin)
 	checked    bool   // validated, and record made
 
-	replyTo *actor.PID      // an actor's command
-	done    chan error      // a facade call's answer
-	timer   *time.Timer     // a facade call's request timeout
-	arrived time.Time       // when the actor took it
-	event   Event           // nil when the command changed nothing
-	op      storage.Op      // the change, when event is not nil
-	err     error           // a refusal decided against the working state
+	replyTo *actor.PID  // an actor's command
+	done    chan error  // a facade call's answer
+	timer   *time.Timer // a facade call's request timeout
+	arrived time.Time   // when the actor took it
+	event   Event       // nil when the command changed nothing
+	op      storage.Op  // the change, when event is not nil
+	err     error       // a refusal decided against the working state
 }
 
 // batchWritten is sent to the actor by the goroutine that wrote a batch.
