@@ -264,6 +264,8 @@ func (r *Registry) Shutdown() error {
 	res, err := r.system.Root.RequestFuture(r.pid, &messages.ShutdownRegistry{}, r.timeout).Result()
 	if err == nil {
 		err = FromProto(res.(*messages.ShutdownRegistryResponse).GetError())
+	} else {
+		err = r.futureError(err)
 	}
 	if stopErr := r.system.Root.PoisonFuture(r.pid).Wait(); err == nil && stopErr != nil {
 		err = fmt.Errorf("registry: stop actor: %w", stopErr)
