@@ -37,7 +37,7 @@ import (
 // commands queued since re-applied on top.
 type pluginsActor struct {
 	log       hclog.Logger
-	bucket    storage.Bucket
+	writer    *storeWriter
 	published *atomic.Pointer[Snapshot]
 	metrics   Metrics
 	missingOK bool // Config.DeregisterMissingIsNil
@@ -59,7 +59,7 @@ type pluginsActor struct {
 	closing  bool
 	shutdown []*actor.PID // who waits for ShutdownRegistryResponse
 
-	stopped func() // called when the actor has stopped: ends its goroutine
+	stopped func() // called when the actor has stopped: ends its goroutines
 }
 
 // write is one command on its way to disk: from the facade, with done and
@@ -95,7 +95,7 @@ type flushQueued struct{}
 // panic) does the same: the writes it had accepted but not yet answered
 // are lost with the old instance, and their callers get no answer (facade
 // callers get a timeout error after Config.RequestTimeout).
-func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], in *inbox, subs *subscribers) *pluginsActor {
+func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *storeWriter, in *inbox, subs *subscribers) *pluginsActor {
 	committed := published.Load()
 	tables := make(map[string]*pluginTable, len(committed.tables))
 	for ptype, t := range committed.tables {
@@ -103,7 +103,7 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], in *inbox,
 	}
 	return &pluginsActor{
 		log:       cfg.Logger,
-		bucket:    cfg.Bucket,
+		writer:    writer,
 		published: published,
 		metrics:   cfg.Metrics,
 		missingOK: cfg.DeregisterMissingIsNil,
@@ -349,8 +349,7 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 	ops = append(ops, sequenceOp(a.seq))
 	a.ops = ops
 	a.pending = a.cut()
-	bucket, root, self := a.bucket, ctx.ActorSystem().Root, ctx.Self()
-	go func() { root.Send(self, &batchWritten{err: bucket.Apply(ops)}) }()
+	a.writer.write(ctx.ActorSystem().Root, ctx.Self(), ops)
 }
 
 // recycle keeps an answered batch's slice for a later queue.

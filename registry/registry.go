@@ -105,19 +105,20 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		frozen[ptype] = t.clone()
 	}
 	published.Store(newSnapshot(frozen, seq))
-	dispatcher := newOwnGoroutine()
+	dispatcher, writer := newOwnGoroutine(), newStoreWriter(cfg.Bucket)
 	// The subscribers are kept apart from the actor instance so that a
 	// restart after a panic keeps them (the watches live in protoactor's
 	// context and survive too).
 	subs, in := newSubscribers(), &inbox{}
 	props := actor.PropsFromProducer(func() actor.Actor {
-		a := newPluginsActor(cfg, published, in, subs)
-		a.stopped = dispatcher.close
+		a := newPluginsActor(cfg, published, writer, in, subs)
+		a.stopped = func() { dispatcher.close(); writer.close() }
 		return a
 	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)), actor.WithDispatcher(dispatcher))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
 		dispatcher.close()
+		writer.close()
 		return nil, fmt.Errorf("registry: start actor %q: %w", cfg.Name, err)
 	}
 	restored := len(published.Load().List(""))

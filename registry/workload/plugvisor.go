@@ -13,9 +13,21 @@ func Plugvisor(system *actor.ActorSystem, r *registry.Registry) Target {
 	return &plugvisorTarget{system: system, r: r}
 }
 
+// PlugvisorCounting is Plugvisor for a registry whose Config.Metrics is
+// counter: the target is a Batcher, and the workloads report its writes
+// per batch.
+func PlugvisorCounting(system *actor.ActorSystem, r *registry.Registry, counter *BatchCounter) Target {
+	return &countingTarget{plugvisorTarget: plugvisorTarget{system: system, r: r}, BatchCounter: counter}
+}
+
 type plugvisorTarget struct {
 	system *actor.ActorSystem
 	r      *registry.Registry
+}
+
+type countingTarget struct {
+	plugvisorTarget
+	*BatchCounter
 }
 
 func (p *plugvisorTarget) Register(name, allocID string) error {
