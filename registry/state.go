@@ -83,12 +83,21 @@ var probes = sync.Pool{New: func() any { return probe("", "") }}
 
 // lookup finds the item of tree with name and alloc.
 func lookup(tree *btree.BTreeG[*allocation], name, alloc string) (*allocation, bool) {
+	key := borrowKey(name, alloc, 0)
+	defer returnKey(key)
+	return tree.Get(key)
+}
+
+// borrowKey takes a search key from probes; returnKey gives it back.
+func borrowKey(name, alloc string, order uint64) *allocation {
 	key := probes.Get().(*allocation)
-	key.info.Name, key.info.AllocId = name, alloc
-	found, ok := tree.Get(key)
-	key.info.Name, key.info.AllocId = "", ""
+	key.info.Name, key.info.AllocId, key.order = name, alloc, order
+	return key
+}
+
+func returnKey(key *allocation) {
+	key.info.Name, key.info.AllocId, key.order = "", "", 0
 	probes.Put(key)
-	return found, ok
 }
 
 func (t *pluginTable) get(name, alloc string) (*allocation, bool) {
@@ -117,16 +126,20 @@ func (t *pluginTable) remove(a *allocation) {
 // promote makes the newest allocation of name current, or drops the name.
 func (t *pluginTable) promote(name string) {
 	var top *allocation
-	t.newest.AscendGreaterOrEqual(&allocation{info: &messages.PluginInfo{Name: name}, order: math.MaxUint64},
-		func(a *allocation) bool {
-			if a.info.GetName() == name {
-				top = a
-			}
-			return false
-		})
+	key := borrowKey(name, "", math.MaxUint64)
+	defer returnKey(key)
+	t.newest.AscendGreaterOrEqual(key, func(a *allocation) bool {
+		if a.info.GetName() == name {
+			top = a
+		}
+		return false
+	})
 	if top == nil {
-		t.current.Delete(probe(name, ""))
+		t.current.Delete(key)
 		return
+	}
+	if old, ok := t.current.Get(key); ok && old == top {
+		return // already current: spare the copy-on-write of the path
 	}
 	t.current.ReplaceOrInsert(top)
 }
