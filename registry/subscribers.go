@@ -145,6 +145,9 @@ func (s *subscribers) publish(ctx actor.Context, events []Event) int {
 		return 0
 	}
 	n := s.send(ctx, "", events, nil)
+	if ptype, ok := oneType(events); ok {
+		return n + s.send(ctx, ptype, events, s.toEveryType)
+	}
 	for ptype, evs := range byType(events) {
 		n += s.send(ctx, ptype, evs, s.toEveryType)
 	}
@@ -177,20 +180,20 @@ func (s *subscribers) send(ctx actor.Context, ptype string, events []Event, skip
 	return n
 }
 
-// byType splits events by plugin type, keeping their order. A batch of one
-// type, the usual case, is returned as it is.
-func byType(events []Event) map[string][]Event {
+// oneType returns the plugin type of events when they all have the same,
+// the usual case.
+func oneType(events []Event) (string, bool) {
 	first := events[0].GetPlugin().GetType()
-	split := false
 	for _, ev := range events[1:] {
 		if ev.GetPlugin().GetType() != first {
-			split = true
-			break
+			return "", false
 		}
 	}
-	if !split {
-		return map[string][]Event{first: events}
-	}
+	return first, true
+}
+
+// byType splits events by plugin type, keeping their order.
+func byType(events []Event) map[string][]Event {
 	out := map[string][]Event{}
 	for _, ev := range events {
 		t := ev.GetPlugin().GetType()
