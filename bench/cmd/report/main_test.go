@@ -92,3 +92,15 @@ func TestTheCSIRowsSayWhenAFleetWasCutShortForTime(t *testing.T) {
 	section := render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
 	require.Contains(t, section, "(measured at 1,000 plugins, not 10,000: 10,000 were not all current within the benchmark's 40 s wait on the loaded machine) | B/plugin (lower is better) | — | 3,000 |")
 }
+
+func TestAFleetMeasuredAtTwoSizesCountsOnlyItsLargest(t *testing.T) {
+	r := newResults()
+	require.NoError(t, r.parse(strings.NewReader(
+		"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43000 B/plugin 10000 plugins\n" +
+			"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 41000 B/plugin 1 cut-short 1000 plugins\n")))
+	got, ok := r.get("BenchmarkCSIMemoryPerPlugin/plugins=10000/connected", "B/plugin")
+	require.True(t, ok)
+	require.Equal(t, 43000.0, got, "the round cut short to 1,000 plugins is left out")
+	section := render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+	require.Contains(t, section, "| … connected to a real gRPC server (in other processes: their memory not counted) | B/plugin (lower is better) | — | 43,000 |")
+}
