@@ -96,7 +96,7 @@ func TestTheCSIRowsSayWhenAFleetWasCutShortForTime(t *testing.T) {
 func TestAFleetMeasuredAtTwoSizesCountsOnlyItsLargest(t *testing.T) {
 	r := newResults()
 	require.NoError(t, r.parse(strings.NewReader(
-		"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43000 B/plugin 10000 plugins\n" +
+		"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43000 B/plugin 10000 plugins\n"+
 			"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 41000 B/plugin 1 cut-short 1000 plugins\n")))
 	got, ok := r.get("BenchmarkCSIMemoryPerPlugin/plugins=10000/connected", "B/plugin")
 	require.True(t, ok)
