@@ -53,6 +53,9 @@ type pluginsActor struct {
 	spare    []*write     // a batch's slice, kept for a later queue
 	ops      []storage.Op // the in-flight batch's ops, reused
 	noted    bool         // a flushQueued is on its way
+	// concurrent counts down the batches since the last one of several
+	// writes: while it is above zero, callers are taken to be concurrent.
+	concurrent int
 
 	in       *inbox       // outlives a restart: see New
 	subs     *subscribers // outlives a restart: see New
@@ -82,6 +85,10 @@ type write struct {
 	op      storage.Op  // the change, when event is not nil
 	err     error       // a refusal decided against the working state
 }
+
+// concurrentMemory is how many batches of one write in a row it takes to
+// decide that callers no longer write concurrently.
+const concurrentMemory = 16
 
 // batchWritten is sent to the actor by the goroutine that wrote a batch.
 type batchWritten struct{ err error }
@@ -167,10 +174,15 @@ func (a *pluginsActor) onStopped(ctx actor.Context) {
 	}
 }
 
-// onDrainInbox yields once, so that callers about to write join this
-// batch, then takes every write in the inbox and starts a batch.
+// onDrainInbox takes every write in the inbox and starts a batch. While
+// callers write concurrently (a recent batch held several writes), the
+// actor yields once first so that those about to write join this batch. A
+// lone caller is not kept waiting: a yield puts the actor behind every
+// runnable goroutine (readers, on a busy machine) for a time slice.
 func (a *pluginsActor) onDrainInbox(ctx actor.Context) {
-	runtime.Gosched()
+	if a.concurrent > 0 {
+		runtime.Gosched()
+	}
 	a.takeInbox(ctx)
 	a.flush(ctx)
 }
@@ -336,6 +348,11 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 		}
 	}
 	a.metrics.Batch(len(a.inflight))
+	if len(a.inflight) > 1 {
+		a.concurrent = concurrentMemory
+	} else if a.concurrent > 0 {
+		a.concurrent--
+	}
 	if len(ops) == 0 {
 		batch := a.inflight
 		a.inflight = nil
