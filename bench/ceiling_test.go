@@ -50,9 +50,9 @@ func BenchmarkProtoactorSend(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
-// BenchmarkProtoactorRequestFuture: one goroutine asks an echo actor and
-// waits for each answer (RequestFuture), as the registry's facade does.
-func BenchmarkProtoactorRequestFuture(b *testing.B) {
+// startEcho starts an actor that answers every tick with a tick, in an
+// actor system of its own, stopped with the benchmark.
+func startEcho(b *testing.B) (*actor.ActorSystem, *actor.PID) {
 	system := probe.NewSystem(b)
 	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if _, ok := ctx.Message().(*tick); ok {
@@ -60,6 +60,13 @@ func BenchmarkProtoactorRequestFuture(b *testing.B) {
 		}
 	}))
 	b.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	return system, pid
+}
+
+// BenchmarkProtoactorRequestFuture: one goroutine asks an echo actor and
+// waits for each answer (RequestFuture), as the registry's facade does.
+func BenchmarkProtoactorRequestFuture(b *testing.B) {
+	system, pid := startEcho(b)
 	b.ResetTimer()
 	for range b.N {
 		if _, err := system.Root.RequestFuture(pid, theTick, 10*time.Second).Result(); err != nil {
@@ -71,13 +78,7 @@ func BenchmarkProtoactorRequestFuture(b *testing.B) {
 // BenchmarkProtoactorRequestFutureParallel: as above from 8 goroutines at
 // once, as many as the concurrent registrants.
 func BenchmarkProtoactorRequestFutureParallel(b *testing.B) {
-	system := probe.NewSystem(b)
-	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if _, ok := ctx.Message().(*tick); ok {
-			ctx.Respond(theTick)
-		}
-	}))
-	b.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	system, pid := startEcho(b)
 	b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -102,13 +103,7 @@ const pipelineWindow = 1024
 // the next one as each answer comes. One iteration is one request and its
 // answer; the time runs until the last answer.
 func BenchmarkProtoactorRequestPipelined(b *testing.B) {
-	system := probe.NewSystem(b)
-	echo := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if _, ok := ctx.Message().(*tick); ok {
-			ctx.Respond(theTick)
-		}
-	}))
-	b.Cleanup(func() { _ = system.Root.StopFuture(echo).Wait() })
+	system, echo := startEcho(b)
 	done := make(chan struct{})
 	sent, answered := 0, 0
 	b.ResetTimer()

@@ -87,15 +87,7 @@ func TestABatchWithOneInvalidCommandAnswersItAndAppliesTheRest(t *testing.T) {
 		got = append(got, probe.Expect[*messages.PluginRegistered](t, events, timeout).GetPlugin().GetName())
 	}
 	require.Equal(t, []string{"first", "a", "b"}, got, "the rest of the batch was applied, in order")
-	require.Equal(t, []string{"a", "b", "first"}, names(r.ListPlugins(csiNode)))
-}
-
-func names(infos []*messages.PluginInfo) []string {
-	out := make([]string, 0, len(infos))
-	for _, p := range infos {
-		out = append(out, p.GetName())
-	}
-	return out
+	require.Equal(t, []string{"a", "b", "first"}, each(r.ListPlugins(csiNode), (*messages.PluginInfo).GetName))
 }
 
 func TestDeregisteringAMissingAllocation(t *testing.T) {

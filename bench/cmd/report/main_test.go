@@ -36,10 +36,16 @@ func TestParseTakesTheMedianOfEachFigure(t *testing.T) {
 	require.Equal(t, "AMD EPYC", r.cpu)
 }
 
-func TestTheTableSaysWhichTargetsAreMet(t *testing.T) {
+// table parses benchmark output and renders its section.
+func table(t *testing.T, output string) (*results, string) {
+	t.Helper()
 	r := newResults()
-	require.NoError(t, r.parse(strings.NewReader(sample)))
-	section := render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, r.parse(strings.NewReader(output)))
+	return r, render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+}
+
+func TestTheTableSaysWhichTargetsAreMet(t *testing.T) {
+	_, section := table(t, sample)
 	require.Contains(t, section, "| 8 concurrent registrants, 8 draining subscribers | pairs/s | 200 | 400 | 2× |")
 	require.Contains(t, section, "**met** (2.00×)")
 	require.Contains(t, section, "**not met** (88 µs)", "p99 must be under 50 µs")
@@ -78,29 +84,20 @@ func TestSpliceReplacesOnlyTheGeneratedSection(t *testing.T) {
 }
 
 func TestTheCSIRowsSayWhenTheConnectedFleetWasSmaller(t *testing.T) {
-	r := newResults()
-	require.NoError(t, r.parse(strings.NewReader(
-		"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43219 B/plugin 8371 ms-until-current 1000 plugins\n")))
-	section := render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+	_, section := table(t, "BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43219 B/plugin 8371 ms-until-current 1000 plugins\n")
 	require.Contains(t, section, "| … connected to a real gRPC server (in other processes: their memory not counted) (measured at 1,000 plugins, not 10,000: the open-file limit allowed no more) | B/plugin (lower is better) | — | 43,219 |")
 }
 
 func TestTheCSIRowsSayWhenAFleetWasCutShortForTime(t *testing.T) {
-	r := newResults()
-	require.NoError(t, r.parse(strings.NewReader(
-		"BenchmarkCSIMemoryPerPlugin/plugins=10000/idle-2 1 100 ns/op 3000 B/plugin 800 ms-until-current 1000 plugins 1 cut-short\n")))
-	section := render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+	_, section := table(t, "BenchmarkCSIMemoryPerPlugin/plugins=10000/idle-2 1 100 ns/op 3000 B/plugin 800 ms-until-current 1000 plugins 1 cut-short\n")
 	require.Contains(t, section, "(measured at 1,000 plugins, not 10,000: 10,000 were not all current within the benchmark's 40 s wait on the loaded machine) | B/plugin (lower is better) | — | 3,000 |")
 }
 
 func TestAFleetMeasuredAtTwoSizesCountsOnlyItsLargest(t *testing.T) {
-	r := newResults()
-	require.NoError(t, r.parse(strings.NewReader(
-		"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43000 B/plugin 10000 plugins\n"+
-			"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 41000 B/plugin 1 cut-short 1000 plugins\n")))
+	r, section := table(t, "BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 43000 B/plugin 10000 plugins\n"+
+		"BenchmarkCSIMemoryPerPlugin/plugins=10000/connected-2 1 100 ns/op 41000 B/plugin 1 cut-short 1000 plugins\n")
 	got, ok := r.get("BenchmarkCSIMemoryPerPlugin/plugins=10000/connected", "B/plugin")
 	require.True(t, ok)
 	require.Equal(t, 43000.0, got, "the round cut short to 1,000 plugins is left out")
-	section := render(r, "make bench-compare", "a machine", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
 	require.Contains(t, section, "| … connected to a real gRPC server (in other processes: their memory not counted) | B/plugin (lower is better) | — | 43,000 |")
 }
