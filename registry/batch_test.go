@@ -122,3 +122,18 @@ func TestDeregisteringAMissingAllocation(t *testing.T) {
 		})
 	}
 }
+
+func TestListingGivesTheNewestAllocationOfEachNameWhateverItsOlderOnes(t *testing.T) {
+	r, _ := newRegistry(t)
+	for _, name := range []string{"b", "aa", "a"} {
+		for i := range 3 {
+			require.NoError(t, r.RegisterPlugin(pluginNamed(name, i)))
+		}
+	}
+	require.NoError(t, r.DeregisterPlugin(csiNode, "aa", "alloc-2"))
+	got := r.ListPlugins(csiNode)
+	require.Equal(t, []string{"a", "aa", "b"}, each(got, (*messages.PluginInfo).GetName))
+	require.Equal(t, []string{"alloc-2", "alloc-1", "alloc-2"}, allocIDs(got))
+	require.Empty(t, r.ListPlugins("docker-volume"))
+	require.NotNil(t, r.ListPlugins("docker-volume"), "an empty list, not nil")
+}
