@@ -50,9 +50,9 @@ func BenchmarkProtoactorSend(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
-// BenchmarkProtoactorRequestFuture: one goroutine asks an echo actor and
-// waits for each answer (RequestFuture), as the registry's facade does.
-func BenchmarkProtoactorRequestFuture(b *testing.B) {
+// startEcho starts an actor that answers every tick with a tick, in an
+// actor system of its own, stopped with the benchmark.
+func startEcho(b *testing.B) (*actor.ActorSystem, *actor.PID) {
 	system := probe.NewSystem(b)
 	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if _, ok := ctx.Message().(*tick); ok {
@@ -60,6 +60,13 @@ func BenchmarkProtoactorRequestFuture(b *testing.B) {
 		}
 	}))
 	b.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	return system, pid
+}
+
+// BenchmarkProtoactorRequestFuture: one goroutine asks an echo actor and
+// waits for each answer (RequestFuture), as the registry's facade does.
+func BenchmarkProtoactorRequestFuture(b *testing.B) {
+	system, pid := startEcho(b)
 	b.ResetTimer()
 	for range b.N {
 		if _, err := system.Root.RequestFuture(pid, theTick, 10*time.Second).Result(); err != nil {
@@ -71,13 +78,7 @@ func BenchmarkProtoactorRequestFuture(b *testing.B) {
 // BenchmarkProtoactorRequestFutureParallel: as above from 8 goroutines at
 // once, as many as the concurrent registrants.
 func BenchmarkProtoactorRequestFutureParallel(b *testing.B) {
-	system := probe.NewSystem(b)
-	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if _, ok := ctx.Message().(*tick); ok {
-			ctx.Respond(theTick)
-		}
-	}))
-	b.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	system, pid := startEcho(b)
 	b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -95,26 +96,64 @@ func BenchmarkProtoactorRequestFutureParallel(b *testing.B) {
 // the mailboxes stay small.
 const pipelineWindow = 1024
 
+// BenchmarkProtoactorRequestPipelined: the raw counterpart of
+// BenchmarkPipelinedRegistrations, like with like: an actor keeps
+// pipelineWindow requests in flight to an actor that answers each (ctx.Request
+// and ctx.Respond, a reply per request as the registry gives), and sends
+// the next one as each answer comes. One iteration is one request and its
+// answer; the time runs until the last answer.
+func BenchmarkProtoactorRequestPipelined(b *testing.B) {
+	system, echo := startEcho(b)
+	done := make(chan struct{})
+	sent, answered := 0, 0
+	b.ResetTimer()
+	start := time.Now()
+	driver := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *actor.Started:
+			for ; sent < min(pipelineWindow, b.N); sent++ {
+				ctx.Request(echo, theTick)
+			}
+		case *tick:
+			if answered++; answered == b.N {
+				close(done)
+			}
+			if sent < b.N {
+				ctx.Request(echo, theTick)
+				sent++
+			}
+		}
+	}))
+	b.Cleanup(func() { system.Root.Stop(driver) })
+	<-done
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "round-trips/s")
+}
+
 // BenchmarkPipelinedRegistrations: an actor sends RegisterPlugin and
 // DeregisterPlugin commands to the registry actor (reg.PID()) without
-// waiting for each answer (pipelineWindow in flight); one subscriber actor
-// counts the events. One iteration is a register and a deregister, two
-// events; the time runs until the subscriber has the last event. Compare
-// events/s with BenchmarkProtoactorSend's msgs/s.
+// waiting for each answer (pipelineWindow in flight); one subscriber actor,
+// subscribed in batches, counts the events. One iteration is a register
+// and a deregister: two commands answered, two events. It reports the
+// commands answered per second (until the last answer; compare with
+// BenchmarkProtoactorRequestPipelined's round trips, the same exchange
+// with no registry work) and the events delivered per second (until the
+// subscriber has the last one).
 func BenchmarkPipelinedRegistrations(b *testing.B) {
-	system, reg := newPlugvisor(b, memoryBucket(b))
+	system, reg, counter := newCountedPlugvisor(b, memoryBucket(b))
 	total := 2 * b.N
 
 	subscribed, delivered := make(chan struct{}), make(chan struct{})
 	events := 0
 	sub := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch ctx.Message().(type) {
+		switch msg := ctx.Message().(type) {
 		case *actor.Started:
-			ctx.Send(reg.PID(), &messages.Subscribe{Type: workload.PluginType, Subscriber: ctx.Self()})
+			ctx.Send(reg.PID(), &registry.SubscribeInBatches{
+				Subscribe: &messages.Subscribe{Type: workload.PluginType, Subscriber: ctx.Self()},
+			})
 		case *messages.Subscribed:
 			close(subscribed)
-		case registry.Event:
-			if events++; events == total {
+		case *registry.Events:
+			if events += len(msg.Events); events == total {
 				close(delivered)
 			}
 		}
@@ -133,7 +172,8 @@ func BenchmarkPipelinedRegistrations(b *testing.B) {
 		}
 		return &messages.DeregisterPlugin{ReplyTo: self, Type: workload.PluginType, Name: "p", AllocId: alloc}
 	}
-	sent := 0
+	sent, answered := 0, 0
+	allAnswered := make(chan time.Time, 1)
 	answer := func(ctx actor.Context, err *messages.Error) {
 		if err != nil {
 			select {
@@ -142,12 +182,16 @@ func BenchmarkPipelinedRegistrations(b *testing.B) {
 			}
 			return
 		}
+		if answered++; answered == total {
+			allAnswered <- time.Now()
+		}
 		if sent < total {
 			ctx.Send(reg.PID(), command(ctx.Self(), sent))
 			sent++
 		}
 	}
 
+	batches, writes := counter.Batches()
 	b.ResetTimer()
 	start := time.Now()
 	driver := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
@@ -170,4 +214,8 @@ func BenchmarkPipelinedRegistrations(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "events/s")
+	b.ReportMetric(float64(total)/(<-allAnswered).Sub(start).Seconds(), "commands/s")
+	if nb, nw := counter.Batches(); nb > batches {
+		b.ReportMetric(float64(nw-writes)/float64(nb-batches), "writes/batch")
+	}
 }

@@ -70,17 +70,26 @@ func nomadDurable(b *testing.B) workload.Target {
 // newPlugvisor starts plugvisor's registry on bucket in an actor system of
 // its own.
 func newPlugvisor(b *testing.B, bucket storage.Bucket) (*actor.ActorSystem, *registry.Registry) {
+	system, r, _ := newCountedPlugvisor(b, bucket)
+	return system, r
+}
+
+// newCountedPlugvisor is newPlugvisor with a counter of the registry's
+// batches.
+func newCountedPlugvisor(b *testing.B, bucket storage.Bucket) (*actor.ActorSystem, *registry.Registry, *workload.BatchCounter) {
 	b.Helper()
 	system := probe.NewSystem(b)
+	counter := &workload.BatchCounter{}
 	r, err := registry.New(system, registry.Config{
 		Bucket:     bucket,
+		Metrics:    counter,
 		Dispensers: map[string]registry.Dispenser{workload.PluginType: func(*messages.PluginInfo) (any, error) { return nil, nil }},
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = r.Shutdown() })
-	return system, r
+	return system, r, counter
 }
 
 func memoryBucket(b *testing.B) storage.Bucket {
@@ -93,7 +102,7 @@ func memoryBucket(b *testing.B) storage.Bucket {
 }
 
 func plugvisorMemory(b *testing.B) workload.Target {
-	return workload.Plugvisor(newPlugvisor(b, memoryBucket(b)))
+	return workload.PlugvisorCounting(newCountedPlugvisor(b, memoryBucket(b)))
 }
 
 func plugvisorDurable(b *testing.B) workload.Target {
@@ -107,5 +116,5 @@ func plugvisorDurable(b *testing.B) workload.Target {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return workload.Plugvisor(newPlugvisor(b, bucket))
+	return workload.PlugvisorCounting(newCountedPlugvisor(b, bucket))
 }

@@ -17,13 +17,15 @@ import (
 func benchTarget(b *testing.B, bucket storage.Bucket) workload.Target {
 	b.Helper()
 	system := probe.NewSystem(b)
+	counter := &workload.BatchCounter{}
 	r, err := registry.New(system, registry.Config{
 		Bucket:     bucket,
+		Metrics:    counter,
 		Dispensers: map[string]registry.Dispenser{workload.PluginType: func(*messages.PluginInfo) (any, error) { return nil, nil }},
 	})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = r.Shutdown() })
-	return workload.Plugvisor(system, r)
+	return workload.PlugvisorCounting(system, r, counter)
 }
 
 func memoryTarget(b *testing.B) workload.Target {
@@ -49,8 +51,8 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 }
 
 func BenchmarkReadsUnderWrites(b *testing.B) {
-	b.Run("ListPlugins", func(b *testing.B) { workload.ReadsUnderWrites(b, memoryTarget(b), 100, false) })
-	b.Run("DispensePlugin", func(b *testing.B) { workload.ReadsUnderWrites(b, memoryTarget(b), 100, true) })
+	b.Run("ListPlugins", func(b *testing.B) { workload.ReadsUnderWrites(b, memoryTarget(b), 100, false, 2000) })
+	b.Run("DispensePlugin", func(b *testing.B) { workload.ReadsUnderWrites(b, memoryTarget(b), 100, true, 2000) })
 }
 
 func BenchmarkRegisterWithOldAllocs(b *testing.B) {

@@ -2,7 +2,10 @@ package registry
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -22,10 +25,16 @@ type Event interface {
 // reader that has fallen behind before it gives up on that reader.
 const DefaultMaxBacklog = 65536
 
+// ErrLagged: a channel subscription's reader fell more than MaxBacklog
+// events behind and the subscription ended; subscribe again with Replay to
+// resynchronise.
+var ErrLagged = errors.New("registry: subscriber fell too far behind")
+
 // SubscribeOptions shape a channel subscription.
 type SubscribeOptions struct {
 	// Replay delivers the current allocation of every plugin of the type
-	// first, as PluginRegistered events carrying the snapshot's sequence.
+	// first, as PluginRegistered events, each carrying the sequence of the
+	// last event that changed that allocation.
 	Replay bool
 	// MaxBacklog bounds the events held for a slow reader (default
 	// DefaultMaxBacklog).
@@ -42,16 +51,28 @@ type SubscribeOptions struct {
 // already handed over and Lagged reports true, so the reader knows to
 // subscribe again with Replay and resynchronise (as a Kubernetes watch that
 // falls too far behind must re-list). The channel also closes when ctx ends
-// and when the registry shuts down.
+// and when the registry shuts down. Once C is closed, Err says which.
 type Subscription struct {
 	// C delivers the events in sequence order.
 	C <-chan Event
 	// Sequence is the sequence number of the registry state the
-	// subscription started from: replayed events carry it, and every live
-	// event has a greater one.
+	// subscription started from: replayed events carry it or a smaller
+	// one, and every live event has a greater one.
 	Sequence uint64
 
 	lagged chan struct{}
+	ended  *atomic.Pointer[error]
+}
+
+// Err says why C closed: ErrLagged when the reader fell too far behind,
+// ErrShutdown when the registry shut down, or the context's error (wrapping
+// context.Canceled or context.DeadlineExceeded) when ctx ended. It is nil
+// while C is open.
+func (s *Subscription) Err() error {
+	if err := s.ended.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // Lagged reports whether the subscription ended because its reader fell
@@ -108,12 +129,13 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 		lagged:     make(chan struct{}),
 	}
 	pid := r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-	go a.pump(ctx, out, func() { r.system.Root.Stop(pid) })
+	ended := &atomic.Pointer[error]{}
+	go a.pump(ctx, out, ended, func() { r.system.Root.Stop(pid) })
 	select {
 	case <-a.subscribed:
 	case <-a.ended:
 	}
-	return &Subscription{C: out, lagged: a.lagged, Sequence: a.sequence}, nil
+	return &Subscription{C: out, lagged: a.lagged, ended: ended, Sequence: a.sequence}, nil
 }
 
 // registryGone is the adapter's note to itself that the registry stopped.
@@ -144,15 +166,14 @@ func (a *channelAdapter) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		ctx.Watch(a.registry)
-		ctx.Send(a.registry, &messages.Subscribe{Type: a.ptype, Subscriber: ctx.Self(), Replay: a.replay})
+		ctx.Send(a.registry, &SubscribeInBatches{
+			Subscribe: &messages.Subscribe{Type: a.ptype, Subscriber: ctx.Self(), Replay: a.replay},
+		})
 	case *messages.Subscribed:
-		for _, p := range msg.GetCurrent() {
-			a.push(ctx, &messages.PluginRegistered{Plugin: p, Sequence: msg.GetSequence()})
-		}
 		a.sequence = msg.GetSequence()
 		close(a.subscribed)
-	case Event:
-		a.push(ctx, msg)
+	case *Events:
+		a.push(ctx, msg.Events)
 	case *actor.Terminated:
 		// The registry is gone. Terminated is a system message and can
 		// overtake the registry's last events in the mailbox: stop only
@@ -167,11 +188,11 @@ func (a *channelAdapter) Receive(ctx actor.Context) {
 	}
 }
 
-func (a *channelAdapter) push(ctx actor.Context, ev Event) {
+func (a *channelAdapter) push(ctx actor.Context, events []Event) {
 	a.mu.Lock()
-	over := len(a.backlog) >= a.maxBacklog
+	over := len(a.backlog)+len(events) > a.maxBacklog
 	if !over {
-		a.backlog = append(a.backlog, ev)
+		a.backlog = append(a.backlog, events...)
 	}
 	a.mu.Unlock()
 	if over {
@@ -198,10 +219,18 @@ func (a *channelAdapter) pop() (Event, bool) {
 }
 
 // pump hands the backlog to out until ctx ends or the actor stops, then
-// closes out and makes sure the actor is stopped.
-func (a *channelAdapter) pump(ctx context.Context, out chan<- Event, stop func()) {
-	defer close(out)
-	defer stop()
+// records why in ended, closes out and makes sure the actor is stopped.
+func (a *channelAdapter) pump(ctx context.Context, out chan<- Event, ended *atomic.Pointer[error], stop func()) {
+	err := a.drain(ctx, out)
+	ended.Store(&err)
+	stop()
+	close(out)
+}
+
+func (a *channelAdapter) drain(ctx context.Context, out chan<- Event) error {
+	cancelled := func() error {
+		return fmt.Errorf("registry: subscription to %q ended by its context: %w", a.ptype, ctx.Err())
+	}
 	for {
 		ev, ok := a.pop()
 		if !ok {
@@ -209,17 +238,20 @@ func (a *channelAdapter) pump(ctx context.Context, out chan<- Event, stop func()
 			case <-a.wake:
 				continue
 			case <-a.ended:
-				if ev, ok = a.pop(); !ok || isClosed(a.lagged) {
-					return
+				if isClosed(a.lagged) {
+					return fmt.Errorf("%w: more than %d events were waiting for the reader of %q", ErrLagged, a.maxBacklog, a.ptype)
+				}
+				if ev, ok = a.pop(); !ok {
+					return errorf(ErrShutdown, "the registry shut down")
 				}
 			case <-ctx.Done():
-				return
+				return cancelled()
 			}
 		}
 		select {
 		case out <- ev:
 		case <-ctx.Done():
-			return
+			return cancelled()
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/storage"
 )
 
 // mailboxThroughput is how many messages the registry actor handles in a
@@ -84,3 +86,37 @@ func (d *ownGoroutine) close() {
 		close(d.stop)
 	}
 }
+
+// storeWriter writes the registry actor's batches to its bucket, one at a
+// time, on a goroutine that lives as long as the actor, and tells the actor
+// each result with a batchWritten. A goroutine per batch grew its stack
+// again for every transaction (bbolt's call stacks are deep); this one
+// keeps it. The actor hands it at most one batch at a time.
+type storeWriter struct {
+	batches chan storeBatch
+	once    sync.Once
+}
+
+type storeBatch struct {
+	ops    []storage.Op
+	root   *actor.RootContext
+	notify *actor.PID
+}
+
+func newStoreWriter(bucket storage.Bucket) *storeWriter {
+	w := &storeWriter{batches: make(chan storeBatch, 1)}
+	go func() {
+		for b := range w.batches {
+			b.root.Send(b.notify, &batchWritten{err: bucket.Apply(b.ops)})
+		}
+	}()
+	return w
+}
+
+// write hands ops to the goroutine; batchWritten comes back to notify.
+func (w *storeWriter) write(root *actor.RootContext, notify *actor.PID, ops []storage.Op) {
+	w.batches <- storeBatch{ops: ops, root: root, notify: notify}
+}
+
+// close lets the goroutine return once it has written what it was given.
+func (w *storeWriter) close() { w.once.Do(func() { close(w.batches) }) }

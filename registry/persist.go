@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/messages"
@@ -13,17 +14,55 @@ import (
 // BucketName is the storage bucket that holds the registry's allocations.
 const BucketName = "registry.allocations"
 
+// sequenceKey holds the last sequence number handed out, so that the
+// sequence never goes backwards across a restart, even when the records
+// that carried the highest numbers were deregistered. Allocation keys
+// start with a validated, non-empty type, so no allocation can have it.
+var sequenceKey = []byte("\x00sequence")
+
+// Field numbers of messages.StoredAllocation, which records are encoded
+// as by hand (see encodePlugin). changedField is the sequence of the last
+// event that changed the allocation, which replay reports; decoders that
+// predate it skip it as an unknown field.
+const (
+	pluginField  protowire.Number = 1
+	orderField   protowire.Number = 2
+	changedField protowire.Number = 3
+	// recordReserve is the room for both sequences: a one-byte tag and
+	// a varint of at most ten bytes each.
+	recordReserve = 2 * (1 + 10)
+)
+
 // storageKey is "type NUL name NUL alloc"; validation keeps NUL out of IDs.
 func storageKey(ptype, name, alloc string) []byte {
 	return []byte(ptype + "\x00" + name + "\x00" + alloc)
 }
 
-func putOp(a *allocation) storage.Op {
-	value, err := proto.Marshal(&messages.StoredAllocation{Plugin: a.info, Sequence: a.order})
+// encodePlugin encodes the part of an allocation's record that does not
+// depend on the registry's state: the plugin field of a StoredAllocation.
+// Callers of the facade run it, so the actor only appends the sequences.
+func encodePlugin(info *messages.PluginInfo) []byte {
+	body, err := proto.Marshal(info)
 	if err != nil {
 		// Marshal fails only for invalid UTF-8 in strings, which
 		// validation has already refused.
 		panic(fmt.Sprintf("registry: encode allocation: %v", err))
+	}
+	out := make([]byte, 0, protowire.SizeTag(pluginField)+protowire.SizeBytes(len(body))+recordReserve)
+	out = protowire.AppendTag(out, pluginField, protowire.BytesType)
+	return protowire.AppendBytes(out, body)
+}
+
+// putOp stores allocation a, whose plugin field encodePlugin made. It
+// appends to plugin in the room encodePlugin left: a write's record is
+// made again only when the write is applied again after a failed batch,
+// and by then no batch holds the earlier one.
+func putOp(a *allocation, plugin []byte) storage.Op {
+	value := protowire.AppendTag(plugin, orderField, protowire.VarintType)
+	value = protowire.AppendVarint(value, a.order)
+	if a.changed != a.order {
+		value = protowire.AppendTag(value, changedField, protowire.VarintType)
+		value = protowire.AppendVarint(value, a.changed)
 	}
 	return storage.Put(storageKey(a.info.GetType(), a.info.GetName(), a.info.GetAllocId()), value)
 }
@@ -32,37 +71,81 @@ func deleteOp(info *messages.PluginInfo) storage.Op {
 	return storage.Delete(storageKey(info.GetType(), info.GetName(), info.GetAllocId()))
 }
 
-// load rebuilds the tables from a bucket. A record that does not decode,
-// fails validation or sits under the wrong key is an error naming it: a
-// registry never starts silently empty or half-restored.
+func sequenceOp(seq uint64) storage.Op {
+	return storage.Put(sequenceKey, protowire.AppendVarint(nil, seq))
+}
+
+// load rebuilds the tables and the last sequence from a bucket. A record
+// that does not decode, fails validation or sits under the wrong key is an
+// error naming it: a registry never starts silently empty or half-restored.
 func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 	tables := map[string]*pluginTable{}
 	var last uint64
 	err := bucket.Load(func(key, value []byte) error {
-		var stored messages.StoredAllocation
-		if err := proto.Unmarshal(value, &stored); err != nil {
-			return fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), err)
+		if string(key) == string(sequenceKey) {
+			seq, n := protowire.ConsumeVarint(value)
+			if n != len(value) {
+				return fmt.Errorf("registry: restore: the sequence record does not decode")
+			}
+			last = max(last, seq)
+			return nil
 		}
-		info := stored.GetPlugin()
-		if err := ValidatePlugin(info); err != nil {
-			return fmt.Errorf("registry: restore: record %q is invalid: %w", printable(key), err)
+		a, err := decodeAllocation(key, value)
+		if err != nil {
+			return err
 		}
-		if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
-			return fmt.Errorf("registry: restore: record %q holds plugin %q", printable(key), printable(want))
-		}
+		info := a.info
 		t, ok := tables[info.GetType()]
 		if !ok {
 			t = newPluginTable()
 			tables[info.GetType()] = t
 		}
-		t.put(&allocation{info: info, order: stored.GetSequence()})
-		last = max(last, stored.GetSequence())
+		t.put(a)
+		last = max(last, a.changed)
 		return nil
 	})
 	if err != nil {
 		return nil, 0, err
 	}
 	return tables, last, nil
+}
+
+func decodeAllocation(key, value []byte) (*allocation, error) {
+	var stored messages.StoredAllocation
+	if err := proto.Unmarshal(value, &stored); err != nil {
+		return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), err)
+	}
+	info := stored.GetPlugin()
+	if err := ValidatePlugin(info); err != nil {
+		return nil, fmt.Errorf("registry: restore: record %q is invalid: %w", printable(key), err)
+	}
+	if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
+		return nil, fmt.Errorf("registry: restore: record %q holds plugin %q", printable(key), printable(want))
+	}
+	a := &allocation{info: info, order: stored.GetSequence(), changed: stored.GetSequence()}
+	unknown := stored.ProtoReflect().GetUnknown()
+	for len(unknown) > 0 {
+		num, typ, n := protowire.ConsumeTag(unknown)
+		if n < 0 {
+			return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), protowire.ParseError(n))
+		}
+		unknown = unknown[n:]
+		if num == changedField && typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(unknown)
+			if m < 0 {
+				return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), protowire.ParseError(m))
+			}
+			a.changed = max(a.order, v)
+			unknown = unknown[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, unknown)
+		if m < 0 {
+			return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), protowire.ParseError(m))
+		}
+		unknown = unknown[m:]
+	}
+	return a, nil
 }
 
 func printable(key []byte) string {

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"maps"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -16,19 +17,30 @@ import (
 // pluginsActor owns every plugin's allocations: type → name → allocations,
 // newest first. It is the only writer of that state.
 //
-// A write is applied to the working tables at once, so the next command
-// sees it, and queued for the store. One batch is written at a time, off
-// the actor's goroutine; while it is written the next commands queue up and
-// go to disk together in the next batch (group commit). Only once a batch is
-// durable does the actor publish its snapshot, send its events and answer
-// its callers. If the store fails, the batch's callers get ErrStore and the
-// working tables roll back to the last durable snapshot, with the commands
-// queued since re-applied on top.
+// Writes arrive in two ways: the facade's callers leave them in the inbox
+// and send one drainInbox per batch, and actors send RegisterPlugin and
+// DeregisterPlugin to the PID. Either way the actor applies each write to
+// the working tables at once, so the next command sees it, and queues it.
+// A command from an actor queues a note to self, so the commands already
+// in the mailbox join the same batch; a drainInbox takes every write the
+// facade's callers left.
+//
+// One batch is written at a time, off the actor's goroutine, as one store
+// transaction with one snapshot cut; while it is written the next commands
+// queue up and go to disk together in the next batch (group commit). Only
+// once a batch is durable does the actor publish its snapshot, send its
+// events (one message per batched subscriber) and answer its callers, each
+// caller's commands in the order it sent them. A command that is bad on its
+// face, or refused against the state, gets its error and the rest of its
+// batch goes ahead. If the store fails, the batch's callers get ErrStore
+// and the working tables roll back to the last durable snapshot, with the
+// commands queued since re-applied on top.
 type pluginsActor struct {
 	log       hclog.Logger
-	bucket    storage.Bucket
+	writer    *storeWriter
 	published *atomic.Pointer[Snapshot]
 	metrics   Metrics
+	missingOK bool // Config.DeregisterMissingIsNil
 
 	tables    map[string]*pluginTable // working state, durable or not
 	dirty     map[string]bool         // types changed since the last batch was cut
@@ -36,35 +48,61 @@ type pluginsActor struct {
 	committed *Snapshot               // last durable state, as published
 	pending   *Snapshot               // state once the in-flight batch is durable
 
-	queue    []*write // accepted, waiting for the next batch
-	inflight []*write // being written; nil when no batch is in flight
+	queue    []*write     // accepted, waiting for the next batch
+	inflight []*write     // being written; nil when no batch is in flight
+	spare    []*write     // a batch's slice, kept for a later queue
+	ops      []storage.Op // the in-flight batch's ops, reused
+	noted    bool         // a flushQueued is on its way
+	// concurrent counts down the batches since the last one of several
+	// writes: while it is above zero, callers are taken to be concurrent.
+	concurrent int
 
+	in       *inbox       // outlives a restart: see New
 	subs     *subscribers // outlives a restart: see New
 	closing  bool
 	shutdown []*actor.PID // who waits for ShutdownRegistryResponse
 
-	stopped func() // called when the actor has stopped: ends its goroutine
+	stopped func() // called when the actor has stopped: ends its goroutines
 }
 
-// write is one accepted command on its way to disk.
+// write is one command on its way to disk: from the facade, with done and
+// timer and its validation and encoding already done by the caller, or
+// from an actor, with replyTo.
 type write struct {
-	cmd     proto.Message // *messages.RegisterPlugin or *messages.DeregisterPlugin
-	replyTo *actor.PID
-	ptype   string
-	event   proto.Message // nil when the command changed nothing
-	ops     []storage.Op
-	err     error // a refusal decided against the working state
-	arrived time.Time
+	deregister bool
+	plugin     *messages.PluginInfo // register: the allocation
+	ptype      string
+	name       string // deregister
+	allocID    string // deregister
+	record     []byte // register: the plugin field of its record (encodePlugin)
+	checked    bool   // validated, and record made
+
+	replyTo *actor.PID  // an actor's command
+	done    chan error  // a facade call's answer
+	timer   *time.Timer // a facade call's request timeout
+	arrived time.Time   // when the actor took it
+	event   Event       // nil when the command changed nothing
+	op      storage.Op  // the change, when event is not nil
+	err     error       // a refusal decided against the working state
 }
+
+// concurrentMemory is how many batches of one write in a row it takes to
+// decide that callers no longer write concurrently.
+const concurrentMemory = 16
 
 // batchWritten is sent to the actor by the goroutine that wrote a batch.
 type batchWritten struct{ err error }
 
+// flushQueued is the actor's note to itself to write the commands queued
+// from its mailbox, once the commands before the note have joined them.
+type flushQueued struct{}
+
 // newPluginsActor starts from the last published snapshot, the durable
 // state, with working tables cloned from it. A restarted actor (after a
 // panic) does the same: the writes it had accepted but not yet answered
-// are lost with the old instance, and their callers get no answer.
-func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], subs *subscribers) *pluginsActor {
+// are lost with the old instance, and their callers get no answer (facade
+// callers get a timeout error after Config.RequestTimeout).
+func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *storeWriter, in *inbox, subs *subscribers) *pluginsActor {
 	committed := published.Load()
 	tables := make(map[string]*pluginTable, len(committed.tables))
 	for ptype, t := range committed.tables {
@@ -72,13 +110,15 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], subs *subs
 	}
 	return &pluginsActor{
 		log:       cfg.Logger,
-		bucket:    cfg.Bucket,
+		writer:    writer,
 		published: published,
 		metrics:   cfg.Metrics,
+		missingOK: cfg.DeregisterMissingIsNil,
 		tables:    tables,
 		dirty:     map[string]bool{},
 		seq:       committed.sequence,
 		committed: committed,
+		in:        in,
 		subs:      subs,
 	}
 }
@@ -86,14 +126,22 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], subs *subs
 // Receive handles the registry's commands, queries and internal results.
 func (a *pluginsActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
+	case drainInbox:
+		a.onDrainInbox(ctx)
 	case *messages.RegisterPlugin:
-		a.onCommand(ctx, msg, msg.GetReplyTo())
+		a.onCommand(ctx, &write{plugin: msg.GetPlugin(), replyTo: msg.GetReplyTo()})
 	case *messages.DeregisterPlugin:
-		a.onCommand(ctx, msg, msg.GetReplyTo())
+		a.onCommand(ctx, &write{deregister: true, ptype: msg.GetType(), name: msg.GetName(),
+			allocID: msg.GetAllocId(), replyTo: msg.GetReplyTo()})
+	case flushQueued:
+		a.noted = false
+		a.flush(ctx)
 	case *batchWritten:
 		a.onBatchWritten(ctx, msg)
 	case *messages.Subscribe:
-		a.onSubscribe(ctx, msg)
+		a.onSubscribe(ctx, msg, false)
+	case *SubscribeInBatches:
+		a.onSubscribe(ctx, msg.Subscribe, true)
 	case *messages.Unsubscribe:
 		a.onUnsubscribe(ctx, msg)
 	case *actor.Terminated:
@@ -101,54 +149,126 @@ func (a *pluginsActor) Receive(ctx actor.Context) {
 		a.metrics.Subscribers(a.subs.len())
 	case *messages.ShutdownRegistry:
 		a.onShutdown(ctx, msg)
+	case *actor.Started:
+		// After a restart, the inbox may hold writes whose wake-up the
+		// old instance took with it.
+		a.takeInbox(ctx)
+		a.flush(ctx)
 	case *actor.Stopped:
-		if a.stopped != nil {
-			a.stopped()
-		}
+		a.onStopped(ctx)
 	}
 }
 
-func (a *pluginsActor) onCommand(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) {
-	w := &write{cmd: cmd, replyTo: replyTo, arrived: time.Now()}
+// onStopped refuses the writes that will never be written: those queued,
+// and those the facade's callers left or will leave in the inbox. Writes
+// of a batch in flight may be durable or not: their callers time out.
+func (a *pluginsActor) onStopped(ctx actor.Context) {
+	a.in.close()
+	err := errorf(ErrShutdown, "the registry actor stopped")
+	for _, w := range append(a.queue, a.in.take()...) {
+		a.reply(ctx, w, err)
+	}
+	a.queue = nil
+	if a.stopped != nil {
+		a.stopped()
+	}
+}
+
+// onDrainInbox takes every write in the inbox and starts a batch. While
+// callers write concurrently (a recent batch held several writes), the
+// actor yields once first so that those about to write join this batch. A
+// lone caller is not kept waiting: a yield puts the actor behind every
+// runnable goroutine (readers, on a busy machine) for a time slice.
+func (a *pluginsActor) onDrainInbox(ctx actor.Context) {
+	if a.concurrent > 0 {
+		runtime.Gosched()
+	}
+	a.takeInbox(ctx)
+	a.flush(ctx)
+}
+
+func (a *pluginsActor) takeInbox(ctx actor.Context) {
+	taken := a.in.take()
+	if len(taken) == 0 {
+		a.in.recycle(taken)
+		return
+	}
+	now := time.Now()
+	for _, w := range taken {
+		w.arrived = now
+		a.accept(ctx, w)
+	}
+	a.in.recycle(taken)
+}
+
+func (a *pluginsActor) onCommand(ctx actor.Context, w *write) {
+	w.arrived = time.Now()
 	if w.replyTo == nil {
 		w.replyTo = ctx.Sender()
 	}
+	if a.accept(ctx, w) && a.inflight == nil && !a.noted {
+		a.noted = true
+		ctx.Send(ctx.Self(), flushQueued{})
+	}
+}
+
+// accept applies w and queues it, or answers it at once when it is
+// refused on its face. It reports whether w was queued.
+func (a *pluginsActor) accept(ctx actor.Context, w *write) bool {
 	if a.closing {
 		a.reply(ctx, w, errorf(ErrShutdown, "registry is shutting down"))
-		return
+		return false
 	}
 	if err := a.apply(w); err != nil {
 		a.reply(ctx, w, err) // refused on its face: nothing changed, nothing to order
-		return
+		return false
 	}
 	a.queue = append(a.queue, w)
-	a.flush(ctx)
+	return true
 }
 
 // apply runs a command against the working tables. It returns an error only
 // for input that is bad on its face; refusals that depend on the state are
 // kept in w.err and answered in order with the other writes.
 func (a *pluginsActor) apply(w *write) error {
-	w.event, w.ops, w.err = nil, nil, nil
-	switch cmd := w.cmd.(type) {
-	case *messages.RegisterPlugin:
-		if err := ValidatePlugin(cmd.GetPlugin()); err != nil {
+	w.event, w.op, w.err = nil, storage.Op{}, nil
+	if !w.checked {
+		if err := w.check(); err != nil {
 			return err
 		}
-		w.ptype = cmd.GetPlugin().GetType()
-		a.applyRegister(w, cmd.GetPlugin())
-	case *messages.DeregisterPlugin:
-		for _, err := range []error{
-			ValidateID("plugin type", cmd.GetType()),
-			ValidateID("plugin name", cmd.GetName()),
-			ValidateID("alloc ID", cmd.GetAllocId()),
-		} {
-			if err != nil {
-				return err
-			}
+	}
+	if w.deregister {
+		a.applyDeregister(w)
+	} else {
+		a.applyRegister(w)
+	}
+	return nil
+}
+
+// check validates w and encodes its record. The facade's callers run it
+// before handing w over; the actor runs it for commands sent to its PID.
+func (w *write) check() error {
+	if w.deregister {
+		return validateDeregister(w.ptype, w.name, w.allocID)
+	}
+	if err := ValidatePlugin(w.plugin); err != nil {
+		return err
+	}
+	w.ptype = w.plugin.GetType()
+	w.record = encodePlugin(w.plugin)
+	w.checked = true
+	return nil
+}
+
+func validateDeregister(ptype, name, allocID string) error {
+	for _, err := range []error{
+		ValidateID("plugin type", ptype),
+		ValidateID("plugin name", name),
+		ValidateID("alloc ID", allocID),
+	} {
+		if err != nil {
+			return err
 		}
-		w.ptype = cmd.GetType()
-		a.applyDeregister(w, cmd.GetName(), cmd.GetAllocId())
 	}
 	return nil
 }
@@ -162,74 +282,97 @@ func (a *pluginsActor) table(ptype string) *pluginTable {
 	return t
 }
 
-func (a *pluginsActor) applyRegister(w *write, p *messages.PluginInfo) {
-	t := a.table(p.GetType())
+func (a *pluginsActor) applyRegister(w *write) {
+	p := w.plugin
+	t := a.table(w.ptype)
 	current, hasCurrent := t.currentOf(p.GetName())
 	old, known := t.get(p.GetName(), p.GetAllocId())
 	if known && proto.Equal(old.info, p) {
 		return // identical re-registration: nothing changes, nothing is said
 	}
 	a.seq++
-	a.dirty[p.GetType()] = true
+	a.dirty[w.ptype] = true
 	if known {
-		updated := &allocation{info: p, order: old.order}
+		updated := &allocation{info: p, order: old.order, changed: a.seq}
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
-		w.ops = []storage.Op{putOp(updated)}
+		w.op = putOp(updated, w.record)
 		return
 	}
-	added := &allocation{info: p, order: a.seq}
+	added := &allocation{info: p, order: a.seq, changed: a.seq}
 	t.put(added)
 	event := &messages.PluginRegistered{Plugin: p, Sequence: a.seq}
 	if hasCurrent {
 		event.Previous = current.info
 	}
-	w.event, w.ops = event, []storage.Op{putOp(added)}
+	w.event, w.op = event, putOp(added, w.record)
 }
 
-func (a *pluginsActor) applyDeregister(w *write, name, allocID string) {
+func (a *pluginsActor) applyDeregister(w *write) {
 	t, ok := a.tables[w.ptype]
+	var old *allocation
+	if ok {
+		old, ok = t.get(w.name, w.allocID)
+	}
 	if !ok {
-		w.err = errorf(ErrNotFound, "no plugin of type %q is registered", w.ptype)
+		if !a.missingOK {
+			w.err = errorf(ErrNotFound, "plugin %q of type %q has no allocation %q", w.name, w.ptype, w.allocID)
+		}
 		return
 	}
-	old, ok := t.get(name, allocID)
-	if !ok {
-		w.err = errorf(ErrNotFound, "plugin %q of type %q has no allocation %q", name, w.ptype, allocID)
-		return
-	}
-	current, _ := t.currentOf(name)
+	current, _ := t.currentOf(w.name)
 	t.remove(old)
 	a.seq++
 	a.dirty[w.ptype] = true
 	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
-	if now, ok := t.currentOf(name); ok {
+	if now, ok := t.currentOf(w.name); ok {
 		event.Current = now.info
 	} else {
 		event.Gone = true
 	}
-	w.event, w.ops = event, []storage.Op{deleteOp(old.info)}
+	w.event, w.op = event, deleteOp(old.info)
 }
 
 // flush starts writing the queued commands as one batch, unless a batch is
-// already in flight; then they wait for it and go in the next one.
+// already in flight; then they wait for it and go in the next one. A batch
+// that changes nothing is answered at once and publishes no snapshot.
 func (a *pluginsActor) flush(ctx actor.Context) {
 	if a.inflight != nil || len(a.queue) == 0 {
 		return
 	}
-	a.inflight, a.queue = a.queue, nil
-	a.pending = a.cut()
-	var ops []storage.Op
+	a.inflight, a.queue, a.spare = a.queue, a.spare[:0], nil
+	ops := a.ops[:0]
 	for _, w := range a.inflight {
-		ops = append(ops, w.ops...)
-	}
-	if len(ops) == 0 {
-		a.onBatchWritten(ctx, &batchWritten{})
-		return
+		if w.event != nil {
+			ops = append(ops, w.op)
+		}
 	}
 	a.metrics.Batch(len(a.inflight))
-	bucket, root, self := a.bucket, ctx.ActorSystem().Root, ctx.Self()
-	go func() { root.Send(self, &batchWritten{err: bucket.Apply(ops)}) }()
+	if len(a.inflight) > 1 {
+		a.concurrent = concurrentMemory
+	} else if a.concurrent > 0 {
+		a.concurrent--
+	}
+	if len(ops) == 0 {
+		batch := a.inflight
+		a.inflight = nil
+		for _, w := range batch {
+			a.reply(ctx, w, w.err)
+		}
+		a.recycle(batch)
+		a.finishShutdown(ctx)
+		return
+	}
+	ops = append(ops, sequenceOp(a.seq))
+	a.ops = ops
+	a.pending = a.cut()
+	a.writer.write(ctx.ActorSystem().Root, ctx.Self(), ops)
+}
+
+// recycle keeps an answered batch's slice for a later queue.
+func (a *pluginsActor) recycle(batch []*write) {
+	clear(batch)
+	a.spare = batch[:0]
 }
 
 // cut freezes the working tables into the snapshot that will be published
@@ -253,6 +396,7 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 	}
 	batch := a.inflight
 	a.inflight = nil
+	clear(a.ops)
 	if msg.err != nil {
 		a.log.Error("durable write failed: refusing the batch and rolling back", "writes", len(batch), "error", msg.err)
 		err := errorf(ErrStore, "%v", msg.err)
@@ -264,6 +408,7 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 		a.publish(ctx, batch)
 	}
 	a.pending = nil
+	a.recycle(batch)
 	a.flush(ctx)
 	a.finishShutdown(ctx)
 }
@@ -271,11 +416,16 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 	a.committed = a.pending
 	close(a.published.Swap(a.committed).next)
+	// The slice goes to subscribers in batches: a fresh one per batch.
+	events := make([]Event, 0, len(batch))
 	for _, w := range batch {
 		if w.event != nil {
 			a.logEvent(w.event)
-			a.metrics.EventsSent(a.subs.publish(ctx, w.ptype, w.event))
+			events = append(events, w.event)
 		}
+	}
+	a.metrics.EventsSent(a.subs.publish(ctx, events))
+	for _, w := range batch {
 		a.reply(ctx, w, w.err)
 	}
 }
@@ -292,26 +442,24 @@ func (a *pluginsActor) rollback(ctx actor.Context) {
 	queued := a.queue
 	a.queue = nil
 	for _, w := range queued {
-		if err := a.apply(w); err != nil {
-			a.reply(ctx, w, err)
-			continue
-		}
-		a.queue = append(a.queue, w)
+		a.accept(ctx, w)
 	}
 }
 
 func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
-	var resp proto.Message
-	switch w.cmd.(type) {
-	case *messages.RegisterPlugin:
-		a.metrics.Write("register", err, time.Since(w.arrived))
-		resp = &messages.RegisterPluginResponse{Error: toProto(err)}
-	case *messages.DeregisterPlugin:
-		a.metrics.Write("deregister", err, time.Since(w.arrived))
-		resp = &messages.DeregisterPluginResponse{Error: toProto(err)}
+	op := "register"
+	if w.deregister {
+		op = "deregister"
 	}
-	if w.replyTo != nil {
-		ctx.Send(w.replyTo, resp)
+	a.metrics.Write(op, err, time.Since(w.arrived))
+	switch {
+	case w.done != nil:
+		w.done <- err // buffered: never blocks
+	case w.replyTo == nil:
+	case w.deregister:
+		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: toProto(err)})
+	default:
+		ctx.Send(w.replyTo, &messages.RegisterPluginResponse{Error: toProto(err)})
 	}
 }
 
@@ -332,7 +480,7 @@ func (a *pluginsActor) logEvent(event proto.Message) {
 	}
 }
 
-func (a *pluginsActor) onSubscribe(ctx actor.Context, msg *messages.Subscribe) {
+func (a *pluginsActor) onSubscribe(ctx actor.Context, msg *messages.Subscribe, batched bool) {
 	sub := msg.GetSubscriber()
 	if sub == nil {
 		a.log.Warn("subscribe without a subscriber address: ignored", "sender", ctx.Sender())
@@ -344,13 +492,16 @@ func (a *pluginsActor) onSubscribe(ctx actor.Context, msg *messages.Subscribe) {
 			return
 		}
 	}
-	a.subs.add(ctx, msg.GetType(), sub)
+	a.subs.add(ctx, msg.GetType(), sub, batched)
 	a.metrics.Subscribers(a.subs.len())
 	ack := &messages.Subscribed{Type: msg.GetType(), Sequence: a.committed.sequence}
-	if msg.GetReplay() {
+	if msg.GetReplay() && !batched {
 		ack.Current = a.committed.List(msg.GetType())
 	}
 	ctx.Send(sub, ack)
+	if msg.GetReplay() && batched {
+		ctx.Send(sub, &Events{Events: a.committed.replay(msg.GetType()), Replayed: true})
+	}
 }
 
 func (a *pluginsActor) onUnsubscribe(ctx actor.Context, msg *messages.Unsubscribe) {
@@ -363,7 +514,11 @@ func (a *pluginsActor) onUnsubscribe(ctx actor.Context, msg *messages.Unsubscrib
 	ctx.Send(sub, &messages.Unsubscribed{Type: msg.GetType()})
 }
 
+// onShutdown takes the writes the facade's callers left before Shutdown
+// closed the inbox, then answers the shutdown once they are durable.
 func (a *pluginsActor) onShutdown(ctx actor.Context, msg *messages.ShutdownRegistry) {
+	a.takeInbox(ctx)
+	a.flush(ctx)
 	a.closing = true
 	replyTo := msg.GetReplyTo()
 	if replyTo == nil {

@@ -39,6 +39,10 @@ type Config struct {
 	// Name is the registry actor's name in the actor system
 	// (default "registry").
 	Name string
+	// DeregisterMissingIsNil makes deregistering an allocation that is not
+	// registered succeed with nil, as Nomad's registry does. By default it
+	// returns ErrNotFound. Either way nothing changes and no event is sent.
+	DeregisterMissingIsNil bool
 }
 
 func (c Config) withDefaults() Config {
@@ -72,8 +76,12 @@ type Registry struct {
 	timeout    time.Duration
 	log        hclog.Logger
 
-	// mu orders writes against Shutdown: a write sent before Shutdown is
-	// answered; one after it gets ErrShutdown without reaching the actor.
+	// in carries the facade's writes to the actor. Shutdown closes it: a
+	// write put before is answered; one after gets ErrShutdown without
+	// reaching the actor.
+	in *inbox
+
+	// mu orders subscriptions against Shutdown.
 	mu     sync.RWMutex
 	closed bool
 	done   chan struct{}
@@ -97,19 +105,20 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		frozen[ptype] = t.clone()
 	}
 	published.Store(newSnapshot(frozen, seq))
-	dispatcher := newOwnGoroutine()
+	dispatcher, writer := newOwnGoroutine(), newStoreWriter(cfg.Bucket)
 	// The subscribers are kept apart from the actor instance so that a
 	// restart after a panic keeps them (the watches live in protoactor's
 	// context and survive too).
-	subs := newSubscribers()
+	subs, in := newSubscribers(), &inbox{}
 	props := actor.PropsFromProducer(func() actor.Actor {
-		a := newPluginsActor(cfg, published, subs)
-		a.stopped = dispatcher.close
+		a := newPluginsActor(cfg, published, writer, in, subs)
+		a.stopped = func() { dispatcher.close(); writer.close() }
 		return a
 	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)), actor.WithDispatcher(dispatcher))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
 		dispatcher.close()
+		writer.close()
 		return nil, fmt.Errorf("registry: start actor %q: %w", cfg.Name, err)
 	}
 	restored := len(published.Load().List(""))
@@ -121,6 +130,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		dispensers: cfg.Dispensers,
 		timeout:    cfg.RequestTimeout,
 		log:        cfg.Logger,
+		in:         in,
 		done:       make(chan struct{}),
 	}, nil
 }
@@ -133,37 +143,48 @@ func (r *Registry) PID() *actor.PID { return r.pid }
 func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 
 // RegisterPlugin adds an allocation of a plugin, or updates a known one in
-// place. It returns once the change is durable and its event is sent.
+// place. It returns once the change is durable and its event is sent. The
+// registry keeps a copy of info: the caller may change info afterwards.
+//
+// The caller validates and encodes the copy itself, off the registry
+// actor, then hands it over with the writes of the other callers of the
+// moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
-	return r.write(&messages.RegisterPlugin{Plugin: proto.Clone(info).(*messages.PluginInfo)})
+	w := newCall()
+	w.plugin = proto.Clone(info).(*messages.PluginInfo)
+	if err := w.check(); err != nil {
+		return err
+	}
+	return r.submit(w)
 }
 
 // DeregisterPlugin removes one allocation of a plugin. Removing an
-// allocation that is not registered changes nothing, emits nothing and
-// returns ErrNotFound.
+// allocation that is not registered changes nothing and emits nothing; it
+// returns ErrNotFound, or nil with Config.DeregisterMissingIsNil.
 func (r *Registry) DeregisterPlugin(ptype, name, allocID string) error {
-	return r.write(&messages.DeregisterPlugin{Type: ptype, Name: name, AllocId: allocID})
+	if err := validateDeregister(ptype, name, allocID); err != nil {
+		return err
+	}
+	w := newCall()
+	w.deregister, w.ptype, w.name, w.allocID, w.checked = true, ptype, name, allocID, true
+	return r.submit(w)
 }
 
-func (r *Registry) write(cmd proto.Message) error {
-	r.mu.RLock()
-	if r.closed {
-		r.mu.RUnlock()
+// submit leaves w in the inbox, wakes the actor if no wake-up is on its
+// way, and waits for the answer or the request timeout.
+func (r *Registry) submit(w *write) error {
+	accepted, wake := r.in.put(w)
+	if !accepted {
 		return errorf(ErrShutdown, "registry is shut down")
 	}
-	f := r.system.Root.RequestFuture(r.pid, cmd, r.timeout)
-	r.mu.RUnlock()
-	res, err := f.Result()
-	if err != nil {
-		return r.futureError(err)
+	if wake {
+		r.system.Root.Send(r.pid, drainInbox{})
 	}
-	switch res := res.(type) {
-	case *messages.RegisterPluginResponse:
-		return FromProto(res.GetError())
-	case *messages.DeregisterPluginResponse:
-		return FromProto(res.GetError())
+	answered, err := w.wait(r.timeout)
+	if !answered {
+		return fmt.Errorf("registry: no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout)
 	}
-	return fmt.Errorf("registry: unexpected answer %T", res)
+	return err
 }
 
 func (r *Registry) futureError(err error) error {
@@ -237,12 +258,15 @@ func (r *Registry) Shutdown() error {
 		return nil
 	}
 	r.closed = true
+	r.in.close()
 	close(r.done)
 	r.mu.Unlock()
 
 	res, err := r.system.Root.RequestFuture(r.pid, &messages.ShutdownRegistry{}, r.timeout).Result()
 	if err == nil {
 		err = FromProto(res.(*messages.ShutdownRegistryResponse).GetError())
+	} else {
+		err = r.futureError(err)
 	}
 	if stopErr := r.system.Root.PoisonFuture(r.pid).Wait(); err == nil && stopErr != nil {
 		err = fmt.Errorf("registry: stop actor: %w", stopErr)

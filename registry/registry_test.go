@@ -172,9 +172,14 @@ func TestDeregisterTheCurrentAllocPromotesTheNextNewest(t *testing.T) {
 }
 
 func allocIDs(infos []*messages.PluginInfo) []string {
+	return each(infos, (*messages.PluginInfo).GetAllocId)
+}
+
+// each returns field of every plugin in infos, in order.
+func each(infos []*messages.PluginInfo, field func(*messages.PluginInfo) string) []string {
 	out := make([]string, 0, len(infos))
 	for _, p := range infos {
-		out = append(out, p.GetAllocId())
+		out = append(out, field(p))
 	}
 	return out
 }

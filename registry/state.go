@@ -20,6 +20,9 @@ type allocation struct {
 	// order is the registration's place in time: the highest order of a
 	// name is current. It is persisted, so a restart keeps it.
 	order uint64
+	// changed is the sequence of the last event that changed it: order,
+	// or a later update's. Replay reports it, and it is persisted too.
+	changed uint64
 }
 
 func byNameThenAlloc(a, b *allocation) bool {
@@ -36,20 +39,17 @@ func byNameThenNewest(a, b *allocation) bool {
 	return a.order > b.order
 }
 
-func byName(a, b *allocation) bool { return a.info.GetName() < b.info.GetName() }
-
 const treeDegree = 16
 
-// pluginTable holds the allocations of one plugin type in three B-trees:
-// by (name, alloc) for lookups, by (name, newest first) for promotion, and
-// the current allocation of each name for listing. Every change costs
-// O(log n) whatever the number of older allocations of a name, and clone is
-// O(1): the trees share nodes copy-on-write, so a clone handed to readers
-// never changes under them.
+// pluginTable holds the allocations of one plugin type in two B-trees: by
+// (name, alloc) for lookups, and by (name, newest first), whose first item
+// of a name is that name's current allocation. Every change costs O(log n)
+// whatever the number of older allocations of a name, and clone is O(1):
+// the trees share nodes copy-on-write, so a clone handed to readers never
+// changes under them.
 type pluginTable struct {
-	allocs  *btree.BTreeG[*allocation]
-	newest  *btree.BTreeG[*allocation]
-	current *btree.BTreeG[*allocation]
+	allocs *btree.BTreeG[*allocation]
+	newest *btree.BTreeG[*allocation]
 
 	// listed caches list() once the table is frozen in a snapshot; the
 	// actor's working tables never read it.
@@ -58,15 +58,14 @@ type pluginTable struct {
 
 func newPluginTable() *pluginTable {
 	return &pluginTable{
-		allocs:  btree.NewG(treeDegree, byNameThenAlloc),
-		newest:  btree.NewG(treeDegree, byNameThenNewest),
-		current: btree.NewG(treeDegree, byName),
+		allocs: btree.NewG(treeDegree, byNameThenAlloc),
+		newest: btree.NewG(treeDegree, byNameThenNewest),
 	}
 }
 
 // clone returns a copy that shares nodes until either side changes.
 func (t *pluginTable) clone() *pluginTable {
-	return &pluginTable{allocs: t.allocs.Clone(), newest: t.newest.Clone(), current: t.current.Clone()}
+	return &pluginTable{allocs: t.allocs.Clone(), newest: t.newest.Clone()}
 }
 
 func probe(name, alloc string) *allocation {
@@ -80,20 +79,59 @@ var probes = sync.Pool{New: func() any { return probe("", "") }}
 
 // lookup finds the item of tree with name and alloc.
 func lookup(tree *btree.BTreeG[*allocation], name, alloc string) (*allocation, bool) {
+	key := borrowKey(name, alloc, 0)
+	defer returnKey(key)
+	return tree.Get(key)
+}
+
+// borrowKey takes a search key from probes; returnKey gives it back.
+func borrowKey(name, alloc string, order uint64) *allocation {
 	key := probes.Get().(*allocation)
-	key.info.Name, key.info.AllocId = name, alloc
-	found, ok := tree.Get(key)
-	key.info.Name, key.info.AllocId = "", ""
+	key.info.Name, key.info.AllocId, key.order = name, alloc, order
+	return key
+}
+
+func returnKey(key *allocation) {
+	key.info.Name, key.info.AllocId, key.order = "", "", 0
 	probes.Put(key)
-	return found, ok
 }
 
 func (t *pluginTable) get(name, alloc string) (*allocation, bool) {
 	return lookup(t.allocs, name, alloc)
 }
 
+// currentOf returns the current allocation of name: its newest.
 func (t *pluginTable) currentOf(name string) (*allocation, bool) {
-	return lookup(t.current, name, "")
+	key := borrowKey(name, "", math.MaxUint64)
+	defer returnKey(key)
+	top := t.first(key)
+	if top == nil || top.info.GetName() != name {
+		return nil, false
+	}
+	return top, true
+}
+
+// first returns the first allocation of the newest-first tree at or after
+// key, or nil.
+func (t *pluginTable) first(key *allocation) *allocation {
+	var top *allocation
+	t.newest.AscendGreaterOrEqual(key, func(a *allocation) bool {
+		top = a
+		return false
+	})
+	return top
+}
+
+// eachCurrent calls fn with the current allocation of each name, in name
+// order: one search per name, however many older allocations each has.
+func (t *pluginTable) eachCurrent(fn func(*allocation)) {
+	key := borrowKey("", "", math.MaxUint64)
+	defer returnKey(key)
+	for top := t.first(key); top != nil; top = t.first(key) {
+		fn(top)
+		// The smallest name after top's: names hold no NUL.
+		key.info.Name = top.info.GetName() + "\x00"
+	}
 }
 
 // put adds a or replaces the allocation with the same name and alloc ID.
@@ -101,40 +139,19 @@ func (t *pluginTable) currentOf(name string) (*allocation, bool) {
 func (t *pluginTable) put(a *allocation) {
 	t.allocs.ReplaceOrInsert(a)
 	t.newest.ReplaceOrInsert(a)
-	t.promote(a.info.GetName())
 }
 
-// remove deletes a and promotes the next newest allocation of its name.
+// remove deletes a; the next newest allocation of its name, if any,
+// becomes current.
 func (t *pluginTable) remove(a *allocation) {
 	t.allocs.Delete(a)
 	t.newest.Delete(a)
-	t.promote(a.info.GetName())
-}
-
-// promote makes the newest allocation of name current, or drops the name.
-func (t *pluginTable) promote(name string) {
-	var top *allocation
-	t.newest.AscendGreaterOrEqual(&allocation{info: &messages.PluginInfo{Name: name}, order: math.MaxUint64},
-		func(a *allocation) bool {
-			if a.info.GetName() == name {
-				top = a
-			}
-			return false
-		})
-	if top == nil {
-		t.current.Delete(probe(name, ""))
-		return
-	}
-	t.current.ReplaceOrInsert(top)
 }
 
 // list returns the current allocation of each name, sorted by name.
 func (t *pluginTable) list() []*messages.PluginInfo {
-	out := make([]*messages.PluginInfo, 0, t.current.Len())
-	t.current.Ascend(func(a *allocation) bool {
-		out = append(out, a.info)
-		return true
-	})
+	out := []*messages.PluginInfo{}
+	t.eachCurrent(func(a *allocation) { out = append(out, a.info) })
 	return out
 }
 
@@ -195,6 +212,25 @@ func (s *Snapshot) List(ptype string) []*messages.PluginInfo {
 	var out []*messages.PluginInfo
 	for _, name := range s.Types() {
 		out = append(out, s.tables[name].frozenList()...)
+	}
+	return out
+}
+
+// replay returns the current allocation of every plugin of ptype ("" for
+// every type) as PluginRegistered events, each carrying the sequence of
+// the last event that changed it.
+func (s *Snapshot) replay(ptype string) []Event {
+	types := []string{ptype}
+	if ptype == "" {
+		types = s.Types()
+	}
+	var out []Event
+	for _, name := range types {
+		if t, ok := s.tables[name]; ok {
+			t.eachCurrent(func(a *allocation) {
+				out = append(out, &messages.PluginRegistered{Plugin: a.info, Sequence: a.changed})
+			})
+		}
 	}
 	return out
 }

@@ -2,12 +2,39 @@ package registry
 
 import (
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/messages"
 )
 
+// SubscribeInBatches is messages.Subscribe for a subscriber that takes its
+// events in batches: one *Events per committed batch of writes that has
+// events of its type, instead of one message per event. The registry
+// answers messages.Subscribed as for Subscribe, with current left empty;
+// when replay is asked for, an *Events with Replayed set follows at once,
+// holding the current allocation of every plugin of the type as
+// PluginRegistered events, each with the sequence of the last event that
+// changed it. Unsubscribe ends it as any subscription.
+//
+// It is a Go value, not a protobuf message: only actors in the registry's
+// process can send it.
+type SubscribeInBatches struct {
+	Subscribe *messages.Subscribe
+}
+
+// Events is what a subscriber in batches receives: events in sequence
+// order. The slice is shared with the other subscribers: read it, never
+// change it.
+type Events struct {
+	Events []Event
+	// Replayed marks the state replayed at subscription: every event in it
+	// has a sequence no greater than Subscribed.sequence.
+	Replayed bool
+}
+
 // subscribers is the registry actor's record of who gets which events:
-// PIDs by plugin type ("" for every type). It is part of the actor's state
-// and used only on its goroutine.
+// PIDs by plugin type ("" for every type), each taking events one message
+// per event or in batches. It is part of the actor's state and used only
+// on its goroutine.
 //
 // The contract, for every subscriber:
 //   - it gets the events of its type in sequence order, each once (also
@@ -21,23 +48,40 @@ import (
 //   - a dead subscriber leaves by itself: the registry watches each one and
 //     drops all its subscriptions on Terminated.
 type subscribers struct {
-	byType map[string]*actor.PIDSet
+	single  map[string]*actor.PIDSet // one message per event
+	batched map[string]*actor.PIDSet // one *Events per batch
 	// refs counts each PID's subscriptions, to watch it once.
 	refs map[string]int
 }
 
 func newSubscribers() *subscribers {
-	return &subscribers{byType: map[string]*actor.PIDSet{}, refs: map[string]int{}}
+	return &subscribers{single: map[string]*actor.PIDSet{}, batched: map[string]*actor.PIDSet{}, refs: map[string]int{}}
 }
 
 func pidKey(pid *actor.PID) string { return pid.GetAddress() + "/" + pid.GetId() }
 
-func (s *subscribers) add(ctx actor.Context, ptype string, pid *actor.PID) {
-	set, ok := s.byType[ptype]
+func setOf(sets map[string]*actor.PIDSet, ptype string) *actor.PIDSet {
+	set, ok := sets[ptype]
 	if !ok {
 		set = actor.NewPIDSet()
-		s.byType[ptype] = set
+		sets[ptype] = set
 	}
+	return set
+}
+
+// add subscribes pid to ptype; subscribing again to the same type changes
+// only how it takes its events.
+func (s *subscribers) add(ctx actor.Context, ptype string, pid *actor.PID, batched bool) {
+	into, other := s.single, s.batched
+	if batched {
+		into, other = other, into
+	}
+	if set, ok := other[ptype]; ok && set.Contains(pid) {
+		set.Remove(pid)
+		setOf(into, ptype).Add(pid)
+		return
+	}
+	set := setOf(into, ptype)
 	if set.Contains(pid) {
 		return
 	}
@@ -50,11 +94,9 @@ func (s *subscribers) add(ctx actor.Context, ptype string, pid *actor.PID) {
 }
 
 func (s *subscribers) remove(ctx actor.Context, ptype string, pid *actor.PID) {
-	set, ok := s.byType[ptype]
-	if !ok || !set.Contains(pid) {
+	if !s.removeFrom(s.single, ptype, pid) && !s.removeFrom(s.batched, ptype, pid) {
 		return
 	}
-	set.Remove(pid)
 	key := pidKey(pid)
 	if s.refs[key]--; s.refs[key] == 0 {
 		delete(s.refs, key)
@@ -62,9 +104,21 @@ func (s *subscribers) remove(ctx actor.Context, ptype string, pid *actor.PID) {
 	}
 }
 
+func (s *subscribers) removeFrom(sets map[string]*actor.PIDSet, ptype string, pid *actor.PID) bool {
+	set, ok := sets[ptype]
+	if !ok || !set.Contains(pid) {
+		return false
+	}
+	set.Remove(pid)
+	return true
+}
+
 // drop forgets every subscription of a PID that has terminated.
 func (s *subscribers) drop(pid *actor.PID) {
-	for _, set := range s.byType {
+	for _, set := range s.single {
+		set.Remove(pid)
+	}
+	for _, set := range s.batched {
 		set.Remove(pid)
 	}
 	delete(s.refs, pidKey(pid))
@@ -72,24 +126,78 @@ func (s *subscribers) drop(pid *actor.PID) {
 
 func (s *subscribers) len() int { return len(s.refs) }
 
-// publish sends event to the subscribers of ptype and of every type, once
-// to each PID, and returns how many it reached.
-func (s *subscribers) publish(ctx actor.Context, ptype string, event proto.Message) int {
+// toEveryType reports whether pid subscribed to every type, and so gets
+// its events through that subscription.
+func (s *subscribers) toEveryType(pid *actor.PID) bool {
+	for _, sets := range []map[string]*actor.PIDSet{s.single, s.batched} {
+		if set, ok := sets[""]; ok && set.Contains(pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// publish sends a committed batch's events, in sequence order, to the
+// subscribers of their type and of every type, once to each PID, and
+// returns how many events it handed over.
+func (s *subscribers) publish(ctx actor.Context, events []Event) int {
+	if len(events) == 0 {
+		return 0
+	}
+	n := s.send(ctx, "", events, nil)
+	if ptype, ok := oneType(events); ok {
+		return n + s.send(ctx, ptype, events, s.toEveryType)
+	}
+	for ptype, evs := range byType(events) {
+		n += s.send(ctx, ptype, evs, s.toEveryType)
+	}
+	return n
+}
+
+// send hands events to the subscribers of ptype that skip does not rule
+// out.
+func (s *subscribers) send(ctx actor.Context, ptype string, events []Event, skip func(*actor.PID) bool) int {
 	n := 0
-	all := s.byType[""]
-	if set, ok := s.byType[ptype]; ok && ptype != "" {
+	if set, ok := s.single[ptype]; ok {
 		set.ForEach(func(_ int, pid *actor.PID) {
-			if all == nil || !all.Contains(pid) {
-				ctx.Send(pid, event)
-				n++
+			if skip == nil || !skip(pid) {
+				for _, ev := range events {
+					ctx.Send(pid, ev)
+				}
+				n += len(events)
 			}
 		})
 	}
-	if all != nil {
-		all.ForEach(func(_ int, pid *actor.PID) {
-			ctx.Send(pid, event)
-			n++
+	if set, ok := s.batched[ptype]; ok && set.Len() > 0 {
+		batch := &Events{Events: events}
+		set.ForEach(func(_ int, pid *actor.PID) {
+			if skip == nil || !skip(pid) {
+				ctx.Send(pid, batch)
+				n += len(events)
+			}
 		})
 	}
 	return n
+}
+
+// oneType returns the plugin type of events when they all have the same,
+// the usual case.
+func oneType(events []Event) (string, bool) {
+	first := events[0].GetPlugin().GetType()
+	for _, ev := range events[1:] {
+		if ev.GetPlugin().GetType() != first {
+			return "", false
+		}
+	}
+	return first, true
+}
+
+// byType splits events by plugin type, keeping their order.
+func byType(events []Event) map[string][]Event {
+	out := map[string][]Event{}
+	for _, ev := range events {
+		t := ev.GetPlugin().GetType()
+		out[t] = append(out[t], ev)
+	}
+	return out
 }

@@ -45,17 +45,20 @@ func RegisterDeregister(b *testing.B, t Target, subscribers int) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	m := startMeter(t)
 	for i := range b.N {
 		alloc := fmt.Sprint("a", i)
 		if !ok(b, t.Register("p", alloc)) || !ok(b, t.Deregister("p", alloc)) {
 			return
 		}
 	}
+	m.report(b, b.N)
 }
 
 // ConcurrentRegistrants runs registrants goroutines, each registering then
 // deregistering allocations of its own plugin, with subscribers draining.
-// It reports operations per second.
+// It reports register+deregister pairs per second ("ops/s"), the CPU time
+// of the whole process per pair, and writes per batch for a Batcher.
 func ConcurrentRegistrants(b *testing.B, t Target, registrants, subscribers int) {
 	for range subscribers {
 		b.Cleanup(t.Subscribe(func() {}))
@@ -63,6 +66,7 @@ func ConcurrentRegistrants(b *testing.B, t Target, registrants, subscribers int)
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	m := startMeter(t)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g := range registrants {
@@ -82,6 +86,7 @@ func ConcurrentRegistrants(b *testing.B, t Target, registrants, subscribers int)
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	m.report(b, b.N)
 }
 
 // DeliveryLatency measures the time from calling Register to the event
@@ -127,9 +132,11 @@ func ReportPercentiles(b *testing.B, latencies []time.Duration) {
 }
 
 // ReadsUnderWrites measures List or Dispense (per iteration, from parallel
-// readers) while one writer registers and deregisters without pause over
-// plugins plugins, and reports the writer's pairs per second meanwhile.
-func ReadsUnderWrites(b *testing.B, t Target, plugins int, dispense bool) {
+// readers) over plugins plugins while one writer registers and deregisters
+// at pace pairs per second, the same work for every target, and reports
+// the pairs per second the writer managed meanwhile: a registry whose
+// readers hold up its writer (or the reverse) shows it there.
+func ReadsUnderWrites(b *testing.B, t Target, plugins int, dispense bool, pace int) {
 	for i := range plugins {
 		if !ok(b, t.Register(fmt.Sprint("p", i), "a0")) {
 			return
@@ -139,7 +146,17 @@ func ReadsUnderWrites(b *testing.B, t Target, plugins int, dispense bool) {
 	var writer sync.WaitGroup
 	var writes atomic.Int64
 	writer.Go(func() {
+		start, every := time.Now(), time.Second/time.Duration(pace)
 		for i := 0; ; i++ {
+			// Catch up without sleeping when behind; otherwise wait for
+			// the pair's slot.
+			if wait := time.Until(start.Add(time.Duration(i) * every)); wait > 0 {
+				select {
+				case <-stop:
+					return
+				case <-time.After(wait):
+				}
+			}
 			select {
 			case <-stop:
 				return
@@ -185,25 +202,55 @@ func OldAllocs(b *testing.B, t Target, old int) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	m := startMeter(t)
 	for i := range b.N {
 		alloc := fmt.Sprint("new", i)
 		if !ok(b, t.Register("p", alloc)) || !ok(b, t.Deregister("p", alloc)) {
 			return
 		}
 	}
+	m.report(b, b.N)
 }
 
-// StuckSubscriber measures register+deregister throughput over a fixed
-// window with subscribers draining and, when stuck, one more that never
-// reads. A registry that stalls reports 0 ops/s instead of hanging: calls
-// still blocked when the window ends are abandoned (the caller must tear
-// the target down).
-func StuckSubscriber(b *testing.B, t Target, subscribers int, stuck bool, window time.Duration) {
+// StuckSubscriber measures register+deregister throughput with subscribers
+// draining, over fixed windows that alternate without and with one more
+// subscriber that never reads, rounds of each, each window on a fresh
+// target from newTarget (a stalled registry stays stalled). Interleaving
+// keeps a noisy machine's swings out of the comparison. It reports the
+// median pairs per second of each kind of window ("free-ops/s",
+// "stuck-ops/s") and the median over the rounds of the round's stuck
+// figure as a percentage of its free one ("stuck-%"). A registry that
+// stalls scores 0 instead of hanging: calls still blocked when a window
+// ends are abandoned, and the stuck subscriber is released.
+func StuckSubscriber(b *testing.B, newTarget func(*testing.B) Target, subscribers, rounds int, window time.Duration) {
+	var free, stuck, share []float64
+	for range rounds {
+		f := stuckWindow(newTarget(b), subscribers, false, window)
+		s := stuckWindow(newTarget(b), subscribers, true, window)
+		free, stuck = append(free, f), append(stuck, s)
+		if f > 0 {
+			share = append(share, 100*s/f)
+		}
+	}
+	b.ReportMetric(median(free), "free-ops/s")
+	b.ReportMetric(median(stuck), "stuck-ops/s")
+	b.ReportMetric(median(share), "stuck-%")
+}
+
+// stuckWindow runs one window of StuckSubscriber and returns its pairs per
+// second.
+func stuckWindow(t Target, subscribers int, stuck bool, window time.Duration) float64 {
+	var stops []func()
+	defer func() {
+		for _, stop := range slices.Backward(stops) {
+			stop()
+		}
+	}()
 	for range subscribers {
-		b.Cleanup(t.Subscribe(func() {}))
+		stops = append(stops, t.Subscribe(func() {}))
 	}
 	if stuck {
-		b.Cleanup(t.SubscribeStuck())
+		stops = append(stops, t.SubscribeStuck())
 	}
 	var ops atomic.Int64
 	done := make(chan struct{})
@@ -222,7 +269,19 @@ func StuckSubscriber(b *testing.B, t Target, subscribers int, stuck bool, window
 	case <-done:
 	case <-time.After(window + time.Second):
 	}
-	b.ReportMetric(float64(ops.Load())/window.Seconds(), "ops/s")
+	return float64(ops.Load()) / window.Seconds()
+}
+
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // ok reports err to b (safe from any goroutine) and says whether it was nil.
