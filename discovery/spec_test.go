@@ -30,6 +30,9 @@ func TestValidateName(t *testing.T) {
 		{"a NUL byte is refused", "a\x00b", true},
 		{"a newline is refused", "a\nb", true},
 		{"invalid UTF-8 is refused", "a\xffb", true},
+		{"a right-to-left override is refused", "gpj\u202Eexe", true},
+		{"a zero-width space is refused", "a\u200Bb", true},
+		{"a left-to-right isolate is refused", "a\u2066b", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,19 +5,17 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"path/filepath"
-	"strings"
-	"unicode"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Limits on what the registry accepts.
 const (
 	// MaxIDLen bounds plugin types, names and alloc IDs, in bytes.
-	MaxIDLen = 128
+	MaxIDLen = names.MaxLen
 	// MaxSocketPathLen is the size of sun_path less its terminating NUL.
-	MaxSocketPathLen = 107
+	MaxSocketPathLen = names.MaxSocketPathLen
 	// MaxVersionLen bounds a plugin's version string, in bytes.
 	MaxVersionLen = 256
 	// MaxOptions bounds the number of entries in a plugin's options.
@@ -26,8 +24,11 @@ const (
 	MaxOptionLen = 4096
 )
 
-// ValidatePlugin checks a registration and returns every problem at once,
-// each matching ErrInvalid. A nil result means the registry accepts it.
+// ValidatePlugin checks a registration from any source (the API, spec
+// files, Go callers, the store at restore) and returns every problem at
+// once, each matching ErrInvalid. A nil result means the registry accepts
+// it. It does not look at the file system; see ValidateRegistration for
+// what the API adds.
 func ValidatePlugin(p *messages.PluginInfo) error {
 	if p == nil {
 		return errorf(ErrInvalid, "plugin info must not be empty")
@@ -43,21 +44,33 @@ func ValidatePlugin(p *messages.PluginInfo) error {
 	return errors.Join(problems...)
 }
 
-// ValidateID checks a type, name or ID that may become part of a path or
-// a storage key: present, at most MaxIDLen bytes, no path separators, no
-// "..", no control characters. field names it in the error.
+// ValidateRegistration checks a registration that arrives through the API:
+// ValidatePlugin's rules, and then a unix socket only (network addresses
+// come from spec files, which discovery reads), which must be a socket if
+// anything exists at its path yet. It reads the file system, so callers run
+// it at the edge, off any actor.
+func ValidateRegistration(p *messages.PluginInfo) error {
+	if err := ValidatePlugin(p); err != nil {
+		return err
+	}
+	c := p.GetConnection()
+	if c.GetAddress() != "" {
+		return errorf(ErrInvalid, "connection address %q: plugins registered through the API connect by unix socket only; "+
+			"give socket_path, or put the address in a spec file in a watched directory", truncate(c.GetAddress()))
+	}
+	if err := names.CheckSocketFile("socket path", c.GetSocketPath()); err != nil {
+		return errorf(ErrInvalid, "%v", err)
+	}
+	return nil
+}
+
+// ValidateID checks a type, name or ID that may become part of a path or a
+// storage key with names.Check (present, at most MaxIDLen bytes, not "." or
+// "..", no separators, NUL, control, bidirectional or zero-width
+// characters). field names it in the error, which matches ErrInvalid.
 func ValidateID(field, v string) error {
-	switch {
-	case v == "":
-		return errorf(ErrInvalid, "%s must not be empty", field)
-	case len(v) > MaxIDLen:
-		return errorf(ErrInvalid, "%s is %d bytes, over the limit of %d", field, len(v), MaxIDLen)
-	case strings.ContainsAny(v, `/\`):
-		return errorf(ErrInvalid, "%s %q must not contain a path separator", field, v)
-	case strings.Contains(v, ".."):
-		return errorf(ErrInvalid, "%s %q must not contain \"..\"", field, v)
-	case strings.IndexFunc(v, unicode.IsControl) >= 0:
-		return errorf(ErrInvalid, "%s %q must not contain control characters", field, v)
+	if err := names.Check(field, v); err != nil {
+		return errorf(ErrInvalid, "%v", err)
 	}
 	return nil
 }
@@ -69,18 +82,12 @@ func validateVersion(v string) error {
 	return nil
 }
 
-// ValidateSocketPath checks a unix socket path: absolute, clean, and short
-// enough for sun_path (at most MaxSocketPathLen bytes).
+// ValidateSocketPath checks a unix socket path with names.CheckSocketPath:
+// absolute, clean, short enough for sun_path (at most MaxSocketPathLen
+// bytes), no NUL or invisible characters.
 func ValidateSocketPath(path string) error {
-	switch {
-	case !filepath.IsAbs(path):
-		return errorf(ErrInvalid, "socket path %q must be absolute", path)
-	case filepath.Clean(path) != path:
-		return errorf(ErrInvalid, "socket path %q must be clean (no \"..\", \".\" or repeated slashes)", path)
-	case len(path) > MaxSocketPathLen:
-		return errorf(ErrInvalid, "socket path is %d bytes, over the unix limit of %d: %q", len(path), MaxSocketPathLen, path)
-	case strings.ContainsRune(path, 0):
-		return errorf(ErrInvalid, "socket path %q must not contain NUL", path)
+	if err := names.CheckSocketPath("socket path", path); err != nil {
+		return errorf(ErrInvalid, "%v", err)
 	}
 	return nil
 }
