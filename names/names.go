@@ -67,10 +67,10 @@ func Check(field, v string) error {
 		return &Error{Field: field, Value: v, Reason: "is not valid UTF-8" + remedy}
 	case v == "." || v == "..":
 		return &Error{Field: field, Value: v, Reason: "is a path element" + remedy}
-	case strings.Contains(v, ".."):
-		return &Error{Field: field, Value: v, Reason: "must not contain \"..\"" + remedy}
 	case strings.ContainsAny(v, `/\`):
 		return &Error{Field: field, Value: v, Reason: "must not contain a path separator" + remedy}
+	case strings.Contains(v, ".."):
+		return &Error{Field: field, Value: v, Reason: "must not contain \"..\"" + remedy}
 	}
 	if r, ok := firstForbidden(v); ok {
 		return &Error{Field: field, Value: v, Reason: fmt.Sprintf("must not contain %s (U+%04X)%s", kind(r), r, remedy)}

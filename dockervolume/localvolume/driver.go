@@ -21,7 +21,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/volume"
 
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Driver keeps volumes as directories under Root and counts their mounts.
@@ -49,6 +49,9 @@ func New(root string, log *slog.Logger) (*Driver, error) {
 		return nil, fmt.Errorf("localvolume: %w", err)
 	}
 	for _, e := range entries {
+		if !names.Valid(e.Name()) {
+			continue // not a volume this driver could have made
+		}
 		if info, err := e.Info(); err == nil && e.IsDir() {
 			d.created[e.Name()] = info.ModTime()
 		}
@@ -56,11 +59,32 @@ func New(root string, log *slog.Logger) (*Driver, error) {
 	return d, nil
 }
 
+// path returns the directory of volume name: always exactly one level below
+// the root, never the root itself or anything outside it.
 func (d *Driver) path(name string) (string, error) {
-	if err := registry.ValidateID("volume name", name); err != nil {
+	if err := names.Check("volume name", name); err != nil {
 		return "", fmt.Errorf("localvolume: %w", err)
 	}
-	return filepath.Join(d.root, name), nil
+	p := filepath.Join(d.root, name)
+	if filepath.Dir(p) != filepath.Clean(d.root) {
+		return "", fmt.Errorf("localvolume: volume name %q does not name a directory directly under the root", name)
+	}
+	return p, nil
+}
+
+// ownDir checks that p, if it exists, is a real directory and not a
+// symbolic link that leads elsewhere.
+func ownDir(name, p string) error {
+	info, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("localvolume: volume %q: %w", name, err)
+	case !info.IsDir():
+		return fmt.Errorf("localvolume: volume %q is a %s under the root, not a directory; remove it by hand", name, info.Mode().Type())
+	}
+	return nil
 }
 
 // known returns the path of an existing volume, or an error naming it.
@@ -83,7 +107,10 @@ func (d *Driver) Create(r *volume.CreateRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(p, 0o755); err != nil {
+	if err := ownDir(r.Name, p); err != nil {
+		return err
+	}
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("localvolume: create %q: %w", r.Name, err)
 	}
 	if _, ok := d.created[r.Name]; !ok {
@@ -134,6 +161,9 @@ func (d *Driver) Remove(r *volume.RemoveRequest) error {
 	}
 	if len(d.mounts[r.Name]) > 0 {
 		return fmt.Errorf("localvolume: volume %q is mounted %d times", r.Name, len(d.mounts[r.Name]))
+	}
+	if err := ownDir(r.Name, p); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(p); err != nil {
 		return fmt.Errorf("localvolume: remove %q: %w", r.Name, err)
@@ -193,7 +223,7 @@ func (d *Driver) Capabilities() *volume.CapabilitiesResponse {
 // Serve serves the driver on a unix socket at socket (removing a stale
 // file first) until ctx ends, then removes the socket.
 func Serve(ctx context.Context, d *Driver, socket string) error {
-	if err := registry.ValidateSocketPath(socket); err != nil {
+	if err := names.CheckSocketPath("socket path", socket); err != nil {
 		return fmt.Errorf("localvolume: %w", err)
 	}
 	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
