@@ -33,22 +33,23 @@ func deleteOp(info *messages.PluginInfo) storage.Op {
 }
 
 // load rebuilds the tables from a bucket. A record that does not decode,
-// fails validation or sits under the wrong key is an error naming it: a
-// registry never starts silently empty or half-restored.
+// fails validation or sits under the wrong key is corruption
+// (storage.CorruptRecord, matching storage.ErrCorrupt) naming it and the
+// remedy: a registry never starts silently empty or half-restored.
 func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 	tables := map[string]*pluginTable{}
 	var last uint64
 	err := bucket.Load(func(key, value []byte) error {
 		var stored messages.StoredAllocation
 		if err := proto.Unmarshal(value, &stored); err != nil {
-			return fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), err)
+			return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", err))
 		}
 		info := stored.GetPlugin()
 		if err := ValidatePlugin(info); err != nil {
-			return fmt.Errorf("registry: restore: record %q is invalid: %w", printable(key), err)
+			return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record is invalid: %w", err))
 		}
 		if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
-			return fmt.Errorf("registry: restore: record %q holds plugin %q", printable(key), printable(want))
+			return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record holds plugin %q", printable(want)))
 		}
 		t, ok := tables[info.GetType()]
 		if !ok {
