@@ -64,6 +64,12 @@ type Config struct {
 	// LockTimeout bounds the wait for another agent's lock on the state
 	// file (default 1s).
 	LockTimeout time.Duration
+	// MaxPluginsPerType bounds the allocations of one plugin type
+	// (default registry.DefaultPluginsPerType).
+	MaxPluginsPerType int
+	// MaxPluginOptionsBytes bounds one plugin's options, keys and values
+	// together (default registry.DefaultOptionsBytes).
+	MaxPluginOptionsBytes int
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
 }
@@ -208,6 +214,7 @@ func (a *Agent) startRegistry() error {
 		Bucket:  bucket,
 		Logger:  a.log,
 		Metrics: registryMetrics{a.metrics},
+		Limits:  registry.Limits{PluginsPerType: a.cfg.MaxPluginsPerType, OptionsBytes: a.cfg.MaxPluginOptionsBytes},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -29,6 +29,7 @@ type pluginsActor struct {
 	bucket    storage.Bucket
 	published *atomic.Pointer[Snapshot]
 	metrics   Metrics
+	limits    Limits
 
 	tables    map[string]*pluginTable // working state, durable or not
 	dirty     map[string]bool         // types changed since the last batch was cut
@@ -75,6 +76,7 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], subs *subs
 		bucket:    cfg.Bucket,
 		published: published,
 		metrics:   cfg.Metrics,
+		limits:    cfg.Limits,
 		tables:    tables,
 		dirty:     map[string]bool{},
 		seq:       committed.sequence,
@@ -135,6 +137,9 @@ func (a *pluginsActor) apply(w *write) error {
 		if err := ValidatePlugin(cmd.GetPlugin()); err != nil {
 			return err
 		}
+		if err := a.limits.checkOptions(cmd.GetPlugin()); err != nil {
+			return err
+		}
 		w.ptype = cmd.GetPlugin().GetType()
 		a.applyRegister(w, cmd.GetPlugin())
 	case *messages.DeregisterPlugin:
@@ -169,15 +174,21 @@ func (a *pluginsActor) applyRegister(w *write, p *messages.PluginInfo) {
 	if known && proto.Equal(old.info, p) {
 		return // identical re-registration: nothing changes, nothing is said
 	}
-	a.seq++
-	a.dirty[p.GetType()] = true
 	if known {
+		a.seq++
+		a.dirty[p.GetType()] = true
 		updated := &allocation{info: p, order: old.order}
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
 		w.ops = []storage.Op{putOp(updated)}
 		return
 	}
+	if err := a.limits.checkRoom(p.GetType(), t.allocs.Len()); err != nil {
+		w.err = err
+		return
+	}
+	a.seq++
+	a.dirty[p.GetType()] = true
 	added := &allocation{info: p, order: a.seq}
 	t.put(added)
 	event := &messages.PluginRegistered{Plugin: p, Sequence: a.seq}

@@ -39,6 +39,8 @@ type Config struct {
 	// Name is the registry actor's name in the actor system
 	// (default "registry").
 	Name string
+	// Limits bound what the registry holds (defaults: see Limits).
+	Limits Limits
 }
 
 func (c Config) withDefaults() Config {
@@ -55,6 +57,7 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "registry"
 	}
+	c.Limits = c.Limits.withDefaults()
 	return c
 }
 

@@ -24,6 +24,63 @@ const (
 	MaxOptionLen = 4096
 )
 
+// Defaults of Limits.
+const (
+	// DefaultPluginsPerType bounds the allocations of one plugin type.
+	DefaultPluginsPerType = 16384
+	// DefaultOptionsBytes bounds one plugin's options, keys and values
+	// together, in bytes.
+	DefaultOptionsBytes = 16 << 10
+)
+
+// Limits bound what one registry holds, so that no client can grow the
+// agent without bound. A zero field takes its default; a refusal is
+// ErrInvalid, says which limit and how to raise it, and changes nothing.
+type Limits struct {
+	// PluginsPerType bounds the allocations (every registered copy of every
+	// plugin) of one type (default DefaultPluginsPerType). Re-registering an
+	// allocation that is already there is always accepted.
+	PluginsPerType int
+	// OptionsBytes bounds the total size of one plugin's options, every key
+	// and value, in bytes (default DefaultOptionsBytes).
+	OptionsBytes int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.PluginsPerType <= 0 {
+		l.PluginsPerType = DefaultPluginsPerType
+	}
+	if l.OptionsBytes <= 0 {
+		l.OptionsBytes = DefaultOptionsBytes
+	}
+	return l
+}
+
+// checkOptions refuses options over l.OptionsBytes.
+func (l Limits) checkOptions(p *messages.PluginInfo) error {
+	size := 0
+	for k, v := range p.GetOptions() {
+		size += len(k) + len(v)
+	}
+	if size > l.OptionsBytes {
+		return errorf(ErrInvalid, "plugin %q: options are %d bytes, over the limit of %d "+
+			"(registry.Limits.OptionsBytes, agent flag -max-plugin-options-bytes); send fewer or smaller options",
+			p.GetName(), size, l.OptionsBytes)
+	}
+	return nil
+}
+
+// checkRoom refuses a new allocation of ptype once the type holds
+// l.PluginsPerType of them.
+func (l Limits) checkRoom(ptype string, allocations int) error {
+	if allocations >= l.PluginsPerType {
+		return errorf(ErrInvalid, "plugin type %q holds %d allocations, the limit "+
+			"(registry.Limits.PluginsPerType, agent flag -max-plugins-per-type); deregister old allocations or raise the limit",
+			ptype, allocations)
+	}
+	return nil
+}
+
 // ValidatePlugin checks a registration from any source (the API, spec
 // files, Go callers, the store at restore) and returns every problem at
 // once, each matching ErrInvalid. A nil result means the registry accepts
