@@ -307,6 +307,9 @@ func (c *Candidate) setSocketPath(u *url.URL) error {
 	if err := checkSocketPath(u.Path); err != nil {
 		return c.wrap(err)
 	}
+	if err := names.CheckSocketPath("unix socket path", u.Path); err != nil {
+		return c.errorf(ErrBadAddress, "%q: %v", c.Addr, err)
+	}
 	c.SocketPath = u.Path
 	return nil
 }

@@ -477,7 +477,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			i.Connection = &messages.ConnectionInfo{Address: "tcp://127.0.0.1"}
 		}), "must be tcp://host:port"},
 		{"address with bad scheme", with(func(i *messages.PluginInfo) {
-			i.Connection = &messages.ConnectionInfo{Address: "http://127.0.0.1:80"}
+			i.Connection = &messages.ConnectionInfo{Address: "ftp://127.0.0.1:21"}
 		}), "scheme must be tcp"},
 		{"oversized version", with(func(i *messages.PluginInfo) { i.Version = strings.Repeat("v", 300) }), "plugin version"},
 		{"empty option key", with(func(i *messages.PluginInfo) { i.Options = map[string]string{"": "v"} }), "keys must be"},

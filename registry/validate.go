@@ -3,7 +3,6 @@ package registry
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 
 	"github.com/plugvisor/plugvisor/messages"
@@ -162,16 +161,23 @@ func validateConnection(c *messages.ConnectionInfo) error {
 	return validateAddress(addr)
 }
 
+// validateAddress checks a network address as spec files give it: tcp://,
+// http:// or https://, with a host, and a port unless the scheme implies one.
 func validateAddress(addr string) error {
 	u, err := url.Parse(addr)
 	if err != nil {
 		return errorf(ErrInvalid, "address %q: %v", addr, err)
 	}
-	if u.Scheme != "tcp" {
-		return errorf(ErrInvalid, "address %q: scheme must be tcp", addr)
+	switch u.Scheme {
+	case "tcp", "http", "https":
+	default:
+		return errorf(ErrInvalid, "address %q: scheme must be tcp, http or https", addr)
 	}
-	if _, port, err := net.SplitHostPort(u.Host); err != nil || u.Hostname() == "" || port == "" {
-		return errorf(ErrInvalid, "address %q must be tcp://host:port", addr)
+	if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return errorf(ErrInvalid, "address %q must be scheme://host[:port] with no path, user, query or fragment", addr)
+	}
+	if u.Hostname() == "" || (u.Scheme == "tcp" && u.Port() == "") {
+		return errorf(ErrInvalid, "address %q must be tcp://host:port (or http[s]://host[:port])", addr)
 	}
 	return nil
 }

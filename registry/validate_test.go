@@ -39,9 +39,16 @@ func TestValidatePluginRefusesUnsafeNames(t *testing.T) {
 func TestValidatePluginStillAcceptsNetworkAddresses(t *testing.T) {
 	// Spec files give network addresses; discovery registers them through
 	// ValidatePlugin, never ValidateRegistration.
-	info := plugin(1)
-	info.Connection = &messages.ConnectionInfo{Address: "tcp://127.0.0.1:9000"}
-	require.NoError(t, registry.ValidatePlugin(info))
+	for _, addr := range []string{"tcp://127.0.0.1:9000", "http://plugins.example", "https://plugins.example:8443/"} {
+		info := plugin(1)
+		info.Connection = &messages.ConnectionInfo{Address: addr}
+		require.NoError(t, registry.ValidatePlugin(info), addr)
+	}
+	for _, addr := range []string{"tcp://h", "http://h/path", "https://u@h", "ftp://h:1", "tcp://h:1?q"} {
+		info := plugin(1)
+		info.Connection = &messages.ConnectionInfo{Address: addr}
+		require.ErrorIs(t, registry.ValidatePlugin(info), registry.ErrInvalid, addr)
+	}
 }
 
 func TestValidateRegistration(t *testing.T) {
