@@ -52,6 +52,9 @@ fuzz-short: ## run every fuzz target for FUZZTIME (default 10s) each; CI runs th
 fuzz: ## run every fuzz target for FUZZTIME_LONG (default 5m) each
 	$(MAKE) fuzz-short FUZZTIME=$(FUZZTIME_LONG)
 
+reliability: ## run the reliability suite (a few minutes, as root); its table goes into RELIABILITY.md
+	RELIABILITY_OUT=$(CURDIR)/RELIABILITY.md $(GO) test -tags reliability -count=1 -timeout 20m -v ./reliability/
+
 bench: ## run the benchmarks (BENCH=regexp to pick)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
 
