@@ -27,24 +27,30 @@ func CheckSocketFile(field, path string) error {
 	case err != nil:
 		return fmt.Errorf("%w: %s %s cannot be checked: %v", ErrInvalid, field, quote(path), err)
 	case info.Mode().Type()&fs.ModeSocket == 0:
-		return fmt.Errorf("%w: %w: %s %s is a %s, not a socket; give the path of the plugin's unix socket",
-			ErrInvalid, ErrNotSocket, field, quote(path), describe(info.Mode()))
+		return fmt.Errorf("%w: %w: %s %s is %s, not a socket; give the path of the plugin's unix socket",
+			ErrInvalid, ErrNotSocket, field, quote(path), DescribeMode(info.Mode()))
 	}
 	return nil
 }
 
-func describe(m fs.FileMode) string {
+// DescribeMode names the type of a file, with its article ("a directory"),
+// for error messages.
+func DescribeMode(m fs.FileMode) string {
 	switch {
-	case m.IsDir():
-		return "directory"
 	case m.IsRegular():
-		return "regular file"
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
 	case m&fs.ModeCharDevice != 0:
-		return "character device"
+		return "a character device"
 	case m&fs.ModeDevice != 0:
-		return "block device"
+		return "a block device"
 	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
 	}
-	return "file of mode " + m.String()
+	return fmt.Sprintf("a file of mode %v", m.Type())
 }

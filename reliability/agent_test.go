@@ -4,7 +4,6 @@ package reliability_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,25 +39,8 @@ type agentProc struct {
 	cmd    *exec.Cmd
 	dir    string
 	client *http.Client
-	stderr *syncBuffer
+	stderr string // file that holds the agent's stderr
 	exited chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // unixClient talks HTTP over the unix socket at path.
@@ -84,11 +65,16 @@ func startAgent(t *testing.T, dir string, args ...string) *agentProc {
 }
 
 func tryStartAgent(dir string, args ...string) (*agentProc, error) {
-	a := &agentProc{dir: dir, stderr: &syncBuffer{}, exited: make(chan error, 1),
+	stderr, err := os.CreateTemp("", "pvr-stderr")
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close() // the child has its own copy
+	a := &agentProc{dir: dir, stderr: stderr.Name(), exited: make(chan error, 1),
 		client: unixClient(filepath.Join(dir, "plugvisor.sock"), 10*time.Second)}
 	a.cmd = exec.Command(bin, append([]string{"agent", "-data-dir", dir, "-log-level", "warn",
 		"-resync-interval", "1h", "-fingerprint-interval", "2s"}, args...)...)
-	a.cmd.Stdout, a.cmd.Stderr = io.Discard, a.stderr
+	a.cmd.Stdout, a.cmd.Stderr = io.Discard, stderr
 	if err := a.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -98,7 +84,9 @@ func tryStartAgent(dir string, args ...string) (*agentProc, error) {
 		select {
 		case err := <-a.exited:
 			a.exited <- err
-			return nil, fmt.Errorf("agent exited at start (%v): %s", err, a.stderr.String())
+			log := a.log()
+			_ = os.Remove(a.stderr)
+			return nil, fmt.Errorf("agent exited at start (%v): %s", err, log)
 		default:
 		}
 		if status, _, err := a.do("GET", "/v1/health", ""); err == nil && status == http.StatusOK {
@@ -106,16 +94,24 @@ func tryStartAgent(dir string, args ...string) (*agentProc, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	log := a.log()
 	a.kill()
-	return nil, fmt.Errorf("agent did not answer within 30s: %s", a.stderr.String())
+	return nil, fmt.Errorf("agent did not answer within 30s: %s", log)
 }
 
-// kill sends SIGKILL and waits for the process.
+// log returns what the agent wrote to stderr.
+func (a *agentProc) log() string {
+	b, _ := os.ReadFile(a.stderr)
+	return string(b)
+}
+
+// kill sends SIGKILL, waits for the process and removes its stderr file.
 func (a *agentProc) kill() {
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
 	err := <-a.exited
 	a.exited <- err
 	a.client.CloseIdleConnections()
+	_ = os.Remove(a.stderr)
 }
 
 // stop sends SIGTERM and returns how long the agent took to exit, and its
