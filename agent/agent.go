@@ -70,6 +70,9 @@ type Config struct {
 	// MaxPluginOptionsBytes bounds one plugin's options, keys and values
 	// together (default registry.DefaultOptionsBytes).
 	MaxPluginOptionsBytes int
+	// MaxSubscribers bounds the open event subscriptions, every API event
+	// stream among them (default registry.DefaultSubscribers).
+	MaxSubscribers int
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
 }
@@ -214,7 +217,8 @@ func (a *Agent) startRegistry() error {
 		Bucket:  bucket,
 		Logger:  a.log,
 		Metrics: registryMetrics{a.metrics},
-		Limits:  registry.Limits{PluginsPerType: a.cfg.MaxPluginsPerType, OptionsBytes: a.cfg.MaxPluginOptionsBytes},
+		Limits: registry.Limits{PluginsPerType: a.cfg.MaxPluginsPerType, OptionsBytes: a.cfg.MaxPluginOptionsBytes,
+			Subscribers: a.cfg.MaxSubscribers},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

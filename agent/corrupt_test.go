@@ -83,22 +83,3 @@ func TestACorruptRecordNamesTheFlagThatRecovers(t *testing.T) {
 		})
 	}
 }
-
-func TestTheAgentsLimitsReachTheRegistry(t *testing.T) {
-	dir := dataDir(t)
-	a, err := agent.Start(agent.Config{DataDir: dir, Logger: probe.Logger(t), NodeID: "n1",
-		MaxPluginsPerType: 1, MaxPluginOptionsBytes: 10})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
-	first := &messages.PluginInfo{Type: "csi-node", Name: "p", AllocId: "a1",
-		Connection: &messages.ConnectionInfo{SocketPath: "/run/p.sock"}}
-	require.NoError(t, a.Registry().RegisterPlugin(first))
-
-	second := proto.Clone(first).(*messages.PluginInfo)
-	second.AllocId = "a2"
-	require.ErrorContains(t, a.Registry().RegisterPlugin(second), "-max-plugins-per-type")
-
-	first.Options = map[string]string{"key": "a value too long"}
-	require.ErrorContains(t, a.Registry().RegisterPlugin(first), "-max-plugin-options-bytes")
-	require.Len(t, a.Registry().ListPlugins(""), 1)
-}

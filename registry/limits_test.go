@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -80,6 +81,29 @@ func TestTheLimitsHaveDefaults(t *testing.T) {
 		big.Options[fmt.Sprint(i)] = strings.Repeat("v", registry.MaxOptionLen)
 	}
 	require.ErrorContains(t, r.RegisterPlugin(big), fmt.Sprintf("over the limit of %d", registry.DefaultOptionsBytes))
+}
+
+func TestTheLimitOnSubscriptionsRefusesUntilOneCloses(t *testing.T) {
+	r, _ := startLimited(t, registry.Limits{Subscribers: 2})
+	ctx, cancel := context.WithCancel(t.Context())
+	first, err := r.Subscribe(ctx, "", registry.SubscribeOptions{})
+	require.NoError(t, err)
+	_, err = r.Subscribe(t.Context(), "", registry.SubscribeOptions{})
+	require.NoError(t, err)
+
+	_, err = r.Subscribe(t.Context(), csiNode, registry.SubscribeOptions{})
+	require.ErrorIs(t, err, registry.ErrLimit)
+	require.ErrorContains(t, err, "2 subscriptions are open, the limit")
+	require.ErrorContains(t, err, "-max-subscribers")
+	closed := r.PluginsUpdatedCh(t.Context(), "")
+	_, open := <-closed
+	require.False(t, open, "PluginsUpdatedCh past the limit is a closed channel")
+
+	cancel()
+	for range first.C { // drain until the subscription has ended
+	}
+	_, err = r.Subscribe(t.Context(), "", registry.SubscribeOptions{})
+	require.NoError(t, err, "a closed subscription frees its slot")
 }
 
 // requireUnchanged fails unless after holds what before held.

@@ -74,6 +74,7 @@ type Registry struct {
 	dispensers map[string]Dispenser
 	timeout    time.Duration
 	log        hclog.Logger
+	channels   *slots // open channel subscriptions
 
 	// mu orders writes against Shutdown: a write sent before Shutdown is
 	// answered; one after it gets ErrShutdown without reaching the actor.
@@ -124,6 +125,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		dispensers: cfg.Dispensers,
 		timeout:    cfg.RequestTimeout,
 		log:        cfg.Logger,
+		channels:   &slots{max: int64(cfg.Limits.Subscribers)},
 		done:       make(chan struct{}),
 	}, nil
 }

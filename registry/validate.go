@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
@@ -30,6 +31,8 @@ const (
 	// DefaultOptionsBytes bounds one plugin's options, keys and values
 	// together, in bytes.
 	DefaultOptionsBytes = 16 << 10
+	// DefaultSubscribers bounds the open channel subscriptions.
+	DefaultSubscribers = 1024
 )
 
 // Limits bound what one registry holds, so that no client can grow the
@@ -43,6 +46,10 @@ type Limits struct {
 	// OptionsBytes bounds the total size of one plugin's options, every key
 	// and value, in bytes (default DefaultOptionsBytes).
 	OptionsBytes int
+	// Subscribers bounds the channel subscriptions (Subscribe,
+	// PluginsUpdatedCh; every API event stream is one) open at once
+	// (default DefaultSubscribers). A refusal matches ErrLimit.
+	Subscribers int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -52,8 +59,29 @@ func (l Limits) withDefaults() Limits {
 	if l.OptionsBytes <= 0 {
 		l.OptionsBytes = DefaultOptionsBytes
 	}
+	if l.Subscribers <= 0 {
+		l.Subscribers = DefaultSubscribers
+	}
 	return l
 }
+
+// slots counts what is open against a limit, from any goroutine.
+type slots struct {
+	open atomic.Int64
+	max  int64
+}
+
+// acquire takes a slot, or reports that all are taken.
+func (s *slots) acquire() bool {
+	if s.open.Add(1) > s.max {
+		s.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// release gives a slot back.
+func (s *slots) release() { s.open.Add(-1) }
 
 // checkOptions refuses options over l.OptionsBytes.
 func (l Limits) checkOptions(p *messages.PluginInfo) error {

@@ -46,6 +46,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.ResetCorruptState, "reset-corrupt-state", false, "move a corrupt state file aside and start empty")
 	fs.IntVar(&cfg.MaxPluginsPerType, "max-plugins-per-type", registry.DefaultPluginsPerType, "most allocations one plugin type may hold")
 	fs.IntVar(&cfg.MaxPluginOptionsBytes, "max-plugin-options-bytes", registry.DefaultOptionsBytes, "largest total size of one plugin's options, in bytes")
+	fs.IntVar(&cfg.MaxSubscribers, "max-subscribers", registry.DefaultSubscribers, "most event subscriptions (API event streams among them) open at once")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")
 	if err := parse(fs, args); err != nil {
