@@ -54,7 +54,7 @@ var damage = []struct {
 			require.NoError(t, b.Apply([]storage.Op{storage.Put([]byte("csi-node\x00.\x00a1"), value)}))
 			require.NoError(t, s.Close())
 		},
-		want: `plugin name "." is a path element`,
+		want: `plugin name must not be "."`,
 	},
 }
 

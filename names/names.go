@@ -65,8 +65,8 @@ func Check(field, v string) error {
 		return &Error{Field: field, Value: v, Reason: fmt.Sprintf("is %d bytes, over the limit of %d; use a shorter one", len(v), MaxLen)}
 	case !utf8.ValidString(v):
 		return &Error{Field: field, Value: v, Reason: "is not valid UTF-8" + remedy}
-	case v == "." || v == "..":
-		return &Error{Field: field, Value: v, Reason: "is a path element" + remedy}
+	case v == ".":
+		return &Error{Field: field, Reason: "must not be \".\"" + remedy}
 	case strings.ContainsAny(v, `/\`):
 		return &Error{Field: field, Value: v, Reason: "must not contain a path separator" + remedy}
 	case strings.Contains(v, ".."):
@@ -152,7 +152,7 @@ func kind(r rune) string {
 	case r == 0:
 		return "NUL"
 	case unicode.IsControl(r):
-		return "a control character"
+		return "control characters"
 	case bidi(r):
 		return "a bidirectional formatting character"
 	}

@@ -18,8 +18,8 @@ func TestValidatePluginRefusesUnsafeNames(t *testing.T) {
 		change func(*messages.PluginInfo)
 		want   string
 	}{
-		{"a plugin name of one dot", func(i *messages.PluginInfo) { i.Name = "." }, `plugin name "." is a path element`},
-		{"an alloc ID of two dots", func(i *messages.PluginInfo) { i.AllocId = ".." }, `alloc ID ".." is a path element`},
+		{"a plugin name of one dot", func(i *messages.PluginInfo) { i.Name = "." }, `plugin name must not be "."`},
+		{"an alloc ID of two dots", func(i *messages.PluginInfo) { i.AllocId = ".." }, `alloc ID ".." must not contain ".."`},
 		{"a right-to-left override in the name", func(i *messages.PluginInfo) { i.Name = "ev\u202Elif" }, "bidirectional"},
 		{"a zero-width space in the type", func(i *messages.PluginInfo) { i.Type = "csi\u200B" }, "zero-width"},
 		{"a byte order mark in the alloc ID", func(i *messages.PluginInfo) { i.AllocId = "\uFEFFa" }, "zero-width"},
@@ -84,7 +84,7 @@ func TestValidateRegistration(t *testing.T) {
 			info := withSocket(sock)
 			info.Name = "."
 			return info
-		}(), "path element"},
+		}(), `must not be "."`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

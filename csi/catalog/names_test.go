@@ -14,10 +14,10 @@ func TestTheModelRefusesUnsafeNames(t *testing.T) {
 		want   error
 		text   string
 	}{
-		{"a volume ID of one dot", func(v *CSIVolume) { v.ID = "." }, readClaim("a9", "n1"), ErrInvalidVolume, `ID "." is a path element`},
-		{"a namespace of two dots", func(v *CSIVolume) { v.Namespace = ".." }, readClaim("a9", "n1"), ErrInvalidVolume, `namespace ".." is a path element`},
+		{"a volume ID of one dot", func(v *CSIVolume) { v.ID = "." }, readClaim("a9", "n1"), ErrInvalidVolume, `ID must not be "."`},
+		{"a namespace of two dots", func(v *CSIVolume) { v.Namespace = ".." }, readClaim("a9", "n1"), ErrInvalidVolume, `namespace ".." must not contain ".."`},
 		{"a plugin ID with a right-to-left override", func(v *CSIVolume) { v.PluginID = "nf\u202Es" }, readClaim("a9", "n1"), ErrInvalidVolume, "bidirectional"},
-		{"a claim whose alloc ID is a dot", func(*CSIVolume) {}, readClaim(".", "n1"), ErrInvalidClaim, `alloc ID "." is a path element`},
+		{"a claim whose alloc ID is a dot", func(*CSIVolume) {}, readClaim(".", "n1"), ErrInvalidClaim, `alloc ID must not be "."`},
 		{"a claim whose node ID holds a zero-width space", func(*CSIVolume) {}, writeClaim("a9", "n\u200B1"), ErrInvalidClaim, "zero-width"},
 	}
 	for _, tc := range cases {

@@ -63,8 +63,8 @@ func TestThePluginNeverTouchesAnythingOutsideOneVolume(t *testing.T) {
 	attacks := []struct {
 		name, volume, want string
 	}{
-		{"the root itself, as one dot", ".", "is a path element"},
-		{"the parent, as two dots", "..", "is a path element"},
+		{"the root itself, as one dot", ".", `must not be "."`},
+		{"the parent, as two dots", "..", `must not contain ".."`},
 		{"an empty name", "", "must not be empty"},
 		{"a path that climbs out", "../outside", "path separator"},
 		{"a name holding a separator", "data/keep", "path separator"},
