@@ -143,7 +143,8 @@ func (a *agentProc) do(method, path, body string) (int, string, error) {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	// A listing of thousands of plugins is several MiB.
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	return resp.StatusCode, string(b), err
 }
 
