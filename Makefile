@@ -9,7 +9,7 @@ PROTO_FILES := $(wildcard messages/*.proto)
 TEST_FLAGS  ?=
 BENCH       ?= .
 
-.PHONY: help proto build test bench demo run clean
+.PHONY: help proto build test bench demo run clean fuzz fuzz-short reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -30,6 +30,30 @@ build: ## build the plugvisor binary into .bin/
 test: ## go vet, then every test under the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TEST_FLAGS) ./...
+
+# Fuzz targets, as package:Target. Each runs alone (go test -fuzz takes one
+# target at a time); its seed corpus is in the package's testdata/fuzz/, and
+# any input that fails is written there too, to become a regression test.
+FUZZ_TARGETS := \
+	names:FuzzCheck names:FuzzCheckSocketPath \
+	registry:FuzzValidatePlugin \
+	csi/catalog:FuzzClaims \
+	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
+	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeClaimBody api:FuzzDecodeMountBody
+FUZZTIME      ?= 10s
+FUZZTIME_LONG ?= 5m
+
+fuzz-short: ## run every fuzz target for FUZZTIME (default 10s) each; CI runs this
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=./$${t%%:*}; name=$${t##*:}; echo "== fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+fuzz: ## run every fuzz target for FUZZTIME_LONG (default 5m) each
+	$(MAKE) fuzz-short FUZZTIME=$(FUZZTIME_LONG)
+
+reliability: ## run the reliability suite (a few minutes, as root); its table goes into RELIABILITY.md
+	RELIABILITY_OUT=$(CURDIR)/RELIABILITY.md $(GO) test -tags reliability -count=1 -timeout 20m -v ./reliability/
 
 bench: ## run the benchmarks (BENCH=regexp to pick)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...

@@ -90,6 +90,15 @@ type Config struct {
 	// delete, expand, snapshots); zero means controller.DefaultOperationTimeout,
 	// negative is refused.
 	VolumeOperationTimeout time.Duration
+	// MaxPluginsPerType bounds the allocations of one plugin type
+	// (default registry.DefaultPluginsPerType).
+	MaxPluginsPerType int
+	// MaxPluginOptionsBytes bounds one plugin's options, keys and values
+	// together (default registry.DefaultOptionsBytes).
+	MaxPluginOptionsBytes int
+	// MaxSubscribers bounds the open event subscriptions, every API event
+	// stream among them (default registry.DefaultSubscribers).
+	MaxSubscribers int
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
 }
@@ -167,7 +176,35 @@ type Agent struct {
 
 // Start opens the data dir and starts every part. On error, whatever had
 // started is stopped again.
-func Start(cfg Config) (_ *Agent, err error) {
+//
+// A state file that opens but holds a record its owner cannot use (it fails
+// its checksum, does not decode, or fails validation) is corruption like a
+// file that does not open: with ResetCorruptState it is moved aside, with a
+// warning, and the agent starts once more with an empty store.
+func Start(cfg Config) (*Agent, error) {
+	a, err := start(cfg)
+	if err == nil || !cfg.ResetCorruptState || !isCorrupt(err) {
+		return a, err
+	}
+	cfg = cfg.withDefaults()
+	movedTo, moveErr := storage.MoveAside(statePath(cfg.DataDir))
+	if moveErr != nil {
+		return nil, fmt.Errorf("%w; moving it aside failed: %w", err, moveErr)
+	}
+	cfg.Logger.Warn("agent: state file held a corrupt record; moved it aside and started with an empty store",
+		"moved_to", movedTo, "error", err)
+	return start(cfg)
+}
+
+// isCorrupt reports a start that failed on a record of the state file.
+func isCorrupt(err error) bool {
+	return errors.Is(err, storage.ErrCorrupt) || errors.Is(err, catalog.ErrCatalogCorrupt)
+}
+
+// statePath is the state file of the agent of dataDir.
+func statePath(dataDir string) string { return filepath.Join(dataDir, "state.db") }
+
+func start(cfg Config) (_ *Agent, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -211,7 +248,7 @@ func (a *Agent) openStore() error {
 			return fmt.Errorf("agent: plugin dir: %w", err)
 		}
 	}
-	path := filepath.Join(a.cfg.DataDir, "state.db")
+	path := statePath(a.cfg.DataDir)
 	store, err := storage.OpenBolt(path, storage.BoltOptions{
 		LockTimeout:      a.cfg.LockTimeout,
 		MoveAsideCorrupt: a.cfg.ResetCorruptState,
@@ -237,6 +274,8 @@ func (a *Agent) startRegistry() error {
 		Bucket:  bucket,
 		Logger:  a.log,
 		Metrics: registryMetrics{m: a.metrics, store: &a.storeHealth},
+		Limits: registry.Limits{PluginsPerType: a.cfg.MaxPluginsPerType, OptionsBytes: a.cfg.MaxPluginOptionsBytes,
+			Subscribers: a.cfg.MaxSubscribers},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

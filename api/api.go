@@ -121,6 +121,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case isConflict(err):
 		return http.StatusConflict
+	case errors.Is(err, registry.ErrLimit):
+		return http.StatusTooManyRequests
 	case errors.Is(err, registry.ErrShutdown), classOf(err) == http.StatusServiceUnavailable:
 		return http.StatusServiceUnavailable
 	case pluginStatus(err) != 0:

@@ -25,6 +25,9 @@ func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &info); err != nil {
 		return err
 	}
+	if err := registry.ValidateRegistration(&info); err != nil {
+		return err
+	}
 	if err := s.Registry.RegisterPlugin(&info); err != nil {
 		return err
 	}

@@ -172,12 +172,22 @@ func Activate(ctx context.Context, c Candidate, opts ActivateOptions) (Manifest,
 	if err != nil {
 		return Manifest{}, err
 	}
+	m, err := decodeManifest(body)
+	if err != nil {
+		return Manifest{}, c.callError(activateMethod, ErrBadResponse, http.StatusOK, err)
+	}
+	return m, nil
+}
+
+// decodeManifest decodes the body of a 200 answer to Plugin.Activate: a JSON
+// object with an Implements list (which may be empty, never missing).
+func decodeManifest(body []byte) (Manifest, error) {
 	var m struct{ Implements *[]string }
 	if err := json.Unmarshal(body, &m); err != nil {
-		return Manifest{}, c.callError(activateMethod, ErrBadResponse, http.StatusOK, fmt.Errorf("invalid manifest: %w", err))
+		return Manifest{}, fmt.Errorf("invalid manifest: %w", err)
 	}
 	if m.Implements == nil {
-		return Manifest{}, c.callError(activateMethod, ErrBadResponse, http.StatusOK, errors.New("manifest has no Implements list"))
+		return Manifest{}, errors.New("manifest has no Implements list")
 	}
 	return Manifest{Implements: *m.Implements}, nil
 }

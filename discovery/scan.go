@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Dirs lists the directories discovery searches, each in order of priority.
@@ -131,35 +133,18 @@ func probe(name string, p place) (c Candidate, found bool, err error) {
 	}
 	if p.kind != KindSocket {
 		if !fi.Mode().IsRegular() {
-			return Candidate{}, true, perr(ErrBadSpec, fmt.Errorf("%s, not a regular file", describeMode(fi.Mode())))
+			return Candidate{}, true, perr(ErrBadSpec, fmt.Errorf("%s, not a regular file", names.DescribeMode(fi.Mode())))
 		}
 		c, err := parseSpecFile(name, p.path, p.kind)
 		return c, true, err
 	}
 	if fi.Mode()&fs.ModeSocket == 0 {
-		return Candidate{}, false, perr(ErrNotSocket, errors.New(describeMode(fi.Mode())))
+		return Candidate{}, false, perr(ErrNotSocket, errors.New(names.DescribeMode(fi.Mode())))
 	}
 	if err := checkSocketPath(p.path); err != nil {
 		return Candidate{}, true, perr(ErrSocketPathTooLong, err)
 	}
 	return Candidate{Name: name, Kind: KindSocket, Source: p.path, Addr: "unix://" + p.path, SocketPath: p.path}, true, nil
-}
-
-// describeMode names the type of a file, for error messages.
-func describeMode(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "a regular file"
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return fmt.Sprintf("a file of mode %v", m.Type())
 }
 
 // Scan finds every plugin in dirs: each <name>.sock, <name>/<name>.sock in

@@ -12,21 +12,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // MaxNameLen is the longest plugin name, in bytes, that discovery accepts.
 // Docker sets no limit; 128 bytes leaves room for the extension and a
 // directory within the 255-byte file-name limit of common file systems.
-const MaxNameLen = 128
+const MaxNameLen = names.MaxLen
 
 // MaxSocketPathLen is the longest unix socket path, in bytes: sun_path holds
 // 108 bytes including the terminating NUL.
-const MaxSocketPathLen = registry.MaxSocketPathLen
+const MaxSocketPathLen = names.MaxSocketPathLen
 
 // maxSpecFileSize bounds how much of a spec file is read.
 const maxSpecFileSize = 64 << 10
@@ -188,21 +186,12 @@ func FromConnectionInfo(name string, ci *messages.ConnectionInfo) (Candidate, er
 }
 
 // ValidateName reports, wrapped in ErrInvalidName, why name cannot be a
-// plugin name; nil when it can.
+// plugin name (names.Check: empty, too long, not UTF-8, "." or "..", a path
+// separator, a control, bidirectional or zero-width character); nil when it
+// can.
 func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty", ErrInvalidName)
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: not UTF-8", ErrInvalidName)
-	case name == "." || name == "..":
-		return fmt.Errorf("%w: %q is a path element", ErrInvalidName, name)
-	case strings.ContainsAny(name, `/\`):
-		return fmt.Errorf("%w: %q holds a path separator", ErrInvalidName, name)
-	case strings.ContainsFunc(name, unicode.IsControl):
-		return fmt.Errorf("%w: %q holds a control character", ErrInvalidName, name)
+	if err := names.Check("plugin name", name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}
 	return nil
 }
@@ -339,6 +328,9 @@ func (c *Candidate) setSocketPath(u *url.URL) error {
 	}
 	if err := checkSocketPath(u.Path); err != nil {
 		return c.wrap(err)
+	}
+	if err := names.CheckSocketPath("unix socket path", u.Path); err != nil {
+		return c.errorf(ErrBadAddress, "%q: %v", c.Addr, err)
 	}
 	c.SocketPath = u.Path
 	return nil

@@ -30,6 +30,9 @@ func TestValidateName(t *testing.T) {
 		{"a NUL byte is refused", "a\x00b", true},
 		{"a newline is refused", "a\nb", true},
 		{"invalid UTF-8 is refused", "a\xffb", true},
+		{"a right-to-left override is refused", "gpj\u202Eexe", true},
+		{"a zero-width space is refused", "a\u200Bb", true},
+		{"a left-to-right isolate is refused", "a\u2066b", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,6 +83,8 @@ func TestParseSpecText(t *testing.T) {
 		{"a unix URL gives the socket path", "unix:///run/x.sock\n", Candidate{Addr: "unix:///run/x.sock", SocketPath: "/run/x.sock"}, nil},
 		{"a tcp URL gives host and port, in plain HTTP", "  tcp://10.0.0.1:8080  ", Candidate{Addr: "tcp://10.0.0.1:8080", TCPAddr: "10.0.0.1:8080"}, nil},
 		{"an IPv6 tcp URL keeps its brackets in host:port", "tcp://[::1]:9000", Candidate{Addr: "tcp://[::1]:9000", TCPAddr: "[::1]:9000"}, nil},
+		{"a unix path that is not clean is a bad address", "unix:///run/./p.sock", Candidate{}, ErrBadAddress},
+		{"a unix path of one dot, found by fuzzing, is a bad address", "uniX:/.", Candidate{}, ErrBadAddress},
 		{"an http URL without port uses 80", "http://plugins.example", Candidate{Addr: "http://plugins.example", TCPAddr: "plugins.example:80"}, nil},
 		{"an https URL uses TLS without verification and port 443, as Docker's local plugins", "https://plugins.example/", Candidate{Addr: "https://plugins.example/", TCPAddr: "plugins.example:443", TLS: &TLSConfig{InsecureSkipVerify: true}}, nil},
 		{"an empty file is a bad spec", " \n", Candidate{}, ErrBadSpec},

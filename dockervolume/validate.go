@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Limits on what callers of the volume service may send.
@@ -28,23 +30,39 @@ var ErrInvalidVolume = errors.New("dockervolume: invalid volume request")
 // ValidateVolumeName reports why name cannot name a Docker volume, nil when
 // it can. The rule is the one dockerd's local driver applies to every name
 // ([a-zA-Z0-9][a-zA-Z0-9_.-]+, so ".", ".." and separators never pass),
-// with a length limit. It is the one check of volume names in this
-// package and in the reference plugin.
+// with a length limit, on top of the shared validation of names.Check,
+// whose words explain a dot, a climb out or a hidden character or a separator best. It is
+// the one check of volume names in this package and in the reference
+// plugin.
 func ValidateVolumeName(name string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: volume name %q "+format, append([]any{ErrInvalidVolume, name}, args...)...)
+	}
+	shared := func() error {
+		if err := names.Check("volume name", name); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidVolume, err)
+		}
+		return nil
 	}
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: volume name must not be empty", ErrInvalidVolume)
 	case len(name) > MaxVolumeNameLen:
 		return fmt.Errorf("%w: volume name is %d bytes, over the limit of %d", ErrInvalidVolume, len(name), MaxVolumeNameLen)
+	case !isAlnum(rune(name[0])):
+		if err := shared(); err != nil {
+			return err
+		}
+		return bad("must start with a letter or digit")
 	case len(name) < 2:
 		return bad("is too short: use at least 2 characters, as Docker does")
-	case !isAlnum(rune(name[0])):
-		return bad("must start with a letter or digit")
 	}
 	for _, r := range name {
+		if r >= utf8.RuneSelf || r == '/' || r == '\\' {
+			if err := shared(); err != nil {
+				return err
+			}
+		}
 		if !isAlnum(r) && r != '_' && r != '.' && r != '-' {
 			return bad("holds %q: use only letters, digits, '_', '.' and '-'", r)
 		}

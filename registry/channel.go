@@ -117,6 +117,10 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 	if r.closed {
 		return nil, errorf(ErrShutdown, "registry is shut down")
 	}
+	if !r.channels.acquire() {
+		return nil, errorf(ErrLimit, "%d subscriptions are open, the limit (registry.Limits.Subscribers, agent flag -max-subscribers); "+
+			"close one or raise the limit", r.channels.max)
+	}
 	out := make(chan Event)
 	a := &channelAdapter{
 		registry:   r.pid,
@@ -130,7 +134,10 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 	}
 	pid := r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
 	ended := &atomic.Pointer[error]{}
-	go a.pump(ctx, out, ended, func() { r.system.Root.Stop(pid) })
+	go a.pump(ctx, out, ended, func() {
+		r.system.Root.Stop(pid)
+		r.channels.release()
+	})
 	select {
 	case <-a.subscribed:
 	case <-a.ended:

@@ -79,8 +79,10 @@ func TestACorruptRecordStopsTheStart(t *testing.T) {
 			bucket := memoryBucket(t)
 			require.NoError(t, bucket.Apply([]storage.Op{storage.Put([]byte(tc.key), tc.val)}))
 			_, err := registry.New(system, registry.Config{Bucket: bucket})
-			require.ErrorContains(t, err, "registry: restore: record")
+			require.ErrorIs(t, err, storage.ErrCorrupt, "a record the registry cannot use is corruption")
+			require.ErrorContains(t, err, "registry: restore: the record")
 			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "-reset-corrupt-state", "the error names the remedy")
 		})
 	}
 }

@@ -19,6 +19,8 @@ var (
 	ErrStore = errors.New("registry: durable store failed")
 	// ErrNoDispenser: no dispenser was configured for the plugin type.
 	ErrNoDispenser = errors.New("registry: no dispenser for plugin type")
+	// ErrLimit: a limit of Limits was reached; nothing changed.
+	ErrLimit = errors.New("registry: limit reached")
 )
 
 // codedError carries a registry error across the actor boundary and back:

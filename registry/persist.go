@@ -76,8 +76,9 @@ func sequenceOp(seq uint64) storage.Op {
 }
 
 // load rebuilds the tables and the last sequence from a bucket. A record
-// that does not decode, fails validation or sits under the wrong key is an
-// error naming it: a registry never starts silently empty or half-restored.
+// that does not decode, fails validation or sits under the wrong key is
+// corruption (storage.CorruptRecord, matching storage.ErrCorrupt) naming it
+// and the remedy: a registry never starts silently empty or half-restored.
 func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 	tables := map[string]*pluginTable{}
 	var last uint64
@@ -85,7 +86,7 @@ func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 		if string(key) == string(sequenceKey) {
 			seq, n := protowire.ConsumeVarint(value)
 			if n != len(value) {
-				return fmt.Errorf("registry: restore: the sequence record does not decode")
+				return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the sequence record does not decode"))
 			}
 			last = max(last, seq)
 			return nil
@@ -113,27 +114,27 @@ func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 func decodeAllocation(key, value []byte) (*allocation, error) {
 	var stored messages.StoredAllocation
 	if err := proto.Unmarshal(value, &stored); err != nil {
-		return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), err)
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", err))
 	}
 	info := stored.GetPlugin()
 	if err := ValidatePlugin(info); err != nil {
-		return nil, fmt.Errorf("registry: restore: record %q is invalid: %w", printable(key), err)
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record is invalid: %w", err))
 	}
 	if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
-		return nil, fmt.Errorf("registry: restore: record %q holds plugin %q", printable(key), printable(want))
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record holds plugin %q", printable(want)))
 	}
 	a := &allocation{info: info, order: stored.GetSequence(), changed: stored.GetSequence()}
 	unknown := stored.ProtoReflect().GetUnknown()
 	for len(unknown) > 0 {
 		num, typ, n := protowire.ConsumeTag(unknown)
 		if n < 0 {
-			return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), protowire.ParseError(n))
+			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", protowire.ParseError(n)))
 		}
 		unknown = unknown[n:]
 		if num == changedField && typ == protowire.VarintType {
 			v, m := protowire.ConsumeVarint(unknown)
 			if m < 0 {
-				return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), protowire.ParseError(m))
+				return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", protowire.ParseError(m)))
 			}
 			a.changed = max(a.order, v)
 			unknown = unknown[m:]
@@ -141,7 +142,7 @@ func decodeAllocation(key, value []byte) (*allocation, error) {
 		}
 		m := protowire.ConsumeFieldValue(num, typ, unknown)
 		if m < 0 {
-			return nil, fmt.Errorf("registry: restore: record %q does not decode: %w", printable(key), protowire.ParseError(m))
+			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", protowire.ParseError(m)))
 		}
 		unknown = unknown[m:]
 	}

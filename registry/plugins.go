@@ -41,6 +41,7 @@ type pluginsActor struct {
 	published *atomic.Pointer[Snapshot]
 	metrics   Metrics
 	missingOK bool // Config.DeregisterMissingIsNil
+	limits    Limits
 
 	tables    map[string]*pluginTable // working state, durable or not
 	dirty     map[string]bool         // types changed since the last batch was cut
@@ -114,6 +115,7 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 		published: published,
 		metrics:   cfg.Metrics,
 		missingOK: cfg.DeregisterMissingIsNil,
+		limits:    cfg.Limits,
 		tables:    tables,
 		dirty:     map[string]bool{},
 		seq:       committed.sequence,
@@ -239,9 +241,12 @@ func (a *pluginsActor) apply(w *write) error {
 	}
 	if w.deregister {
 		a.applyDeregister(w)
-	} else {
-		a.applyRegister(w)
+		return nil
 	}
+	if err := a.limits.checkOptions(w.plugin); err != nil {
+		return err
+	}
+	a.applyRegister(w)
 	return nil
 }
 
@@ -290,15 +295,21 @@ func (a *pluginsActor) applyRegister(w *write) {
 	if known && proto.Equal(old.info, p) {
 		return // identical re-registration: nothing changes, nothing is said
 	}
-	a.seq++
-	a.dirty[w.ptype] = true
 	if known {
+		a.seq++
+		a.dirty[w.ptype] = true
 		updated := &allocation{info: p, order: old.order, changed: a.seq}
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
 		w.op = putOp(updated, w.record)
 		return
 	}
+	if err := a.limits.checkRoom(w.ptype, t.allocs.Len()); err != nil {
+		w.err = err
+		return
+	}
+	a.seq++
+	a.dirty[w.ptype] = true
 	added := &allocation{info: p, order: a.seq, changed: a.seq}
 	t.put(added)
 	event := &messages.PluginRegistered{Plugin: p, Sequence: a.seq}

@@ -43,6 +43,8 @@ type Config struct {
 	// registered succeed with nil, as Nomad's registry does. By default it
 	// returns ErrNotFound. Either way nothing changes and no event is sent.
 	DeregisterMissingIsNil bool
+	// Limits bound what the registry holds (defaults: see Limits).
+	Limits Limits
 }
 
 func (c Config) withDefaults() Config {
@@ -59,6 +61,7 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "registry"
 	}
+	c.Limits = c.Limits.withDefaults()
 	return c
 }
 
@@ -75,6 +78,7 @@ type Registry struct {
 	dispensers map[string]Dispenser
 	timeout    time.Duration
 	log        hclog.Logger
+	channels   *slots // open channel subscriptions
 
 	// in carries the facade's writes to the actor. Shutdown closes it: a
 	// write put before is answered; one after gets ErrShutdown without
@@ -131,6 +135,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		timeout:    cfg.RequestTimeout,
 		log:        cfg.Logger,
 		in:         in,
+		channels:   &slots{max: int64(cfg.Limits.Subscribers)},
 		done:       make(chan struct{}),
 	}, nil
 }

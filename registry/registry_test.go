@@ -470,7 +470,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"slash in name", with(func(i *messages.PluginInfo) { i.Name = "a/b" }), "path separator"},
 		{"backslash in alloc ID", with(func(i *messages.PluginInfo) { i.AllocId = `a\b` }), "path separator"},
 		{"dot-dot in alloc ID", with(func(i *messages.PluginInfo) { i.AllocId = "..evil" }), `".."`},
-		{"NUL in type", with(func(i *messages.PluginInfo) { i.Type = "csi\x00node" }), "control characters"},
+		{"NUL in type", with(func(i *messages.PluginInfo) { i.Type = "csi\x00node" }), "must not contain NUL"},
 		{"no connection", with(func(i *messages.PluginInfo) { i.Connection = nil }), "socket path or an address"},
 		{"both socket and address", with(func(i *messages.PluginInfo) { i.Connection.Address = "tcp://127.0.0.1:1" }), "not both"},
 		{"relative socket path", with(func(i *messages.PluginInfo) { i.Connection.SocketPath = "run/csi.sock" }), "must be absolute"},
@@ -482,7 +482,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			i.Connection = &messages.ConnectionInfo{Address: "tcp://127.0.0.1"}
 		}), "must be tcp://host:port"},
 		{"address with bad scheme", with(func(i *messages.PluginInfo) {
-			i.Connection = &messages.ConnectionInfo{Address: "http://127.0.0.1:80"}
+			i.Connection = &messages.ConnectionInfo{Address: "ftp://127.0.0.1:21"}
 		}), "scheme must be tcp"},
 		{"oversized version", with(func(i *messages.PluginInfo) { i.Version = strings.Repeat("v", 300) }), "plugin version"},
 		{"empty option key", with(func(i *messages.PluginInfo) { i.Options = map[string]string{"": "v"} }), "keys must be"},

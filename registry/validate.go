@@ -3,21 +3,19 @@ package registry
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"path/filepath"
-	"strings"
-	"unicode"
+	"sync/atomic"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Limits on what the registry accepts.
 const (
 	// MaxIDLen bounds plugin types, names and alloc IDs, in bytes.
-	MaxIDLen = 128
+	MaxIDLen = names.MaxLen
 	// MaxSocketPathLen is the size of sun_path less its terminating NUL.
-	MaxSocketPathLen = 107
+	MaxSocketPathLen = names.MaxSocketPathLen
 	// MaxVersionLen bounds a plugin's version string, in bytes.
 	MaxVersionLen = 256
 	// MaxOptions bounds the number of entries in a plugin's options.
@@ -26,8 +24,95 @@ const (
 	MaxOptionLen = 4096
 )
 
-// ValidatePlugin checks a registration and returns every problem at once,
-// each matching ErrInvalid. A nil result means the registry accepts it.
+// Defaults of Limits.
+const (
+	// DefaultPluginsPerType bounds the allocations of one plugin type.
+	DefaultPluginsPerType = 16384
+	// DefaultOptionsBytes bounds one plugin's options, keys and values
+	// together, in bytes.
+	DefaultOptionsBytes = 16 << 10
+	// DefaultSubscribers bounds the open channel subscriptions.
+	DefaultSubscribers = 1024
+)
+
+// Limits bound what one registry holds, so that no client can grow the
+// agent without bound. A zero field takes its default; a refusal is
+// ErrInvalid, says which limit and how to raise it, and changes nothing.
+type Limits struct {
+	// PluginsPerType bounds the allocations (every registered copy of every
+	// plugin) of one type (default DefaultPluginsPerType). Re-registering an
+	// allocation that is already there is always accepted.
+	PluginsPerType int
+	// OptionsBytes bounds the total size of one plugin's options, every key
+	// and value, in bytes (default DefaultOptionsBytes).
+	OptionsBytes int
+	// Subscribers bounds the channel subscriptions (Subscribe,
+	// PluginsUpdatedCh; every API event stream is one) open at once
+	// (default DefaultSubscribers). A refusal matches ErrLimit.
+	Subscribers int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.PluginsPerType <= 0 {
+		l.PluginsPerType = DefaultPluginsPerType
+	}
+	if l.OptionsBytes <= 0 {
+		l.OptionsBytes = DefaultOptionsBytes
+	}
+	if l.Subscribers <= 0 {
+		l.Subscribers = DefaultSubscribers
+	}
+	return l
+}
+
+// slots counts what is open against a limit, from any goroutine.
+type slots struct {
+	open atomic.Int64
+	max  int64
+}
+
+// acquire takes a slot, or reports that all are taken.
+func (s *slots) acquire() bool {
+	if s.open.Add(1) > s.max {
+		s.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// release gives a slot back.
+func (s *slots) release() { s.open.Add(-1) }
+
+// checkOptions refuses options over l.OptionsBytes.
+func (l Limits) checkOptions(p *messages.PluginInfo) error {
+	size := 0
+	for k, v := range p.GetOptions() {
+		size += len(k) + len(v)
+	}
+	if size > l.OptionsBytes {
+		return errorf(ErrInvalid, "plugin %q: options are %d bytes, over the limit of %d "+
+			"(registry.Limits.OptionsBytes, agent flag -max-plugin-options-bytes); send fewer or smaller options",
+			p.GetName(), size, l.OptionsBytes)
+	}
+	return nil
+}
+
+// checkRoom refuses a new allocation of ptype once the type holds
+// l.PluginsPerType of them.
+func (l Limits) checkRoom(ptype string, allocations int) error {
+	if allocations >= l.PluginsPerType {
+		return errorf(ErrInvalid, "plugin type %q holds %d allocations, the limit "+
+			"(registry.Limits.PluginsPerType, agent flag -max-plugins-per-type); deregister old allocations or raise the limit",
+			ptype, allocations)
+	}
+	return nil
+}
+
+// ValidatePlugin checks a registration from any source (the API, spec
+// files, Go callers, the store at restore) and returns every problem at
+// once, each matching ErrInvalid. A nil result means the registry accepts
+// it. It does not look at the file system; see ValidateRegistration for
+// what the API adds.
 func ValidatePlugin(p *messages.PluginInfo) error {
 	if p == nil {
 		return errorf(ErrInvalid, "plugin info must not be empty")
@@ -43,21 +128,33 @@ func ValidatePlugin(p *messages.PluginInfo) error {
 	return errors.Join(problems...)
 }
 
-// ValidateID checks a type, name or ID that may become part of a path or
-// a storage key: present, at most MaxIDLen bytes, no path separators, no
-// "..", no control characters. field names it in the error.
+// ValidateRegistration checks a registration that arrives through the API:
+// ValidatePlugin's rules, and then a unix socket only (network addresses
+// come from spec files, which discovery reads), which must be a socket if
+// anything exists at its path yet. It reads the file system, so callers run
+// it at the edge, off any actor.
+func ValidateRegistration(p *messages.PluginInfo) error {
+	if err := ValidatePlugin(p); err != nil {
+		return err
+	}
+	c := p.GetConnection()
+	if c.GetAddress() != "" {
+		return errorf(ErrInvalid, "connection address %q: plugins registered through the API connect by unix socket only; "+
+			"give socket_path, or put the address in a spec file in a watched directory", truncate(c.GetAddress()))
+	}
+	if err := names.CheckSocketFile("socket path", c.GetSocketPath()); err != nil {
+		return errorf(ErrInvalid, "%v", err)
+	}
+	return nil
+}
+
+// ValidateID checks a type, name or ID that may become part of a path or a
+// storage key with names.Check (present, at most MaxIDLen bytes, not "." or
+// "..", no separators, NUL, control, bidirectional or zero-width
+// characters). field names it in the error, which matches ErrInvalid.
 func ValidateID(field, v string) error {
-	switch {
-	case v == "":
-		return errorf(ErrInvalid, "%s must not be empty", field)
-	case len(v) > MaxIDLen:
-		return errorf(ErrInvalid, "%s is %d bytes, over the limit of %d", field, len(v), MaxIDLen)
-	case strings.ContainsAny(v, `/\`):
-		return errorf(ErrInvalid, "%s %q must not contain a path separator", field, v)
-	case strings.Contains(v, ".."):
-		return errorf(ErrInvalid, "%s %q must not contain \"..\"", field, v)
-	case strings.IndexFunc(v, unicode.IsControl) >= 0:
-		return errorf(ErrInvalid, "%s %q must not contain control characters", field, v)
+	if err := names.Check(field, v); err != nil {
+		return errorf(ErrInvalid, "%v", err)
 	}
 	return nil
 }
@@ -69,18 +166,12 @@ func validateVersion(v string) error {
 	return nil
 }
 
-// ValidateSocketPath checks a unix socket path: absolute, clean, and short
-// enough for sun_path (at most MaxSocketPathLen bytes).
+// ValidateSocketPath checks a unix socket path with names.CheckSocketPath:
+// absolute, clean, short enough for sun_path (at most MaxSocketPathLen
+// bytes), no NUL or invisible characters.
 func ValidateSocketPath(path string) error {
-	switch {
-	case !filepath.IsAbs(path):
-		return errorf(ErrInvalid, "socket path %q must be absolute", path)
-	case filepath.Clean(path) != path:
-		return errorf(ErrInvalid, "socket path %q must be clean (no \"..\", \".\" or repeated slashes)", path)
-	case len(path) > MaxSocketPathLen:
-		return errorf(ErrInvalid, "socket path is %d bytes, over the unix limit of %d: %q", len(path), MaxSocketPathLen, path)
-	case strings.ContainsRune(path, 0):
-		return errorf(ErrInvalid, "socket path %q must not contain NUL", path)
+	if err := names.CheckSocketPath("socket path", path); err != nil {
+		return errorf(ErrInvalid, "%v", err)
 	}
 	return nil
 }
@@ -98,16 +189,23 @@ func validateConnection(c *messages.ConnectionInfo) error {
 	return validateAddress(addr)
 }
 
+// validateAddress checks a network address as spec files give it: tcp://,
+// http:// or https://, with a host, and a port unless the scheme implies one.
 func validateAddress(addr string) error {
 	u, err := url.Parse(addr)
 	if err != nil {
 		return errorf(ErrInvalid, "address %q: %v", addr, err)
 	}
-	if u.Scheme != "tcp" {
-		return errorf(ErrInvalid, "address %q: scheme must be tcp", addr)
+	switch u.Scheme {
+	case "tcp", "http", "https":
+	default:
+		return errorf(ErrInvalid, "address %q: scheme must be tcp, http or https", addr)
 	}
-	if _, port, err := net.SplitHostPort(u.Host); err != nil || u.Hostname() == "" || port == "" {
-		return errorf(ErrInvalid, "address %q must be tcp://host:port", addr)
+	if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return errorf(ErrInvalid, "address %q must be scheme://host[:port] with no path, user, query or fragment", addr)
+	}
+	if u.Hostname() == "" || (u.Scheme == "tcp" && u.Port() == "") {
+		return errorf(ErrInvalid, "address %q must be tcp://host:port (or http[s]://host[:port])", addr)
 	}
 	return nil
 }

@@ -125,13 +125,16 @@ type boltBucket struct {
 	key   []byte
 }
 
-// Load walks the bucket in a read transaction. The slices passed to fn point
-// into the memory-mapped file: they are valid only during the call and must
-// not be changed. A long fn delays writers that need to grow the file.
+// Load walks the bucket in a read transaction, checking each record's
+// checksum before fn sees it: a record that fails its checksum stops the walk
+// with an error matching ErrCorrupt. The slices passed to fn point into the
+// memory-mapped file: they are valid only during the call and must not be
+// changed. A long fn delays writers that need to grow the file.
 func (b *boltBucket) Load(fn func(key, value []byte) error) error {
 	if b.store.closed.Load() {
 		return ErrClosed
 	}
+	var damaged error
 	err := b.store.db.View(func(tx *bolt.Tx) error {
 		bucket := tx.Bucket(b.key)
 		if bucket == nil {
@@ -141,9 +144,17 @@ func (b *boltBucket) Load(fn func(key, value []byte) error) error {
 			if v == nil {
 				return nil // a nested bucket: this package never makes one
 			}
-			return fn(k, v)
+			value, err := unseal(b.key, k, v)
+			if err != nil {
+				damaged = corrupt(b.store.path, err)
+				return damaged
+			}
+			return fn(k, value)
 		})
 	})
+	if damaged != nil {
+		return damaged
+	}
 	return closedOr(err)
 }
 
@@ -197,7 +208,14 @@ func openVerified(path string, opts BoltOptions) (*bolt.DB, error) {
 	}
 	if err := recoverPanic(func() error { return check(db) }); err != nil {
 		_ = db.Close()
+		if errors.Is(err, errNewerFormat) {
+			return nil, err
+		}
 		return nil, asCorrupt(path, err)
+	}
+	if err := upgrade(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("storage: %s: add checksums to the records of an older file: %w", path, err)
 	}
 	return db, nil
 }
@@ -257,14 +275,18 @@ func checkLength(db *bolt.DB) error {
 }
 
 // check reads every record of every bucket on this goroutine, where
-// recoverPanic turns faults into errors, and then runs bbolt's consistency
-// check (which reads the same pages on a goroutine of its own).
+// recoverPanic turns faults into errors, verifies every record's checksum,
+// and then runs bbolt's consistency check (which reads the same pages on a
+// goroutine of its own).
 func check(db *bolt.DB) error {
 	return db.View(func(tx *bolt.Tx) error {
 		err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 			return walk(b)
 		})
 		if err != nil {
+			return err
+		}
+		if err := verify(tx); err != nil {
 			return err
 		}
 		var errs []error
@@ -321,6 +343,15 @@ func create(path string) error {
 		return ioError(path, err)
 	}
 	return syncDir(dir, path)
+}
+
+// MoveAside renames the state file at path to <path>.corrupt-<UTC
+// timestamp>, as OpenBolt does with MoveAsideCorrupt, and returns the new
+// name. The agent calls it, with the store closed, when an owner finds a
+// record it cannot use (an error matching ErrCorrupt from its load) and
+// -reset-corrupt-state is given.
+func MoveAside(path string) (string, error) {
+	return moveAside(path, time.Now())
 }
 
 // moveAside renames the file at path to <path>.corrupt-<UTC timestamp> and

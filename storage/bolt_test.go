@@ -76,8 +76,19 @@ var badFiles = []struct {
 	}},
 	{name: "a real file with a garbled data page", corrupt: true, want: "bbolt panicked", prepare: func(t *testing.T, path string, full []byte) {
 		garbled := bytes.Clone(full)
-		copy(garbled[4*pageSize:5*pageSize], randomBytes(t, pageSize))
+		page := recordOffset(t, full, "key-0100") / pageSize * pageSize
+		copy(garbled[page:page+pageSize], randomBytes(t, pageSize))
 		writeFile(t, path, garbled)
+	}},
+	{name: "a real file with one bit flipped in a value", corrupt: true, want: "checksum mismatch", prepare: func(t *testing.T, path string, full []byte) {
+		flipped := bytes.Clone(full)
+		flipped[recordOffset(t, full, "key-0100")+8+100] ^= 0x01 // inside a value of the leaf
+		writeFile(t, path, flipped)
+	}},
+	{name: "a real file with one bit flipped in a key", corrupt: true, want: "checksum mismatch", prepare: func(t *testing.T, path string, full []byte) {
+		flipped := bytes.Clone(full)
+		flipped[recordOffset(t, full, "key-0100")+7] ^= 0x01 // key-0100 now reads key-0101
+		writeFile(t, path, flipped)
 	}},
 	{name: "an empty file", corrupt: true, want: "the file is empty", prepare: func(t *testing.T, path string, _ []byte) {
 		writeFile(t, path, nil)
@@ -264,6 +275,14 @@ func TestBoltCloseWaitsForLoad(t *testing.T) {
 
 // realFile returns the bytes of a closed store holding enough records to
 // span many pages.
+// recordOffset is where key first appears in a file's bytes.
+func recordOffset(t *testing.T, full []byte, key string) int {
+	t.Helper()
+	i := bytes.Index(full, []byte(key))
+	require.GreaterOrEqual(t, i, 0, "key %s is in the file", key)
+	return i
+}
+
 func realFile(t *testing.T) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state.db")

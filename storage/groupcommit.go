@@ -122,7 +122,8 @@ func (g *groupCommit) commit(group []*commitRequest) {
 	}
 }
 
-// writeOps applies ops to bucket (creating it) inside tx.
+// writeOps applies ops to bucket (creating it) inside tx, sealing each value
+// with its checksum.
 func writeOps(tx *bolt.Tx, bucket []byte, ops []Op) error {
 	b, err := tx.CreateBucketIfNotExists(bucket)
 	if err != nil {
@@ -132,7 +133,7 @@ func writeOps(tx *bolt.Tx, bucket []byte, ops []Op) error {
 		if op.Value == nil {
 			err = b.Delete(op.Key)
 		} else {
-			err = b.Put(op.Key, op.Value)
+			err = b.Put(op.Key, seal(bucket, op.Key, op.Value))
 		}
 		if err != nil {
 			return fmt.Errorf("storage: bucket %q, op %d: %w", bucket, i, err)

@@ -4,7 +4,11 @@
 // The owners call it off their own goroutines, one batch at a time, and
 // acknowledge a change only after Apply has returned: Apply returns once the
 // batch is on disk. Values are opaque bytes (the owners encode them with
-// protobuf).
+// protobuf). Bolt stores each with a CRC32C of its bucket, key and value,
+// checks every one when the file opens and again on Load, and reports a
+// mismatch as ErrCorrupt; files written before checksums are upgraded when
+// they open (see checksum.go). Owners report records they cannot decode or
+// validate with CorruptRecord, so every bad record has the one remedy.
 //
 // Two implementations satisfy Store: Bolt, a bbolt file, for the agent, and
 // Memory, for tests in other packages.
@@ -74,8 +78,9 @@ const (
 	MaxBucketNameLen = 64
 	// MaxKeyLen is the longest key, in bytes (bbolt's limit).
 	MaxKeyLen = bolt.MaxKeySize
-	// MaxValueLen is the longest value, in bytes (bbolt's limit).
-	MaxValueLen = bolt.MaxValueSize
+	// MaxValueLen is the longest value, in bytes (bbolt's limit, less the
+	// checksum Bolt stores with each value).
+	MaxValueLen = bolt.MaxValueSize - sealLen
 )
 
 var (

@@ -34,7 +34,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"relative endpoint", []string{root, "-endpoint=csi.sock"}, `unix socket path "csi.sock" must be absolute`},
 		{"endpoint longer than a unix socket allows", []string{root, "-endpoint=/" + strings.Repeat("s", 110)}, "is 111 bytes, longer than the 107 a unix socket allows"},
 		{"unknown mode", []string{root, endpoint, "-mode=both"}, `mode "both" must be controller, node or monolith`},
-		{"node id that climbs out of its directory", []string{root, endpoint, "-node-id=../x"}, "node id \"../x\" must not contain '/'"},
+		{"node id that climbs out of its directory", []string{root, endpoint, "-node-id=../x"}, "node id \"../x\" must not contain a path separator"},
 		{"relative root", []string{endpoint, "-root=var/lib"}, `root "var/lib" must be an absolute path`},
 		{"unknown flag", []string{endpoint, "-bogus"}, "flag provided but not defined: -bogus"},
 		{"stray argument", []string{root, endpoint, "extra"}, `unexpected arguments ["extra"]`},

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/registry"
 )
 
 const agentHelp = `Usage: plugvisor agent [flags]
@@ -64,6 +65,9 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID in the CSI catalog (default: host name)")
 	fs.DurationVar(&cfg.VolumeOperationTimeout, "volume-op-timeout", 2*time.Minute, "deadline of a whole volume create, delete, expand or snapshot operation")
 	fs.BoolVar(&cfg.ResetCorruptState, "reset-corrupt-state", false, "move a corrupt state file aside and start empty")
+	fs.IntVar(&cfg.MaxPluginsPerType, "max-plugins-per-type", registry.DefaultPluginsPerType, "most allocations one plugin type may hold")
+	fs.IntVar(&cfg.MaxPluginOptionsBytes, "max-plugin-options-bytes", registry.DefaultOptionsBytes, "largest total size of one plugin's options, in bytes")
+	fs.IntVar(&cfg.MaxSubscribers, "max-subscribers", registry.DefaultSubscribers, "most event subscriptions (API event streams among them) open at once")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")
 	if err := parse(fs, args); err != nil {

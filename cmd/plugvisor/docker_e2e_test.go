@@ -96,7 +96,7 @@ func TestBadDockerVolumeCommandsSayWhatIsWrong(t *testing.T) {
 		want string
 	}{
 		{"a name with a separator", []string{"create", "-driver", "local", "a/b"}, "use only letters"},
-		{"the name ..", []string{"inspect", ".."}, "must start with a letter or digit"},
+		{"the name ..", []string{"inspect", ".."}, "must not contain \"..\""},
 		{"no driver", []string{"create", "db"}, "create needs -driver"},
 		{"an option without =", []string{"create", "-driver", "local", "-opt", "size", "db"}, "want KEY=VALUE"},
 		{"an option twice", []string{"create", "-driver", "local", "-opt", "a=1", "-opt", "a=2", "db"}, "given twice"},

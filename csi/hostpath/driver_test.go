@@ -144,10 +144,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		want string
 	}{
 		{"empty node id", func(c *hostpath.Config) { c.NodeID = "" }, "node id must not be empty"},
-		{"node id with a slash", func(c *hostpath.Config) { c.NodeID = "a/b" }, "must not contain '/'"},
-		{"node id that climbs out of its directory", func(c *hostpath.Config) { c.NodeID = "../../etc" }, "must not contain '/'"},
-		{"node id that is two dots", func(c *hostpath.Config) { c.NodeID = ".." }, "must not be '.' or contain '..'"},
-		{"node id longer than 128 bytes", func(c *hostpath.Config) { c.NodeID = strings.Repeat("n", 129) }, "longer than 128"},
+		{"node id with a slash", func(c *hostpath.Config) { c.NodeID = "a/b" }, "must not contain a path separator"},
+		{"node id that climbs out of its directory", func(c *hostpath.Config) { c.NodeID = "../../etc" }, "must not contain a path separator"},
+		{"node id that is two dots", func(c *hostpath.Config) { c.NodeID = ".." }, `must not contain ".."`},
+		{"node id with a right-to-left override", func(c *hostpath.Config) { c.NodeID = "no\u202Ede" }, "bidirectional"},
+		{"node id longer than 128 bytes", func(c *hostpath.Config) { c.NodeID = strings.Repeat("n", 129) }, "over the limit of 128"},
 		{"relative root", func(c *hostpath.Config) { c.Root = "relative/root" }, "must be an absolute path"},
 		{"unknown mode", func(c *hostpath.Config) { c.Mode = "both" }, `mode "both" must be`},
 		{"plugin name with a space", func(c *hostpath.Config) { c.Name = "host path" }, "name \"host path\""},

@@ -9,10 +9,12 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // MaxIDLength is the longest volume or node ID the driver accepts, in bytes.
-const MaxIDLength = 128
+const MaxIDLength = names.MaxLen
 
 // ErrInvalidID is wrapped by every error about a malformed volume or node ID.
 var ErrInvalidID = errors.New("hostpath: invalid id")
@@ -21,18 +23,12 @@ var ErrInvalidID = errors.New("hostpath: invalid id")
 // capability the driver cannot provide.
 var ErrUnsupportedCapability = errors.New("hostpath: unsupported volume capability")
 
-// checkID checks an ID that becomes a file name under the root: it must not
-// be empty, be longer than MaxIDLength, or be able to leave its directory.
+// checkID checks an ID that becomes a file name under the root with
+// names.Check: present, at most MaxIDLength bytes, not "." or "..", no
+// separators, NUL, control, bidirectional or zero-width characters.
 func checkID(kind, id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: %s id must not be empty", ErrInvalidID, kind)
-	case len(id) > MaxIDLength:
-		return fmt.Errorf("%w: %s id is %d bytes, longer than %d", ErrInvalidID, kind, len(id), MaxIDLength)
-	case strings.ContainsAny(id, "/\\\x00"):
-		return fmt.Errorf("%w: %s id %q must not contain '/', '\\' or NUL", ErrInvalidID, kind, id)
-	case id == "." || strings.Contains(id, ".."):
-		return fmt.Errorf("%w: %s id %q must not be '.' or contain '..'", ErrInvalidID, kind, id)
+	if err := names.Check(kind+" id", id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	return nil
 }

@@ -23,8 +23,7 @@ import (
 	"github.com/docker/go-plugins-helpers/volume"
 
 	"github.com/plugvisor/plugvisor/dockervolume"
-
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Driver keeps volumes as directories under Root and counts their mounts.
@@ -213,8 +212,8 @@ func (d *Driver) Capabilities() *volume.CapabilitiesResponse {
 // Serve serves the driver on a unix socket at socket (removing a stale
 // file first) until ctx ends, then removes the socket.
 func Serve(ctx context.Context, d *Driver, socket string) error {
-	if err := registry.ValidateSocketPath(socket); err != nil {
-		return fmt.Errorf("localvolume: %s", strings.TrimPrefix(err.Error(), "registry: "))
+	if err := names.CheckSocketPath("socket path", socket); err != nil {
+		return fmt.Errorf("localvolume: %w", err)
 	}
 	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("localvolume: stale socket: %w", err)

@@ -1,5 +1,7 @@
 package model
 
+import "github.com/plugvisor/plugvisor/names"
+
 // Claim applies c to v: a claim in state taken goes to ClaimRead or
 // ClaimWrite by its mode, any other state to ClaimRelease. On error v is
 // unchanged.
@@ -123,6 +125,11 @@ func (v *CSIVolume) checkClaimable(c *Claim) *catalogError {
 	}
 	if v.ID == "" {
 		return errorf(ErrInvalidVolume, "volume with an empty ID cannot be claimed")
+	}
+	for _, err := range []error{names.Check("ID", v.ID), names.Check("namespace", v.Namespace), names.Check("plugin ID", v.PluginID)} {
+		if err != nil {
+			return errorf(ErrInvalidVolume, "volume cannot be claimed: %v", err)
+		}
 	}
 	if err := v.AccessMode.check(); err != nil {
 		return err.within(ErrInvalidVolume, "volume %q cannot be claimed", v.ID)

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // ControllerInfo is the fingerprint of a CSI controller plugin: what its
@@ -295,6 +297,11 @@ func (p *CSIPlugin) checkFingerprint(nodeID string, info *CSIInfo) error {
 		return p.errorf("fingerprint from node %s has an empty alloc ID", nodeID)
 	case info.ControllerInfo == nil && info.NodeInfo == nil:
 		return p.errorf("fingerprint from node %s (alloc %s) has neither controller nor node info", nodeID, info.AllocID)
+	}
+	for _, err := range []error{names.Check("plugin ID", p.ID), names.Check("node ID", nodeID), names.Check("alloc ID", info.AllocID)} {
+		if err != nil {
+			return p.errorf("fingerprint: %v", err)
+		}
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // DefaultNamespace is the namespace NewCSIVolume gives a volume.
@@ -44,6 +46,11 @@ func (c *Claim) check() *catalogError {
 		return errorf(ErrInvalidClaim, "claim on node %q has an empty alloc ID", c.NodeID)
 	case c.NodeID == "":
 		return errorf(ErrInvalidClaim, "claim by alloc %s has an empty node ID", c.AllocID)
+	}
+	for _, err := range []error{names.Check("alloc ID", c.AllocID), names.Check("node ID", c.NodeID)} {
+		if err != nil {
+			return errorf(ErrInvalidClaim, "claim: %v", err)
+		}
 	}
 	if err := c.Mode.check(); err != nil {
 		return err.within(ErrInvalidClaim, "claim by alloc %s", c.AllocID)
@@ -318,14 +325,12 @@ func (v *CSIVolume) Validate() error {
 			errs = append(errs, err.within(ErrInvalidVolume, "volume %q", v.ID))
 		}
 	}
-	if v.ID == "" {
-		bad("ID must not be empty")
-	}
-	if v.Namespace == "" {
-		bad("namespace must not be empty")
-	}
-	if v.PluginID == "" {
-		bad("plugin ID must not be empty")
+	for _, f := range []struct{ field, value string }{{"ID", v.ID}, {"namespace", v.Namespace}, {"plugin ID", v.PluginID}} {
+		if f.value == "" {
+			bad("%s must not be empty", f.field)
+		} else if err := names.Check(f.field, f.value); err != nil {
+			bad("%v", err)
+		}
 	}
 	within(v.AccessMode.check())
 	within(v.AttachmentMode.check())

@@ -1,0 +1,115 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// request wraps body as a POST with a JSON body.
+func request(body string) (*httptest.ResponseRecorder, *http.Request) {
+	r := httptest.NewRequest(http.MethodPost, "/v1/fuzz", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return httptest.NewRecorder(), r
+}
+
+// requireBadBodyOrLimit fails unless err is one of the decoders' own
+// refusals: a bad body, or a body over the size limit.
+func requireBadBodyOrLimit(t *testing.T, err error) {
+	t.Helper()
+	var tooBig *http.MaxBytesError
+	if !errors.Is(err, errBadBody) && !errors.As(err, &tooBig) {
+		t.Fatalf("decoder failed with an error of no known kind: %v", err)
+	}
+}
+
+// FuzzDecodePluginInfo: POST /v1/plugins. Whatever the body, decoding
+// either refuses it as a bad body or gives a PluginInfo that survives a
+// round trip through JSON unchanged; validation never panics on it.
+func FuzzDecodePluginInfo(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"csi-node","name":"ebs","alloc_id":"a1","connection":{"socket_path":"/run/ebs.sock"}}`,
+		`{"type":"csi-node","name":".","alloc_id":"..","connection":{"address":"tcp://127.0.0.1:1","tls":{"ca_file":"/x"}}}`,
+		`{"type":"d","name":"n","alloc_id":"a","options":{"k":"v"},"version":"1"}`,
+		`{"type":7}`, `[1,2]`, `{"type":"\u202e"}`, ``, `{"colour":"red"}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		var info messages.PluginInfo
+		w, r := request(body)
+		if err := decode(w, r, &info); err != nil {
+			requireBadBodyOrLimit(t, err)
+			return
+		}
+		out, err := protojson.Marshal(&info)
+		if err != nil {
+			t.Fatalf("a decoded PluginInfo does not encode: %v", err)
+		}
+		var again messages.PluginInfo
+		if err := protojson.Unmarshal(out, &again); err != nil || !proto.Equal(&info, &again) {
+			t.Fatalf("round trip changed %v into %v (%v)", &info, &again, err)
+		}
+		if registry.ValidateRegistration(&info) == nil && info.GetConnection().GetAddress() != "" {
+			t.Fatalf("the API accepted a network address: %v", &info)
+		}
+	})
+}
+
+// fuzzJSONBody fuzzes decodeJSON into a fresh *T: a body is either
+// refused as bad or decodes to a value that survives a round trip.
+func fuzzJSONBody[T any](f *testing.F, seeds ...string) {
+	for _, s := range append(seeds, ``, `null`, `[]`, `{"colour":1}`, `{}{}`) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		var v T
+		w, r := request(body)
+		if err := decodeJSON(w, r, &v); err != nil {
+			requireBadBodyOrLimit(t, err)
+			return
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("a decoded body does not encode: %v", err)
+		}
+		var again T
+		if err := json.Unmarshal(out, &again); err != nil || !reflect.DeepEqual(normalise(v), normalise(again)) {
+			t.Fatalf("round trip changed %+v into %+v (%v)", v, again, err)
+		}
+	})
+}
+
+// normalise re-encodes v so that nil and empty collections compare equal.
+func normalise(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// FuzzDecodeVolumeBody: POST /v1/volumes.
+func FuzzDecodeVolumeBody(f *testing.F) {
+	fuzzJSONBody[VolumeBody](f,
+		`{"id":"v","plugin_id":"p","access_mode":"single-node-writer","attachment_mode":"file-system"}`,
+		`{"id":"../v","namespace":".","topologies":[{"zone":"a"},{}]}`)
+}
+
+// FuzzDecodeClaimBody: POST /v1/volumes/{ns}/{id}/claim.
+func FuzzDecodeClaimBody(f *testing.F) {
+	fuzzJSONBody[ClaimBody](f, `{"alloc_id":"a1","read_only":true}`, `{"alloc_id":"a1","release":true}`)
+}
+
+// FuzzDecodeMountBody: POST /v1/volumes/{ns}/{id}/mount and unmount.
+func FuzzDecodeMountBody(f *testing.F) {
+	fuzzJSONBody[MountBody](f,
+		`{"alloc_id":"a1","fs_type":"ext4","mount_flags":["ro"],"volume_context":{"k":"v"},"publish_context":{}}`)
+}
