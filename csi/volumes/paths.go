@@ -1,0 +1,97 @@
+package volumes
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// Directory names under a node plugin's directory in the volume manager's root.
+const (
+	// StagingDirName holds the staging paths, one per volume:
+	// <root>/<plugin>/staging/<namespace>/<volume ID>.
+	StagingDirName = "staging"
+	// PerAllocDirName holds the target paths, one per alloc and volume:
+	// <root>/<plugin>/per-alloc/<alloc ID>/<namespace>/<volume ID>.
+	PerAllocDirName = "per-alloc"
+)
+
+// checkID says what is wrong with v as one path segment and storage key
+// part: registry.ValidateID's rules, and not ".". It returns "" when v is
+// fine; field names it.
+func checkID(field, v string) string {
+	if err := registry.ValidateID(field, v); err != nil {
+		return strings.TrimPrefix(err.Error(), registry.ErrInvalid.Error()+": ")
+	}
+	if v == "." {
+		return fmt.Sprintf("%s must not be %q", field, v)
+	}
+	return ""
+}
+
+// checkIDs checks pairs of (field, value) and returns one ErrInvalid error
+// naming every problem, or nil.
+func checkIDs(pairs ...string) error {
+	var problems []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if p := checkID(pairs[i], pairs[i+1]); p != "" {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return invalid(problems...)
+}
+
+// paths lays out the directories under the volume manager's root.
+type paths struct {
+	root string
+}
+
+// staging is where the volume is staged: once per volume on the node.
+func (p paths) staging(plugin, namespace, id string) string {
+	return filepath.Join(p.root, plugin, StagingDirName, namespace, id)
+}
+
+// target is where the volume is published for alloc.
+func (p paths) target(plugin, alloc, namespace, id string) string {
+	return filepath.Join(p.root, plugin, PerAllocDirName, alloc, namespace, id)
+}
+
+// stop is the directory below which removeEmpty removes empty parents of a
+// path of plugin's dir (staging or per-alloc).
+func (p paths) stop(plugin, dir string) string {
+	return filepath.Join(p.root, plugin, dir)
+}
+
+// mkdirPrivate creates dir and its parents, readable by the agent only.
+func mkdirPrivate(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("volumes: create directory: %w", err)
+	}
+	return nil
+}
+
+// removeEmptyDirs removes dir and then each parent below stop while they
+// are empty, and stops at the first that is not (or is a mount point). It
+// reports the first error other than the directory being gone or not empty.
+func removeEmptyDirs(dir, stop string) error {
+	for dir != stop && strings.HasPrefix(dir, stop+string(filepath.Separator)) {
+		err := os.Remove(dir)
+		switch {
+		case err == nil, errors.Is(err, os.ErrNotExist):
+		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
+			return nil
+		default:
+			return fmt.Errorf("volumes: remove %s: %w", dir, err)
+		}
+		dir = filepath.Dir(dir)
+	}
+	return nil
+}
