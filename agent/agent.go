@@ -23,6 +23,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/registry"
@@ -106,7 +107,7 @@ type Agent struct {
 	docker   *dockervolume.Manager
 	csi      *csi.Manager
 	catalog  *csi.Catalog
-	volumes  *csi.Volumes
+	volumes  *volumes.Manager
 	disc     *discovery.Discovery
 	metrics  *metrics
 	servers  []*http.Server
@@ -229,16 +230,21 @@ func (a *Agent) startManagers() error {
 	}
 	a.stops = append(a.stops, a.catalog.Shutdown, a.csi.Shutdown)
 
-	a.volumes, err = csi.StartVolumes(a.system, csi.VolumesConfig{
+	records, err := a.store.Bucket(volumes.Bucket)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.volumes, err = volumes.Start(a.system, volumes.Config{
+		Bucket:   records,
+		Catalog:  volumeCatalog{system: a.system, catalog: a.catalog},
 		Registry: a.registry,
 		Root:     filepath.Join(a.cfg.DataDir, "csi"),
-		Claimer:  a.catalog,
 		Logger:   a.log,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.stops = append(a.stops, func(context.Context) error { return a.volumes.Shutdown() })
+	a.stops = append(a.stops, a.volumes.Shutdown)
 	return nil
 }
 
@@ -356,7 +362,7 @@ func (a *Agent) CSI() *csi.Manager { return a.csi }
 func (a *Agent) Catalog() *csi.Catalog { return a.catalog }
 
 // Volumes is the agent's volume manager.
-func (a *Agent) Volumes() *csi.Volumes { return a.volumes }
+func (a *Agent) Volumes() *volumes.Manager { return a.volumes }
 
 // Discovery is the agent's plugin discovery.
 func (a *Agent) Discovery() *discovery.Discovery { return a.disc }

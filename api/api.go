@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -37,7 +38,7 @@ type Server struct {
 	Registry *registry.Registry
 	CSI      CSIPlugins
 	Catalog  *csi.Catalog
-	Volumes  *csi.Volumes
+	Volumes  *volumes.Manager
 	Metrics  http.Handler
 	Logger   hclog.Logger
 	// OnMount, when set, hears of every mount and unmount ("mount",
@@ -101,10 +102,10 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, errNotFound), errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoDispenser), isNotFound(err):
 		return http.StatusNotFound
-	case isConflict(err):
-		return http.StatusConflict
-	case errors.Is(err, registry.ErrShutdown), classOf(err) == http.StatusServiceUnavailable:
+	case errors.Is(err, registry.ErrShutdown):
 		return http.StatusServiceUnavailable
+	case classOf(err) != 0:
+		return classOf(err)
 	}
 	return http.StatusInternalServerError
 }
@@ -188,6 +189,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errBadBody, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the JSON object; send one object", errBadBody)
 	}
 	return nil
 }
