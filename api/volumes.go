@@ -370,4 +370,3 @@ func classOf(err error) int {
 
 func isInvalid(err error) bool  { return classOf(err) == http.StatusBadRequest }
 func isNotFound(err error) bool { return classOf(err) == http.StatusNotFound }
-func isConflict(err error) bool { return classOf(err) == http.StatusConflict }

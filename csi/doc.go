@@ -1,7 +1,7 @@
 // Package csi is plugvisor's side of the Container Storage Interface: the gRPC
 // client that talks to one CSI plugin over its unix socket, and (in files of
-// their own) the CSI manager, plugin instance actors, fingerprinting, the
-// volume manager and the catalog model.
+// their own) the CSI manager, plugin instance actors, fingerprinting and the
+// catalog actor. The volume manager is package csi/volumes.
 //
 // The client ([Dial], [Client]) speaks CSI spec v1.13.0. It connects with the
 // authority "localhost" through a unix-socket dialer, retries the connection

@@ -22,7 +22,6 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
-	"github.com/plugvisor/plugvisor/supervisor"
 )
 
 func TestMain(m *testing.M) {
@@ -133,7 +132,6 @@ type node struct {
 	regSys   *actor.ActorSystem
 	registry *registry.Registry
 	catalog  *modelCatalog
-	clock    supervisor.Clock
 	cfg      volumes.Config
 
 	store   *storage.Bolt

@@ -162,6 +162,26 @@ func (j *job) client(ctx context.Context, socket string) (*csi.Client, error) {
 	return c, nil
 }
 
+// nodeClient connects to the node plugin (see nodeSocket).
+func (j *job) nodeClient(ctx context.Context, recorded string) (*csi.Client, error) {
+	socket, err := j.nodeSocket(recorded)
+	if err != nil {
+		return nil, err
+	}
+	return j.client(ctx, socket)
+}
+
+// controllerClient connects to the controller plugin (see
+// controllerSocket) and returns the socket it dialled.
+func (j *job) controllerClient(ctx context.Context, recorded string) (*csi.Client, string, error) {
+	socket, err := j.controllerSocket(recorded)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := j.client(ctx, socket)
+	return c, socket, err
+}
+
 // attachRequired reports whether the controller at socket advertises
 // PUBLISH_UNPUBLISH_VOLUME. A plugin without a controller service
 // (Unimplemented) does not attach.

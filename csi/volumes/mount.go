@@ -152,11 +152,7 @@ func (j *job) mountSteps(ctx context.Context, vol *Volume, pub *messages.VolumeP
 // attach publishes the volume to this node through the controller, when
 // the controller says it must.
 func (j *job) attach(ctx context.Context, vol *Volume, nodeSocket string) error {
-	socket, err := j.controllerSocket("")
-	if err != nil {
-		return err
-	}
-	ctrl, err := j.client(ctx, socket)
+	ctrl, socket, err := j.controllerClient(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -207,7 +203,7 @@ func (j *job) stage(ctx context.Context, vol *Volume, socket string) error {
 // nodeStage sends NodeStageVolume for s (idempotent, so reconcile sends it
 // again where the kernel lost a mount).
 func (j *job) nodeStage(ctx context.Context, vol *Volume, s *messages.VolumeStage) error {
-	node, err := j.client(ctx, s.GetNodeSocket())
+	node, err := j.nodeClient(ctx, s.GetNodeSocket())
 	if err != nil {
 		return err
 	}
@@ -239,11 +235,7 @@ func (j *job) publish(ctx context.Context, vol *Volume, pub *messages.VolumePubl
 // nodePublish sends NodePublishVolume for pub. It creates the target's
 // parent; the plugin creates the target itself (CSI spec).
 func (j *job) nodePublish(ctx context.Context, vol *Volume, pub *messages.VolumePublish) error {
-	socket, err := j.nodeSocket(pub.GetNodeSocket())
-	if err != nil {
-		return err
-	}
-	node, err := j.client(ctx, socket)
+	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
 	if err != nil {
 		return err
 	}
@@ -300,11 +292,7 @@ func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 			return err
 		}
 	}
-	socket, err := j.controllerSocket("")
-	if err != nil {
-		return err
-	}
-	ctrl, err := j.client(ctx, socket)
+	ctrl, _, err := j.controllerClient(ctx, "")
 	if err != nil {
 		return err
 	}

@@ -86,8 +86,8 @@ func TestRandomLifecyclesKeepTheInvariants(t *testing.T) {
 				}
 			},
 			"restart the volume manager": func(*rapid.T) { n.restart() },
-			"restart the plugin":          func(*rapid.T) { p.restart() },
-			"": func(rt *rapid.T) { checkInvariants(rt, n, p, mounted) },
+			"restart the plugin":         func(*rapid.T) { p.restart() },
+			"":                           func(rt *rapid.T) { checkInvariants(rt, n, p, mounted) },
 		})
 		clean(rt, n, vols, allocs)
 		attached, published, violations := p.state()
@@ -184,4 +184,3 @@ func mustClaims(n *node, vol string, mode catalog.ClaimMode) []string {
 	}
 	return writers
 }
-

@@ -91,11 +91,7 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 	if err := j.save(); err != nil {
 		return err
 	}
-	socket, err := j.nodeSocket(pub.GetNodeSocket())
-	if err != nil {
-		return err
-	}
-	node, err := j.client(ctx, socket)
+	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
 	if err != nil {
 		return err
 	}
@@ -137,11 +133,7 @@ func (j *job) unstage(ctx context.Context) error {
 }
 
 func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
-	socket, err := j.nodeSocket(s.GetNodeSocket())
-	if err != nil {
-		return err
-	}
-	node, err := j.client(ctx, socket)
+	node, err := j.nodeClient(ctx, s.GetNodeSocket())
 	if err != nil {
 		return err
 	}
@@ -173,11 +165,7 @@ func (j *job) detach(ctx context.Context) error {
 }
 
 func (j *job) controllerUnpublish(ctx context.Context, a *messages.VolumeAttachment) error {
-	socket, err := j.controllerSocket(a.GetControllerSocket())
-	if err != nil {
-		return err
-	}
-	ctrl, err := j.client(ctx, socket)
+	ctrl, _, err := j.controllerClient(ctx, a.GetControllerSocket())
 	if err != nil {
 		return err
 	}
