@@ -64,6 +64,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	for _, o := range m.orphans {
 		cfg.Logger.Warn("mount under the volume root that no record explains", "path", o)
 	}
+	cfg.Logger.Info("volume manager starting", "root", cfg.Root, "records", len(records), "orphans", len(m.orphans))
 	// The producer hands back the same actor: a restart after a panic keeps
 	// the queues and the jobs in flight.
 	props := actor.PropsFromProducer(func() actor.Actor { return m },
@@ -73,7 +74,6 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		cancel()
 		return nil, fmt.Errorf("volumes: start actor %q: %w", cfg.Name, err)
 	}
-	cfg.Logger.Info("volume manager started", "root", cfg.Root, "records", len(records), "orphans", len(m.orphans))
 	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers}, nil
 }
 
