@@ -59,7 +59,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 			base: base, log: cfg.Logger,
 		},
 		records: records, queues: map[volumeKey]*queue{}, outcomes: map[volumeKey]outcome{},
-		retries: map[volumeKey]*retry{}, orphans: orphans(cfg.Root, mounts, records),
+		retries: map[volumeKey]*retry{}, orphans: orphans(cfg.Root, mounts, records), startMounts: mounts,
 	}
 	for _, o := range m.orphans {
 		cfg.Logger.Warn("mount under the volume root that no record explains", "path", o)

@@ -48,14 +48,20 @@ func newModelCatalog() *modelCatalog {
 	return &modelCatalog{volumes: map[string]*catalog.CSIVolume{}, external: map[string]string{}}
 }
 
-// add registers a volume with the plugin's volume ID external.
+// add registers a volume of the default namespace with the plugin's
+// volume ID external.
 func (c *modelCatalog) add(id, external, plugin string, access catalog.AccessMode, attach catalog.AttachmentMode) {
+	c.addIn("default", id, external, plugin, access, attach)
+}
+
+// addIn registers a volume of namespace ns.
+func (c *modelCatalog) addIn(ns, id, external, plugin string, access catalog.AccessMode, attach catalog.AttachmentMode) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := catalog.NewCSIVolume(id, 1)
-	v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable = plugin, access, attach, true
-	c.volumes["default/"+id] = v
-	c.external["default/"+id] = external
+	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable = ns, plugin, access, attach, true
+	c.volumes[ns+"/"+id] = v
+	c.external[ns+"/"+id] = external
 }
 
 func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*volumes.Volume, error) {

@@ -30,7 +30,10 @@ type manager struct {
 	outcomes map[volumeKey]outcome
 	retries  map[volumeKey]*retry
 	orphans  []string
-	started  bool
+	// startMounts is the mount table read at start, for the first
+	// reconciles (read once, not once per record).
+	startMounts map[string]bool
+	started     bool
 
 	running  int
 	closing  bool
@@ -99,8 +102,9 @@ func (m *manager) onStarted(ctx actor.Context) {
 	}
 	slices.SortFunc(keys, func(a, b volumeKey) int { return strings.Compare(a.String(), b.String()) })
 	for _, k := range keys {
-		m.enqueue(ctx, &op{kind: opReconcile, key: k})
+		m.enqueue(ctx, &op{kind: opReconcile, key: k, mounts: m.startMounts})
 	}
+	m.startMounts = nil
 }
 
 // onRequest checks a request's IDs and queues it, or refuses it.
@@ -176,9 +180,12 @@ func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 	case opDetach:
 		return MountResult{}, j.forceDetach(ctx, o.nodeID)
 	}
-	mounts, err := readMountPoints(j.env.mountInfo, j.env.paths.root)
-	if err != nil {
-		j.log.Warn("cannot read the mount table: published volumes are not checked", "error", err)
+	mounts := o.mounts
+	if mounts == nil {
+		var err error
+		if mounts, err = readMountPoints(j.env.mountInfo, j.env.paths.root); err != nil {
+			j.log.Warn("cannot read the mount table: published volumes are not checked", "error", err)
+		}
 	}
 	return MountResult{}, j.reconcile(ctx, mounts)
 }

@@ -28,6 +28,9 @@ type op struct {
 	alloc    string
 	readOnly bool
 	nodeID   string
+	// mounts is the mount table a reconcile starts from; nil makes it
+	// read the table itself.
+	mounts map[string]bool
 	// replyTo is the requester; nil for the manager's own reconciles.
 	replyTo *actor.PID
 }

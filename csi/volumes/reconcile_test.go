@@ -71,3 +71,27 @@ func TestACorruptRecordStopsTheStart(t *testing.T) {
 	require.ErrorContains(t, err, "volume/default/vol")
 	require.NoError(t, store.Close())
 }
+
+// TestTwoNamespacesKeepTheirOwnPaths mounts volumes of the same ID in two
+// namespaces for one alloc: each gets its own target and staging path, and
+// unmounting one leaves the other mounted.
+func TestTwoNamespacesKeepTheirOwnPaths(t *testing.T) {
+	n := newNode(t, nil)
+	p := newStrictPlugin(t, n, "hp")
+	p.createIn(n, "ns1", "data", "data-1", "hp", catalog.AccessModeSingleNodeWriter)
+	p.createIn(n, "ns2", "data", "data-2", "hp", catalog.AccessModeSingleNodeWriter)
+	one, err := n.manager.Mount(ctx, "ns1", "data", "web", false)
+	require.NoError(t, err)
+	two, err := n.manager.Mount(ctx, "ns2", "data", "web", false)
+	require.NoError(t, err)
+	require.NotEqual(t, one.TargetPath, two.TargetPath)
+	require.NotEqual(t, one.StagingPath, two.StagingPath)
+	require.NoError(t, os.WriteFile(filepath.Join(one.TargetPath, "f"), []byte("one"), 0o600))
+	_, err = os.Stat(filepath.Join(two.TargetPath, "f"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the two namespaces' volumes are different plugin volumes")
+
+	require.NoError(t, n.manager.Unmount(ctx, "ns1", "data", "web"))
+	require.Equal(t, []string{two.TargetPath}, mountsUnder(t, filepath.Join(n.root, "hp", "per-alloc")))
+	require.NoError(t, n.manager.Unmount(ctx, "ns2", "data", "web"))
+	require.Empty(t, mountsUnder(t, n.root))
+}

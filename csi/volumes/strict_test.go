@@ -193,18 +193,25 @@ func (p *strictPlugin) answer(ctx context.Context, method string, req any, handl
 	return resp, nil
 }
 
-// create creates a volume on the plugin and registers it in the catalog.
+// create creates a volume on the plugin and registers it in the catalog's
+// default namespace.
 func (p *strictPlugin) create(n *node, id, plugin string, access catalog.AccessMode) string {
+	p.t.Helper()
+	return p.createIn(n, "default", id, id, plugin, access)
+}
+
+// createIn creates the plugin volume name and registers it as ns/id.
+func (p *strictPlugin) createIn(n *node, ns, id, name, plugin string, access catalog.AccessMode) string {
 	p.t.Helper()
 	c, err := csi.Dial(ctx, p.socket, csi.Options{})
 	require.NoError(p.t, err)
 	defer func() { _ = c.Close() }()
-	resp, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: id, VolumeCapabilities: []*csipb.VolumeCapability{{
+	resp, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csipb.VolumeCapability{{
 		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}}})
 	require.NoError(p.t, err)
-	n.catalog.add(id, resp.GetVolume().GetVolumeId(), plugin, access, catalog.AttachmentModeFileSystem)
+	n.catalog.addIn(ns, id, resp.GetVolume().GetVolumeId(), plugin, access, catalog.AttachmentModeFileSystem)
 	return resp.GetVolume().GetVolumeId()
 }
 
