@@ -131,7 +131,7 @@ func (c *modelCatalog) claims(id string) (writers, readers []string, past map[st
 // node is one test's node: a registry (which outlives manager restarts),
 // a bbolt file, a root, a catalog, and the current volume manager.
 type node struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	root     string
 	dbPath   string
@@ -146,7 +146,7 @@ type node struct {
 }
 
 // newNode starts a node with a volume manager; tune changes its config.
-func newNode(t *testing.T, tune func(*volumes.Config)) *node {
+func newNode(t testing.TB, tune func(*volumes.Config)) *node {
 	t.Helper()
 	dir := hostpathtest.TempDir(t)
 	n := &node{t: t, dir: dir, root: filepath.Join(dir, "root"), dbPath: filepath.Join(dir, "state.db"), catalog: newModelCatalog()}

@@ -64,10 +64,41 @@ func (p paths) target(plugin, alloc, namespace, id string) string {
 	return filepath.Join(p.root, plugin, PerAllocDirName, alloc, namespace, id)
 }
 
-// stop is the directory below which removeEmpty removes empty parents of a
-// path of plugin's dir (staging or per-alloc).
-func (p paths) stop(plugin, dir string) string {
-	return filepath.Join(p.root, plugin, dir)
+// allocDirs returns the per-alloc directory of alloc under every plugin's
+// directory in the root.
+func (p paths) allocDirs(alloc string) []string {
+	entries, err := os.ReadDir(p.root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join(p.root, e.Name(), PerAllocDirName, alloc))
+		}
+	}
+	return out
+}
+
+// removeEmptyTree removes dir's empty subdirectories, one level down, and
+// then dir itself, when they are empty; a mount point or a directory with
+// anything else in it stays.
+func removeEmptyTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("volumes: read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeEmptyDirs(filepath.Join(dir, e.Name()), filepath.Dir(dir)); err != nil {
+				return err
+			}
+		}
+	}
+	return removeEmptyDirs(dir, filepath.Dir(dir))
 }
 
 // mkdirPrivate creates dir and its parents, readable by the agent only.

@@ -234,7 +234,7 @@ func (p *strictPlugin) state() (attached []string, published []string, violation
 }
 
 // mountsUnder lists the kernel's mounts at or below dir.
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	f, err := os.Open(volumes.DefaultMountInfoPath)
 	require.NoError(t, err)

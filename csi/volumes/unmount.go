@@ -103,7 +103,6 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 	if err := os.Remove(pub.GetTargetPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("volumes: NodeUnpublishVolume succeeded but the target is still there: %w", err)
 	}
-	j.removeEmpty(pub.GetTargetPath(), PerAllocDirName)
 	return nil
 }
 
@@ -127,7 +126,7 @@ func (j *job) unstage(ctx context.Context) error {
 		s.LastError = err.Error()
 		return err
 	}
-	j.removeEmpty(s.GetStagingPath(), StagingDirName)
+	j.removeDir(s.GetStagingPath())
 	j.rec.Stage = nil
 	return j.save()
 }
@@ -175,10 +174,11 @@ func (j *job) controllerUnpublish(ctx context.Context, a *messages.VolumeAttachm
 	return err
 }
 
-// removeEmpty removes dir and its empty parents up to the plugin's top
-// directory; a failure is logged, not returned: the step itself succeeded.
-func (j *job) removeEmpty(dir, top string) {
-	if err := removeEmptyDirs(dir, j.env.paths.stop(j.rec.GetPluginId(), top)); err != nil {
-		j.log.Warn("could not remove an empty directory", "error", err)
+// removeDir removes the volume's own empty directory; a failure is logged,
+// not returned: the step itself succeeded. Parents are shared with other
+// volumes, whose jobs run concurrently: the manager removes them (sweep).
+func (j *job) removeDir(dir string) {
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		j.log.Warn("could not remove a directory", "path", dir, "error", err)
 	}
 }
