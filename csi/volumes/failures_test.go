@@ -179,3 +179,38 @@ func TestBadRequestsAreRefusedAndChangeNothing(t *testing.T) {
 	require.False(t, strings.Contains(before.String(), "s3cret"))
 	n.stop()
 }
+
+// TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters has the
+// node plugin vanish (deregistered, its socket gone) while a volume is
+// published: the unmount fails and leaves the record; when a new
+// allocation of the plugin registers at a new socket, the volume manager
+// reconciles the volume at once (no GC timer fires: the fake clock stands
+// still) and the unmount completes through the new socket.
+func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.T) {
+	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	n := newNode(t, func(c *volumes.Config) { c.Clock = clock; c.RPCTimeout = 500 * time.Millisecond })
+	n.catalog.add("vol", "vol", "p", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	old := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "old")}
+	server := csitest.Serve(t, old.socket, old.Services())
+	n.register(volumes.NodePluginType, "p", "a1", old.socket)
+	old.nodeCaps()
+	old.Controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(&csipb.ControllerGetCapabilitiesResponse{}, nil)
+	old.Node.EXPECT().NodePublishVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodePublishVolumeResponse{}, nil)
+	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+
+	require.NoError(t, n.registry.DeregisterPlugin(volumes.NodePluginType, "p", "a1"))
+	server.Stop()
+	err = n.manager.Unmount(ctx, "", "vol", "web-1")
+	require.ErrorIs(t, err, csi.ErrConnect)
+	require.Equal(t, "unpublishing", n.status("vol").Record.GetPublishes()["web-1"].GetState())
+
+	fresh := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "new")}
+	fresh.Serve(t, fresh.socket)
+	fresh.Node.EXPECT().NodeUnpublishVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodeUnpublishVolumeResponse{}, nil)
+	n.register(volumes.NodePluginType, "p", "a2", fresh.socket)
+	require.Eventually(t, func() bool { return n.status("vol").Record == nil }, wait, 5*time.Millisecond,
+		"the registration of the plugin reconciled the volume")
+	writers, _, _ := n.catalog.claims("vol")
+	require.Empty(t, writers)
+}

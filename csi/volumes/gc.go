@@ -73,3 +73,17 @@ func (m *manager) onRetryDue(ctx actor.Context, msg *retryDue) {
 	}
 	m.enqueue(ctx, &op{kind: opReconcile, key: msg.key})
 }
+
+// onPluginAvailable reconciles at once every unsettled volume of the plugin
+// that has just registered (or changed its socket).
+func (m *manager) onPluginAvailable(ctx actor.Context, plugin string) {
+	if m.closing {
+		return
+	}
+	for key, rec := range m.records {
+		if rec.GetPluginId() == plugin && !settled(rec) {
+			m.forgetRetry(key)
+			m.enqueue(ctx, &op{kind: opReconcile, key: key})
+		}
+	}
+}

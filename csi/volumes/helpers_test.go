@@ -168,7 +168,8 @@ func newNode(t testing.TB, tune func(*volumes.Config)) *node {
 	return n
 }
 
-// start opens the store and starts a manager in a new actor system.
+// start opens the store and starts a manager in the node's actor system
+// (where the registry runs too, so that the manager can subscribe to it).
 func (n *node) start() {
 	n.t.Helper()
 	var err error
@@ -176,7 +177,7 @@ func (n *node) start() {
 	require.NoError(n.t, err)
 	bucket, err := n.store.Bucket(volumes.Bucket)
 	require.NoError(n.t, err)
-	n.system = probe.NewSystem(n.t)
+	n.system = n.regSys
 	cfg := n.cfg
 	cfg.Bucket = bucket
 	n.manager, err = volumes.Start(n.system, cfg)

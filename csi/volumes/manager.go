@@ -82,6 +82,11 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onJobDone(ctx, msg)
 	case *retryDue:
 		m.onRetryDue(ctx, msg)
+	case *messages.Subscribed:
+	case *messages.PluginRegistered:
+		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
+	case *messages.PluginUpdated:
+		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
 	case *messages.ShutdownVolumeManager:
 		m.onShutdown(ctx, msg)
 	case *actor.Stopped:
@@ -96,6 +101,12 @@ func (m *manager) onStarted(ctx actor.Context) {
 		return
 	}
 	m.started = true
+	// A volume left unsettled because its plugin was gone is reconciled as
+	// soon as the plugin registers, not only at its next GC retry. The
+	// registry drops this subscription when the actor stops.
+	for _, ptype := range []string{NodePluginType, ControllerPluginType} {
+		ctx.Send(m.cfg.Registry.PID(), &messages.Subscribe{Type: ptype, Subscriber: ctx.Self()})
+	}
 	keys := make([]volumeKey, 0, len(m.records))
 	for k := range m.records {
 		keys = append(keys, k)
