@@ -214,3 +214,40 @@ func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.
 	writers, _, _ := n.catalog.claims("vol")
 	require.Empty(t, writers)
 }
+
+// TestACallerThatGoesAwayDoesNotStopItsMount cancels the caller's context
+// while NodePublishVolume is held: the caller gets its context's error at
+// once, the mount goes on and completes, and the status says so.
+func TestACallerThatGoesAwayDoesNotStopItsMount(t *testing.T) {
+	n := newNode(t, nil)
+	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	m := newMockPlugin(t, n, false, false)
+	reached, release := make(chan struct{}), make(chan struct{})
+	gomock.InOrder(
+		m.nodeCaps(), m.controllerCaps(),
+		m.Node.EXPECT().NodePublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+			func(context.Context, *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+				close(reached)
+				<-release
+				return &csipb.NodePublishVolumeResponse{}, nil
+			}),
+	)
+	callerCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.manager.Mount(callerCtx, "", "vol", "web-1", false)
+		done <- err
+	}()
+	<-reached
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	close(release)
+
+	st := n.settle("vol")
+	require.Equal(t, "mount web-1", st.LastOperation)
+	require.Empty(t, st.LastError)
+	require.Equal(t, "published", st.Record.GetPublishes()["web-1"].GetState(), "the mount went on without its caller")
+	writers, _, _ := n.catalog.claims("vol")
+	require.Equal(t, []string{"web-1"}, writers)
+	n.stop()
+}
