@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,16 +70,7 @@ func TestAVolumeMountedBeforeAKill9IsUnmountedAfterTheRestart(t *testing.T) {
 
 // mountPoints lists the kernel's mounts under dir.
 func mountPoints(t *testing.T, dir string) []string {
-	f, err := os.Open(volumes.DefaultMountInfoPath)
+	mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir)
 	require.NoError(t, err)
-	defer func() { _ = f.Close() }()
-	all, err := volumes.ParseMountInfo(f)
-	require.NoError(t, err)
-	var out []string
-	for _, m := range all {
-		if strings.HasPrefix(m.MountPoint, dir+"/") {
-			out = append(out, m.MountPoint)
-		}
-	}
-	return out
+	return slices.Collect(maps.Keys(mounts))
 }

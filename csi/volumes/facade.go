@@ -46,7 +46,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := readMountPoints(cfg.MountInfoPath, cfg.Root)
+	mounts, err := MountPointsUnder(cfg.MountInfoPath, cfg.Root)
 	if err != nil {
 		cfg.Logger.Warn("cannot read the mount table: orphan mounts are not looked for", "error", err)
 	}

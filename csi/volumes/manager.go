@@ -194,7 +194,7 @@ func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 	mounts := o.mounts
 	if mounts == nil {
 		var err error
-		if mounts, err = readMountPoints(j.env.mountInfo, j.env.paths.root); err != nil {
+		if mounts, err = MountPointsUnder(j.env.mountInfo, j.env.paths.root); err != nil {
 			j.log.Warn("cannot read the mount table: published volumes are not checked", "error", err)
 		}
 	}

@@ -103,9 +103,9 @@ func unescapeOctal(s string) string {
 
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
-// readMountPoints returns the set of mount points in the table at path
-// that are at or below root.
-func readMountPoints(path, root string) (map[string]bool, error) {
+// MountPointsUnder returns the set of mount points in the mount table at
+// path (DefaultMountInfoPath for this process's) that are at or below root.
+func MountPointsUnder(path, root string) (map[string]bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("volumes: read mount table: %w", err)

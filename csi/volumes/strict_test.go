@@ -3,6 +3,7 @@ package volumes_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -233,19 +234,10 @@ func (p *strictPlugin) state() (attached []string, published []string, violation
 	return attached, published, slices.Clone(p.violations)
 }
 
-// mountsUnder lists the kernel's mounts at or below dir.
+// mountsUnder lists, sorted, the kernel's mounts at or below dir.
 func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
-	f, err := os.Open(volumes.DefaultMountInfoPath)
+	mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir)
 	require.NoError(t, err)
-	defer func() { _ = f.Close() }()
-	all, err := volumes.ParseMountInfo(f)
-	require.NoError(t, err)
-	var out []string
-	for _, m := range all {
-		if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
-			out = append(out, m.MountPoint)
-		}
-	}
-	return out
+	return slices.Sorted(maps.Keys(mounts))
 }
