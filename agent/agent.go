@@ -162,7 +162,7 @@ type Agent struct {
 	dockerVolumes *dockervolume.Volumes
 	csi           *manager.Manager
 	catalog       *catalog.Catalog
-	volumes       *volumes.Volumes
+	volumes       *volumes.Manager
 	ctl           *controller.Controller
 	disc          *discovery.Discovery
 	metrics       *metrics
@@ -326,16 +326,21 @@ func (a *Agent) startManagers() error {
 	}
 	a.stops = append(a.stops, a.catalog.Shutdown, a.csi.Shutdown)
 
-	a.volumes, err = volumes.StartVolumes(a.system, volumes.VolumesConfig{
+	records, err := a.store.Bucket(volumes.Bucket)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.volumes, err = volumes.Start(a.system, volumes.Config{
+		Bucket:   records,
+		Catalog:  VolumeCatalog(a.system, a.catalog),
 		Registry: a.registry,
 		Root:     filepath.Join(a.cfg.DataDir, "csi"),
-		Claimer:  a.catalog,
 		Logger:   a.log,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.stops = append(a.stops, func(context.Context) error { return a.volumes.Shutdown() })
+	a.stops = append(a.stops, a.volumes.Shutdown)
 
 	a.ctl, err = controller.New(controller.Config{
 		Catalog: a.catalog, Plugins: a.registry, OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
@@ -449,7 +454,7 @@ func (a *Agent) CSI() *manager.Manager { return a.csi }
 func (a *Agent) Catalog() *catalog.Catalog { return a.catalog }
 
 // Volumes is the agent's volume manager.
-func (a *Agent) Volumes() *volumes.Volumes { return a.volumes }
+func (a *Agent) Volumes() *volumes.Manager { return a.volumes }
 
 // Discovery is the agent's plugin discovery.
 func (a *Agent) Discovery() *discovery.Discovery { return a.disc }

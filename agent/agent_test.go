@@ -91,18 +91,21 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 		return err == nil && v.Schedulable
 	}, 10*time.Second, 10*time.Millisecond)
 
-	m, err := a.Volumes().MounterForPlugin(ctx, "hp")
-	require.NoError(t, err)
-	req := volumes.MountRequest{Volume: volumes.VolumeSpec{Namespace: vol.Namespace, ID: vol.ID}, AllocID: "web-1",
-		AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode}
-	res, err := m.MountVolume(ctx, req)
+	res, err := a.Volumes().Mount(ctx, vol.Namespace, vol.ID, "web-1", false)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(res.TargetPath, "f"), []byte("x"), 0o644))
-	req.AllocID = "web-2"
-	_, err = m.MountVolume(ctx, req)
-	require.ErrorIs(t, err, csi.ErrClaimRefused, "a second writer is refused through the real mount path")
-	require.NoError(t, m.UnmountVolume(ctx, volumes.UnmountRequest{Namespace: vol.Namespace, VolumeID: vol.ID, AllocID: "web-1"}))
+	_, err = a.Volumes().Mount(ctx, vol.Namespace, vol.ID, "web-2", false)
+	require.ErrorIs(t, err, volumes.ErrClaimRefused, "a second writer is refused through the real mount path")
 
+	// The agent restarts with the volume mounted: the new one unmounts it
+	// from its durable record.
+	require.NoError(t, a.Shutdown(ctx))
+	require.NotEmpty(t, mountsUnder(t, dir), "an agent shutdown leaves volumes mounted")
+	a = startAgent(t, dir)
+	require.NoError(t, a.Volumes().Unmount(ctx, vol.Namespace, vol.ID, "web-1"))
+	got, err := a.Catalog().GetVolume(ctx, vol.Namespace, vol.ID)
+	require.NoError(t, err)
+	require.Empty(t, got.WriteClaims, "the unmount after the restart released the claim")
 	require.NoError(t, a.Shutdown(ctx))
 	require.Empty(t, mountsUnder(t, dir), "no mount is left under the data dir")
 	_, err = os.Stat(a.SocketPath())

@@ -41,7 +41,7 @@ type Server struct {
 	Registry *registry.Registry
 	CSI      CSIPlugins
 	Catalog  *catalog.Catalog
-	Volumes  *volumes.Volumes
+	Volumes  *volumes.Manager
 	// Controller runs create, expand, delete and snapshots through the
 	// plugins' controllers (api/controller.go); nil turns them into 404s.
 	Controller *controller.Controller
@@ -119,11 +119,9 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, errNotFound), errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoDispenser), isNotFound(err):
 		return http.StatusNotFound
-	case isConflict(err):
-		return http.StatusConflict
 	case errors.Is(err, registry.ErrLimit):
 		return http.StatusTooManyRequests
-	case errors.Is(err, registry.ErrShutdown), classOf(err) == http.StatusServiceUnavailable:
+	case errors.Is(err, registry.ErrShutdown):
 		return http.StatusServiceUnavailable
 	case pluginStatus(err) != 0:
 		return pluginStatus(err)
@@ -212,6 +210,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errBadBody, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the JSON object; send one object", errBadBody)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
@@ -79,9 +80,12 @@ func newAPIFixture(t *testing.T) *apiFixture {
 	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: catBucket, NodeID: "node-1", Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
-	vols, err := volumes.StartVolumes(system, volumes.VolumesConfig{Registry: reg, Root: t.TempDir(), Claimer: cat, Logger: logger})
+	volBucket, err := mem.Bucket(volumes.Bucket)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, vols.Shutdown()) })
+	vols, err := volumes.Start(system, volumes.Config{Bucket: volBucket, Catalog: agent.VolumeCatalog(system, cat),
+		Registry: reg, Root: t.TempDir(), Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, vols.Shutdown(context.Background())) })
 	ctl, err := controller.New(controller.Config{Catalog: cat, Plugins: reg, OperationTimeout: 30 * time.Second, Logger: logger})
 	require.NoError(t, err)
 	f := &apiFixture{t: t, reg: reg, cat: cat, logs: logs,

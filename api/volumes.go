@@ -1,9 +1,12 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
@@ -19,24 +22,6 @@ type VolumeBody struct {
 	AccessMode     string              `json:"access_mode"`
 	AttachmentMode string              `json:"attachment_mode"`
 	Topologies     []map[string]string `json:"topologies,omitempty"`
-}
-
-// ClaimBody claims a volume for an alloc: POST /v1/volumes/{ns}/{id}/claim.
-type ClaimBody struct {
-	AllocID  string `json:"alloc_id"`
-	ReadOnly bool   `json:"read_only"`
-	Release  bool   `json:"release"`
-}
-
-// MountBody mounts or unmounts a volume for an alloc:
-// POST /v1/volumes/{ns}/{id}/mount and .../unmount.
-type MountBody struct {
-	AllocID    string            `json:"alloc_id"`
-	ReadOnly   bool              `json:"read_only"`
-	FSType     string            `json:"fs_type,omitempty"`
-	MountFlags []string          `json:"mount_flags,omitempty"`
-	VolumeCtx  map[string]string `json:"volume_context,omitempty"`
-	PublishCtx map[string]string `json:"publish_context,omitempty"`
 }
 
 // VolumeJSON is a volume as the API renders it.
@@ -81,10 +66,14 @@ func (s *Server) volumeRoutes(route func(string, func(http.ResponseWriter, *http
 	route("GET /v1/volumes/{namespace}/{id}", s.getVolume)
 	route("DELETE /v1/volumes/{namespace}/{id}", s.deregisterVolume)
 	route("POST /v1/volumes/{namespace}/{id}/claim", s.claimVolume)
+	route("POST /v1/volumes/{namespace}/{id}/release", s.releaseVolume)
 	route("POST /v1/volumes/{namespace}/{id}/mount", s.mountVolume)
 	route("POST /v1/volumes/{namespace}/{id}/unmount", s.unmountVolume)
+	route("POST /v1/volumes/{namespace}/{id}/detach", s.detachVolume)
+	route("GET /v1/volumes/{namespace}/{id}/status", s.volumeStatus)
 	for _, path := range []string{"/v1/volumes", "/v1/volumes/{namespace}/{id}", "/v1/volumes/{namespace}/{id}/claim",
-		"/v1/volumes/{namespace}/{id}/mount", "/v1/volumes/{namespace}/{id}/unmount"} {
+		"/v1/volumes/{namespace}/{id}/release", "/v1/volumes/{namespace}/{id}/mount", "/v1/volumes/{namespace}/{id}/unmount",
+		"/v1/volumes/{namespace}/{id}/detach", "/v1/volumes/{namespace}/{id}/status"} {
 		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
 	}
 }
@@ -170,39 +159,92 @@ func (s *Server) deregisterVolume(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-// claimRequest builds the catalog claim of an alloc on a registered volume.
-func (s *Server) claimRequest(r *http.Request, alloc string, readOnly bool) (csi.ClaimRequest, error) {
-	v, err := s.Catalog.GetVolume(r.Context(), r.PathValue("namespace"), r.PathValue("id"))
-	if err != nil {
-		return csi.ClaimRequest{}, err
+// AllocBody names the alloc of a claim, release, mount or unmount:
+// POST /v1/volumes/{ns}/{id}/claim, .../release, .../mount, .../unmount.
+// read_only is for claim and mount only.
+type AllocBody struct {
+	AllocID  string `json:"alloc_id"`
+	ReadOnly bool   `json:"read_only"`
+}
+
+// DetachBody names the plugin's node to detach a volume from:
+// POST /v1/volumes/{ns}/{id}/detach.
+type DetachBody struct {
+	NodeID string `json:"node_id"`
+}
+
+// MountJSON is the answer to a mount.
+type MountJSON struct {
+	TargetPath  string `json:"target_path"`
+	StagingPath string `json:"staging_path"`
+	IsDevice    bool   `json:"is_device"`
+}
+
+// StatusJSON is GET /v1/volumes/{ns}/{id}/status: the catalog's volume
+// (absent when it is not registered), its past claims, and what this node
+// holds of it.
+type StatusJSON struct {
+	Volume        *VolumeJSON     `json:"volume,omitempty"`
+	PastClaims    []PastClaimJSON `json:"past_claims"`
+	Node          json.RawMessage `json:"node"`
+	Busy          bool            `json:"busy"`
+	LastOperation string          `json:"last_operation,omitempty"`
+	LastError     string          `json:"last_error,omitempty"`
+	Orphans       []string        `json:"orphans"`
+}
+
+// PastClaimJSON is a claim being released, with how far it has come.
+type PastClaimJSON struct {
+	AllocID string `json:"alloc_id"`
+	Mode    string `json:"mode"`
+	State   string `json:"state"`
+}
+
+// allocRequest decodes an AllocBody and checks the alloc is named.
+func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request) (AllocBody, error) {
+	var body AllocBody
+	if err := s.needVolumes(); err != nil {
+		return body, err
 	}
-	return csi.ClaimRequest{
-		Plugin: v.PluginID, Namespace: v.Namespace, VolumeID: v.ID, AllocID: alloc,
-		Usage: csi.Usage{ReadOnly: readOnly, AttachmentMode: v.AttachmentMode, AccessMode: v.AccessMode},
-	}, nil
+	if err := decodeJSON(w, r, &body); err != nil {
+		return body, err
+	}
+	if body.AllocID == "" {
+		return body, fmt.Errorf("%w: alloc_id is required", errBadBody)
+	}
+	return body, nil
 }
 
 func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
-	if err := s.needVolumes(); err != nil {
-		return err
-	}
-	var body ClaimBody
-	if err := decodeJSON(w, r, &body); err != nil {
-		return err
-	}
-	req, err := s.claimRequest(r, body.AllocID, body.ReadOnly)
+	body, err := s.allocRequest(w, r)
 	if err != nil {
 		return err
 	}
-	if body.Release {
-		err = s.Catalog.Release(r.Context(), req)
-	} else {
-		err = s.Catalog.Claim(r.Context(), req)
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	if err := s.Volumes.Claim(r.Context(), ns, id, body.AllocID, body.ReadOnly); err != nil {
+		return err
 	}
+	return s.writeVolume(w, r, ns, id)
+}
+
+func (s *Server) releaseVolume(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.allocRequest(w, r)
 	if err != nil {
 		return err
 	}
-	v, err := s.Catalog.GetVolume(r.Context(), req.Namespace, req.VolumeID)
+	if body.ReadOnly {
+		return fmt.Errorf("%w: read_only means nothing to a release; leave it out", errBadBody)
+	}
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	if err := s.Volumes.Release(r.Context(), ns, id, body.AllocID); err != nil {
+		return err
+	}
+	return s.writeVolume(w, r, ns, id)
+}
+
+// writeVolume answers with the catalog's volume.
+func (s *Server) writeVolume(w http.ResponseWriter, r *http.Request, ns, id string) error {
+	v, err := s.Catalog.GetVolume(r.Context(), ns, id)
 	if err != nil {
 		return err
 	}
@@ -210,60 +252,86 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// mountTarget decodes a mount or unmount body and finds the volume and
-// the mounter of its plugin.
-func (s *Server) mountTarget(w http.ResponseWriter, r *http.Request) (MountBody, *model.CSIVolume, *volumes.Mounter, error) {
-	var body MountBody
-	if err := s.needVolumes(); err != nil {
-		return body, nil, nil, err
-	}
-	if err := decodeJSON(w, r, &body); err != nil {
-		return body, nil, nil, err
-	}
-	v, err := s.Catalog.GetVolume(r.Context(), r.PathValue("namespace"), r.PathValue("id"))
-	if err != nil {
-		return body, nil, nil, err
-	}
-	m, err := s.Volumes.MounterForPlugin(r.Context(), v.PluginID)
-	return body, v, m, err
-}
-
 func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
-	body, v, m, err := s.mountTarget(w, r)
+	body, err := s.allocRequest(w, r)
 	if err != nil {
 		return err
 	}
-	req := volumes.MountRequest{
-		Volume:         volumes.VolumeSpec{Namespace: v.Namespace, ID: v.ID, Context: body.VolumeCtx},
-		AllocID:        body.AllocID,
-		AccessMode:     v.AccessMode,
-		AttachmentMode: v.AttachmentMode,
-		ReadOnly:       body.ReadOnly,
-		PublishContext: body.PublishCtx,
-	}
-	if body.FSType != "" || body.MountFlags != nil {
-		req.MountOptions = &volumes.MountOptions{FSType: body.FSType, MountFlags: body.MountFlags}
-	}
-	res, err := m.MountVolume(r.Context(), req)
+	res, err := s.Volumes.Mount(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.AllocID, body.ReadOnly)
 	s.observeMount("mount", err)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"target_path": res.TargetPath, "staging_path": res.StagingPath, "is_device": res.IsDevice})
+	writeJSON(w, http.StatusOK, MountJSON{TargetPath: res.TargetPath, StagingPath: res.StagingPath, IsDevice: res.IsDevice})
 	return nil
 }
 
 func (s *Server) unmountVolume(w http.ResponseWriter, r *http.Request) error {
-	body, v, m, err := s.mountTarget(w, r)
+	body, err := s.allocRequest(w, r)
 	if err != nil {
 		return err
 	}
-	err = m.UnmountVolume(r.Context(), volumes.UnmountRequest{Namespace: v.Namespace, VolumeID: v.ID, AllocID: body.AllocID})
+	if body.ReadOnly {
+		return fmt.Errorf("%w: read_only means nothing to an unmount; leave it out", errBadBody)
+	}
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	err = s.Volumes.Unmount(r.Context(), ns, id, body.AllocID)
 	s.observeMount("unmount", err)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"unmounted": v.ID, "alloc_id": body.AllocID})
+	writeJSON(w, http.StatusOK, map[string]string{"unmounted": id, "namespace": ns, "alloc_id": body.AllocID})
+	return nil
+}
+
+func (s *Server) detachVolume(w http.ResponseWriter, r *http.Request) error {
+	if err := s.needVolumes(); err != nil {
+		return err
+	}
+	var body DetachBody
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	if body.NodeID == "" {
+		return fmt.Errorf("%w: node_id is required", errBadBody)
+	}
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	if err := s.Volumes.Detach(r.Context(), ns, id, body.NodeID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"detached": id, "namespace": ns, "node_id": body.NodeID})
+	return nil
+}
+
+func (s *Server) volumeStatus(w http.ResponseWriter, r *http.Request) error {
+	if err := s.needVolumes(); err != nil {
+		return err
+	}
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	st, err := s.Volumes.Status(r.Context(), ns, id)
+	if err != nil {
+		return err
+	}
+	out := StatusJSON{
+		PastClaims: []PastClaimJSON{}, Node: json.RawMessage(`null`), Busy: st.Busy,
+		LastOperation: st.LastOperation, LastError: st.LastError, Orphans: append([]string{}, st.Orphans...),
+	}
+	if st.Record != nil {
+		out.Node = protoJSON(st.Record)
+	}
+	v, err := s.Catalog.GetVolume(r.Context(), ns, id)
+	switch {
+	case err == nil:
+		vj := volumeJSON(v)
+		out.Volume = &vj
+		for _, alloc := range slices.Sorted(maps.Keys(v.PastClaims)) {
+			c := v.PastClaims[alloc]
+			out.PastClaims = append(out.PastClaims, PastClaimJSON{AllocID: alloc, Mode: string(c.Mode), State: string(c.State)})
+		}
+	case !errors.Is(err, catalog.ErrVolumeNotFound) || st.Record == nil:
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -273,19 +341,28 @@ func (s *Server) observeMount(op string, err error) {
 	}
 }
 
-// errorClasses maps the catalog's and volume manager's sentinels to HTTP
-// statuses.
+// errorClasses maps the catalog's and the volume manager's sentinels, and
+// the plugin's own gRPC codes, to HTTP statuses. A plugin's answer is never
+// a 500: codes without a status of their own are 502 (bad gateway).
 var errorClasses = []struct {
 	status int
 	errs   []error
 }{
-	{http.StatusBadRequest, []error{catalog.ErrCatalogInvalid, csi.ErrInvalidVolumeRequest, model.ErrInvalidVolume,
+	{http.StatusBadRequest, []error{catalog.ErrCatalogInvalid, volumes.ErrInvalid, model.ErrInvalidVolume,
 		model.ErrInvalidClaim, model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode}},
-	{http.StatusNotFound, []error{catalog.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted, model.ErrClaimNotFound}},
-	{http.StatusConflict, []error{csi.ErrClaimRefused, catalog.ErrVolumeInUse, model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims,
-		model.ErrNodeConflict, model.ErrClaimModeConflict, model.ErrClaimReleasing, model.ErrVolumeUnschedulable,
-		model.ErrPluginMismatch}},
-	{http.StatusServiceUnavailable, []error{catalog.ErrCatalogShutdown, volumes.ErrVolumesShutDown}},
+	{http.StatusGatewayTimeout, []error{volumes.ErrDeadline, csi.ErrDeadlineExceeded}},
+	{http.StatusNotFound, []error{catalog.ErrVolumeNotFound, volumes.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted,
+		model.ErrClaimNotFound, csi.ErrNotFound}},
+	{http.StatusConflict, []error{csi.ErrClaimRefused, catalog.ErrVolumeInUse, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
+		volumes.ErrClaimRefused, volumes.ErrInUse,
+		model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims, model.ErrNodeConflict, model.ErrClaimModeConflict,
+		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch,
+		csi.ErrAlreadyExists, csi.ErrFailedPrecondition}},
+	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},
+	{http.StatusServiceUnavailable, []error{catalog.ErrCatalogShutdown, volumes.ErrShutDown, csi.ErrUnavailable, csi.ErrConnect}},
+	{http.StatusBadGateway, []error{csi.ErrInvalidArgument, csi.ErrPermissionDenied, csi.ErrAborted, csi.ErrOutOfRange,
+		csi.ErrUnimplemented, csi.ErrInternal, csi.ErrUnknown, csi.ErrDataLoss, csi.ErrUnauthenticated, csi.ErrCanceled,
+		csi.ErrInvalidResponse}},
 }
 
 func classOf(err error) int {
@@ -301,4 +378,3 @@ func classOf(err error) int {
 
 func isInvalid(err error) bool  { return classOf(err) == http.StatusBadRequest }
 func isNotFound(err error) bool { return classOf(err) == http.StatusNotFound }
-func isConflict(err error) bool { return classOf(err) == http.StatusConflict }

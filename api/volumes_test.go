@@ -1,152 +1,68 @@
-package api_test
+package api
 
 import (
-	"context"
-	"os"
-	"path/filepath"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
-	"github.com/plugvisor/plugvisor/csi/hostpath"
-	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
-	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/csi/volumes"
-	"github.com/plugvisor/plugvisor/storage"
 )
 
-// csiParts are the CSI manager, catalog and volume manager behind a backend.
-type csiParts struct {
-	manager *manager.Manager
-	catalog *catalog.Catalog
-	volumes *volumes.Volumes
-}
-
-// newCSIBackend is newBackend with the CSI parts an agent runs, as the
-// agent wires them, with mounts below dir.
-func newCSIBackend(t *testing.T, dir string) (*backend, csiParts) {
-	t.Helper()
-	b := newBackend(t)
-	system := probe.NewSystem(t)
-	var p csiParts
-	var err error
-	p.manager, err = manager.StartManager(system, manager.ManagerConfig{Registry: b.registry, Logger: probe.Logger(t),
-		ResyncInterval: time.Second, Fingerprint: manager.FingerprintOptions{Interval: 50 * time.Millisecond}})
-	require.NoError(t, err)
-	bucket, err := storage.NewMemory().Bucket(catalog.CatalogBucket)
-	require.NoError(t, err)
-	p.catalog, err = catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: "n1", Manager: p.manager.PID(),
-		Logger: probe.Logger(t)})
-	require.NoError(t, err)
-	p.volumes, err = volumes.StartVolumes(system, volumes.VolumesConfig{Registry: b.registry, Root: filepath.Join(dir, "csi"),
-		Claimer: p.catalog, Logger: probe.Logger(t)})
-	require.NoError(t, err)
-	// The agent's order: volumes, then the manager, whose final
-	// fingerprints reach the catalog, then the catalog.
-	t.Cleanup(func() {
-		require.NoError(t, p.volumes.Shutdown())
-		require.NoError(t, p.manager.Shutdown(context.Background()))
-		require.NoError(t, p.catalog.Shutdown(context.Background()))
-	})
-	b.server.CSI, b.server.Catalog, b.server.Volumes = p.manager, p.catalog, p.volumes
-	return b, p
-}
-
-// TestTheVolumeRoutesAnswerEveryStatusWithAClearBody drives the volume
-// routes against a real catalog and volume manager, with a real hostpath
-// plugin doing real mounts.
-func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
-	dir := hostpathtest.TempDir(t)
-	b, a := newCSIBackend(t, dir)
-	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
-		Mode: hostpath.ModeMonolith, SymlinkFallback: false})
-	sock := `"connection":{"socket_path":"` + plugin.Endpoint + `"}}`
-	run(t, b, []step{
-		{name: "the controller", method: "POST", path: "/v1/plugins", body: `{"type":"csi-controller","name":"hp","alloc_id":"a1",` + sock,
-			status: 200, want: `"registered"`},
-		{name: "the node", method: "POST", path: "/v1/plugins", body: `{"type":"csi-node","name":"hp","alloc_id":"a1",` + sock,
-			status: 200, want: `"registered"`},
-	})
-	require.Eventually(t, func() bool {
-		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
-		return got.status == 200 && len(a.manager.Plugins()) == 2 && a.manager.Plugins()[0].GetHealthy() && a.manager.Plugins()[1].GetHealthy()
-	}, 20*time.Second, 20*time.Millisecond)
-
-	ctx := context.Background()
-	client, err := csi.Dial(ctx, plugin.Endpoint, csi.Options{})
-	require.NoError(t, err)
-	created, err := client.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-	}}})
-	require.NoError(t, err)
-	require.NoError(t, client.Close())
-	id := created.GetVolume().GetVolumeId()
-	vol := "/v1/volumes/default/" + id
-	volume := `{"id":"` + id + `","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`
-	run(t, b, []step{
-		{name: "a volume", method: "POST", path: "/v1/volumes", body: volume, status: 200, want: `"plugin_id": "hp"`},
-		{name: "an unknown access mode", method: "POST", path: "/v1/volumes",
-			body: `{"id":"w","plugin_id":"hp","access_mode":"sometimes","attachment_mode":"file-system"}`, status: 400, want: "unknown access mode"},
-		{name: "an unknown attachment mode", method: "POST", path: "/v1/volumes",
-			body: `{"id":"w","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"floppy"}`, status: 400, want: "attachment mode"},
-		{name: "an unknown field", method: "POST", path: "/v1/volumes", body: `{"id":"w","colour":1}`, status: 400, want: `unknown field "colour"`},
-		{name: "a volume ID with traversal", method: "POST", path: "/v1/volumes",
-			body: `{"id":"../w","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`, status: 400, want: "path separator"},
-		{name: "the listing", method: "GET", path: "/v1/volumes", status: 200, want: id},
-		{name: "the listing of a namespace", method: "GET", path: "/v1/volumes?namespace=default", status: 200, want: id},
-		{name: "the volume", method: "GET", path: vol, status: 200, want: `"write_claims": []`},
-		{name: "a missing volume", method: "GET", path: "/v1/volumes/default/nope", status: 404, want: "not found"},
-	})
-	require.Eventually(t, func() bool {
-		v, err := a.catalog.GetVolume(ctx, "default", id)
-		return err == nil && v.Schedulable
-	}, 20*time.Second, 20*time.Millisecond)
-	var target string
-	run(t, b, []step{
-		{name: "a claim", method: "POST", path: vol + "/claim", body: `{"alloc_id":"web-0"}`, status: 200, want: `"web-0"`},
-		{name: "a second writer's claim", method: "POST", path: vol + "/claim", body: `{"alloc_id":"web-9"}`, status: 409, want: "claim"},
-		{name: "a claim on a missing volume", method: "POST", path: "/v1/volumes/default/nope/claim", body: `{"alloc_id":"x"}`,
-			status: 404, want: "not found"},
-		{name: "a claim with a bad body", method: "POST", path: vol + "/claim", body: `{"alloc":"x"}`, status: 400, want: "unknown field"},
-		{name: "a release", method: "POST", path: vol + "/claim", body: `{"alloc_id":"web-0","release":true}`, status: 200,
-			want: `"write_claims": []`},
-		{name: "a mount", method: "POST", path: vol + "/mount", body: `{"alloc_id":"web-1"}`, status: 200, want: `"target_path"`},
-		{name: "a second writer's mount", method: "POST", path: vol + "/mount", body: `{"alloc_id":"web-2"}`, status: 409, want: "claim"},
-		{name: "a mount of a missing volume", method: "POST", path: "/v1/volumes/default/nope/mount", body: `{"alloc_id":"a"}`,
-			status: 404, want: "not found"},
-		{name: "a deregistration of a mounted volume", method: "DELETE", path: vol, status: 409, want: "in use"},
-		{name: "an unmount", method: "POST", path: vol + "/unmount", body: `{"alloc_id":"web-1"}`, status: 200, want: `"unmounted"`,
-			before: func(*backend) { target = mountedTarget(t, dir) }},
-		{name: "an unmount of what is not mounted", method: "POST", path: vol + "/unmount", body: `{"alloc_id":"web-1"}`,
-			status: 404, want: "not mounted"},
-		{name: "a deregistration", method: "DELETE", path: vol, status: 200, want: `"deregistered"`},
-		{name: "a deregistration of a missing volume", method: "DELETE", path: vol, status: 404, want: "not found"},
-		{name: "the catalog shut down", method: "GET", path: "/v1/volumes", status: 503, want: "shut down",
-			before: func(*backend) { require.NoError(t, a.catalog.Shutdown(ctx)) }},
-	})
-	require.NotEmpty(t, target, "the mount was a real mount")
-	_, err = os.Stat(target)
-	require.ErrorIs(t, err, os.ErrNotExist, "the unmount removed the target")
-}
-
-// mountedTarget is the one mount point below dir, from /proc/self/mountinfo.
-func mountedTarget(t *testing.T, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	require.NoError(t, err)
-	var found []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			found = append(found, f[4])
-		}
+// TestAPluginsAnswerMapsToAClearStatusNever500 checks the HTTP status of
+// the errors a mount can end with, as they come back from the volume
+// manager (a plugin's gRPC code travels as csi's sentinel).
+func TestAPluginsAnswerMapsToAClearStatusNever500(t *testing.T) {
+	plugin := func(sentinel error) error {
+		return fmt.Errorf("volumes: mount: csi: NodeStageVolume: %w: the plugin's words", sentinel)
 	}
-	require.NotEmpty(t, found, "a mount below %s", dir)
-	return found[len(found)-1]
+	cases := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"the plugin does not know the volume", plugin(csi.ErrNotFound), http.StatusNotFound},
+		{"the plugin says it already exists", plugin(csi.ErrAlreadyExists), http.StatusConflict},
+		{"the plugin refuses a precondition", plugin(csi.ErrFailedPrecondition), http.StatusConflict},
+		{"the plugin is out of space", plugin(csi.ErrResourceExhausted), http.StatusInsufficientStorage},
+		{"the plugin is unavailable", plugin(csi.ErrUnavailable), http.StatusServiceUnavailable},
+		{"the plugin timed out", plugin(csi.ErrDeadlineExceeded), http.StatusGatewayTimeout},
+		{"the plugin failed inside", plugin(csi.ErrInternal), http.StatusBadGateway},
+		{"the plugin found the request invalid", plugin(csi.ErrInvalidArgument), http.StatusBadRequest},
+		{"the operation passed its deadline", fmt.Errorf("%w: mount", volumes.ErrDeadline), http.StatusGatewayTimeout},
+		{"a release while published", fmt.Errorf("%w: alloc a is mounted", volumes.ErrInUse), http.StatusConflict},
+		{"a second writer", fmt.Errorf("%w: x", volumes.ErrClaimRefused), http.StatusConflict},
+		{"an unmount with no mount", volumes.ErrNotMounted, http.StatusNotFound},
+		{"an unknown volume", volumes.ErrVolumeNotFound, http.StatusNotFound},
+		{"a bad ID", volumes.ErrInvalid, http.StatusBadRequest},
+		{"a shut down manager", volumes.ErrShutDown, http.StatusServiceUnavailable},
+		{"the store failed", volumes.ErrStore, http.StatusInternalServerError},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, statusOf(c.err))
+		})
+	}
+}
+
+// TestBodiesAreDecodedStrictly checks that a body with trailing data or an
+// unknown field is refused, the field named.
+func TestBodiesAreDecodedStrictly(t *testing.T) {
+	cases := []struct{ body, want string }{
+		{`{"alloc_id":"a"} {"alloc_id":"b"}`, "data after the JSON object"},
+		{`{"alloc_id":"a","release":true}`, `unknown field "release"`},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest("POST", "/v1/volumes/default/v/mount", strings.NewReader(c.body))
+		var body AllocBody
+		err := decodeJSON(httptest.NewRecorder(), r, &body)
+		require.Error(t, err)
+		require.True(t, errors.Is(err, errBadBody))
+		require.Contains(t, err.Error(), c.want)
+	}
 }

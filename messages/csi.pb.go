@@ -733,321 +733,6 @@ func (x *MountOptions) GetMountFlags() []string {
 	return nil
 }
 
-// MountVolume is sent by the agent's API (or any actor) to the volume
-// manager of a node plugin to claim, stage (once per volume and mode) and
-// publish a volume for one allocation. The volume manager answers
-// MountVolumeResponse to reply_to (or the sender).
-type MountVolume struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Plugin    string                 `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
-	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	VolumeId  string                 `protobuf:"bytes,3,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	AllocId   string                 `protobuf:"bytes,4,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
-	// access_mode: single-node-reader-only, single-node-writer,
-	// multi-node-reader-only, multi-node-single-writer, multi-node-multi-writer.
-	AccessMode string `protobuf:"bytes,5,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
-	// attachment_mode: file-system or block-device.
-	AttachmentMode string            `protobuf:"bytes,6,opt,name=attachment_mode,json=attachmentMode,proto3" json:"attachment_mode,omitempty"`
-	ReadOnly       bool              `protobuf:"varint,7,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	MountOptions   *MountOptions     `protobuf:"bytes,8,opt,name=mount_options,json=mountOptions,proto3" json:"mount_options,omitempty"`
-	VolumeContext  map[string]string `protobuf:"bytes,9,rep,name=volume_context,json=volumeContext,proto3" json:"volume_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	PublishContext map[string]string `protobuf:"bytes,10,rep,name=publish_context,json=publishContext,proto3" json:"publish_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	ReplyTo        *actor.PID        `protobuf:"bytes,11,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
-}
-
-func (x *MountVolume) Reset() {
-	*x = MountVolume{}
-	mi := &file_messages_csi_proto_msgTypes[11]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *MountVolume) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*MountVolume) ProtoMessage() {}
-
-func (x *MountVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_csi_proto_msgTypes[11]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use MountVolume.ProtoReflect.Descriptor instead.
-func (*MountVolume) Descriptor() ([]byte, []int) {
-	return file_messages_csi_proto_rawDescGZIP(), []int{11}
-}
-
-func (x *MountVolume) GetPlugin() string {
-	if x != nil {
-		return x.Plugin
-	}
-	return ""
-}
-
-func (x *MountVolume) GetNamespace() string {
-	if x != nil {
-		return x.Namespace
-	}
-	return ""
-}
-
-func (x *MountVolume) GetVolumeId() string {
-	if x != nil {
-		return x.VolumeId
-	}
-	return ""
-}
-
-func (x *MountVolume) GetAllocId() string {
-	if x != nil {
-		return x.AllocId
-	}
-	return ""
-}
-
-func (x *MountVolume) GetAccessMode() string {
-	if x != nil {
-		return x.AccessMode
-	}
-	return ""
-}
-
-func (x *MountVolume) GetAttachmentMode() string {
-	if x != nil {
-		return x.AttachmentMode
-	}
-	return ""
-}
-
-func (x *MountVolume) GetReadOnly() bool {
-	if x != nil {
-		return x.ReadOnly
-	}
-	return false
-}
-
-func (x *MountVolume) GetMountOptions() *MountOptions {
-	if x != nil {
-		return x.MountOptions
-	}
-	return nil
-}
-
-func (x *MountVolume) GetVolumeContext() map[string]string {
-	if x != nil {
-		return x.VolumeContext
-	}
-	return nil
-}
-
-func (x *MountVolume) GetPublishContext() map[string]string {
-	if x != nil {
-		return x.PublishContext
-	}
-	return nil
-}
-
-func (x *MountVolume) GetReplyTo() *actor.PID {
-	if x != nil {
-		return x.ReplyTo
-	}
-	return nil
-}
-
-// MountVolumeResponse is the volume manager's answer to MountVolume.
-type MountVolumeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	TargetPath    string                 `protobuf:"bytes,2,opt,name=target_path,json=targetPath,proto3" json:"target_path,omitempty"`
-	StagingPath   string                 `protobuf:"bytes,3,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *MountVolumeResponse) Reset() {
-	*x = MountVolumeResponse{}
-	mi := &file_messages_csi_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *MountVolumeResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*MountVolumeResponse) ProtoMessage() {}
-
-func (x *MountVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_csi_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use MountVolumeResponse.ProtoReflect.Descriptor instead.
-func (*MountVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_csi_proto_rawDescGZIP(), []int{12}
-}
-
-func (x *MountVolumeResponse) GetError() *Error {
-	if x != nil {
-		return x.Error
-	}
-	return nil
-}
-
-func (x *MountVolumeResponse) GetTargetPath() string {
-	if x != nil {
-		return x.TargetPath
-	}
-	return ""
-}
-
-func (x *MountVolumeResponse) GetStagingPath() string {
-	if x != nil {
-		return x.StagingPath
-	}
-	return ""
-}
-
-// UnmountVolume is sent to the volume manager to unpublish a volume for one
-// allocation, and unstage it when the last claim is freed.
-type UnmountVolume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plugin        string                 `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
-	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	VolumeId      string                 `protobuf:"bytes,3,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	AllocId       string                 `protobuf:"bytes,4,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
-	ReplyTo       *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UnmountVolume) Reset() {
-	*x = UnmountVolume{}
-	mi := &file_messages_csi_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UnmountVolume) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UnmountVolume) ProtoMessage() {}
-
-func (x *UnmountVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_csi_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UnmountVolume.ProtoReflect.Descriptor instead.
-func (*UnmountVolume) Descriptor() ([]byte, []int) {
-	return file_messages_csi_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *UnmountVolume) GetPlugin() string {
-	if x != nil {
-		return x.Plugin
-	}
-	return ""
-}
-
-func (x *UnmountVolume) GetNamespace() string {
-	if x != nil {
-		return x.Namespace
-	}
-	return ""
-}
-
-func (x *UnmountVolume) GetVolumeId() string {
-	if x != nil {
-		return x.VolumeId
-	}
-	return ""
-}
-
-func (x *UnmountVolume) GetAllocId() string {
-	if x != nil {
-		return x.AllocId
-	}
-	return ""
-}
-
-func (x *UnmountVolume) GetReplyTo() *actor.PID {
-	if x != nil {
-		return x.ReplyTo
-	}
-	return nil
-}
-
-// UnmountVolumeResponse is the volume manager's answer to UnmountVolume.
-type UnmountVolumeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UnmountVolumeResponse) Reset() {
-	*x = UnmountVolumeResponse{}
-	mi := &file_messages_csi_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UnmountVolumeResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UnmountVolumeResponse) ProtoMessage() {}
-
-func (x *UnmountVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_csi_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UnmountVolumeResponse.ProtoReflect.Descriptor instead.
-func (*UnmountVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_csi_proto_rawDescGZIP(), []int{14}
-}
-
-func (x *UnmountVolumeResponse) GetError() *Error {
-	if x != nil {
-		return x.Error
-	}
-	return nil
-}
-
 var File_messages_csi_proto protoreflect.FileDescriptor
 
 const file_messages_csi_proto_rawDesc = "" +
@@ -1115,42 +800,7 @@ const file_messages_csi_proto_rawDesc = "" +
 	"\fMountOptions\x12\x17\n" +
 	"\afs_type\x18\x01 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x02 \x03(\tR\n" +
-	"mountFlags\"\x8e\x05\n" +
-	"\vMountVolume\x12\x16\n" +
-	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1b\n" +
-	"\tvolume_id\x18\x03 \x01(\tR\bvolumeId\x12\x19\n" +
-	"\balloc_id\x18\x04 \x01(\tR\aallocId\x12\x1f\n" +
-	"\vaccess_mode\x18\x05 \x01(\tR\n" +
-	"accessMode\x12'\n" +
-	"\x0fattachment_mode\x18\x06 \x01(\tR\x0eattachmentMode\x12\x1b\n" +
-	"\tread_only\x18\a \x01(\bR\breadOnly\x12E\n" +
-	"\rmount_options\x18\b \x01(\v2 .plugvisor.messages.MountOptionsR\fmountOptions\x12Y\n" +
-	"\x0evolume_context\x18\t \x03(\v22.plugvisor.messages.MountVolume.VolumeContextEntryR\rvolumeContext\x12\\\n" +
-	"\x0fpublish_context\x18\n" +
-	" \x03(\v23.plugvisor.messages.MountVolume.PublishContextEntryR\x0epublishContext\x12%\n" +
-	"\breply_to\x18\v \x01(\v2\n" +
-	".actor.PIDR\areplyTo\x1a@\n" +
-	"\x12VolumeContextEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aA\n" +
-	"\x13PublishContextEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x01\n" +
-	"\x13MountVolumeResponse\x12/\n" +
-	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x1f\n" +
-	"\vtarget_path\x18\x02 \x01(\tR\n" +
-	"targetPath\x12!\n" +
-	"\fstaging_path\x18\x03 \x01(\tR\vstagingPath\"\xa4\x01\n" +
-	"\rUnmountVolume\x12\x16\n" +
-	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1b\n" +
-	"\tvolume_id\x18\x03 \x01(\tR\bvolumeId\x12\x19\n" +
-	"\balloc_id\x18\x04 \x01(\tR\aallocId\x12%\n" +
-	"\breply_to\x18\x05 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"H\n" +
-	"\x15UnmountVolumeResponse\x12/\n" +
-	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05errorB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	"mountFlagsB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_csi_proto_rawDescOnce sync.Once
@@ -1164,7 +814,7 @@ func file_messages_csi_proto_rawDescGZIP() []byte {
 	return file_messages_csi_proto_rawDescData
 }
 
-var file_messages_csi_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_messages_csi_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_messages_csi_proto_goTypes = []any{
 	(*CSIPluginInfo)(nil),          // 0: plugvisor.messages.CSIPluginInfo
 	(*CSICapabilities)(nil),        // 1: plugvisor.messages.CSICapabilities
@@ -1177,41 +827,27 @@ var file_messages_csi_proto_goTypes = []any{
 	(*ListCSIPluginsRequest)(nil),  // 8: plugvisor.messages.ListCSIPluginsRequest
 	(*ListCSIPluginsResponse)(nil), // 9: plugvisor.messages.ListCSIPluginsResponse
 	(*MountOptions)(nil),           // 10: plugvisor.messages.MountOptions
-	(*MountVolume)(nil),            // 11: plugvisor.messages.MountVolume
-	(*MountVolumeResponse)(nil),    // 12: plugvisor.messages.MountVolumeResponse
-	(*UnmountVolume)(nil),          // 13: plugvisor.messages.UnmountVolume
-	(*UnmountVolumeResponse)(nil),  // 14: plugvisor.messages.UnmountVolumeResponse
-	nil,                            // 15: plugvisor.messages.CSIPluginInfo.ManifestEntry
-	nil,                            // 16: plugvisor.messages.CSINodeInfo.AccessibleTopologyEntry
-	nil,                            // 17: plugvisor.messages.MountVolume.VolumeContextEntry
-	nil,                            // 18: plugvisor.messages.MountVolume.PublishContextEntry
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
-	(*actor.PID)(nil),              // 20: actor.PID
-	(*Error)(nil),                  // 21: plugvisor.messages.Error
+	nil,                            // 11: plugvisor.messages.CSIPluginInfo.ManifestEntry
+	nil,                            // 12: plugvisor.messages.CSINodeInfo.AccessibleTopologyEntry
+	(*timestamppb.Timestamp)(nil),  // 13: google.protobuf.Timestamp
+	(*actor.PID)(nil),              // 14: actor.PID
 }
 var file_messages_csi_proto_depIdxs = []int32{
-	15, // 0: plugvisor.messages.CSIPluginInfo.manifest:type_name -> plugvisor.messages.CSIPluginInfo.ManifestEntry
-	16, // 1: plugvisor.messages.CSINodeInfo.accessible_topology:type_name -> plugvisor.messages.CSINodeInfo.AccessibleTopologyEntry
+	11, // 0: plugvisor.messages.CSIPluginInfo.manifest:type_name -> plugvisor.messages.CSIPluginInfo.ManifestEntry
+	12, // 1: plugvisor.messages.CSINodeInfo.accessible_topology:type_name -> plugvisor.messages.CSINodeInfo.AccessibleTopologyEntry
 	0,  // 2: plugvisor.messages.CSIFingerprint.plugin_info:type_name -> plugvisor.messages.CSIPluginInfo
 	1,  // 3: plugvisor.messages.CSIFingerprint.capabilities:type_name -> plugvisor.messages.CSICapabilities
 	2,  // 4: plugvisor.messages.CSIFingerprint.node_info:type_name -> plugvisor.messages.CSINodeInfo
-	19, // 5: plugvisor.messages.CSIFingerprint.update_time:type_name -> google.protobuf.Timestamp
-	20, // 6: plugvisor.messages.SubscribeCSI.subscriber:type_name -> actor.PID
+	13, // 5: plugvisor.messages.CSIFingerprint.update_time:type_name -> google.protobuf.Timestamp
+	14, // 6: plugvisor.messages.SubscribeCSI.subscriber:type_name -> actor.PID
 	3,  // 7: plugvisor.messages.CSIPluginFingerprinted.fingerprint:type_name -> plugvisor.messages.CSIFingerprint
-	20, // 8: plugvisor.messages.ListCSIPluginsRequest.reply_to:type_name -> actor.PID
+	14, // 8: plugvisor.messages.ListCSIPluginsRequest.reply_to:type_name -> actor.PID
 	3,  // 9: plugvisor.messages.ListCSIPluginsResponse.plugins:type_name -> plugvisor.messages.CSIFingerprint
-	10, // 10: plugvisor.messages.MountVolume.mount_options:type_name -> plugvisor.messages.MountOptions
-	17, // 11: plugvisor.messages.MountVolume.volume_context:type_name -> plugvisor.messages.MountVolume.VolumeContextEntry
-	18, // 12: plugvisor.messages.MountVolume.publish_context:type_name -> plugvisor.messages.MountVolume.PublishContextEntry
-	20, // 13: plugvisor.messages.MountVolume.reply_to:type_name -> actor.PID
-	21, // 14: plugvisor.messages.MountVolumeResponse.error:type_name -> plugvisor.messages.Error
-	20, // 15: plugvisor.messages.UnmountVolume.reply_to:type_name -> actor.PID
-	21, // 16: plugvisor.messages.UnmountVolumeResponse.error:type_name -> plugvisor.messages.Error
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_messages_csi_proto_init() }
@@ -1226,7 +862,7 @@ func file_messages_csi_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_csi_proto_rawDesc), len(file_messages_csi_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -22,33 +22,50 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ShutdownVolumes is sent by the volume manager's owner (its Go facade,
-// csi.Volumes, or the agent) to the volume manager. The manager refuses new
-// MountVolume and UnmountVolume with ERROR_CODE_SHUT_DOWN and answers the
-// queued ones likewise, cancels the plugin RPCs in flight and answers their
-// requests once they have ended, closes its plugin clients, and then answers
-// ShutdownVolumesResponse to reply_to (or the sender). Volumes stay mounted.
-type ShutdownVolumes struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReplyTo       *actor.PID             `protobuf:"bytes,1,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+// VolumeRecord is what the volume manager (csi/volumes) keeps durable about one
+// catalog volume on this node: its attachment, its stage and its publishes.
+// It crosses no actor boundary as a command: it is the bytes on disk, under
+// the key "volume/<namespace>/<volume_id>" of the volume manager's bucket,
+// and the body of VolumeStatusResponse. Every step of a mount or an unmount
+// writes the record before its RPC (an "-ing" state) and after it (the done
+// state, or the part removed).
+type VolumeRecord struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId  string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// plugin_id is the catalog plugin: csi-node (and csi-controller) name.
+	PluginId string `protobuf:"bytes,3,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	// external_id is the plugin's volume ID, sent in every CSI RPC.
+	ExternalId string `protobuf:"bytes,4,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	// access_mode and attachment_mode are the volume's, as in the catalog.
+	AccessMode     string `protobuf:"bytes,5,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
+	AttachmentMode string `protobuf:"bytes,6,opt,name=attachment_mode,json=attachmentMode,proto3" json:"attachment_mode,omitempty"`
+	// attachment is set while the controller has (or may have) published the
+	// volume to this node: from "attaching" to the end of "detaching".
+	Attachment *VolumeAttachment `protobuf:"bytes,7,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	// stage is set while the node plugin has (or may have) staged the volume:
+	// from "staging" to the end of "unstaging". One per volume per node.
+	Stage *VolumeStage `protobuf:"bytes,8,opt,name=stage,proto3" json:"stage,omitempty"`
+	// publishes holds one entry per alloc, keyed by alloc ID.
+	Publishes     map[string]*VolumePublish `protobuf:"bytes,9,rep,name=publishes,proto3" json:"publishes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ShutdownVolumes) Reset() {
-	*x = ShutdownVolumes{}
+func (x *VolumeRecord) Reset() {
+	*x = VolumeRecord{}
 	mi := &file_messages_volumes_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ShutdownVolumes) String() string {
+func (x *VolumeRecord) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ShutdownVolumes) ProtoMessage() {}
+func (*VolumeRecord) ProtoMessage() {}
 
-func (x *ShutdownVolumes) ProtoReflect() protoreflect.Message {
+func (x *VolumeRecord) ProtoReflect() protoreflect.Message {
 	mi := &file_messages_volumes_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -60,41 +77,486 @@ func (x *ShutdownVolumes) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ShutdownVolumes.ProtoReflect.Descriptor instead.
-func (*ShutdownVolumes) Descriptor() ([]byte, []int) {
+// Deprecated: Use VolumeRecord.ProtoReflect.Descriptor instead.
+func (*VolumeRecord) Descriptor() ([]byte, []int) {
 	return file_messages_volumes_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *ShutdownVolumes) GetReplyTo() *actor.PID {
+func (x *VolumeRecord) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetAccessMode() string {
+	if x != nil {
+		return x.AccessMode
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetAttachmentMode() string {
+	if x != nil {
+		return x.AttachmentMode
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetAttachment() *VolumeAttachment {
+	if x != nil {
+		return x.Attachment
+	}
+	return nil
+}
+
+func (x *VolumeRecord) GetStage() *VolumeStage {
+	if x != nil {
+		return x.Stage
+	}
+	return nil
+}
+
+func (x *VolumeRecord) GetPublishes() map[string]*VolumePublish {
+	if x != nil {
+		return x.Publishes
+	}
+	return nil
+}
+
+// VolumeAttachment is the controller side of a VolumeRecord.
+type VolumeAttachment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is "attaching", "attached" or "detaching".
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// node_id is the plugin's ID for this node (NodeGetInfo), kept so that a
+	// detach works once the node plugin is gone.
+	NodeId string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// controller_socket is the socket ControllerPublishVolume was sent to.
+	ControllerSocket string            `protobuf:"bytes,3,opt,name=controller_socket,json=controllerSocket,proto3" json:"controller_socket,omitempty"`
+	PublishContext   map[string]string `protobuf:"bytes,4,rep,name=publish_context,json=publishContext,proto3" json:"publish_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	LastError        string            `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *VolumeAttachment) Reset() {
+	*x = VolumeAttachment{}
+	mi := &file_messages_volumes_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeAttachment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeAttachment) ProtoMessage() {}
+
+func (x *VolumeAttachment) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeAttachment.ProtoReflect.Descriptor instead.
+func (*VolumeAttachment) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *VolumeAttachment) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeAttachment) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *VolumeAttachment) GetControllerSocket() string {
+	if x != nil {
+		return x.ControllerSocket
+	}
+	return ""
+}
+
+func (x *VolumeAttachment) GetPublishContext() map[string]string {
+	if x != nil {
+		return x.PublishContext
+	}
+	return nil
+}
+
+func (x *VolumeAttachment) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// VolumeStage is the staging of a VolumeRecord.
+type VolumeStage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is "staging", "staged" or "unstaging".
+	State       string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	StagingPath string `protobuf:"bytes,2,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	// node_socket is the node plugin's socket at staging time, dialled when
+	// the plugin is no longer registered.
+	NodeSocket    string `protobuf:"bytes,3,opt,name=node_socket,json=nodeSocket,proto3" json:"node_socket,omitempty"`
+	LastError     string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeStage) Reset() {
+	*x = VolumeStage{}
+	mi := &file_messages_volumes_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeStage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeStage) ProtoMessage() {}
+
+func (x *VolumeStage) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeStage.ProtoReflect.Descriptor instead.
+func (*VolumeStage) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *VolumeStage) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeStage) GetStagingPath() string {
+	if x != nil {
+		return x.StagingPath
+	}
+	return ""
+}
+
+func (x *VolumeStage) GetNodeSocket() string {
+	if x != nil {
+		return x.NodeSocket
+	}
+	return ""
+}
+
+func (x *VolumeStage) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// VolumePublish is one alloc's use of a VolumeRecord.
+type VolumePublish struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AllocId string                 `protobuf:"bytes,1,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	// state is "claiming", "publishing", "published", "unpublishing" or
+	// "releasing".
+	State      string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	TargetPath string `protobuf:"bytes,3,opt,name=target_path,json=targetPath,proto3" json:"target_path,omitempty"`
+	ReadOnly   bool   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// claimed_by_mount is set when the alloc held no claim before this mount:
+	// the mount's rollback and its unmount release the claim; a claim made
+	// by ClaimAllocVolume stays until ReleaseAllocVolume.
+	ClaimedByMount bool   `protobuf:"varint,5,opt,name=claimed_by_mount,json=claimedByMount,proto3" json:"claimed_by_mount,omitempty"`
+	NodeSocket     string `protobuf:"bytes,6,opt,name=node_socket,json=nodeSocket,proto3" json:"node_socket,omitempty"`
+	LastError      string `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *VolumePublish) Reset() {
+	*x = VolumePublish{}
+	mi := &file_messages_volumes_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumePublish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumePublish) ProtoMessage() {}
+
+func (x *VolumePublish) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumePublish.ProtoReflect.Descriptor instead.
+func (*VolumePublish) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *VolumePublish) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *VolumePublish) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumePublish) GetTargetPath() string {
+	if x != nil {
+		return x.TargetPath
+	}
+	return ""
+}
+
+func (x *VolumePublish) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *VolumePublish) GetClaimedByMount() bool {
+	if x != nil {
+		return x.ClaimedByMount
+	}
+	return false
+}
+
+func (x *VolumePublish) GetNodeSocket() string {
+	if x != nil {
+		return x.NodeSocket
+	}
+	return ""
+}
+
+func (x *VolumePublish) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// VolumeError is the failure half of the volume manager's answers. kinds
+// names each sentinel the error matches ("not_mounted", "csi_not_found", ...)
+// so that the facade gives back an error errors.Is recognises.
+type VolumeError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kinds         []string               `protobuf:"bytes,1,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeError) Reset() {
+	*x = VolumeError{}
+	mi := &file_messages_volumes_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeError) ProtoMessage() {}
+
+func (x *VolumeError) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeError.ProtoReflect.Descriptor instead.
+func (*VolumeError) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *VolumeError) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *VolumeError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// MountAllocVolume is sent by the volume manager's facade (or an actor) to
+// the volume manager to claim, attach, stage and publish a catalog volume for
+// an alloc. The manager answers MountAllocVolumeResponse to reply_to once the
+// operation has finished or rolled back.
+type MountAllocVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	ReadOnly      bool                   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountAllocVolume) Reset() {
+	*x = MountAllocVolume{}
+	mi := &file_messages_volumes_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountAllocVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountAllocVolume) ProtoMessage() {}
+
+func (x *MountAllocVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountAllocVolume.ProtoReflect.Descriptor instead.
+func (*MountAllocVolume) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MountAllocVolume) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *MountAllocVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *MountAllocVolume) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *MountAllocVolume) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *MountAllocVolume) GetReplyTo() *actor.PID {
 	if x != nil {
 		return x.ReplyTo
 	}
 	return nil
 }
 
-// ShutdownVolumesResponse is the volume manager's answer to ShutdownVolumes.
-type ShutdownVolumesResponse struct {
+// MountAllocVolumeResponse is the volume manager's answer to MountAllocVolume.
+type MountAllocVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	TargetPath    string                 `protobuf:"bytes,2,opt,name=target_path,json=targetPath,proto3" json:"target_path,omitempty"`
+	StagingPath   string                 `protobuf:"bytes,3,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	IsDevice      bool                   `protobuf:"varint,4,opt,name=is_device,json=isDevice,proto3" json:"is_device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ShutdownVolumesResponse) Reset() {
-	*x = ShutdownVolumesResponse{}
-	mi := &file_messages_volumes_proto_msgTypes[1]
+func (x *MountAllocVolumeResponse) Reset() {
+	*x = MountAllocVolumeResponse{}
+	mi := &file_messages_volumes_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ShutdownVolumesResponse) String() string {
+func (x *MountAllocVolumeResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ShutdownVolumesResponse) ProtoMessage() {}
+func (*MountAllocVolumeResponse) ProtoMessage() {}
 
-func (x *ShutdownVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[1]
+func (x *MountAllocVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,14 +567,577 @@ func (x *ShutdownVolumesResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ShutdownVolumesResponse.ProtoReflect.Descriptor instead.
-func (*ShutdownVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{1}
+// Deprecated: Use MountAllocVolumeResponse.ProtoReflect.Descriptor instead.
+func (*MountAllocVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *ShutdownVolumesResponse) GetError() *Error {
+func (x *MountAllocVolumeResponse) GetError() *VolumeError {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *MountAllocVolumeResponse) GetTargetPath() string {
+	if x != nil {
+		return x.TargetPath
+	}
+	return ""
+}
+
+func (x *MountAllocVolumeResponse) GetStagingPath() string {
+	if x != nil {
+		return x.StagingPath
+	}
+	return ""
+}
+
+func (x *MountAllocVolumeResponse) GetIsDevice() bool {
+	if x != nil {
+		return x.IsDevice
+	}
+	return false
+}
+
+// UnmountAllocVolume is sent by the facade to the volume manager to
+// unpublish a volume from an alloc, unstage and detach it after its last
+// publish on the node, and release a claim the mount made. It answers
+// VolumeOpResponse to reply_to.
+type UnmountAllocVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnmountAllocVolume) Reset() {
+	*x = UnmountAllocVolume{}
+	mi := &file_messages_volumes_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnmountAllocVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnmountAllocVolume) ProtoMessage() {}
+
+func (x *UnmountAllocVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnmountAllocVolume.ProtoReflect.Descriptor instead.
+func (*UnmountAllocVolume) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UnmountAllocVolume) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *UnmountAllocVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *UnmountAllocVolume) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *UnmountAllocVolume) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// ClaimAllocVolume is sent by the facade to the volume manager to claim a
+// volume for an alloc without mounting it (read or write by read_only). It
+// answers VolumeOpResponse to reply_to.
+type ClaimAllocVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	ReadOnly      bool                   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimAllocVolume) Reset() {
+	*x = ClaimAllocVolume{}
+	mi := &file_messages_volumes_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimAllocVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimAllocVolume) ProtoMessage() {}
+
+func (x *ClaimAllocVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimAllocVolume.ProtoReflect.Descriptor instead.
+func (*ClaimAllocVolume) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ClaimAllocVolume) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ClaimAllocVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *ClaimAllocVolume) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *ClaimAllocVolume) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *ClaimAllocVolume) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// ReleaseAllocVolume is sent by the facade to the volume manager to release
+// an alloc's claim. It is refused (conflict) while the alloc has the volume
+// published on this node. It answers VolumeOpResponse to reply_to.
+type ReleaseAllocVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseAllocVolume) Reset() {
+	*x = ReleaseAllocVolume{}
+	mi := &file_messages_volumes_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseAllocVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseAllocVolume) ProtoMessage() {}
+
+func (x *ReleaseAllocVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseAllocVolume.ProtoReflect.Descriptor instead.
+func (*ReleaseAllocVolume) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReleaseAllocVolume) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ReleaseAllocVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *ReleaseAllocVolume) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *ReleaseAllocVolume) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// DetachVolume is sent by the facade to the volume manager for an operator
+// to force ControllerUnpublishVolume of a volume from a node (node_id is the
+// plugin's node ID). It is refused (conflict) while the volume is staged or
+// published on this node. It answers VolumeOpResponse to reply_to.
+type DetachVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DetachVolume) Reset() {
+	*x = DetachVolume{}
+	mi := &file_messages_volumes_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DetachVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DetachVolume) ProtoMessage() {}
+
+func (x *DetachVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DetachVolume.ProtoReflect.Descriptor instead.
+func (*DetachVolume) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DetachVolume) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DetachVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *DetachVolume) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DetachVolume) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// VolumeOpResponse is the volume manager's answer to UnmountAllocVolume,
+// ClaimAllocVolume, ReleaseAllocVolume and DetachVolume.
+type VolumeOpResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeOpResponse) Reset() {
+	*x = VolumeOpResponse{}
+	mi := &file_messages_volumes_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeOpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeOpResponse) ProtoMessage() {}
+
+func (x *VolumeOpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeOpResponse.ProtoReflect.Descriptor instead.
+func (*VolumeOpResponse) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *VolumeOpResponse) GetError() *VolumeError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// VolumeStatusRequest is sent by the facade to the volume manager to read
+// what this node holds of a volume. It answers VolumeStatusResponse.
+type VolumeStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeStatusRequest) Reset() {
+	*x = VolumeStatusRequest{}
+	mi := &file_messages_volumes_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeStatusRequest) ProtoMessage() {}
+
+func (x *VolumeStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeStatusRequest.ProtoReflect.Descriptor instead.
+func (*VolumeStatusRequest) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *VolumeStatusRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *VolumeStatusRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeStatusRequest) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// VolumeStatusResponse is the volume manager's answer to VolumeStatusRequest.
+// record is unset when the node holds nothing of the volume.
+type VolumeStatusResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Error  *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Record *VolumeRecord          `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	// busy is set while an operation runs on the volume.
+	Busy bool `protobuf:"varint,3,opt,name=busy,proto3" json:"busy,omitempty"`
+	// last_operation and last_error are the outcome of the latest operation
+	// on the volume ("mount alloc-1", ...), kept in memory since start.
+	LastOperation string `protobuf:"bytes,4,opt,name=last_operation,json=lastOperation,proto3" json:"last_operation,omitempty"`
+	LastError     string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// orphans are mounts under the volume manager's root that no record
+	// explains, found at start.
+	Orphans       []string `protobuf:"bytes,6,rep,name=orphans,proto3" json:"orphans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeStatusResponse) Reset() {
+	*x = VolumeStatusResponse{}
+	mi := &file_messages_volumes_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeStatusResponse) ProtoMessage() {}
+
+func (x *VolumeStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeStatusResponse.ProtoReflect.Descriptor instead.
+func (*VolumeStatusResponse) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *VolumeStatusResponse) GetError() *VolumeError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *VolumeStatusResponse) GetRecord() *VolumeRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *VolumeStatusResponse) GetBusy() bool {
+	if x != nil {
+		return x.Busy
+	}
+	return false
+}
+
+func (x *VolumeStatusResponse) GetLastOperation() string {
+	if x != nil {
+		return x.LastOperation
+	}
+	return ""
+}
+
+func (x *VolumeStatusResponse) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *VolumeStatusResponse) GetOrphans() []string {
+	if x != nil {
+		return x.Orphans
+	}
+	return nil
+}
+
+// ShutdownVolumeManager is sent by the facade to the volume manager. The
+// manager refuses new operations, lets the running ones finish or roll back
+// (their RPCs are cancelled), answers the queued ones with shut_down, and
+// answers VolumeOpResponse to reply_to. Mounted volumes stay mounted and
+// their records stay durable.
+type ShutdownVolumeManager struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,1,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShutdownVolumeManager) Reset() {
+	*x = ShutdownVolumeManager{}
+	mi := &file_messages_volumes_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShutdownVolumeManager) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShutdownVolumeManager) ProtoMessage() {}
+
+func (x *ShutdownVolumeManager) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShutdownVolumeManager.ProtoReflect.Descriptor instead.
+func (*ShutdownVolumeManager) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ShutdownVolumeManager) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
 	}
 	return nil
 }
@@ -121,12 +1146,111 @@ var File_messages_volumes_proto protoreflect.FileDescriptor
 
 const file_messages_volumes_proto_rawDesc = "" +
 	"\n" +
-	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x15messages/plugin.proto\"8\n" +
-	"\x0fShutdownVolumes\x12%\n" +
+	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\"\xfe\x03\n" +
+	"\fVolumeRecord\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1b\n" +
+	"\tplugin_id\x18\x03 \x01(\tR\bpluginId\x12\x1f\n" +
+	"\vexternal_id\x18\x04 \x01(\tR\n" +
+	"externalId\x12\x1f\n" +
+	"\vaccess_mode\x18\x05 \x01(\tR\n" +
+	"accessMode\x12'\n" +
+	"\x0fattachment_mode\x18\x06 \x01(\tR\x0eattachmentMode\x12D\n" +
+	"\n" +
+	"attachment\x18\a \x01(\v2$.plugvisor.messages.VolumeAttachmentR\n" +
+	"attachment\x125\n" +
+	"\x05stage\x18\b \x01(\v2\x1f.plugvisor.messages.VolumeStageR\x05stage\x12M\n" +
+	"\tpublishes\x18\t \x03(\v2/.plugvisor.messages.VolumeRecord.PublishesEntryR\tpublishes\x1a_\n" +
+	"\x0ePublishesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
+	"\x05value\x18\x02 \x01(\v2!.plugvisor.messages.VolumePublishR\x05value:\x028\x01\"\xb3\x02\n" +
+	"\x10VolumeAttachment\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12+\n" +
+	"\x11controller_socket\x18\x03 \x01(\tR\x10controllerSocket\x12a\n" +
+	"\x0fpublish_context\x18\x04 \x03(\v28.plugvisor.messages.VolumeAttachment.PublishContextEntryR\x0epublishContext\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x1aA\n" +
+	"\x13PublishContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\vVolumeStage\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12!\n" +
+	"\fstaging_path\x18\x02 \x01(\tR\vstagingPath\x12\x1f\n" +
+	"\vnode_socket\x18\x03 \x01(\tR\n" +
+	"nodeSocket\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\"\xe8\x01\n" +
+	"\rVolumePublish\x12\x19\n" +
+	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +
+	"\vtarget_path\x18\x03 \x01(\tR\n" +
+	"targetPath\x12\x1b\n" +
+	"\tread_only\x18\x04 \x01(\bR\breadOnly\x12(\n" +
+	"\x10claimed_by_mount\x18\x05 \x01(\bR\x0eclaimedByMount\x12\x1f\n" +
+	"\vnode_socket\x18\x06 \x01(\tR\n" +
+	"nodeSocket\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\a \x01(\tR\tlastError\"=\n" +
+	"\vVolumeError\x12\x14\n" +
+	"\x05kinds\x18\x01 \x03(\tR\x05kinds\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xac\x01\n" +
+	"\x10MountAllocVolume\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
+	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12\x1b\n" +
+	"\tread_only\x18\x04 \x01(\bR\breadOnly\x12%\n" +
+	"\breply_to\x18\x05 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\xb2\x01\n" +
+	"\x18MountAllocVolumeResponse\x125\n" +
+	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x12\x1f\n" +
+	"\vtarget_path\x18\x02 \x01(\tR\n" +
+	"targetPath\x12!\n" +
+	"\fstaging_path\x18\x03 \x01(\tR\vstagingPath\x12\x1b\n" +
+	"\tis_device\x18\x04 \x01(\bR\bisDevice\"\x91\x01\n" +
+	"\x12UnmountAllocVolume\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
+	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12%\n" +
+	"\breply_to\x18\x04 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\xac\x01\n" +
+	"\x10ClaimAllocVolume\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
+	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12\x1b\n" +
+	"\tread_only\x18\x04 \x01(\bR\breadOnly\x12%\n" +
+	"\breply_to\x18\x05 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x91\x01\n" +
+	"\x12ReleaseAllocVolume\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
+	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12%\n" +
+	"\breply_to\x18\x04 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x89\x01\n" +
+	"\fDetachVolume\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12%\n" +
+	"\breply_to\x18\x04 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"I\n" +
+	"\x10VolumeOpResponse\x125\n" +
+	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\"w\n" +
+	"\x13VolumeStatusRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
+	"\breply_to\x18\x03 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\xfb\x01\n" +
+	"\x14VolumeStatusResponse\x125\n" +
+	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x128\n" +
+	"\x06record\x18\x02 \x01(\v2 .plugvisor.messages.VolumeRecordR\x06record\x12\x12\n" +
+	"\x04busy\x18\x03 \x01(\bR\x04busy\x12%\n" +
+	"\x0elast_operation\x18\x04 \x01(\tR\rlastOperation\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12\x18\n" +
+	"\aorphans\x18\x06 \x03(\tR\aorphans\">\n" +
+	"\x15ShutdownVolumeManager\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"J\n" +
-	"\x17ShutdownVolumesResponse\x12/\n" +
-	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05errorB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	".actor.PIDR\areplyToB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_volumes_proto_rawDescOnce sync.Once
@@ -140,21 +1264,49 @@ func file_messages_volumes_proto_rawDescGZIP() []byte {
 	return file_messages_volumes_proto_rawDescData
 }
 
-var file_messages_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_messages_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_messages_volumes_proto_goTypes = []any{
-	(*ShutdownVolumes)(nil),         // 0: plugvisor.messages.ShutdownVolumes
-	(*ShutdownVolumesResponse)(nil), // 1: plugvisor.messages.ShutdownVolumesResponse
-	(*actor.PID)(nil),               // 2: actor.PID
-	(*Error)(nil),                   // 3: plugvisor.messages.Error
+	(*VolumeRecord)(nil),             // 0: plugvisor.messages.VolumeRecord
+	(*VolumeAttachment)(nil),         // 1: plugvisor.messages.VolumeAttachment
+	(*VolumeStage)(nil),              // 2: plugvisor.messages.VolumeStage
+	(*VolumePublish)(nil),            // 3: plugvisor.messages.VolumePublish
+	(*VolumeError)(nil),              // 4: plugvisor.messages.VolumeError
+	(*MountAllocVolume)(nil),         // 5: plugvisor.messages.MountAllocVolume
+	(*MountAllocVolumeResponse)(nil), // 6: plugvisor.messages.MountAllocVolumeResponse
+	(*UnmountAllocVolume)(nil),       // 7: plugvisor.messages.UnmountAllocVolume
+	(*ClaimAllocVolume)(nil),         // 8: plugvisor.messages.ClaimAllocVolume
+	(*ReleaseAllocVolume)(nil),       // 9: plugvisor.messages.ReleaseAllocVolume
+	(*DetachVolume)(nil),             // 10: plugvisor.messages.DetachVolume
+	(*VolumeOpResponse)(nil),         // 11: plugvisor.messages.VolumeOpResponse
+	(*VolumeStatusRequest)(nil),      // 12: plugvisor.messages.VolumeStatusRequest
+	(*VolumeStatusResponse)(nil),     // 13: plugvisor.messages.VolumeStatusResponse
+	(*ShutdownVolumeManager)(nil),    // 14: plugvisor.messages.ShutdownVolumeManager
+	nil,                              // 15: plugvisor.messages.VolumeRecord.PublishesEntry
+	nil,                              // 16: plugvisor.messages.VolumeAttachment.PublishContextEntry
+	(*actor.PID)(nil),                // 17: actor.PID
 }
 var file_messages_volumes_proto_depIdxs = []int32{
-	2, // 0: plugvisor.messages.ShutdownVolumes.reply_to:type_name -> actor.PID
-	3, // 1: plugvisor.messages.ShutdownVolumesResponse.error:type_name -> plugvisor.messages.Error
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	1,  // 0: plugvisor.messages.VolumeRecord.attachment:type_name -> plugvisor.messages.VolumeAttachment
+	2,  // 1: plugvisor.messages.VolumeRecord.stage:type_name -> plugvisor.messages.VolumeStage
+	15, // 2: plugvisor.messages.VolumeRecord.publishes:type_name -> plugvisor.messages.VolumeRecord.PublishesEntry
+	16, // 3: plugvisor.messages.VolumeAttachment.publish_context:type_name -> plugvisor.messages.VolumeAttachment.PublishContextEntry
+	17, // 4: plugvisor.messages.MountAllocVolume.reply_to:type_name -> actor.PID
+	4,  // 5: plugvisor.messages.MountAllocVolumeResponse.error:type_name -> plugvisor.messages.VolumeError
+	17, // 6: plugvisor.messages.UnmountAllocVolume.reply_to:type_name -> actor.PID
+	17, // 7: plugvisor.messages.ClaimAllocVolume.reply_to:type_name -> actor.PID
+	17, // 8: plugvisor.messages.ReleaseAllocVolume.reply_to:type_name -> actor.PID
+	17, // 9: plugvisor.messages.DetachVolume.reply_to:type_name -> actor.PID
+	4,  // 10: plugvisor.messages.VolumeOpResponse.error:type_name -> plugvisor.messages.VolumeError
+	17, // 11: plugvisor.messages.VolumeStatusRequest.reply_to:type_name -> actor.PID
+	4,  // 12: plugvisor.messages.VolumeStatusResponse.error:type_name -> plugvisor.messages.VolumeError
+	0,  // 13: plugvisor.messages.VolumeStatusResponse.record:type_name -> plugvisor.messages.VolumeRecord
+	17, // 14: plugvisor.messages.ShutdownVolumeManager.reply_to:type_name -> actor.PID
+	3,  // 15: plugvisor.messages.VolumeRecord.PublishesEntry.value:type_name -> plugvisor.messages.VolumePublish
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_messages_volumes_proto_init() }
@@ -162,14 +1314,13 @@ func file_messages_volumes_proto_init() {
 	if File_messages_volumes_proto != nil {
 		return
 	}
-	file_messages_plugin_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_volumes_proto_rawDesc), len(file_messages_volumes_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -345,15 +345,8 @@ func (d *demo) volumes(ctx context.Context) error {
 		return err
 	}
 	d.say("      registered it in the catalog as single-node-writer\n")
-	mounter, err := d.agent.Volumes().MounterForPlugin(ctx, "hostpath-a")
-	if err != nil {
-		return err
-	}
-	request := func(alloc string) volumes.MountRequest {
-		return volumes.MountRequest{Volume: volumes.VolumeSpec{Namespace: vol.Namespace, ID: id}, AllocID: alloc,
-			AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode}
-	}
-	res, err := mounter.MountVolume(ctx, request("web-1"))
+	manager := d.agent.Volumes()
+	res, err := manager.Mount(ctx, vol.Namespace, id, "web-1", false)
 	if err != nil {
 		return err
 	}
@@ -367,13 +360,13 @@ func (d *demo) volumes(ctx context.Context) error {
 		return fmt.Errorf("write through the mount: %w", err)
 	}
 	d.say("      wrote hello.txt through the mount\n")
-	_, err = mounter.MountVolume(ctx, request("web-2"))
-	if !errors.Is(err, csi.ErrClaimRefused) {
+	_, err = manager.Mount(ctx, vol.Namespace, id, "web-2", false)
+	if !errors.Is(err, volumes.ErrClaimRefused) {
 		return fmt.Errorf("a second writer should be refused, got: %v", err)
 	}
 	d.refused++
 	d.say("      refused a second writer, web-2: %v\n", err)
-	if err := mounter.UnmountVolume(ctx, volumes.UnmountRequest{Namespace: vol.Namespace, VolumeID: id, AllocID: "web-1"}); err != nil {
+	if err := manager.Unmount(ctx, vol.Namespace, id, "web-1"); err != nil {
 		return err
 	}
 	d.say("      unmounted web-1 (unpublish, unstage, release the claim)\n")

@@ -183,6 +183,18 @@ func TestBadAPIRequestsGetClearErrorsAndChangeNothing(t *testing.T) {
 		{"volume ID with traversal", "POST", "/v1/volumes",
 			`{"id":"../v","plugin_id":"p","access_mode":"single-node-writer","attachment_mode":"file-system"}`, 400, "path separator"},
 		{"mount of a missing volume", "POST", "/v1/volumes/default/nope/mount", `{"alloc_id":"a"}`, 404, "not found"},
+		{"mount without an alloc", "POST", "/v1/volumes/default/nope/mount", `{"read_only":true}`, 400, "alloc_id is required"},
+		{"mount with trailing data", "POST", "/v1/volumes/default/nope/mount", `{"alloc_id":"a"}{}`, 400, "data after the JSON object"},
+		{"mount with a field of the old API", "POST", "/v1/volumes/default/nope/mount", `{"alloc_id":"a","fs_type":"ext4"}`, 400, "fs_type"},
+		{"mount with a bad alloc", "POST", "/v1/volumes/default/nope/mount", `{"alloc_id":"../a"}`, 400, "alloc ID"},
+		{"claim with the old release flag", "POST", "/v1/volumes/default/nope/claim", `{"alloc_id":"a","release":true}`, 400, "release"},
+		{"release of a missing volume", "POST", "/v1/volumes/default/nope/release", `{"alloc_id":"a"}`, 404, "not found"},
+		{"release with read_only", "POST", "/v1/volumes/default/nope/release", `{"alloc_id":"a","read_only":true}`, 400, "read_only"},
+		{"unmount of an alloc with no mount", "POST", "/v1/volumes/default/nope/unmount", `{"alloc_id":"a"}`, 404, "no mount"},
+		{"detach without a node", "POST", "/v1/volumes/default/nope/detach", `{}`, 400, "node_id is required"},
+		{"detach of a missing volume", "POST", "/v1/volumes/default/nope/detach", `{"node_id":"n"}`, 404, "not found"},
+		{"status of a bad namespace", "GET", "/v1/volumes/..%2fx/nope/status", "", 400, "namespace"},
+		{"status of a missing volume", "GET", "/v1/volumes/default/nope/status", "", 404, "not found"},
 		{"wrong method on volumes", "PUT", "/v1/volumes", "{}", 405, "method not allowed"},
 	}
 	for _, tc := range cases {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -11,7 +12,7 @@ import (
 	"github.com/plugvisor/plugvisor/api"
 )
 
-const volumeHelp = `Usage: plugvisor volume <create|delete|expand|register|list|status|mount|unmount> [flags] [args]
+const volumeHelp = `Usage: plugvisor volume <create|delete|expand|register|list|status|claim|release|mount|unmount|detach> [flags] [args]
 
   create -plugin P -access-mode M [-size 1GiB] [-secrets-file F] [-snapshot S] ID   (see create -h)
   delete [-deregister-only] ID
@@ -19,18 +20,31 @@ const volumeHelp = `Usage: plugvisor volume <create|delete|expand|register|list|
   register -id ID -plugin P -access-mode M [-attachment-mode file-system] [-namespace default]
   list [-namespace NS]
   status [-namespace NS] ID
-  mount [-namespace NS] [-read-only] [-fs-type T] [-mount-flag F] ID ALLOC
+  claim [-namespace NS] [-read-only] ID ALLOC
+  release [-namespace NS] ID ALLOC
+  mount [-namespace NS] [-read-only] ID ALLOC
   unmount [-namespace NS] ID ALLOC
+  detach [-namespace NS] ID NODE
 
 Access modes: single-node-reader-only, single-node-writer, multi-node-reader-only,
 multi-node-single-writer, multi-node-multi-writer. A mount claims the volume
 for the alloc first: a second writer on a single-node-writer volume is refused.
+A reader (-read-only) joins a writer on the same node: the volume is staged
+once and published read-only for the reader. An unmount releases the claim
+its mount made; a claim made with "claim" stays until "release", which is
+refused while the alloc has the volume mounted. "detach" forces the
+controller to unpublish the volume from a node (the plugin's node ID), as
+"nomad volume detach" does.
 
 Examples:
   plugvisor volume register -id db -plugin hostpath -access-mode single-node-writer
   plugvisor volume mount db web-1
+  plugvisor volume mount -read-only db report-1
   plugvisor volume status -json db
-  plugvisor volume unmount db web-1`
+  plugvisor volume unmount db web-1
+  plugvisor volume claim db batch-1
+  plugvisor volume release db batch-1
+  plugvisor volume detach db node-7`
 
 func runVolume(args []string, stdout, stderr io.Writer) error {
 	sub, args, err := subcommand(args, volumeHelp, stdout)
@@ -74,39 +88,96 @@ func runVolume(args []string, stdout, stderr io.Writer) error {
 		if fs.NArg() != 1 {
 			return usageError("status needs ID, e.g. plugvisor volume status db")
 		}
-		var v api.VolumeJSON
-		if err := c().call(ctx, "GET", volumePath(*namespace, fs.Arg(0), ""), nil, nil, &v); err != nil {
+		var st api.StatusJSON
+		if err := c().call(ctx, "GET", volumePath(*namespace, fs.Arg(0), "status"), nil, nil, &st); err != nil {
 			return err
 		}
-		return printVolume(stdout, common, v, fmt.Sprintf("volume %s/%s", v.Namespace, v.ID))
-	case "mount", "unmount":
-		var body api.MountBody
-		var flags stringList
-		fs.BoolVar(&body.ReadOnly, "read-only", false, "mount read-only (a read claim)")
-		fs.StringVar(&body.FSType, "fs-type", "", "file system type to ask the plugin for")
-		fs.Var(&flags, "mount-flag", "mount flag to pass to the plugin (repeatable)")
+		return printStatus(stdout, common, *namespace, fs.Arg(0), st)
+	case "detach":
 		if err := parse(fs, args); err != nil {
 			return err
 		}
 		if fs.NArg() != 2 {
-			return usageError("%s needs ID ALLOC, e.g. plugvisor volume %s db web-1", sub, sub)
+			return usageError("detach needs ID NODE, e.g. plugvisor volume detach db node-7")
 		}
-		body.AllocID, body.MountFlags = fs.Arg(1), flags
 		var out map[string]any
+		body := api.DetachBody{NodeID: fs.Arg(1)}
 		if err := c().call(ctx, "POST", volumePath(*namespace, fs.Arg(0), sub), nil, body, &out); err != nil {
 			return err
 		}
-		if common.json {
-			return printJSON(stdout, out)
-		}
-		if sub == "mount" {
-			fmt.Fprintf(stdout, "mounted %s/%s for alloc %s at %v\n", *namespace, fs.Arg(0), body.AllocID, out["target_path"])
-		} else {
-			fmt.Fprintf(stdout, "unmounted %s/%s for alloc %s\n", *namespace, fs.Arg(0), body.AllocID)
-		}
-		return nil
+		return printDone(stdout, common, out, "detached %s/%s from node %s\n", *namespace, fs.Arg(0), body.NodeID)
+	case "claim", "release", "mount", "unmount":
+		return volumeAllocOp(ctx, sub, fs, args, common, *namespace, c, stdout)
 	}
-	return usageError("unknown subcommand %q (want register, list, status, mount or unmount)", sub)
+	return usageError("unknown subcommand %q (want register, list, status, claim, release, mount, unmount or detach)", sub)
+}
+
+// volumeAllocOp runs claim, release, mount or unmount for an alloc.
+func volumeAllocOp(ctx context.Context, sub string, fs *flag.FlagSet, args []string, common commonFlags, namespace string, c func() *client, stdout io.Writer) error {
+	var body api.AllocBody
+	if sub == "claim" || sub == "mount" {
+		fs.BoolVar(&body.ReadOnly, "read-only", false, "a read claim (and a read-only mount)")
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usageError("%s needs ID ALLOC, e.g. plugvisor volume %s db web-1", sub, sub)
+	}
+	body.AllocID = fs.Arg(1)
+	var out map[string]any
+	if err := c().call(ctx, "POST", volumePath(namespace, fs.Arg(0), sub), nil, body, &out); err != nil {
+		return err
+	}
+	if sub == "mount" {
+		return printDone(stdout, common, out, "mounted %s/%s for alloc %s at %v\n", namespace, fs.Arg(0), body.AllocID, out["target_path"])
+	}
+	return printDone(stdout, common, out, "%s: %s/%s for alloc %s\n", sub, namespace, fs.Arg(0), body.AllocID)
+}
+
+// printDone prints out as JSON with -json, else the line format makes.
+func printDone(w io.Writer, common commonFlags, out any, format string, args ...any) error {
+	if common.json {
+		return printJSON(w, out)
+	}
+	fmt.Fprintf(w, format, args...)
+	return nil
+}
+
+// printStatus prints what the catalog and this node hold of a volume.
+func printStatus(w io.Writer, common commonFlags, namespace, id string, st api.StatusJSON) error {
+	if common.json {
+		return printJSON(w, st)
+	}
+	if st.Volume != nil {
+		if err := printVolume(w, common, *st.Volume, fmt.Sprintf("volume %s/%s", namespace, id)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(w, "volume %s/%s is not in the catalog\n", namespace, id)
+	}
+	for _, c := range st.PastClaims {
+		fmt.Fprintf(w, "  past claim: alloc %s (%s), %s\n", c.AllocID, c.Mode, c.State)
+	}
+	if string(st.Node) == "null" || len(st.Node) == 0 {
+		fmt.Fprintln(w, "  on this node: nothing")
+	} else {
+		fmt.Fprintf(w, "  on this node: %s\n", st.Node)
+	}
+	if st.LastOperation != "" {
+		fmt.Fprintf(w, "  last operation: %s (%s)\n", st.LastOperation, orOK(st.LastError))
+	}
+	for _, o := range st.Orphans {
+		fmt.Fprintf(w, "  orphan mount: %s\n", o)
+	}
+	return nil
+}
+
+func orOK(err string) string {
+	if err == "" {
+		return "ok"
+	}
+	return "error: " + err
 }
 
 func volumePath(namespace, id, action string) string {

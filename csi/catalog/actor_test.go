@@ -4,28 +4,21 @@ import (
 	"cmp"
 	"context"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/mock/gomock"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/csi/csitest"
-	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 	"github.com/plugvisor/plugvisor/storage/storagetest"
 )
@@ -717,94 +710,4 @@ func TestCatalogStartRefusesABadConfig(t *testing.T) {
 			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
 		})
 	}
-}
-
-// TestCatalogLetsOneOfTwoRacingWritersMount mounts one single-node-writer
-// volume for two allocs at once through the real mount path: the volume
-// manager with the catalog as its claimer, against a gomock CSI node
-// plugin on a unix socket. Exactly one alloc wins; the other is refused
-// before any RPC is sent for it; once the winner unmounts, the other can
-// mount.
-func TestCatalogLetsOneOfTwoRacingWritersMount(t *testing.T) {
-	ctx := context.Background()
-	f := startCatFixture(t, catMemoryBucket(t))
-	f.feed(catNodeFingerprint("mock", "p1", true))
-	f.register(catVolume("db", "mock", model.AccessModeSingleNodeWriter))
-
-	var mu sync.Mutex
-	var published, unpublished []string
-	mocks := csitest.NewMocks(t)
-	mocks.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(&csipb.NodeGetCapabilitiesResponse{}, nil).AnyTimes()
-	mocks.Node.EXPECT().NodePublishVolume(gomock.Any(), gomock.Any()).Times(2).DoAndReturn(
-		func(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			published = append(published, req.GetTargetPath())
-			return &csipb.NodePublishVolumeResponse{}, nil
-		})
-	mocks.Node.EXPECT().NodeUnpublishVolume(gomock.Any(), gomock.Any()).Times(1).DoAndReturn(
-		func(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			unpublished = append(unpublished, req.GetTargetPath())
-			return &csipb.NodeUnpublishVolumeResponse{}, nil
-		})
-	sockets, err := os.MkdirTemp("", "pvcat")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(sockets) })
-	socket := filepath.Join(sockets, "csi.sock")
-	mocks.Serve(t, socket)
-
-	regBucket, err := storage.NewMemory().Bucket(registry.BucketName)
-	require.NoError(t, err)
-	reg, err := registry.New(f.system, registry.Config{Bucket: regBucket, Logger: probe.Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, reg.Shutdown()) })
-	require.NoError(t, reg.RegisterPlugin(&messages.PluginInfo{
-		Type: csi.TypeNode, Name: "mock", AllocId: "p1", Connection: &messages.ConnectionInfo{SocketPath: socket},
-	}))
-	vm, err := volumes.StartVolumes(f.system, volumes.VolumesConfig{
-		Registry: reg, Root: t.TempDir(), Claimer: f.cat, Logger: probe.Logger(t), RetryAttempts: 1,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, vm.Shutdown()) })
-	mounter, err := vm.MounterForPlugin(ctx, "mock")
-	require.NoError(t, err)
-
-	mount := func(alloc string) error {
-		_, err := mounter.MountVolume(ctx, volumes.MountRequest{
-			Volume: volumes.VolumeSpec{ID: "db"}, AllocID: alloc,
-			AccessMode: model.AccessModeSingleNodeWriter, AttachmentMode: model.AttachmentModeFileSystem,
-		})
-		return err
-	}
-	allocs := []string{"alloc-a", "alloc-b"}
-	errs := make([]error, len(allocs))
-	var race sync.WaitGroup
-	for i, alloc := range allocs {
-		race.Go(func() { errs[i] = mount(alloc) })
-	}
-	race.Wait()
-
-	winner, loser := 0, 1
-	if errs[0] != nil {
-		winner, loser = 1, 0
-	}
-	require.NoError(t, errs[winner], "one alloc mounts")
-	require.ErrorIs(t, errs[loser], csi.ErrClaimRefused, "the other is refused")
-	require.Contains(t, errs[loser].Error(), "already has a writer (alloc "+allocs[winner]+")")
-	mu.Lock()
-	require.Len(t, published, 1, "no NodePublishVolume was sent for the refused alloc")
-	require.Contains(t, published[0], allocs[winner])
-	mu.Unlock()
-	require.Equal(t, []string{allocs[winner]}, catKeys(f.volume("", "db").WriteClaims))
-
-	require.NoError(t, mounter.UnmountVolume(ctx, volumes.UnmountRequest{VolumeID: "db", AllocID: allocs[winner]}))
-	require.Empty(t, f.volume("", "db").WriteClaims, "unmounting released the claim")
-	require.NoError(t, mount(allocs[loser]), "the other alloc mounts once the winner is gone")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, published, 2)
-	require.Contains(t, published[1], allocs[loser])
-	require.Equal(t, published[:1], unpublished)
 }

@@ -1,46 +1,49 @@
-// Package volumes is the CSI volume manager: the actor that stages and
-// publishes the volumes of csi-node plugins for allocs, and unpublishes and
-// unstages them again; its Go facade ([Volumes], [Mounter]); the layout of
-// staging and target paths ([PluginPaths]); and [LocalClaimer], the default
-// claimer when no catalog is wired in.
+// Package volumes is the volume manager: one actor per agent that mounts
+// catalog volumes for allocs on this node, as kubelet and Nomad drive CSI.
 //
-// State it owns: the usage tracker (which alloc uses which volume, with
-// which [csi.Usage], and which usages are staged), one queue of operations
-// per volume, and one CSI client per plugin socket. Nothing of it is
-// durable yet: a restart of the agent forgets what is mounted.
+// # State it owns
 //
-// Messages it takes: MountVolume, UnmountVolume and ShutdownVolumes (each
-// answered to its ReplyTo or sender with MountVolumeResponse,
-// UnmountVolumeResponse, ShutdownVolumesResponse), and the results of its
-// own jobs. It sends nothing else; it asks the registry (by the
-// registry.Registry facade) for a plugin's current socket, and a
-// [csi.Claimer] (the catalog, or LocalClaimer) for claims.
+// One durable record per volume held on this node (messages.VolumeRecord,
+// in the Bucket of the agent's store, key volume/<namespace>/<id>): the
+// attachment (state, the plugin's node ID from NodeGetInfo, the controller
+// socket, publish_context), the stage (state, the one staging path per
+// volume, the node socket), and one publish per alloc (state, target path,
+// read_only, claimed_by_mount, node socket, last error). Memory is never the
+// authority: every step writes its "-ing" state before its RPC and its done
+// state (or removes the part) after it, and a job whose write fails sends
+// no further RPC. Besides the records the actor owns the per-volume queues,
+// each volume's latest outcome, the GC backoff, and the orphan mounts found
+// at start.
 //
-// Imports: csi (the protocol and the shared volume vocabulary),
-// csi/catalog/model, registry, actors, messages. Never csi/manager or
-// csi/catalog: the catalog comes in as a csi.Claimer.
+// # Messages it takes
 //
-// One actor per agent mounts the volumes of every csi-node plugin. It owns
-// the usage tracker (which alloc uses which volume, how, and which usages
-// of each volume are staged), a queue of operations per volume, and a
-// client per plugin socket. A volume is (plugin, namespace, volume ID).
+// MountAllocVolume (answered by MountAllocVolumeResponse), UnmountAllocVolume,
+// ClaimAllocVolume, ReleaseAllocVolume, DetachVolume, ShutdownVolumeManager
+// (answered by VolumeOpResponse) and VolumeStatusRequest (answered by
+// VolumeStatusResponse), from the facade (Manager) or any actor.
 //
-// Operations on one volume run one at a time, in the order they arrived;
-// operations on different volumes run concurrently. The actor decides on
-// its own goroutine what an operation must do (stage or not, unstage or
-// not) from the tracker, runs the claim and the RPCs in a goroutine, and
-// applies the outcome to the tracker when the result comes back as a
-// message. Because the next operation on the volume starts only then, an
-// unmount racing a mount can never unstage under the new mount (Nomad
-// issue 20424): the two run one after the other.
+// # Lifecycle
 //
-// A mount: claim (Claimer) → NodeGetCapabilities (once per socket) →
-// NodeStageVolume (if the plugin has STAGE_UNSTAGE_VOLUME and the usage is
-// not staged yet) → NodePublishVolume. If publishing fails, a staging made
-// by this mount is undone and the claim released.
+// In: claim (catalog) → ControllerPublishVolume, only when the controller
+// advertises PUBLISH_UNPUBLISH_VOLUME and the volume is not attached →
+// NodeStageVolume, only with STAGE_UNSTAGE_VOLUME and once per volume per
+// node → NodePublishVolume per alloc, read-only for a reader. Out:
+// NodeUnpublishVolume → (no other publish record left) NodeUnstageVolume →
+// ControllerUnpublishVolume with the stored node ID → release the claim the
+// mount made → remove the publish record. A failed mount rolls back what
+// it did; a failed step leaves its state and last error, and the GC step
+// reconciles the volume again with backoff until it settles (a detach that
+// fails also records the claim as a past claim in the catalog, and the
+// alloc keeps its claim until the detach goes through).
 //
-// An unmount: NodeUnpublishVolume → remove the target path →
-// NodeUnstageVolume (if this was the last alloc of a staged usage) →
-// release the claim. Each step that succeeds is recorded, so a failed
-// unmount retried later resumes where it stopped.
+// Operations on one volume run one at a time through its queue; different
+// volumes run concurrently. Each operation has a deadline; its caller is
+// answered within it, and the operation is never tied to the caller.
+//
+// At start every record is reconciled with the kernel's mount table: states
+// of the way in roll back, states of the way out complete, a published
+// volume whose target is not mounted is staged and published again, and a
+// stage or attachment with no publish left is taken down. A node plugin
+// that is no longer registered keeps serving the way out of what it
+// mounted: the socket recorded with the stage and publish is dialled.
 package volumes

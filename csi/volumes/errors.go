@@ -2,82 +2,123 @@ package volumes
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// Sentinel errors of the volume manager. They survive the trip through
-// MountVolumeResponse and UnmountVolumeResponse: the [Mounter] gives them
-// back to errors.Is. Failures of the plugin's RPCs and of the file system
-// come back as plain errors carrying the full message.
+// Sentinel errors of the volume manager. They survive the trip through the
+// actor's answers: the facade gives back errors that errors.Is matches
+// against them, and against the csi package's sentinels of the plugin's
+// gRPC codes (csi.ErrNotFound, csi.ErrFailedPrecondition, ...).
 var (
-	// ErrPluginNotFound is returned when no csi-node plugin of the name is
-	// registered. Nothing changed.
-	ErrPluginNotFound = errors.New("node plugin not found")
-	// ErrNotMounted is returned by an unmount for an alloc that does not
-	// mount the volume. Nothing changed.
-	ErrNotMounted = errors.New("volume not mounted")
-	// ErrVolumesShutDown is returned once the volume manager is shut down.
-	ErrVolumesShutDown = errors.New("volume manager is shut down")
+	// ErrInvalid: a namespace, volume ID, alloc ID or node ID that cannot
+	// be used (empty, a path separator, "..", control characters). Nothing
+	// changed.
+	ErrInvalid = errors.New("volumes: invalid request")
+	// ErrVolumeNotFound: the catalog has no such volume. Nothing changed.
+	ErrVolumeNotFound = errors.New("volumes: volume not found")
+	// ErrPluginNotFound: the volume's csi-node plugin is not registered, so
+	// nothing can be mounted. Nothing changed.
+	ErrPluginNotFound = errors.New("volumes: node plugin not found")
+	// ErrNotMounted: the alloc has no mount of the volume on this node.
+	// Nothing changed.
+	ErrNotMounted = errors.New("volumes: volume not mounted")
+	// ErrClaimRefused: the catalog refused the claim (a second writer on a
+	// single-writer volume, ...). Nothing changed.
+	ErrClaimRefused = errors.New("volumes: claim refused")
+	// ErrInUse: the request conflicts with the volume's live publishes or
+	// with an operation left unfinished (the error names them). Nothing
+	// changed.
+	ErrInUse = errors.New("volumes: volume in use")
+	// ErrDeadline: the operation did not finish within its deadline. It
+	// goes on, or rolls back, without the caller; the volume's status shows
+	// its outcome.
+	ErrDeadline = errors.New("volumes: operation deadline exceeded")
+	// ErrStore: the durable store failed. The operation stopped without
+	// sending another RPC; the record says how far it went.
+	ErrStore = errors.New("volumes: store failed")
+	// ErrCorrupt: a stored record does not decode or is invalid, so the
+	// volume manager does not start.
+	ErrCorrupt = errors.New("volumes: record corrupt")
+	// ErrShutDown: the volume manager is shut down. Nothing changed.
+	ErrShutDown = errors.New("volumes: volume manager is shut down")
 )
 
-// volumeErrorCodes maps the sentinels to the codes of messages.Error. Two share
-// ERROR_CODE_NOT_FOUND; their messages start with "csi: " and the sentinel,
-// which tells them apart.
-var volumeErrorCodes = []struct {
-	code     messages.ErrorCode
-	sentinel error
+// errorKinds names every sentinel that crosses the actor boundary.
+var errorKinds = []struct {
+	kind string
+	err  error
 }{
-	{messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, csi.ErrInvalidVolumeRequest},
-	{messages.ErrorCode_ERROR_CODE_NOT_FOUND, ErrPluginNotFound},
-	{messages.ErrorCode_ERROR_CODE_NOT_FOUND, ErrNotMounted},
-	{messages.ErrorCode_ERROR_CODE_CONFLICT, csi.ErrClaimRefused},
-	{messages.ErrorCode_ERROR_CODE_SHUT_DOWN, ErrVolumesShutDown},
+	{"invalid", ErrInvalid},
+	{"volume_not_found", ErrVolumeNotFound},
+	{"plugin_not_found", ErrPluginNotFound},
+	{"not_mounted", ErrNotMounted},
+	{"claim_refused", ErrClaimRefused},
+	{"in_use", ErrInUse},
+	{"deadline", ErrDeadline},
+	{"store", ErrStore},
+	{"shut_down", ErrShutDown},
+	{"csi_invalid_argument", csi.ErrInvalidArgument},
+	{"csi_deadline_exceeded", csi.ErrDeadlineExceeded},
+	{"csi_not_found", csi.ErrNotFound},
+	{"csi_already_exists", csi.ErrAlreadyExists},
+	{"csi_permission_denied", csi.ErrPermissionDenied},
+	{"csi_resource_exhausted", csi.ErrResourceExhausted},
+	{"csi_failed_precondition", csi.ErrFailedPrecondition},
+	{"csi_aborted", csi.ErrAborted},
+	{"csi_out_of_range", csi.ErrOutOfRange},
+	{"csi_unimplemented", csi.ErrUnimplemented},
+	{"csi_internal", csi.ErrInternal},
+	{"csi_unavailable", csi.ErrUnavailable},
+	{"csi_unknown", csi.ErrUnknown},
+	{"csi_connect", csi.ErrConnect},
 }
 
-// volumeErrorToProto turns an error into the Error of a response; nil stays nil.
-func volumeErrorToProto(err error) *messages.Error {
+// errorToProto turns err into the VolumeError of an answer; nil stays nil.
+func errorToProto(err error) *messages.VolumeError {
 	if err == nil {
 		return nil
 	}
-	for _, c := range volumeErrorCodes {
-		if errors.Is(err, c.sentinel) {
-			return &messages.Error{Code: c.code, Message: err.Error()}
+	out := &messages.VolumeError{Message: err.Error()}
+	for _, k := range errorKinds {
+		if errors.Is(err, k.err) {
+			out.Kinds = append(out.Kinds, k.kind)
 		}
 	}
-	return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNSPECIFIED, Message: err.Error()}
+	return out
 }
 
-// VolumeErrorFromProto turns the Error of a MountVolumeResponse,
-// UnmountVolumeResponse or ShutdownVolumesResponse back into an error that
-// errors.Is matches against the volume manager's sentinels; nil stays nil.
-func VolumeErrorFromProto(e *messages.Error) error {
+// errorFromProto turns the VolumeError of an answer back into an error
+// matching the sentinels it names; nil stays nil.
+func errorFromProto(e *messages.VolumeError) error {
 	if e == nil {
 		return nil
 	}
-	var match error
-	for _, c := range volumeErrorCodes {
-		if c.code != e.GetCode() {
-			continue
-		}
-		if match == nil || strings.HasPrefix(e.GetMessage(), "csi: "+c.sentinel.Error()) {
-			match = c.sentinel
+	out := &remoteError{text: e.GetMessage()}
+	for _, kind := range e.GetKinds() {
+		for _, k := range errorKinds {
+			if k.kind == kind {
+				out.kinds = append(out.kinds, k.err)
+			}
 		}
 	}
-	if match == nil {
-		return errors.New(e.GetMessage())
-	}
-	return &volumeError{sentinel: match, text: e.GetMessage()}
+	return out
 }
 
-// volumeError is an error that came back from the volume manager actor:
-// its text is the actor's, and errors.Is matches its sentinel.
-type volumeError struct {
-	sentinel error
-	text     string
+// remoteError is an error that came back from the actor: its text is the
+// actor's, and errors.Is matches each of its sentinels.
+type remoteError struct {
+	text  string
+	kinds []error
 }
 
-func (e *volumeError) Error() string { return e.text }
-func (e *volumeError) Unwrap() error { return e.sentinel }
+func (e *remoteError) Error() string   { return e.text }
+func (e *remoteError) Unwrap() []error { return e.kinds }
+
+// invalid returns an ErrInvalid error naming each problem.
+func invalid(problems ...string) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
+}

@@ -8,102 +8,105 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
-// Directory names under a node plugin's root, as Nomad names them.
+// Directory names under a node plugin's directory in the volume manager's root.
 const (
-	// StagingDirName holds the staging paths: <plugin root>/staging/<namespace>/<volume>/<usage>.
+	// StagingDirName holds the staging paths, one per volume:
+	// <root>/<plugin>/staging/<namespace>/<volume ID>.
 	StagingDirName = "staging"
-	// PerAllocDirName holds the target paths: <plugin root>/per-alloc/<alloc>/<volume>/<usage>.
+	// PerAllocDirName holds the target paths, one per alloc and volume:
+	// <root>/<plugin>/per-alloc/<alloc ID>/<namespace>/<volume ID>.
 	PerAllocDirName = "per-alloc"
 )
 
-// ValidatePathID checks an ID or namespace that becomes one segment of a
-// path: registry.ValidateID's rules (present, at most registry.MaxIDLen
-// bytes, no path separator, no "..", no control characters), and not ".".
-// field names it in the error, which wraps [ErrInvalidVolumeRequest].
-func ValidatePathID(field, v string) error {
-	return csi.InvalidVolumeRequest(appendIDProblem(nil, field, v))
-}
-
-// appendIDProblem appends to problems what is wrong with v as a path
-// segment, if anything.
-func appendIDProblem(problems []error, field, v string) []error {
+// checkID says what is wrong with v as one path segment and storage key
+// part: registry.ValidateID's rules, and not ".". It returns "" when v is
+// fine; field names it.
+func checkID(field, v string) string {
 	if err := registry.ValidateID(field, v); err != nil {
-		// Keep the registry's words, not its package prefix.
-		return append(problems, errors.New(strings.TrimPrefix(err.Error(), registry.ErrInvalid.Error()+": ")))
+		return strings.TrimPrefix(err.Error(), registry.ErrInvalid.Error()+": ")
 	}
 	if v == "." {
-		return append(problems, fmt.Errorf("%s must not be %q", field, v))
+		return fmt.Sprintf("%s must not be %q", field, v)
 	}
-	return problems
+	return ""
 }
 
-// PluginPaths lays out the directories of one node plugin under the volume
-// manager's root: <root>/<plugin>/staging/... and <root>/<plugin>/per-alloc/....
-// The zero value is not usable; make one with [NewPluginPaths].
-type PluginPaths struct {
+// checkIDs checks pairs of (field, value) and returns one ErrInvalid error
+// naming every problem, or nil.
+func checkIDs(pairs ...string) error {
+	var problems []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if p := checkID(pairs[i], pairs[i+1]); p != "" {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return invalid(problems...)
+}
+
+// paths lays out the directories under the volume manager's root.
+type paths struct {
 	root string
 }
 
-// NewPluginPaths returns the layout for plugin under root, which must be an
-// absolute path. The plugin name is checked with [ValidatePathID].
-func NewPluginPaths(root, plugin string) (PluginPaths, error) {
-	p, problems := newPluginPaths(root, plugin)
-	return p, csi.InvalidVolumeRequest(problems)
+// staging is where the volume is staged: once per volume on the node.
+func (p paths) staging(plugin, namespace, id string) string {
+	return filepath.Join(p.root, plugin, StagingDirName, namespace, id)
 }
 
-func newPluginPaths(root, plugin string) (PluginPaths, []error) {
-	var problems []error
-	if !filepath.IsAbs(root) {
-		problems = append(problems, fmt.Errorf("root %q must be an absolute path", root))
-	}
-	problems = appendIDProblem(problems, "plugin name", plugin)
-	if len(problems) > 0 {
-		return PluginPaths{}, problems
-	}
-	return PluginPaths{root: filepath.Join(root, plugin)}, nil
+// target is where the volume is published for alloc.
+func (p paths) target(plugin, alloc, namespace, id string) string {
+	return filepath.Join(p.root, plugin, PerAllocDirName, alloc, namespace, id)
 }
 
-// Root is the plugin's directory: <root>/<plugin>.
-func (p PluginPaths) Root() string { return p.root }
-
-// Staging returns <plugin root>/staging/<namespace>/<volumeID>/<usage>, where
-// the volume is staged for u. Every part is checked first; the error wraps
-// [ErrInvalidVolumeRequest].
-func (p PluginPaths) Staging(namespace, volumeID string, u csi.Usage) (string, error) {
-	problems := appendIDProblem(nil, "namespace", namespace)
-	return p.join(problems, volumeID, u, StagingDirName, namespace)
+// allocDirs returns the per-alloc directory of alloc under every plugin's
+// directory in the root.
+func (p paths) allocDirs(alloc string) []string {
+	entries, err := os.ReadDir(p.root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join(p.root, e.Name(), PerAllocDirName, alloc))
+		}
+	}
+	return out
 }
 
-// Target returns <plugin root>/per-alloc/<allocID>/<volumeID>/<usage>, where
-// the volume is published for the alloc. Every part is checked first; the
-// error wraps [ErrInvalidVolumeRequest].
-func (p PluginPaths) Target(allocID, volumeID string, u csi.Usage) (string, error) {
-	problems := appendIDProblem(nil, "alloc ID", allocID)
-	return p.join(problems, volumeID, u, PerAllocDirName, allocID)
+// removeEmptyTree removes dir's empty subdirectories, one level down, and
+// then dir itself, when they are empty; a mount point or a directory with
+// anything else in it stays.
+func removeEmptyTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("volumes: read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeEmptyDirs(filepath.Join(dir, e.Name()), filepath.Dir(dir)); err != nil {
+				return err
+			}
+		}
+	}
+	return removeEmptyDirs(dir, filepath.Dir(dir))
 }
 
-// join returns <plugin root>/<dir>/<id>/<volumeID>/<usage> unless there are
-// problems with it, or it would leave <plugin root>/<dir> (which the checks
-// already rule out; this is the last line of defence).
-func (p PluginPaths) join(problems []error, volumeID string, u csi.Usage, dir, id string) (string, error) {
-	problems = appendIDProblem(problems, "volume ID", volumeID)
-	problems = append(problems, u.Problems()...)
-	if p.root == "" {
-		problems = append(problems, errors.New("plugin paths have no root (use NewPluginPaths)"))
+// mkdirPrivate creates dir and its parents, readable by the agent only.
+func mkdirPrivate(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("volumes: create directory: %w", err)
 	}
-	if err := csi.InvalidVolumeRequest(problems); err != nil {
-		return "", err
-	}
-	base := filepath.Join(p.root, dir)
-	path := filepath.Join(base, id, volumeID, u.String())
-	if rel, err := filepath.Rel(base, path); err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-		return "", fmt.Errorf("csi: %w: path %q escapes %q", csi.ErrInvalidVolumeRequest, path, base)
-	}
-	return path, nil
+	return nil
 }
 
 // removeEmptyDirs removes dir and then each parent below stop while they
@@ -114,17 +117,12 @@ func removeEmptyDirs(dir, stop string) error {
 		err := os.Remove(dir)
 		switch {
 		case err == nil, errors.Is(err, os.ErrNotExist):
-		case dirNotEmpty(err):
+		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
 			return nil
 		default:
-			return fmt.Errorf("csi: remove %s: %w", dir, err)
+			return fmt.Errorf("volumes: remove %s: %w", dir, err)
 		}
 		dir = filepath.Dir(dir)
 	}
 	return nil
-}
-
-// dirNotEmpty reports whether err says a directory still has entries.
-func dirNotEmpty(err error) bool {
-	return errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)
 }

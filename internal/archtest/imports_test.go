@@ -35,7 +35,7 @@ var mayImport = map[string][]string{
 	"csi/catalog/model":           {"names", "messages"},
 	"csi":                         {"csi/catalog/model", "registry", "messages"},
 	"csi/manager":                 {"csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
-	"csi/volumes":                 {"csi", "csi/catalog/model", "registry", "actors", "messages"},
+	"csi/volumes":                 {"csi", "csi/catalog/model", "registry", "storage", "supervisor", "actors", "messages"},
 	"csi/catalog":                 {"csi", "csi/catalog/model", "storage", "registry", "actors", "messages"},
 	"csi/controller":              {"csi", "csi/catalog", "csi/catalog/model", "registry"},
 	"csi/csitest":                 {"csi"},

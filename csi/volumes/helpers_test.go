@@ -1,0 +1,254 @@
+package volumes_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+func TestMain(m *testing.M) {
+	hostpathtest.Main(m, goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"))
+}
+
+// wait bounds how long a test waits for what must happen.
+const wait = 20 * time.Second
+
+// ctx is the context of the tests' calls.
+var ctx = context.Background()
+
+// modelCatalog is a Catalog for tests: the catalog model's own claim rules
+// (csi/catalog) over volumes held in memory, on node "n1".
+type modelCatalog struct {
+	mu       sync.Mutex
+	volumes  map[string]*catalog.CSIVolume
+	external map[string]string
+	// releases records every Release, in order.
+	releases []volumes.Release
+}
+
+func newModelCatalog() *modelCatalog {
+	return &modelCatalog{volumes: map[string]*catalog.CSIVolume{}, external: map[string]string{}}
+}
+
+// add registers a volume of the default namespace with the plugin's
+// volume ID external.
+func (c *modelCatalog) add(id, external, plugin string, access catalog.AccessMode, attach catalog.AttachmentMode) {
+	c.addIn("default", id, external, plugin, access, attach)
+}
+
+// addIn registers a volume of namespace ns.
+func (c *modelCatalog) addIn(ns, id, external, plugin string, access catalog.AccessMode, attach catalog.AttachmentMode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := catalog.NewCSIVolume(id, 1)
+	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable = ns, plugin, access, attach, true
+	c.volumes[ns+"/"+id] = v
+	c.external[ns+"/"+id] = external
+}
+
+func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*volumes.Volume, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.volumes[ns+"/"+id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s/%s", volumes.ErrVolumeNotFound, ns, id)
+	}
+	out := &volumes.Volume{Namespace: ns, ID: id, ExternalID: c.external[ns+"/"+id], PluginID: v.PluginID,
+		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, Context: map[string]string{"k": "v"},
+		Secrets: map[string]string{"password": "s3cret"}, Claims: map[string]catalog.ClaimMode{}}
+	for _, m := range []map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims} {
+		for a, cl := range m {
+			out.Claims[a] = cl.Mode
+		}
+	}
+	return out, nil
+}
+
+func (c *modelCatalog) Claim(_ context.Context, ns, id, alloc string, mode catalog.ClaimMode) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.volumes[ns+"/"+id]
+	if !ok {
+		return volumes.ErrVolumeNotFound
+	}
+	if err := v.Claim(&catalog.Claim{AllocID: alloc, NodeID: "n1", Mode: mode, State: catalog.ClaimStateTaken}); err != nil {
+		return fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
+	}
+	return nil
+}
+
+func (c *modelCatalog) Release(_ context.Context, r volumes.Release) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.releases = append(c.releases, r)
+	v, ok := c.volumes[r.Namespace+"/"+r.ID]
+	if !ok {
+		return nil
+	}
+	held := v.WriteClaims[r.AllocID]
+	if held == nil {
+		held = v.ReadClaims[r.AllocID]
+	}
+	if held == nil {
+		return nil
+	}
+	c2 := held.Copy()
+	c2.State = r.State
+	return v.ClaimRelease(c2)
+}
+
+// claims returns the sorted writers and readers of a volume, and its past
+// claims' states.
+func (c *modelCatalog) claims(id string) (writers, readers []string, past map[string]catalog.ClaimState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.volumes["default/"+id]
+	past = map[string]catalog.ClaimState{}
+	for a, cl := range v.PastClaims {
+		past[a] = cl.State
+	}
+	return slices.Sorted(maps.Keys(v.WriteClaims)), slices.Sorted(maps.Keys(v.ReadClaims)), past
+}
+
+// node is one test's node: a registry (which outlives manager restarts),
+// a bbolt file, a root, a catalog, and the current volume manager.
+type node struct {
+	t        testing.TB
+	dir      string
+	root     string
+	dbPath   string
+	regSys   *actor.ActorSystem
+	registry *registry.Registry
+	catalog  *modelCatalog
+	cfg      volumes.Config
+
+	store   *storage.Bolt
+	system  *actor.ActorSystem
+	manager *volumes.Manager
+}
+
+// newNode starts a node with a volume manager; tune changes its config.
+func newNode(t testing.TB, tune func(*volumes.Config)) *node {
+	t.Helper()
+	dir := hostpathtest.TempDir(t)
+	n := &node{t: t, dir: dir, root: filepath.Join(dir, "root"), dbPath: filepath.Join(dir, "state.db"), catalog: newModelCatalog()}
+	n.regSys = probe.NewSystem(t)
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	require.NoError(t, err)
+	n.registry, err = registry.New(n.regSys, registry.Config{Bucket: bucket, Logger: probe.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, n.registry.Shutdown()) })
+	n.cfg = volumes.Config{
+		Catalog: n.catalog, Registry: n.registry, Root: n.root, Logger: probe.Logger(t),
+		RPCTimeout: 10 * time.Second, OperationTimeout: wait,
+	}
+	if tune != nil {
+		tune(&n.cfg)
+	}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+// start opens the store and starts a manager in the node's actor system
+// (where the registry runs too, so that the manager can subscribe to it).
+func (n *node) start() {
+	n.t.Helper()
+	var err error
+	n.store, err = storage.OpenBolt(n.dbPath, storage.BoltOptions{})
+	require.NoError(n.t, err)
+	bucket, err := n.store.Bucket(volumes.Bucket)
+	require.NoError(n.t, err)
+	n.system = n.regSys
+	cfg := n.cfg
+	cfg.Bucket = bucket
+	n.manager, err = volumes.Start(n.system, cfg)
+	require.NoError(n.t, err)
+}
+
+// stop shuts the manager down and closes the store.
+func (n *node) stop() {
+	if n.manager == nil {
+		return
+	}
+	require.NoError(n.t, n.manager.Shutdown(context.Background()))
+	require.NoError(n.t, n.store.Close())
+	n.manager = nil
+}
+
+// restart stops the manager cleanly and starts a new one on the same file.
+func (n *node) restart() {
+	n.t.Helper()
+	n.stop()
+	n.start()
+}
+
+// crash closes the store under the running manager, so that nothing it
+// does from then on is durable and it sends no further RPC (a job whose
+// write fails stops), as when the agent is killed; release then lets a
+// blocked RPC end, and the old manager is shut down, which cancels what
+// it still runs. A new manager starts on the same file.
+func (n *node) crash(release func()) {
+	n.t.Helper()
+	require.NoError(n.t, n.store.Close())
+	if release != nil {
+		release()
+	}
+	require.NoError(n.t, n.manager.Shutdown(context.Background()))
+	n.start()
+}
+
+// register registers a plugin of type ptype and name at socket.
+func (n *node) register(ptype, name, alloc, socket string) {
+	n.t.Helper()
+	require.NoError(n.t, n.registry.RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: name, AllocId: alloc,
+		Connection: &messages.ConnectionInfo{SocketPath: socket}}))
+}
+
+// status is the manager's status of a volume.
+func (n *node) status(id string) volumes.Status {
+	n.t.Helper()
+	st, err := n.manager.Status(ctx, "default", id)
+	require.NoError(n.t, err)
+	return st
+}
+
+// settle waits until no operation runs on the volume and returns its status.
+func (n *node) settle(id string) volumes.Status {
+	n.t.Helper()
+	var st volumes.Status
+	require.Eventually(n.t, func() bool {
+		st = n.status(id)
+		return !st.Busy
+	}, wait, 5*time.Millisecond)
+	return st
+}
+
+// socketPath is a socket path short enough for sun_path.
+func socketPath(t *testing.T, name string) string {
+	return filepath.Join(hostpathtest.TempDir(t), name+".sock")
+}
+
+// exists reports whether path exists.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}

@@ -1,0 +1,228 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// env is what every job shares; nothing in it changes after start.
+type env struct {
+	bucket     storage.Bucket
+	catalog    Catalog
+	registry   *registry.Registry
+	paths      paths
+	mountInfo  string
+	rpcTimeout time.Duration
+	opTimeout  time.Duration
+	// base ends when the manager shuts down; rollbacks start from it.
+	base context.Context
+	log  hclog.Logger
+}
+
+// job is one operation on one volume, run off the actor's goroutine. The
+// per-volume queue runs one job per volume at a time, so while it runs the
+// job owns the volume's record: it writes every step to the store itself
+// (before and after each RPC) and reports each durable copy to the actor.
+type job struct {
+	env *env
+	key volumeKey
+	// rec is the volume's record; empty (never nil) when the node holds nothing.
+	rec *messages.VolumeRecord
+	// progress hands the actor a copy of each record made durable.
+	progress func(*messages.VolumeRecord)
+	// broken is set once a write to the store failed: from then on the
+	// job sends no RPC, since the record could not say it was sent.
+	broken  error
+	clients map[string]*csi.Client
+	vol     *Volume
+	log     hclog.Logger
+}
+
+func newJob(e *env, key volumeKey, rec *messages.VolumeRecord, progress func(*messages.VolumeRecord)) *job {
+	if rec == nil {
+		rec = &messages.VolumeRecord{Namespace: key.namespace, VolumeId: key.id}
+	} else {
+		rec = proto.Clone(rec).(*messages.VolumeRecord)
+	}
+	return &job{env: e, key: key, rec: rec, progress: progress, clients: map[string]*csi.Client{},
+		log: e.log.With("namespace", key.namespace, "volume_id", key.id)}
+}
+
+// close releases the job's plugin connections.
+func (j *job) close() {
+	for _, c := range j.clients {
+		_ = c.Close()
+	}
+}
+
+// save makes the record durable (deleting it when it holds nothing).
+func (j *job) save() error {
+	if j.broken != nil {
+		return j.broken
+	}
+	op, err := recordOp(j.key, j.rec)
+	if err == nil {
+		if err = j.env.bucket.Apply([]storage.Op{op}); err != nil {
+			err = fmt.Errorf("%w: write the record of %s: %w", ErrStore, j.key, err)
+		}
+	}
+	if err != nil {
+		j.broken = err
+		return err
+	}
+	j.progress(proto.Clone(j.rec).(*messages.VolumeRecord))
+	return nil
+}
+
+// volume returns the catalog's volume, asked once per job.
+func (j *job) volume(ctx context.Context) (*Volume, error) {
+	if j.vol != nil {
+		return j.vol, nil
+	}
+	v, err := j.env.catalog.GetVolume(ctx, j.key.namespace, j.key.id)
+	if err != nil {
+		return nil, err
+	}
+	j.vol = v
+	return v, nil
+}
+
+// secrets are the volume's secrets, when the catalog still knows it: the
+// way out works without them rather than not at all.
+func (j *job) secrets(ctx context.Context) map[string]string {
+	if v, err := j.volume(ctx); err == nil {
+		return v.Secrets
+	}
+	return nil
+}
+
+// current returns the socket of the current allocation of the plugin of
+// type ptype that serves the record's volume.
+func (j *job) current(ptype string) (string, bool) {
+	info, ok := j.env.registry.Snapshot().Current(ptype, j.rec.GetPluginId())
+	if !ok || info.GetConnection().GetSocketPath() == "" {
+		return "", false
+	}
+	return info.GetConnection().GetSocketPath(), true
+}
+
+// nodeSocket is the node plugin's current socket, or recorded when the
+// plugin is no longer registered: a deregistered plugin keeps serving the
+// way out of what it mounted.
+func (j *job) nodeSocket(recorded string) (string, error) {
+	if s, ok := j.current(NodePluginType); ok {
+		return s, nil
+	}
+	if recorded != "" {
+		return recorded, nil
+	}
+	return "", fmt.Errorf("%w: no %s plugin %q is registered", ErrPluginNotFound, NodePluginType, j.rec.GetPluginId())
+}
+
+// controllerSocket is the controller plugin's current socket, else the node
+// plugin's (a plugin registered as a node plugin only may serve both), else
+// recorded.
+func (j *job) controllerSocket(recorded string) (string, error) {
+	if s, ok := j.current(ControllerPluginType); ok {
+		return s, nil
+	}
+	if recorded != "" {
+		return recorded, nil
+	}
+	return j.nodeSocket("")
+}
+
+// client returns a connection to socket, dialled once per job.
+func (j *job) client(ctx context.Context, socket string) (*csi.Client, error) {
+	if j.broken != nil {
+		return nil, j.broken
+	}
+	if c, ok := j.clients[socket]; ok {
+		return c, nil
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, j.env.rpcTimeout)
+	defer cancel()
+	c, err := csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: j.env.rpcTimeout})
+	if err != nil {
+		return nil, err
+	}
+	j.clients[socket] = c
+	return c, nil
+}
+
+// nodeClient connects to the node plugin (see nodeSocket).
+func (j *job) nodeClient(ctx context.Context, recorded string) (*csi.Client, error) {
+	socket, err := j.nodeSocket(recorded)
+	if err != nil {
+		return nil, err
+	}
+	return j.client(ctx, socket)
+}
+
+// controllerClient connects to the controller plugin (see
+// controllerSocket) and returns the socket it dialled.
+func (j *job) controllerClient(ctx context.Context, recorded string) (*csi.Client, string, error) {
+	socket, err := j.controllerSocket(recorded)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := j.client(ctx, socket)
+	return c, socket, err
+}
+
+// attachRequired reports whether the controller at socket advertises
+// PUBLISH_UNPUBLISH_VOLUME. A plugin without a controller service
+// (Unimplemented) does not attach.
+func (j *job) attachRequired(ctx context.Context, c *csi.Client) (bool, error) {
+	caps, err := c.ControllerGetCapabilities(ctx)
+	if errors.Is(err, csi.ErrUnimplemented) {
+		return false, nil
+	}
+	return caps.PublishUnpublishVolume, err
+}
+
+// capability is the CSI volume capability of the volume: its access mode,
+// and a block or mount access type with its mount options.
+func capability(rec *messages.VolumeRecord, v *Volume) *csipb.VolumeCapability {
+	c := &csipb.VolumeCapability{
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: accessModes[model.AccessMode(rec.GetAccessMode())]},
+	}
+	if model.AttachmentMode(rec.GetAttachmentMode()) == model.AttachmentModeBlockDevice {
+		c.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+		return c
+	}
+	m := &csipb.VolumeCapability_MountVolume{}
+	if v != nil {
+		m.FsType, m.MountFlags = v.FSType, v.MountFlags
+	}
+	c.AccessType = &csipb.VolumeCapability_Mount{Mount: m}
+	return c
+}
+
+// accessModes maps the catalog's access modes to CSI's.
+var accessModes = map[model.AccessMode]csipb.VolumeCapability_AccessMode_Mode{
+	model.AccessModeSingleNodeReader:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+	model.AccessModeSingleNodeWriter:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+	model.AccessModeMultiNodeReader:       csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
+	model.AccessModeMultiNodeSingleWriter: csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
+	model.AccessModeMultiNodeMultiWriter:  csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
+}
+
+// rollbackContext is a fresh operation deadline for undoing or finishing
+// what an operation did once its own deadline is gone; it ends with the
+// manager.
+func (j *job) rollbackContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(j.env.base, j.env.opTimeout)
+}

@@ -1,0 +1,327 @@
+package volumes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// manager is the volume manager actor. It owns the latest durable copy of
+// every mount record of this node, the per-volume queues, the outcome of
+// each volume's latest operation, the GC state, and the orphans found at
+// start. The jobs it starts own a volume's record while they run.
+type manager struct {
+	cfg     Config
+	env     *env
+	log     hclog.Logger
+	cancel  context.CancelFunc
+	workers *sync.WaitGroup
+
+	records  map[volumeKey]*messages.VolumeRecord
+	queues   map[volumeKey]*queue
+	outcomes map[volumeKey]outcome
+	retries  map[volumeKey]*retry
+	orphans  []string
+	// startMounts is the mount table read at start, for the first
+	// reconciles (read once, not once per record).
+	startMounts map[string]bool
+	started     bool
+
+	running  int
+	closing  bool
+	shutdown []*actor.PID
+}
+
+// outcome is how a volume's latest operation ended.
+type outcome struct {
+	op, err string
+}
+
+// recordSaved is sent by a job to the manager each time it made its
+// volume's record durable.
+type recordSaved struct {
+	key volumeKey
+	rec *messages.VolumeRecord
+}
+
+// jobDone is sent by a job to the manager when it has ended.
+type jobDone struct {
+	op     *op
+	result MountResult
+	err    error
+}
+
+// Receive dispatches the manager's messages.
+func (m *manager) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		m.onStarted(ctx)
+	case *messages.MountAllocVolume:
+		m.onRequest(ctx, &op{kind: opMount, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+	case *messages.UnmountAllocVolume:
+		m.onRequest(ctx, &op{kind: opUnmount, alloc: msg.GetAllocId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+	case *messages.ClaimAllocVolume:
+		m.onRequest(ctx, &op{kind: opClaim, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+	case *messages.ReleaseAllocVolume:
+		m.onRequest(ctx, &op{kind: opRelease, alloc: msg.GetAllocId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+	case *messages.DetachVolume:
+		m.onRequest(ctx, &op{kind: opDetach, nodeID: msg.GetNodeId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+	case *messages.VolumeStatusRequest:
+		m.onStatus(ctx, msg)
+	case *recordSaved:
+		m.onRecordSaved(msg)
+	case *jobDone:
+		m.onJobDone(ctx, msg)
+	case *retryDue:
+		m.onRetryDue(ctx, msg)
+	case *messages.Subscribed:
+	case *messages.PluginRegistered:
+		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
+	case *messages.PluginUpdated:
+		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
+	case *messages.ShutdownVolumeManager:
+		m.onShutdown(ctx, msg)
+	case *actor.Stopped:
+		m.onStopped()
+	}
+}
+
+// onStarted queues a reconcile of every record loaded at start. (A restart
+// after a panic keeps the actor, and reconciles nothing again.)
+func (m *manager) onStarted(ctx actor.Context) {
+	if m.started {
+		return
+	}
+	m.started = true
+	// A volume left unsettled because its plugin was gone is reconciled as
+	// soon as the plugin registers, not only at its next GC retry. The
+	// registry drops this subscription when the actor stops.
+	for _, ptype := range []string{NodePluginType, ControllerPluginType} {
+		ctx.Send(m.cfg.Registry.PID(), &messages.Subscribe{Type: ptype, Subscriber: ctx.Self()})
+	}
+	keys := make([]volumeKey, 0, len(m.records))
+	for k := range m.records {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b volumeKey) int { return strings.Compare(a.String(), b.String()) })
+	for _, k := range keys {
+		m.enqueue(ctx, &op{kind: opReconcile, key: k, mounts: m.startMounts})
+	}
+	m.startMounts = nil
+}
+
+// onRequest checks a request's IDs and queues it, or refuses it.
+func (m *manager) onRequest(ctx actor.Context, o *op, namespace, id string) {
+	o.replyTo = replyTo(ctx, o.replyTo)
+	o.key = volumeKey{namespace, id}
+	err := checkRequest(o)
+	if err == nil && m.closing {
+		err = fmt.Errorf("%w: %s of volume %s refused", ErrShutDown, o, o.key)
+	}
+	if err != nil {
+		m.answer(ctx, o, MountResult{}, err)
+		return
+	}
+	m.enqueue(ctx, o)
+}
+
+// checkRequest checks the IDs of a request.
+func checkRequest(o *op) error {
+	pairs := []string{"namespace", o.key.namespace, "volume ID", o.key.id}
+	switch o.kind {
+	case opDetach:
+		pairs = append(pairs, "node ID", o.nodeID)
+	case opReconcile:
+	default:
+		pairs = append(pairs, "alloc ID", o.alloc)
+	}
+	return checkIDs(pairs...)
+}
+
+func replyTo(ctx actor.Context, pid *actor.PID) *actor.PID {
+	if pid != nil {
+		return pid
+	}
+	return ctx.Sender()
+}
+
+// start runs o's job on a goroutine; its result comes back as jobDone.
+func (m *manager) start(ctx actor.Context, o *op) {
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	j := newJob(m.env, o.key, m.records[o.key], func(rec *messages.VolumeRecord) {
+		root.Send(self, &recordSaved{key: o.key, rec: rec})
+	})
+	m.running++
+	m.workers.Add(1)
+	go func() {
+		defer m.workers.Done()
+		done := &jobDone{op: o}
+		defer func() {
+			if r := recover(); r != nil {
+				done.err = fmt.Errorf("volumes: %s of volume %s panicked: %v", o, o.key, r)
+			}
+			j.close()
+			root.Send(self, done)
+		}()
+		opCtx, cancel := context.WithTimeout(m.env.base, m.env.opTimeout)
+		defer cancel()
+		done.result, done.err = run(opCtx, j, o)
+	}()
+}
+
+// run is the body of o's job.
+func run(ctx context.Context, j *job, o *op) (MountResult, error) {
+	switch o.kind {
+	case opMount:
+		return j.mount(ctx, o.alloc, o.readOnly)
+	case opUnmount:
+		return MountResult{}, j.unmount(ctx, o.alloc)
+	case opClaim:
+		return MountResult{}, j.claimOnly(ctx, o.alloc, o.readOnly)
+	case opRelease:
+		return MountResult{}, j.release(ctx, o.alloc)
+	case opDetach:
+		return MountResult{}, j.forceDetach(ctx, o.nodeID)
+	}
+	mounts := o.mounts
+	if mounts == nil {
+		var err error
+		if mounts, err = MountPointsUnder(j.env.mountInfo, j.env.paths.root); err != nil {
+			j.log.Warn("cannot read the mount table: published volumes are not checked", "error", err)
+		}
+	}
+	return MountResult{}, j.reconcile(ctx, mounts)
+}
+
+func (m *manager) onRecordSaved(msg *recordSaved) {
+	if recordEmpty(msg.rec) {
+		delete(m.records, msg.key)
+		return
+	}
+	m.records[msg.key] = msg.rec
+}
+
+func (m *manager) onJobDone(ctx actor.Context, msg *jobDone) {
+	o := msg.op
+	m.running--
+	errText := ""
+	if msg.err != nil {
+		errText = msg.err.Error()
+		m.log.Warn(opNames[o.kind]+" failed", "volume", o.key.String(), "op", o.String(), "error", msg.err)
+	}
+	m.outcomes[o.key] = outcome{op: o.String(), err: errText}
+	m.answer(ctx, o, msg.result, msg.err)
+	if rec, ok := m.records[o.key]; ok && !settled(rec) {
+		m.scheduleRetry(ctx, o.key, msg.err)
+	} else {
+		m.forgetRetry(o.key)
+	}
+	m.runNext(ctx, o.key)
+	m.sweep(o.alloc)
+	m.finishShutdown(ctx)
+}
+
+// sweep removes alloc's empty per-alloc directories once no record holds a
+// publish of alloc and no operation of alloc runs or waits. It runs on the
+// actor's goroutine (a few rmdir calls) because only the actor knows that
+// no job is about to create a target under them: jobs of different volumes
+// share these parents.
+func (m *manager) sweep(alloc string) {
+	if alloc == "" {
+		return
+	}
+	for _, rec := range m.records {
+		if _, ok := rec.GetPublishes()[alloc]; ok {
+			return
+		}
+	}
+	for _, q := range m.queues {
+		if q.running != nil && q.running.alloc == alloc || slices.ContainsFunc(q.pending, func(o *op) bool { return o.alloc == alloc }) {
+			return
+		}
+	}
+	for _, dir := range m.env.paths.allocDirs(alloc) {
+		if err := removeEmptyTree(dir); err != nil {
+			m.log.Warn("could not remove an alloc's empty directories", "alloc_id", alloc, "error", err)
+		}
+	}
+}
+
+// answer sends o's response to its requester, if it has one.
+func (m *manager) answer(ctx actor.Context, o *op, res MountResult, err error) {
+	if o.replyTo == nil {
+		return
+	}
+	if o.kind != opMount {
+		ctx.Send(o.replyTo, &messages.VolumeOpResponse{Error: errorToProto(err)})
+		return
+	}
+	resp := &messages.MountAllocVolumeResponse{Error: errorToProto(err)}
+	if err == nil {
+		resp.TargetPath, resp.StagingPath, resp.IsDevice = res.TargetPath, res.StagingPath, res.IsDevice
+	}
+	ctx.Send(o.replyTo, resp)
+}
+
+func (m *manager) onStatus(ctx actor.Context, msg *messages.VolumeStatusRequest) {
+	to := replyTo(ctx, msg.GetReplyTo())
+	key := volumeKey{msg.GetNamespace(), msg.GetVolumeId()}
+	if err := checkIDs("namespace", key.namespace, "volume ID", key.id); err != nil {
+		ctx.Send(to, &messages.VolumeStatusResponse{Error: errorToProto(err)})
+		return
+	}
+	resp := &messages.VolumeStatusResponse{Busy: m.busy(key)}
+	if rec, ok := m.records[key]; ok {
+		resp.Record = proto.Clone(rec).(*messages.VolumeRecord)
+	}
+	if out, ok := m.outcomes[key]; ok {
+		resp.LastOperation, resp.LastError = out.op, out.err
+	}
+	suffix := "/" + key.namespace + "/" + key.id
+	for _, o := range m.orphans {
+		if strings.HasSuffix(o, suffix) {
+			resp.Orphans = append(resp.Orphans, o)
+		}
+	}
+	ctx.Send(to, resp)
+}
+
+// onShutdown refuses what waits, cancels the running jobs' RPCs, and
+// answers once they have ended.
+func (m *manager) onShutdown(ctx actor.Context, msg *messages.ShutdownVolumeManager) {
+	m.closing = true
+	m.shutdown = append(m.shutdown, replyTo(ctx, msg.GetReplyTo()))
+	for _, o := range m.drain() {
+		m.answer(ctx, o, MountResult{}, fmt.Errorf("%w: %s of volume %s was waiting", ErrShutDown, o, o.key))
+	}
+	for key := range m.retries {
+		m.forgetRetry(key)
+	}
+	m.cancel()
+	m.finishShutdown(ctx)
+}
+
+func (m *manager) finishShutdown(ctx actor.Context) {
+	if !m.closing || m.running > 0 {
+		return
+	}
+	for _, pid := range m.shutdown {
+		ctx.Send(pid, &messages.VolumeOpResponse{})
+	}
+	m.shutdown = nil
+}
+
+func (m *manager) onStopped() {
+	m.cancel()
+	for key := range m.retries {
+		m.forgetRetry(key)
+	}
+}

@@ -1,0 +1,309 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// MountResult says where a mounted volume is.
+type MountResult struct {
+	// TargetPath is where the alloc finds the volume: a directory, or a
+	// device file for a block-device volume.
+	TargetPath string
+	// StagingPath is where the volume is staged; empty when the plugin
+	// does not stage.
+	StagingPath string
+	IsDevice    bool
+}
+
+func (j *job) result(pub *messages.VolumePublish) MountResult {
+	return MountResult{
+		TargetPath:  pub.GetTargetPath(),
+		StagingPath: j.rec.GetStage().GetStagingPath(),
+		IsDevice:    j.rec.GetAttachmentMode() == string(model.AttachmentModeBlockDevice),
+	}
+}
+
+// mount claims, attaches (when the controller attaches and the volume is
+// not attached), stages (when the node stages and the volume is not staged)
+// and publishes the volume for alloc. A failure rolls back what this mount
+// did, and only that.
+func (j *job) mount(ctx context.Context, alloc string, readOnly bool) (MountResult, error) {
+	vol, err := j.volume(ctx)
+	if err != nil {
+		return MountResult{}, err
+	}
+	if err := j.adopt(vol); err != nil {
+		return MountResult{}, err
+	}
+	if pub := j.rec.GetPublishes()[alloc]; pub != nil {
+		if pub.GetState() == statePublished && pub.GetReadOnly() == readOnly {
+			return j.result(pub), nil
+		}
+		return MountResult{}, fmt.Errorf("%w: alloc %s already has a mount of volume %s (state %s, read_only %t%s); unmount it first",
+			ErrInUse, alloc, j.key, pub.GetState(), pub.GetReadOnly(), lastErrorNote(pub.GetLastError()))
+	}
+	if err := j.unfinished(); err != nil {
+		return MountResult{}, err
+	}
+	socket, err := j.nodeSocket("")
+	if err != nil {
+		return MountResult{}, err
+	}
+	_, held := vol.Claims[alloc]
+	pub := &messages.VolumePublish{
+		AllocId: alloc, State: stateClaiming, ReadOnly: readOnly, ClaimedByMount: !held, NodeSocket: socket,
+		TargetPath: j.env.paths.target(vol.PluginID, alloc, j.key.namespace, j.key.id),
+	}
+	if j.rec.Publishes == nil {
+		j.rec.Publishes = map[string]*messages.VolumePublish{}
+	}
+	j.rec.Publishes[alloc] = pub
+	if err := j.save(); err != nil {
+		return MountResult{}, err
+	}
+	if err := j.mountSteps(ctx, vol, pub); err != nil {
+		rbCtx, cancel := j.rollbackContext()
+		defer cancel()
+		if rbErr := j.takeDown(rbCtx, alloc); rbErr != nil {
+			return MountResult{}, fmt.Errorf("%w; rolling back failed too (the GC step retries it): %w", err, rbErr)
+		}
+		return MountResult{}, err
+	}
+	j.log.Info("volume mounted", "alloc_id", alloc, "read_only", readOnly, "target_path", pub.GetTargetPath())
+	return j.result(pub), nil
+}
+
+// adopt fills a new record from the catalog's volume, or checks that the
+// record still describes it.
+func (j *job) adopt(vol *Volume) error {
+	if msg := checkID("plugin ID", vol.PluginID); msg != "" {
+		return invalid("volume " + j.key.String() + ": " + msg)
+	}
+	if recordEmpty(j.rec) {
+		j.rec.PluginId, j.rec.ExternalId = vol.PluginID, vol.externalID()
+		j.rec.AccessMode, j.rec.AttachmentMode = string(vol.AccessMode), string(vol.AttachmentMode)
+		return nil
+	}
+	if j.rec.GetPluginId() != vol.PluginID || j.rec.GetExternalId() != vol.externalID() {
+		return fmt.Errorf("%w: volume %s is held on this node as plugin %q volume %q, and the catalog now says plugin %q volume %q; unmount its allocs %v first",
+			ErrInUse, j.key, j.rec.GetPluginId(), j.rec.GetExternalId(), vol.PluginID, vol.externalID(), publishedAllocs(j.rec))
+	}
+	return nil
+}
+
+// unfinished refuses a mount while the attachment or the stage is on its
+// way out or failed half way: the GC step finishes them first.
+func (j *job) unfinished() error {
+	if a := j.rec.GetAttachment(); a != nil && a.GetState() != stateAttached {
+		return fmt.Errorf("%w: volume %s is %s on this node%s; retry once it is done", ErrInUse, j.key, a.GetState(), lastErrorNote(a.GetLastError()))
+	}
+	if s := j.rec.GetStage(); s != nil && s.GetState() != stateStaged {
+		return fmt.Errorf("%w: volume %s is %s on this node%s; retry once it is done", ErrInUse, j.key, s.GetState(), lastErrorNote(s.GetLastError()))
+	}
+	return nil
+}
+
+func lastErrorNote(e string) string {
+	if e == "" {
+		return ""
+	}
+	return ", last error: " + e
+}
+
+// mountSteps runs the way in after the publish record is written.
+func (j *job) mountSteps(ctx context.Context, vol *Volume, pub *messages.VolumePublish) error {
+	mode := model.ClaimModeWrite
+	if pub.GetReadOnly() {
+		mode = model.ClaimModeRead
+	}
+	if err := j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, pub.GetAllocId(), mode); err != nil {
+		return err
+	}
+	node, err := j.client(ctx, pub.GetNodeSocket())
+	if err != nil {
+		return err
+	}
+	caps, err := node.NodeGetCapabilities(ctx)
+	if err != nil {
+		return err
+	}
+	if j.rec.Attachment == nil {
+		if err := j.attach(ctx, vol, pub.GetNodeSocket()); err != nil {
+			return err
+		}
+	}
+	if caps.StageUnstageVolume && j.rec.Stage == nil {
+		if err := j.stage(ctx, vol, pub.GetNodeSocket()); err != nil {
+			return err
+		}
+	}
+	return j.publish(ctx, vol, pub)
+}
+
+// attach publishes the volume to this node through the controller, when
+// the controller says it must.
+func (j *job) attach(ctx context.Context, vol *Volume, nodeSocket string) error {
+	ctrl, socket, err := j.controllerClient(ctx, "")
+	if err != nil {
+		return err
+	}
+	required, err := j.attachRequired(ctx, ctrl)
+	if err != nil || !required {
+		return err
+	}
+	node, err := j.client(ctx, nodeSocket)
+	if err != nil {
+		return err
+	}
+	info, err := node.NodeGetInfo(ctx)
+	if err != nil {
+		return err
+	}
+	a := &messages.VolumeAttachment{State: stateAttaching, NodeId: info.NodeID, ControllerSocket: socket}
+	j.rec.Attachment = a
+	if err := j.save(); err != nil {
+		return err
+	}
+	resp, err := ctrl.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
+		VolumeId: j.rec.GetExternalId(), NodeId: a.GetNodeId(), VolumeCapability: capability(j.rec, vol),
+		Readonly: vol.AccessMode.ReadOnly(), Secrets: vol.Secrets, VolumeContext: vol.Context,
+	})
+	if err != nil {
+		a.LastError = err.Error()
+		return err
+	}
+	a.State, a.PublishContext, a.LastError = stateAttached, resp.GetPublishContext(), ""
+	return j.save()
+}
+
+// stage stages the volume at its one staging path on this node.
+func (j *job) stage(ctx context.Context, vol *Volume, socket string) error {
+	s := &messages.VolumeStage{State: stateStaging, StagingPath: j.env.paths.staging(vol.PluginID, j.key.namespace, j.key.id), NodeSocket: socket}
+	j.rec.Stage = s
+	if err := j.save(); err != nil {
+		return err
+	}
+	if err := j.nodeStage(ctx, vol, s); err != nil {
+		s.LastError = err.Error()
+		return err
+	}
+	s.State, s.LastError = stateStaged, ""
+	return j.save()
+}
+
+// nodeStage sends NodeStageVolume for s (idempotent, so reconcile sends it
+// again where the kernel lost a mount).
+func (j *job) nodeStage(ctx context.Context, vol *Volume, s *messages.VolumeStage) error {
+	node, err := j.nodeClient(ctx, s.GetNodeSocket())
+	if err != nil {
+		return err
+	}
+	if err := mkdirPrivate(s.GetStagingPath()); err != nil {
+		return err
+	}
+	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: j.rec.GetExternalId(), PublishContext: j.rec.GetAttachment().GetPublishContext(),
+		StagingTargetPath: s.GetStagingPath(), VolumeCapability: capability(j.rec, vol),
+		Secrets: vol.Secrets, VolumeContext: vol.Context,
+	})
+	return err
+}
+
+// publish publishes the volume at pub's target, read-only for a reader.
+func (j *job) publish(ctx context.Context, vol *Volume, pub *messages.VolumePublish) error {
+	pub.State = statePublishing
+	if err := j.save(); err != nil {
+		return err
+	}
+	if err := j.nodePublish(ctx, vol, pub); err != nil {
+		pub.LastError = err.Error()
+		return err
+	}
+	pub.State, pub.LastError = statePublished, ""
+	return j.save()
+}
+
+// nodePublish sends NodePublishVolume for pub. It creates the target's
+// parent; the plugin creates the target itself (CSI spec).
+func (j *job) nodePublish(ctx context.Context, vol *Volume, pub *messages.VolumePublish) error {
+	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
+	if err != nil {
+		return err
+	}
+	if err := mkdirPrivate(filepath.Dir(pub.GetTargetPath())); err != nil {
+		return err
+	}
+	_, err = node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: j.rec.GetExternalId(), PublishContext: j.rec.GetAttachment().GetPublishContext(),
+		StagingTargetPath: j.rec.GetStage().GetStagingPath(), TargetPath: pub.GetTargetPath(),
+		VolumeCapability: capability(j.rec, vol), Readonly: pub.GetReadOnly(),
+		Secrets: vol.Secrets, VolumeContext: vol.Context,
+	})
+	return err
+}
+
+// claimOnly claims the volume for alloc without mounting it.
+func (j *job) claimOnly(ctx context.Context, alloc string, readOnly bool) error {
+	if _, err := j.volume(ctx); err != nil {
+		return err
+	}
+	mode := model.ClaimModeWrite
+	if readOnly {
+		mode = model.ClaimModeRead
+	}
+	return j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, alloc, mode)
+}
+
+// release frees alloc's claim, unless alloc has the volume published here.
+func (j *job) release(ctx context.Context, alloc string) error {
+	if pub := j.rec.GetPublishes()[alloc]; pub != nil {
+		return fmt.Errorf("%w: alloc %s has volume %s mounted at %s (state %s); unmount it first",
+			ErrInUse, alloc, j.key, pub.GetTargetPath(), pub.GetState())
+	}
+	if _, err := j.volume(ctx); err != nil {
+		return err
+	}
+	return j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: model.ClaimStateReadyToFree})
+}
+
+// forceDetach is an operator's detach of the volume from nodeID.
+func (j *job) forceDetach(ctx context.Context, nodeID string) error {
+	if allocs := publishedAllocs(j.rec); len(allocs) > 0 || j.rec.GetStage() != nil {
+		return fmt.Errorf("%w: volume %s is staged or published on this node (allocs %v); unmount them first", ErrInUse, j.key, allocs)
+	}
+	vol, err := j.volume(ctx)
+	if err != nil {
+		return err
+	}
+	if a := j.rec.GetAttachment(); a != nil && a.GetNodeId() == nodeID {
+		return j.detach(ctx)
+	}
+	if recordEmpty(j.rec) {
+		if err := j.adopt(vol); err != nil {
+			return err
+		}
+	}
+	ctrl, _, err := j.controllerClient(ctx, "")
+	if err != nil {
+		return err
+	}
+	if required, err := j.attachRequired(ctx, ctrl); err != nil || !required {
+		return err
+	}
+	_, err = ctrl.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
+		VolumeId: vol.externalID(), NodeId: nodeID, Secrets: vol.Secrets,
+	})
+	if errors.Is(err, csi.ErrNotFound) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,110 @@
+package volumes
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// opKind is what an operation does to its volume.
+type opKind int
+
+const (
+	opMount opKind = iota
+	opUnmount
+	opClaim
+	opRelease
+	opDetach
+	opReconcile
+)
+
+var opNames = map[opKind]string{
+	opMount: "mount", opUnmount: "unmount", opClaim: "claim", opRelease: "release",
+	opDetach: "detach", opReconcile: "reconcile",
+}
+
+// op is one operation waiting for, or holding, its volume.
+type op struct {
+	kind     opKind
+	key      volumeKey
+	alloc    string
+	readOnly bool
+	nodeID   string
+	// mounts is the mount table a reconcile starts from; nil makes it
+	// read the table itself.
+	mounts map[string]bool
+	// replyTo is the requester; nil for the manager's own reconciles.
+	replyTo *actor.PID
+}
+
+// String names the operation for the volume's status and the logs.
+func (o *op) String() string {
+	switch {
+	case o.alloc != "":
+		return opNames[o.kind] + " " + o.alloc
+	case o.nodeID != "":
+		return opNames[o.kind] + " " + o.nodeID
+	}
+	return opNames[o.kind]
+}
+
+// queue holds the operations on one volume: the running one and those
+// waiting behind it, oldest first. Operations on one volume run one at a
+// time, in the order they arrived; different volumes run concurrently.
+type queue struct {
+	running *op
+	pending []*op
+}
+
+// enqueue puts o behind the operations on its volume and starts it when
+// none runs. A reconcile already waiting makes another one redundant.
+func (m *manager) enqueue(ctx actor.Context, o *op) {
+	q, ok := m.queues[o.key]
+	if !ok {
+		q = &queue{}
+		m.queues[o.key] = q
+	}
+	if o.kind == opReconcile {
+		for _, p := range q.pending {
+			if p.kind == opReconcile {
+				return
+			}
+		}
+	}
+	q.pending = append(q.pending, o)
+	if q.running == nil {
+		m.runNext(ctx, o.key)
+	}
+}
+
+// runNext starts the oldest operation waiting on the volume, if any.
+func (m *manager) runNext(ctx actor.Context, key volumeKey) {
+	q, ok := m.queues[key]
+	if !ok {
+		return
+	}
+	q.running = nil
+	if len(q.pending) == 0 {
+		delete(m.queues, key)
+		return
+	}
+	o := q.pending[0]
+	q.pending[0] = nil
+	q.pending = q.pending[1:]
+	q.running = o
+	m.start(ctx, o)
+}
+
+// busy reports whether an operation runs on the volume.
+func (m *manager) busy(key volumeKey) bool {
+	q, ok := m.queues[key]
+	return ok && q.running != nil
+}
+
+// drain removes and returns every waiting operation, for shutdown.
+func (m *manager) drain() []*op {
+	var out []*op
+	for _, q := range m.queues {
+		out = append(out, q.pending...)
+		q.pending = nil
+	}
+	return out
+}

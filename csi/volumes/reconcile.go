@@ -1,0 +1,108 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// reconcile brings the volume's record and the node into agreement, at
+// start and from the GC step: a publish on the way in (claiming,
+// publishing) rolls back; one on the way out (unpublishing, releasing)
+// completes; a published one whose target the kernel no longer has
+// mounted is staged and published again (both RPCs are idempotent); and
+// with no publish left, a stage and an attachment are taken down. mounts
+// is the kernel's mount table under the root, nil when unknown.
+func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
+	var errs []error
+	for _, alloc := range publishedAllocs(j.rec) {
+		pub := j.rec.GetPublishes()[alloc]
+		if pub.GetState() != statePublished {
+			errs = append(errs, j.takeDown(ctx, alloc))
+			continue
+		}
+		if mounts != nil && !mounts[pub.GetTargetPath()] {
+			errs = append(errs, j.republish(ctx, pub))
+		}
+	}
+	if len(j.rec.GetPublishes()) == 0 {
+		if err := j.unstage(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			errs = append(errs, j.detach(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// republish stages (when staged) and publishes pub again.
+func (j *job) republish(ctx context.Context, pub *messages.VolumePublish) error {
+	vol, err := j.volume(ctx)
+	if err != nil {
+		return j.failed(pub, err)
+	}
+	j.log.Warn("a published volume is not mounted: publishing it again", "alloc_id", pub.GetAllocId(), "target_path", pub.GetTargetPath())
+	if s := j.rec.GetStage(); s != nil {
+		if err := j.nodeStage(ctx, vol, s); err != nil {
+			return j.failed(pub, err)
+		}
+	}
+	if err := j.nodePublish(ctx, vol, pub); err != nil {
+		return j.failed(pub, err)
+	}
+	pub.LastError = ""
+	return j.save()
+}
+
+// settled reports whether rec needs no more work: every publish published
+// without error, the stage staged and the attachment attached, and both
+// only while something is published.
+func settled(rec *messages.VolumeRecord) bool {
+	if recordEmpty(rec) {
+		return true
+	}
+	if len(rec.GetPublishes()) == 0 {
+		return false
+	}
+	for _, p := range rec.GetPublishes() {
+		if p.GetState() != statePublished || p.GetLastError() != "" {
+			return false
+		}
+	}
+	if s := rec.GetStage(); s != nil && (s.GetState() != stateStaged || s.GetLastError() != "") {
+		return false
+	}
+	a := rec.GetAttachment()
+	return a == nil || (a.GetState() == stateAttached && a.GetLastError() == "")
+}
+
+// orphans returns, sorted, the mounts under root's staging and per-alloc
+// directories that no record explains.
+func orphans(root string, mounts map[string]bool, records map[volumeKey]*messages.VolumeRecord) []string {
+	known := map[string]bool{}
+	for _, rec := range records {
+		if s := rec.GetStage(); s != nil {
+			known[s.GetStagingPath()] = true
+		}
+		for _, p := range rec.GetPublishes() {
+			known[p.GetTargetPath()] = true
+		}
+	}
+	var out []string
+	for m := range mounts {
+		rel, err := filepath.Rel(root, m)
+		if err != nil || known[m] {
+			continue
+		}
+		parts := strings.Split(rel, string(filepath.Separator))
+		if len(parts) >= 3 && (parts[1] == StagingDirName || parts[1] == PerAllocDirName) {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

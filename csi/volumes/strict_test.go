@@ -1,0 +1,243 @@
+package volumes_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plugvisor/plugvisor/csi"
+	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+)
+
+// strictPlugin is the reference hostpath plugin served from a gRPC server
+// of the test's own, whose interceptor adds what a strict attaching driver
+// does: the controller advertises PUBLISH_UNPUBLISH_VOLUME and keeps the
+// attachments; NodeStageVolume is refused before ControllerPublishVolume;
+// NodeUnstageVolume is refused (and counted as a violation) while a target
+// of the volume is published. It can hang one RPC, before or after doing
+// its work, to stand for an agent killed at that point, and it can be
+// restarted on its socket.
+type strictPlugin struct {
+	t      *testing.T
+	driver *hostpath.Driver
+	socket string
+	nodeID string
+
+	mu         sync.Mutex
+	server     *grpc.Server
+	served     chan struct{}
+	attached   map[string]string          // volume ID → node ID
+	published  map[string]map[string]bool // volume ID → targets
+	violations []string
+	calls      []string
+	fault      *fault
+}
+
+// fault hangs one RPC until release is closed; the RPC then fails with
+// Unavailable.
+type fault struct {
+	method  string // "NodeStageVolume", ...
+	after   bool   // do the work first
+	reached chan struct{}
+	release chan struct{}
+}
+
+func newStrictPlugin(t *testing.T, n *node, name string) *strictPlugin {
+	dir := hostpathtest.TempDir(t)
+	d, err := hostpath.New(hostpath.Config{Name: "hostpath", NodeID: "n1", Root: filepath.Join(dir, "hp"), Logger: hostpathtest.Logger(t)})
+	require.NoError(t, err)
+	p := &strictPlugin{t: t, driver: d, socket: filepath.Join(dir, "csi.sock"), nodeID: "n1",
+		attached: map[string]string{}, published: map[string]map[string]bool{}}
+	p.serve()
+	t.Cleanup(p.stop)
+	n.register(volumes.NodePluginType, name, "a1", p.socket)
+	n.register(volumes.ControllerPluginType, name, "a1", p.socket)
+	return p
+}
+
+func (p *strictPlugin) serve() {
+	l, err := net.Listen("unix", p.socket)
+	require.NoError(p.t, err)
+	s := grpc.NewServer(grpc.UnaryInterceptor(p.intercept))
+	p.driver.Register(s)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = s.Serve(l)
+	}()
+	p.mu.Lock()
+	p.server, p.served = s, served
+	p.mu.Unlock()
+}
+
+func (p *strictPlugin) stop() {
+	p.mu.Lock()
+	s, served, f := p.server, p.served, p.fault
+	p.server, p.fault = nil, nil
+	p.mu.Unlock()
+	if f != nil {
+		f.free()
+	}
+	if s != nil {
+		s.Stop()
+		<-served
+	}
+}
+
+// restart stops serving and serves again on the same socket; the driver
+// keeps its state on disk, as a restarted plugin process does.
+func (p *strictPlugin) restart() {
+	p.stop()
+	_ = os.Remove(p.socket)
+	p.serve()
+}
+
+// hang makes the next call of method hang; it returns the fault.
+func (p *strictPlugin) hang(method string, after bool) *fault {
+	f := &fault{method: method, after: after, reached: make(chan struct{}), release: make(chan struct{})}
+	p.mu.Lock()
+	p.fault = f
+	p.mu.Unlock()
+	return f
+}
+
+func (f *fault) free() {
+	select {
+	case <-f.release:
+	default:
+		close(f.release)
+	}
+}
+
+func (p *strictPlugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+	p.mu.Lock()
+	p.calls = append(p.calls, method)
+	f := p.fault
+	if f != nil && f.method == method {
+		p.fault = nil
+	} else {
+		f = nil
+	}
+	p.mu.Unlock()
+	if f != nil && !f.after {
+		close(f.reached)
+		<-f.release
+		return nil, status.Error(codes.Unavailable, "strict: the agent was killed")
+	}
+	resp, err := p.answer(ctx, method, req, handler)
+	if f != nil {
+		close(f.reached)
+		<-f.release
+		return nil, status.Error(codes.Unavailable, "strict: the agent was killed")
+	}
+	return resp, err
+}
+
+// answer is the strict plugin's answer to one RPC.
+func (p *strictPlugin) answer(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch r := req.(type) {
+	case *csipb.ControllerPublishVolumeRequest:
+		if other, ok := p.attached[r.GetVolumeId()]; ok && other != r.GetNodeId() {
+			return nil, status.Errorf(codes.FailedPrecondition, "strict: volume %s is attached to %s", r.GetVolumeId(), other)
+		}
+		p.attached[r.GetVolumeId()] = r.GetNodeId()
+		return &csipb.ControllerPublishVolumeResponse{PublishContext: map[string]string{"attached-to": r.GetNodeId()}}, nil
+	case *csipb.ControllerUnpublishVolumeRequest:
+		delete(p.attached, r.GetVolumeId())
+		return &csipb.ControllerUnpublishVolumeResponse{}, nil
+	case *csipb.NodeStageVolumeRequest:
+		if p.attached[r.GetVolumeId()] != p.nodeID || r.GetPublishContext()["attached-to"] != p.nodeID {
+			return nil, status.Errorf(codes.FailedPrecondition, "strict: volume %s is staged before it is attached here", r.GetVolumeId())
+		}
+	case *csipb.NodeUnstageVolumeRequest:
+		if live := p.published[r.GetVolumeId()]; len(live) > 0 {
+			p.violations = append(p.violations, fmt.Sprintf("NodeUnstageVolume of %s while published at %v", r.GetVolumeId(), live))
+			return nil, status.Errorf(codes.FailedPrecondition, "strict: volume %s is still published", r.GetVolumeId())
+		}
+	}
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	switch r := req.(type) {
+	case *csipb.ControllerGetCapabilitiesRequest:
+		out := resp.(*csipb.ControllerGetCapabilitiesResponse)
+		out.Capabilities = append(out.Capabilities, &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{
+			Rpc: &csipb.ControllerServiceCapability_RPC{Type: csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}}})
+	case *csipb.NodePublishVolumeRequest:
+		if p.published[r.GetVolumeId()] == nil {
+			p.published[r.GetVolumeId()] = map[string]bool{}
+		}
+		p.published[r.GetVolumeId()][r.GetTargetPath()] = true
+	case *csipb.NodeUnpublishVolumeRequest:
+		delete(p.published[r.GetVolumeId()], r.GetTargetPath())
+	}
+	return resp, nil
+}
+
+// create creates a volume on the plugin and registers it in the catalog's
+// default namespace.
+func (p *strictPlugin) create(n *node, id, plugin string, access catalog.AccessMode) string {
+	p.t.Helper()
+	return p.createIn(n, "default", id, id, plugin, access)
+}
+
+// createIn creates the plugin volume name and registers it as ns/id.
+func (p *strictPlugin) createIn(n *node, ns, id, name, plugin string, access catalog.AccessMode) string {
+	p.t.Helper()
+	c, err := csi.Dial(ctx, p.socket, csi.Options{})
+	require.NoError(p.t, err)
+	defer func() { _ = c.Close() }()
+	resp, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csipb.VolumeCapability{{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}}})
+	require.NoError(p.t, err)
+	n.catalog.addIn(ns, id, resp.GetVolume().GetVolumeId(), plugin, access, catalog.AttachmentModeFileSystem)
+	return resp.GetVolume().GetVolumeId()
+}
+
+// state is what the plugin holds: attachments, published targets, and
+// violations of the rules.
+func (p *strictPlugin) state() (attached []string, published []string, violations []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for v := range p.attached {
+		attached = append(attached, v)
+	}
+	for _, targets := range p.published {
+		for t := range targets {
+			published = append(published, t)
+		}
+	}
+	slices.Sort(attached)
+	slices.Sort(published)
+	return attached, published, slices.Clone(p.violations)
+}
+
+// mountsUnder lists, sorted, the kernel's mounts at or below dir.
+func mountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir)
+	require.NoError(t, err)
+	return slices.Sorted(maps.Keys(mounts))
+}

@@ -1,0 +1,184 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// unmount takes alloc's mount of the volume down, from whatever state its
+// record is in.
+func (j *job) unmount(ctx context.Context, alloc string) error {
+	if j.rec.GetPublishes()[alloc] == nil {
+		return fmt.Errorf("%w: alloc %s has no mount of volume %s on this node", ErrNotMounted, alloc, j.key)
+	}
+	if err := j.takeDown(ctx, alloc); err != nil {
+		return err
+	}
+	j.log.Info("volume unmounted", "alloc_id", alloc)
+	return nil
+}
+
+// takeDown runs the way out for alloc's publish record: unpublish (unless
+// it never reached publishing), then, when no other publish record remains
+// on the node, unstage and detach, then release a claim the mount made,
+// then remove the publish record. Each step is written before its RPC and
+// after it; a step that fails leaves its state and last error for the GC
+// step to retry. It is also the rollback of a failed mount and the
+// reconcile of an unfinished one: every step is safe to repeat.
+func (j *job) takeDown(ctx context.Context, alloc string) error {
+	pub := j.rec.GetPublishes()[alloc]
+	switch pub.GetState() {
+	case statePublishing, statePublished, stateUnpublishing:
+		if err := j.unpublish(ctx, pub); err != nil {
+			return j.failed(pub, err)
+		}
+	}
+	pub.State, pub.LastError = stateReleasing, ""
+	if err := j.save(); err != nil {
+		return err
+	}
+	if len(otherPublishes(j.rec, alloc)) == 0 {
+		if err := j.unstage(ctx); err != nil {
+			return j.failed(pub, err)
+		}
+		if err := j.detach(ctx); err != nil {
+			if pub.GetClaimedByMount() {
+				j.stuckClaim(ctx, alloc, model.ClaimStateNodeDetached, err)
+			}
+			return j.failed(pub, err)
+		}
+	}
+	if pub.GetClaimedByMount() {
+		err := j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: model.ClaimStateReadyToFree})
+		if err != nil {
+			return j.failed(pub, err)
+		}
+	}
+	delete(j.rec.Publishes, alloc)
+	return j.save()
+}
+
+// failed records err as pub's last error and returns it.
+func (j *job) failed(pub *messages.VolumePublish, err error) error {
+	pub.LastError = err.Error()
+	if saveErr := j.save(); saveErr != nil && !errors.Is(err, ErrStore) {
+		return fmt.Errorf("%w (and %w)", err, saveErr)
+	}
+	return err
+}
+
+// stuckClaim records in the catalog that alloc's claim is released as far
+// as state and why it is stuck there; the alloc keeps its claim (and its
+// writer slot) until the GC step frees it.
+func (j *job) stuckClaim(ctx context.Context, alloc string, state model.ClaimState, cause error) {
+	err := j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: state, LastError: cause.Error()})
+	if err != nil {
+		j.log.Warn("could not record a stuck claim in the catalog", "alloc_id", alloc, "error", err)
+	}
+}
+
+// unpublish sends NodeUnpublishVolume for pub and removes its target.
+func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error {
+	pub.State = stateUnpublishing
+	if err := j.save(); err != nil {
+		return err
+	}
+	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
+	if err != nil {
+		return err
+	}
+	if _, err := node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
+		VolumeId: j.rec.GetExternalId(), TargetPath: pub.GetTargetPath(),
+	}); err != nil {
+		return err
+	}
+	if err := os.Remove(pub.GetTargetPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("volumes: NodeUnpublishVolume succeeded but the target is still there: %w", err)
+	}
+	return nil
+}
+
+// unstage sends NodeUnstageVolume when the volume is staged (or may be)
+// and removes the stage from the record. Callers check first that no
+// publish record remains.
+func (j *job) unstage(ctx context.Context) error {
+	s := j.rec.GetStage()
+	if s == nil {
+		return nil
+	}
+	if others := publishedAllocs(j.rec); len(others) > 1 {
+		return fmt.Errorf("volumes: internal error: unstage of %s with allocs %v published", j.key, others)
+	}
+	s.State = stateUnstaging
+	if err := j.save(); err != nil {
+		return err
+	}
+	err := j.nodeUnstage(ctx, s)
+	if err != nil {
+		s.LastError = err.Error()
+		return err
+	}
+	j.removeDir(s.GetStagingPath())
+	j.rec.Stage = nil
+	return j.save()
+}
+
+func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
+	node, err := j.nodeClient(ctx, s.GetNodeSocket())
+	if err != nil {
+		return err
+	}
+	_, err = node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{
+		VolumeId: j.rec.GetExternalId(), StagingTargetPath: s.GetStagingPath(),
+	})
+	return err
+}
+
+// detach sends ControllerUnpublishVolume with the stored node ID once the
+// volume is no longer staged, and removes the attachment from the record.
+// NotFound (the volume or node is gone) counts as done.
+func (j *job) detach(ctx context.Context) error {
+	a := j.rec.GetAttachment()
+	if a == nil || j.rec.GetStage() != nil {
+		return nil
+	}
+	a.State = stateDetaching
+	if err := j.save(); err != nil {
+		return err
+	}
+	err := j.controllerUnpublish(ctx, a)
+	if err != nil && !errors.Is(err, csi.ErrNotFound) {
+		a.LastError = err.Error()
+		return err
+	}
+	j.rec.Attachment = nil
+	return j.save()
+}
+
+func (j *job) controllerUnpublish(ctx context.Context, a *messages.VolumeAttachment) error {
+	ctrl, _, err := j.controllerClient(ctx, a.GetControllerSocket())
+	if err != nil {
+		return err
+	}
+	_, err = ctrl.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
+		VolumeId: j.rec.GetExternalId(), NodeId: a.GetNodeId(), Secrets: j.secrets(ctx),
+	})
+	return err
+}
+
+// removeDir removes the volume's own empty directory; a failure is logged,
+// not returned: the step itself succeeded. Parents are shared with other
+// volumes, whose jobs run concurrently: the manager removes them (sweep).
+func (j *job) removeDir(dir string) {
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		j.log.Warn("could not remove a directory", "path", dir, "error", err)
+	}
+}
