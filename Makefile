@@ -37,9 +37,9 @@ test: ## go vet, then every test under the race detector
 FUZZ_TARGETS := \
 	names:FuzzCheck names:FuzzCheckSocketPath \
 	registry:FuzzValidatePlugin \
-	csi/catalog:FuzzClaims \
+	csi/catalog/model:FuzzClaims csi/volumes:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
-	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeClaimBody api:FuzzDecodeMountBody
+	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody
 FUZZTIME      ?= 10s
 FUZZTIME_LONG ?= 5m
 

@@ -7,7 +7,6 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -199,20 +198,9 @@ func decode(w http.ResponseWriter, r *http.Request, m proto.Message) error {
 	return nil
 }
 
-// decodeJSON reads a size-limited body into a Go struct, refusing unknown
-// fields.
+// decodeJSON reads a size-limited JSON object into a Go struct: the one
+// decoder of every JSON body (decodeStrict), refusing an empty body,
+// unknown fields, values of the wrong type and trailing data.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := readBody(w, r)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", errBadBody, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: data after the JSON object; send one object", errBadBody)
-	}
-	return nil
+	return decodeStrict(w, r, v, false)
 }

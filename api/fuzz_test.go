@@ -103,13 +103,14 @@ func FuzzDecodeVolumeBody(f *testing.F) {
 		`{"id":"../v","namespace":".","topologies":[{"zone":"a"},{}]}`)
 }
 
-// FuzzDecodeClaimBody: POST /v1/volumes/{ns}/{id}/claim.
-func FuzzDecodeClaimBody(f *testing.F) {
-	fuzzJSONBody[ClaimBody](f, `{"alloc_id":"a1","read_only":true}`, `{"alloc_id":"a1","release":true}`)
+// FuzzDecodeAllocBody: POST /v1/volumes/{ns}/{id}/claim, release, mount
+// and unmount.
+func FuzzDecodeAllocBody(f *testing.F) {
+	fuzzJSONBody[AllocBody](f, `{"alloc_id":"a1","read_only":true}`, `{"alloc_id":"a1","release":true}`)
 }
 
-// FuzzDecodeMountBody: POST /v1/volumes/{ns}/{id}/mount and unmount.
-func FuzzDecodeMountBody(f *testing.F) {
-	fuzzJSONBody[MountBody](f,
-		`{"alloc_id":"a1","fs_type":"ext4","mount_flags":["ro"],"volume_context":{"k":"v"},"publish_context":{}}`)
+// FuzzDecodeCreateBody: POST /v1/volumes/{ns}/{id}/create.
+func FuzzDecodeCreateBody(f *testing.F) {
+	fuzzJSONBody[CreateBody](f,
+		`{"plugin_id":"hp","access_mode":"single-node-writer","capacity":{"required_bytes":1024},"secrets":{"k":"v"},"mount_options":{"fs_type":"ext4","mount_flags":["ro"]}}`)
 }
