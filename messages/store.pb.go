@@ -27,7 +27,10 @@ type StoredAllocation struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Plugin *PluginInfo            `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
 	// sequence orders registrations: the highest sequence of a name is current.
-	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// changed is the sequence of the last event that changed the allocation,
+	// which a replay reports; absent when it is the registration's own.
+	Changed       uint64 `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -76,14 +79,22 @@ func (x *StoredAllocation) GetSequence() uint64 {
 	return 0
 }
 
+func (x *StoredAllocation) GetChanged() uint64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
 var File_messages_store_proto protoreflect.FileDescriptor
 
 const file_messages_store_proto_rawDesc = "" +
 	"\n" +
-	"\x14messages/store.proto\x12\x12plugvisor.messages\x1a\x15messages/plugin.proto\"f\n" +
+	"\x14messages/store.proto\x12\x12plugvisor.messages\x1a\x15messages/plugin.proto\"\x80\x01\n" +
 	"\x10StoredAllocation\x126\n" +
 	"\x06plugin\x18\x01 \x01(\v2\x1e.plugvisor.messages.PluginInfoR\x06plugin\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequenceB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x18\n" +
+	"\achanged\x18\x03 \x01(\x04R\achangedB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_store_proto_rawDescOnce sync.Once

@@ -21,9 +21,9 @@ const BucketName = "registry.allocations"
 var sequenceKey = []byte("\x00sequence")
 
 // Field numbers of messages.StoredAllocation, which records are encoded
-// as by hand (see encodePlugin). changedField is the sequence of the last
-// event that changed the allocation, which replay reports; decoders that
-// predate it skip it as an unknown field.
+// as by hand (see encodePlugin), off the actor and without a copy;
+// decoding is the generated code's. changedField is the sequence of the
+// last event that changed the allocation, which replay reports.
 const (
 	pluginField  protowire.Number = 1
 	orderField   protowire.Number = 2
@@ -123,29 +123,7 @@ func decodeAllocation(key, value []byte) (*allocation, error) {
 	if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
 		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record holds plugin %q", printable(want)))
 	}
-	a := &allocation{info: info, order: stored.GetSequence(), changed: stored.GetSequence()}
-	unknown := stored.ProtoReflect().GetUnknown()
-	for len(unknown) > 0 {
-		num, typ, n := protowire.ConsumeTag(unknown)
-		if n < 0 {
-			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", protowire.ParseError(n)))
-		}
-		unknown = unknown[n:]
-		if num == changedField && typ == protowire.VarintType {
-			v, m := protowire.ConsumeVarint(unknown)
-			if m < 0 {
-				return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", protowire.ParseError(m)))
-			}
-			a.changed = max(a.order, v)
-			unknown = unknown[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, unknown)
-		if m < 0 {
-			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", protowire.ParseError(m)))
-		}
-		unknown = unknown[m:]
-	}
+	a := &allocation{info: info, order: stored.GetSequence(), changed: max(stored.GetSequence(), stored.GetChanged())}
 	return a, nil
 }
 
