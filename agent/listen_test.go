@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -137,7 +135,7 @@ func TestAnUnprotectedOrMisconfiguredListenerIsRefusedAtStart(t *testing.T) {
 }
 
 func TestInsecureHTTPServesButWarnsAtEveryStart(t *testing.T) {
-	var logs syncBuffer
+	var logs probe.LogBuffer
 	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	dir := dataDir(t)
 	for range 2 {
@@ -294,22 +292,4 @@ func TestTheEventStreamOutlivesTheRequestTimeouts(t *testing.T) {
 	var ev api.Event
 	require.NoError(t, json.Unmarshal(lines.Bytes(), &ev))
 	require.Equal(t, "registered", ev.Kind)
-}
-
-// syncBuffer collects logs written from the agent's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

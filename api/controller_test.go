@@ -1,13 +1,11 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,23 +34,6 @@ import (
 // secretValue may appear in no response and no log line.
 const secretValue = "s3cr3t-do-not-print"
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // apiFixture serves the API over a real catalog, registry, volume manager
 // and controller operations, and records every response body and log line.
 type apiFixture struct {
@@ -60,13 +41,13 @@ type apiFixture struct {
 	handler http.Handler
 	reg     *registry.Registry
 	cat     *catalog.Catalog
-	logs    *lockedBuffer
+	logs    *probe.LogBuffer
 	bodies  []string
 }
 
 func newAPIFixture(t *testing.T) *apiFixture {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &probe.LogBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: logs})
 	system := probe.NewSystem(t)
 	mem := storage.NewMemory()

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,24 +31,6 @@ import (
 // wait is how long a test waits for what must happen.
 const wait = 5 * time.Second
 
-// lockedBuffer is a log destination safe for the logger's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // env is one test's registry and discovery, watching run/ (sockets) and
 // etc/ (spec files) under root.
 type env struct {
@@ -59,7 +40,7 @@ type env struct {
 	registry *registry.Registry
 	d        *Discovery
 	events   *actorprobe.Probe // subscribed to the discovery actor
-	logs     *lockedBuffer
+	logs     *actorprobe.LogBuffer
 }
 
 // testConfig is quick: rescans every 100ms, one retry after 20ms, short
@@ -79,7 +60,7 @@ func testConfig() Config {
 func newEnv(t *testing.T, tweak func(*Config)) *env {
 	t.Helper()
 	system := actorprobe.NewSystem(t)
-	e := &env{root: tempDir(t), logs: &lockedBuffer{}}
+	e := &env{root: tempDir(t), logs: &actorprobe.LogBuffer{}}
 	e.sockets, e.specs = filepath.Join(e.root, "run"), filepath.Join(e.root, "etc")
 	require.NoError(t, os.Mkdir(e.sockets, 0o755))
 	require.NoError(t, os.Mkdir(e.specs, 0o755))

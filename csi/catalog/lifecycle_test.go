@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -18,24 +17,6 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
-
-// lockedBuffer is a log sink that tests read after the writers are done.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // createdVolume is a volume as the controller operations register it, with
 // every plugin-side field set.
@@ -182,7 +163,7 @@ func TestCatalogRefusesBadPluginSideFieldsAndChangesNothing(t *testing.T) {
 func TestCatalogKeepsSecretsDurablyAndNeverLogsOrPrintsThem(t *testing.T) {
 	const secret = "hunter2-secret-value"
 	path := filepath.Join(t.TempDir(), "state.db")
-	logs := &lockedBuffer{}
+	logs := &probe.LogBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: logs})
 	run := func(t *testing.T, do func(cat *catalog.Catalog)) {
 		store, err := storage.OpenBolt(path, storage.BoltOptions{})

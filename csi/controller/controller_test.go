@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -41,24 +40,6 @@ const secretValue = "s3cr3t-do-not-print"
 
 const plugin = "disk"
 
-// lockedBuffer is a log sink read after the writers are done.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // failingCatalog is the real catalog whose next RegisterVolume fails, as
 // when the agent dies between CreateVolume and the registration.
 type failingCatalog struct {
@@ -82,7 +63,7 @@ type fixture struct {
 	cat    *failingCatalog
 	reg    *registry.Registry
 	ctl    *controller.Controller
-	logs   *lockedBuffer
+	logs   *probe.LogBuffer
 	expand *fakeExpander
 }
 
@@ -114,7 +95,7 @@ func newFixture(t *testing.T, tune func(*controller.Config)) *fixture {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Shutdown()) })
 
-	f := &fixture{t: t, system: system, cat: &failingCatalog{Catalog: cat}, reg: reg, logs: &lockedBuffer{}, expand: &fakeExpander{}}
+	f := &fixture{t: t, system: system, cat: &failingCatalog{Catalog: cat}, reg: reg, logs: &probe.LogBuffer{}, expand: &fakeExpander{}}
 	cfg := controller.Config{
 		Catalog: f.cat, Plugins: reg, NodeExpander: f.expand,
 		RPCTimeout: 10 * time.Second, OperationTimeout: 30 * time.Second,
