@@ -103,6 +103,7 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 		{name: "a volume ID with traversal", method: "POST", path: "/v1/volumes",
 			body: `{"id":"../w","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`, status: 400, want: "path separator"},
 		{name: "the listing", method: "GET", path: "/v1/volumes", status: 200, want: id},
+		{name: "the listing in snake_case", method: "GET", path: "/v1/volumes", status: 200, want: `"current_writers": 0`},
 		{name: "the listing of a namespace", method: "GET", path: "/v1/volumes?namespace=default", status: 200, want: id},
 		{name: "the volume", method: "GET", path: vol, status: 200, want: `"write_claims": []`},
 		{name: "a missing volume", method: "GET", path: "/v1/volumes/default/nope", status: 404, want: "not found"},

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
@@ -128,8 +129,49 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"volumes": stubs})
+	out := make([]VolumeStubJSON, 0, len(stubs))
+	for _, v := range stubs {
+		out = append(out, volumeStubJSON(v))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"volumes": out})
 	return nil
+}
+
+// VolumeStubJSON is a volume as GET /v1/volumes lists it.
+type VolumeStubJSON struct {
+	ID             string              `json:"id"`
+	Namespace      string              `json:"namespace"`
+	PluginID       string              `json:"plugin_id"`
+	AccessMode     string              `json:"access_mode"`
+	AttachmentMode string              `json:"attachment_mode"`
+	Topologies     []map[string]string `json:"topologies"`
+	CurrentReaders int                 `json:"current_readers"`
+	CurrentWriters int                 `json:"current_writers"`
+	Schedulable    bool                `json:"schedulable"`
+	NodesHealthy   int                 `json:"nodes_healthy"`
+	// ResourceExhausted is RFC 3339, absent when the plugin never said so.
+	ResourceExhausted *time.Time `json:"resource_exhausted,omitempty"`
+	CreateIndex       uint64     `json:"create_index"`
+	ModifyIndex       uint64     `json:"modify_index"`
+}
+
+func volumeStubJSON(v *model.CSIVolumeStub) VolumeStubJSON {
+	out := VolumeStubJSON{
+		ID: v.ID, Namespace: v.Namespace, PluginID: v.PluginID,
+		AccessMode: string(v.AccessMode), AttachmentMode: string(v.AttachmentMode),
+		Topologies:     []map[string]string{},
+		CurrentReaders: v.CurrentReaders, CurrentWriters: v.CurrentWriters,
+		Schedulable: v.Schedulable, NodesHealthy: v.NodesHealthy,
+		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
+	}
+	for _, t := range v.Topologies {
+		out.Topologies = append(out.Topologies, t.Segments)
+	}
+	if !v.ResourceExhausted.IsZero() {
+		at := v.ResourceExhausted
+		out.ResourceExhausted = &at
+	}
+	return out
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) error {

@@ -40,6 +40,14 @@ Example:
   plugvisor volume delete db
   plugvisor volume delete -deregister-only legacy`
 
+const volumeDeregisterHelp = `Usage: plugvisor volume deregister [flags] ID
+
+Forgets a volume and leaves it on its plugin: "volume delete
+-deregister-only". A volume with claims is refused, naming the allocs.
+
+Example:
+  plugvisor volume deregister legacy`
+
 const volumeExpandHelp = `Usage: plugvisor volume expand [flags] ID
 
 Grows a volume with the plugin's controller (ControllerExpandVolume) and
@@ -164,7 +172,9 @@ func runVolumeController(sub string, args []string, stdout io.Writer) (handled b
 	case "create":
 		return true, volumeCreate(args, stdout)
 	case "delete":
-		return true, volumeDelete(args, stdout)
+		return true, volumeDelete("volume delete", volumeDeleteHelp, args, false, stdout)
+	case "deregister":
+		return true, volumeDelete("volume deregister", volumeDeregisterHelp, args, true, stdout)
 	case "expand":
 		return true, volumeExpand(args, stdout)
 	}
@@ -219,14 +229,19 @@ func volumeCreate(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func volumeDelete(args []string, stdout io.Writer) error {
-	fs, cf := newControllerFlags("volume delete", volumeDeleteHelp, stdout)
-	only := fs.Bool("deregister-only", false, "only forget the volume; leave it on the plugin")
+// volumeDelete deletes a volume, or only forgets it when deregister (the
+// deregister command) or -deregister-only says so.
+func volumeDelete(name, help string, args []string, deregister bool, stdout io.Writer) error {
+	fs, cf := newControllerFlags(name, help, stdout)
+	only := &deregister
+	if !deregister {
+		only = fs.Bool("deregister-only", false, "only forget the volume; leave it on the plugin")
+	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return usageError("delete needs ID, e.g. plugvisor volume delete db")
+		return usageError("%s needs ID, e.g. plugvisor %s db", name, name)
 	}
 	var query url.Values
 	if *only {

@@ -14,7 +14,7 @@ import (
 )
 
 func TestControllerCommandsHelpWithAnExample(t *testing.T) {
-	for _, args := range [][]string{{"volume", "create", "-h"}, {"volume", "delete", "-h"}, {"volume", "expand", "-h"},
+	for _, args := range [][]string{{"volume", "create", "-h"}, {"volume", "delete", "-h"}, {"volume", "deregister", "-h"}, {"volume", "expand", "-h"},
 		{"snapshot", "-h"}, {"snapshot", "create", "-h"}, {"snapshot", "delete", "-h"}, {"snapshot", "list", "-h"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			stdout, _, code := cli(t, args...)
@@ -74,6 +74,9 @@ func TestVolumesAndSnapshotsThroughTheControllerFromTheCLI(t *testing.T) {
 	require.Contains(t, run(2, "snapshot", "create", "db"), "create needs VOLUME NAME")
 	require.Contains(t, run(0, "volume", "list"), "db")
 
+	require.Contains(t, run(0, "volume", "register", "-id", "legacy", "-plugin", "hp", "-access-mode", "single-node-writer"), "legacy")
+	require.Contains(t, run(0, "volume", "deregister", "legacy"), "deregistered volume default/legacy (left on its plugin)")
+	require.Contains(t, run(2, "volume", "deregister"), "volume deregister needs ID")
 	require.Contains(t, run(0, "volume", "delete", "db"), "deleted volume default/db on its plugin")
 	require.Contains(t, run(0, "volume", "list"), "no volumes registered")
 	for _, out := range outputs {

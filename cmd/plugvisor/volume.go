@@ -12,12 +12,13 @@ import (
 	"github.com/plugvisor/plugvisor/api"
 )
 
-const volumeHelp = `Usage: plugvisor volume <create|delete|expand|register|list|status|claim|release|mount|unmount|detach> [flags] [args]
+const volumeHelp = `Usage: plugvisor volume <create|delete|expand|register|deregister|list|status|claim|release|mount|unmount|detach> [flags] [args]
 
   create -plugin P -access-mode M [-size 1GiB] [-secrets-file F] [-snapshot S] ID   (see create -h)
   delete [-deregister-only] ID
   expand -size 2GiB ID
   register -id ID -plugin P -access-mode M [-attachment-mode file-system] [-namespace default]
+  deregister [-namespace NS] ID
   list [-namespace NS]
   status [-namespace NS] ID
   claim [-namespace NS] [-read-only] ID ALLOC
@@ -222,7 +223,7 @@ func volumeList(ctx context.Context, c *client, common commonFlags, namespace st
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tID\tPLUGIN\tACCESS MODE\tSCHEDULABLE")
 	for _, v := range out.Volumes {
-		fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\n", v["Namespace"], v["ID"], v["PluginID"], v["AccessMode"], v["Schedulable"])
+		fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\n", v["namespace"], v["id"], v["plugin_id"], v["access_mode"], v["schedulable"])
 	}
 	return tw.Flush()
 }
