@@ -86,8 +86,9 @@ type Config struct {
 	// LockTimeout bounds the wait for another agent's lock on the state
 	// file (default 1s).
 	LockTimeout time.Duration
-	// VolumeOperationTimeout bounds a whole controller operation (create,
-	// delete, expand, snapshots); zero means controller.DefaultOperationTimeout,
+	// VolumeOperationTimeout bounds a whole volume operation (mount,
+	// unmount, claim, release, detach, create, delete, expand, snapshots)
+	// and how long its caller waits; zero means the default (2 minutes),
 	// negative is refused.
 	VolumeOperationTimeout time.Duration
 	// MaxPluginsPerType bounds the allocations of one plugin type
@@ -336,6 +337,8 @@ func (a *Agent) startManagers() error {
 		Registry: a.registry,
 		Root:     filepath.Join(a.cfg.DataDir, "csi"),
 		Logger:   a.log,
+
+		OperationTimeout: a.cfg.VolumeOperationTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -63,7 +63,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.ResyncInterval, "resync-interval", 30*time.Second, "how often plugin managers resync with the registry")
 	fs.DurationVar(&cfg.FingerprintInterval, "fingerprint-interval", 30*time.Second, "how often plugins are fingerprinted")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID in the CSI catalog (default: host name)")
-	fs.DurationVar(&cfg.VolumeOperationTimeout, "volume-op-timeout", 2*time.Minute, "deadline of a whole volume create, delete, expand or snapshot operation")
+	fs.DurationVar(&cfg.VolumeOperationTimeout, "volume-op-timeout", 2*time.Minute, "deadline of a whole volume operation (mount, unmount, create, delete, expand, snapshot ...): the API answers within it")
 	fs.BoolVar(&cfg.ResetCorruptState, "reset-corrupt-state", false, "move a corrupt state file aside and start empty")
 	fs.IntVar(&cfg.MaxPluginsPerType, "max-plugins-per-type", registry.DefaultPluginsPerType, "most allocations one plugin type may hold")
 	fs.IntVar(&cfg.MaxPluginOptionsBytes, "max-plugin-options-bytes", registry.DefaultOptionsBytes, "largest total size of one plugin's options, in bytes")
