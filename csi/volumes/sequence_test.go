@@ -125,6 +125,7 @@ func exactSequence(t *testing.T, stage, attach, block, readOnly bool) {
 			VolumeId: "ext-vol", PublishContext: pc, StagingTargetPath: stagingArg, TargetPath: target,
 			VolumeCapability: capability, Readonly: readOnly, Secrets: volumeSecrets, VolumeContext: volumeContext,
 		})).Return(&csipb.NodePublishVolumeResponse{}, nil),
+		m.nodeCaps(), // the status of the published volume asks for stats; the plugin has none
 		m.Node.EXPECT().NodeUnpublishVolume(gomock.Any(), csitest.ProtoEq(&csipb.NodeUnpublishVolumeRequest{
 			VolumeId: "ext-vol", TargetPath: target,
 		})).Return(&csipb.NodeUnpublishVolumeResponse{}, nil))
@@ -199,6 +200,7 @@ func TestAReaderJoinsAWriterOnOneStage(t *testing.T) {
 		m.nodeCaps(),
 		publish("reader", true),
 		unpublish("writer"),
+		m.nodeCaps(), // the status while the reader has it published
 		unpublish("reader"),
 		m.Node.EXPECT().NodeUnstageVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodeUnstageVolumeResponse{}, nil),
 		m.Controller.EXPECT().ControllerUnpublishVolume(gomock.Any(), csitest.ProtoEq(&csipb.ControllerUnpublishVolumeRequest{
