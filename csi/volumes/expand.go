@@ -55,10 +55,11 @@ func (m *Manager) NodeExpand(ctx context.Context, namespace, id string, capacity
 }
 
 // ExpandOnNodes implements controller.NodeExpander with NodeExpand: the
-// agent's one node is the only node the manager knows of.
-func (m *Manager) ExpandOnNodes(ctx context.Context, v *model.CSIVolume, capacityBytes int64) error {
-	_, err := m.NodeExpand(ctx, v.Namespace, v.ID, capacityBytes)
-	return err
+// agent's one node is the only node the manager knows of. It reports
+// whether this node expanded the volume.
+func (m *Manager) ExpandOnNodes(ctx context.Context, v *model.CSIVolume, capacityBytes int64) (bool, error) {
+	res, err := m.NodeExpand(ctx, v.Namespace, v.ID, capacityBytes)
+	return res.Expanded, err
 }
 
 // nodeExpand is the body of a node-expand operation.
