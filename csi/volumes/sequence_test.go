@@ -32,10 +32,20 @@ func newMockPlugin(t *testing.T, n *node, stage, attach bool) *mockPlugin {
 }
 
 func (m *mockPlugin) nodeCaps() *gomock.Call {
-	resp := &csipb.NodeGetCapabilitiesResponse{}
+	return m.nodeCapsWith()
+}
+
+// nodeCapsWith expects NodeGetCapabilities and answers STAGE_UNSTAGE_VOLUME
+// when the plugin stages, and extra.
+func (m *mockPlugin) nodeCapsWith(extra ...csipb.NodeServiceCapability_RPC_Type) *gomock.Call {
+	types := extra
 	if m.stage {
+		types = append([]csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}, extra...)
+	}
+	resp := &csipb.NodeGetCapabilitiesResponse{}
+	for _, typ := range types {
 		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
-			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: typ}}})
 	}
 	return m.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(resp, nil)
 }
