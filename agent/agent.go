@@ -346,7 +346,8 @@ func (a *Agent) startManagers() error {
 	a.stops = append(a.stops, a.volumes.Shutdown)
 
 	a.ctl, err = controller.New(controller.Config{
-		Catalog: a.catalog, Plugins: a.registry, OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
+		Catalog: a.catalog, Plugins: a.registry, NodeExpander: a.volumes,
+		OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -67,7 +67,7 @@ func newAPIFixture(t *testing.T) *apiFixture {
 		Registry: reg, Root: t.TempDir(), Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, vols.Shutdown(context.Background())) })
-	ctl, err := controller.New(controller.Config{Catalog: cat, Plugins: reg, OperationTimeout: 30 * time.Second, Logger: logger})
+	ctl, err := controller.New(controller.Config{Catalog: cat, Plugins: reg, NodeExpander: vols, OperationTimeout: 30 * time.Second, Logger: logger})
 	require.NoError(t, err)
 	f := &apiFixture{t: t, reg: reg, cat: cat, logs: logs,
 		handler: (&api.Server{Registry: reg, Catalog: cat, Volumes: vols, Controller: ctl, Logger: logger}).Handler()}
@@ -133,6 +133,7 @@ func TestTheControllerRoutesEndToEndWithTheHostpathPlugin(t *testing.T) {
 	require.Equal(t, int64(2<<20), expanded.CapacityBytes)
 	require.Equal(t, int64(2<<20), expanded.Volume.CapacityBytes)
 	require.True(t, expanded.NodeExpansionRequired)
+	require.False(t, expanded.NodeExpanded, "published on no node: nothing to expand on the nodes")
 
 	var snap api.SnapshotJSON
 	f.call("POST", "/v1/snapshots", `{"volume_id": "db", "name": "nightly"}`, http.StatusCreated, &snap)

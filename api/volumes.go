@@ -13,6 +13,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // VolumeBody registers a volume: POST /v1/volumes.
@@ -233,6 +234,48 @@ type StatusJSON struct {
 	LastOperation string          `json:"last_operation,omitempty"`
 	LastError     string          `json:"last_error,omitempty"`
 	Orphans       []string        `json:"orphans"`
+	// Stats is the node plugin's NodeGetVolumeStats answer while the
+	// volume is published here and the plugin advertises GET_VOLUME_STATS.
+	Stats *StatsJSON `json:"stats,omitempty"`
+	// StatsError says why stats is absent although the volume is published.
+	StatsError string `json:"stats_error,omitempty"`
+}
+
+// StatsJSON is a published volume's usage and condition, as its node
+// plugin reports them.
+type StatsJSON struct {
+	VolumePath string         `json:"volume_path"`
+	Usage      []UsageJSON    `json:"usage"`
+	Condition  *ConditionJSON `json:"condition,omitempty"`
+}
+
+// UsageJSON is the usage of one unit: "bytes" or "inodes".
+type UsageJSON struct {
+	Unit      string `json:"unit"`
+	Available int64  `json:"available"`
+	Total     int64  `json:"total"`
+	Used      int64  `json:"used"`
+}
+
+// ConditionJSON is a volume's health as its node plugin sees it.
+type ConditionJSON struct {
+	Abnormal bool   `json:"abnormal"`
+	Message  string `json:"message"`
+}
+
+// statsJSON is the JSON of stats; nil stays nil.
+func statsJSON(stats *messages.VolumeStats) *StatsJSON {
+	if stats == nil {
+		return nil
+	}
+	out := &StatsJSON{VolumePath: stats.GetVolumePath(), Usage: []UsageJSON{}}
+	for _, u := range stats.GetUsage() {
+		out.Usage = append(out.Usage, UsageJSON{Unit: u.GetUnit(), Available: u.GetAvailable(), Total: u.GetTotal(), Used: u.GetUsed()})
+	}
+	if c := stats.GetCondition(); c != nil {
+		out.Condition = &ConditionJSON{Abnormal: c.GetAbnormal(), Message: c.GetMessage()}
+	}
+	return out
 }
 
 // PastClaimJSON is a claim being released, with how far it has come.
@@ -357,6 +400,7 @@ func (s *Server) volumeStatus(w http.ResponseWriter, r *http.Request) error {
 	out := StatusJSON{
 		PastClaims: []PastClaimJSON{}, Node: json.RawMessage(`null`), Busy: st.Busy,
 		LastOperation: st.LastOperation, LastError: st.LastError, Orphans: append([]string{}, st.Orphans...),
+		Stats: statsJSON(st.Stats), StatsError: st.StatsError,
 	}
 	if st.Record != nil {
 		out.Node = protoJSON(st.Record)

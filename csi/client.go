@@ -404,3 +404,8 @@ func (c *Client) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 func (c *Client) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
 	return invoke(ctx, c, "NodeGetVolumeStats", c.node.NodeGetVolumeStats, req)
 }
+
+// NodeExpandVolume passes the request to the plugin's Node service.
+func (c *Client) NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	return invoke(ctx, c, "NodeExpandVolume", c.node.NodeExpandVolume, req)
+}

@@ -1016,7 +1016,13 @@ type VolumeStatusResponse struct {
 	LastError     string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// orphans are mounts under the volume manager's root that no record
 	// explains, found at start.
-	Orphans       []string `protobuf:"bytes,6,rep,name=orphans,proto3" json:"orphans,omitempty"`
+	Orphans []string `protobuf:"bytes,6,rep,name=orphans,proto3" json:"orphans,omitempty"`
+	// stats is the node plugin's NodeGetVolumeStats answer for a published
+	// volume, when the plugin advertises GET_VOLUME_STATS; unset otherwise.
+	Stats *VolumeStats `protobuf:"bytes,7,opt,name=stats,proto3" json:"stats,omitempty"`
+	// stats_error says why stats is unset although the volume is published
+	// (the plugin failed or did not answer within the RPC timeout).
+	StatsError    string `protobuf:"bytes,8,opt,name=stats_error,json=statsError,proto3" json:"stats_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1093,6 +1099,361 @@ func (x *VolumeStatusResponse) GetOrphans() []string {
 	return nil
 }
 
+func (x *VolumeStatusResponse) GetStats() *VolumeStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+func (x *VolumeStatusResponse) GetStatsError() string {
+	if x != nil {
+		return x.StatsError
+	}
+	return ""
+}
+
+// VolumeStats is a node plugin's NodeGetVolumeStats answer for one volume.
+type VolumeStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume_path is the path the stats were asked for (a target path).
+	VolumePath string         `protobuf:"bytes,1,opt,name=volume_path,json=volumePath,proto3" json:"volume_path,omitempty"`
+	Usage      []*VolumeUsage `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty"`
+	// condition is set when the plugin reports the volume's condition
+	// (VOLUME_CONDITION).
+	Condition     *VolumeCondition `protobuf:"bytes,3,opt,name=condition,proto3" json:"condition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeStats) Reset() {
+	*x = VolumeStats{}
+	mi := &file_messages_volumes_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeStats) ProtoMessage() {}
+
+func (x *VolumeStats) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeStats.ProtoReflect.Descriptor instead.
+func (*VolumeStats) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *VolumeStats) GetVolumePath() string {
+	if x != nil {
+		return x.VolumePath
+	}
+	return ""
+}
+
+func (x *VolumeStats) GetUsage() []*VolumeUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *VolumeStats) GetCondition() *VolumeCondition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
+// VolumeUsage is one unit's usage: "bytes" or "inodes".
+type VolumeUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Available     int64                  `protobuf:"varint,2,opt,name=available,proto3" json:"available,omitempty"`
+	Total         int64                  `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	Used          int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeUsage) Reset() {
+	*x = VolumeUsage{}
+	mi := &file_messages_volumes_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeUsage) ProtoMessage() {}
+
+func (x *VolumeUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeUsage.ProtoReflect.Descriptor instead.
+func (*VolumeUsage) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *VolumeUsage) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *VolumeUsage) GetAvailable() int64 {
+	if x != nil {
+		return x.Available
+	}
+	return 0
+}
+
+func (x *VolumeUsage) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *VolumeUsage) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+// VolumeCondition is a volume's health as its node plugin sees it.
+type VolumeCondition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Abnormal      bool                   `protobuf:"varint,1,opt,name=abnormal,proto3" json:"abnormal,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeCondition) Reset() {
+	*x = VolumeCondition{}
+	mi := &file_messages_volumes_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeCondition) ProtoMessage() {}
+
+func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeCondition.ProtoReflect.Descriptor instead.
+func (*VolumeCondition) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *VolumeCondition) GetAbnormal() bool {
+	if x != nil {
+		return x.Abnormal
+	}
+	return false
+}
+
+func (x *VolumeCondition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// NodeExpandAllocVolume is sent by the facade to the volume manager to
+// finish an expansion on this node (NodeExpandVolume) after the controller
+// expanded the volume. It runs in the volume's queue like a mount, and
+// answers NodeExpandAllocVolumeResponse to reply_to.
+type NodeExpandAllocVolume struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId  string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// capacity_bytes is the capacity the controller answered; it is sent as
+	// the required bytes of the capacity range.
+	CapacityBytes int64      `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	ReplyTo       *actor.PID `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeExpandAllocVolume) Reset() {
+	*x = NodeExpandAllocVolume{}
+	mi := &file_messages_volumes_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeExpandAllocVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeExpandAllocVolume) ProtoMessage() {}
+
+func (x *NodeExpandAllocVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeExpandAllocVolume.ProtoReflect.Descriptor instead.
+func (*NodeExpandAllocVolume) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *NodeExpandAllocVolume) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NodeExpandAllocVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *NodeExpandAllocVolume) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *NodeExpandAllocVolume) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// NodeExpandAllocVolumeResponse is the volume manager's answer to
+// NodeExpandAllocVolume. expanded is false, with note saying why, when the
+// volume is not published on this node (nothing to expand).
+type NodeExpandAllocVolumeResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Error    *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Expanded bool                   `protobuf:"varint,2,opt,name=expanded,proto3" json:"expanded,omitempty"`
+	// capacity_bytes is the node plugin's answer (0 when it gave none).
+	CapacityBytes int64 `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// volume_path is the target path NodeExpandVolume was sent for.
+	VolumePath    string `protobuf:"bytes,4,opt,name=volume_path,json=volumePath,proto3" json:"volume_path,omitempty"`
+	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeExpandAllocVolumeResponse) Reset() {
+	*x = NodeExpandAllocVolumeResponse{}
+	mi := &file_messages_volumes_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeExpandAllocVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeExpandAllocVolumeResponse) ProtoMessage() {}
+
+func (x *NodeExpandAllocVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_volumes_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeExpandAllocVolumeResponse.ProtoReflect.Descriptor instead.
+func (*NodeExpandAllocVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_messages_volumes_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *NodeExpandAllocVolumeResponse) GetError() *VolumeError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *NodeExpandAllocVolumeResponse) GetExpanded() bool {
+	if x != nil {
+		return x.Expanded
+	}
+	return false
+}
+
+func (x *NodeExpandAllocVolumeResponse) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *NodeExpandAllocVolumeResponse) GetVolumePath() string {
+	if x != nil {
+		return x.VolumePath
+	}
+	return ""
+}
+
+func (x *NodeExpandAllocVolumeResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 // ShutdownVolumeManager is sent by the facade to the volume manager. The
 // manager refuses new operations, lets the running ones finish or roll back
 // (their RPCs are cancelled), answers the queued ones with shut_down, and
@@ -1107,7 +1468,7 @@ type ShutdownVolumeManager struct {
 
 func (x *ShutdownVolumeManager) Reset() {
 	*x = ShutdownVolumeManager{}
-	mi := &file_messages_volumes_proto_msgTypes[14]
+	mi := &file_messages_volumes_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1480,7 @@ func (x *ShutdownVolumeManager) String() string {
 func (*ShutdownVolumeManager) ProtoMessage() {}
 
 func (x *ShutdownVolumeManager) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[14]
+	mi := &file_messages_volumes_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1493,7 @@ func (x *ShutdownVolumeManager) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownVolumeManager.ProtoReflect.Descriptor instead.
 func (*ShutdownVolumeManager) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{14}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ShutdownVolumeManager) GetReplyTo() *actor.PID {
@@ -1239,7 +1600,7 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\xfb\x01\n" +
+	".actor.PIDR\areplyTo\"\xd3\x02\n" +
 	"\x14VolumeStatusResponse\x125\n" +
 	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x128\n" +
 	"\x06record\x18\x02 \x01(\v2 .plugvisor.messages.VolumeRecordR\x06record\x12\x12\n" +
@@ -1247,7 +1608,36 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\x0elast_operation\x18\x04 \x01(\tR\rlastOperation\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x12\x18\n" +
-	"\aorphans\x18\x06 \x03(\tR\aorphans\">\n" +
+	"\aorphans\x18\x06 \x03(\tR\aorphans\x125\n" +
+	"\x05stats\x18\a \x01(\v2\x1f.plugvisor.messages.VolumeStatsR\x05stats\x12\x1f\n" +
+	"\vstats_error\x18\b \x01(\tR\n" +
+	"statsError\"\xa8\x01\n" +
+	"\vVolumeStats\x12\x1f\n" +
+	"\vvolume_path\x18\x01 \x01(\tR\n" +
+	"volumePath\x125\n" +
+	"\x05usage\x18\x02 \x03(\v2\x1f.plugvisor.messages.VolumeUsageR\x05usage\x12A\n" +
+	"\tcondition\x18\x03 \x01(\v2#.plugvisor.messages.VolumeConditionR\tcondition\"i\n" +
+	"\vVolumeUsage\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x1c\n" +
+	"\tavailable\x18\x02 \x01(\x03R\tavailable\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\x12\x12\n" +
+	"\x04used\x18\x04 \x01(\x03R\x04used\"G\n" +
+	"\x0fVolumeCondition\x12\x1a\n" +
+	"\babnormal\x18\x01 \x01(\bR\babnormal\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xa0\x01\n" +
+	"\x15NodeExpandAllocVolume\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
+	"\x0ecapacity_bytes\x18\x03 \x01(\x03R\rcapacityBytes\x12%\n" +
+	"\breply_to\x18\x04 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\xce\x01\n" +
+	"\x1dNodeExpandAllocVolumeResponse\x125\n" +
+	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x12\x1a\n" +
+	"\bexpanded\x18\x02 \x01(\bR\bexpanded\x12%\n" +
+	"\x0ecapacity_bytes\x18\x03 \x01(\x03R\rcapacityBytes\x12\x1f\n" +
+	"\vvolume_path\x18\x04 \x01(\tR\n" +
+	"volumePath\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\">\n" +
 	"\x15ShutdownVolumeManager\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
 	".actor.PIDR\areplyToB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
@@ -1264,49 +1654,59 @@ func file_messages_volumes_proto_rawDescGZIP() []byte {
 	return file_messages_volumes_proto_rawDescData
 }
 
-var file_messages_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_messages_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_messages_volumes_proto_goTypes = []any{
-	(*VolumeRecord)(nil),             // 0: plugvisor.messages.VolumeRecord
-	(*VolumeAttachment)(nil),         // 1: plugvisor.messages.VolumeAttachment
-	(*VolumeStage)(nil),              // 2: plugvisor.messages.VolumeStage
-	(*VolumePublish)(nil),            // 3: plugvisor.messages.VolumePublish
-	(*VolumeError)(nil),              // 4: plugvisor.messages.VolumeError
-	(*MountAllocVolume)(nil),         // 5: plugvisor.messages.MountAllocVolume
-	(*MountAllocVolumeResponse)(nil), // 6: plugvisor.messages.MountAllocVolumeResponse
-	(*UnmountAllocVolume)(nil),       // 7: plugvisor.messages.UnmountAllocVolume
-	(*ClaimAllocVolume)(nil),         // 8: plugvisor.messages.ClaimAllocVolume
-	(*ReleaseAllocVolume)(nil),       // 9: plugvisor.messages.ReleaseAllocVolume
-	(*DetachVolume)(nil),             // 10: plugvisor.messages.DetachVolume
-	(*VolumeOpResponse)(nil),         // 11: plugvisor.messages.VolumeOpResponse
-	(*VolumeStatusRequest)(nil),      // 12: plugvisor.messages.VolumeStatusRequest
-	(*VolumeStatusResponse)(nil),     // 13: plugvisor.messages.VolumeStatusResponse
-	(*ShutdownVolumeManager)(nil),    // 14: plugvisor.messages.ShutdownVolumeManager
-	nil,                              // 15: plugvisor.messages.VolumeRecord.PublishesEntry
-	nil,                              // 16: plugvisor.messages.VolumeAttachment.PublishContextEntry
-	(*actor.PID)(nil),                // 17: actor.PID
+	(*VolumeRecord)(nil),                  // 0: plugvisor.messages.VolumeRecord
+	(*VolumeAttachment)(nil),              // 1: plugvisor.messages.VolumeAttachment
+	(*VolumeStage)(nil),                   // 2: plugvisor.messages.VolumeStage
+	(*VolumePublish)(nil),                 // 3: plugvisor.messages.VolumePublish
+	(*VolumeError)(nil),                   // 4: plugvisor.messages.VolumeError
+	(*MountAllocVolume)(nil),              // 5: plugvisor.messages.MountAllocVolume
+	(*MountAllocVolumeResponse)(nil),      // 6: plugvisor.messages.MountAllocVolumeResponse
+	(*UnmountAllocVolume)(nil),            // 7: plugvisor.messages.UnmountAllocVolume
+	(*ClaimAllocVolume)(nil),              // 8: plugvisor.messages.ClaimAllocVolume
+	(*ReleaseAllocVolume)(nil),            // 9: plugvisor.messages.ReleaseAllocVolume
+	(*DetachVolume)(nil),                  // 10: plugvisor.messages.DetachVolume
+	(*VolumeOpResponse)(nil),              // 11: plugvisor.messages.VolumeOpResponse
+	(*VolumeStatusRequest)(nil),           // 12: plugvisor.messages.VolumeStatusRequest
+	(*VolumeStatusResponse)(nil),          // 13: plugvisor.messages.VolumeStatusResponse
+	(*VolumeStats)(nil),                   // 14: plugvisor.messages.VolumeStats
+	(*VolumeUsage)(nil),                   // 15: plugvisor.messages.VolumeUsage
+	(*VolumeCondition)(nil),               // 16: plugvisor.messages.VolumeCondition
+	(*NodeExpandAllocVolume)(nil),         // 17: plugvisor.messages.NodeExpandAllocVolume
+	(*NodeExpandAllocVolumeResponse)(nil), // 18: plugvisor.messages.NodeExpandAllocVolumeResponse
+	(*ShutdownVolumeManager)(nil),         // 19: plugvisor.messages.ShutdownVolumeManager
+	nil,                                   // 20: plugvisor.messages.VolumeRecord.PublishesEntry
+	nil,                                   // 21: plugvisor.messages.VolumeAttachment.PublishContextEntry
+	(*actor.PID)(nil),                     // 22: actor.PID
 }
 var file_messages_volumes_proto_depIdxs = []int32{
 	1,  // 0: plugvisor.messages.VolumeRecord.attachment:type_name -> plugvisor.messages.VolumeAttachment
 	2,  // 1: plugvisor.messages.VolumeRecord.stage:type_name -> plugvisor.messages.VolumeStage
-	15, // 2: plugvisor.messages.VolumeRecord.publishes:type_name -> plugvisor.messages.VolumeRecord.PublishesEntry
-	16, // 3: plugvisor.messages.VolumeAttachment.publish_context:type_name -> plugvisor.messages.VolumeAttachment.PublishContextEntry
-	17, // 4: plugvisor.messages.MountAllocVolume.reply_to:type_name -> actor.PID
+	20, // 2: plugvisor.messages.VolumeRecord.publishes:type_name -> plugvisor.messages.VolumeRecord.PublishesEntry
+	21, // 3: plugvisor.messages.VolumeAttachment.publish_context:type_name -> plugvisor.messages.VolumeAttachment.PublishContextEntry
+	22, // 4: plugvisor.messages.MountAllocVolume.reply_to:type_name -> actor.PID
 	4,  // 5: plugvisor.messages.MountAllocVolumeResponse.error:type_name -> plugvisor.messages.VolumeError
-	17, // 6: plugvisor.messages.UnmountAllocVolume.reply_to:type_name -> actor.PID
-	17, // 7: plugvisor.messages.ClaimAllocVolume.reply_to:type_name -> actor.PID
-	17, // 8: plugvisor.messages.ReleaseAllocVolume.reply_to:type_name -> actor.PID
-	17, // 9: plugvisor.messages.DetachVolume.reply_to:type_name -> actor.PID
+	22, // 6: plugvisor.messages.UnmountAllocVolume.reply_to:type_name -> actor.PID
+	22, // 7: plugvisor.messages.ClaimAllocVolume.reply_to:type_name -> actor.PID
+	22, // 8: plugvisor.messages.ReleaseAllocVolume.reply_to:type_name -> actor.PID
+	22, // 9: plugvisor.messages.DetachVolume.reply_to:type_name -> actor.PID
 	4,  // 10: plugvisor.messages.VolumeOpResponse.error:type_name -> plugvisor.messages.VolumeError
-	17, // 11: plugvisor.messages.VolumeStatusRequest.reply_to:type_name -> actor.PID
+	22, // 11: plugvisor.messages.VolumeStatusRequest.reply_to:type_name -> actor.PID
 	4,  // 12: plugvisor.messages.VolumeStatusResponse.error:type_name -> plugvisor.messages.VolumeError
 	0,  // 13: plugvisor.messages.VolumeStatusResponse.record:type_name -> plugvisor.messages.VolumeRecord
-	17, // 14: plugvisor.messages.ShutdownVolumeManager.reply_to:type_name -> actor.PID
-	3,  // 15: plugvisor.messages.VolumeRecord.PublishesEntry.value:type_name -> plugvisor.messages.VolumePublish
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 14: plugvisor.messages.VolumeStatusResponse.stats:type_name -> plugvisor.messages.VolumeStats
+	15, // 15: plugvisor.messages.VolumeStats.usage:type_name -> plugvisor.messages.VolumeUsage
+	16, // 16: plugvisor.messages.VolumeStats.condition:type_name -> plugvisor.messages.VolumeCondition
+	22, // 17: plugvisor.messages.NodeExpandAllocVolume.reply_to:type_name -> actor.PID
+	4,  // 18: plugvisor.messages.NodeExpandAllocVolumeResponse.error:type_name -> plugvisor.messages.VolumeError
+	22, // 19: plugvisor.messages.ShutdownVolumeManager.reply_to:type_name -> actor.PID
+	3,  // 20: plugvisor.messages.VolumeRecord.PublishesEntry.value:type_name -> plugvisor.messages.VolumePublish
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_messages_volumes_proto_init() }
@@ -1320,7 +1720,7 @@ func file_messages_volumes_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_volumes_proto_rawDesc), len(file_messages_volumes_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -171,7 +171,26 @@ func printStatus(w io.Writer, common commonFlags, namespace, id string, st api.S
 	for _, o := range st.Orphans {
 		fmt.Fprintf(w, "  orphan mount: %s\n", o)
 	}
+	if st.StatsError != "" {
+		fmt.Fprintf(w, "  stats: error: %s\n", st.StatsError)
+	}
+	if st.Stats != nil {
+		for _, u := range st.Stats.Usage {
+			fmt.Fprintf(w, "  usage (%s): %d used of %d, %d available\n", u.Unit, u.Used, u.Total, u.Available)
+		}
+		if c := st.Stats.Condition; c != nil {
+			fmt.Fprintf(w, "  condition: %s\n", map[bool]string{false: "normal", true: "abnormal"}[c.Abnormal]+orEmpty(": ", c.Message))
+		}
+	}
 	return nil
+}
+
+// orEmpty is prefix+s, or "" when s is empty.
+func orEmpty(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }
 
 func orOK(err string) string {

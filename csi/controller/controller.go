@@ -56,9 +56,11 @@ type Plugins interface {
 
 // NodeExpander finishes an expansion on the nodes where a volume is staged
 // or published (NodeExpandVolume). The volume manager implements it; the
-// agent wires the two.
+// agent wires the two. ExpandOnNodes reports whether any node expanded the
+// volume: false, without error, when it is published on none (a node that
+// publishes it later gets the new size from the storage).
 type NodeExpander interface {
-	ExpandOnNodes(ctx context.Context, v *model.CSIVolume, capacityBytes int64) error
+	ExpandOnNodes(ctx context.Context, v *model.CSIVolume, capacityBytes int64) (bool, error)
 }
 
 // Config configures a Controller. Catalog and Plugins are required.

@@ -73,11 +73,11 @@ type fakeExpander struct {
 	calls []int64
 }
 
-func (e *fakeExpander) ExpandOnNodes(_ context.Context, _ *model.CSIVolume, capacity int64) error {
+func (e *fakeExpander) ExpandOnNodes(_ context.Context, _ *model.CSIVolume, capacity int64) (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.calls = append(e.calls, capacity)
-	return nil
+	return true, nil
 }
 
 func newFixture(t *testing.T, tune func(*controller.Config)) *fixture {

@@ -21,7 +21,8 @@ type ExpandResult struct {
 	// NodeExpansionRequired says the plugin asks for NodeExpandVolume on
 	// the nodes where the volume is staged or published.
 	NodeExpansionRequired bool
-	// NodeExpanded says the node side was asked to expand, and did.
+	// NodeExpanded says a node expanded the volume (NodeExpandVolume);
+	// false when it is published on no node.
 	NodeExpanded bool
 }
 
@@ -76,10 +77,11 @@ func (c *Controller) Expand(ctx context.Context, namespace, id string, requiredB
 			what, v.PluginVolumeID(), res.CapacityBytes, err)
 	}
 	if res.NodeExpansionRequired && c.cfg.NodeExpander != nil {
-		if err := c.cfg.NodeExpander.ExpandOnNodes(ctx, res.Volume, res.CapacityBytes); err != nil {
+		expanded, err := c.cfg.NodeExpander.ExpandOnNodes(ctx, res.Volume, res.CapacityBytes)
+		if err != nil {
 			return res, fmt.Errorf("controller: %s: the controller expanded it to %d bytes; the nodes did not: %w", what, res.CapacityBytes, err)
 		}
-		res.NodeExpanded = true
+		res.NodeExpanded = expanded
 	}
 	c.log.Info("volume expanded", "namespace", v.Namespace, "volume_id", v.ID, "plugin", v.PluginID,
 		"capacity_bytes", res.CapacityBytes, "node_expansion_required", res.NodeExpansionRequired)

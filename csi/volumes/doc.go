@@ -19,8 +19,17 @@
 //
 // MountAllocVolume (answered by MountAllocVolumeResponse), UnmountAllocVolume,
 // ClaimAllocVolume, ReleaseAllocVolume, DetachVolume, ShutdownVolumeManager
-// (answered by VolumeOpResponse) and VolumeStatusRequest (answered by
+// (answered by VolumeOpResponse), NodeExpandAllocVolume (answered by
+// NodeExpandAllocVolumeResponse) and VolumeStatusRequest (answered by
 // VolumeStatusResponse), from the facade (Manager) or any actor.
+//
+// A node expansion (NodeExpandVolume, after the controller expanded the
+// volume: Manager implements controller.NodeExpander) runs in the volume's
+// queue like a mount, at the first published target; a volume published
+// nowhere on this node has nothing to expand. A status of a published
+// volume carries the node plugin's NodeGetVolumeStats answer when it
+// advertises GET_VOLUME_STATS, asked on a goroutine outside the queue
+// within one RPC timeout.
 //
 // # Lifecycle
 //
@@ -42,8 +51,11 @@
 //
 // At start every record is reconciled with the kernel's mount table: states
 // of the way in roll back, states of the way out complete, a published
-// volume whose target is not mounted is staged and published again, and a
-// stage or attachment with no publish left is taken down. A node plugin
+// volume whose target is not mounted is staged and published again, a
+// published volume's condition is asked of the node plugin where it can say
+// (an abnormal condition, or NotFound, becomes its publish's last error,
+// cleared once normal), and a stage or attachment with no publish left is
+// taken down. A node plugin
 // that is no longer registered keeps serving the way out of what it
 // mounted: the socket recorded with the stage and publish is dialled.
 package volumes

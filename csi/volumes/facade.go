@@ -166,9 +166,17 @@ type Status struct {
 	LastOperation, LastError string
 	// Orphans are mounts of the volume's paths that no record explains.
 	Orphans []string
+	// Stats is the node plugin's NodeGetVolumeStats answer while the
+	// volume is published and the plugin advertises GET_VOLUME_STATS.
+	Stats *messages.VolumeStats
+	// StatsError says why Stats is nil although the volume is published
+	// (the plugin failed or did not answer within the RPC timeout).
+	StatsError string
 }
 
-// Status returns what this node holds of the volume.
+// Status returns what this node holds of the volume and, while it is
+// published, its node plugin's stats (asked within one RPC timeout, outside
+// the volume's queue).
 func (m *Manager) Status(ctx context.Context, namespace, id string) (Status, error) {
 	namespace = defaultNamespace(namespace)
 	if err := checkIDs("namespace", namespace, "volume ID", id); err != nil {
@@ -187,6 +195,7 @@ func (m *Manager) Status(ctx context.Context, namespace, id string) (Status, err
 	return Status{
 		Namespace: namespace, ID: id, Record: resp.GetRecord(), Busy: resp.GetBusy(),
 		LastOperation: resp.GetLastOperation(), LastError: resp.GetLastError(), Orphans: resp.GetOrphans(),
+		Stats: resp.GetStats(), StatsError: resp.GetStatsError(),
 	}, nil
 }
 

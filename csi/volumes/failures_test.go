@@ -231,6 +231,7 @@ func TestACallerThatGoesAwayDoesNotStopItsMount(t *testing.T) {
 				<-release
 				return &csipb.NodePublishVolumeResponse{}, nil
 			}),
+		m.nodeCaps().MinTimes(1), // each status of the published volume asks for stats
 	)
 	callerCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -201,6 +201,15 @@ func (n *node) restart() {
 	n.start()
 }
 
+// restartWith stops the manager cleanly, changes its config with tune,
+// and starts a new one on the same file.
+func (n *node) restartWith(tune func(*volumes.Config)) {
+	n.t.Helper()
+	n.stop()
+	tune(&n.cfg)
+	n.start()
+}
+
 // crash closes the store under the running manager, so that nothing it
 // does from then on is durable and it sends no further RPC (a job whose
 // write fails stops), as when the agent is killed; release then lets a

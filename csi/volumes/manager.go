@@ -56,6 +56,7 @@ type recordSaved struct {
 type jobDone struct {
 	op     *op
 	result MountResult
+	expand NodeExpandResult
 	err    error
 }
 
@@ -74,6 +75,8 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onRequest(ctx, &op{kind: opRelease, alloc: msg.GetAllocId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.DetachVolume:
 		m.onRequest(ctx, &op{kind: opDetach, nodeID: msg.GetNodeId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+	case *messages.NodeExpandAllocVolume:
+		m.onRequest(ctx, &op{kind: opNodeExpand, capacityBytes: msg.GetCapacityBytes(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.VolumeStatusRequest:
 		m.onStatus(ctx, msg)
 	case *recordSaved:
@@ -139,7 +142,7 @@ func checkRequest(o *op) error {
 	switch o.kind {
 	case opDetach:
 		pairs = append(pairs, "node ID", o.nodeID)
-	case opReconcile:
+	case opReconcile, opNodeExpand:
 	default:
 		pairs = append(pairs, "alloc ID", o.alloc)
 	}
@@ -173,6 +176,10 @@ func (m *manager) start(ctx actor.Context, o *op) {
 		}()
 		opCtx, cancel := context.WithTimeout(m.env.base, m.env.opTimeout)
 		defer cancel()
+		if o.kind == opNodeExpand {
+			done.expand, done.err = j.nodeExpand(opCtx, o.capacityBytes)
+			return
+		}
 		done.result, done.err = run(opCtx, j, o)
 	}()
 }
@@ -218,7 +225,11 @@ func (m *manager) onJobDone(ctx actor.Context, msg *jobDone) {
 		m.log.Warn(opNames[o.kind]+" failed", "volume", o.key.String(), "op", o.String(), "error", msg.err)
 	}
 	m.outcomes[o.key] = outcome{op: o.String(), err: errText}
-	m.answer(ctx, o, msg.result, msg.err)
+	if o.kind == opNodeExpand {
+		m.answerExpand(ctx, o, msg.expand, msg.err)
+	} else {
+		m.answer(ctx, o, msg.result, msg.err)
+	}
 	if rec, ok := m.records[o.key]; ok && !settled(rec) {
 		m.scheduleRetry(ctx, o.key, msg.err)
 	} else {
@@ -260,6 +271,10 @@ func (m *manager) answer(ctx actor.Context, o *op, res MountResult, err error) {
 	if o.replyTo == nil {
 		return
 	}
+	if o.kind == opNodeExpand {
+		m.answerExpand(ctx, o, NodeExpandResult{}, err)
+		return
+	}
 	if o.kind != opMount {
 		ctx.Send(o.replyTo, &messages.VolumeOpResponse{Error: errorToProto(err)})
 		return
@@ -267,6 +282,18 @@ func (m *manager) answer(ctx actor.Context, o *op, res MountResult, err error) {
 	resp := &messages.MountAllocVolumeResponse{Error: errorToProto(err)}
 	if err == nil {
 		resp.TargetPath, resp.StagingPath, resp.IsDevice = res.TargetPath, res.StagingPath, res.IsDevice
+	}
+	ctx.Send(o.replyTo, resp)
+}
+
+// answerExpand sends a node expansion's response to its requester.
+func (m *manager) answerExpand(ctx actor.Context, o *op, res NodeExpandResult, err error) {
+	if o.replyTo == nil {
+		return
+	}
+	resp := &messages.NodeExpandAllocVolumeResponse{Error: errorToProto(err)}
+	if err == nil {
+		resp.Expanded, resp.CapacityBytes, resp.VolumePath, resp.Note = res.Expanded, res.CapacityBytes, res.VolumePath, res.Note
 	}
 	ctx.Send(o.replyTo, resp)
 }
@@ -291,7 +318,7 @@ func (m *manager) onStatus(ctx actor.Context, msg *messages.VolumeStatusRequest)
 			resp.Orphans = append(resp.Orphans, o)
 		}
 	}
-	ctx.Send(to, resp)
+	m.answerStatus(ctx, to, key, resp)
 }
 
 // onShutdown refuses what waits, cancels the running jobs' RPCs, and

@@ -14,11 +14,12 @@ const (
 	opRelease
 	opDetach
 	opReconcile
+	opNodeExpand
 )
 
 var opNames = map[opKind]string{
 	opMount: "mount", opUnmount: "unmount", opClaim: "claim", opRelease: "release",
-	opDetach: "detach", opReconcile: "reconcile",
+	opDetach: "detach", opReconcile: "reconcile", opNodeExpand: "node expand",
 }
 
 // op is one operation waiting for, or holding, its volume.
@@ -28,6 +29,8 @@ type op struct {
 	alloc    string
 	readOnly bool
 	nodeID   string
+	// capacityBytes is the size a node expansion grows the volume to.
+	capacityBytes int64
 	// mounts is the mount table a reconcile starts from; nil makes it
 	// read the table itself.
 	mounts map[string]bool

@@ -14,8 +14,10 @@ import (
 // start and from the GC step: a publish on the way in (claiming,
 // publishing) rolls back; one on the way out (unpublishing, releasing)
 // completes; a published one whose target the kernel no longer has
-// mounted is staged and published again (both RPCs are idempotent); and
-// with no publish left, a stage and an attachment are taken down. mounts
+// mounted is staged and published again (both RPCs are idempotent); a
+// published volume's condition is asked of the node plugin where it can
+// say (NodeGetVolumeStats), an abnormal one kept as the last error of its
+// publish; and with no publish left, a stage and an attachment are taken down. mounts
 // is the kernel's mount table under the root, nil when unknown.
 func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
 	var errs []error
@@ -29,6 +31,7 @@ func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
 			errs = append(errs, j.republish(ctx, pub))
 		}
 	}
+	errs = append(errs, j.checkCondition(ctx))
 	if len(j.rec.GetPublishes()) == 0 {
 		if err := j.unstage(ctx); err != nil {
 			errs = append(errs, err)

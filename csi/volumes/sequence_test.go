@@ -32,10 +32,20 @@ func newMockPlugin(t *testing.T, n *node, stage, attach bool) *mockPlugin {
 }
 
 func (m *mockPlugin) nodeCaps() *gomock.Call {
-	resp := &csipb.NodeGetCapabilitiesResponse{}
+	return m.nodeCapsWith()
+}
+
+// nodeCapsWith expects NodeGetCapabilities and answers STAGE_UNSTAGE_VOLUME
+// when the plugin stages, and extra.
+func (m *mockPlugin) nodeCapsWith(extra ...csipb.NodeServiceCapability_RPC_Type) *gomock.Call {
+	types := extra
 	if m.stage {
+		types = append([]csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}, extra...)
+	}
+	resp := &csipb.NodeGetCapabilitiesResponse{}
+	for _, typ := range types {
 		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
-			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: typ}}})
 	}
 	return m.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(resp, nil)
 }
@@ -125,6 +135,7 @@ func exactSequence(t *testing.T, stage, attach, block, readOnly bool) {
 			VolumeId: "ext-vol", PublishContext: pc, StagingTargetPath: stagingArg, TargetPath: target,
 			VolumeCapability: capability, Readonly: readOnly, Secrets: volumeSecrets, VolumeContext: volumeContext,
 		})).Return(&csipb.NodePublishVolumeResponse{}, nil),
+		m.nodeCaps(), // the status of the published volume asks for stats; the plugin has none
 		m.Node.EXPECT().NodeUnpublishVolume(gomock.Any(), csitest.ProtoEq(&csipb.NodeUnpublishVolumeRequest{
 			VolumeId: "ext-vol", TargetPath: target,
 		})).Return(&csipb.NodeUnpublishVolumeResponse{}, nil))
@@ -199,6 +210,7 @@ func TestAReaderJoinsAWriterOnOneStage(t *testing.T) {
 		m.nodeCaps(),
 		publish("reader", true),
 		unpublish("writer"),
+		m.nodeCaps(), // the status while the reader has it published
 		unpublish("reader"),
 		m.Node.EXPECT().NodeUnstageVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodeUnstageVolumeResponse{}, nil),
 		m.Controller.EXPECT().ControllerUnpublishVolume(gomock.Any(), csitest.ProtoEq(&csipb.ControllerUnpublishVolumeRequest{
