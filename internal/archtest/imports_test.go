@@ -33,7 +33,7 @@ var mayImport = map[string][]string{
 	"reliability":                 nil,
 	"registry/workload":           {"registry", "messages"},
 	"csi/catalog/model":           {"names", "messages"},
-	"csi":                         {"csi/catalog/model", "registry", "messages"},
+	"csi":                         {"csi/catalog/model", "names", "messages"},
 	"csi/manager":                 {"csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
 	"csi/volumes":                 {"csi", "csi/catalog/model", "registry", "storage", "supervisor", "actors", "messages"},
 	"csi/catalog":                 {"csi", "csi/catalog/model", "storage", "registry", "actors", "messages"},
