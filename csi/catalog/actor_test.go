@@ -633,8 +633,10 @@ func TestCatalogRefusesToStartFromACorruptRecord(t *testing.T) {
 			system := probe.NewSystem(t)
 			_, err = catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t)})
 			require.ErrorIs(t, err, catalog.ErrCatalogCorrupt)
-			require.Contains(t, err.Error(), `record "`+tt.key+`"`)
+			require.ErrorIs(t, err, storage.ErrCorrupt, "the store's one kind of corruption, with its one remedy")
+			require.Contains(t, err.Error(), `bucket "csi.catalog", record "`+tt.key+`"`)
 			require.Contains(t, err.Error(), tt.wantDetail)
+			require.Contains(t, err.Error(), "-reset-corrupt-state", "the error names the flag that recovers")
 		})
 	}
 }

@@ -39,7 +39,8 @@ var (
 	// ErrCatalogStore: the durable store failed; the change was not made.
 	ErrCatalogStore = errors.New("catalog store failed")
 	// ErrCatalogCorrupt: a stored record does not decode or is invalid, so
-	// the catalog does not start.
+	// the catalog does not start. The error also matches storage.ErrCorrupt
+	// and names the remedy, -reset-corrupt-state.
 	ErrCatalogCorrupt = errors.New("catalog record corrupt")
 )
 

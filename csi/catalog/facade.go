@@ -59,7 +59,8 @@ var _ csi.Claimer = (*Catalog)(nil)
 
 // StartCatalog restores the catalog from cfg.Bucket and starts its actor in
 // system. A record that cannot be restored is an error matching
-// ErrCatalogCorrupt: the catalog never starts silently empty. Health is not
+// ErrCatalogCorrupt and storage.ErrCorrupt that names the record and the
+// agent's -reset-corrupt-state: the catalog never starts silently empty. Health is not
 // trusted across a restart: every fingerprint restored as healthy is made
 // unhealthy (durably, under a new index) until the CSI manager fingerprints
 // the plugin again, so no claim is granted on a plugin that may be gone.

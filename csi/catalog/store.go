@@ -2,6 +2,8 @@ package catalog
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -185,8 +187,10 @@ func catalogIndexOp(index uint64) storage.Op {
 
 // loadCatalog rebuilds the catalog from bucket. A record that does not
 // decode, is invalid, sits under the wrong key or is not a catalog record
-// at all is an error matching ErrCatalogCorrupt that names it: the catalog
-// never starts silently empty or half restored.
+// at all is corruption (storage.CorruptRecord): the error matches both
+// storage.ErrCorrupt and ErrCatalogCorrupt, names the record and the
+// remedy (-reset-corrupt-state). The catalog never starts silently empty
+// or half restored.
 func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
 	s := newCatalogState()
 	err := bucket.Load(func(rawKey, value []byte) error {
@@ -203,10 +207,10 @@ func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
 		case strings.HasPrefix(key, catalogVolumePrefix):
 			err = s.restoreVolume(key, value)
 		default:
-			err = catalogErrorf(ErrCatalogCorrupt, "it is not a catalog record")
+			err = errors.New("it is not a catalog record")
 		}
 		if err != nil {
-			return catalogErrorf(ErrCatalogCorrupt, "restore from bucket %q: record %q: %v", CatalogBucket, key, err)
+			return storage.CorruptRecord(CatalogBucket, rawKey, fmt.Errorf("csi: catalog: %w: restore: %w", ErrCatalogCorrupt, err))
 		}
 		return nil
 	})
@@ -226,7 +230,7 @@ func (s *catalogState) restorePlugin(key string, value []byte) error {
 		return err
 	}
 	if want := catalogPluginPrefix + p.ID; want != key {
-		return catalogErrorf(ErrCatalogCorrupt, "it holds plugin %q", p.ID)
+		return fmt.Errorf("it holds plugin %q", p.ID)
 	}
 	s.plugins[p.ID] = p
 	s.index = max(s.index, p.ModifyIndex)
@@ -244,7 +248,7 @@ func (s *catalogState) restoreVolume(key string, value []byte) error {
 	}
 	vk, err := catalogVolumeKey(v.Namespace, v.ID)
 	if err == nil && vk.storageKey() != key {
-		err = catalogErrorf(ErrCatalogCorrupt, "it holds volume %s", vk)
+		err = fmt.Errorf("it holds volume %s", vk)
 	}
 	if err != nil {
 		return err
