@@ -59,6 +59,8 @@ type catalogActor struct {
 	bucket  storage.Bucket
 	nodeID  string
 	manager *actor.PID
+	// maxVolumes bounds the volumes a registration may bring the catalog to.
+	maxVolumes int
 	// durable is the last durable state, kept outside the actor so that a
 	// restart after a panic resumes from it.
 	durable *atomic.Pointer[catalogState]
@@ -91,13 +93,14 @@ type catalogBatchWritten struct{ err error }
 func newCatalogActor(cfg CatalogConfig, durable *atomic.Pointer[catalogState]) *catalogActor {
 	committed := durable.Load()
 	return &catalogActor{
-		log:       cfg.Logger,
-		bucket:    cfg.Bucket,
-		nodeID:    cfg.NodeID,
-		manager:   cfg.Manager,
-		durable:   durable,
-		state:     committed.clone(),
-		committed: committed,
+		log:        cfg.Logger,
+		bucket:     cfg.Bucket,
+		nodeID:     cfg.NodeID,
+		manager:    cfg.Manager,
+		maxVolumes: cfg.MaxVolumes,
+		durable:    durable,
+		state:      committed.clone(),
+		committed:  committed,
 	}
 }
 
@@ -209,6 +212,9 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	}
 	v.ExternalID, v.Deleting = v.PluginVolumeID(), false
 	old := a.state.volumes[key]
+	if w.err = a.state.checkRoom(key, a.maxVolumes); w.err != nil {
+		return change, nil
+	}
 	switch {
 	case old != nil && old.Deleting:
 		w.err = deletingError(key)

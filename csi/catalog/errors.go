@@ -34,6 +34,9 @@ var (
 	// ErrVolumeDeleting: the volume is being deleted, so it takes no claim
 	// and no new description; nothing changed.
 	ErrVolumeDeleting = errors.New("volume is being deleted")
+	// ErrVolumeLimit: the catalog holds CatalogConfig.MaxVolumes volumes
+	// (agent flag -max-volumes), so a new one is refused; nothing changed.
+	ErrVolumeLimit = errors.New("volume limit reached")
 	// ErrCatalogShutdown: the catalog is shut down; nothing changed.
 	ErrCatalogShutdown = errors.New("catalog shut down")
 	// ErrCatalogStore: the durable store failed; the change was not made.
@@ -55,6 +58,7 @@ var catalogSentinels = []struct {
 	{ErrVolumeConflict, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{ErrVolumeDeleting, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
 	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
 	{ErrCatalogCorrupt, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},

@@ -83,6 +83,16 @@ func (s *catalogState) volume(key volumeKey) (*model.CSIVolume, error) {
 	return nil, catalogErrorf(ErrVolumeNotFound, "no volume %q in namespace %q", key.id, key.namespace)
 }
 
+// checkRoom refuses a new volume under key once s holds limit volumes; a
+// volume already in s is never refused.
+func (s *catalogState) checkRoom(key volumeKey, limit int) error {
+	if _, ok := s.volumes[key]; ok || len(s.volumes) < limit {
+		return nil
+	}
+	return catalogErrorf(ErrVolumeLimit, "volume %s: the catalog holds %d volumes, the limit (catalog.CatalogConfig.MaxVolumes, agent flag -max-volumes); "+
+		"deregister or delete volumes, or raise the limit", key, len(s.volumes))
+}
+
 // sortedVolumeKeys returns the keys of s's volumes by namespace, then ID.
 func (s *catalogState) sortedVolumeKeys() []volumeKey {
 	return slices.SortedFunc(maps.Keys(s.volumes), compareVolumeKeys)
