@@ -17,7 +17,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -242,7 +242,7 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 // checkRegistration checks the description of a volume to register: safe
 // IDs, known modes, well-formed topologies, and no claims.
 func checkRegistration(v *model.CSIVolume) error {
-	if err := registry.ValidateID("plugin ID", v.PluginID); err != nil {
+	if err := names.Check("plugin ID", v.PluginID); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
 	}
 	if v.InUse() || len(v.PastClaims) > 0 {
@@ -308,7 +308,7 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 
 // checkClaim checks a claim's alloc, node and mode on their face.
 func checkClaim(c *model.Claim) error {
-	if err := cmp.Or(registry.ValidateID("alloc ID", c.AllocID), registry.ValidateID("node ID", c.NodeID)); err != nil {
+	if err := cmp.Or(names.Check("alloc ID", c.AllocID), names.Check("node ID", c.NodeID)); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
 	}
 	if err := cmp.Or(c.Mode.Validate(), c.State.Validate()); err != nil {
@@ -322,7 +322,7 @@ func checkClaim(c *model.Claim) error {
 func checkUsage(cmd *messages.ClaimVolume) error {
 	var problems []error
 	if cmd.GetPluginId() != "" {
-		problems = append(problems, registry.ValidateID("plugin ID", cmd.GetPluginId()))
+		problems = append(problems, names.Check("plugin ID", cmd.GetPluginId()))
 	}
 	if cmd.GetAccessMode() != "" {
 		problems = append(problems, model.AccessMode(cmd.GetAccessMode()).Validate())
@@ -404,7 +404,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 	var change catalogChange
 	info, err := model.InstanceFromFingerprint(fp)
 	if err == nil {
-		err = registry.ValidateID("plugin name", info.PluginID)
+		err = names.Check("plugin name", info.PluginID)
 	}
 	if err != nil {
 		return change, catalogWrap(ErrCatalogInvalid, err)
@@ -552,7 +552,7 @@ func (a *catalogActor) answer(ctx actor.Context, replyTo *actor.PID, resp proto.
 func (a *catalogActor) onListVolumes(ctx actor.Context, msg *messages.ListVolumesRequest) {
 	resp := &messages.ListVolumesResponse{}
 	if ns := msg.GetNamespace(); ns != "" {
-		if err := registry.ValidateID("namespace", ns); err != nil {
+		if err := names.Check("namespace", ns); err != nil {
 			resp.Error = catalogErrorToProto(catalogWrap(ErrCatalogInvalid, err))
 		}
 	}

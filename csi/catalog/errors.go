@@ -9,7 +9,6 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
 )
 
 // Sentinel errors of the catalog actor and its facade, besides
@@ -84,10 +83,10 @@ func catalogErrorf(sentinel error, format string, args ...any) error {
 }
 
 // catalogWrap wraps err, an error of the catalog model (or of
-// registry.ValidateID), as an error of the catalog that matches sentinel as
+// names.Check), as an error of the catalog that matches sentinel as
 // well as everything err matches.
 func catalogWrap(sentinel, err error) error {
-	detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "catalog: "), registry.ErrInvalid.Error()+": ")
+	detail := strings.TrimPrefix(err.Error(), "catalog: ")
 	return &catalogError{text: fmt.Sprintf("csi: catalog: %v: %s", sentinel, detail), kinds: []error{sentinel, err}}
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -55,7 +55,7 @@ func (cfg CatalogConfig) validate() error {
 	if cfg.Bucket == nil {
 		return catalogErrorf(ErrCatalogInvalid, "config needs a storage bucket")
 	}
-	if err := registry.ValidateID("node ID", cfg.NodeID); err != nil {
+	if err := names.Check("node ID", cfg.NodeID); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
 	}
 	if cfg.MaxVolumes < 0 {

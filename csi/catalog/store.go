@@ -12,7 +12,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -22,7 +22,7 @@ const CatalogBucket = "csi.catalog"
 
 // Keys of the catalog's records: "index", "plugin/<id>" and
 // "volume/<namespace>/<id>". IDs and namespaces never hold a "/"
-// (registry.ValidateID), so the keys cannot collide.
+// (names.Check), so the keys cannot collide.
 const (
 	catalogIndexKey     = "index"
 	catalogPluginPrefix = "plugin/"
@@ -50,7 +50,7 @@ func catalogVolumeKey(namespace, id string) (volumeKey, error) {
 	if namespace == "" {
 		namespace = model.DefaultNamespace
 	}
-	if err := cmp.Or(registry.ValidateID("namespace", namespace), registry.ValidateID("volume ID", id)); err != nil {
+	if err := cmp.Or(names.Check("namespace", namespace), names.Check("volume ID", id)); err != nil {
 		return volumeKey{}, catalogWrap(ErrCatalogInvalid, err)
 	}
 	return volumeKey{namespace, id}, nil

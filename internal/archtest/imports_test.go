@@ -36,7 +36,7 @@ var mayImport = map[string][]string{
 	"csi":                         {"csi/catalog/model", "names", "messages"},
 	"csi/manager":                 {"csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
 	"csi/volumes":                 {"csi", "csi/catalog/model", "registry", "storage", "supervisor", "actors", "messages"},
-	"csi/catalog":                 {"csi", "csi/catalog/model", "storage", "registry", "actors", "messages"},
+	"csi/catalog":                 {"csi", "csi/catalog/model", "names", "storage", "actors", "messages"},
 	"csi/controller":              {"csi", "csi/catalog", "csi/catalog/model", "registry"},
 	"csi/csitest":                 {"csi"},
 	"csi/hostpath":                {"csi/hostpath/internal/mount", "names"},
