@@ -39,11 +39,13 @@ FUZZ_TARGETS := \
 	registry:FuzzValidatePlugin \
 	csi/catalog/model:FuzzClaims csi/volumes:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
-	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody
-FUZZTIME      ?= 10s
+	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
+	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
+	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody
+FUZZTIME      ?= 5s
 FUZZTIME_LONG ?= 5m
 
-fuzz-short: ## run every fuzz target for FUZZTIME (default 10s) each; CI runs this
+fuzz-short: ## run every fuzz target for FUZZTIME (default 5s) each; CI runs this
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=./$${t%%:*}; name=$${t##*:}; echo "== fuzz $$pkg $$name ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \

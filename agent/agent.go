@@ -100,6 +100,9 @@ type Config struct {
 	// MaxSubscribers bounds the open event subscriptions, every API event
 	// stream among them (default registry.DefaultSubscribers).
 	MaxSubscribers int
+	// MaxVolumes bounds the volumes of the CSI catalog (default
+	// catalog.DefaultMaxVolumes).
+	MaxVolumes int
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
 }
@@ -319,7 +322,7 @@ func (a *Agent) startManagers() error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a.catalog, err = catalog.StartCatalog(a.system, catalog.CatalogConfig{
-		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log,
+		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log, MaxVolumes: a.cfg.MaxVolumes,
 	})
 	if err != nil {
 		_ = a.csi.Shutdown(context.Background())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -55,6 +56,18 @@ var damage = []struct {
 			require.NoError(t, s.Close())
 		},
 		want: `plugin name must not be "."`,
+	},
+	{
+		name: "a catalog record that does not decode",
+		prepare: func(t *testing.T, dir string) {
+			s, err := storage.OpenBolt(filepath.Join(dir, "state.db"), storage.BoltOptions{})
+			require.NoError(t, err)
+			b, err := s.Bucket(catalog.CatalogBucket)
+			require.NoError(t, err)
+			require.NoError(t, b.Apply([]storage.Op{storage.Put([]byte("volume/default/db"), []byte{0xff, 0xff, 0xff})}))
+			require.NoError(t, s.Close())
+		},
+		want: `bucket "csi.catalog", record "volume/default/db": csi: catalog: catalog record corrupt: restore:`,
 	},
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,4 +55,27 @@ func TestTheAgentsLimitsReachTheRegistry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusTooManyRequests, refused.StatusCode)
 	require.Contains(t, string(body), "-max-subscribers")
+}
+
+func TestTheVolumeLimitReachesTheCatalogAndTheAPIAnswers429(t *testing.T) {
+	a, err := agent.Start(agent.Config{DataDir: dataDir(t), Logger: probe.Logger(t), NodeID: "n1", MaxVolumes: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
+	client := unixClient(t, a)
+	register := func(id string) (int, string) {
+		body := `{"id":"` + id + `","plugin_id":"hostpath","access_mode":"single-node-writer","attachment_mode":"file-system"}`
+		resp, err := client.Post("http://plugvisor/v1/volumes", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(out)
+	}
+	status, body := register("first")
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = register("second")
+	require.Equal(t, http.StatusTooManyRequests, status)
+	require.Contains(t, body, "-max-volumes")
+	status, body = register("first")
+	require.Equal(t, http.StatusOK, status, "a volume already there can be registered again: %s", body)
 }

@@ -114,3 +114,37 @@ func FuzzDecodeCreateBody(f *testing.F) {
 	fuzzJSONBody[CreateBody](f,
 		`{"plugin_id":"hp","access_mode":"single-node-writer","capacity":{"required_bytes":1024},"secrets":{"k":"v"},"mount_options":{"fs_type":"ext4","mount_flags":["ro"]}}`)
 }
+
+// FuzzDecodeDetachBody: POST /v1/volumes/{ns}/{id}/detach.
+func FuzzDecodeDetachBody(f *testing.F) {
+	fuzzJSONBody[DetachBody](f, `{"node_id":"node-1"}`, `{"node_id":"\u202e.."}`)
+}
+
+// FuzzDecodeExpandBody: POST /v1/volumes/{ns}/{id}/expand.
+func FuzzDecodeExpandBody(f *testing.F) {
+	fuzzJSONBody[ExpandBody](f, `{"required_bytes":1073741824,"limit_bytes":2147483648}`,
+		`{"required_bytes":-1}`, `{"required_bytes":1e400}`)
+}
+
+// FuzzDecodeSnapshotBody: POST /v1/snapshots.
+func FuzzDecodeSnapshotBody(f *testing.F) {
+	fuzzJSONBody[SnapshotBody](f,
+		`{"namespace":"default","volume_id":"v","name":"s1","parameters":{"k":"v"},"secrets":{"token":"x"}}`,
+		`{"volume_id":"..","name":"","secrets":{"":""}}`)
+}
+
+// FuzzDecodeDeleteSnapshotBody: DELETE /v1/snapshots/....
+func FuzzDecodeDeleteSnapshotBody(f *testing.F) {
+	fuzzJSONBody[DeleteSnapshotBody](f, `{"secrets":{"token":"x"}}`, `{"secrets":null}`)
+}
+
+// FuzzDecodeDockerVolumeBody: POST /v1/docker/volumes.
+func FuzzDecodeDockerVolumeBody(f *testing.F) {
+	fuzzJSONBody[DockerVolumeBody](f, `{"name":"data","driver":"local","options":{"size":"1G"}}`,
+		`{"name":".","driver":"../x"}`)
+}
+
+// FuzzDecodeDockerMountBody: POST /v1/docker/volumes/{name}/mount and /unmount.
+func FuzzDecodeDockerMountBody(f *testing.F) {
+	fuzzJSONBody[DockerMountBody](f, `{"id":"container-1"}`, `{"id":7}`)
+}

@@ -445,6 +445,7 @@ var errorClasses = []struct {
 		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch,
 		csi.ErrAlreadyExists, csi.ErrFailedPrecondition}},
 	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},
+	{http.StatusTooManyRequests, []error{catalog.ErrVolumeLimit}},
 	{http.StatusServiceUnavailable, []error{catalog.ErrCatalogShutdown, volumes.ErrShutDown, csi.ErrUnavailable, csi.ErrConnect}},
 	{http.StatusBadGateway, []error{csi.ErrInvalidArgument, csi.ErrPermissionDenied, csi.ErrAborted, csi.ErrOutOfRange,
 		csi.ErrUnimplemented, csi.ErrInternal, csi.ErrUnknown, csi.ErrDataLoss, csi.ErrUnauthenticated, csi.ErrCanceled,

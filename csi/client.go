@@ -10,30 +10,36 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/plugvisor/plugvisor/registry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // MaxSocketPathLen is the longest unix socket path, in bytes, that fits in
 // sun_path (108 bytes on Linux, one of them the terminating NUL): the
-// registry's limit, so a path it accepts can be dialled.
-const MaxSocketPathLen = registry.MaxSocketPathLen
+// limit of package names, which every layer checks, so a path the registry
+// accepts can be dialled.
+const MaxSocketPathLen = names.MaxSocketPathLen
 
 // ValidateSocketPath reports whether path can name a CSI plugin's unix
-// socket: it must be absolute and at most [MaxSocketPathLen] bytes long.
-// The error wraps [ErrSocketPathNotAbsolute] or [ErrSocketPathTooLong].
+// socket, by the rules of names.CheckSocketPath: absolute, at most
+// [MaxSocketPathLen] bytes, clean, and free of control, bidirectional and
+// zero-width characters. The error wraps [ErrSocketPathNotAbsolute] or
+// [ErrSocketPathTooLong] for those two faults, and names.ErrInvalid always.
 func ValidateSocketPath(path string) error {
-	if !filepath.IsAbs(path) {
-		return fmt.Errorf("csi: %w: %q", ErrSocketPathNotAbsolute, path)
+	err := names.CheckSocketPath("socket path", path)
+	switch {
+	case err == nil:
+		return nil
+	case !filepath.IsAbs(path):
+		return fmt.Errorf("csi: %w: %w", ErrSocketPathNotAbsolute, err)
+	case len(path) > MaxSocketPathLen:
+		return fmt.Errorf("csi: %w: %w", ErrSocketPathTooLong, err)
 	}
-	if len(path) > MaxSocketPathLen {
-		return fmt.Errorf("csi: %w: %q is %d bytes, sun_path holds at most %d",
-			ErrSocketPathTooLong, path, len(path), MaxSocketPathLen)
-	}
-	return nil
+	return fmt.Errorf("csi: %w", err)
 }
 
 // Options tunes a [Client]. The zero value of a field means its default (see

@@ -18,6 +18,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // TestMain checks for leaks and removes the hostpath binary that some of
@@ -226,11 +227,15 @@ func TestSocketPathsAreChecked(t *testing.T) {
 	}{
 		{name: "absolute path of 107 bytes is fine", path: longest},
 		{name: "absolute path of 108 bytes is too long", path: longest + "s",
-			wantErr: csi.ErrSocketPathTooLong, wantMsg: "is 108 bytes, sun_path holds at most 107"},
+			wantErr: csi.ErrSocketPathTooLong, wantMsg: "is 108 bytes, over the unix limit of 107; use a shorter directory"},
 		{name: "relative path is refused", path: "plugins/csi.sock",
-			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `csi: socket path is not absolute: "plugins/csi.sock"`},
+			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `csi: socket path is not absolute: socket path "plugins/csi.sock" must be absolute`},
 		{name: "empty path is refused", path: "",
-			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `csi: socket path is not absolute: ""`},
+			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `csi: socket path is not absolute: socket path must not be empty`},
+		{name: "unclean path is refused", path: "/run//csi.sock",
+			wantErr: names.ErrInvalid, wantMsg: `csi: socket path "/run//csi.sock" must be clean`},
+		{name: "path with a right-to-left override is refused", path: "/run/\u202ecsi.sock",
+			wantErr: names.ErrInvalid, wantMsg: "must not contain"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -68,6 +69,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxPluginsPerType, "max-plugins-per-type", registry.DefaultPluginsPerType, "most allocations one plugin type may hold")
 	fs.IntVar(&cfg.MaxPluginOptionsBytes, "max-plugin-options-bytes", registry.DefaultOptionsBytes, "largest total size of one plugin's options, in bytes")
 	fs.IntVar(&cfg.MaxSubscribers, "max-subscribers", registry.DefaultSubscribers, "most event subscriptions (API event streams among them) open at once")
+	fs.IntVar(&cfg.MaxVolumes, "max-volumes", catalog.DefaultMaxVolumes, "most volumes the CSI catalog holds, every namespace together")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")
 	if err := parse(fs, args); err != nil {

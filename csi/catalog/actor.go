@@ -17,7 +17,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -59,6 +59,8 @@ type catalogActor struct {
 	bucket  storage.Bucket
 	nodeID  string
 	manager *actor.PID
+	// maxVolumes bounds the volumes a registration may bring the catalog to.
+	maxVolumes int
 	// durable is the last durable state, kept outside the actor so that a
 	// restart after a panic resumes from it.
 	durable *atomic.Pointer[catalogState]
@@ -91,13 +93,14 @@ type catalogBatchWritten struct{ err error }
 func newCatalogActor(cfg CatalogConfig, durable *atomic.Pointer[catalogState]) *catalogActor {
 	committed := durable.Load()
 	return &catalogActor{
-		log:       cfg.Logger,
-		bucket:    cfg.Bucket,
-		nodeID:    cfg.NodeID,
-		manager:   cfg.Manager,
-		durable:   durable,
-		state:     committed.clone(),
-		committed: committed,
+		log:        cfg.Logger,
+		bucket:     cfg.Bucket,
+		nodeID:     cfg.NodeID,
+		manager:    cfg.Manager,
+		maxVolumes: cfg.MaxVolumes,
+		durable:    durable,
+		state:      committed.clone(),
+		committed:  committed,
 	}
 }
 
@@ -209,6 +212,9 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	}
 	v.ExternalID, v.Deleting = v.PluginVolumeID(), false
 	old := a.state.volumes[key]
+	if w.err = a.state.checkRoom(key, a.maxVolumes); w.err != nil {
+		return change, nil
+	}
 	switch {
 	case old != nil && old.Deleting:
 		w.err = deletingError(key)
@@ -236,7 +242,7 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 // checkRegistration checks the description of a volume to register: safe
 // IDs, known modes, well-formed topologies, and no claims.
 func checkRegistration(v *model.CSIVolume) error {
-	if err := registry.ValidateID("plugin ID", v.PluginID); err != nil {
+	if err := names.Check("plugin ID", v.PluginID); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
 	}
 	if v.InUse() || len(v.PastClaims) > 0 {
@@ -302,7 +308,7 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 
 // checkClaim checks a claim's alloc, node and mode on their face.
 func checkClaim(c *model.Claim) error {
-	if err := cmp.Or(registry.ValidateID("alloc ID", c.AllocID), registry.ValidateID("node ID", c.NodeID)); err != nil {
+	if err := cmp.Or(names.Check("alloc ID", c.AllocID), names.Check("node ID", c.NodeID)); err != nil {
 		return catalogWrap(ErrCatalogInvalid, err)
 	}
 	if err := cmp.Or(c.Mode.Validate(), c.State.Validate()); err != nil {
@@ -316,7 +322,7 @@ func checkClaim(c *model.Claim) error {
 func checkUsage(cmd *messages.ClaimVolume) error {
 	var problems []error
 	if cmd.GetPluginId() != "" {
-		problems = append(problems, registry.ValidateID("plugin ID", cmd.GetPluginId()))
+		problems = append(problems, names.Check("plugin ID", cmd.GetPluginId()))
 	}
 	if cmd.GetAccessMode() != "" {
 		problems = append(problems, model.AccessMode(cmd.GetAccessMode()).Validate())
@@ -398,7 +404,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 	var change catalogChange
 	info, err := model.InstanceFromFingerprint(fp)
 	if err == nil {
-		err = registry.ValidateID("plugin name", info.PluginID)
+		err = names.Check("plugin name", info.PluginID)
 	}
 	if err != nil {
 		return change, catalogWrap(ErrCatalogInvalid, err)
@@ -546,7 +552,7 @@ func (a *catalogActor) answer(ctx actor.Context, replyTo *actor.PID, resp proto.
 func (a *catalogActor) onListVolumes(ctx actor.Context, msg *messages.ListVolumesRequest) {
 	resp := &messages.ListVolumesResponse{}
 	if ns := msg.GetNamespace(); ns != "" {
-		if err := registry.ValidateID("namespace", ns); err != nil {
+		if err := names.Check("namespace", ns); err != nil {
 			resp.Error = catalogErrorToProto(catalogWrap(ErrCatalogInvalid, err))
 		}
 	}

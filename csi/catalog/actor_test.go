@@ -633,8 +633,10 @@ func TestCatalogRefusesToStartFromACorruptRecord(t *testing.T) {
 			system := probe.NewSystem(t)
 			_, err = catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t)})
 			require.ErrorIs(t, err, catalog.ErrCatalogCorrupt)
-			require.Contains(t, err.Error(), `record "`+tt.key+`"`)
+			require.ErrorIs(t, err, storage.ErrCorrupt, "the store's one kind of corruption, with its one remedy")
+			require.Contains(t, err.Error(), `bucket "csi.catalog", record "`+tt.key+`"`)
 			require.Contains(t, err.Error(), tt.wantDetail)
+			require.Contains(t, err.Error(), "-reset-corrupt-state", "the error names the flag that recovers")
 		})
 	}
 }
@@ -703,6 +705,7 @@ func TestCatalogStartRefusesABadConfig(t *testing.T) {
 		{"no bucket", catalog.CatalogConfig{NodeID: catNode}},
 		{"no node ID", catalog.CatalogConfig{Bucket: catMemoryBucket(t)}},
 		{"a node ID that climbs out", catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: "../node"}},
+		{"a negative volume limit", catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: catNode, MaxVolumes: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -710,4 +713,38 @@ func TestCatalogStartRefusesABadConfig(t *testing.T) {
 			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
 		})
 	}
+}
+
+func TestCatalogRefusesANewVolumeBeyondItsLimitAndChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	bucket := catMemoryBucket(t)
+	system := probe.NewSystem(t)
+	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t), MaxVolumes: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cat.Shutdown(ctx)) })
+	f := &catFixture{t: t, system: system, cat: cat}
+	f.register(catVolume("a", "hostpath", model.AccessModeSingleNodeWriter))
+	other := catVolume("b", "hostpath", model.AccessModeSingleNodeWriter)
+	other.Namespace = "team"
+	f.register(other) // the limit counts every namespace
+	require.NoError(t, cat.CheckRoom("", "a"), "a volume already there has room")
+	before := f.dump()
+
+	err = cat.CheckRoom("", "c")
+	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	_, err = cat.RegisterVolume(ctx, catVolume("c", "hostpath", model.AccessModeSingleNodeWriter))
+	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorContains(t, err, "volume default/c: the catalog holds 2 volumes, the limit")
+	require.ErrorContains(t, err, "agent flag -max-volumes", "the error names the flag that raises it")
+	require.Equal(t, before, f.dump(), "the refusal changed nothing")
+
+	changed := catVolume("a", "hostpath", model.AccessModeMultiNodeReader)
+	require.Equal(t, model.AccessModeMultiNodeReader, f.register(changed).AccessMode, "a volume already there can change")
+
+	require.NoError(t, cat.DeregisterVolume(ctx, "team", "b"))
+	require.NoError(t, cat.CheckRoom("", "c"))
+	f.register(catVolume("c", "hostpath", model.AccessModeSingleNodeWriter))
+	stubs, err := cat.ListVolumes(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"default/a", "default/c"}, catStubNames(stubs))
 }

@@ -21,6 +21,6 @@
 // package, nor does this package import the volume manager or the CSI
 // manager.
 //
-// Imports: csi, csi/catalog/model, storage, registry (ID validation),
+// Imports: csi, csi/catalog/model, names (ID validation), storage,
 // actors, messages.
 package catalog

@@ -9,7 +9,6 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
 )
 
 // Sentinel errors of the catalog actor and its facade, besides
@@ -34,12 +33,16 @@ var (
 	// ErrVolumeDeleting: the volume is being deleted, so it takes no claim
 	// and no new description; nothing changed.
 	ErrVolumeDeleting = errors.New("volume is being deleted")
+	// ErrVolumeLimit: the catalog holds CatalogConfig.MaxVolumes volumes
+	// (agent flag -max-volumes), so a new one is refused; nothing changed.
+	ErrVolumeLimit = errors.New("volume limit reached")
 	// ErrCatalogShutdown: the catalog is shut down; nothing changed.
 	ErrCatalogShutdown = errors.New("catalog shut down")
 	// ErrCatalogStore: the durable store failed; the change was not made.
 	ErrCatalogStore = errors.New("catalog store failed")
 	// ErrCatalogCorrupt: a stored record does not decode or is invalid, so
-	// the catalog does not start.
+	// the catalog does not start. The error also matches storage.ErrCorrupt
+	// and names the remedy, -reset-corrupt-state.
 	ErrCatalogCorrupt = errors.New("catalog record corrupt")
 )
 
@@ -54,6 +57,7 @@ var catalogSentinels = []struct {
 	{ErrVolumeConflict, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{ErrVolumeDeleting, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
 	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
 	{ErrCatalogCorrupt, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
@@ -79,10 +83,10 @@ func catalogErrorf(sentinel error, format string, args ...any) error {
 }
 
 // catalogWrap wraps err, an error of the catalog model (or of
-// registry.ValidateID), as an error of the catalog that matches sentinel as
+// names.Check), as an error of the catalog that matches sentinel as
 // well as everything err matches.
 func catalogWrap(sentinel, err error) error {
-	detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "catalog: "), registry.ErrInvalid.Error()+": ")
+	detail := strings.TrimPrefix(err.Error(), "catalog: ")
 	return &catalogError{text: fmt.Sprintf("csi: catalog: %v: %s", sentinel, detail), kinds: []error{sentinel, err}}
 }
 

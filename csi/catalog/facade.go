@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +16,16 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
 // DefaultCatalogName is the catalog actor's name.
 const DefaultCatalogName = "csi-catalog"
+
+// DefaultMaxVolumes bounds the volumes of the catalog, every namespace
+// together, unless CatalogConfig.MaxVolumes says otherwise.
+const DefaultMaxVolumes = 16384
 
 // CatalogConfig configures the catalog. Bucket and NodeID are required.
 type CatalogConfig struct {
@@ -37,6 +42,37 @@ type CatalogConfig struct {
 	Logger hclog.Logger
 	// Name is the actor's name in the actor system (default DefaultCatalogName).
 	Name string
+	// MaxVolumes bounds the volumes of the catalog, every namespace
+	// together (default DefaultMaxVolumes; negative is refused). Registering
+	// a new volume beyond it is refused with ErrVolumeLimit and changes
+	// nothing; a volume already there can always be registered again.
+	// Volumes restored at start count, even beyond the limit.
+	MaxVolumes int
+}
+
+// validate checks the raw config: zero means a default, negative is an error.
+func (cfg CatalogConfig) validate() error {
+	if cfg.Bucket == nil {
+		return catalogErrorf(ErrCatalogInvalid, "config needs a storage bucket")
+	}
+	if err := names.Check("node ID", cfg.NodeID); err != nil {
+		return catalogWrap(ErrCatalogInvalid, err)
+	}
+	if cfg.MaxVolumes < 0 {
+		return catalogErrorf(ErrCatalogInvalid, "MaxVolumes (agent flag -max-volumes) is %d; give a positive number, or 0 for the default %d",
+			cfg.MaxVolumes, DefaultMaxVolumes)
+	}
+	return nil
+}
+
+func (cfg CatalogConfig) withDefaults() CatalogConfig {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	cfg.Logger = cfg.Logger.Named("catalog")
+	cfg.Name = cmp.Or(cfg.Name, DefaultCatalogName)
+	cfg.MaxVolumes = cmp.Or(cfg.MaxVolumes, DefaultMaxVolumes)
+	return cfg
 }
 
 // Catalog is the Go facade over the catalog actor, for callers that are not
@@ -48,6 +84,9 @@ type Catalog struct {
 	system *actor.ActorSystem
 	pid    *actor.PID
 	log    hclog.Logger
+	// durable is the actor's last durable state, read by CheckRoom.
+	durable    *atomic.Pointer[catalogState]
+	maxVolumes int
 
 	// mu orders calls against Shutdown: a call made before Shutdown is
 	// answered; one after it gets ErrCatalogShutdown without reaching the actor.
@@ -59,24 +98,16 @@ var _ csi.Claimer = (*Catalog)(nil)
 
 // StartCatalog restores the catalog from cfg.Bucket and starts its actor in
 // system. A record that cannot be restored is an error matching
-// ErrCatalogCorrupt: the catalog never starts silently empty. Health is not
+// ErrCatalogCorrupt and storage.ErrCorrupt that names the record and the
+// agent's -reset-corrupt-state: the catalog never starts silently empty. Health is not
 // trusted across a restart: every fingerprint restored as healthy is made
 // unhealthy (durably, under a new index) until the CSI manager fingerprints
 // the plugin again, so no claim is granted on a plugin that may be gone.
 func StartCatalog(system *actor.ActorSystem, cfg CatalogConfig) (*Catalog, error) {
-	if cfg.Bucket == nil {
-		return nil, catalogErrorf(ErrCatalogInvalid, "config needs a storage bucket")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if err := registry.ValidateID("node ID", cfg.NodeID); err != nil {
-		return nil, catalogWrap(ErrCatalogInvalid, err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
-	}
-	cfg.Logger = cfg.Logger.Named("catalog")
-	if cfg.Name == "" {
-		cfg.Name = DefaultCatalogName
-	}
+	cfg = cfg.withDefaults()
 	state, err := loadCatalog(cfg.Bucket)
 	if err != nil {
 		return nil, err
@@ -98,7 +129,21 @@ func StartCatalog(system *actor.ActorSystem, cfg CatalogConfig) (*Catalog, error
 	}
 	cfg.Logger.Info("catalog started", "volumes", len(state.volumes), "plugins", len(state.plugins),
 		"index", state.index, "node", cfg.NodeID)
-	return &Catalog{system: system, pid: pid, log: cfg.Logger}, nil
+	return &Catalog{system: system, pid: pid, log: cfg.Logger, durable: durable, maxVolumes: cfg.MaxVolumes}, nil
+}
+
+// CheckRoom reports whether a volume (namespace, id) could be registered
+// now as far as the volume limit goes: nil when it is already in the
+// catalog or the catalog holds fewer than MaxVolumes volumes, else an error
+// matching ErrVolumeLimit. It reads the last durable state, so a caller
+// (the controller, before it asks a plugin to create a volume) can refuse
+// early; RegisterVolume checks again and has the last word.
+func (c *Catalog) CheckRoom(namespace, id string) error {
+	key, err := catalogVolumeKey(namespace, id)
+	if err != nil {
+		return err
+	}
+	return c.durable.Load().checkRoom(key, c.maxVolumes)
 }
 
 // PID is the catalog actor's address, for actors that send it commands,

@@ -2,6 +2,8 @@ package catalog
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -10,7 +12,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -20,7 +22,7 @@ const CatalogBucket = "csi.catalog"
 
 // Keys of the catalog's records: "index", "plugin/<id>" and
 // "volume/<namespace>/<id>". IDs and namespaces never hold a "/"
-// (registry.ValidateID), so the keys cannot collide.
+// (names.Check), so the keys cannot collide.
 const (
 	catalogIndexKey     = "index"
 	catalogPluginPrefix = "plugin/"
@@ -48,7 +50,7 @@ func catalogVolumeKey(namespace, id string) (volumeKey, error) {
 	if namespace == "" {
 		namespace = model.DefaultNamespace
 	}
-	if err := cmp.Or(registry.ValidateID("namespace", namespace), registry.ValidateID("volume ID", id)); err != nil {
+	if err := cmp.Or(names.Check("namespace", namespace), names.Check("volume ID", id)); err != nil {
 		return volumeKey{}, catalogWrap(ErrCatalogInvalid, err)
 	}
 	return volumeKey{namespace, id}, nil
@@ -79,6 +81,16 @@ func (s *catalogState) volume(key volumeKey) (*model.CSIVolume, error) {
 		return v, nil
 	}
 	return nil, catalogErrorf(ErrVolumeNotFound, "no volume %q in namespace %q", key.id, key.namespace)
+}
+
+// checkRoom refuses a new volume under key once s holds limit volumes; a
+// volume already in s is never refused.
+func (s *catalogState) checkRoom(key volumeKey, limit int) error {
+	if _, ok := s.volumes[key]; ok || len(s.volumes) < limit {
+		return nil
+	}
+	return catalogErrorf(ErrVolumeLimit, "volume %s: the catalog holds %d volumes, the limit (catalog.CatalogConfig.MaxVolumes, agent flag -max-volumes); "+
+		"deregister or delete volumes, or raise the limit", key, len(s.volumes))
 }
 
 // sortedVolumeKeys returns the keys of s's volumes by namespace, then ID.
@@ -185,8 +197,10 @@ func catalogIndexOp(index uint64) storage.Op {
 
 // loadCatalog rebuilds the catalog from bucket. A record that does not
 // decode, is invalid, sits under the wrong key or is not a catalog record
-// at all is an error matching ErrCatalogCorrupt that names it: the catalog
-// never starts silently empty or half restored.
+// at all is corruption (storage.CorruptRecord): the error matches both
+// storage.ErrCorrupt and ErrCatalogCorrupt, names the record and the
+// remedy (-reset-corrupt-state). The catalog never starts silently empty
+// or half restored.
 func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
 	s := newCatalogState()
 	err := bucket.Load(func(rawKey, value []byte) error {
@@ -203,10 +217,10 @@ func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
 		case strings.HasPrefix(key, catalogVolumePrefix):
 			err = s.restoreVolume(key, value)
 		default:
-			err = catalogErrorf(ErrCatalogCorrupt, "it is not a catalog record")
+			err = errors.New("it is not a catalog record")
 		}
 		if err != nil {
-			return catalogErrorf(ErrCatalogCorrupt, "restore from bucket %q: record %q: %v", CatalogBucket, key, err)
+			return storage.CorruptRecord(CatalogBucket, rawKey, fmt.Errorf("csi: catalog: %w: restore: %w", ErrCatalogCorrupt, err))
 		}
 		return nil
 	})
@@ -226,7 +240,7 @@ func (s *catalogState) restorePlugin(key string, value []byte) error {
 		return err
 	}
 	if want := catalogPluginPrefix + p.ID; want != key {
-		return catalogErrorf(ErrCatalogCorrupt, "it holds plugin %q", p.ID)
+		return fmt.Errorf("it holds plugin %q", p.ID)
 	}
 	s.plugins[p.ID] = p
 	s.index = max(s.index, p.ModifyIndex)
@@ -244,7 +258,7 @@ func (s *catalogState) restoreVolume(key string, value []byte) error {
 	}
 	vk, err := catalogVolumeKey(v.Namespace, v.ID)
 	if err == nil && vk.storageKey() != key {
-		err = catalogErrorf(ErrCatalogCorrupt, "it holds volume %s", vk)
+		err = fmt.Errorf("it holds volume %s", vk)
 	}
 	if err != nil {
 		return err

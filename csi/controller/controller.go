@@ -47,6 +47,9 @@ type Catalog interface {
 	MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
 	RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error)
 	DeregisterVolume(ctx context.Context, namespace, id string) error
+	// CheckRoom refuses, with catalog.ErrVolumeLimit, a volume the catalog
+	// has no room for, so that create refuses it before the plugin acts.
+	CheckRoom(namespace, id string) error
 }
 
 // Plugins finds the plugins' allocations; *registry.Registry implements it.

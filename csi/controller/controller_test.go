@@ -82,11 +82,19 @@ func (e *fakeExpander) ExpandOnNodes(_ context.Context, _ *model.CSIVolume, capa
 
 func newFixture(t *testing.T, tune func(*controller.Config)) *fixture {
 	t.Helper()
+	return newFixtureWithCatalog(t, catalog.CatalogConfig{}, tune)
+}
+
+// newFixtureWithCatalog is newFixture with a catalog of catCfg (its
+// bucket, node and logger filled in).
+func newFixtureWithCatalog(t *testing.T, catCfg catalog.CatalogConfig, tune func(*controller.Config)) *fixture {
+	t.Helper()
 	system := probe.NewSystem(t)
 	mem := storage.NewMemory()
 	catBucket, err := mem.Bucket(catalog.CatalogBucket)
 	require.NoError(t, err)
-	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: catBucket, NodeID: "node-1", Logger: probe.Logger(t)})
+	catCfg.Bucket, catCfg.NodeID, catCfg.Logger = catBucket, "node-1", probe.Logger(t)
+	cat, err := catalog.StartCatalog(system, catCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
 	regBucket, err := mem.Bucket(registry.BucketName)
@@ -461,17 +469,34 @@ func TestACallerThatGoesAwayDoesNotStopTheOperation(t *testing.T) {
 	require.Len(t, f.volumes(), 1, "the volume the plugin made is registered all the same")
 }
 
+// registerVolume registers (not creates) a volume id of the plugin.
+func (f *fixture) registerVolume(id string) *model.CSIVolume {
+	f.t.Helper()
+	v := model.NewCSIVolume(id, 0)
+	v.PluginID, v.AccessMode, v.AttachmentMode = plugin, model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
+	got, err := f.cat.RegisterVolume(context.Background(), v)
+	require.NoError(f.t, err)
+	return got
+}
+
 func TestCreateOverARegisteredVolumeIsRefusedBeforeAnyRPC(t *testing.T) {
 	f := newFixture(t, nil)
 	f.serveMocks() // no RPC is expected
-	registered := model.NewCSIVolume("db", 0)
-	registered.PluginID, registered.AccessMode, registered.AttachmentMode = plugin, model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
-	before, err := f.cat.RegisterVolume(context.Background(), registered)
-	require.NoError(t, err)
-	_, err = f.ctl.Create(context.Background(), createRequest())
+	before := f.registerVolume("db")
+	_, err := f.ctl.Create(context.Background(), createRequest())
 	require.ErrorIs(t, err, controller.ErrVolumeExists)
 	require.Contains(t, err.Error(), "created: false")
 	require.Equal(t, []*model.CSIVolume{before}, f.volumes())
+}
+
+func TestCreateBeyondTheVolumeLimitIsRefusedBeforeAnyRPC(t *testing.T) {
+	f := newFixtureWithCatalog(t, catalog.CatalogConfig{MaxVolumes: 1}, nil)
+	f.serveMocks() // no RPC is expected
+	before := f.registerVolume("web")
+	_, err := f.ctl.Create(context.Background(), createRequest())
+	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorContains(t, err, "agent flag -max-volumes")
+	require.Equal(t, []*model.CSIVolume{before}, f.volumes(), "nothing changed")
 }
 
 func TestAPluginWithoutAControllerIsRefused(t *testing.T) {

@@ -155,7 +155,8 @@ func (r CreateRequest) volume(externalID string) *model.CSIVolume {
 // with catalog.ErrVolumeConflict naming it; the plugin volume is left alone.
 // A catalog volume that exists with another plugin or other modes, or that
 // was registered rather than created, is refused with ErrVolumeExists
-// before any RPC.
+// before any RPC, and so is a new volume beyond the catalog's limit (with
+// catalog.ErrVolumeLimit).
 func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIVolume, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -165,6 +166,9 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 	what := fmt.Sprintf("create %s/%s", nsOrDefault(req.Namespace), req.ID)
 	if err := c.checkNotOtherVolume(ctx, what, req); err != nil {
 		return nil, err
+	}
+	if err := c.cfg.Catalog.CheckRoom(req.Namespace, req.ID); err != nil {
+		return nil, fmt.Errorf("controller: %s: %w", what, err)
 	}
 	need := []capability{capCreateDelete}
 	if req.SnapshotID != "" {
