@@ -304,6 +304,21 @@ func (d *demo) healthy(name, notAlloc string) bool {
 	return ok && f != nil && f.GetHealthy() && f.GetAllocId() == current.GetAllocId() && current.GetAllocId() != notAlloc
 }
 
+// schedulable: the catalog counts a healthy controller and a healthy node
+// plugin of name, so that its volumes may be claimed.
+func (d *demo) schedulable(ctx context.Context, name string) bool {
+	plugins, err := d.agent.Catalog().Plugins(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range plugins {
+		if p.ID == name {
+			return p.ControllersHealthy > 0 && p.NodesHealthy > 0
+		}
+	}
+	return false
+}
+
 func (d *demo) unhealthy(name string) bool {
 	f := d.fingerprint(name)
 	return f != nil && !f.GetHealthy()
@@ -363,6 +378,9 @@ func (d *demo) followEvents(ctx context.Context) error {
 // mounts it for a writer that writes a file, shows a second writer
 // refused, and mounts it read-only for a reader that reads the file.
 func (d *demo) mountVolume(ctx context.Context) error {
+	if err := d.waitFor("the catalog counts hostpath-a's controller and node healthy", func() bool { return d.schedulable(ctx, "hostpath-a") }); err != nil {
+		return err
+	}
 	vol, err := d.agent.Controller().Create(ctx, controller.CreateRequest{
 		ID: demoVolume, PluginID: "hostpath-a", RequiredBytes: 1 << 20,
 		AccessMode: model.AccessModeSingleNodeWriter, AttachmentMode: model.AttachmentModeFileSystem,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -331,6 +332,39 @@ func TestTheDemoShowsAVolumesWholeLifeAndLeavesNothingBehind(t *testing.T) {
 		n, err := strconv.Atoi(pid[1])
 		require.NoError(t, err)
 		require.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "plugin process %d still runs", n)
+	}
+}
+
+// TestTheDemoRunsWithoutRoot runs the demo as an unprivileged user: the
+// hostpath plugin links instead of bind-mounting, the reader's read-only
+// mount is refused and said so, and the rest of the volume's life, the
+// agent restart among it, still runs to the end.
+func TestTheDemoRunsWithoutRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the demo as another user")
+	}
+	// The test binary's dir is private to root: copy it where nobody can run it.
+	bin, err := os.MkdirTemp("", "pvnobody")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	require.NoError(t, os.Chmod(bin, 0o755))
+	exe := filepath.Join(bin, "plugvisor")
+	b, err := os.ReadFile(binary)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(exe, b, 0o755))
+	cmd := exec.Command(exe, "demo")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "demo as nobody failed:\n%s\n%s", &stdout, &stderr)
+	for _, want := range []string{
+		"linked (not root: the hostpath plugin falls back to a symlink instead of a bind mount)",
+		"reader alloc report-1 cannot join read-only without root",
+		"the publishes for web-1\n",
+		"unmounted demo-db for web-1 (unpublish, unstage, release its claim), the last alloc on this node",
+		"deleted volume demo-db on plugin hostpath-a", "All stopped cleanly",
+	} {
+		require.Contains(t, stdout.String(), want)
 	}
 }
 
