@@ -95,7 +95,7 @@ func TestBadDockerVolumeCommandsSayWhatIsWrong(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"a name with a separator", []string{"create", "-driver", "local", "a/b"}, "use only letters"},
+		{"a name with a separator", []string{"create", "-driver", "local", "a/b"}, "must not contain a path separator; use letters"},
 		{"the name ..", []string{"inspect", ".."}, "must not contain \"..\""},
 		{"no driver", []string{"create", "db"}, "create needs -driver"},
 		{"an option without =", []string{"create", "-driver", "local", "-opt", "size", "db"}, "want KEY=VALUE"},
