@@ -463,6 +463,10 @@ func (a *Agent) Catalog() *catalog.Catalog { return a.catalog }
 // Volumes is the agent's volume manager.
 func (a *Agent) Volumes() *volumes.Manager { return a.volumes }
 
+// Controller runs the agent's controller operations (create, delete,
+// expand, snapshots).
+func (a *Agent) Controller() *controller.Controller { return a.ctl }
+
 // Discovery is the agent's plugin discovery.
 func (a *Agent) Discovery() *discovery.Discovery { return a.disc }
 

@@ -5,22 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -32,8 +35,11 @@ A self-contained tour in a temp dir, nothing to set up. It starts an agent
 in-process, two hostpath CSI plugins and a Docker volume plugin as processes,
 and shows them discovered, registered and fingerprinted healthy; a newer
 allocation taking over; a plugin killed with kill -9 going unhealthy and
-recovering; a volume created, claimed and mounted, and a second writer
-refused; the event stream as it happens; then a clean shutdown and a summary.
+recovering; a volume's whole life: created through the plugin's controller,
+mounted for a writer, a second writer refused, a reader joining read-only,
+the agent restarted on the same data dir, both unmounted from the records
+that survived, and the volume deleted; the event stream as it happens; then
+a clean shutdown and a summary.
 
 Example:
   plugvisor demo          # or: make demo`
@@ -41,19 +47,30 @@ Example:
 // demoTimeout bounds each wait of the demo; nothing should come close.
 const demoTimeout = 30 * time.Second
 
+// demoSteps is how many steps the tour has.
+const demoSteps = 9
+
+// demoVolume is the ID of the volume whose life the demo shows.
+const demoVolume = "demo-db"
+
 // demo holds the tour's state: the agent, the plugin processes, and what
 // the event printer counted.
 type demo struct {
-	out   io.Writer
-	mu    sync.Mutex // orders lines from the step and the event printer
-	dir   string
-	self  string
-	agent *agent.Agent
-	procs map[string]*exec.Cmd
-	root  bool
+	out    io.Writer
+	mu     sync.Mutex // orders lines from the step and the event printer
+	dir    string
+	self   string
+	agent  *agent.Agent
+	logger hclog.Logger
+	procs  map[string]*exec.Cmd
+	root   bool
+	// unfollow stops following the current agent's events.
+	unfollow context.CancelFunc
 
 	events, healthChanges, takeovers atomic.Int64
 	mounts, refused                  int
+	// mounted lists the allocs that have the demo's volume mounted.
+	mounted []string
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
@@ -71,14 +88,14 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{out: stdout, dir: dir, self: self, procs: map[string]*exec.Cmd{}, root: os.Geteuid() == 0}
-	logger := hclog.NewNullLogger()
+	d := &demo{out: stdout, dir: dir, self: self, procs: map[string]*exec.Cmd{}, root: os.Geteuid() == 0,
+		logger: hclog.NewNullLogger()}
 	if *verbose {
-		logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: hclog.Info, Output: stderr})
+		d.logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: hclog.Info, Output: stderr})
 	}
 	start := time.Now()
 	d.say("plugvisor demo: a tour in %s\n", dir)
-	err = d.run(logger)
+	err = d.run()
 	d.stopAll()
 	if !*keep {
 		os.RemoveAll(dir)
@@ -86,7 +103,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("demo failed: %w", err)
 	}
-	d.say("\nSummary: %d registry events, %d health changes, %d takeovers (controller and node), %d mount, %d refused writer, in %s. All stopped cleanly.\n",
+	d.say("\nSummary: %d registry events, %d health changes, %d takeovers (controller and node), %d mounts, %d refused writer, in %s. All stopped cleanly.\n",
 		d.events.Load(), d.healthChanges.Load(), d.takeovers.Load(), d.mounts, d.refused, time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -97,7 +114,7 @@ func (d *demo) say(format string, args ...any) {
 	fmt.Fprintf(d.out, format, args...)
 }
 
-func (d *demo) step(n int, title string) { d.say("\n[%d/7] %s\n", n, title) }
+func (d *demo) step(n int, title string) { d.say("\n[%d/%d] %s\n", n, demoSteps, title) }
 
 // waitFor polls cond (cheap snapshot reads) until it holds, then prints ok.
 func (d *demo) waitFor(what string, cond func() bool) error {
@@ -112,22 +129,43 @@ func (d *demo) waitFor(what string, cond func() bool) error {
 	return nil
 }
 
-func (d *demo) run(logger hclog.Logger) error {
-	d.step(1, "Starting the agent in-process")
+// startAgent starts an agent in-process on the demo's data dir and follows
+// its events.
+func (d *demo) startAgent() error {
 	a, err := agent.Start(agent.Config{
-		DataDir: d.dir, Logger: logger, NodeID: "demo-node",
+		DataDir: d.dir, Logger: d.logger, NodeID: "demo-node",
 		FingerprintInterval: 300 * time.Millisecond, ResyncInterval: 5 * time.Second,
 	})
 	if err != nil {
 		return err
 	}
 	d.agent = a
-	d.say("      API on %s; watching %s\n", a.SocketPath(), a.PluginDir())
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := d.followEvents(ctx); err != nil {
+	d.unfollow = cancel
+	return d.followEvents(ctx)
+}
+
+// stopAgent stops following the agent's events and shuts it down.
+func (d *demo) stopAgent() error {
+	if d.agent == nil {
+		return nil
+	}
+	d.unfollow()
+	ctx, done := context.WithTimeout(context.Background(), demoTimeout)
+	defer done()
+	err := d.agent.Shutdown(ctx)
+	d.agent = nil
+	return err
+}
+
+func (d *demo) run() error {
+	d.step(1, "Starting the agent in-process")
+	if err := d.startAgent(); err != nil {
 		return err
 	}
+	a := d.agent
+	d.say("      API on %s; watching %s\n", a.SocketPath(), a.PluginDir())
+	ctx := context.Background()
 
 	d.step(2, "Starting two hostpath CSI plugins and a Docker volume plugin (discovery finds their sockets)")
 	for _, name := range []string{"hostpath-a", "hostpath-b"} {
@@ -182,23 +220,29 @@ func (d *demo) run(logger hclog.Logger) error {
 		return err
 	}
 
-	d.step(5, "A volume: create it on hostpath-a, register it, claim and mount it; refuse a second writer")
-	if err := d.volumes(ctx); err != nil {
+	d.step(5, "A volume: create it through hostpath-a's controller, mount it for a writer, let a reader join")
+	if err := d.mountVolume(ctx); err != nil {
 		return err
 	}
 
-	d.step(6, "The event stream: every line marked 'event' above arrived as it happened")
+	d.step(6, "Restarting the agent on the same data dir: the plugins and the mounts stay")
+	if err := d.restartAgent(ctx); err != nil {
+		return err
+	}
+
+	d.step(7, "After the restart: unmount the allocs from the records that survived, then delete the volume")
+	if err := d.unmountAndDelete(ctx); err != nil {
+		return err
+	}
+
+	d.step(8, "The event stream: every line marked 'event' above arrived as it happened")
 	d.say("      %d registry events, %d health changes so far\n", d.events.Load(), d.healthChanges.Load())
 
-	d.step(7, "Shutting down: plugins, then the agent (final fingerprints mark plugins unhealthy)")
+	d.step(9, "Shutting down: plugins, then the agent (final fingerprints mark plugins unhealthy)")
 	for name := range d.procs {
 		d.stop(name)
 	}
-	shutdownCtx, done := context.WithTimeout(context.Background(), demoTimeout)
-	defer done()
-	err = a.Shutdown(shutdownCtx)
-	d.agent = nil
-	return err
+	return d.stopAgent()
 }
 
 func (d *demo) socket(name string) string { return filepath.Join(d.agent.PluginDir(), name+".sock") }
@@ -239,10 +283,7 @@ func (d *demo) stopAll() {
 	for name := range d.procs {
 		d.stop(name)
 	}
-	if d.agent != nil {
-		_ = d.agent.Shutdown(context.Background())
-		d.agent = nil
-	}
+	_ = d.stopAgent()
 }
 
 // fingerprint returns the CSI node instance's latest fingerprint of name.
@@ -261,6 +302,21 @@ func (d *demo) healthy(name, notAlloc string) bool {
 	current, ok := d.agent.Registry().Snapshot().Current(csi.TypeNode, name)
 	f := d.fingerprint(name)
 	return ok && f != nil && f.GetHealthy() && f.GetAllocId() == current.GetAllocId() && current.GetAllocId() != notAlloc
+}
+
+// schedulable: the catalog counts a healthy controller and a healthy node
+// plugin of name, so that its volumes may be claimed.
+func (d *demo) schedulable(ctx context.Context, name string) bool {
+	plugins, err := d.agent.Catalog().Plugins(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range plugins {
+		if p.ID == name {
+			return p.ControllersHealthy > 0 && p.NodesHealthy > 0
+		}
+	}
+	return false
 }
 
 func (d *demo) unhealthy(name string) bool {
@@ -318,57 +374,119 @@ func (d *demo) followEvents(ctx context.Context) error {
 	return nil
 }
 
-// volumes creates a volume on hostpath-a, registers it in the catalog, and
-// mounts it for one writer, then shows a second writer refused.
-func (d *demo) volumes(ctx context.Context) error {
-	current, _ := d.agent.Registry().Snapshot().Current(csi.TypeController, "hostpath-a")
-	client, err := csi.Dial(ctx, current.GetConnection().GetSocketPath(), csi.Options{})
-	if err != nil {
+// mountVolume creates the demo's volume through hostpath-a's controller,
+// mounts it for a writer that writes a file, shows a second writer
+// refused, and mounts it read-only for a reader that reads the file.
+func (d *demo) mountVolume(ctx context.Context) error {
+	if err := d.waitFor("the catalog counts hostpath-a's controller and node healthy", func() bool { return d.schedulable(ctx, "hostpath-a") }); err != nil {
 		return err
 	}
-	defer client.Close()
-	created, err := client.CreateVolume(ctx, &csipb.CreateVolumeRequest{
-		Name: "demo-db",
-		VolumeCapabilities: []*csipb.VolumeCapability{{
-			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
-			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		}},
+	vol, err := d.agent.Controller().Create(ctx, controller.CreateRequest{
+		ID: demoVolume, PluginID: "hostpath-a", RequiredBytes: 1 << 20,
+		AccessMode: model.AccessModeSingleNodeWriter, AttachmentMode: model.AttachmentModeFileSystem,
 	})
 	if err != nil {
 		return err
 	}
-	id := created.GetVolume().GetVolumeId()
-	d.say("      created volume %s on hostpath-a (CreateVolume)\n", id)
-	vol := model.NewCSIVolume(id, 0)
-	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hostpath-a", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
-	if _, err := d.agent.Catalog().RegisterVolume(ctx, vol); err != nil {
-		return err
-	}
-	d.say("      registered it in the catalog as single-node-writer\n")
+	d.say("      created volume %s on plugin hostpath-a through its controller (CreateVolume): plugin volume %s, %d bytes, single-node-writer\n",
+		vol.ID, vol.PluginVolumeID(), vol.CapacityBytes)
 	manager := d.agent.Volumes()
-	res, err := manager.Mount(ctx, vol.Namespace, id, "web-1", false)
+	writer, err := manager.Mount(ctx, "", demoVolume, "web-1", false)
 	if err != nil {
 		return err
 	}
 	d.mounts++
-	how := "bind-mounted"
-	if !d.root {
-		how = "linked (not root: the hostpath plugin falls back to a symlink instead of a bind mount)"
-	}
-	d.say("      claimed and mounted for alloc web-1: %s at %s\n", how, res.TargetPath)
-	if err := os.WriteFile(filepath.Join(res.TargetPath, "hello.txt"), []byte("written through the mount\n"), 0o644); err != nil {
+	d.mounted = append(d.mounted, "web-1")
+	if err := os.WriteFile(filepath.Join(writer.TargetPath, "hello.txt"), []byte("written through the mount\n"), 0o644); err != nil {
 		return fmt.Errorf("write through the mount: %w", err)
 	}
-	d.say("      wrote hello.txt through the mount\n")
-	_, err = manager.Mount(ctx, vol.Namespace, id, "web-2", false)
+	d.say("      mounted %s for writer alloc web-1 (claim, stage, publish), %s at %s, and wrote hello.txt through it\n",
+		demoVolume, d.how(), writer.TargetPath)
+	_, err = manager.Mount(ctx, "", demoVolume, "web-2", false)
 	if !errors.Is(err, volumes.ErrClaimRefused) {
 		return fmt.Errorf("a second writer should be refused, got: %v", err)
 	}
 	d.refused++
 	d.say("      refused a second writer, web-2: %v\n", err)
-	if err := manager.Unmount(ctx, vol.Namespace, id, "web-1"); err != nil {
+	reader, err := manager.Mount(ctx, "", demoVolume, "report-1", true)
+	if err != nil && !d.root {
+		d.say("      reader alloc report-1 cannot join read-only without root: the symlink fallback cannot enforce read-only, so the plugin refuses (%v)\n", err)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	d.say("      unmounted web-1 (unpublish, unstage, release the claim)\n")
+	d.mounts++
+	d.mounted = append(d.mounted, "report-1")
+	got, err := os.ReadFile(filepath.Join(reader.TargetPath, "hello.txt"))
+	if err != nil {
+		return fmt.Errorf("read through the read-only mount: %w", err)
+	}
+	d.say("      reader alloc report-1 joined %s read-only on the same stage (publish only) at %s, and read hello.txt: %q\n",
+		demoVolume, reader.TargetPath, string(got))
+	return nil
+}
+
+// how says how the hostpath plugin mounts.
+func (d *demo) how() string {
+	if d.root {
+		return "bind-mounted"
+	}
+	return "linked (not root: the hostpath plugin falls back to a symlink instead of a bind mount)"
+}
+
+// restartAgent stops the agent and starts a new one on the same data dir,
+// then shows the volume's durable record as the new agent found it.
+func (d *demo) restartAgent(ctx context.Context) error {
+	if err := d.stopAgent(); err != nil {
+		return err
+	}
+	d.say("      stopped the agent; the plugin processes keep running and %s stays mounted\n", demoVolume)
+	if err := d.startAgent(); err != nil {
+		return err
+	}
+	d.say("      started a new agent in-process on the same data dir, %s\n", d.dir)
+	if err := d.waitFor("the new agent fingerprinted hostpath-a healthy", func() bool { return d.healthy("hostpath-a", "") }); err != nil {
+		return err
+	}
+	st, err := d.agent.Volumes().Status(ctx, "", demoVolume)
+	if err != nil {
+		return err
+	}
+	published := slices.Sorted(maps.Keys(st.Record.GetPublishes()))
+	if !slices.Equal(published, slices.Sorted(slices.Values(d.mounted))) {
+		return fmt.Errorf("the new agent's record of %s should hold the publishes for %v, holds %v", demoVolume, d.mounted, published)
+	}
+	d.say("      the new agent's durable record of %s holds its stage (%s) and the publishes for %s\n",
+		demoVolume, st.Record.GetStage().GetState(), strings.Join(published, " and "))
+	return nil
+}
+
+// unmountAndDelete unmounts the writer and the reader through the new
+// agent, checks that nothing stays mounted, and deletes the volume.
+func (d *demo) unmountAndDelete(ctx context.Context) error {
+	manager := d.agent.Volumes()
+	for i, alloc := range d.mounted {
+		if err := manager.Unmount(ctx, "", demoVolume, alloc); err != nil {
+			return err
+		}
+		if rest := d.mounted[i+1:]; len(rest) > 0 {
+			d.say("      unmounted %s for %s (unpublish, release its claim; the stage stays for %s)\n", demoVolume, alloc, strings.Join(rest, " and "))
+		} else {
+			d.say("      unmounted %s for %s (unpublish, unstage, release its claim), the last alloc on this node\n", demoVolume, alloc)
+		}
+	}
+	mounted, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, d.dir)
+	if err != nil {
+		return err
+	}
+	if len(mounted) > 0 {
+		return fmt.Errorf("still mounted after the last unmount: %v", slices.Sorted(maps.Keys(mounted)))
+	}
+	d.say("      nothing is mounted under %s\n", d.dir)
+	if err := d.agent.Controller().Delete(ctx, "", demoVolume); err != nil {
+		return err
+	}
+	d.say("      deleted volume %s on plugin hostpath-a (DeleteVolume) and from the catalog\n", demoVolume)
 	return nil
 }

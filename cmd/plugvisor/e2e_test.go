@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
 func TestRegisterThroughTheCLIShowsInListAndEvents(t *testing.T) {
@@ -279,15 +284,87 @@ func TestHelpTeachesWithAnExample(t *testing.T) {
 	require.Contains(t, stderr, "flag provided but not defined: -nope")
 }
 
-func TestTheDemoRunsToCompletion(t *testing.T) {
+// TestTheDemoShowsAVolumesWholeLifeAndLeavesNothingBehind runs the demo
+// and checks each step's line, the volume's life among them (create, mount,
+// a reader joining, an agent restart, unmount from the surviving records,
+// delete), and that nothing stays mounted or running afterwards.
+func TestTheDemoShowsAVolumesWholeLifeAndLeavesNothingBehind(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: without it the demo links instead of bind-mounting, and no reader can join read-only")
+	}
 	stdout, stderr, code := cli(t, "demo")
 	require.Zero(t, code, "demo failed:\n%s\n%s", stdout, stderr)
 	for _, want := range []string{
-		"[7/7]", "is registered and fingerprinted healthy", "the new allocation is current and healthy",
-		"hostpath-b is unhealthy", "hostpath-b is healthy again", "refused a second writer",
-		"already has a writer", "All stopped cleanly",
+		"is registered and fingerprinted healthy", "the new allocation is current and healthy",
+		"hostpath-b is unhealthy", "hostpath-b is healthy again",
+		"created volume demo-db on plugin hostpath-a through its controller (CreateVolume)",
+		"mounted demo-db for writer alloc web-1 (claim, stage, publish), bind-mounted at ",
+		"and wrote hello.txt through it",
+		"refused a second writer, web-2", "already has a writer",
+		"reader alloc report-1 joined demo-db read-only on the same stage (publish only)",
+		`and read hello.txt: "written through the mount\n"`,
+		"stopped the agent; the plugin processes keep running and demo-db stays mounted",
+		"started a new agent in-process on the same data dir",
+		"the new agent's durable record of demo-db holds its stage (staged) and the publishes for report-1 and web-1",
+		"unmounted demo-db for web-1 (unpublish, release its claim; the stage stays for report-1)",
+		"unmounted demo-db for report-1 (unpublish, unstage, release its claim), the last alloc on this node",
+		"nothing is mounted under ",
+		"deleted volume demo-db on plugin hostpath-a (DeleteVolume) and from the catalog",
+		"[9/9]", "All stopped cleanly",
 	} {
 		require.Contains(t, stdout, want)
+	}
+	// The volume's lines come in the order of its life.
+	var at []int
+	for _, line := range []string{"created volume demo-db", "mounted demo-db for writer", "reader alloc report-1 joined",
+		"stopped the agent", "started a new agent", "unmounted demo-db for web-1", "unmounted demo-db for report-1", "deleted volume demo-db"} {
+		at = append(at, strings.Index(stdout, line))
+	}
+	require.IsIncreasing(t, at, "the volume's steps in order:\n%s", stdout)
+
+	dir := regexp.MustCompile(`a tour in (\S+)`).FindStringSubmatch(stdout)
+	require.Len(t, dir, 2, "the demo names its temp dir")
+	mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir[1])
+	require.NoError(t, err)
+	require.Empty(t, mounts, "nothing the demo mounted stays mounted")
+	require.NoDirExists(t, dir[1], "the demo removes its temp dir")
+	for _, pid := range regexp.MustCompile(`\(pid (\d+)\)`).FindAllStringSubmatch(stdout, -1) {
+		n, err := strconv.Atoi(pid[1])
+		require.NoError(t, err)
+		require.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "plugin process %d still runs", n)
+	}
+}
+
+// TestTheDemoRunsWithoutRoot runs the demo as an unprivileged user: the
+// hostpath plugin links instead of bind-mounting, the reader's read-only
+// mount is refused and said so, and the rest of the volume's life, the
+// agent restart among it, still runs to the end.
+func TestTheDemoRunsWithoutRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the demo as another user")
+	}
+	// The test binary's dir is private to root: copy it where nobody can run it.
+	bin, err := os.MkdirTemp("", "pvnobody")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	require.NoError(t, os.Chmod(bin, 0o755))
+	exe := filepath.Join(bin, "plugvisor")
+	b, err := os.ReadFile(binary)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(exe, b, 0o755))
+	cmd := exec.Command(exe, "demo")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "demo as nobody failed:\n%s\n%s", &stdout, &stderr)
+	for _, want := range []string{
+		"linked (not root: the hostpath plugin falls back to a symlink instead of a bind mount)",
+		"reader alloc report-1 cannot join read-only without root",
+		"the publishes for web-1\n",
+		"unmounted demo-db for web-1 (unpublish, unstage, release its claim), the last alloc on this node",
+		"deleted volume demo-db on plugin hostpath-a", "All stopped cleanly",
+	} {
+		require.Contains(t, stdout.String(), want)
 	}
 }
 
