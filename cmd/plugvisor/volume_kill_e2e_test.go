@@ -49,7 +49,7 @@ func TestAVolumeMountedBeforeAKill9IsUnmountedAfterTheRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		out, _, _ := cli(t, "volume", "register", "-data-dir", dir, "-id", id, "-plugin", "hp", "-access-mode", "single-node-writer")
 		return strings.Contains(out, "schedulable: true")
-	}, 20*time.Second, 100*time.Millisecond)
+	}, time.Minute, 100*time.Millisecond, "the volume never became schedulable: the plugin was not fingerprinted healthy")
 
 	out, stderr, code := cli(t, "volume", "mount", "-data-dir", dir, id, "web-1")
 	require.Zero(t, code, stderr)
