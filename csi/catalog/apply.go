@@ -1,0 +1,263 @@
+package catalog
+
+import (
+	"cmp"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
+)
+
+// The catalog actor's writes against its working state: each returns the
+// change it makes, an error for input bad on its face, or its refusal in
+// w.err (see apply).
+
+func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolume) (catalogChange, error) {
+	var change catalogChange
+	v := model.VolumeFromProto(cmd.GetVolume())
+	v.Namespace = cmp.Or(v.Namespace, model.DefaultNamespace)
+	key, err := catalogVolumeKey(v.Namespace, v.ID)
+	if err == nil {
+		err = checkRegistration(v)
+	}
+	if err != nil {
+		return change, err
+	}
+	v.ExternalID, v.Deleting = v.PluginVolumeID(), false
+	old := a.state.volumes[key]
+	if w.err = a.state.checkRoom(key, a.maxVolumes); w.err != nil {
+		return change, nil
+	}
+	switch {
+	case old != nil && old.Deleting:
+		w.err = deletingError(key)
+		return change, nil
+	case createdConflict(w, key, old, v), a.externalIDTaken(w, key, v):
+		return change, nil
+	case old.Equal(v):
+		w.volume = old // the same description again: nothing changes
+		return change, nil
+	case old != nil && old.InUse():
+		w.err = catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: its description cannot change until they release it",
+			key, claimants(old))
+		return change, nil
+	}
+	v.CreateIndex, v.ModifyIndex, v.ResourceExhausted = 0, 0, time.Time{}
+	if old != nil {
+		v.CreateIndex, v.ResourceExhausted = old.CreateIndex, old.ResourceExhausted
+	}
+	v.Health = model.PluginHealth(a.state.plugins[v.PluginID])
+	change.putVolume(key, v)
+	w.volume = v
+	return change, nil
+}
+
+// checkRegistration checks the description of a volume to register: safe
+// IDs, known modes, well-formed topologies, and no claims.
+func checkRegistration(v *model.CSIVolume) error {
+	if err := names.Check("plugin ID", v.PluginID); err != nil {
+		return catalogWrap(ErrCatalogInvalid, err)
+	}
+	if v.InUse() || len(v.PastClaims) > 0 {
+		return catalogErrorf(ErrCatalogInvalid, "volume %q: a registration carries no claims (allocs claim with ClaimVolume)", v.ID)
+	}
+	if err := v.Validate(); err != nil {
+		return catalogWrap(ErrCatalogInvalid, err)
+	}
+	return nil
+}
+
+// claimants lists, sorted, the allocs that hold claims on v.
+func claimants(v *model.CSIVolume) string {
+	allocs := slices.Concat(slices.Collect(maps.Keys(v.ReadClaims)), slices.Collect(maps.Keys(v.WriteClaims)))
+	slices.Sort(allocs)
+	return strings.Join(allocs, ", ")
+}
+
+func (a *catalogActor) applyDeregister(w *catalogWrite, cmd *messages.DeregisterVolume) (catalogChange, error) {
+	var change catalogChange
+	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
+	if err != nil {
+		return change, err
+	}
+	v, err := a.state.volume(key)
+	switch {
+	case err != nil:
+		w.err = err
+	case v.InUse():
+		w.err = catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: they must release it before it is deregistered",
+			key, claimants(v))
+	default:
+		change.putVolume(key, nil)
+	}
+	return change, nil
+}
+
+func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (catalogChange, error) {
+	var change catalogChange
+	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
+	claim := &model.Claim{
+		AllocID: cmd.GetAllocId(),
+		NodeID:  cmp.Or(cmd.GetNodeId(), a.nodeID),
+		Mode:    model.ClaimMode(cmd.GetMode()),
+		State:   model.ClaimStateTaken,
+	}
+	if err := cmp.Or(err, checkClaim(claim), checkUsage(cmd)); err != nil {
+		return change, err
+	}
+	v, err := a.state.volume(key)
+	if err == nil {
+		err = usageConflict(v, cmd)
+	}
+	if err == nil && v.Deleting {
+		err = deletingError(key)
+	}
+	if err != nil {
+		w.err = err
+		return change, nil
+	}
+	return a.changeClaims(w, key, v, func(v *model.CSIVolume) error { return v.Claim(claim) }), nil
+}
+
+// checkClaim checks a claim's alloc, node and mode on their face.
+func checkClaim(c *model.Claim) error {
+	if err := cmp.Or(names.Check("alloc ID", c.AllocID), names.Check("node ID", c.NodeID)); err != nil {
+		return catalogWrap(ErrCatalogInvalid, err)
+	}
+	if err := cmp.Or(c.Mode.Validate(), c.State.Validate()); err != nil {
+		return catalogWrap(ErrCatalogInvalid, err)
+	}
+	return nil
+}
+
+// checkUsage checks the plugin and modes a claim says it uses, where it
+// says any.
+func checkUsage(cmd *messages.ClaimVolume) error {
+	var problems []error
+	if cmd.GetPluginId() != "" {
+		problems = append(problems, names.Check("plugin ID", cmd.GetPluginId()))
+	}
+	if cmd.GetAccessMode() != "" {
+		problems = append(problems, model.AccessMode(cmd.GetAccessMode()).Validate())
+	}
+	if cmd.GetAttachmentMode() != "" {
+		problems = append(problems, model.AttachmentMode(cmd.GetAttachmentMode()).Validate())
+	}
+	if err := cmp.Or(problems...); err != nil {
+		return catalogWrap(ErrCatalogInvalid, err)
+	}
+	return nil
+}
+
+// usageConflict refuses a claim that reaches v through another plugin, or
+// asks for other modes than v's.
+func usageConflict(v *model.CSIVolume, cmd *messages.ClaimVolume) error {
+	if cmp.Or(cmd.GetPluginId(), v.PluginID) == v.PluginID &&
+		cmp.Or(cmd.GetAccessMode(), string(v.AccessMode)) == string(v.AccessMode) &&
+		cmp.Or(cmd.GetAttachmentMode(), string(v.AttachmentMode)) == string(v.AttachmentMode) {
+		return nil
+	}
+	return catalogErrorf(csi.ErrClaimRefused, "volume %q in namespace %q is served by plugin %q as %s %s; alloc %s asked for it through plugin %q as %s %s",
+		v.ID, v.Namespace, v.PluginID, v.AttachmentMode, v.AccessMode,
+		cmd.GetAllocId(), cmd.GetPluginId(), cmd.GetAttachmentMode(), cmd.GetAccessMode())
+}
+
+func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume) (catalogChange, error) {
+	var change catalogChange
+	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
+	claim := &model.Claim{
+		AllocID: cmd.GetAllocId(),
+		NodeID:  a.nodeID,
+		Mode:    model.ClaimModeRead,
+		State:   model.ClaimState(cmp.Or(cmd.GetState(), string(model.ClaimStateReadyToFree))),
+	}
+	if err := cmp.Or(err, checkClaim(claim)); err != nil {
+		return change, err
+	}
+	if claim.State == model.ClaimStateTaken {
+		return change, catalogErrorf(ErrCatalogInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
+			claim.AllocID, claim.State)
+	}
+	v, err := a.state.volume(key)
+	if err != nil {
+		w.err = err
+		return change, nil
+	}
+	held := v.WriteClaims[claim.AllocID]
+	if held == nil {
+		held = v.ReadClaims[claim.AllocID]
+	}
+	if held != nil {
+		claim.NodeID, claim.Mode = held.NodeID, held.Mode
+	}
+	return a.changeClaims(w, key, v, func(v *model.CSIVolume) error { return v.ClaimRelease(claim) }), nil
+}
+
+// changeClaims runs a claim operation on a copy of v and returns the change
+// it makes: none when it is refused (w.err says why) or changes no claim.
+func (a *catalogActor) changeClaims(w *catalogWrite, key volumeKey, v *model.CSIVolume, op func(*model.CSIVolume) error) catalogChange {
+	var change catalogChange
+	changed := v.Copy()
+	if err := op(changed); err != nil {
+		w.err = catalogModelError(err)
+		return change
+	}
+	if reflect.DeepEqual(
+		[]map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims},
+		[]map[string]*model.Claim{changed.ReadClaims, changed.WriteClaims, changed.PastClaims}) {
+		w.volume = v
+		return change
+	}
+	change.putVolume(key, changed)
+	w.volume = changed
+	return change
+}
+
+func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogChange, error) {
+	var change catalogChange
+	info, err := model.InstanceFromFingerprint(fp)
+	if err == nil {
+		err = names.Check("plugin name", info.PluginID)
+	}
+	if err != nil {
+		return change, catalogWrap(ErrCatalogInvalid, err)
+	}
+	old := a.state.plugins[info.PluginID]
+	if lateWord(old, a.nodeID, info) {
+		return change, nil
+	}
+	p := old.Copy()
+	if p == nil {
+		p = model.NewCSIPlugin(info.PluginID, 0)
+	}
+	if err := p.AddPlugin(a.nodeID, info); err != nil {
+		return change, catalogWrap(ErrCatalogInvalid, err)
+	}
+	if reflect.DeepEqual(old, p) {
+		return change, nil // the same fingerprint again
+	}
+	change.plugins = []*model.CSIPlugin{p}
+	change.followHealth(a.state)
+	return change, nil
+}
+
+// lateWord reports whether info is the final fingerprint of an instance
+// that another alloc has replaced on nodeID: the manager publishes it after
+// the new instance may have spoken, and it must not hide the new one.
+func lateWord(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
+	if p == nil || info.Healthy || info.HealthDescription != csi.StoppedDescription {
+		return false
+	}
+	entries := p.Nodes
+	if info.ControllerInfo != nil {
+		entries = p.Controllers
+	}
+	current, ok := entries[nodeID]
+	return ok && current.AllocID != info.AllocID
+}
