@@ -737,7 +737,7 @@ var File_messages_csi_proto protoreflect.FileDescriptor
 
 const file_messages_csi_proto_rawDesc = "" +
 	"\n" +
-	"\x12messages/csi.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x15messages/plugin.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"\x12messages/csi.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
 	"\rCSIPluginInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0evendor_version\x18\x02 \x01(\tR\rvendorVersion\x12K\n" +
@@ -855,7 +855,6 @@ func file_messages_csi_proto_init() {
 	if File_messages_csi_proto != nil {
 		return
 	}
-	file_messages_plugin_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
