@@ -71,7 +71,6 @@ type Catalog interface {
 const (
 	DefaultRPCTimeout       = time.Minute
 	DefaultOperationTimeout = 2 * time.Minute
-	DefaultGCInterval       = time.Minute
 	DefaultName             = "csi-volume-manager"
 )
 
@@ -101,9 +100,6 @@ type Config struct {
 	// OperationTimeout is the deadline of a whole operation, and of its
 	// caller's wait (default DefaultOperationTimeout).
 	OperationTimeout time.Duration
-	// GCInterval is how often the GC step looks for records left with an
-	// error or an unfinished state (default DefaultGCInterval).
-	GCInterval time.Duration
 	// Retry is the GC step's backoff per volume (default DefaultRetry).
 	Retry supervisor.Spec
 	// Clock drives the GC step; nil means the real clock.
@@ -132,8 +128,8 @@ func (c Config) validate() error {
 	if !filepath.IsAbs(c.Root) {
 		problems = append(problems, fmt.Sprintf("Root %q must be an absolute path", c.Root))
 	}
-	if c.RPCTimeout < 0 || c.OperationTimeout < 0 || c.GCInterval < 0 {
-		problems = append(problems, "RPCTimeout, OperationTimeout and GCInterval must not be negative (durations are time.Duration: write 2 * time.Minute)")
+	if c.RPCTimeout < 0 || c.OperationTimeout < 0 {
+		problems = append(problems, "RPCTimeout and OperationTimeout must not be negative (durations are time.Duration: write 2 * time.Minute)")
 	}
 	if err := c.Retry.Validate(); c.Retry.Within != 0 && err != nil {
 		problems = append(problems, "Retry: "+err.Error())
@@ -152,9 +148,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OperationTimeout == 0 {
 		c.OperationTimeout = DefaultOperationTimeout
-	}
-	if c.GCInterval == 0 {
-		c.GCInterval = DefaultGCInterval
 	}
 	if c.Retry.Within == 0 {
 		c.Retry = DefaultRetry
