@@ -140,7 +140,9 @@ func apiClient(dir string) *http.Client {
 	return &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
-			MaxIdleConnsPerHost: 64,
+			// Tests make a client per call, often in a polling loop: kept-alive
+			// connections would pile up against the agent's connection cap.
+			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, "unix", socket)

@@ -166,7 +166,7 @@ func startBackground(t *testing.T, step walkthroughStep, env []string, dir strin
 		t.Fatalf("the test does not know when %q is ready", step.line)
 		return false
 	}
-	require.Eventually(t, ready, 30*time.Second, 50*time.Millisecond, "%s never became ready: %s", step.line, out)
+	require.Eventually(t, ready, time.Minute, 100*time.Millisecond, "%s never became ready: %s", step.line, out)
 }
 
 // csiPluginHealthy: the agent of dir fingerprinted both the controller and
