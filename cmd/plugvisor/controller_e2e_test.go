@@ -49,7 +49,7 @@ func TestVolumesAndSnapshotsThroughTheControllerFromTheCLI(t *testing.T) {
 		stdout, stderr, code := cli(t, append(create[:2:2], append([]string{"-data-dir", dir}, create[2:]...)...)...)
 		outputs = append(outputs, stdout, stderr)
 		return code == 0 && strings.Contains(stdout, "created volume default/db on plugin hp")
-	}, 20*time.Second, 100*time.Millisecond, "the plugin's controller never came up")
+	}, settle, 100*time.Millisecond, "the plugin's controller never came up")
 	require.Contains(t, run(0, create...), "1048576 bytes", "creating again finds the same volume")
 
 	require.Contains(t, run(0, "volume", "expand", "-size", "2MiB", "db"), "expanded volume default/db to 2097152 bytes; the plugin asks for node expansion")

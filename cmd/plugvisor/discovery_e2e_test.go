@@ -38,10 +38,10 @@ func TestAPluginDroppedIntoTheWatchedDirIsRegisteredAndItsRemovalDeregistered(t 
 	require.Eventually(t, func() bool {
 		names := pluginNames(t, dir, "docker-volume")
 		return len(names) == 1 && names[0] == "local"
-	}, 20*time.Second, 50*time.Millisecond, "the plugin was not discovered and registered")
+	}, settle, 50*time.Millisecond, "the plugin was not discovered and registered")
 
 	require.NoError(t, plugin.Process.Signal(syscall.SIGTERM)) // it removes its socket
 	<-exited
 	require.Eventually(t, func() bool { return len(pluginNames(t, dir, "docker-volume")) == 0 },
-		20*time.Second, 50*time.Millisecond, "the plugin's removal was not deregistered")
+		settle, 50*time.Millisecond, "the plugin's removal was not deregistered")
 }

@@ -37,7 +37,7 @@ func TestDockerVolumesThroughTheCLISurviveAnAgentRestart(t *testing.T) {
 	agent := startAgent(t, dir, "-fingerprint-interval", "200ms")
 	startVolumePlugin(t, dir)
 	require.Eventually(t, func() bool { return len(pluginNames(t, dir, "docker-volume")) == 1 },
-		20*time.Second, 50*time.Millisecond, "the plugin was not discovered")
+		settle, 50*time.Millisecond, "the plugin was not discovered")
 
 	_, stderr, code := cli(t, "volume", "register", "-id", "x", "-plugin", "local", "-access-mode", "single-node-writer", "-data-dir", dir)
 	require.Equal(t, 1, code)
@@ -49,7 +49,7 @@ func TestDockerVolumesThroughTheCLISurviveAnAgentRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		getJSON(t, apiClient(dir), "/v1/health", &health)
 		return health.DockerInstances.Healthy == 1 && health.DockerInstances.Total == 1
-	}, 20*time.Second, 50*time.Millisecond, "health: %+v", health)
+	}, settle, 50*time.Millisecond, "health: %+v", health)
 	require.Equal(t, 1, health.DiscoveredStates["registered"])
 	require.Equal(t, 1, health.DiscoveredStates["healthy"])
 	require.Equal(t, 0, health.DiscoveredStates["failed"])

@@ -75,7 +75,12 @@ func startAgent(t *testing.T, dir string, extra ...string) *agentProc {
 	cmd.Stderr = a.stderr
 	require.NoError(t, cmd.Start())
 	go func() { _ = cmd.Wait(); close(a.done) }()
-	t.Cleanup(func() { a.stop(t) })
+	t.Cleanup(func() {
+		a.stop(t)
+		if t.Failed() {
+			t.Logf("the agent's log:\n%s", a.stderr)
+		}
+	})
 	c := apiClient(dir)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -133,6 +138,11 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// settle is how long an end-to-end test waits for the agent and its
+// plugins to reach a state (discovered, fingerprinted healthy): generous,
+// since the suite runs its packages in parallel on 2 cores.
+const settle = time.Minute
 
 // apiClient talks HTTP to the agent of dir over its unix socket.
 func apiClient(dir string) *http.Client {

@@ -378,7 +378,7 @@ func TestVolumesThroughTheCLI(t *testing.T) {
 	require.Eventually(t, func() bool {
 		out, _, _ := cli(t, "volume", "register", "-data-dir", dir, "-id", "v1", "-plugin", "hp", "-access-mode", "single-node-writer")
 		return strings.Contains(out, "schedulable: true")
-	}, 20*time.Second, 100*time.Millisecond, "the volume's plugin never became healthy in the catalog")
+	}, settle, 100*time.Millisecond, "the volume's plugin never became healthy in the catalog")
 
 	list, _, code := cli(t, "volume", "list", "-data-dir", dir)
 	require.Zero(t, code)
