@@ -21,6 +21,7 @@ const module = "github.com/plugvisor/plugvisor/"
 var mayImport = map[string][]string{
 	"messages":                    nil,
 	"names":                       nil,
+	"version":                     nil,
 	"storage":                     nil,
 	"storage/storagetest":         {"storage"},
 	"actors":                      {"messages"},
