@@ -59,7 +59,7 @@ func (c volumeCatalog) Claim(ctx context.Context, namespace, id, alloc string, m
 
 func (c volumeCatalog) Release(ctx context.Context, r volumes.Release) error {
 	answer, err := actors.Ask(ctx, c.system, c.catalog.PID(), func(replyTo *actor.PID) any {
-		return &messages.ReleaseVolume{Namespace: r.Namespace, VolumeId: r.ID, AllocId: r.AllocID, State: string(r.State), ReplyTo: replyTo}
+		return &messages.ReleaseVolume{Namespace: r.Namespace, VolumeId: r.ID, AllocId: r.AllocID, State: string(r.State), LastError: r.LastError, ReplyTo: replyTo}
 	})
 	if err != nil {
 		return fmt.Errorf("agent: release claim of alloc %s on volume %s/%s: %w", r.AllocID, r.Namespace, r.ID, err)

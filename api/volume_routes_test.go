@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/manager"
@@ -24,6 +26,7 @@ import (
 
 // csiParts are the CSI manager, catalog and volume manager behind a backend.
 type csiParts struct {
+	system  *actor.ActorSystem
 	manager *manager.Manager
 	catalog *catalog.Catalog
 	volumes *volumes.Manager
@@ -35,7 +38,7 @@ func newCSIBackend(t *testing.T, dir string) (*backend, csiParts) {
 	t.Helper()
 	b := newBackend(t)
 	system := probe.NewSystem(t)
-	var p csiParts
+	p := csiParts{system: system}
 	var err error
 	p.manager, err = manager.StartManager(system, manager.ManagerConfig{Registry: b.registry, Logger: probe.Logger(t),
 		ResyncInterval: time.Second, Fingerprint: manager.FingerprintOptions{Interval: 50 * time.Millisecond}})
@@ -67,19 +70,7 @@ func newCSIBackend(t *testing.T, dir string) (*backend, csiParts) {
 func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 	dir := hostpathtest.TempDir(t)
 	b, a := newCSIBackend(t, dir)
-	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
-		Mode: hostpath.ModeMonolith, SymlinkFallback: false})
-	sock := `"connection":{"socket_path":"` + plugin.Endpoint + `"}}`
-	run(t, b, []step{
-		{name: "the controller", method: "POST", path: "/v1/plugins", body: `{"type":"csi-controller","name":"hp","alloc_id":"a1",` + sock,
-			status: 200, want: `"registered"`},
-		{name: "the node", method: "POST", path: "/v1/plugins", body: `{"type":"csi-node","name":"hp","alloc_id":"a1",` + sock,
-			status: 200, want: `"registered"`},
-	})
-	require.Eventually(t, func() bool {
-		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
-		return got.status == 200 && len(a.manager.Plugins()) == 2 && a.manager.Plugins()[0].GetHealthy() && a.manager.Plugins()[1].GetHealthy()
-	}, 20*time.Second, 20*time.Millisecond)
+	plugin := serveHostpath(t, b, a, dir)
 
 	ctx := context.Background()
 	client, err := csi.Dial(ctx, plugin.Endpoint, csi.Options{})
@@ -138,6 +129,64 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 	require.NotEmpty(t, target, "the mount was a real mount")
 	_, err = os.Stat(target)
 	require.ErrorIs(t, err, os.ErrNotExist, "the unmount removed the target")
+}
+
+// serveHostpath serves a hostpath plugin "hp" below dir and registers it
+// as the backend's controller and node plugin; it returns once the CSI
+// manager reports both healthy.
+func serveHostpath(t *testing.T, b *backend, a csiParts, dir string) *hostpathtest.Server {
+	t.Helper()
+	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
+		Mode: hostpath.ModeMonolith, SymlinkFallback: false})
+	sock := `"connection":{"socket_path":"` + plugin.Endpoint + `"}}`
+	run(t, b, []step{
+		{name: "the controller", method: "POST", path: "/v1/plugins", body: `{"type":"csi-controller","name":"hp","alloc_id":"a1",` + sock,
+			status: 200, want: `"registered"`},
+		{name: "the node", method: "POST", path: "/v1/plugins", body: `{"type":"csi-node","name":"hp","alloc_id":"a1",` + sock,
+			status: 200, want: `"registered"`},
+	})
+	require.Eventually(t, func() bool {
+		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
+		return got.status == 200 && len(a.manager.Plugins()) == 2 && a.manager.Plugins()[0].GetHealthy() && a.manager.Plugins()[1].GetHealthy()
+	}, 20*time.Second, 20*time.Millisecond)
+	return plugin
+}
+
+// TestAStuckReleaseShowsItsLastErrorInTheStatus records, through the
+// agent's catalog adapter as the volume manager does, a release stuck at
+// node-detached with the error of its failed detach: the volume's status
+// lists the past claim with its state and that error, and the alloc keeps
+// its writer slot.
+func TestAStuckReleaseShowsItsLastErrorInTheStatus(t *testing.T) {
+	dir := hostpathtest.TempDir(t)
+	b, a := newCSIBackend(t, dir)
+	serveHostpath(t, b, a, dir)
+	vol := "/v1/volumes/default/db"
+	run(t, b, []step{
+		{name: "a volume", method: "POST", path: "/v1/volumes", status: 200, want: `"db"`,
+			body: `{"id":"db","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`},
+	})
+	require.Eventually(t, func() bool {
+		v, err := a.catalog.GetVolume(context.Background(), "default", "db")
+		return err == nil && v.Schedulable
+	}, 20*time.Second, 20*time.Millisecond)
+	run(t, b, []step{{name: "a claim", method: "POST", path: vol + "/claim", body: `{"alloc_id":"web-1"}`, status: 200, want: `"web-1"`}})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := agent.VolumeCatalog(a.system, a.catalog).Release(ctx, volumes.Release{
+		Namespace: "default", ID: "db", AllocID: "web-1", State: model.ClaimStateNodeDetached,
+		LastError: "ControllerUnpublishVolume: unavailable: controller is down"})
+	require.NoError(t, err)
+
+	run(t, b, []step{
+		{name: "the status", method: "GET", path: vol + "/status", status: 200,
+			want: `"alloc_id": "web-1",
+      "mode": "write",
+      "state": "node-detached",
+      "last_error": "ControllerUnpublishVolume: unavailable: controller is down"`},
+		{name: "a second writer", method: "POST", path: vol + "/claim", body: `{"alloc_id":"web-2"}`, status: 409, want: "claim"},
+	})
 }
 
 // mountedTarget is the one mount point below dir, from /proc/self/mountinfo.

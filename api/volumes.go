@@ -283,6 +283,9 @@ type PastClaimJSON struct {
 	AllocID string `json:"alloc_id"`
 	Mode    string `json:"mode"`
 	State   string `json:"state"`
+	// LastError says why the release is stuck in State; the GC step
+	// retries it.
+	LastError string `json:"last_error"`
 }
 
 // allocRequest decodes an AllocBody and checks the alloc is named.
@@ -412,7 +415,7 @@ func (s *Server) volumeStatus(w http.ResponseWriter, r *http.Request) error {
 		out.Volume = &vj
 		for _, alloc := range slices.Sorted(maps.Keys(v.PastClaims)) {
 			c := v.PastClaims[alloc]
-			out.PastClaims = append(out.PastClaims, PastClaimJSON{AllocID: alloc, Mode: string(c.Mode), State: string(c.State)})
+			out.PastClaims = append(out.PastClaims, PastClaimJSON{AllocID: alloc, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError})
 		}
 	case !errors.Is(err, catalog.ErrVolumeNotFound) || st.Record == nil:
 		return err

@@ -77,7 +77,10 @@ type CatalogClaim struct {
 	Mode string `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
 	// state is "taken", "unpublishing", "node-detached",
 	// "controller-detached" or "ready-to-free".
-	State         string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// last_error says why a past claim is stuck in its state: the error of
+	// the step of the release that failed last. The GC step retries it.
+	LastError     string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -136,6 +139,13 @@ func (x *CatalogClaim) GetMode() string {
 func (x *CatalogClaim) GetState() string {
 	if x != nil {
 		return x.State
+	}
+	return ""
+}
+
+func (x *CatalogClaim) GetLastError() string {
+	if x != nil {
+		return x.LastError
 	}
 	return ""
 }
@@ -1750,12 +1760,15 @@ func (x *ClaimVolumeResponse) GetVolume() *CatalogVolume {
 // "ready-to-free", which removes the claim (and succeeds when there is no
 // claim to remove). The catalog answers ReleaseVolumeResponse once durable.
 type ReleaseVolume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
-	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
-	ReplyTo       *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId  string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId   string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	State     string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	ReplyTo   *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// last_error, with a state short of "ready-to-free", says why the
+	// release is stuck there.
+	LastError     string `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1823,6 +1836,13 @@ func (x *ReleaseVolume) GetReplyTo() *actor.PID {
 		return x.ReplyTo
 	}
 	return nil
+}
+
+func (x *ReleaseVolume) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
 }
 
 // ReleaseVolumeResponse is the catalog's answer to ReleaseVolume.
@@ -2316,12 +2336,14 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\bsegments\x18\x01 \x03(\v21.plugvisor.messages.CatalogTopology.SegmentsEntryR\bsegments\x1a;\n" +
 	"\rSegmentsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
 	"\fCatalogClaim\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\tR\x04mode\x12\x14\n" +
-	"\x05state\x18\x04 \x01(\tR\x05state\"\x92\x02\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\"\x92\x02\n" +
 	"\rCatalogHealth\x12 \n" +
 	"\vschedulable\x18\x01 \x01(\bR\vschedulable\x12/\n" +
 	"\x13controller_required\x18\x02 \x01(\bR\x12controllerRequired\x12/\n" +
@@ -2486,14 +2508,16 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x0fattachment_mode\x18\t \x01(\tR\x0eattachmentMode\"\x88\x01\n" +
 	"\x13ClaimVolumeResponse\x126\n" +
 	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
-	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\xa2\x01\n" +
+	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\xc1\x01\n" +
 	"\rReleaseVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
 	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12%\n" +
 	"\breply_to\x18\x05 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x8a\x01\n" +
+	".actor.PIDR\areplyTo\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\x8a\x01\n" +
 	"\x15ReleaseVolumeResponse\x126\n" +
 	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"v\n" +

@@ -47,9 +47,16 @@ type VolumeRecord struct {
 	// from "staging" to the end of "unstaging". One per volume per node.
 	Stage *VolumeStage `protobuf:"bytes,8,opt,name=stage,proto3" json:"stage,omitempty"`
 	// publishes holds one entry per alloc, keyed by alloc ID.
-	Publishes     map[string]*VolumePublish `protobuf:"bytes,9,rep,name=publishes,proto3" json:"publishes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Publishes map[string]*VolumePublish `protobuf:"bytes,9,rep,name=publishes,proto3" json:"publishes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// pending_expand_bytes is the capacity the controller expanded the
+	// volume to while it was not published on this node: the node
+	// expansion (NodeExpandVolume) it still needs is sent at its next mount
+	// here. 0 when none is pending.
+	PendingExpandBytes int64 `protobuf:"varint,10,opt,name=pending_expand_bytes,json=pendingExpandBytes,proto3" json:"pending_expand_bytes,omitempty"`
+	// pending_expand_error is why the last try of that node expansion failed.
+	PendingExpandError string `protobuf:"bytes,11,opt,name=pending_expand_error,json=pendingExpandError,proto3" json:"pending_expand_error,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *VolumeRecord) Reset() {
@@ -143,6 +150,20 @@ func (x *VolumeRecord) GetPublishes() map[string]*VolumePublish {
 		return x.Publishes
 	}
 	return nil
+}
+
+func (x *VolumeRecord) GetPendingExpandBytes() int64 {
+	if x != nil {
+		return x.PendingExpandBytes
+	}
+	return 0
+}
+
+func (x *VolumeRecord) GetPendingExpandError() string {
+	if x != nil {
+		return x.PendingExpandError
+	}
+	return ""
 }
 
 // VolumeAttachment is the controller side of a VolumeRecord.
@@ -1507,7 +1528,7 @@ var File_messages_volumes_proto protoreflect.FileDescriptor
 
 const file_messages_volumes_proto_rawDesc = "" +
 	"\n" +
-	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\"\xfe\x03\n" +
+	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\"\xe2\x04\n" +
 	"\fVolumeRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1b\n" +
@@ -1521,7 +1542,10 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"attachment\x18\a \x01(\v2$.plugvisor.messages.VolumeAttachmentR\n" +
 	"attachment\x125\n" +
 	"\x05stage\x18\b \x01(\v2\x1f.plugvisor.messages.VolumeStageR\x05stage\x12M\n" +
-	"\tpublishes\x18\t \x03(\v2/.plugvisor.messages.VolumeRecord.PublishesEntryR\tpublishes\x1a_\n" +
+	"\tpublishes\x18\t \x03(\v2/.plugvisor.messages.VolumeRecord.PublishesEntryR\tpublishes\x120\n" +
+	"\x14pending_expand_bytes\x18\n" +
+	" \x01(\x03R\x12pendingExpandBytes\x120\n" +
+	"\x14pending_expand_error\x18\v \x01(\tR\x12pendingExpandError\x1a_\n" +
 	"\x0ePublishesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
 	"\x05value\x18\x02 \x01(\v2!.plugvisor.messages.VolumePublishR\x05value:\x028\x01\"\xb3\x02\n" +

@@ -286,7 +286,7 @@ func volumeExpand(args []string, stdout io.Writer) error {
 	case out.NodeExpanded:
 		fmt.Fprint(stdout, "; the nodes expanded it too")
 	case out.NodeExpansionRequired:
-		fmt.Fprint(stdout, "; the plugin asks for node expansion where it is staged or published")
+		fmt.Fprint(stdout, "; the plugin asks for node expansion, which waits for the volume's next mount")
 	}
 	fmt.Fprintln(stdout)
 	return nil

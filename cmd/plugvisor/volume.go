@@ -158,7 +158,7 @@ func printStatus(w io.Writer, common commonFlags, namespace, id string, st api.S
 		fmt.Fprintf(w, "volume %s/%s is not in the catalog\n", namespace, id)
 	}
 	for _, c := range st.PastClaims {
-		fmt.Fprintf(w, "  past claim: alloc %s (%s), %s\n", c.AllocID, c.Mode, c.State)
+		fmt.Fprintf(w, "  past claim: alloc %s (%s), %s (%s)\n", c.AllocID, c.Mode, c.State, orOK(c.LastError))
 	}
 	if string(st.Node) == "null" || len(st.Node) == 0 {
 		fmt.Fprintln(w, "  on this node: nothing")

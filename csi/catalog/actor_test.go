@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -378,6 +379,20 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 			check: func(t *testing.T, v *model.CSIVolume) {
 				require.Contains(t, v.WriteClaims, "a1")
 				require.Equal(t, model.ClaimStateUnpublishing, v.PastClaims["a1"].State)
+				require.Empty(t, v.PastClaims["a1"].LastError)
+			}},
+		{name: "a release stuck at node-detached keeps its last error, cut to a bounded length", changed: true,
+			do: func() error {
+				_, err := catAsk[*messages.ReleaseVolumeResponse](f, &messages.ReleaseVolume{VolumeId: "db", AllocId: "a1",
+					State: string(model.ClaimStateNodeDetached), LastError: "ControllerUnpublishVolume: unavailable: " + strings.Repeat("é", 2000)})
+				return err
+			},
+			check: func(t *testing.T, v *model.CSIVolume) {
+				past := v.PastClaims["a1"]
+				require.Equal(t, model.ClaimStateNodeDetached, past.State)
+				require.True(t, strings.HasPrefix(past.LastError, "ControllerUnpublishVolume: unavailable: éé"))
+				require.LessOrEqual(t, len(past.LastError), 1024+len("…"))
+				require.True(t, utf8.ValidString(past.LastError), "the cut keeps whole characters")
 			}},
 		{name: "claiming while the claim is being released is refused",
 			do:      func() error { return f.cat.Claim(ctx, catClaim("db", "a1", false)) },

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -172,10 +173,11 @@ func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume
 	var change catalogChange
 	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
 	claim := &model.Claim{
-		AllocID: cmd.GetAllocId(),
-		NodeID:  a.nodeID,
-		Mode:    model.ClaimModeRead,
-		State:   model.ClaimState(cmp.Or(cmd.GetState(), string(model.ClaimStateReadyToFree))),
+		AllocID:   cmd.GetAllocId(),
+		NodeID:    a.nodeID,
+		Mode:      model.ClaimModeRead,
+		State:     model.ClaimState(cmp.Or(cmd.GetState(), string(model.ClaimStateReadyToFree))),
+		LastError: lastErrorOf(cmd.GetLastError()),
 	}
 	if err := cmp.Or(err, checkClaim(claim)); err != nil {
 		return change, err
@@ -260,4 +262,20 @@ func lateWord(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
 	}
 	current, ok := entries[nodeID]
 	return ok && current.AllocID != info.AllocID
+}
+
+// maxLastError bounds the last error a past claim keeps: a plugin's
+// error text is the plugin's to choose.
+const maxLastError = 1024
+
+// lastErrorOf is e cut to maxLastError bytes, on a rune boundary.
+func lastErrorOf(e string) string {
+	if len(e) <= maxLastError {
+		return e
+	}
+	cut := maxLastError
+	for cut > 0 && !utf8.RuneStart(e[cut]) {
+		cut--
+	}
+	return e[:cut] + "…"
 }

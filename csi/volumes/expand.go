@@ -30,7 +30,8 @@ type NodeExpandResult struct {
 // (with its staging path when staged), with the volume's capability and
 // capacityBytes as the required bytes. It runs in the volume's queue, one
 // operation at a time like a mount. A volume not published on this node
-// has nothing to expand: the result says so, without error. A node plugin
+// keeps the expansion pending, durably, and is expanded right after its
+// next mount here: the result says so, without error. A node plugin
 // that does not advertise EXPAND_VOLUME is csi.ErrUnimplemented.
 func (m *Manager) NodeExpand(ctx context.Context, namespace, id string, capacityBytes int64) (NodeExpandResult, error) {
 	namespace = defaultNamespace(namespace)
@@ -62,17 +63,60 @@ func (m *Manager) ExpandOnNodes(ctx context.Context, v *model.CSIVolume, capacit
 	return res.Expanded, err
 }
 
-// nodeExpand is the body of a node-expand operation.
+// nodeExpand is the body of a node-expand operation. A volume not
+// published on this node keeps the expansion pending in its record (see
+// finishPendingExpand).
 func (j *job) nodeExpand(ctx context.Context, capacityBytes int64) (NodeExpandResult, error) {
-	pub := firstPublished(j.rec)
-	if pub == nil {
-		j.log.Info("node expansion: nothing to expand, the volume is not published on this node")
-		return NodeExpandResult{Note: fmt.Sprintf("volume %s is not published on this node: nothing to expand", j.key)}, nil
-	}
 	vol, err := j.volume(ctx)
 	if err != nil {
 		return NodeExpandResult{}, err
 	}
+	pub := firstPublished(j.rec)
+	if pub == nil {
+		return j.pendExpand(vol, capacityBytes)
+	}
+	return j.expandAt(ctx, vol, pub, capacityBytes)
+}
+
+// pendExpand records that the volume, not published here, needs a node
+// expansion to capacityBytes at its next mount on this node.
+func (j *job) pendExpand(vol *Volume, capacityBytes int64) (NodeExpandResult, error) {
+	if err := j.adopt(vol); err != nil {
+		return NodeExpandResult{}, err
+	}
+	j.rec.PendingExpandBytes = max(j.rec.GetPendingExpandBytes(), capacityBytes)
+	j.rec.PendingExpandError = ""
+	if err := j.save(); err != nil {
+		return NodeExpandResult{}, err
+	}
+	j.log.Info("node expansion pending: the volume is not published on this node; it is expanded at its next mount here",
+		"capacity_bytes", j.rec.GetPendingExpandBytes())
+	return NodeExpandResult{Note: fmt.Sprintf("volume %s is not published on this node: NodeExpandVolume is sent at its next mount here", j.key)}, nil
+}
+
+// finishPendingExpand sends the node expansion the record holds pending,
+// right after a mount published the volume at pub. A failure fails not
+// the mount (the volume is usable, at its old size) but keeps the
+// expansion pending, with its error, for the next mount.
+func (j *job) finishPendingExpand(ctx context.Context, vol *Volume, pub *messages.VolumePublish) {
+	want := j.rec.GetPendingExpandBytes()
+	if want == 0 {
+		return
+	}
+	_, err := j.expandAt(ctx, vol, pub, want)
+	if err != nil {
+		j.log.Warn("the pending node expansion failed: the volume is mounted at its old size", "capacity_bytes", want, "error", err)
+		j.rec.PendingExpandError = err.Error()
+	} else {
+		j.rec.PendingExpandBytes, j.rec.PendingExpandError = 0, ""
+	}
+	if err := j.save(); err != nil {
+		j.log.Warn("could not record the outcome of the pending node expansion", "error", err)
+	}
+}
+
+// expandAt sends NodeExpandVolume for the volume at pub's target path.
+func (j *job) expandAt(ctx context.Context, vol *Volume, pub *messages.VolumePublish, capacityBytes int64) (NodeExpandResult, error) {
 	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
 	if err != nil {
 		return NodeExpandResult{}, err

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
@@ -117,17 +119,58 @@ func TestNodeExpansionWaitsForTheMountInTheVolumesQueue(t *testing.T) {
 	f.n.stop() // the volume stays published; the mocks expect nothing more
 }
 
-// TestNodeExpansionOfAVolumeNotPublishedHereSendsNothing expands a volume
-// this node does not publish: no RPC, and an answer that says so.
-func TestNodeExpansionOfAVolumeNotPublishedHereSendsNothing(t *testing.T) {
-	f := newExpandFixture(t)
+// TestNodeExpansionOfAVolumeNotPublishedHereWaitsForItsNextMount expands
+// a volume this node does not publish: no RPC, an answer that says the
+// expansion waits, and a durable pending expansion that survives a
+// restart and is sent right after the next mount's NodePublishVolume,
+// which clears it.
+func TestNodeExpansionOfAVolumeNotPublishedHereWaitsForItsNextMount(t *testing.T) {
+	f := newExpandFixture(t, expandCap)
 	res, err := f.n.manager.NodeExpand(ctx, "", "vol", 4<<20)
 	require.NoError(t, err)
 	require.False(t, res.Expanded)
-	require.Contains(t, res.Note, "not published on this node")
-	expanded, err := f.n.manager.ExpandOnNodes(ctx, &catalog.CSIVolume{Namespace: "default", ID: "vol"}, 4<<20)
+	require.Contains(t, res.Note, "NodeExpandVolume is sent at its next mount here")
+	expanded, err := f.n.manager.ExpandOnNodes(ctx, &catalog.CSIVolume{Namespace: "default", ID: "vol"}, 8<<20)
 	require.NoError(t, err)
 	require.False(t, expanded)
+
+	f.n.restart()
+	st := f.n.settle("vol")
+	require.Equal(t, int64(8<<20), st.Record.GetPendingExpandBytes(), "the larger expansion is pending, durably")
+	require.Empty(t, st.Record.GetPublishes())
+
+	gomock.InOrder(append(f.mountCalls(), f.publish(nil), f.m.nodeCapsWith(expandCap), f.nodeExpand(8<<20),
+		f.m.nodeCapsWith(expandCap).AnyTimes(), // the status asks for stats; the plugin has none
+	)...)
+	_, err = f.n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	st = f.n.settle("vol")
+	require.Zero(t, st.Record.GetPendingExpandBytes(), "the mount finished the expansion")
+	require.Empty(t, st.Record.GetPendingExpandError())
+	f.n.stop() // the volume stays published; the mocks expect nothing more
+}
+
+// TestAPendingNodeExpansionThatFailsLeavesTheMountUpAndStaysPending
+// mounts a volume whose node expansion is pending, with a node plugin that
+// refuses NodeExpandVolume: the mount succeeds, and the expansion stays
+// pending with the plugin's error.
+func TestAPendingNodeExpansionThatFailsLeavesTheMountUpAndStaysPending(t *testing.T) {
+	f := newExpandFixture(t, expandCap)
+	_, err := f.n.manager.NodeExpand(ctx, "", "vol", 4<<20)
+	require.NoError(t, err)
+	gomock.InOrder(append(f.mountCalls(), f.publish(nil), f.m.nodeCapsWith(expandCap),
+		f.m.Node.EXPECT().NodeExpandVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Internal, "resize2fs failed")),
+		f.m.nodeCapsWith(expandCap).AnyTimes(), // the status asks for stats; the plugin has none
+	)...)
+
+	res, err := f.n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	require.Equal(t, f.target, res.TargetPath)
+	st := f.n.settle("vol")
+	require.Equal(t, "published", st.Record.GetPublishes()["web-1"].GetState())
+	require.Equal(t, int64(4<<20), st.Record.GetPendingExpandBytes())
+	require.Contains(t, st.Record.GetPendingExpandError(), "resize2fs failed")
+	f.n.stop()
 }
 
 // TestNodeExpansionByAPluginWithoutExpandVolumeIsRefused mounts with a

@@ -79,6 +79,7 @@ func (j *job) mount(ctx context.Context, alloc string, readOnly bool) (MountResu
 		return MountResult{}, err
 	}
 	j.log.Info("volume mounted", "alloc_id", alloc, "read_only", readOnly, "target_path", pub.GetTargetPath())
+	j.finishPendingExpand(ctx, vol, pub)
 	return j.result(pub), nil
 }
 
@@ -88,7 +89,12 @@ func (j *job) adopt(vol *Volume) error {
 	if msg := checkID("plugin ID", vol.PluginID); msg != "" {
 		return invalid("volume " + j.key.String() + ": " + msg)
 	}
-	if recordEmpty(j.rec) {
+	if holdsNothing(j.rec) {
+		if j.rec.GetExternalId() != vol.externalID() {
+			// A pending node expansion of another plugin volume of this
+			// ID (deleted since) is void.
+			j.rec.PendingExpandBytes, j.rec.PendingExpandError = 0, ""
+		}
 		j.rec.PluginId, j.rec.ExternalId = vol.PluginID, vol.externalID()
 		j.rec.AccessMode, j.rec.AttachmentMode = string(vol.AccessMode), string(vol.AttachmentMode)
 		return nil
@@ -173,6 +179,13 @@ func (j *job) attach(ctx context.Context, vol *Volume, nodeSocket string) error 
 	if err := j.save(); err != nil {
 		return err
 	}
+	return j.controllerPublish(ctx, ctrl, vol, a)
+}
+
+// controllerPublish sends ControllerPublishVolume for attachment a (it is
+// idempotent, so a reconcile sends it again where the controller lost the
+// attachment) and records the answer.
+func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *Volume, a *messages.VolumeAttachment) error {
 	resp, err := ctrl.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), NodeId: a.GetNodeId(), VolumeCapability: capability(j.rec, vol),
 		Readonly: vol.AccessMode.ReadOnly(), Secrets: vol.Secrets, VolumeContext: vol.Context,

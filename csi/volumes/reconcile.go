@@ -17,10 +17,12 @@ import (
 // mounted is staged and published again (both RPCs are idempotent); a
 // published volume's condition is asked of the node plugin where it can
 // say (NodeGetVolumeStats), an abnormal one kept as the last error of its
-// publish; and with no publish left, a stage and an attachment are taken down. mounts
+// publish; an attachment is checked with the controller where it can say
+// (ListVolumes, see checkAttachment); and with no publish left, a stage and
+// an attachment are taken down. mounts
 // is the kernel's mount table under the root, nil when unknown.
 func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
-	var errs []error
+	errs := []error{j.checkAttachment(ctx)}
 	for _, alloc := range publishedAllocs(j.rec) {
 		pub := j.rec.GetPublishes()[alloc]
 		if pub.GetState() != statePublished {
@@ -65,7 +67,7 @@ func (j *job) republish(ctx context.Context, pub *messages.VolumePublish) error 
 // without error, the stage staged and the attachment attached, and both
 // only while something is published.
 func settled(rec *messages.VolumeRecord) bool {
-	if recordEmpty(rec) {
+	if holdsNothing(rec) {
 		return true
 	}
 	if len(rec.GetPublishes()) == 0 {

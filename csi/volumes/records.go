@@ -62,6 +62,12 @@ func keyOf(rec *messages.VolumeRecord) volumeKey {
 // recordEmpty reports whether rec holds nothing on the node: no attachment,
 // no stage, no publish. An empty record is deleted, not stored.
 func recordEmpty(rec *messages.VolumeRecord) bool {
+	return holdsNothing(rec) && rec.GetPendingExpandBytes() == 0
+}
+
+// holdsNothing reports whether rec has nothing attached, staged or
+// published on this node (it may still hold a pending node expansion).
+func holdsNothing(rec *messages.VolumeRecord) bool {
 	return rec.GetAttachment() == nil && rec.GetStage() == nil && len(rec.GetPublishes()) == 0
 }
 

@@ -43,6 +43,7 @@ type strictPlugin struct {
 	server     *grpc.Server
 	served     chan struct{}
 	attached   map[string]string          // volume ID → node ID
+	unlisted   map[string]bool            // volume IDs ListVolumes leaves out
 	published  map[string]map[string]bool // volume ID → targets
 	violations []string
 	calls      []string
@@ -63,7 +64,7 @@ func newStrictPlugin(t *testing.T, n *node, name string) *strictPlugin {
 	d, err := hostpath.New(hostpath.Config{Name: "hostpath", NodeID: "n1", Root: filepath.Join(dir, "hp"), Logger: hostpathtest.Logger(t)})
 	require.NoError(t, err)
 	p := &strictPlugin{t: t, driver: d, socket: filepath.Join(dir, "csi.sock"), nodeID: "n1",
-		attached: map[string]string{}, published: map[string]map[string]bool{}}
+		attached: map[string]string{}, unlisted: map[string]bool{}, published: map[string]map[string]bool{}}
 	p.serve()
 	t.Cleanup(p.stop)
 	n.register(volumes.NodePluginType, name, "a1", p.socket)
@@ -183,6 +184,15 @@ func (p *strictPlugin) answer(ctx context.Context, method string, req any, handl
 		out := resp.(*csipb.ControllerGetCapabilitiesResponse)
 		out.Capabilities = append(out.Capabilities, &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{
 			Rpc: &csipb.ControllerServiceCapability_RPC{Type: csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}}})
+	case *csipb.ListVolumesRequest:
+		out := resp.(*csipb.ListVolumesResponse)
+		out.Entries = slices.DeleteFunc(out.Entries, func(e *csipb.ListVolumesResponse_Entry) bool { return p.unlisted[e.GetVolume().GetVolumeId()] })
+		for _, e := range out.Entries {
+			e.Status = &csipb.ListVolumesResponse_VolumeStatus{}
+			if node, ok := p.attached[e.GetVolume().GetVolumeId()]; ok {
+				e.Status.PublishedNodeIds = []string{node}
+			}
+		}
 	case *csipb.NodePublishVolumeRequest:
 		if p.published[r.GetVolumeId()] == nil {
 			p.published[r.GetVolumeId()] = map[string]bool{}

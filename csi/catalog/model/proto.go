@@ -187,11 +187,11 @@ func claimToProto(c *Claim) *messages.CatalogClaim {
 	if c == nil {
 		return &messages.CatalogClaim{}
 	}
-	return &messages.CatalogClaim{AllocId: c.AllocID, NodeId: c.NodeID, Mode: string(c.Mode), State: string(c.State)}
+	return &messages.CatalogClaim{AllocId: c.AllocID, NodeId: c.NodeID, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError}
 }
 
 func claimFromProto(m *messages.CatalogClaim) *Claim {
-	return &Claim{AllocID: m.GetAllocId(), NodeID: m.GetNodeId(), Mode: ClaimMode(m.GetMode()), State: ClaimState(m.GetState())}
+	return &Claim{AllocID: m.GetAllocId(), NodeID: m.GetNodeId(), Mode: ClaimMode(m.GetMode()), State: ClaimState(m.GetState()), LastError: m.GetLastError()}
 }
 
 // Proto returns h in its protobuf form.

@@ -30,7 +30,9 @@ func TestCatalogProtoRoundTripsAVolumeWithEverything(t *testing.T) {
 	v.Topologies = []*Topology{{Segments: map[string]string{"zone": "a"}}, {Segments: map[string]string{"zone": "b", "rack": "7"}}}
 	require.NoError(t, v.Claim(writeClaim("a1", "n1")))
 	require.NoError(t, v.Claim(readClaim("a2", "n2")))
-	require.NoError(t, v.ClaimRelease(moved(readClaim("a2", "n2"), ClaimStateNodeDetached)))
+	stuck := moved(readClaim("a2", "n2"), ClaimStateNodeDetached)
+	stuck.LastError = "ControllerUnpublishVolume: unavailable"
+	require.NoError(t, v.ClaimRelease(stuck))
 	v.ResourceExhausted = time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC)
 	v.CreateIndex, v.ModifyIndex = 3, 9
 	v.Health = Health{Schedulable: true, ControllerRequired: true, ControllersHealthy: 1, ControllersExpected: 2, NodesHealthy: 3, NodesExpected: 4}

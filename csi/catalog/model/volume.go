@@ -23,6 +23,9 @@ type Claim struct {
 	Mode ClaimMode
 	// State is where the claim stands: taken, or on its way to being freed.
 	State ClaimState
+	// LastError says why a past claim is stuck in its state; empty for a
+	// held claim.
+	LastError string
 }
 
 // Copy returns a copy of c; nil for nil.

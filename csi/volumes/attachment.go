@@ -1,0 +1,95 @@
+package volumes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/plugvisor/plugvisor/csi"
+)
+
+// listPrefix starts the last error a reconcile records on an attachment
+// whose volume the controller no longer lists.
+const listPrefix = "ListVolumes: "
+
+// maxListPages bounds how many pages of ListVolumes a reconcile reads
+// looking for one volume, so that a plugin whose next token never ends
+// cannot hold the volume's queue.
+const maxListPages = 1000
+
+// checkAttachment asks the controller, where it can say (LIST_VOLUMES with
+// LIST_VOLUMES_PUBLISHED_NODES), whether the attached volume is still
+// published to this node. An attachment the controller lost is published
+// again (ControllerPublishVolume is idempotent), since the node still has
+// the volume staged or published; a volume the controller no longer lists
+// is recorded as the attachment's last error, and nothing else changes. A
+// controller that cannot answer changes nothing.
+func (j *job) checkAttachment(ctx context.Context) error {
+	a := j.rec.GetAttachment()
+	if a == nil || a.GetState() != stateAttached || firstPublished(j.rec) == nil {
+		return nil
+	}
+	ctrl, _, err := j.controllerClient(ctx, a.GetControllerSocket())
+	if err != nil {
+		j.log.Warn("cannot reach the controller: the attachment is not checked", "error", err)
+		return nil
+	}
+	caps, err := ctrl.ControllerGetCapabilities(ctx)
+	if err != nil || !caps.ListVolumes || !caps.ListVolumesPublishedNodes {
+		return nil
+	}
+	nodes, listed, err := listedNodes(ctx, ctrl, j.rec.GetExternalId())
+	if err != nil {
+		j.log.Warn("ListVolumes failed: the attachment is not checked", "error", err)
+		return nil
+	}
+	switch {
+	case !listed:
+		j.log.Warn("the controller no longer lists the attached volume", "external_id", j.rec.GetExternalId())
+		return j.noteAttachment(listPrefix + fmt.Sprintf("the controller does not list volume %q", j.rec.GetExternalId()))
+	case slices.Contains(nodes, a.GetNodeId()):
+		return j.noteAttachment("")
+	}
+	j.log.Warn("the controller lost the attachment: attaching again", "node_id", a.GetNodeId(), "published_node_ids", nodes)
+	vol, err := j.volume(ctx)
+	if err != nil {
+		return err
+	}
+	return j.controllerPublish(ctx, ctrl, vol, a)
+}
+
+// noteAttachment records want as the attachment's last error, clearing
+// one a listing recorded before; other errors stay.
+func (j *job) noteAttachment(want string) error {
+	a := j.rec.GetAttachment()
+	if a.GetLastError() == want || (want == "" && !strings.HasPrefix(a.GetLastError(), listPrefix)) {
+		return nil
+	}
+	a.LastError = want
+	return j.save()
+}
+
+// listedNodes pages through the controller's ListVolumes until it finds
+// volume id, and returns the nodes it is published to.
+func listedNodes(ctx context.Context, ctrl *csi.Client, id string) (nodes []string, listed bool, err error) {
+	token := ""
+	for range maxListPages {
+		resp, err := ctrl.ListVolumes(ctx, &csipb.ListVolumesRequest{StartingToken: token})
+		if err != nil {
+			return nil, false, err
+		}
+		for _, e := range resp.GetEntries() {
+			if e.GetVolume().GetVolumeId() == id {
+				return e.GetStatus().GetPublishedNodeIds(), true, nil
+			}
+		}
+		if resp.GetNextToken() == "" || resp.GetNextToken() == token {
+			return nil, false, nil
+		}
+		token = resp.GetNextToken()
+	}
+	return nil, false, fmt.Errorf("volumes: ListVolumes still had pages after %d", maxListPages)
+}
