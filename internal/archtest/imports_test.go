@@ -51,6 +51,7 @@ var mayImport = map[string][]string{
 	"cmd/plugvisor":               {"*"},
 	"cmd/hostpath-csi":            {"csi/hostpath"},
 	"internal/archtest":           nil,
+	"fleet/etcdtest":              nil,
 }
 
 // mustNotImportInTests are the packages whose test files, too, keep out of
