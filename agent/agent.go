@@ -291,8 +291,9 @@ func (a *Agent) startRegistry() error {
 // startManagers starts the plugin-type managers (one supervised instance
 // actor per plugin, fed by the registry), the CSI catalog fed by the CSI
 // manager's fingerprints, and the volume manager that claims through the
-// catalog. Their stops run in reverse: volumes, then the CSI manager (whose
-// final fingerprints reach the catalog), then the catalog, then Docker's.
+// catalog. Their stops run in reverse: volumes, then the CSI manager's
+// instances (whose final fingerprints reach the catalog), then the catalog,
+// then the CSI manager actor it subscribed to, then Docker's.
 func (a *Agent) startManagers() error {
 	docker, err := dockervolume.StartManager(a.system, dockervolume.ManagerConfig{
 		Registry:       a.registry,
@@ -328,7 +329,7 @@ func (a *Agent) startManagers() error {
 		_ = a.csi.Shutdown(context.Background())
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.stops = append(a.stops, a.catalog.Shutdown, a.csi.Shutdown)
+	a.stops = append(a.stops, a.csi.Shutdown, a.catalog.Shutdown, a.csi.StopInstances)
 
 	records, err := a.store.Bucket(volumes.Bucket)
 	if err != nil {
