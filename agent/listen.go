@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
 	"github.com/plugvisor/plugvisor/api"
@@ -37,7 +36,7 @@ func (a *Agent) serveAPI() {
 		Controller: a.ctl,
 		OnMount:    a.metrics.observeMount,
 		Health:     a.health,
-		Metrics:    promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
+		Metrics:    a.metrics.handler(a),
 		Logger:     a.log.Named("api"),
 
 		DockerVolumes: a.dockerVolumes,
