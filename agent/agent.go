@@ -228,9 +228,7 @@ func start(cfg Config) (_ *Agent, err error) {
 		if err != nil {
 			_ = a.Shutdown(context.Background())
 			log.failed()
-			return
 		}
-		log.succeeded()
 	}()
 	if err := a.openStore(); err != nil {
 		return nil, err
@@ -251,9 +249,12 @@ func start(cfg Config) (_ *Agent, err error) {
 	if err := a.startDockerVolumes(); err != nil {
 		return nil, err
 	}
-	a.serveAPI()
+	// Nothing fails from here on. The start-up is in the log before the
+	// API answers its first request.
+	log.succeeded()
 	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", a.httpAddr,
 		"plugins", len(a.registry.ListPlugins("")))
+	a.serveAPI()
 	return a, nil
 }
 
