@@ -172,10 +172,13 @@ type Agent struct {
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
-	servers     []*http.Server
-	httpAddr    string             // the TCP listener's bound address
-	cancel      context.CancelFunc // ends long-lived API requests (event streams)
-	stops       []func(context.Context) error
+	// listeners are bound at start, before any actor, and served once
+	// every part runs; Shutdown closes those not served yet.
+	listeners []served
+	servers   []*http.Server
+	httpAddr  string             // the TCP listener's bound address
+	cancel    context.CancelFunc // ends long-lived API requests (event streams)
+	stops     []func(context.Context) error
 }
 
 // Start opens the data dir and starts every part. On error, whatever had
@@ -208,18 +211,29 @@ func isCorrupt(err error) bool {
 // statePath is the state file of the agent of dataDir.
 func statePath(dataDir string) string { return filepath.Join(dataDir, "state.db") }
 
+// start opens the store and binds the API's listeners before it starts
+// any actor, so that the usual failures (another agent on the data dir, a
+// port in use, a bad token file or certificate) start nothing. Its parts
+// log through a startLog: a start that fails logs nothing, and says why in
+// its error alone.
 func start(cfg Config) (_ *Agent, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	a := &Agent{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
+	log := newStartLog(cfg.Logger)
+	cfg.Logger = log
+	a := &Agent{cfg: cfg, log: log, metrics: newMetrics()}
 	defer func() {
 		if err != nil {
 			_ = a.Shutdown(context.Background())
+			log.failed()
 		}
 	}()
 	if err := a.openStore(); err != nil {
+		return nil, err
+	}
+	if a.listeners, err = a.listen(); err != nil {
 		return nil, err
 	}
 	a.system = actors.NewSystem(cfg.Logger)
@@ -235,11 +249,12 @@ func start(cfg Config) (_ *Agent, err error) {
 	if err := a.startDockerVolumes(); err != nil {
 		return nil, err
 	}
-	if err := a.serveAPI(); err != nil {
-		return nil, err
-	}
+	// Nothing fails from here on. The start-up is in the log before the
+	// API answers its first request.
+	log.succeeded()
 	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", a.httpAddr,
 		"plugins", len(a.registry.ListPlugins("")))
+	a.serveAPI()
 	return a, nil
 }
 
@@ -291,8 +306,9 @@ func (a *Agent) startRegistry() error {
 // startManagers starts the plugin-type managers (one supervised instance
 // actor per plugin, fed by the registry), the CSI catalog fed by the CSI
 // manager's fingerprints, and the volume manager that claims through the
-// catalog. Their stops run in reverse: volumes, then the CSI manager (whose
-// final fingerprints reach the catalog), then the catalog, then Docker's.
+// catalog. Their stops run in reverse: volumes, then the CSI manager's
+// instances (whose final fingerprints reach the catalog), then the catalog,
+// then the CSI manager actor it subscribed to, then Docker's.
 func (a *Agent) startManagers() error {
 	docker, err := dockervolume.StartManager(a.system, dockervolume.ManagerConfig{
 		Registry:       a.registry,
@@ -328,7 +344,7 @@ func (a *Agent) startManagers() error {
 		_ = a.csi.Shutdown(context.Background())
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.stops = append(a.stops, a.catalog.Shutdown, a.csi.Shutdown)
+	a.stops = append(a.stops, a.csi.Shutdown, a.catalog.Shutdown, a.csi.StopInstances)
 
 	records, err := a.store.Bucket(volumes.Bucket)
 	if err != nil {
@@ -484,6 +500,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	if a.cancel != nil {
 		a.cancel()
 	}
+	for _, s := range a.listeners {
+		_ = s.listener.Close()
+	}
+	a.listeners = nil
 	for _, srv := range a.servers {
 		if err := srv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("agent: API server: %w", err))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -47,16 +45,7 @@ func TestADockerVolumePluginIsDiscoveredCheckedCountedAndServesVolumes(t *testin
 	require.Equal(t, filepath.Join(dir, "vols", "data"), mp)
 	require.NoError(t, a.DockerVolumeService().Unmount(context.Background(), "data", "c1"))
 
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", a.SocketPath())
-	}}}
-	t.Cleanup(client.CloseIdleConnections)
-	resp, err := client.Get("http://plugvisor/metrics")
-	require.NoError(t, err)
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, resp.Body.Close())
-	require.NoError(t, err)
-	require.Contains(t, string(b), `plugvisor_plugin_healthy{name="local",type="docker-volume"} 1`)
-	require.Contains(t, string(b), `plugvisor_discovered_plugins{health="healthy",state="registered"} 1`)
+	series := scrape(t, a)
+	require.Equal(t, "1", series[`plugvisor_plugin_healthy{name="local",type="docker-volume"}`])
+	require.Equal(t, "1", series[`plugvisor_discovered_plugins{health="healthy",state="registered"}`])
 }

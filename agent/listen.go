@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
 	"github.com/plugvisor/plugvisor/api"
@@ -24,9 +23,9 @@ type served struct {
 	policy   api.Listener
 }
 
-// serveAPI listens on the unix socket and, when configured, on TCP, and
-// serves the API on each under its policy and the HTTP limits.
-func (a *Agent) serveAPI() error {
+// serveAPI serves the API on each listener bound at start (the unix
+// socket and, when configured, TCP) under its policy and the HTTP limits.
+func (a *Agent) serveAPI() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	apiServer := &api.Server{
@@ -37,7 +36,7 @@ func (a *Agent) serveAPI() error {
 		Controller: a.ctl,
 		OnMount:    a.metrics.observeMount,
 		Health:     a.health,
-		Metrics:    promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
+		Metrics:    a.metrics.handler(a),
 		Logger:     a.log.Named("api"),
 
 		DockerVolumes: a.dockerVolumes,
@@ -45,10 +44,8 @@ func (a *Agent) serveAPI() error {
 		Discovery:     a,
 	}
 	limits := a.cfg.HTTPLimits
-	listeners, err := a.listen()
-	if err != nil {
-		return err
-	}
+	listeners := a.listeners
+	a.listeners = nil // the servers close them
 	errorLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	for _, s := range listeners {
 		srv := &http.Server{
@@ -68,7 +65,6 @@ func (a *Agent) serveAPI() error {
 			}
 		}()
 	}
-	return nil
 }
 
 // listen opens the API's listeners, each capped at MaxConns connections.

@@ -2,12 +2,16 @@ package agent
 
 import (
 	"cmp"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -82,7 +86,58 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.registryWrites, m.registryLatency, m.registryBatch, m.eventsDelivered, m.subscribers,
 		m.instanceRestarts, m.instanceGiveUps, m.pluginHealthy, m.fingerprints, m.mounts, m.activations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, op := range []string{"register", "deregister"} {
+		m.registryLatency.WithLabelValues(op)
+		for _, r := range results {
+			m.registryWrites.WithLabelValues(op, r)
+		}
+	}
+	for _, op := range mountOps {
+		for _, r := range results {
+			m.mounts.WithLabelValues(op, r)
+		}
+	}
 	return m
+}
+
+// results are the values of the "result" label.
+var results = []string{"ok", "error"}
+
+// mountOps are the operations the API counts in plugvisor_mount_operations_total.
+var mountOps = []string{"mount", "unmount", "docker-mount", "docker-unmount"}
+
+// activationThens are what may follow a failed activation (discovery.Metrics).
+var activationThens = []string{"retry", "slow", "wait"}
+
+// instanceTypes are the plugin types whose plugins get a supervised
+// instance, counted in the restart and give-up metrics.
+var instanceTypes = []string{csi.TypeController, csi.TypeNode, dockervolume.PluginType}
+
+// handler serves the metrics. Before each scrape it gives every plugin
+// the agent knows its label sets, at zero until something is counted:
+// restarts and give-ups for each plugin with an instance, fingerprint
+// latency for each CSI plugin, failed activations for each plugin found on
+// disk. (Health is left to the first check: a 0 there would mean
+// unhealthy.)
+func (m *metrics) handler(a *Agent) http.Handler {
+	serve := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, ptype := range instanceTypes {
+			for _, p := range a.registry.ListPlugins(ptype) {
+				m.instanceRestarts.WithLabelValues(ptype, p.GetName())
+				m.instanceGiveUps.WithLabelValues(ptype, p.GetName())
+				if ptype != dockervolume.PluginType {
+					m.fingerprints.WithLabelValues(ptype, p.GetName())
+				}
+			}
+		}
+		for _, p := range a.disc.Plugins() {
+			for _, then := range activationThens {
+				m.activations.WithLabelValues(p.GetName(), then)
+			}
+		}
+		serve.ServeHTTP(w, r)
+	})
 }
 
 func result(err error) string {
@@ -127,10 +182,8 @@ func (m *metrics) ActivationFailed(name, then string) {
 // key is present, at zero when nothing is in it.
 func discoveredStates(found []*messages.DiscoveredPlugin) map[string]int {
 	counts := map[string]int{"healthy": 0, "unhealthy": 0}
-	for _, state := range []messages.DiscoveredPluginState{messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING,
-		messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED, messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED,
-		messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID} {
-		counts[stateName(state)] = 0
+	for _, state := range discoveredStateNames {
+		counts[state] = 0
 	}
 	for _, p := range found {
 		counts[stateName(p.GetState())]++
@@ -141,8 +194,21 @@ func discoveredStates(found []*messages.DiscoveredPlugin) map[string]int {
 	return counts
 }
 
-// discoveredCollector reports how many discovered plugins are in each state,
-// read from discovery at each scrape.
+// discoveredStateNames are the states of discovered plugins that the
+// health endpoint and the metrics always report, at zero when empty.
+var discoveredStateNames = []string{
+	stateName(messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_ACTIVATING),
+	stateName(messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED),
+	stateName(messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED),
+	stateName(messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID),
+}
+
+// discoveredHealths are the values of plugvisor_discovered_plugins' health label.
+var discoveredHealths = []string{"healthy", "unhealthy", "unknown"}
+
+// discoveredCollector reports how many discovered plugins are in each state
+// and health, read from discovery at each scrape; every pair of a listed
+// state and a health is reported, at zero when empty.
 type discoveredCollector struct {
 	plugins func() []*messages.DiscoveredPlugin
 	desc    *prometheus.Desc
@@ -160,6 +226,11 @@ func (c *discoveredCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.des
 // Collect implements prometheus.Collector.
 func (c *discoveredCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[[2]string]int{}
+	for _, state := range discoveredStateNames {
+		for _, health := range discoveredHealths {
+			counts[[2]string{state, health}] = 0
+		}
+	}
 	for _, p := range c.plugins() {
 		counts[[2]string{stateName(p.GetState()), cmp.Or(p.GetHealth(), "unknown")}]++
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -285,7 +286,11 @@ func (c Candidate) httpClient() (*http.Client, string, error) {
 		}
 		tr.DisableCompression = true
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "unix", c.SocketPath)
+			conn, err := dialer.DialContext(ctx, "unix", c.SocketPath)
+			if err != nil {
+				return nil, err
+			}
+			return newRequestFirst(conn), nil
 		}
 		return client, "http://" + localHost, nil
 	case c.TCPAddr != "" && c.SocketPath == "":
@@ -326,6 +331,45 @@ func (c Candidate) transportError(ctx context.Context, method string, err error)
 		return c.callError(method, ErrCanceled, 0, cerr)
 	}
 	return c.callError(method, ErrUnreachable, 0, err)
+}
+
+// requestFirst is a connection on which the client speaks first, as an
+// HTTP/1.1 client does: reads wait until the request is written (or the
+// connection is closed). net/http's transport reads a connection as soon as
+// it is dialed, and bytes that arrive before its request is written are an
+// "unsolicited response" it reports on the process's standard logger. The
+// other protocol a plugin socket may speak is gRPC (a CSI plugin), whose
+// server sends its HTTP/2 settings the moment a client connects: read after
+// the request, those bytes are the answer they are, one that is not HTTP/1.1,
+// and the handshake fails without a word on the standard logger.
+type requestFirst struct {
+	net.Conn
+	written chan struct{}
+	once    sync.Once
+}
+
+func newRequestFirst(conn net.Conn) *requestFirst {
+	return &requestFirst{Conn: conn, written: make(chan struct{})}
+}
+
+// Write writes p, then lets reads through.
+func (c *requestFirst) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.once.Do(func() { close(c.written) })
+	return n, err
+}
+
+// Read reads once something was written, or the connection closed.
+func (c *requestFirst) Read(p []byte) (int, error) {
+	<-c.written
+	return c.Conn.Read(p)
+}
+
+// Close closes the connection, and lets a waiting read return its error.
+func (c *requestFirst) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.written) })
+	return err
 }
 
 // errorText returns the plugin's error text from the body of an error

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
+	"log"
 	"math/big"
 	"mime"
 	"net"
@@ -24,6 +25,9 @@ import (
 
 	"github.com/docker/go-plugins-helpers/sdk"
 	"github.com/docker/go-plugins-helpers/volume"
+	actorprobe "github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -557,4 +561,24 @@ func TestTypesFor(t *testing.T) {
 			require.Equal(t, tt.want, TypesFor(Manifest{Implements: tt.implements}))
 		})
 	}
+}
+
+// A CSI plugin's gRPC server speaks first, its HTTP/2 settings, as soon as
+// a client connects. The Docker handshake tried first on every socket must
+// take them as the answer they are, not as an unsolicited response that
+// net/http reports on the process's standard logger.
+func TestTheDockerHandshakeWithACSIPluginLeavesNoStrayLogLine(t *testing.T) {
+	var stray actorprobe.LogBuffer
+	prev, flags := log.Writer(), log.Flags()
+	log.SetOutput(&stray)
+	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) })
+	srv := hostpathtest.Serve(t, hostpath.Config{Name: "hostpath.csi.test", NodeID: "node-1",
+		Root: hostpathtest.TempDir(t), Mode: hostpath.ModeMonolith})
+	c := Candidate{Name: "csi", SocketPath: srv.Endpoint}
+	for range 20 {
+		act, err := activatePlugin(context.Background(), c, 5*time.Second, 5*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, ProtocolCSI, act.protocol)
+	}
+	require.Empty(t, stray.String())
 }

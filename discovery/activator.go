@@ -75,10 +75,10 @@ type activation struct {
 // activatePlugin tells the two protocols apart: it tries the Docker
 // activation handshake first (an HTTP POST), and only when that could not
 // get an HTTP answer from a unix socket that accepts connections (a gRPC
-// server drops an HTTP/1.1 request at once), the CSI Identity service over
-// gRPC, each within its own timeout. A refused connection or a missing
-// socket is not tried as CSI: nobody listens. It runs off the activator's
-// goroutine.
+// server answers an HTTP/1.1 request with HTTP/2 frames, or drops it), the
+// CSI Identity service over gRPC, each within its own timeout. A refused
+// connection or a missing socket is not tried as CSI: nobody listens. It
+// runs off the activator's goroutine.
 func activatePlugin(ctx context.Context, c Candidate, activateTimeout, csiTimeout time.Duration) (activation, error) {
 	m, err := Activate(ctx, c, ActivateOptions{Timeout: activateTimeout})
 	if err == nil {

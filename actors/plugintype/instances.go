@@ -15,17 +15,16 @@
 // ResyncInterval, correcting any difference. An instance that gives up
 // under its supervision, or stops by itself, is reported failed and not
 // started again until the registry says something new about its plugin.
+// Close stops every instance for the manager's shutdown: a stop, not a
+// correction, after which nothing starts an instance again.
 //
 // The supervision itself is the manager's: give its props
 // actor.WithSupervisor(strategy) (a supervisor.Strategy), and Instances
 // reads the *messages.ChildSupervised events the strategy sends the parent.
 //
 // This package imports only messages and actors, so any plugin type can
-// use it: dockervolume is the worked example. The CSI manager (csi/manager.go)
-// keeps the same logic inline; it can adopt Instances by replacing its
-// plugins/children maps, reconcile, sync, onResync, onChildSupervised and
-// onTerminated with an embedded *Instances, keeping its fingerprints and
-// subscribers in its Type hooks.
+// use it: dockervolume and csi/manager embed it, keeping what only they
+// know (health checks, fingerprints, their subscribers) in their Type hooks.
 package plugintype
 
 import (
@@ -60,8 +59,9 @@ type Type interface {
 	// An error is reported to InstanceFailed, with no instance.
 	InstanceProps(ctx actor.Context, plugin *messages.PluginInfo) (*actor.Props, error)
 	// InstanceStopped says that instance no longer serves plugin: a newer
-	// allocation took over, the plugin was deregistered, or a resync found
-	// it out of step. The instance terminates later (InstanceGone).
+	// allocation took over, the plugin was deregistered, a resync found it
+	// out of step, or the manager is closing. The instance terminates later
+	// (InstanceGone).
 	// instance is nil when the plugin had failed, and is now dropped or
 	// tried again.
 	InstanceStopped(ctx actor.Context, plugin *messages.PluginInfo, instance *actor.PID, why string)
@@ -129,6 +129,7 @@ type Instances struct {
 	applied  uint64            // the last registry sequence reflected in plugins
 	spawned  uint64            // instances started, to name each uniquely
 	resync   *time.Timer
+	closed   bool // Close was called: registry events and resyncs start nothing
 }
 
 // Validate reports what is missing from cfg.
@@ -168,6 +169,23 @@ func (m *Instances) Receive(ctx actor.Context) bool {
 		return false
 	case *actor.Terminated:
 		return m.onTerminated(ctx, msg)
+	case *messages.Subscribed, *messages.PluginRegistered, *messages.PluginUpdated, *messages.PluginDeregistered, *Resync:
+		if !m.closed {
+			m.onRegistryNews(ctx, msg)
+		}
+	case *messages.ChildSupervised:
+		m.onChildSupervised(ctx, msg)
+	case *instanceGone:
+		m.onInstanceGone(ctx, msg)
+	default:
+		return false
+	}
+	return true
+}
+
+// onRegistryNews handles what the registry says, or a resync.
+func (m *Instances) onRegistryNews(ctx actor.Context, msg any) {
+	switch msg := msg.(type) {
 	case *messages.Subscribed:
 		m.onSubscribed(ctx, msg)
 	case *messages.PluginRegistered:
@@ -178,14 +196,19 @@ func (m *Instances) Receive(ctx actor.Context) bool {
 		m.onDeregistered(ctx, msg)
 	case *Resync:
 		m.onResync(ctx)
-	case *messages.ChildSupervised:
-		m.onChildSupervised(ctx, msg)
-	case *instanceGone:
-		m.onInstanceGone(ctx, msg)
-	default:
-		return false
 	}
-	return true
+}
+
+// Close stops every instance, for the manager's shutdown: each is logged
+// and told to the Type as stopped because the manager is shutting down,
+// not as a correction. From then on registry events and resyncs start
+// nothing; the instances' supervision reports and ends are still handled.
+func (m *Instances) Close(ctx actor.Context) {
+	m.closed = true
+	m.stopTimer()
+	for k := range m.plugins {
+		m.remove(ctx, k, "shutting down")
+	}
 }
 
 // Current returns the plugin instance serves, if it is its plugin's

@@ -30,6 +30,8 @@ type (
 	gone    struct{ alloc string }
 	// boom makes an instance panic.
 	boom struct{}
+	// closeNow makes the manager close its Instances.
+	closeNow struct{}
 )
 
 // snapshot is a registry snapshot the test sets.
@@ -57,7 +59,13 @@ type manager struct {
 	report    *actor.PID
 }
 
-func (m *manager) Receive(ctx actor.Context) { m.instances.Receive(ctx) }
+func (m *manager) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(*closeNow); ok {
+		m.instances.Close(ctx)
+		return
+	}
+	m.instances.Receive(ctx)
+}
 
 func (m *manager) InstanceProps(_ actor.Context, p *messages.PluginInfo) (*actor.Props, error) {
 	report := m.report
@@ -185,6 +193,34 @@ func TestAnInstanceThatGivesUpIsFailedUntilTheRegistrySaysSomethingNew(t *testin
 	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("p", "a2"), Sequence: 2})
 	e.report.ExpectMessages(t, wait, &stopped{alloc: "a1", why: "registered"})
 	require.Equal(t, "a2", probe.Expect[*started](t, e.report, wait).alloc)
+}
+
+func TestClosingStopsEveryInstanceForGoodAndIsNoCorrection(t *testing.T) {
+	e := start(t, 20*time.Millisecond, plugin("p", "a1"), plugin("q", "b1"))
+	for range 2 {
+		probe.Expect[*started](t, e.report, wait)
+	}
+	e.report.Send(e.manager, &closeNow{})
+	var stops, gones []any
+	for len(stops)+len(gones) < 4 {
+		switch m := e.report.Next(t, wait).Message.(type) {
+		case *stopped:
+			stops = append(stops, *m)
+		case *gone:
+			gones = append(gones, *m)
+		default:
+			t.Fatalf("expected instances stopped and gone, got %T %+v", m, m)
+		}
+	}
+	require.ElementsMatch(t, []any{stopped{alloc: "a1", why: "shutting down"}, stopped{alloc: "b1", why: "shutting down"}}, stops)
+	require.ElementsMatch(t, []any{gone{alloc: "a1"}, gone{alloc: "b1"}}, gones)
+
+	// Neither the registry's news nor a resync against a snapshot that
+	// still lists both plugins starts anything again.
+	e.snap.Store(&snapshot{plugins: []*messages.PluginInfo{plugin("p", "a1"), plugin("q", "b1")}, seq: 9})
+	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("r", "c1"), Sequence: 10})
+	e.registry.Send(e.manager, &plugintype.Resync{})
+	e.report.ExpectNone(t, 100*time.Millisecond)
 }
 
 func TestConfigNeedsItsRequiredFields(t *testing.T) {

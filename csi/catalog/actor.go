@@ -338,6 +338,11 @@ func (a *catalogActor) onListPlugins(ctx actor.Context, msg *messages.ListCatalo
 }
 
 func (a *catalogActor) onShutdown(ctx actor.Context, msg *messages.ShutdownCatalog) {
+	if !a.closing && a.manager != nil {
+		// The manager, stopped after the catalog, would tell a stopped
+		// actor that it stopped.
+		ctx.Unwatch(a.manager)
+	}
 	a.closing = true
 	if replyTo := cmp.Or(msg.GetReplyTo(), ctx.Sender()); replyTo != nil {
 		a.shutdown = append(a.shutdown, replyTo)

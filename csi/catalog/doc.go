@@ -14,7 +14,8 @@
 // GetVolumeRequest and ListCatalogPluginsRequest (answered at once from the
 // last durable state), ShutdownCatalog, and CSIPluginFingerprinted from the
 // CSI manager, to which it subscribes by PID (SubscribeCSI, with replay) and
-// which it watches. It sends only answers.
+// which it watches until it shuts down (the agent stops the catalog before
+// the manager actor). It sends only answers.
 //
 // [Catalog] is the volume manager's [csi.Claimer]: the volume manager
 // reaches the catalog through that interface and never imports this

@@ -3,7 +3,6 @@ package manager
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -107,7 +106,7 @@ func newManagerActor(cfg ManagerConfig, published *atomic.Pointer[fingerprints],
 	a.instances = plugintype.New(plugintype.Config{
 		Types:          []string{csi.TypeController, csi.TypeNode},
 		Registry:       cfg.Registry.PID(),
-		Snapshot:       a.snapshot,
+		Snapshot:       func() plugintype.Snapshot { return cfg.Registry.Snapshot() },
 		ResyncInterval: cfg.ResyncInterval,
 		Logger:         cfg.Logger,
 	}, a)
@@ -144,23 +143,6 @@ func (a *managerActor) Receive(ctx actor.Context) {
 		a.stopShutdownTimer()
 	}
 }
-
-// snapshot is the registry view plugintype.Instances resyncs against:
-// after shutdown began, a view with no plugin, newer than any event to
-// come, so that the next resync stops every instance and nothing starts
-// one again.
-func (a *managerActor) snapshot() plugintype.Snapshot {
-	if a.closing != nil {
-		return noPlugins{}
-	}
-	return a.cfg.Registry.Snapshot()
-}
-
-// noPlugins is a registry view with no plugin, after every event.
-type noPlugins struct{}
-
-func (noPlugins) List(string) []*messages.PluginInfo { return nil }
-func (noPlugins) Sequence() uint64                   { return math.MaxUint64 }
 
 // InstanceProps implements plugintype.Type: a plugin instance actor
 // reporting to the manager.
@@ -329,9 +311,9 @@ func (a *managerActor) onList(ctx actor.Context, msg *messages.ListCSIPluginsReq
 	}
 }
 
-// onShutdown begins a shutdown: the next resync, sent at once, finds no
-// plugin (see snapshot) and stops every instance; finishShutdown answers
-// once all have terminated, or the timer answers when time is up.
+// onShutdown begins a shutdown: plugintype.Instances stops every instance
+// and starts none again; finishShutdown answers once all have terminated,
+// or the timer answers when time is up.
 func (a *managerActor) onShutdown(ctx actor.Context, msg *messages.ShutdownCSIManager) {
 	replyTo := cmp.Or(msg.GetReplyTo(), ctx.Sender())
 	if a.closing != nil {
@@ -348,11 +330,12 @@ func (a *managerActor) onShutdown(ctx actor.Context, msg *messages.ShutdownCSIMa
 	if replyTo != nil {
 		a.closing.replyTo = []*actor.PID{replyTo}
 	}
-	a.log.Info("CSI manager shutting down: a last resync, against no plugins, stops every instance")
+	a.log.Info("CSI manager shutting down: stopping every plugin instance")
 	timeout := cmp.Or(msg.GetTimeout().AsDuration(), a.cfg.ShutdownTimeout)
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	a.closing.timer = a.cfg.Clock.AfterFunc(timeout, func() { root.Send(self, &shutdownTimedOut{}) })
-	ctx.Send(self, &plugintype.Resync{})
+	a.instances.Close(ctx)
+	a.finishShutdown(ctx)
 }
 
 // finishShutdown answers the shutdown once no instance is left.

@@ -117,6 +117,8 @@ type Manager struct {
 	published *atomic.Pointer[fingerprints]
 	timeout   time.Duration
 	log       hclog.Logger
+	drain     sync.Once
+	drainErr  error
 	shutdown  sync.Once
 	err       error
 }
@@ -159,17 +161,27 @@ func (m *Manager) Plugins() []*messages.CSIFingerprint {
 	return sortedFingerprints(m.published.Load())
 }
 
-// Shutdown stops every plugin instance in parallel, each publishing a
-// final unhealthy fingerprint, and then the manager actor. It waits at most
-// the configured ShutdownTimeout (less when ctx ends sooner); the error
-// names the instances that had not stopped by then. A second call returns
-// the first call's result.
+// StopInstances stops every plugin instance in parallel, each publishing
+// a final unhealthy fingerprint, and returns once all have stopped. It
+// waits at most the configured ShutdownTimeout (less when ctx ends sooner);
+// the error names the instances that had not stopped by then. The manager
+// actor itself goes on answering queries and subscriptions, and starts no
+// instance again, until Shutdown: so its subscribers (the CSI catalog) can
+// take in every final fingerprint and stop before it does. A second call
+// returns the first call's result.
+func (m *Manager) StopInstances(ctx context.Context) error {
+	m.drain.Do(func() { m.drainErr = m.stopInstances(ctx) })
+	return m.drainErr
+}
+
+// Shutdown stops every plugin instance (StopInstances, if it has not run),
+// then the manager actor. A second call returns the first call's result.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.shutdown.Do(func() { m.err = m.stop(ctx) })
 	return m.err
 }
 
-func (m *Manager) stop(ctx context.Context) error {
+func (m *Manager) stopInstances(ctx context.Context) error {
 	timeout := m.timeout
 	if deadline, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(deadline)*9/10)
@@ -180,15 +192,20 @@ func (m *Manager) stop(ctx context.Context) error {
 	res, ok := reply.(*messages.ShutdownCSIManagerResponse)
 	switch {
 	case err != nil:
-		m.system.Root.Stop(m.pid)
 		return fmt.Errorf("csi: shut down the CSI manager: %w", err)
 	case !ok:
-		m.system.Root.Stop(m.pid)
 		return fmt.Errorf("csi: shut down the CSI manager: unexpected answer %T", reply)
 	case len(res.GetNotStopped()) > 0:
-		m.system.Root.Stop(m.pid) // it terminates once those instances do
 		return fmt.Errorf("csi: shut down the CSI manager: %d plugin instances did not stop within %v: %s",
 			len(res.GetNotStopped()), timeout, strings.Join(res.GetNotStopped(), ", "))
+	}
+	return nil
+}
+
+func (m *Manager) stop(ctx context.Context) error {
+	if err := m.StopInstances(ctx); err != nil {
+		m.system.Root.Stop(m.pid) // it terminates once the instances do
+		return err
 	}
 	if err := m.system.Root.StopFuture(m.pid).Wait(); err != nil {
 		return fmt.Errorf("csi: stop the CSI manager actor: %w", err)

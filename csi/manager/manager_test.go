@@ -581,6 +581,30 @@ func TestManagerShutdownPushesUnhealthyFingerprints(t *testing.T) {
 	require.NoError(t, h.manager.Shutdown(context.Background()), "a second shutdown returns the first one's result")
 }
 
+// The agent stops the instances first, so that the catalog can take in
+// their final fingerprints and stop before the manager it subscribes to.
+func TestManagerStopInstancesLeavesTheManagerAnsweringAndStartingNothing(t *testing.T) {
+	h := startManager(t, nil)
+	socket, _ := h.serve(t)
+	h.register(t, csi.TypeNode, "a", "a1", socket)
+	awaitHealth(t, h.events, nodeHealthy("a", "a1"))
+
+	require.NoError(t, h.manager.StopInstances(context.Background()))
+	awaitHealth(t, h.events, nodeStopped("a", "a1"))
+	require.Empty(t, h.manager.Plugins())
+
+	late, _ := h.serve(t)
+	h.register(t, csi.TypeNode, "late", "a1", late)
+	h.events.Send(h.manager.PID(), &plugintype.Resync{})
+	list := probe.Ask[*messages.ListCSIPluginsResponse](t, h.events, h.manager.PID(), &messages.ListCSIPluginsRequest{}, wait)
+	require.Empty(t, list.GetPlugins(), "the manager still answers")
+	h.events.ExpectNone(t, 300*time.Millisecond) // no instance fingerprints the late plugin
+
+	h.events.Watch(t, h.manager.PID())
+	require.NoError(t, h.shutdown(context.Background()))
+	h.events.ExpectTerminated(t, h.manager.PID(), wait)
+}
+
 func TestManagerShutdownNamesTheInstancesThatDidNotStop(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
