@@ -24,21 +24,19 @@ type DockerMountBody struct {
 	ID string `json:"id"`
 }
 
-// dockerRoutes adds the Docker volume service's routes and the discovered
+// dockerRoutes are the Docker volume service's routes and the discovered
 // plugins' states.
-func (s *Server) dockerRoutes(route func(string, func(http.ResponseWriter, *http.Request) error)) {
-	route("GET /v1/docker/volumes", s.dockerList)
-	route("POST /v1/docker/volumes", s.dockerCreate)
-	route("GET /v1/docker/volumes/{name}", s.dockerInspect)
-	route("DELETE /v1/docker/volumes/{name}", s.dockerRemove)
-	route("POST /v1/docker/volumes/{name}/mount", s.dockerMount)
-	route("POST /v1/docker/volumes/{name}/unmount", s.dockerUnmount)
-	route("GET /v1/docker/volumes/{name}/path", s.dockerPath)
-	route("GET /v1/docker/plugins", s.dockerPlugins)
-	route("GET /v1/discovery/plugins", s.discovered)
-	for _, path := range []string{"/v1/docker/volumes", "/v1/docker/volumes/{name}", "/v1/docker/volumes/{name}/mount",
-		"/v1/docker/volumes/{name}/unmount", "/v1/docker/volumes/{name}/path", "/v1/docker/plugins", "/v1/discovery/plugins"} {
-		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
+func (s *Server) dockerRoutes() []route {
+	return []route{
+		{"GET", "/v1/docker/volumes", nil, s.dockerList},
+		{"POST", "/v1/docker/volumes", nil, s.dockerCreate},
+		{"GET", "/v1/docker/volumes/{name}", nil, s.dockerInspect},
+		{"DELETE", "/v1/docker/volumes/{name}", nil, s.dockerRemove},
+		{"POST", "/v1/docker/volumes/{name}/mount", nil, s.dockerMount},
+		{"POST", "/v1/docker/volumes/{name}/unmount", nil, s.dockerUnmount},
+		{"GET", "/v1/docker/volumes/{name}/path", nil, s.dockerPath},
+		{"GET", "/v1/docker/plugins", nil, s.dockerPlugins},
+		{"GET", "/v1/discovery/plugins", nil, s.discovered},
 	}
 }
 
@@ -92,7 +90,7 @@ func (s *Server) dockerCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerVolumeBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	info, err := v.Create(r.Context(), body.Name, body.Driver, body.Options)
@@ -134,7 +132,7 @@ func (s *Server) dockerMount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerMountBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	mountpoint, err := v.Mount(r.Context(), r.PathValue("name"), body.ID)
@@ -152,7 +150,7 @@ func (s *Server) dockerUnmount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerMountBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	err = v.Unmount(r.Context(), r.PathValue("name"), body.ID)
