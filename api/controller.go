@@ -42,7 +42,7 @@ type CapacityJSON struct {
 // MountOptionsJSON are a file-system volume's fs type and mount flags.
 type MountOptionsJSON struct {
 	FSType     string   `json:"fs_type,omitempty"`
-	MountFlags []string `json:"mount_flags,omitempty"`
+	MountFlags []string `json:"mount_flags"`
 }
 
 // TopologyJSON are the accessibility requirements of a create.
@@ -93,11 +93,11 @@ type ManagedVolumeJSON struct {
 	VolumeJSON
 	ExternalID          string              `json:"external_id"`
 	CapacityBytes       int64               `json:"capacity_bytes"`
-	Parameters          map[string]string   `json:"parameters,omitempty"`
-	SecretKeys          []string            `json:"secret_keys,omitempty"`
-	Context             map[string]string   `json:"volume_context,omitempty"`
+	Parameters          map[string]string   `json:"parameters"`
+	SecretKeys          []string            `json:"secret_keys"`
+	Context             map[string]string   `json:"volume_context"`
 	MountOptions        *MountOptionsJSON   `json:"mount_options,omitempty"`
-	RequestedTopologies []map[string]string `json:"requested_topologies,omitempty"`
+	RequestedTopologies []map[string]string `json:"requested_topologies"`
 	Created             bool                `json:"created"`
 	Deleting            bool                `json:"deleting"`
 }
@@ -105,18 +105,26 @@ type ManagedVolumeJSON struct {
 func managedVolumeJSON(v *model.CSIVolume) ManagedVolumeJSON {
 	out := ManagedVolumeJSON{
 		VolumeJSON: volumeJSON(v), ExternalID: v.PluginVolumeID(), CapacityBytes: v.CapacityBytes,
-		Parameters: maps.Clone(v.Parameters), SecretKeys: v.Secrets.Keys(), Context: maps.Clone(v.Context),
-		Created: v.Created, Deleting: v.Deleting,
+		Parameters: cloneOrEmpty(v.Parameters), SecretKeys: append([]string{}, v.Secrets.Keys()...), Context: cloneOrEmpty(v.Context),
+		RequestedTopologies: []map[string]string{}, Created: v.Created, Deleting: v.Deleting,
 	}
 	slices.Sort(out.ReadClaims)
 	slices.Sort(out.WriteClaims)
 	if o := v.MountOptions; o != nil {
-		out.MountOptions = &MountOptionsJSON{FSType: o.FSType, MountFlags: slices.Clone(o.MountFlags)}
+		out.MountOptions = &MountOptionsJSON{FSType: o.FSType, MountFlags: append([]string{}, o.MountFlags...)}
 	}
 	for _, t := range v.RequestedTopologies {
 		out.RequestedTopologies = append(out.RequestedTopologies, maps.Clone(t.Segments))
 	}
 	return out
+}
+
+// cloneOrEmpty is a copy of m, {} when m is nil.
+func cloneOrEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(m)
 }
 
 // ExpandJSON is the answer to an expand.

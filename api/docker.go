@@ -1,10 +1,13 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
@@ -179,7 +182,15 @@ func (s *Server) dockerPlugins(w http.ResponseWriter, _ *http.Request) error {
 	if s.DockerPlugins == nil {
 		return fmt.Errorf("%w: this agent runs no Docker volume manager", errNotFound)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"plugins": protoList(s.DockerPlugins.Plugins())})
+	plugins := s.DockerPlugins.Plugins()
+	out := make([]json.RawMessage, 0, len(plugins))
+	for _, p := range plugins {
+		// The instance's actor PID is the agent's business, not the API's.
+		p = proto.CloneOf(p)
+		p.Instance = nil
+		out = append(out, protoJSON(p))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugins": out})
 	return nil
 }
 

@@ -33,7 +33,7 @@ type VolumeJSON struct {
 	PluginID       string              `json:"plugin_id"`
 	AccessMode     string              `json:"access_mode"`
 	AttachmentMode string              `json:"attachment_mode"`
-	Topologies     []map[string]string `json:"topologies,omitempty"`
+	Topologies     []map[string]string `json:"topologies"`
 	Schedulable    bool                `json:"schedulable"`
 	NodesHealthy   int                 `json:"nodes_healthy"`
 	ReadClaims     []string            `json:"read_claims"`
@@ -47,7 +47,7 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 		ID: v.ID, Namespace: v.Namespace, PluginID: v.PluginID,
 		AccessMode: string(v.AccessMode), AttachmentMode: string(v.AttachmentMode),
 		Schedulable: v.Schedulable, NodesHealthy: v.NodesHealthy,
-		ReadClaims: []string{}, WriteClaims: []string{},
+		Topologies: []map[string]string{}, ReadClaims: []string{}, WriteClaims: []string{},
 		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
 	}
 	for _, t := range v.Topologies {
