@@ -1,9 +1,14 @@
 // Package api serves plugvisor's HTTP JSON API (v1), which the agent serves
 // on its unix socket and, optionally, on TCP. Server.HandlerFor guards the
 // routes for one listener (Host header, ACL tokens, JSON writes, body
-// size). Handlers are thin: they decode, call a facade (registry, CSI
-// manager, catalog, volumes), and encode. Errors are JSON
-// {"error": "..."} with a status code that matches the facade's sentinel.
+// size). Handlers are thin: they decode (decode.go: one decoder for every
+// body and query parameter), call a facade (registry, CSI manager,
+// catalog, volumes), and encode (render.go: protobuf messages by the same
+// JSON rules as the rest). Errors are JSON {"error": "..."} with a status
+// code that matches the facade's sentinel.
+//
+// openapi.yaml describes every route, and is served at /v1/openapi.yaml;
+// the package's tests drive every route against it.
 package api
 
 import (
