@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -75,6 +76,9 @@ func TestTheJSONIsOneShapeEverywhere(t *testing.T) {
 	require.Equal(t, 200, got.status, got.body)
 	require.NoError(t, json.Unmarshal([]byte(got.body), &plugin))
 	require.Equal(t, map[string]any{}, plugin.Current["options"], "an empty map is {}")
+	allocations := got.body[strings.Index(got.body, `"allocations"`):strings.Index(got.body, `"current"`)]
+	require.Regexp(t, `(?s)"type".*"name".*"version".*"connection".*"alloc_id".*"options"`, allocations,
+		"a message's fields come in the proto's order")
 
 	got = serve(t, h, request{method: "DELETE", path: "/v1/plugins/csi-node/p/a1"})
 	require.Equal(t, 200, got.status, got.body)

@@ -13,8 +13,8 @@ import (
 
 // This file renders protobuf messages as the API's JSON, by the rules every
 // response follows (protojson's own rules differ on each):
-//   - every field is present under its proto (snake_case) name; booleans,
-//     numbers and strings even when zero;
+//   - every field is present under its proto (snake_case) name, in the
+//     proto's order; booleans, numbers and strings even when zero;
 //   - 64-bit integers are JSON numbers, not strings;
 //   - repeated fields are [] when empty, maps {};
 //   - an unset message field is absent, and so is an unset time;
@@ -55,16 +55,44 @@ func renderMessage(m protoreflect.Message) any {
 	case *durationpb.Duration:
 		return v.AsDuration().String()
 	}
-	out := map[string]any{}
+	var out object
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		if fd.Kind() == protoreflect.MessageKind && fd.Cardinality() != protoreflect.Repeated && !m.Has(fd) {
 			continue
 		}
-		out[string(fd.Name())] = renderField(fd, m.Get(fd))
+		out = append(out, member{string(fd.Name()), renderField(fd, m.Get(fd))})
 	}
 	return out
+}
+
+// object is a JSON object whose members keep their order.
+type object []member
+
+type member struct {
+	name  string
+	value any
+}
+
+// MarshalJSON writes the members in order; no members is {}.
+func (o object) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, m := range o {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		name, err := json.Marshal(m.name)
+		if err != nil {
+			return nil, err
+		}
+		value, err := json.Marshal(m.value)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, name...), ':'), value...)
+	}
+	return append(b, '}'), nil
 }
 
 func renderField(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
