@@ -102,7 +102,7 @@ func (s *Server) Handler() http.Handler {
 	for _, rt := range s.routes() {
 		name := rt.method + " " + rt.path
 		handle(name, func(w http.ResponseWriter, r *http.Request) error {
-			if err := checkQuery(r.URL.Query(), name, rt.query); err != nil {
+			if err := checkQuery(r.URL.RawQuery, name, rt.query); err != nil {
 				return err
 			}
 			return rt.handle(w, r)

@@ -41,6 +41,8 @@ func TestEveryEndpointRefusesBadRequestsTheSameWay(t *testing.T) {
 			want: `api: bad query parameter: unknown parameter "tpye" (GET /v1/plugins takes: type)`},
 		{name: "a query parameter on an endpoint that takes none", method: "GET", path: "/v1/health?verbose=1", status: 400,
 			want: `unknown parameter "verbose" (GET /v1/health takes none)`},
+		{name: "a malformed query", method: "GET", path: "/v1/plugins?type=%zz", status: 400,
+			want: `api: bad query parameter: invalid URL escape "%zz"`},
 		{name: "a repeated query parameter", method: "GET", path: "/v1/plugins?type=a&type=b", status: 400,
 			want: `api: bad query parameter: "type" is given 2 times; give it once`},
 		{name: "nothing was registered", method: "GET", path: "/v1/plugins", status: 200, want: `"plugins": []`},

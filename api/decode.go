@@ -128,10 +128,14 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-// checkQuery refuses a query parameter that the route does not take, and
-// one given more than once. route names the route in the error, e.g.
-// "GET /v1/plugins".
-func checkQuery(q url.Values, route string, allowed []string) error {
+// checkQuery refuses a malformed query, a query parameter that the route
+// does not take, and one given more than once. route names the route in
+// the error, e.g. "GET /v1/plugins".
+func checkQuery(rawQuery, route string, allowed []string) error {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return fmt.Errorf("%w: %v; escape the query's values", errBadQuery, err)
+	}
 	takes := " none"
 	if len(allowed) > 0 {
 		takes = ": " + strings.Join(allowed, ", ")
