@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 
@@ -43,6 +44,32 @@ func (s *Server) dockerRoutes() []route {
 	}
 }
 
+// DockerVolumeJSON is a Docker volume as the API renders it: its maps and
+// lists are always present, {} and [] when empty.
+type DockerVolumeJSON struct {
+	dockervolume.VolumeInfo
+	Options       map[string]string `json:"options"`
+	Mounts        map[string]int    `json:"mounts"`
+	PendingMounts []string          `json:"pending_mounts"`
+	Status        map[string]any    `json:"status"`
+}
+
+// DockerVolumeListJSON is GET /v1/docker/volumes: warnings name the
+// drivers whose list failed.
+type DockerVolumeListJSON struct {
+	Volumes  []DockerVolumeJSON `json:"volumes"`
+	Warnings []string           `json:"warnings"`
+}
+
+func dockerVolumeJSON(v dockervolume.VolumeInfo) DockerVolumeJSON {
+	out := DockerVolumeJSON{VolumeInfo: v, Options: map[string]string{}, Mounts: map[string]int{},
+		PendingMounts: append([]string{}, v.PendingMounts...), Status: map[string]any{}}
+	maps.Copy(out.Options, v.Options)
+	maps.Copy(out.Mounts, v.Mounts)
+	maps.Copy(out.Status, v.Status)
+	return out
+}
+
 // errDockerPlugin: a CSI volume was asked of a Docker volume plugin.
 var errDockerPlugin = errors.New("api: plugin is a Docker volume plugin, not a CSI plugin")
 
@@ -80,10 +107,11 @@ func (s *Server) dockerList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if list.Volumes == nil {
-		list.Volumes = []dockervolume.VolumeInfo{}
+	out := DockerVolumeListJSON{Volumes: make([]DockerVolumeJSON, 0, len(list.Volumes)), Warnings: append([]string{}, list.Warnings...)}
+	for _, info := range list.Volumes {
+		out.Volumes = append(out.Volumes, dockerVolumeJSON(info))
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -100,7 +128,7 @@ func (s *Server) dockerCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, dockerVolumeJSON(info))
 	return nil
 }
 
@@ -113,7 +141,7 @@ func (s *Server) dockerInspect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, dockerVolumeJSON(info))
 	return nil
 }
 
