@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -262,9 +261,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	openapi3filter.RegisterBodyDecoder("application/x-ndjson", ndjsonLines)
 	t.Cleanup(func() { openapi3filter.UnregisterBodyDecoder("application/x-ndjson") })
 	doc := loadSpec(t)
-	dir, err := os.MkdirTemp("", "pvapi") // short: the sockets live below
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	// Short, for the sockets below; cleaned up after the agent's shutdown,
+	// mounts that a failed run left included.
+	dir := hostpathtest.TempDir(t)
 	a, err := agent.Start(agent.Config{DataDir: dir, Logger: probe.Logger(t), NodeID: "n1",
 		FingerprintInterval: 50 * time.Millisecond, ResyncInterval: time.Second})
 	require.NoError(t, err)
