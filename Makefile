@@ -39,7 +39,7 @@ FUZZ_TARGETS := \
 	registry:FuzzValidatePlugin \
 	csi/catalog/model:FuzzClaims csi/volumes:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
-	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
+	api:FuzzDecodePluginBody api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody
 # FUZZTIME is a count of executions, not a duration: with a duration, Go
