@@ -13,18 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestControllerCommandsHelpWithAnExample(t *testing.T) {
-	for _, args := range [][]string{{"volume", "create", "-h"}, {"volume", "delete", "-h"}, {"volume", "deregister", "-h"}, {"volume", "expand", "-h"},
-		{"snapshot", "-h"}, {"snapshot", "create", "-h"}, {"snapshot", "delete", "-h"}, {"snapshot", "list", "-h"}} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			stdout, _, code := cli(t, args...)
-			require.Zero(t, code)
-			require.Regexp(t, `(?i)example`, stdout)
-			require.Contains(t, stdout, "plugvisor "+args[0])
-		})
-	}
-}
-
 func TestVolumesAndSnapshotsThroughTheControllerFromTheCLI(t *testing.T) {
 	const secret = "cli-s3cr3t-value"
 	dir := dataDir(t)
