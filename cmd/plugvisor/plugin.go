@@ -301,7 +301,7 @@ func pluginDeregister(ctx context.Context, common commonFlags, ptype, name, allo
 
 // errReplacesHealthy refuses a registration that would replace a healthy
 // current allocation; -force overrides it.
-var errReplacesHealthy = errors.New("not registered: it would replace a healthy plugin")
+var errReplacesHealthy = errors.New("not registered")
 
 // checkNotReplacingHealthy refuses to register p when its plugin has a
 // healthy current allocation other than p's: the new one would take over,
@@ -316,13 +316,13 @@ func checkNotReplacingHealthy(ctx context.Context, c *client, p pluginJSON) erro
 	case st.Current.AllocID == p.AllocID:
 		return nil // an update of the current allocation in place
 	}
-	healthy, known, err := pluginHealthy(ctx, c, p.Type, p.Name, st.Current.AllocID)
-	if err != nil || !known || !healthy {
+	healthy, _, err := pluginHealthy(ctx, c, p.Type, p.Name, st.Current.AllocID)
+	if err != nil || !healthy {
 		return err
 	}
-	return fmt.Errorf("%w: %s %s is served by allocation %s at %s, which is healthy; %s would become current and replace it.\n"+
-		"Pass -force to register anyway, or deregister %s first", errReplacesHealthy,
-		p.Type, p.Name, st.Current.AllocID, st.Current.address(), p.AllocID, st.Current.AllocID)
+	return fmt.Errorf("%w: %s %s is served by healthy allocation %s (%s); %s would replace it as current.\n"+
+		"Pass -force to register anyway", errReplacesHealthy,
+		p.Type, p.Name, st.Current.AllocID, st.Current.address(), p.AllocID)
 }
 
 // healthJSON is one plugin instance of /v1/csi/plugins or /v1/docker/plugins.
@@ -333,10 +333,10 @@ type healthJSON struct {
 	Healthy bool   `json:"healthy"`
 }
 
-// pluginHealthy says whether the agent finds alloc of the plugin healthy;
-// known is false for a type whose health the agent does not check, or an
-// allocation it has not checked yet.
-func pluginHealthy(ctx context.Context, c *client, ptype, name, alloc string) (healthy, known bool, err error) {
+// pluginHealthy says whether the agent found alloc of the plugin healthy
+// (false until it has checked), and whether it checks the health of the
+// type at all.
+func pluginHealthy(ctx context.Context, c *client, ptype, name, alloc string) (healthy, checked bool, err error) {
 	path := map[string]string{"csi-controller": "/v1/csi/plugins", "csi-node": "/v1/csi/plugins", "docker-volume": "/v1/docker/plugins"}[ptype]
 	if path == "" {
 		return false, false, nil
@@ -345,14 +345,14 @@ func pluginHealthy(ctx context.Context, c *client, ptype, name, alloc string) (h
 		Plugins []healthJSON `json:"plugins"`
 	}
 	if err := c.call(ctx, "GET", path, nil, nil, &out); err != nil {
-		return false, false, err
+		return false, true, err
 	}
 	for _, h := range out.Plugins {
 		if (h.Type == ptype || h.Type == "") && h.Name == name && h.AllocID == alloc {
 			return h.Healthy, true, nil
 		}
 	}
-	return false, false, nil
+	return false, true, nil
 }
 
 // pluginWait waits until the agent answers and the plugin is registered
@@ -367,9 +367,9 @@ func pluginWait(ctx context.Context, common commonFlags, ptype, name string, tim
 	var state string
 	for {
 		st, err := getPluginStatus(ctx, c, ptype, name)
-		var healthy, known bool
+		var healthy, checked bool
 		if err == nil {
-			healthy, known, err = pluginHealthy(ctx, c, ptype, name, st.Current.AllocID)
+			healthy, checked, err = pluginHealthy(ctx, c, ptype, name, st.Current.AllocID)
 		}
 		var noAgent *errNoAgent
 		switch {
@@ -379,7 +379,7 @@ func pluginWait(ctx context.Context, common commonFlags, ptype, name string, tim
 			state = "not registered yet"
 		case err != nil && ctx.Err() == nil:
 			return err
-		case err == nil && known && !healthy:
+		case err == nil && checked && !healthy:
 			state = "allocation " + st.Current.AllocID + " is not healthy yet"
 		case err == nil:
 			p.end()
@@ -387,7 +387,7 @@ func pluginWait(ctx context.Context, common commonFlags, ptype, name string, tim
 				return printJSON(stdout, st.Current)
 			}
 			fmt.Fprintf(stdout, "%s %s is ready: allocation %s at %s%s\n", ptype, name, st.Current.AllocID,
-				st.Current.address(), map[bool]string{true: ", healthy"}[known])
+				st.Current.address(), map[bool]string{true: ", healthy"}[checked])
 			return nil
 		}
 		p.set(what + ": " + state)
