@@ -160,7 +160,8 @@ func scriptSteps(t *testing.T, path string) []scriptStep {
 	return steps
 }
 
-// unquote undoes testscript's single quotes ('' is a quote inside them).
+// unquote undoes testscript's single quotes, inside which a doubled quote
+// stands for one.
 func unquote(t *testing.T, s string) string {
 	require.True(t, len(s) >= 2 && s[0] == '\'' && s[len(s)-1] == '\'', "a check's pattern is single-quoted: %s", s)
 	return strings.ReplaceAll(s[1:len(s)-1], "''", "'")
