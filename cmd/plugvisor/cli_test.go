@@ -236,3 +236,15 @@ func TestProgressRedrawsUntilItEnds(t *testing.T) {
 	require.True(t, strings.HasSuffix(out, "\r\033[K"), "the line is cleared at the end: %q", out)
 	require.Contains(t, out, `\ waiting for csi-node hp`, "the spinner turns")
 }
+
+func TestPluginWaitSaysWhatItWaitedForWhenTimeRunsOut(t *testing.T) {
+	dir := emptyDataDir(t)
+	var stdout, stderr bytes.Buffer
+	fakeTerminal(t, &stderr)
+	code := run([]string{"plugin", "wait", "-timeout", "300ms", "csi-node", "hp", "-data-dir", dir}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	require.Empty(t, stdout.String())
+	require.Contains(t, stderr.String(), "waiting for csi-node hp: the agent does not answer yet", "the progress line says what it waits for")
+	require.True(t, strings.HasSuffix(stderr.String(),
+		"\r\033[Kplugvisor plugin wait: csi-node hp not ready after 300ms: the agent does not answer yet\n"), "%q", stderr.String())
+}
