@@ -59,6 +59,13 @@ func TestEveryCommandsHelpShowsTheUsageOnceWithAnExample(t *testing.T) {
 				require.Equal(t, 1, strings.Count(stdout, "Examples:\n  "), "an example:\n%s", stdout)
 				require.Contains(t, stdout, "\n  plugvisor "+strings.Join(path, " "), "the usage names the command")
 				require.NotContains(t, stdout, " --", "flags are shown as typed, with one dash")
+				_, examples, _ := strings.Cut(stdout, "Examples:\n")
+				examples, _, _ = strings.Cut(examples, "\n\n")
+				for _, line := range strings.Split(examples, "\n") {
+					if line = strings.TrimSpace(line); !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "-") {
+						require.Contains(t, line, "plugvisor ", "an example runs plugvisor as it is installed")
+					}
+				}
 			}
 		})
 	}

@@ -39,7 +39,10 @@ func newDockerCmd() *cobra.Command {
 		Aliases: []string{"volumes"},
 		Short:   "create, list, inspect, remove, mount and unmount Docker volumes",
 		Long:    dockerLong,
-		Example: dockerExample,
+		Example: `  plugvisor docker volume create -driver local db
+  plugvisor docker volume mount db web-1
+  plugvisor docker volume unmount db web-1
+  plugvisor docker volume rm db`,
 	}
 	volume.AddCommand(
 		newDockerVolumeCmd("create -driver D NAME", "create a volume on a Docker volume plugin", "NAME",

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -115,8 +116,10 @@ func newHelpCmd(root *cobra.Command) *cobra.Command {
 }
 
 // servePlugin runs a reference plugin's command as a plugvisor
-// subcommand, until SIGINT or SIGTERM.
+// subcommand, until SIGINT or SIGTERM. Its examples name it so.
 func servePlugin(cmd *cobra.Command) *cobra.Command {
+	standalone := regexp.MustCompile(`(?m)^(\s+)` + regexp.QuoteMeta(cmd.Name()) + ` `)
+	cmd.Example = standalone.ReplaceAllString(cmd.Example, "${1}plugvisor "+cmd.Name()+" ")
 	run := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
