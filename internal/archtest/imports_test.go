@@ -40,18 +40,19 @@ var mayImport = map[string][]string{
 	"csi/catalog":                 {"csi", "csi/catalog/model", "names", "storage", "actors", "messages"},
 	"csi/controller":              {"csi", "csi/catalog", "csi/catalog/model", "registry"},
 	"csi/csitest":                 {"csi"},
-	"csi/hostpath":                {"csi/hostpath/internal/mount", "names"},
+	"csi/hostpath":                {"csi/hostpath/internal/mount", "internal/cli", "names"},
 	"csi/hostpath/internal/mount": nil,
 	"csi/hostpath/hostpathtest":   {"csi/hostpath", "csi/hostpath/internal/mount"},
 	"discovery":                   {"names", "csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
 	"dockervolume":                {"discovery", "names", "registry", "storage", "supervisor", "actors", "actors/plugintype", "messages"},
-	"dockervolume/localvolume":    {"dockervolume", "names"},
+	"dockervolume/localvolume":    {"dockervolume", "internal/cli", "names"},
 	"api":                         {"csi", "csi/catalog", "csi/catalog/model", "csi/controller", "csi/volumes", "discovery", "dockervolume", "registry", "messages", "version"},
 	"agent":                       {"*"},
 	"cmd/plugvisor":               {"*"},
-	"cmd/hostpath-csi":            {"csi/hostpath"},
+	"cmd/hostpath-csi":            {"csi/hostpath", "internal/cli"},
 	"internal/archtest":           nil,
 	"fleet/etcdtest":              nil,
+	"internal/cli":                nil,
 }
 
 // mustNotImportInTests are the packages whose test files, too, keep out of
