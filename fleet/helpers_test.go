@@ -81,3 +81,8 @@ func registered(t testing.TB, s *fleet.Store, v *model.CSIVolume) *model.CSIVolu
 	require.NoError(t, err)
 	return out
 }
+
+// controllerPlugin is the fingerprint of plugin's controller service by alloc.
+func controllerPlugin(plugin, alloc string, healthy bool) *messages.CSIFingerprint {
+	return &messages.CSIFingerprint{Type: "csi-controller", Name: plugin, AllocId: alloc, Healthy: healthy}
+}

@@ -75,11 +75,11 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // update reads the volume (nil when absent) with its health, asks change
 // for what to write (the same pointer: nothing; nil: delete), and writes it
 // in a transaction that compares the record's mod revision with the one
-// read. On a lost race it reads again and retries, at most MaxAttempts
+// read (and holds the guards). On a lost race it reads again and retries, at most MaxAttempts
 // times; then it gives up with catalog.ErrCatalogStore. It returns what it
 // wrote, with etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
-	change func(*model.CSIVolume) (*model.CSIVolume, error)) (*model.CSIVolume, error) {
+	change func(*model.CSIVolume) (*model.CSIVolume, error), guards ...clientv3.Cmp) (*model.CSIVolume, error) {
 	key := s.keys.volume(ns, id)
 	var out *model.CSIVolume
 	err := s.call(ctx, what, func(ctx context.Context) error {
@@ -101,7 +101,7 @@ func (s *Store) update(ctx context.Context, what, ns, id string,
 				}
 				write = clientv3.OpPut(key, value)
 			}
-			resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(write).Commit()
+			resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(write).Commit()
 			if err != nil {
 				return etcdErr(err)
 			}
