@@ -100,4 +100,3 @@ func TestANodeCutOffFromEtcdRefusesClaimsAndRecovers(t *testing.T) {
 	time.Sleep(2 * fleet.MinLeaseTTL) // the old lease, restored by etcd, expires: the new one must hold
 	require.Equal(t, counts{0, 1}, countsOf(t, a, "ebs"))
 }
-

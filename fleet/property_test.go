@@ -113,7 +113,7 @@ func (m *fleetMachine) up(node string) {
 	m.nodes[node] = s
 }
 
-func (m *fleetMachine) upNodes() []string  { return slices.Sorted(maps.Keys(m.nodes)) }
+func (m *fleetMachine) upNodes() []string { return slices.Sorted(maps.Keys(m.nodes)) }
 func (m *fleetMachine) downNodes() []string {
 	return slices.DeleteFunc(slices.Clone(propNodes), func(n string) bool { return m.nodes[n] != nil })
 }
