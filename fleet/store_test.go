@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -164,4 +165,15 @@ func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
 			require.Contains(t, err.Error(), tt.field)
 		})
 	}
+}
+
+// TestOpenWithoutEtcdIsUnavailable opens a Store on a port where no etcd
+// listens: it fails within its request timeout, naming the endpoint.
+func TestOpenWithoutEtcdIsUnavailable(t *testing.T) {
+	srv := etcdtest.Start(t)
+	endpoints := srv.Endpoints()
+	srv.Stop()
+	_, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: endpoints, NodeID: "node-a", RequestTimeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
+	require.Contains(t, err.Error(), endpoints[0])
 }
