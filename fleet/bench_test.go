@@ -22,7 +22,7 @@ import (
 // of its own; "one volume": all 24 share a multi-node-multi-writer volume,
 // so that their transactions conflict and retry. It reports ns/op (wall
 // time over all callers), ops/s, the p99 latency of one op, and the etcd
-// writes (revisions) per op.
+// writes (revisions) per op: a lost race writes nothing.
 func BenchmarkClaimRelease(b *testing.B) {
 	for _, shared := range []bool{false, true} {
 		name := "own volume"
@@ -38,7 +38,11 @@ func benchClaimRelease(b *testing.B, shared bool) {
 	srv := etcdtest.Start(b)
 	stores := make([]*fleet.Store, nodes)
 	for i := range stores {
-		stores[i] = open(b, srv, fmt.Sprintf("node-%d", i), func(c *fleet.Config) { c.LeaseTTL = fleet.DefaultLeaseTTL })
+		stores[i] = open(b, srv, fmt.Sprintf("node-%d", i), func(c *fleet.Config) {
+			// 24 writers of one record starve one another now and then
+			// for seconds: the max shows it; the benchmark must not fail.
+			c.LeaseTTL, c.RequestTimeout = fleet.DefaultLeaseTTL, timeout
+		})
 		healthyNode(b, stores[i])
 	}
 	volumeOf := func(node, caller int) string {
@@ -104,6 +108,7 @@ func benchClaimRelease(b *testing.B, shared bool) {
 	slices.Sort(all)
 	if len(all) > 0 {
 		b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds()), "p99-ns")
+		b.ReportMetric(float64(all[len(all)-1].Nanoseconds()), "max-ns")
 	}
 	b.ReportMetric(float64(ops)/elapsed.Seconds(), "ops/s")
 	b.ReportMetric(float64(revision()-before)/float64(ops), "etcd-writes/op")
