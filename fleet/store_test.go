@@ -120,9 +120,14 @@ func TestTheVolumeLifecycleOutsideClaims(t *testing.T) {
 	registered(t, s, volume("logs", model.AccessModeMultiNodeReader))
 	other := volume("db", model.AccessModeMultiNodeReader)
 	other.Namespace = "prod"
+	_, err := s.RegisterVolume(ctx, other)
+	var all []*model.CSIVolumeStub
+	require.ErrorIs(t, err, catalog.ErrVolumeConflict, "plugin volume db is default/db already")
+	require.Contains(t, err.Error(), `already catalog volume "db" in namespace "default"`)
+	other.ExternalID = "db-prod"
 	registered(t, s, other)
 
-	all, err := s.ListVolumes(ctx, "")
+	all, err = s.ListVolumes(ctx, "")
 	require.NoError(t, err)
 	require.Len(t, all, 3)
 	require.Equal(t, []string{"default/db", "default/logs", "prod/db"},

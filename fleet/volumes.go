@@ -27,7 +27,34 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	}
 	return s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
 		return catalog.RegisterOver(old, v)
-	})
+	}, s.pluginVolumeFree)
+}
+
+// pluginVolumeFree refuses, by the catalog's rules
+// (catalog.PluginVolumeTaken), a registration of v whose plugin volume
+// another volume holds, and guards the write: no volume may change between
+// this look and the write.
+func (s *Store) pluginVolumeFree(ctx context.Context, v *model.CSIVolume) ([]clientv3.Cmp, error) {
+	resp, err := s.client.Get(ctx, s.keys.volumes(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdErr(err)
+	}
+	key := s.keys.volume(v.Namespace, v.ID)
+	var others []*model.CSIVolume
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == key {
+			continue
+		}
+		o, err := s.decodeVolume(kv)
+		if err != nil {
+			return nil, err
+		}
+		others = append(others, o)
+	}
+	if err := catalog.PluginVolumeTaken(v, others); err != nil {
+		return nil, err
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.keys.volumes()), "<", resp.Header.Revision+1).WithPrefix()}, nil
 }
 
 // GetVolume returns a volume with its claims, its health following its
@@ -77,19 +104,20 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // update reads the volume (nil when absent) with its health, asks change
 // for what to write (the same pointer: nothing; nil: delete), and writes it
 // in a transaction that compares the record's mod revision with the one
-// read (and holds the guards). On a lost race it pauses a little (see
+// read (and the guards that guard, when given, returns for what is to be
+// written). On a lost race it pauses a little (see
 // backOff), reads again and retries, at most MaxAttempts times; then it
 // gives up with catalog.ErrCatalogStore. It returns what it wrote, with
 // etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
-	change func(*model.CSIVolume) (*model.CSIVolume, error), guards ...clientv3.Cmp) (*model.CSIVolume, error) {
+	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
 	var out *model.CSIVolume
 	err := s.call(ctx, what, func(ctx context.Context) error {
 		for attempt := range s.cfg.MaxAttempts {
 			if attempt > 0 && backOff(ctx, attempt) != nil {
 				return s.lostRaces(what, ns, id, attempt)
 			}
-			won, err := s.attempt(ctx, ns, id, change, guards, &out)
+			won, err := s.attempt(ctx, ns, id, change, guard, &out)
 			if err != nil || won {
 				return err
 			}
@@ -110,7 +138,7 @@ func (s *Store) lostRaces(what, ns, id string, times int) error {
 // attempt is one read, change and compare-and-write of update; it reports
 // whether the write won (or nothing was to write), with *out set.
 func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.CSIVolume) (*model.CSIVolume, error),
-	guards []clientv3.Cmp, out **model.CSIVolume) (bool, error) {
+	guard guardFunc, out **model.CSIVolume) (bool, error) {
 	key := s.keys.volume(ns, id)
 	v, rev, err := s.readVolume(ctx, ns, id)
 	if err != nil {
@@ -120,6 +148,12 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 	if err != nil || next == v {
 		*out = next
 		return true, err
+	}
+	var guards []clientv3.Cmp
+	if guard != nil && next != nil {
+		if guards, err = guard(ctx, next); err != nil {
+			return false, err
+		}
 	}
 	write := clientv3.OpDelete(key)
 	if next != nil {
@@ -143,6 +177,10 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 	*out = next
 	return true, nil
 }
+
+// guardFunc checks what is about to be written and returns the compares
+// that must hold for the write.
+type guardFunc func(ctx context.Context, next *model.CSIVolume) ([]clientv3.Cmp, error)
 
 // maxBackOff bounds the pause between two attempts at a volume.
 const maxBackOff = 50 * time.Millisecond
@@ -282,5 +320,5 @@ func (s *Store) changeVolume(ctx context.Context, what, namespace, id string,
 			return nil, catalog.NotFound(ns, id)
 		}
 		return rule(v)
-	})
+	}, nil)
 }
