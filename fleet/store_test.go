@@ -79,6 +79,8 @@ func TestErrorsKeepTheCatalogsSentinels(t *testing.T) {
 			second(s.Claim(ctx, "", "nope", writeClaim("alloc-2", "node-a"))), catalog.ErrVolumeNotFound},
 		{"getting an unknown volume is not found",
 			second(s.GetVolume(ctx, "", "nope")), catalog.ErrVolumeNotFound},
+		{"listing an unsafe namespace is invalid",
+			second(s.ListVolumes(ctx, "a/b")), catalog.ErrCatalogInvalid},
 		{"an unsafe volume ID is invalid",
 			second(s.GetVolume(ctx, "", "../etc")), catalog.ErrCatalogInvalid},
 		{"a claim with an unsafe alloc ID is invalid",

@@ -12,6 +12,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // RegisterVolume adds v or changes the description of a volume with no
@@ -276,11 +277,10 @@ func (s *Store) RecordVolumeCapacity(ctx context.Context, namespace, id string, 
 func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
 	prefix := s.keys.volumes()
 	if namespace != "" {
-		ns, err := catalog.VolumeKey(namespace, "list")
-		if err != nil {
-			return nil, err
+		if err := names.Check("namespace", namespace); err != nil {
+			return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%v", err)
 		}
-		prefix = s.keys.namespace(ns)
+		prefix = s.keys.namespace(namespace)
 	}
 	var out []*model.CSIVolumeStub
 	err := s.call(ctx, "list volumes", func(ctx context.Context) error {
