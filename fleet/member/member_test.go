@@ -1,0 +1,55 @@
+package member_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/fleet/member"
+)
+
+// startChildren starts n members in child processes on one etcd.
+func startChildren(t *testing.T, s *etcdtest.Server, n int) []*child {
+	t.Helper()
+	cs := make([]*child, n)
+	for i := range cs {
+		cs[i] = startChild(t, s.Endpoints(), string(rune('a'+i)))
+	}
+	waitMembers(t, cs, cs...)
+	return cs
+}
+
+// memberKeys counts the member keys in etcd.
+func memberKeys(t *testing.T, s *etcdtest.Server) int64 {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	resp, err := c.Get(context.Background(), member.DefaultPrefix+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	return resp.Count
+}
+
+func TestThreeMembersSeeEachOtherAndAStoppedOneLeavesAtOnce(t *testing.T) {
+	s := etcdtest.Start(t)
+	cs := startChildren(t, s, 3)
+
+	cs[2].stop()
+	require.Equal(t, int64(2), memberKeys(t, s), "a member that stops revokes its lease: its key goes at once")
+	waitMembers(t, cs[:2], cs[:2]...)
+}
+
+func TestAKilledMemberLeavesWhenItsLeaseExpires(t *testing.T) {
+	s := etcdtest.Start(t)
+	cs := startChildren(t, s, 3)
+
+	cs[2].kill()
+	killed := time.Now()
+	require.Equal(t, int64(3), memberKeys(t, s), "a killed member's key stays until its lease expires")
+	waitMembers(t, cs[:2], cs[:2]...)
+	t.Logf("the others saw the killed member leave after %v (lease TTL %v)", time.Since(killed), childTTL)
+}
