@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/plugvisor/plugvisor/csi"
@@ -30,32 +29,21 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	if err != nil {
 		return change, err
 	}
-	v.ExternalID, v.Deleting = v.PluginVolumeID(), false
-	old := a.state.volumes[key]
+	v.ExternalID = v.PluginVolumeID()
 	if w.err = a.state.checkRoom(key, a.maxVolumes); w.err != nil {
 		return change, nil
 	}
-	switch {
-	case old != nil && old.Deleting:
-		w.err = deletingError(key)
-		return change, nil
-	case createdConflict(w, key, old, v), a.externalIDTaken(w, key, v):
-		return change, nil
-	case old.Equal(v):
-		w.volume = old // the same description again: nothing changes
-		return change, nil
-	case old != nil && old.InUse():
-		w.err = catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: its description cannot change until they release it",
-			key, claimants(old))
+	old := a.state.volumes[key]
+	if old == nil || !old.Deleting && !createdConflicts(old, v) {
+		if w.err = a.externalIDTaken(key, v); w.err != nil {
+			return change, nil
+		}
+	}
+	if w.volume, w.err = RegisterOver(old, v); w.err != nil || w.volume == old {
 		return change, nil
 	}
-	v.CreateIndex, v.ModifyIndex, v.ResourceExhausted = 0, 0, time.Time{}
-	if old != nil {
-		v.CreateIndex, v.ResourceExhausted = old.CreateIndex, old.ResourceExhausted
-	}
-	v.Health = model.PluginHealth(a.state.plugins[v.PluginID])
-	change.putVolume(key, v)
-	w.volume = v
+	w.volume.Health = model.PluginHealth(a.state.plugins[v.PluginID])
+	change.putVolume(key, w.volume)
 	return change, nil
 }
 
@@ -88,13 +76,10 @@ func (a *catalogActor) applyDeregister(w *catalogWrite, cmd *messages.Deregister
 		return change, err
 	}
 	v, err := a.state.volume(key)
-	switch {
-	case err != nil:
-		w.err = err
-	case v.InUse():
-		w.err = catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: they must release it before it is deregistered",
-			key, claimants(v))
-	default:
+	if err == nil {
+		err = DeregisterOf(v)
+	}
+	if w.err = err; err == nil {
 		change.putVolume(key, nil)
 	}
 	return change, nil
@@ -123,7 +108,9 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 		w.err = err
 		return change, nil
 	}
-	return a.changeClaims(w, key, v, func(v *model.CSIVolume) error { return v.Claim(claim) }), nil
+	return a.changeClaims(w, key, v, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		return changedClaims(v, func(v *model.CSIVolume) error { return v.Claim(claim) })
+	}), nil
 }
 
 // checkClaim checks a claim's alloc, node and mode on their face.
@@ -191,32 +178,22 @@ func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume
 		w.err = err
 		return change, nil
 	}
-	held := v.WriteClaims[claim.AllocID]
-	if held == nil {
-		held = v.ReadClaims[claim.AllocID]
-	}
-	if held != nil {
-		claim.NodeID, claim.Mode = held.NodeID, held.Mode
-	}
-	return a.changeClaims(w, key, v, func(v *model.CSIVolume) error { return v.ClaimRelease(claim) }), nil
+	return a.changeClaims(w, key, v, func(v *model.CSIVolume) (*model.CSIVolume, error) { return ReleaseOn(v, claim) }), nil
 }
 
-// changeClaims runs a claim operation on a copy of v and returns the change
-// it makes: none when it is refused (w.err says why) or changes no claim.
-func (a *catalogActor) changeClaims(w *catalogWrite, key volumeKey, v *model.CSIVolume, op func(*model.CSIVolume) error) catalogChange {
+// changeClaims runs a claim operation on v and returns the change it
+// makes: none when it is refused (w.err says why) or changes no claim.
+func (a *catalogActor) changeClaims(w *catalogWrite, key volumeKey, v *model.CSIVolume,
+	op func(*model.CSIVolume) (*model.CSIVolume, error)) catalogChange {
 	var change catalogChange
-	changed := v.Copy()
-	if err := op(changed); err != nil {
-		w.err = catalogModelError(err)
+	changed, err := op(v)
+	if err != nil {
+		w.err = err
 		return change
 	}
-	if reflect.DeepEqual(
-		[]map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims},
-		[]map[string]*model.Claim{changed.ReadClaims, changed.WriteClaims, changed.PastClaims}) {
-		w.volume = v
-		return change
+	if changed != v {
+		change.putVolume(key, changed)
 	}
-	change.putVolume(key, changed)
 	w.volume = changed
 	return change
 }

@@ -44,6 +44,10 @@ var (
 	// the catalog does not start. The error also matches storage.ErrCorrupt
 	// and names the remedy, -reset-corrupt-state.
 	ErrCatalogCorrupt = errors.New("catalog record corrupt")
+	// ErrFleetUnavailable: in cluster mode, etcd did not answer within the
+	// request timeout, so the change was refused rather than guessed; the
+	// error names the endpoints. Claims are refused until etcd answers.
+	ErrFleetUnavailable = errors.New("cluster-wide catalog unavailable")
 )
 
 // catalogSentinels pairs each sentinel of the catalog actor with its wire code.
@@ -61,6 +65,7 @@ var catalogSentinels = []struct {
 	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
 	{ErrCatalogCorrupt, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
+	{ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
 }
 
 // catalogError is an error of the catalog: its text is the whole message,

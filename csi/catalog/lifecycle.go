@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"strings"
 
@@ -15,33 +16,33 @@ import (
 // (create, delete, expand): one plugin volume per catalog volume, the
 // Deleting marker, and the capacity the plugin reports.
 
-// createdConflict refuses, in w.err, a plain registration of v over a
-// volume that was created through the controller: it would drop the
-// plugin-side fields (the plugin's ID, the secrets) of a volume plugvisor
-// must still delete.
-func createdConflict(w *catalogWrite, key volumeKey, old, v *model.CSIVolume) bool {
-	if old == nil || !old.Created || v.Created {
-		return false
-	}
-	w.err = catalogErrorf(ErrVolumeConflict,
-		"volume %s was created through plugin %q's controller (plugin volume %q): a registration cannot replace it; delete it, or register under another ID",
-		key, old.PluginID, old.PluginVolumeID())
-	return true
+// createdConflicts reports whether a plain registration of v over old, a
+// volume created through the controller, must be refused: it would drop
+// the plugin-side fields (the plugin's ID, the secrets) of a volume
+// plugvisor must still delete.
+func createdConflicts(old, v *model.CSIVolume) bool {
+	return old != nil && old.Created && !v.Created
 }
 
-// externalIDTaken refuses, in w.err, a registration of v under key whose
-// plugin volume (plugin, external ID) another catalog volume holds.
-func (a *catalogActor) externalIDTaken(w *catalogWrite, key volumeKey, v *model.CSIVolume) bool {
+// createdConflictError is the refusal createdConflicts calls for.
+func createdConflictError(key volumeKey, old *model.CSIVolume) error {
+	return catalogErrorf(ErrVolumeConflict,
+		"volume %s was created through plugin %q's controller (plugin volume %q): a registration cannot replace it; delete it, or register under another ID",
+		key, old.PluginID, old.PluginVolumeID())
+}
+
+// externalIDTaken refuses a registration of v under key whose plugin
+// volume (plugin, external ID) another catalog volume holds.
+func (a *catalogActor) externalIDTaken(key volumeKey, v *model.CSIVolume) error {
 	for _, other := range a.state.sortedVolumeKeys() {
 		o := a.state.volumes[other]
 		if other != key && o.PluginID == v.PluginID && o.PluginVolumeID() == v.ExternalID {
-			w.err = catalogErrorf(ErrVolumeConflict,
+			return catalogErrorf(ErrVolumeConflict,
 				"volume %s: plugin %q volume %q is already catalog volume %q in namespace %q; a plugin volume lives in one namespace only (use that volume, or deregister it first)",
 				key, v.PluginID, v.ExternalID, o.ID, o.Namespace)
-			return true
 		}
 	}
-	return false
+	return nil
 }
 
 // deletingError is the refusal of a claim or registration of a volume
@@ -51,53 +52,78 @@ func deletingError(key volumeKey) error {
 }
 
 func (a *catalogActor) applyMarkDeleting(w *catalogWrite, cmd *messages.MarkVolumeDeleting) (catalogChange, error) {
-	var change catalogChange
-	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
-	if err != nil {
-		return change, err
-	}
-	v, err := a.state.volume(key)
-	switch {
-	case err != nil:
-		w.err = err
-	case v.InUse() || len(v.PastClaims) > 0:
-		w.err = catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: they must release it before it is deleted",
-			key, strings.Join(v.Claimants(), ", "))
-	case v.Deleting:
-		w.volume = v // marked already: nothing changes
-	default:
-		changed := v.Copy()
-		changed.Deleting = true
-		change.putVolume(key, changed)
-		w.volume = changed
-	}
-	return change, nil
+	return a.changeVolume(w, cmd.GetNamespace(), cmd.GetVolumeId(), nil, MarkDeletingOn)
 }
 
 func (a *catalogActor) applyRecordCapacity(w *catalogWrite, cmd *messages.RecordVolumeCapacity) (catalogChange, error) {
-	var change catalogChange
-	key, err := catalogVolumeKey(cmd.GetNamespace(), cmd.GetVolumeId())
-	if err == nil && cmd.GetCapacityBytes() < 0 {
-		err = catalogErrorf(ErrCatalogInvalid, "volume %s: capacity %d bytes is negative", key, cmd.GetCapacityBytes())
+	var faceErr error
+	if cmd.GetCapacityBytes() < 0 {
+		faceErr = catalogErrorf(ErrCatalogInvalid, "volume %s/%s: capacity %d bytes is negative", cmp.Or(cmd.GetNamespace(), model.DefaultNamespace),
+			cmd.GetVolumeId(), cmd.GetCapacityBytes())
 	}
-	if err != nil {
+	return a.changeVolume(w, cmd.GetNamespace(), cmd.GetVolumeId(), faceErr, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		return RecordCapacityOn(v, cmd.GetCapacityBytes())
+	})
+}
+
+// changeVolume runs rule on the volume (namespace, id) and returns the
+// change it makes; a bad key, or faceErr, is bad on its face.
+func (a *catalogActor) changeVolume(w *catalogWrite, namespace, id string, faceErr error,
+	rule func(*model.CSIVolume) (*model.CSIVolume, error)) (catalogChange, error) {
+	var change catalogChange
+	key, err := catalogVolumeKey(namespace, id)
+	if err = cmp.Or(err, faceErr); err != nil {
 		return change, err
 	}
 	v, err := a.state.volume(key)
-	switch {
-	case err != nil:
+	if err != nil {
 		w.err = err
-	case v.Deleting:
-		w.err = deletingError(key)
-	case v.CapacityBytes == cmd.GetCapacityBytes():
-		w.volume = v
-	default:
-		changed := v.Copy()
-		changed.CapacityBytes = cmd.GetCapacityBytes()
-		change.putVolume(key, changed)
-		w.volume = changed
+		return change, nil
 	}
-	return change, nil
+	return a.changeClaims(w, key, v, rule), nil
+}
+
+// MarkDeletingOn marks v as being deleted by the catalog's rules: a volume
+// with any claim, held or being released, is ErrVolumeInUse naming the
+// allocs; one marked already is returned as it is. v is never changed.
+func MarkDeletingOn(v *model.CSIVolume) (*model.CSIVolume, error) {
+	switch {
+	case v.InUse() || len(v.PastClaims) > 0:
+		return nil, catalogErrorf(ErrVolumeInUse, "volume %s/%s is claimed by allocs %s: they must release it before it is deleted",
+			v.Namespace, v.ID, strings.Join(v.Claimants(), ", "))
+	case v.Deleting:
+		return v, nil
+	}
+	changed := v.Copy()
+	changed.Deleting = true
+	return changed, nil
+}
+
+// RecordCapacityOn records the capacity the plugin reported for v by the
+// catalog's rules: negative is ErrCatalogInvalid, a volume being deleted
+// ErrVolumeDeleting; the same capacity returns v itself. v is never changed.
+func RecordCapacityOn(v *model.CSIVolume, capacityBytes int64) (*model.CSIVolume, error) {
+	switch {
+	case capacityBytes < 0:
+		return nil, catalogErrorf(ErrCatalogInvalid, "volume %s/%s: capacity %d bytes is negative", v.Namespace, v.ID, capacityBytes)
+	case v.Deleting:
+		return nil, deletingError(volumeKey{v.Namespace, v.ID})
+	case v.CapacityBytes == capacityBytes:
+		return v, nil
+	}
+	changed := v.Copy()
+	changed.CapacityBytes = capacityBytes
+	return changed, nil
+}
+
+// DeregisterOf refuses, with ErrVolumeInUse naming the allocs, to
+// deregister v while allocs hold claims on it.
+func DeregisterOf(v *model.CSIVolume) error {
+	if v.InUse() {
+		return catalogErrorf(ErrVolumeInUse, "volume %s/%s is claimed by allocs %s: they must release it before it is deregistered",
+			v.Namespace, v.ID, claimants(v))
+	}
+	return nil
 }
 
 // MarkVolumeDeleting marks a volume as being deleted, before DeleteVolume,

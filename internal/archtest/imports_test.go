@@ -52,6 +52,7 @@ var mayImport = map[string][]string{
 	"cmd/hostpath-csi":            {"csi/hostpath"},
 	"internal/archtest":           nil,
 	"fleet/etcdtest":              nil,
+	"fleet":                       {"csi/catalog", "csi/catalog/model", "names", "messages"},
 }
 
 // mustNotImportInTests are the packages whose test files, too, keep out of

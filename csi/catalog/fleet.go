@@ -1,0 +1,158 @@
+package catalog
+
+import (
+	"cmp"
+	"context"
+	"reflect"
+	"time"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
+)
+
+// Fleet is the cluster-wide catalog that a node's catalog defers to in
+// cluster mode: volumes, claims and every node's plugin health live there.
+type Fleet interface {
+	RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error)
+	DeregisterVolume(ctx context.Context, namespace, id string) error
+	ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error)
+	GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
+	// Claim applies c (c.NodeID is the claiming node) with the model's rules, atomically.
+	Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error)
+	// Release moves c.AllocID's claim to c.State (ready-to-free removes it), atomically.
+	Release(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error)
+	MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
+	RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error)
+	// Plugins are the plugins with health counts over every live node.
+	Plugins(ctx context.Context) ([]*model.CSIPlugin, error)
+	// PutFingerprints replaces this node's fingerprints (under its lease).
+	PutFingerprints(ctx context.Context, fps []*messages.CSIFingerprint) error
+}
+
+// The catalog's rules for one volume, as pure functions, so that a Fleet
+// decides exactly as the catalog actor does and its errors match the same
+// sentinels (and read the same) as the actor's.
+
+// FleetErrorf returns an error of the catalog that matches sentinel and
+// reads "csi: catalog: <sentinel>: <detail>".
+func FleetErrorf(sentinel error, format string, args ...any) error {
+	return catalogErrorf(sentinel, format, args...)
+}
+
+// VolumeKey checks a namespace (empty means the default one) and a volume
+// ID, and returns the namespace to use; bad ones are ErrCatalogInvalid.
+func VolumeKey(namespace, id string) (string, error) {
+	key, err := catalogVolumeKey(namespace, id)
+	return key.namespace, err
+}
+
+// NotFound is the ErrVolumeNotFound error of the volume (namespace, id).
+func NotFound(namespace, id string) error {
+	return catalogErrorf(ErrVolumeNotFound, "no volume %q in namespace %q", id, namespace)
+}
+
+// RegisterOver is the registration of v over old (nil when the volume is
+// new) by the catalog's rules: v is checked on its face (safe IDs, known
+// modes, no claims: ErrCatalogInvalid); a volume being deleted is
+// ErrVolumeDeleting; a plain registration over a volume created through
+// the controller is ErrVolumeConflict; the same description again returns
+// old itself; a new description of a volume in use is ErrVolumeInUse. It
+// returns the volume to store: a copy of v with its external ID filled in,
+// keeping old's create index and resource exhaustion; old and v are never
+// changed. The uniqueness of plugin volumes and the volume limit are the
+// caller's to check.
+func RegisterOver(old, v *model.CSIVolume) (*model.CSIVolume, error) {
+	v = v.Copy()
+	v.Namespace = cmp.Or(v.Namespace, model.DefaultNamespace)
+	key, err := catalogVolumeKey(v.Namespace, v.ID)
+	if err == nil {
+		err = checkRegistration(v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.ExternalID, v.Deleting = v.PluginVolumeID(), false
+	switch {
+	case old != nil && old.Deleting:
+		return nil, deletingError(key)
+	case createdConflicts(old, v):
+		return nil, createdConflictError(key, old)
+	case old.Equal(v):
+		return old, nil
+	case old != nil && old.InUse():
+		return nil, catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: its description cannot change until they release it",
+			key, claimants(old))
+	}
+	v.CreateIndex, v.ModifyIndex, v.ResourceExhausted = 0, 0, time.Time{}
+	if old != nil {
+		v.CreateIndex, v.ResourceExhausted = old.CreateIndex, old.ResourceExhausted
+	}
+	return v, nil
+}
+
+// ClaimOn applies c, a claim in state taken, to v by the catalog's rules:
+// c is checked on its face (ErrCatalogInvalid), a volume being deleted is
+// ErrVolumeDeleting, and a refusal of the model is ErrClaimRefused with the
+// model's sentinel. It returns a changed copy of v, or v itself when the
+// claim changes nothing (the alloc holds it already); v is never changed.
+func ClaimOn(v *model.CSIVolume, c *model.Claim) (*model.CSIVolume, error) {
+	if err := checkClaim(c); err != nil {
+		return nil, err
+	}
+	if v.Deleting {
+		return nil, deletingError(volumeKey{v.Namespace, v.ID})
+	}
+	return changedClaims(v, func(v *model.CSIVolume) error { return v.Claim(c) })
+}
+
+// ReleaseOn moves the claim of c.AllocID on v to c.State (empty means
+// ready-to-free, which removes it) by the catalog's rules: the node and
+// mode are the held claim's (c need not name them), freeing a claim not
+// held changes nothing, and a release to state taken is ErrCatalogInvalid. It returns a changed copy
+// of v, or v itself when nothing changes; v is never changed.
+func ReleaseOn(v *model.CSIVolume, c *model.Claim) (*model.CSIVolume, error) {
+	claim := c.Copy()
+	if claim.State == "" {
+		claim.State = model.ClaimStateReadyToFree
+	}
+	if claim.Mode == "" {
+		claim.Mode = model.ClaimModeRead
+	}
+	held := v.WriteClaims[claim.AllocID]
+	if held == nil {
+		held = v.ReadClaims[claim.AllocID]
+	}
+	switch {
+	case held != nil:
+		claim.NodeID, claim.Mode = held.NodeID, held.Mode
+	case claim.State == model.ClaimStateReadyToFree:
+		if err := names.Check("alloc ID", claim.AllocID); err != nil {
+			return nil, catalogWrap(ErrCatalogInvalid, err)
+		}
+		return v, nil // nothing to free
+	}
+	if err := checkClaim(claim); err != nil {
+		return nil, err
+	}
+	if claim.State == model.ClaimStateTaken {
+		return nil, catalogErrorf(ErrCatalogInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
+			claim.AllocID, claim.State)
+	}
+	return changedClaims(v, func(v *model.CSIVolume) error { return v.ClaimRelease(claim) })
+}
+
+// changedClaims runs a claim operation on a copy of v and returns the copy,
+// or v itself when the operation changes no claim.
+func changedClaims(v *model.CSIVolume, op func(*model.CSIVolume) error) (*model.CSIVolume, error) {
+	changed := v.Copy()
+	if err := op(changed); err != nil {
+		return nil, catalogModelError(err)
+	}
+	if reflect.DeepEqual(
+		[]map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims},
+		[]map[string]*model.Claim{changed.ReadClaims, changed.WriteClaims, changed.PastClaims}) {
+		return v, nil
+	}
+	return changed, nil
+}

@@ -1,0 +1,93 @@
+package fleet
+
+import (
+	"cmp"
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/names"
+)
+
+// Defaults and bounds of Config.
+const (
+	// DefaultPrefix is where the fleet's keys live in etcd.
+	DefaultPrefix = "/plugvisor/"
+	// DefaultLeaseTTL is how long a node stays up after its last keep-alive.
+	DefaultLeaseTTL = 10 * time.Second
+	// MinLeaseTTL is the shortest lease etcd is asked for.
+	MinLeaseTTL = 2 * time.Second
+	// DefaultRequestTimeout bounds each call to etcd.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultMaxAttempts bounds the attempts of one claim or release that
+	// lose the race to other writers of the same volume.
+	DefaultMaxAttempts = 32
+)
+
+// Config configures a Store. Endpoints and NodeID are required.
+type Config struct {
+	// Endpoints are the etcd client URLs (agent flag -cluster-etcd).
+	Endpoints []string
+	// TLS, when set, is used to reach etcd.
+	TLS *tls.Config
+	// NodeID is this node: the owner of the lease, the liveness key and
+	// the fingerprints this Store puts.
+	NodeID string
+	// Prefix is where the keys live (default DefaultPrefix); it must start
+	// and end with "/".
+	Prefix string
+	// LeaseTTL is the node's lease (default DefaultLeaseTTL, at least
+	// MinLeaseTTL): a node that does not renew it for this long is down.
+	LeaseTTL time.Duration
+	// RequestTimeout bounds each call to etcd (default DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	// MaxAttempts bounds the attempts of a claim or release that keeps
+	// losing the race for its volume (default DefaultMaxAttempts).
+	MaxAttempts int
+	// Logger receives the fleet's log lines; nil discards them.
+	Logger hclog.Logger
+}
+
+// validate checks the raw config: zero means a default, negative is an error.
+func (cfg Config) validate() error {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if len(cfg.Endpoints) == 0 {
+		bad("Endpoints is empty: give the etcd client URLs (agent flag -cluster-etcd)")
+	}
+	if err := names.Check("node ID", cfg.NodeID); err != nil {
+		bad("NodeID: %v", err)
+	}
+	if cfg.Prefix != "" && (!strings.HasPrefix(cfg.Prefix, "/") || !strings.HasSuffix(cfg.Prefix, "/")) {
+		bad("Prefix is %q: it must start and end with \"/\", like %q", cfg.Prefix, DefaultPrefix)
+	}
+	if cfg.LeaseTTL != 0 && cfg.LeaseTTL < MinLeaseTTL {
+		bad("LeaseTTL is %v: give at least %v, or 0 for the default %v", cfg.LeaseTTL, MinLeaseTTL, DefaultLeaseTTL)
+	}
+	if cfg.RequestTimeout < 0 {
+		bad("RequestTimeout is %v: give a positive duration, or 0 for the default %v", cfg.RequestTimeout, DefaultRequestTimeout)
+	}
+	if cfg.MaxAttempts < 0 {
+		bad("MaxAttempts is %d: give a positive number, or 0 for the default %d", cfg.MaxAttempts, DefaultMaxAttempts)
+	}
+	if len(problems) > 0 {
+		return catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: config: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	cfg.Logger = cfg.Logger.Named("fleet")
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	return cfg
+}

@@ -1,0 +1,33 @@
+// Package fleet is the cluster-wide CSI catalog in etcd: the volumes with
+// their claims, every node's liveness and every node's plugin fingerprints,
+// from which the plugins' health counts over the live nodes follow.
+//
+// State it owns: nothing in memory that decides anything. etcd decides; a
+// [Store] is a plain type whose methods are safe for concurrent use, and
+// correctness comes from etcd's transactions, not from memory. The only
+// memory a Store keeps is this node's own fingerprints, so that it can put
+// them again under a new lease after etcd lost the old one.
+//
+// Layout under the prefix (default DefaultPrefix), every value a protobuf
+// record sealed with a CRC32C of its key and bytes (see record.go):
+//   - volumes/<ns>/<id>: the volume with its claims (messages.CatalogVolume).
+//     A claim or release reads it, applies the catalog's rules
+//     (catalog.ClaimOn, catalog.ReleaseOn), and writes it back in a
+//     transaction that compares its mod revision, retried a bounded number
+//     of times on conflict: two writers cannot both win, whatever the
+//     interleaving.
+//   - nodes/<node>: the node's liveness, under the node's lease.
+//   - fingerprints/<node>/<type>/<plugin>: the node's fingerprints
+//     (messages.CSIFingerprint), under the same lease.
+//
+// A node whose lease expired is down: its fingerprints vanish with the
+// lease, so the health counts drop it, and its claims stay until they are
+// released or [GC] frees them after a grace period.
+//
+// When etcd does not answer within the request timeout, every call fails
+// with an error matching catalog.ErrFleetUnavailable that names the
+// endpoints; nothing is answered from memory.
+//
+// Imports: csi/catalog (the Fleet interface, the rules and the sentinels),
+// csi/catalog/model, names, messages.
+package fleet

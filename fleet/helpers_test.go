@@ -1,0 +1,88 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// timeout bounds each step of a test on a loaded machine.
+const timeout = 30 * time.Second
+
+// testCtx is a context that ends with the test, or after timeout.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// open opens a Store of node on srv with a 2 s lease, closed with the test.
+func open(t testing.TB, srv *etcdtest.Server, node string, change ...func(*fleet.Config)) *fleet.Store {
+	t.Helper()
+	cfg := fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: 2 * time.Second}
+	for _, c := range change {
+		c(&cfg)
+	}
+	s, err := fleet.Open(testCtx(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}
+
+// volume is volume id of plugin "ebs" in the default namespace.
+func volume(id string, mode model.AccessMode) *model.CSIVolume {
+	v := model.NewCSIVolume(id, 0)
+	v.Namespace = model.DefaultNamespace
+	v.PluginID = "ebs"
+	v.AccessMode = mode
+	v.AttachmentMode = model.AttachmentModeFileSystem
+	return v
+}
+
+func writeClaim(alloc, node string) *model.Claim {
+	return &model.Claim{AllocID: alloc, NodeID: node, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
+}
+
+func readClaim(alloc, node string) *model.Claim {
+	return &model.Claim{AllocID: alloc, NodeID: node, Mode: model.ClaimModeRead, State: model.ClaimStateTaken}
+}
+
+func free(alloc string) *model.Claim {
+	return &model.Claim{AllocID: alloc, State: model.ClaimStateReadyToFree}
+}
+
+// nodePlugin is the fingerprint of plugin's node service by alloc.
+func nodePlugin(plugin, alloc string, healthy bool) *messages.CSIFingerprint {
+	return &messages.CSIFingerprint{
+		Type: "csi-node", Name: plugin, AllocId: alloc, Healthy: healthy,
+		HealthDescription: fmt.Sprintf("healthy: %v", healthy),
+		NodeInfo:          &messages.CSINodeInfo{NodeId: "csi-" + alloc},
+	}
+}
+
+// healthyNode makes plugin "ebs" healthy on s's node.
+func healthyNode(t testing.TB, s *fleet.Store) {
+	t.Helper()
+	require.NoError(t, s.PutFingerprints(testCtx(t), []*messages.CSIFingerprint{nodePlugin("ebs", "plugin-"+s.NodeID(), true)}))
+}
+
+// registered registers v through s.
+func registered(t testing.TB, s *fleet.Store, v *model.CSIVolume) *model.CSIVolume {
+	t.Helper()
+	out, err := s.RegisterVolume(testCtx(t), v)
+	require.NoError(t, err)
+	return out
+}
+
+// controllerPlugin is the fingerprint of plugin's controller service by alloc.
+func controllerPlugin(plugin, alloc string, healthy bool) *messages.CSIFingerprint {
+	return &messages.CSIFingerprint{Type: "csi-controller", Name: plugin, AllocId: alloc, Healthy: healthy}
+}

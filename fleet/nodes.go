@@ -1,0 +1,242 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
+)
+
+// lease is this node's lease: its liveness key and its fingerprints live
+// under it. A goroutine keeps it alive; when etcd loses it (the node was
+// cut off for longer than the TTL), the goroutine grants a new one as soon
+// as etcd answers and puts the liveness key and the fingerprints again.
+type lease struct {
+	s      *Store
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// mu orders the writes of this node's keys (PutFingerprints against a
+	// re-grant) and guards id and fps.
+	mu  sync.Mutex
+	id  clientv3.LeaseID
+	fps []*messages.CSIFingerprint
+}
+
+// startLease grants the node's lease, puts its liveness key and starts
+// keeping the lease alive.
+func startLease(ctx context.Context, s *Store) (*lease, error) {
+	l := &lease{s: s, done: make(chan struct{})}
+	if err := s.call(ctx, "grant the node's lease", l.grant); err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.keepAlive(kctx)
+	return l, nil
+}
+
+// grant grants a new lease and puts the liveness key and the fingerprints
+// under it, in one transaction.
+func (l *lease) grant(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	granted, err := l.s.client.Grant(ctx, int64(l.s.cfg.LeaseTTL/time.Second))
+	if err != nil {
+		return etcdErr(err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(l.s.keys.node(l.s.cfg.NodeID), time.Now().UTC().Format(time.RFC3339Nano), clientv3.WithLease(granted.ID))}
+	puts, err := l.s.fingerprintPuts(l.fps, granted.ID)
+	if err != nil {
+		return err
+	}
+	if _, err := l.s.client.Txn(ctx).Then(append(ops, puts...)...).Commit(); err != nil {
+		return etcdErr(err)
+	}
+	l.id = granted.ID
+	return nil
+}
+
+// keepAlive renews the lease until ctx ends, and grants a new one
+// whenever etcd loses it.
+func (l *lease) keepAlive(ctx context.Context) {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		id := l.id
+		l.mu.Unlock()
+		if answers, err := l.s.client.KeepAlive(ctx, id); err == nil {
+			for range answers {
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		l.s.log.Warn("the node's lease is lost: the fleet counts this node down until etcd grants a new one", "node", l.s.cfg.NodeID)
+		if !l.regrant(ctx) {
+			return
+		}
+		l.s.log.Info("the node is up again under a new lease", "node", l.s.cfg.NodeID)
+	}
+}
+
+// regrant grants a new lease, retrying until it succeeds (true) or ctx
+// ends (false).
+func (l *lease) regrant(ctx context.Context) bool {
+	retry := time.NewTicker(l.s.cfg.LeaseTTL / 4)
+	defer retry.Stop()
+	for {
+		err := l.s.call(ctx, "grant a new lease", l.grant)
+		if err == nil {
+			return true
+		}
+		l.s.log.Debug("could not grant a new lease yet", "error", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-retry.C:
+		}
+	}
+}
+
+// stop stops keeping the lease alive and waits for the goroutine.
+func (l *lease) stop() {
+	l.cancel()
+	<-l.done
+}
+
+// revoke revokes the lease: the liveness key and fingerprints go at once.
+func (l *lease) revoke(ctx context.Context) error {
+	l.mu.Lock()
+	id := l.id
+	l.mu.Unlock()
+	_, err := l.s.client.Revoke(ctx, id)
+	return err
+}
+
+// PutFingerprints replaces this node's fingerprints with fps, under the
+// node's lease, in one transaction: the ones not in fps go. Each must be a
+// well-formed CSI fingerprint (catalog.ErrCatalogInvalid otherwise, and
+// nothing changes); of two with the same type and plugin, the last counts.
+// This node's fingerprints are remembered, so that they are put again under
+// a new lease after etcd lost the old one.
+func (s *Store) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerprint) error {
+	kept := make([]*messages.CSIFingerprint, 0, len(fps))
+	for _, fp := range fps {
+		info, err := model.InstanceFromFingerprint(fp)
+		if err == nil {
+			err = names.Check("plugin name", info.PluginID)
+		}
+		if err != nil {
+			return catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: fingerprint: %v", err)
+		}
+		kept = append(kept, proto.Clone(fp).(*messages.CSIFingerprint))
+	}
+	return s.call(ctx, "put fingerprints", func(ctx context.Context) error {
+		l := s.lease
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.fps = kept
+		prefix := s.keys.nodeFingerprints(s.cfg.NodeID)
+		old, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return etcdErr(err)
+		}
+		ops, err := s.fingerprintPuts(kept, l.id)
+		if err != nil {
+			return err
+		}
+		for _, kv := range old.Kvs {
+			if !slices.ContainsFunc(ops, func(op clientv3.Op) bool { return string(op.KeyBytes()) == string(kv.Key) }) {
+				ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+			}
+		}
+		_, err = s.client.Txn(ctx).Then(ops...).Commit()
+		return etcdErr(err)
+	})
+}
+
+// fingerprintPuts are the puts of this node's fingerprints under lease id,
+// one per type and plugin, the last of each winning.
+func (s *Store) fingerprintPuts(fps []*messages.CSIFingerprint, id clientv3.LeaseID) ([]clientv3.Op, error) {
+	values := map[string]string{}
+	for _, fp := range fps {
+		key := s.keys.fingerprint(s.cfg.NodeID, fp.GetType(), fp.GetName())
+		value, err := encodeRecord(key, fp)
+		if err != nil {
+			return nil, err
+		}
+		values[key] = value
+	}
+	var ops []clientv3.Op
+	for _, key := range slices.Sorted(maps.Keys(values)) {
+		ops = append(ops, clientv3.OpPut(key, values[key], clientv3.WithLease(id)))
+	}
+	return ops, nil
+}
+
+// Plugins returns every plugin fingerprinted on a live node, sorted by ID,
+// with the fingerprints of its instances (keyed by node) and its health
+// counts over the live nodes.
+func (s *Store) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
+	var plugins map[string]*model.CSIPlugin
+	err := s.call(ctx, "list plugins", func(ctx context.Context) error {
+		resp, err := s.client.Get(ctx, s.keys.fingerprints(), clientv3.WithPrefix())
+		if err != nil {
+			return etcdErr(err)
+		}
+		plugins, err = s.decodePlugins(resp.Kvs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.CSIPlugin, 0, len(plugins))
+	for _, id := range slices.Sorted(maps.Keys(plugins)) {
+		out = append(out, plugins[id])
+	}
+	return out, nil
+}
+
+// decodePlugins builds the plugins from the fingerprint records of every
+// live node. A record that does not decode, or whose key does not match
+// its node, type and plugin, is corrupt.
+func (s *Store) decodePlugins(kvs []*mvccpb.KeyValue) (map[string]*model.CSIPlugin, error) {
+	plugins := map[string]*model.CSIPlugin{}
+	for _, kv := range kvs {
+		key := string(kv.Key)
+		var fp messages.CSIFingerprint
+		if err := decodeRecord(key, kv.Value, &fp); err != nil {
+			return nil, err
+		}
+		node, _, _ := strings.Cut(strings.TrimPrefix(key, s.keys.fingerprints()), "/")
+		if s.keys.fingerprint(node, fp.GetType(), fp.GetName()) != key {
+			return nil, corrupt(key, fmt.Errorf("it holds fingerprint %s/%s", fp.GetType(), fp.GetName()))
+		}
+		info, err := model.InstanceFromFingerprint(&fp)
+		if err != nil {
+			return nil, corrupt(key, err)
+		}
+		p := plugins[info.PluginID]
+		if p == nil {
+			p = model.NewCSIPlugin(info.PluginID, 0)
+			plugins[info.PluginID] = p
+		}
+		if err := p.AddPlugin(node, info); err != nil {
+			return nil, corrupt(key, err)
+		}
+	}
+	return plugins, nil
+}

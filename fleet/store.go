@@ -1,0 +1,135 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+)
+
+// Store is the cluster-wide catalog in etcd, as seen from one node. Its
+// methods are safe for concurrent use. It implements catalog.Fleet.
+type Store struct {
+	cfg    Config
+	log    hclog.Logger
+	client *clientv3.Client
+	keys   keys
+
+	// lease keeps this node's lease alive; see nodes.go.
+	lease *lease
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ catalog.Fleet = (*Store)(nil)
+
+// Open connects to etcd, grants this node's lease and puts its liveness
+// key under it, and starts keeping the lease alive. It fails with
+// catalog.ErrFleetUnavailable when etcd does not answer within the request
+// timeout, and with catalog.ErrCatalogInvalid on a bad config. Close
+// releases what it started.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		TLS:                  cfg.TLS,
+		DialTimeout:          cfg.RequestTimeout,
+		DialKeepAliveTime:    cfg.LeaseTTL,
+		DialKeepAliveTimeout: cfg.RequestTimeout,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, catalog.FleetErrorf(catalog.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger, client: client, keys: keys{prefix: cfg.Prefix}}
+	if s.lease, err = startLease(ctx, s); err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	s.log.Info("joined the fleet", "node", cfg.NodeID, "endpoints", strings.Join(cfg.Endpoints, ","), "lease_ttl", cfg.LeaseTTL)
+	return s, nil
+}
+
+// Close stops keeping the lease alive, revokes it (the node leaves the
+// health counts at once; its claims stay) and closes the client. A second
+// Close returns the first one's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.lease.stop()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+		defer cancel()
+		if err := s.lease.revoke(ctx); err != nil {
+			s.log.Warn("could not revoke the node's lease: the node stays up until it expires", "error", err)
+		}
+		s.closeErr = s.client.Close()
+		s.log.Info("left the fleet", "node", s.cfg.NodeID)
+	})
+	return s.closeErr
+}
+
+// NodeID is the node this Store speaks for.
+func (s *Store) NodeID() string { return s.cfg.NodeID }
+
+// call runs op with the request timeout. A failure to reach etcd, which
+// op returns as unreached, becomes catalog.ErrFleetUnavailable, unless the
+// caller's own ctx ended; every other error (a refusal, bad input, a
+// corrupt record) passes through as it is.
+func (s *Store) call(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	err := op(cctx)
+	var u *unreached
+	switch {
+	case !errors.As(err, &u):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("fleet: %s: %w", what, ctx.Err())
+	}
+	return s.unavailable(what, u.err)
+}
+
+// unavailable is the error of a call that etcd did not answer.
+func (s *Store) unavailable(what string, err error) error {
+	return catalog.FleetErrorf(catalog.ErrFleetUnavailable,
+		"fleet: %s: etcd at %s did not answer within %v (%v); claims are refused until etcd answers",
+		what, strings.Join(s.cfg.Endpoints, ","), s.cfg.RequestTimeout, err)
+}
+
+// unreached is an error of the etcd client: etcd did not answer.
+type unreached struct{ err error }
+
+func (u *unreached) Error() string { return u.err.Error() }
+
+// etcdErr marks err, from the etcd client, as unreached; nil stays nil.
+func etcdErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unreached{err}
+}
+
+// keys builds the fleet's etcd keys. IDs, namespaces, node and plugin
+// names never hold a "/" (names.Check), so the keys cannot collide.
+type keys struct{ prefix string }
+
+func (k keys) volumes() string                  { return k.prefix + "volumes/" }
+func (k keys) volume(ns, id string) string      { return k.volumes() + ns + "/" + id }
+func (k keys) namespace(ns string) string       { return k.volumes() + ns + "/" }
+func (k keys) nodes() string                    { return k.prefix + "nodes/" }
+func (k keys) node(node string) string          { return k.nodes() + node }
+func (k keys) fingerprints() string             { return k.prefix + "fingerprints/" }
+func (k keys) nodeFingerprints(n string) string { return k.fingerprints() + n + "/" }
+func (k keys) fingerprint(node, typ, plugin string) string {
+	return k.nodeFingerprints(node) + typ + "/" + plugin
+}

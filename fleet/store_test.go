@@ -1,0 +1,167 @@
+package fleet_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestAClaimOnOneNodeIsSeenAndEnforcedOnAnother registers a volume on one
+// node, claims it for writing there, and checks that another node sees the
+// claim and is refused a second writer until the first one is freed.
+func TestAClaimOnOneNodeIsSeenAndEnforcedOnAnother(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
+	healthyNode(t, a)
+	healthyNode(t, b)
+	ctx := testCtx(t)
+
+	reg := registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
+	require.NotZero(t, reg.CreateIndex)
+	require.Equal(t, reg.CreateIndex, reg.ModifyIndex)
+
+	claimed, err := a.Claim(ctx, "", "db", writeClaim("alloc-1", "node-a"))
+	require.NoError(t, err)
+	require.Contains(t, claimed.WriteClaims, "alloc-1")
+	require.Greater(t, claimed.ModifyIndex, reg.ModifyIndex)
+
+	seen, err := b.GetVolume(ctx, "default", "db")
+	require.NoError(t, err)
+	require.Contains(t, seen.WriteClaims, "alloc-1")
+	require.Equal(t, claimed.ModifyIndex, seen.ModifyIndex)
+	require.True(t, seen.Health.Schedulable)
+	require.Equal(t, 2, seen.Health.NodesHealthy, "both nodes run a healthy node plugin")
+
+	_, err = b.Claim(ctx, "", "db", writeClaim("alloc-2", "node-b"))
+	require.ErrorIs(t, err, csi.ErrClaimRefused)
+	require.ErrorIs(t, err, model.ErrVolumeMaxClaims)
+	_, err = b.Claim(ctx, "", "db", readClaim("alloc-3", "node-b"))
+	require.ErrorIs(t, err, model.ErrNodeConflict, "a single-node volume takes no reader on another node")
+
+	again, err := a.Claim(ctx, "", "db", writeClaim("alloc-1", "node-a"))
+	require.NoError(t, err, "claiming again what the alloc holds changes nothing")
+	require.Equal(t, claimed.ModifyIndex, again.ModifyIndex, "and writes nothing")
+
+	released, err := a.Release(ctx, "", "db", free("alloc-1"))
+	require.NoError(t, err)
+	require.Empty(t, released.WriteClaims)
+
+	got, err := b.Claim(ctx, "", "db", writeClaim("alloc-2", "node-b"))
+	require.NoError(t, err)
+	require.Contains(t, got.WriteClaims, "alloc-2")
+}
+
+func TestErrorsKeepTheCatalogsSentinels(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := open(t, srv, "node-a")
+	healthyNode(t, s)
+	ctx := testCtx(t)
+	registered(t, s, volume("db", model.AccessModeSingleNodeWriter))
+	_, err := s.Claim(ctx, "", "db", writeClaim("alloc-1", "node-a"))
+	require.NoError(t, err)
+
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"a claim of an unknown volume is not found",
+			second(s.Claim(ctx, "", "nope", writeClaim("alloc-2", "node-a"))), catalog.ErrVolumeNotFound},
+		{"getting an unknown volume is not found",
+			second(s.GetVolume(ctx, "", "nope")), catalog.ErrVolumeNotFound},
+		{"an unsafe volume ID is invalid",
+			second(s.GetVolume(ctx, "", "../etc")), catalog.ErrCatalogInvalid},
+		{"a claim with an unsafe alloc ID is invalid",
+			second(s.Claim(ctx, "", "db", writeClaim("a/b", "node-a"))), catalog.ErrCatalogInvalid},
+		{"a new description of a claimed volume is in use",
+			second(s.RegisterVolume(ctx, volume("db", model.AccessModeMultiNodeReader))), catalog.ErrVolumeInUse},
+		{"deregistering a claimed volume is in use",
+			s.DeregisterVolume(ctx, "", "db"), catalog.ErrVolumeInUse},
+		{"marking a claimed volume deleting is in use",
+			second(s.MarkVolumeDeleting(ctx, "", "db")), catalog.ErrVolumeInUse},
+		{"a negative capacity is invalid",
+			second(s.RecordVolumeCapacity(ctx, "", "db", -1)), catalog.ErrCatalogInvalid},
+		{"a second writer on the same node is refused by the model",
+			second(s.Claim(ctx, "", "db", writeClaim("alloc-2", "node-a"))), model.ErrVolumeMaxClaims},
+		{"a release to state taken is invalid",
+			second(s.Release(ctx, "", "db", writeClaim("alloc-1", "node-a"))), catalog.ErrCatalogInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.ErrorIs(t, tt.err, tt.want)
+			require.Contains(t, tt.err.Error(), "csi: catalog: ")
+		})
+	}
+	v, err := s.GetVolume(ctx, "", "db")
+	require.NoError(t, err)
+	require.Len(t, v.WriteClaims, 1, "no refused call changed the volume")
+	require.Zero(t, v.CapacityBytes)
+	require.False(t, v.Deleting)
+}
+
+// second is the error of a call that returns a value and an error.
+func second[T any](_ T, err error) error { return err }
+
+func TestTheVolumeLifecycleOutsideClaims(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := open(t, srv, "node-a")
+	ctx := testCtx(t)
+	registered(t, s, volume("db", model.AccessModeMultiNodeReader))
+	registered(t, s, volume("logs", model.AccessModeMultiNodeReader))
+	other := volume("db", model.AccessModeMultiNodeReader)
+	other.Namespace = "prod"
+	registered(t, s, other)
+
+	all, err := s.ListVolumes(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	require.Equal(t, []string{"default/db", "default/logs", "prod/db"},
+		[]string{all[0].Namespace + "/" + all[0].ID, all[1].Namespace + "/" + all[1].ID, all[2].Namespace + "/" + all[2].ID})
+	prod, err := s.ListVolumes(ctx, "prod")
+	require.NoError(t, err)
+	require.Len(t, prod, 1)
+	require.False(t, prod[0].Schedulable, "no node runs the plugin")
+
+	v, err := s.RecordVolumeCapacity(ctx, "", "db", 1<<30)
+	require.NoError(t, err)
+	require.EqualValues(t, 1<<30, v.CapacityBytes)
+	v, err = s.MarkVolumeDeleting(ctx, "", "db")
+	require.NoError(t, err)
+	require.True(t, v.Deleting)
+	_, err = s.Claim(ctx, "", "db", readClaim("alloc-1", "node-a"))
+	require.ErrorIs(t, err, catalog.ErrVolumeDeleting)
+
+	require.NoError(t, s.DeregisterVolume(ctx, "", "db"))
+	_, err = s.GetVolume(ctx, "", "db")
+	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, s.DeregisterVolume(ctx, "", "db"), catalog.ErrVolumeNotFound)
+}
+
+func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   fleet.Config
+		field string
+	}{
+		{"no endpoints", fleet.Config{NodeID: "n"}, "Endpoints"},
+		{"an unsafe node ID", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "a/b"}, "NodeID"},
+		{"a lease shorter than the minimum", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", LeaseTTL: 1}, "LeaseTTL"},
+		{"a prefix without slashes", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", Prefix: "x"}, "Prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := fleet.Open(testCtx(t), tt.cfg)
+			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+			require.Contains(t, err.Error(), tt.field)
+		})
+	}
+}

@@ -1,0 +1,248 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// RegisterVolume adds v or changes the description of a volume with no
+// claims, by the catalog's rules (catalog.RegisterOver), and returns the
+// volume as registered. Its indexes are etcd's revisions of the record.
+func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
+	if v == nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "volume must not be nil")
+	}
+	ns, err := catalog.VolumeKey(v.Namespace, v.ID)
+	if err != nil {
+		return nil, err
+	}
+	return s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
+		return catalog.RegisterOver(old, v)
+	})
+}
+
+// GetVolume returns a volume with its claims, its health following its
+// plugin's counts over the live nodes, or catalog.ErrVolumeNotFound.
+func (s *Store) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	ns, err := catalog.VolumeKey(namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	var v *model.CSIVolume
+	err = s.call(ctx, "get volume", func(ctx context.Context) error {
+		var err error
+		v, _, err = s.readVolume(ctx, ns, id)
+		return err
+	})
+	if err == nil && v == nil {
+		err = catalog.NotFound(ns, id)
+	}
+	return v, err
+}
+
+// Claim applies c, a claim in state taken by the node c.NodeID, to the
+// volume by the catalog's rules (catalog.ClaimOn), in a transaction on the
+// volume's record: of two claims that exclude each other, whatever the
+// interleaving, one wins and the other is refused. Claiming again what the
+// alloc holds changes nothing and writes nothing.
+func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	return s.changeClaims(ctx, "claim", namespace, id, c, catalog.ClaimOn)
+}
+
+// Release moves the claim of c.AllocID to c.State (ready-to-free, or
+// empty, removes it) by the catalog's rules (catalog.ReleaseOn), in a
+// transaction on the volume's record. Freeing a claim that is not held
+// changes nothing.
+func (s *Store) Release(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	return s.changeClaims(ctx, "release", namespace, id, c, catalog.ReleaseOn)
+}
+
+func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c *model.Claim,
+	rule func(*model.CSIVolume, *model.Claim) (*model.CSIVolume, error)) (*model.CSIVolume, error) {
+	if c == nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%s: claim must not be nil", what)
+	}
+	return s.changeVolume(ctx, what, namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return rule(v, c) })
+}
+
+// update reads the volume (nil when absent) with its health, asks change
+// for what to write (the same pointer: nothing; nil: delete), and writes it
+// in a transaction that compares the record's mod revision with the one
+// read (and holds the guards). On a lost race it reads again and retries, at most MaxAttempts
+// times; then it gives up with catalog.ErrCatalogStore. It returns what it
+// wrote, with etcd's revisions as indexes.
+func (s *Store) update(ctx context.Context, what, ns, id string,
+	change func(*model.CSIVolume) (*model.CSIVolume, error), guards ...clientv3.Cmp) (*model.CSIVolume, error) {
+	key := s.keys.volume(ns, id)
+	var out *model.CSIVolume
+	err := s.call(ctx, what, func(ctx context.Context) error {
+		for range s.cfg.MaxAttempts {
+			v, rev, err := s.readVolume(ctx, ns, id)
+			if err != nil {
+				return err
+			}
+			next, err := change(v)
+			if err != nil || next == v {
+				out = next
+				return err
+			}
+			write := clientv3.OpDelete(key)
+			if next != nil {
+				value, err := encodeRecord(key, next.Proto())
+				if err != nil {
+					return err
+				}
+				write = clientv3.OpPut(key, value)
+			}
+			resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(write).Commit()
+			if err != nil {
+				return etcdErr(err)
+			}
+			if resp.Succeeded {
+				if next != nil {
+					next = next.Copy()
+					next.ModifyIndex = uint64(resp.Header.Revision)
+					if v == nil {
+						next.CreateIndex = next.ModifyIndex
+					}
+				}
+				out = next
+				return nil
+			}
+		}
+		return catalog.FleetErrorf(catalog.ErrCatalogStore, "fleet: %s of volume %s/%s lost the race to other writers %d times in a row; try again",
+			what, ns, id, s.cfg.MaxAttempts)
+	})
+	return out, err
+}
+
+// readVolume reads a volume and the fingerprints at one revision, and
+// returns the volume (nil when absent) with its health following its
+// plugin's counts, and the record's mod revision (0 when absent).
+func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume, int64, error) {
+	key := s.keys.volume(ns, id)
+	resp, err := s.client.Txn(ctx).Then(
+		clientv3.OpGet(key),
+		clientv3.OpGet(s.keys.fingerprints(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, 0, etcdErr(err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return nil, 0, nil
+	}
+	v, err := s.decodeVolume(kvs[0])
+	if err != nil {
+		return nil, 0, err
+	}
+	plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs())
+	if err != nil {
+		return nil, 0, err
+	}
+	v.Health = model.PluginHealth(plugins[v.PluginID])
+	return v, kvs[0].ModRevision, nil
+}
+
+// decodeVolume decodes a volume record; one that does not decode, is
+// invalid, or sits under another volume's key is corrupt.
+func (s *Store) decodeVolume(kv *mvccpb.KeyValue) (*model.CSIVolume, error) {
+	key := string(kv.Key)
+	var m messages.CatalogVolume
+	if err := decodeRecord(key, kv.Value, &m); err != nil {
+		return nil, err
+	}
+	v := model.VolumeFromProto(&m)
+	if err := v.Validate(); err != nil {
+		return nil, corrupt(key, err)
+	}
+	if want := s.keys.volume(v.Namespace, v.ID); want != key {
+		return nil, corrupt(key, fmt.Errorf("it holds volume %s/%s", v.Namespace, v.ID))
+	}
+	v.CreateIndex, v.ModifyIndex = uint64(kv.CreateRevision), uint64(kv.ModRevision)
+	return v, nil
+}
+
+// DeregisterVolume forgets a volume, by the catalog's rules
+// (catalog.DeregisterOf): one with claims is catalog.ErrVolumeInUse, an
+// unknown one catalog.ErrVolumeNotFound.
+func (s *Store) DeregisterVolume(ctx context.Context, namespace, id string) error {
+	_, err := s.changeVolume(ctx, "deregister volume", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		return nil, catalog.DeregisterOf(v)
+	})
+	return err
+}
+
+// MarkVolumeDeleting marks a volume as being deleted, by the catalog's
+// rules (catalog.MarkDeletingOn), and returns it.
+func (s *Store) MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	return s.changeVolume(ctx, "mark volume deleting", namespace, id, catalog.MarkDeletingOn)
+}
+
+// RecordVolumeCapacity records the capacity the plugin reported for a
+// volume, by the catalog's rules (catalog.RecordCapacityOn), and returns it.
+func (s *Store) RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error) {
+	return s.changeVolume(ctx, "record volume capacity", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		return catalog.RecordCapacityOn(v, capacityBytes)
+	})
+}
+
+// ListVolumes returns the stubs of the volumes of namespace (all of them
+// when empty), sorted by namespace, then ID, their health following their
+// plugins' counts over the live nodes.
+func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
+	prefix := s.keys.volumes()
+	if namespace != "" {
+		ns, err := catalog.VolumeKey(namespace, "list")
+		if err != nil {
+			return nil, err
+		}
+		prefix = s.keys.namespace(ns)
+	}
+	var out []*model.CSIVolumeStub
+	err := s.call(ctx, "list volumes", func(ctx context.Context) error {
+		resp, err := s.client.Txn(ctx).Then(
+			clientv3.OpGet(prefix, clientv3.WithPrefix()),
+			clientv3.OpGet(s.keys.fingerprints(), clientv3.WithPrefix()),
+		).Commit()
+		if err != nil {
+			return etcdErr(err)
+		}
+		plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs())
+		if err != nil {
+			return err
+		}
+		for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+			v, err := s.decodeVolume(kv)
+			if err != nil {
+				return err
+			}
+			v.Health = model.PluginHealth(plugins[v.PluginID])
+			out = append(out, v.Stub())
+		}
+		return nil
+	})
+	return out, err
+}
+
+// changeVolume applies rule to a volume that must exist.
+func (s *Store) changeVolume(ctx context.Context, what, namespace, id string,
+	rule func(*model.CSIVolume) (*model.CSIVolume, error)) (*model.CSIVolume, error) {
+	ns, err := catalog.VolumeKey(namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.update(ctx, what, ns, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		if v == nil {
+			return nil, catalog.NotFound(ns, id)
+		}
+		return rule(v)
+	})
+}
