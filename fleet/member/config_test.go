@@ -6,25 +6,26 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/member"
 )
 
 func TestBadConfigIsRefusedWithTheFieldNamed(t *testing.T) {
-	good := member.Config{Endpoints: []string{"http://127.0.0.1:2379"}, Address: "127.0.0.1:0"}
+	good := member.Config{
+		Fleet:   fleet.Config{Endpoints: []string{"http://127.0.0.1:2379"}, NodeID: "a"},
+		Address: "127.0.0.1:0",
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(*member.Config)
 		want string
 	}{
-		{"no etcd endpoints", func(cfg *member.Config) { cfg.Endpoints = nil }, "Endpoints is empty"},
 		{"an address without a port", func(cfg *member.Config) { cfg.Address = "127.0.0.1" }, "not host:port"},
 		{"every interface", func(cfg *member.Config) { cfg.Address = "0.0.0.0:7946" }, "listens on every interface"},
 		{"no host", func(cfg *member.Config) { cfg.Address = ":7946" }, "listens on every interface"},
 		{"a port out of range", func(cfg *member.Config) { cfg.Address = "127.0.0.1:70000" }, "no valid port"},
 		{"a public address without TLS", func(cfg *member.Config) { cfg.Address = "192.0.2.1:7946" }, "TLS is not set"},
-		{"a lease under two seconds", func(cfg *member.Config) { cfg.LeaseTTL = time.Second }, "LeaseTTL is 1s"},
-		{"a lease in milliseconds", func(cfg *member.Config) { cfg.LeaseTTL = 2500 * time.Millisecond }, "whole seconds"},
-		{"a negative request timeout", func(cfg *member.Config) { cfg.RequestTimeout = -time.Second }, "RequestTimeout is -1s"},
+		{"a lease in milliseconds", func(cfg *member.Config) { cfg.Fleet.LeaseTTL = 2500 * time.Millisecond }, "whole seconds"},
 		{"half a TLS config", func(cfg *member.Config) { cfg.TLS = &member.RemoteTLS{} }, "both Server and Client"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -25,26 +26,25 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/fleet"
 )
 
-// Defaults and limits of Config.
-const (
-	DefaultClusterName    = "plugvisor"
-	DefaultPrefix         = "/plugvisor/"
-	DefaultLeaseTTL       = 10 * time.Second
-	MinLeaseTTL           = 2 * time.Second
-	DefaultRequestTimeout = 5 * time.Second
-)
+// DefaultClusterName is the cluster's name when Config.ClusterName is empty.
+const DefaultClusterName = "plugvisor"
 
 // ErrInvalidConfig: a Config field is wrong; the error names it and the fix.
 var ErrInvalidConfig = errors.New("member: invalid config")
 
 // Config is what a member needs to join the cluster.
 type Config struct {
-	// Endpoints are the etcd client URLs the member keeps its membership
-	// in; EtcdTLS, when set, is used to reach them.
-	Endpoints []string
-	EtcdTLS   *tls.Config
+	// Fleet is this node's view of the fleet's state in etcd: the member
+	// opens a fleet.Store with it for its grains and its Router, and keeps
+	// its membership in the same etcd, under Fleet.Prefix, with a lease of
+	// Fleet.LeaseTTL (whole seconds here) and calls bounded by
+	// Fleet.RequestTimeout. Fleet.Logger is the member's logger too;
+	// protoactor's own lines go to it at warning level and above only.
+	Fleet fleet.Config
 	// Address is the host:port protoactor remote listens on, and the
 	// address the other members dial: an address of this host that they
 	// can reach (127.0.0.1 in tests); port 0 picks a free port.
@@ -56,18 +56,6 @@ type Config struct {
 	TLS *RemoteTLS
 	// ClusterName separates clusters sharing one etcd (default "plugvisor").
 	ClusterName string
-	// Prefix is the etcd key prefix (default "/plugvisor/").
-	Prefix string
-	// LeaseTTL is how long the member stays in the topology after it stops
-	// renewing its lease, as when it is killed (default 10 s, at least 2 s,
-	// whole seconds).
-	LeaseTTL time.Duration
-	// RequestTimeout bounds each etcd call and each grain request
-	// (default 5 s).
-	RequestTimeout time.Duration
-	// Logger receives the member's lines; protoactor's own go to it at
-	// warning level and above only. Nil discards them.
-	Logger hclog.Logger
 }
 
 // RemoteTLS is the TLS of the members' remote traffic.
@@ -80,9 +68,6 @@ func (c Config) validate() error {
 	var problems []error
 	bad := func(format string, args ...any) {
 		problems = append(problems, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
-	if len(c.Endpoints) == 0 {
-		bad("Endpoints is empty: give the etcd client URLs")
 	}
 	host, port, err := net.SplitHostPort(c.Address)
 	switch {
@@ -101,30 +86,21 @@ func (c Config) validate() error {
 	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Client == nil) {
 		bad("TLS needs both Server and Client configs")
 	}
-	if c.LeaseTTL != 0 && (c.LeaseTTL < MinLeaseTTL || c.LeaseTTL%time.Second != 0) {
-		bad("LeaseTTL is %v: give whole seconds, at least %v (etcd leases count seconds)", c.LeaseTTL, MinLeaseTTL)
-	}
-	if c.RequestTimeout < 0 {
-		bad("RequestTimeout is %v: give a positive duration, or 0 for %v", c.RequestTimeout, DefaultRequestTimeout)
+	if c.Fleet.LeaseTTL%time.Second != 0 {
+		bad("Fleet.LeaseTTL is %v: give whole seconds (etcd leases count seconds)", c.Fleet.LeaseTTL)
 	}
 	return errors.Join(problems...)
 }
 
+// withDefaults fills the defaults of the fields the member reads itself;
+// fleet.Open fills the rest of Fleet's.
 func (c Config) withDefaults() Config {
-	if c.ClusterName == "" {
-		c.ClusterName = DefaultClusterName
-	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
+	c.ClusterName = cmp.Or(c.ClusterName, DefaultClusterName)
+	c.Fleet.Prefix = cmp.Or(c.Fleet.Prefix, fleet.DefaultPrefix)
+	c.Fleet.LeaseTTL = cmp.Or(c.Fleet.LeaseTTL, fleet.DefaultLeaseTTL)
+	c.Fleet.RequestTimeout = cmp.Or(c.Fleet.RequestTimeout, fleet.DefaultRequestTimeout)
+	if c.Fleet.Logger == nil {
+		c.Fleet.Logger = hclog.NewNullLogger()
 	}
 	return c
 }
@@ -138,67 +114,111 @@ func isLoopback(host string) bool {
 }
 
 // Member is this node's place in the protoactor cluster: an actor system
-// with its remote, the cluster's gossip and identity lookup (disthash), and
-// the membership provider on etcd. It hosts the grains that the rendezvous
-// hash gives it.
+// with its remote, the cluster's gossip and identity lookup (disthash), the
+// membership provider on etcd, the fleet.Store its grains and Router use,
+// and the volume grains that the rendezvous hash gives it.
 type Member struct {
 	cfg      Config
+	log      hclog.Logger
 	system   *actor.ActorSystem
 	cluster  *cluster.Cluster
 	provider *provider
+	router   *Router
+	// store is set once etcd answers, before the member registers, so
+	// before any grain can start; grains read it from their goroutines.
+	store atomic.Pointer[fleet.Store]
 	// topology is the last member set protoactor published: MemberList
 	// reads its own set without a lock, so the member keeps a copy.
 	topology atomic.Pointer[[]*cluster.Member]
-	stopped  sync.Once
-	stopErr  error
+	// changed is closed, and replaced, at each change of the topology.
+	changed atomic.Pointer[chan struct{}]
+	stopped sync.Once
+	stopErr error
 }
 
-// Start joins the cluster with the given kinds of grains. It returns when
-// the member is registered in etcd and sees the members registered before
-// it; protoactor's start-up takes about a second more than that.
-func Start(cfg Config, kinds ...*cluster.Kind) (m *Member, err error) {
+// Start opens the fleet's state in etcd and joins the cluster. It returns
+// when the member is registered in etcd and sees the members registered
+// before it; protoactor's start-up takes about a second more than that.
+// A bad Config is ErrInvalidConfig (or catalog.ErrCatalogInvalid from
+// fleet.Open); an etcd that does not answer is catalog.ErrFleetUnavailable.
+//
+// Start the member before any other gRPC of the process where the race
+// detector runs: protoactor's remote sets gRPC's global logger, without a
+// lock, when it starts.
+func Start(cfg Config) (m *Member, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	log := cfg.Fleet.Logger.Named("member")
 	host, portText, _ := net.SplitHostPort(cfg.Address)
 	port, _ := strconv.Atoi(portText)
 
-	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(cfg.Logger)))
-	etcd := clientv3.Config{Endpoints: cfg.Endpoints, TLS: cfg.EtcdTLS, DialTimeout: cfg.RequestTimeout, Logger: zap.NewNop()}
-	p := newProvider(etcd, cfg.Prefix, cfg.ClusterName, cfg.LeaseTTL, cfg.RequestTimeout, cfg.Logger)
+	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(log)))
+	etcd := clientv3.Config{
+		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
+	}
+	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
 	rc := remote.Configure(host, port, remoteOptions(cfg.TLS)...)
 	// protoactor's endpoint writer dials a peer up to MaxRetryCount times
 	// and leaks the gRPC connection of every failed attempt but the last,
 	// which then redials forever: a dead peer gets one attempt, whose
 	// connection is closed with its writer.
 	rc.MaxRetryCount = 1
+	m = &Member{cfg: cfg, log: log, system: system, provider: p}
+	kind := volumeKind(m.fleetStore, system.ID, cfg.Fleet.RequestTimeout, log)
 	cc := cluster.Configure(cfg.ClusterName, p, disthash.New(), rc,
-		cluster.WithKinds(kinds...),
-		cluster.WithRequestTimeout(cfg.RequestTimeout),
+		cluster.WithKinds(kind),
+		cluster.WithRequestTimeout(cfg.Fleet.RequestTimeout),
 	)
-	c := cluster.New(system, cc)
-	m = &Member{cfg: cfg, system: system, cluster: c, provider: p}
+	m.cluster = cluster.New(system, cc)
+	m.router = newRouter(m)
 	m.topology.Store(&[]*cluster.Member{})
+	m.changed.Store(new(make(chan struct{})))
 	system.EventStream.Subscribe(func(ev any) {
 		if t, ok := ev.(*cluster.ClusterTopology); ok {
 			members := slices.Clone(t.Members)
 			m.topology.Store(&members)
+			close(*m.changed.Swap(new(make(chan struct{}))))
 		}
 	})
+	p.joined = m.openStore
 	defer func() {
 		// protoactor panics when the remote cannot listen or the provider
 		// fails to start.
 		if r := recover(); r != nil {
-			_ = p.Shutdown(false)
-			m.stopCluster()
-			m, err = nil, fmt.Errorf("member: join the cluster at %s: %v", cfg.Address, r)
+			_ = m.stopAll()
+			m, err = nil, recovered(cfg.Address, r)
 		}
 	}()
-	c.StartMember()
-	cfg.Logger.Info("joined the cluster", "cluster", cfg.ClusterName, "member", system.ID, "address", system.Address())
+	m.cluster.StartMember()
+	log.Info("joined the cluster", "cluster", cfg.ClusterName, "member", system.ID, "address", system.Address())
 	return m, nil
 }
+
+// recovered is the error of a panic of protoactor's start-up: the error it
+// panicked with is kept for errors.Is.
+func recovered(address string, r any) error {
+	if err, ok := r.(error); ok {
+		return fmt.Errorf("member: join the cluster at %s: %w", address, err)
+	}
+	return fmt.Errorf("member: join the cluster at %s: %v", address, r)
+}
+
+// openStore opens the fleet.Store once the provider reaches etcd.
+func (m *Member) openStore(*clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Fleet.RequestTimeout)
+	defer cancel()
+	s, err := fleet.Open(ctx, m.cfg.Fleet)
+	if err != nil {
+		return err
+	}
+	m.store.Store(s)
+	return nil
+}
+
+// fleetStore is the member's fleet.Store, as the grains see it.
+func (m *Member) fleetStore() catalog.Fleet { return m.store.Load() }
 
 func remoteOptions(t *RemoteTLS) []remote.ConfigOption {
 	if t == nil {
@@ -231,19 +251,35 @@ func (m *Member) Members() []string {
 	return ids
 }
 
+// topologyChanged is closed at the next change of the topology.
+func (m *Member) topologyChanged() <-chan struct{} { return *m.changed.Load() }
+
+// Router is the member's catalog.Fleet.
+func (m *Member) Router() *Router { return m.router }
+
 // Stop leaves the cluster: the member's key goes from etcd at once, its
 // grains stop (the next request of each activates it on another member),
-// and every goroutine of the member ends before Stop returns. It skips
-// protoactor's fixed two-second wait for a graceful leave: the grains keep
-// nothing that etcd does not hold.
-// Stopping again does nothing and returns the first Stop's error.
+// its fleet.Store closes (this node leaves the health counts; its claims
+// stay), and its goroutines end. It skips protoactor's fixed two-second
+// wait for a graceful leave: the grains keep nothing that etcd does not
+// hold. Stopping again does nothing and returns the first Stop's error.
 func (m *Member) Stop() error {
 	m.stopped.Do(func() {
-		m.stopErr = m.provider.Shutdown(true)
-		m.stopCluster()
-		m.cfg.Logger.Info("left the cluster", "member", m.system.ID)
+		m.stopErr = m.stopAll()
+		m.log.Info("left the cluster", "member", m.system.ID)
 	})
 	return m.stopErr
+}
+
+// stopAll stops the provider (revoking the member's lease), protoactor's
+// parts, and the store. It is safe after a start that failed half-way.
+func (m *Member) stopAll() error {
+	err := m.provider.Shutdown(true)
+	m.stopCluster()
+	if s := m.store.Load(); s != nil {
+		err = errors.Join(err, s.Close())
+	}
+	return err
 }
 
 // stopCluster stops what protoactor started: the grains and the placement

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
-	"github.com/plugvisor/plugvisor/fleet/member"
 )
 
 // startChildren starts n members in child processes on one etcd.
@@ -29,7 +29,7 @@ func memberKeys(t *testing.T, s *etcdtest.Server) int64 {
 	c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
-	resp, err := c.Get(context.Background(), member.DefaultPrefix+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := c.Get(context.Background(), fleet.DefaultPrefix+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	return resp.Count
 }

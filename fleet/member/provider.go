@@ -127,6 +127,16 @@ func (p *provider) Shutdown(bool) error {
 	return err
 }
 
+// abandon stops renewing and watching and closes the client without
+// revoking the lease: the member's key stays until the lease expires, as
+// after a kill -9 (or a start that failed half-way).
+func (p *provider) abandon() {
+	p.stop()
+	if p.client != nil {
+		_ = p.client.Close()
+	}
+}
+
 func (p *provider) stop() {
 	if p.cancel != nil {
 		p.cancel()
