@@ -59,13 +59,14 @@ type grainDone struct {
 	answer  *messages.FleetVolumeResponse
 }
 
-// volumeKind is the cluster kind whose grains apply requests to the store
-// that store returns; member is the ID of the member they run on, timeout
-// bounds each request's work in etcd.
-func volumeKind(store func() catalog.Fleet, member string, timeout time.Duration, log hclog.Logger) *cluster.Kind {
-	return cluster.NewKind(VolumeKind, actor.PropsFromProducer(func() actor.Actor {
+// volumeProps are the props of the grains that apply requests to the
+// store that store returns; member is the ID of the member they run on,
+// timeout bounds each request's work in etcd. The cluster kind is
+// cluster.NewKind(VolumeKind, volumeProps(...)).
+func volumeProps(store func() catalog.Fleet, member string, timeout time.Duration, log hclog.Logger) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
 		return &volumeGrain{store: store, member: member, timeout: timeout, log: log}
-	}))
+	})
 }
 
 // Receive dispatches the grain's messages.

@@ -166,7 +166,7 @@ func Start(cfg Config) (m *Member, err error) {
 	// connection is closed with its writer.
 	rc.MaxRetryCount = 1
 	m = &Member{cfg: cfg, log: log, system: system, provider: p}
-	kind := volumeKind(m.fleetStore, system.ID, cfg.Fleet.RequestTimeout, log)
+	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, cfg.Fleet.RequestTimeout, log))
 	cc := cluster.Configure(cfg.ClusterName, p, disthash.New(), rc,
 		cluster.WithKinds(kind),
 		cluster.WithRequestTimeout(cfg.Fleet.RequestTimeout),

@@ -53,6 +53,7 @@ var mayImport = map[string][]string{
 	"internal/archtest":           nil,
 	"fleet/etcdtest":              nil,
 	"fleet":                       {"csi/catalog", "csi/catalog/model", "names", "messages"},
+	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "actors", "messages"},
 }
 
 // mustNotImportInTests are the packages whose test files, too, keep out of
