@@ -2190,9 +2190,13 @@ func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
 }
 
 // ListCatalogPluginsResponse is the catalog's answer, sorted by plugin ID.
+// error is set only in cluster mode, when the cluster-wide catalog did not
+// answer (ERROR_CODE_UNSPECIFIED, kind ErrFleetUnavailable); plugins is
+// then empty.
 type ListCatalogPluginsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plugins       []*CatalogPlugin       `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	Error         *CatalogError          `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2230,6 +2234,13 @@ func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
 	if x != nil {
 		return x.Plugins
+	}
+	return nil
+}
+
+func (x *ListCatalogPluginsResponse) GetError() *CatalogError {
+	if x != nil {
+		return x.Error
 	}
 	return nil
 }
@@ -2540,9 +2551,10 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"B\n" +
 	"\x19ListCatalogPluginsRequest\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"Y\n" +
+	".actor.PIDR\areplyTo\"\x91\x01\n" +
 	"\x1aListCatalogPluginsResponse\x12;\n" +
-	"\aplugins\x18\x01 \x03(\v2!.plugvisor.messages.CatalogPluginR\aplugins\"8\n" +
+	"\aplugins\x18\x01 \x03(\v2!.plugvisor.messages.CatalogPluginR\aplugins\x126\n" +
+	"\x05error\x18\x02 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"8\n" +
 	"\x0fShutdownCatalog\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\"Q\n" +
@@ -2659,19 +2671,20 @@ var file_messages_catalog_proto_depIdxs = []int32{
 	3,  // 45: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
 	45, // 46: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
 	10, // 47: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	45, // 48: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	12, // 49: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
-	1,  // 50: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 51: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 52: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	9,  // 53: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	8,  // 54: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	8,  // 55: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	12, // 48: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
+	45, // 49: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	12, // 50: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
+	1,  // 51: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 52: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 53: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	9,  // 54: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	8,  // 55: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	8,  // 56: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }

@@ -70,6 +70,9 @@ type catalogActor struct {
 
 	closing  bool
 	shutdown []*actor.PID // who waits for ShutdownCatalogResponse
+
+	// cluster is the part of cluster mode (see cluster.go); nil without a Fleet.
+	cluster *fleetState
 }
 
 // catalogWrite is one accepted write on its way to disk.
@@ -88,7 +91,7 @@ type catalogBatchWritten struct{ err error }
 
 func newCatalogActor(cfg CatalogConfig, durable *atomic.Pointer[catalogState]) *catalogActor {
 	committed := durable.Load()
-	return &catalogActor{
+	a := &catalogActor{
 		log:        cfg.Logger,
 		bucket:     cfg.Bucket,
 		nodeID:     cfg.NodeID,
@@ -98,6 +101,10 @@ func newCatalogActor(cfg CatalogConfig, durable *atomic.Pointer[catalogState]) *
 		state:      committed.clone(),
 		committed:  committed,
 	}
+	if cfg.Fleet != nil {
+		a.cluster = newFleetState(cfg.Fleet)
+	}
+	return a
 }
 
 // Receive handles the catalog's commands, queries, fingerprints and
@@ -119,11 +126,19 @@ func (a *catalogActor) Receive(ctx actor.Context) {
 	case *messages.RecordVolumeCapacity:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.CSIPluginFingerprinted:
-		a.onWrite(ctx, msg, nil)
+		a.onFingerprinted(ctx, msg)
 	case *messages.CSIPluginHealthChanged, *messages.CSIPluginFailed:
 		// The fingerprint that goes with each says the same.
 	case *catalogBatchWritten:
 		a.onBatchWritten(ctx, msg)
+	case *fleetAnswered:
+		a.onFleetAnswered(ctx, msg)
+	case *fleetFingerprintsPut:
+		a.onFleetFingerprintsPut(ctx, msg)
+	case *actor.Stopped:
+		if a.cluster != nil {
+			a.cluster.cancel()
+		}
 	case *messages.ListVolumesRequest:
 		a.onListVolumes(ctx, msg)
 	case *messages.GetVolumeRequest:
@@ -146,6 +161,9 @@ func (a *catalogActor) onStarted(ctx actor.Context) {
 }
 
 func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) {
+	if a.cluster != nil && a.deferToFleet(ctx, cmd, replyTo) {
+		return
+	}
 	w := &catalogWrite{cmd: cmd, replyTo: cmp.Or(replyTo, ctx.Sender())}
 	if a.closing {
 		a.reply(ctx, w, catalogErrorf(ErrCatalogShutdown, "the catalog is shutting down"))
@@ -153,6 +171,15 @@ func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *ac
 	}
 	a.enqueue(ctx, w)
 	a.flush(ctx)
+}
+
+// onFingerprinted records a fingerprint of this node's CSI manager and,
+// in cluster mode, forwards it to the Fleet.
+func (a *catalogActor) onFingerprinted(ctx actor.Context, msg *messages.CSIPluginFingerprinted) {
+	a.onWrite(ctx, msg, nil)
+	if a.cluster != nil {
+		a.forwardFingerprint(ctx, msg.GetFingerprint())
+	}
 }
 
 // enqueue applies w to the working state and queues it for the next batch,
@@ -302,6 +329,9 @@ func (a *catalogActor) answer(ctx actor.Context, replyTo *actor.PID, resp proto.
 }
 
 func (a *catalogActor) onListVolumes(ctx actor.Context, msg *messages.ListVolumesRequest) {
+	if a.cluster != nil && a.deferToFleet(ctx, msg, msg.GetReplyTo()) {
+		return
+	}
 	resp := &messages.ListVolumesResponse{}
 	if ns := msg.GetNamespace(); ns != "" {
 		if err := names.Check("namespace", ns); err != nil {
@@ -317,6 +347,9 @@ func (a *catalogActor) onListVolumes(ctx actor.Context, msg *messages.ListVolume
 }
 
 func (a *catalogActor) onGetVolume(ctx actor.Context, msg *messages.GetVolumeRequest) {
+	if a.cluster != nil && a.deferToFleet(ctx, msg, msg.GetReplyTo()) {
+		return
+	}
 	resp := &messages.GetVolumeResponse{}
 	key, err := catalogVolumeKey(msg.GetNamespace(), msg.GetVolumeId())
 	if err == nil {
@@ -330,6 +363,9 @@ func (a *catalogActor) onGetVolume(ctx actor.Context, msg *messages.GetVolumeReq
 }
 
 func (a *catalogActor) onListPlugins(ctx actor.Context, msg *messages.ListCatalogPluginsRequest) {
+	if a.cluster != nil && a.deferToFleet(ctx, msg, msg.GetReplyTo()) {
+		return
+	}
 	resp := &messages.ListCatalogPluginsResponse{}
 	for _, id := range slices.Sorted(maps.Keys(a.committed.plugins)) {
 		resp.Plugins = append(resp.Plugins, a.committed.plugins[id].Proto())
@@ -352,7 +388,7 @@ func (a *catalogActor) onShutdown(ctx actor.Context, msg *messages.ShutdownCatal
 
 // finishShutdown answers the shutdown once every accepted write is durable.
 func (a *catalogActor) finishShutdown(ctx actor.Context) {
-	if !a.closing || a.inflight != nil || len(a.queue) > 0 {
+	if !a.closing || a.inflight != nil || len(a.queue) > 0 || a.cluster != nil && a.cluster.calls > 0 {
 		return
 	}
 	for _, pid := range a.shutdown {

@@ -17,6 +17,12 @@
 // which it watches until it shuts down (the agent stops the catalog before
 // the manager actor). It sends only answers.
 //
+// In cluster mode ([CatalogConfig].Fleet set) the actor defers volumes,
+// claims and the plugin listing to the [Fleet], the cluster-wide catalog,
+// and forwards this node's fingerprints to it (see cluster.go). The
+// catalog's rules for one volume (RegisterOver, ClaimOn, ReleaseOn, ...)
+// are exported as pure functions so that a Fleet decides as this actor does.
+//
 // [Catalog] is the volume manager's [csi.Claimer]: the volume manager
 // reaches the catalog through that interface and never imports this
 // package, nor does this package import the volume manager or the CSI

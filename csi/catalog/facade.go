@@ -48,6 +48,12 @@ type CatalogConfig struct {
 	// nothing; a volume already there can always be registered again.
 	// Volumes restored at start count, even beyond the limit.
 	MaxVolumes int
+	// Fleet, when set, is the cluster-wide catalog (cluster mode): every
+	// command and query on volumes and claims, and the plugin listing,
+	// defer to it, and this node's fingerprints are forwarded to it. The
+	// local store keeps this node's fingerprints only; MaxVolumes is not
+	// enforced across the fleet. Nil: this node's catalog, as always.
+	Fleet Fleet
 }
 
 // validate checks the raw config: zero means a default, negative is an error.

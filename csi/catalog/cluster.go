@@ -1,0 +1,285 @@
+package catalog
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
+)
+
+// In cluster mode (CatalogConfig.Fleet set), the catalog actor defers every
+// command and query on volumes and claims, and the plugin listing, to the
+// Fleet: each runs on a goroutine and its answer comes back to the actor
+// as a fleetAnswered, which the actor sends on. Nothing is answered from
+// the actor's own state, so every path (the facade, the agent's adapter,
+// actors that send ClaimVolume directly) reaches the cluster-wide catalog.
+// Bad input is refused by the Fleet with the same errors as here.
+//
+// Fingerprints are still applied to the local state (its plugins), and the
+// latest fingerprint of each of this node's plugin services is forwarded
+// to Fleet.PutFingerprints: one call in flight, the next one carrying
+// whatever changed meanwhile; a failed call is tried again after
+// fleetRetryDelay. Shutdown waits for the calls in flight.
+
+// fleetRetryDelay is the pause before fingerprints that the Fleet refused
+// are sent again.
+const fleetRetryDelay = time.Second
+
+// fleetAnswered is sent to the catalog by the goroutine of a Fleet call.
+type fleetAnswered struct {
+	replyTo *actor.PID
+	resp    proto.Message
+}
+
+// fleetFingerprintsPut is sent to the catalog when a PutFingerprints returned.
+type fleetFingerprintsPut struct{ err error }
+
+// fleetState is the catalog actor's part in cluster mode.
+type fleetState struct {
+	fleet  Fleet
+	ctx    context.Context
+	cancel context.CancelFunc
+	calls  int // Fleet calls in flight, answers not yet sent
+
+	// fps is the latest fingerprint of each of this node's plugin
+	// services, by type and plugin; dirty when the Fleet has not got it.
+	fps     map[string]*messages.CSIFingerprint
+	dirty   bool
+	putting bool
+}
+
+func newFleetState(f Fleet) *fleetState {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &fleetState{fleet: f, ctx: ctx, cancel: cancel, fps: map[string]*messages.CSIFingerprint{}}
+}
+
+// deferToFleet runs cmd against the Fleet on a goroutine; it reports
+// whether cmd is one the Fleet takes.
+func (a *catalogActor) deferToFleet(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) bool {
+	call := a.fleetCall(cmd)
+	if call == nil {
+		return false
+	}
+	replyTo = cmp.Or(replyTo, ctx.Sender())
+	if a.closing {
+		a.fleetReply(ctx, replyTo, fleetResponse(cmd, nil, catalogErrorf(ErrCatalogShutdown, "the catalog is shutting down")))
+		return true
+	}
+	a.cluster.calls++
+	root, self, fctx := ctx.ActorSystem().Root, ctx.Self(), a.cluster.ctx
+	go func() { root.Send(self, &fleetAnswered{replyTo: replyTo, resp: call(fctx)}) }()
+	return true
+}
+
+func (a *catalogActor) onFleetAnswered(ctx actor.Context, msg *fleetAnswered) {
+	a.cluster.calls = max(0, a.cluster.calls-1) // an instance restarted after a panic counts from 0
+	a.fleetReply(ctx, msg.replyTo, msg.resp)
+	a.finishShutdown(ctx)
+}
+
+func (a *catalogActor) fleetReply(ctx actor.Context, replyTo *actor.PID, resp proto.Message) {
+	if replyTo != nil {
+		ctx.Send(replyTo, resp)
+	}
+}
+
+// fleetCall is the Fleet call of cmd, which returns its answer; nil when
+// the Fleet does not take cmd.
+func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.Message {
+	f, nodeID := a.cluster.fleet, a.nodeID
+	switch cmd := cmd.(type) {
+	case *messages.RegisterVolume:
+		return func(ctx context.Context) proto.Message {
+			v, err := f.RegisterVolume(ctx, model.VolumeFromProto(cmd.GetVolume()))
+			return fleetResponse(cmd, v, err)
+		}
+	case *messages.DeregisterVolume:
+		return func(ctx context.Context) proto.Message {
+			return fleetResponse(cmd, nil, f.DeregisterVolume(ctx, cmd.GetNamespace(), cmd.GetVolumeId()))
+		}
+	case *messages.ClaimVolume:
+		return func(ctx context.Context) proto.Message {
+			v, err := fleetClaim(ctx, f, nodeID, cmd)
+			return fleetResponse(cmd, v, err)
+		}
+	case *messages.ReleaseVolume:
+		claim := &model.Claim{AllocID: cmd.GetAllocId(), NodeID: nodeID, State: model.ClaimState(cmd.GetState()),
+			LastError: lastErrorOf(cmd.GetLastError())}
+		return func(ctx context.Context) proto.Message {
+			v, err := f.Release(ctx, cmd.GetNamespace(), cmd.GetVolumeId(), claim)
+			return fleetResponse(cmd, v, err)
+		}
+	case *messages.MarkVolumeDeleting:
+		return func(ctx context.Context) proto.Message {
+			v, err := f.MarkVolumeDeleting(ctx, cmd.GetNamespace(), cmd.GetVolumeId())
+			return fleetResponse(cmd, v, err)
+		}
+	case *messages.RecordVolumeCapacity:
+		return func(ctx context.Context) proto.Message {
+			v, err := f.RecordVolumeCapacity(ctx, cmd.GetNamespace(), cmd.GetVolumeId(), cmd.GetCapacityBytes())
+			return fleetResponse(cmd, v, err)
+		}
+	case *messages.GetVolumeRequest:
+		return func(ctx context.Context) proto.Message {
+			v, err := f.GetVolume(ctx, cmd.GetNamespace(), cmd.GetVolumeId())
+			return fleetResponse(cmd, v, err)
+		}
+	case *messages.ListVolumesRequest:
+		return func(ctx context.Context) proto.Message {
+			stubs, err := f.ListVolumes(ctx, cmd.GetNamespace())
+			resp := &messages.ListVolumesResponse{Error: catalogErrorToProto(err)}
+			for _, s := range stubs {
+				resp.Volumes = append(resp.Volumes, stubProto(s))
+			}
+			return resp
+		}
+	case *messages.ListCatalogPluginsRequest:
+		return func(ctx context.Context) proto.Message {
+			plugins, err := f.Plugins(ctx)
+			resp := &messages.ListCatalogPluginsResponse{}
+			if err != nil {
+				resp.Error = catalogErrorToProto(err)
+			}
+			for _, p := range plugins {
+				resp.Plugins = append(resp.Plugins, p.Proto())
+			}
+			return resp
+		}
+	}
+	return nil
+}
+
+// fleetClaim checks a claim on its face and against the plugin and modes
+// it names, as the local catalog does, and has the Fleet apply it.
+func fleetClaim(ctx context.Context, f Fleet, nodeID string, cmd *messages.ClaimVolume) (*model.CSIVolume, error) {
+	claim := &model.Claim{
+		AllocID: cmd.GetAllocId(),
+		NodeID:  cmp.Or(cmd.GetNodeId(), nodeID),
+		Mode:    model.ClaimMode(cmd.GetMode()),
+		State:   model.ClaimStateTaken,
+	}
+	if err := cmp.Or(checkClaim(claim), checkUsage(cmd)); err != nil {
+		return nil, err
+	}
+	if cmd.GetPluginId() != "" || cmd.GetAccessMode() != "" || cmd.GetAttachmentMode() != "" {
+		// A volume's plugin and modes change only while nobody holds a
+		// claim, so checking them before the claim is as good as within it.
+		v, err := f.GetVolume(ctx, cmd.GetNamespace(), cmd.GetVolumeId())
+		if err == nil {
+			err = usageConflict(v, cmd)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return f.Claim(ctx, cmd.GetNamespace(), cmd.GetVolumeId(), claim)
+}
+
+// fleetResponse is the answer to cmd carrying v or err.
+func fleetResponse(cmd proto.Message, v *model.CSIVolume, err error) proto.Message {
+	answer := catalogErrorToProto(err)
+	var volume *messages.CatalogVolume
+	if err == nil && v != nil {
+		volume = v.Proto()
+	}
+	switch cmd.(type) {
+	case *messages.RegisterVolume:
+		return &messages.RegisterVolumeResponse{Error: answer, Volume: volume}
+	case *messages.DeregisterVolume:
+		return &messages.DeregisterVolumeResponse{Error: answer}
+	case *messages.ClaimVolume:
+		return &messages.ClaimVolumeResponse{Error: answer, Volume: volume}
+	case *messages.ReleaseVolume:
+		return &messages.ReleaseVolumeResponse{Error: answer, Volume: volume}
+	case *messages.MarkVolumeDeleting:
+		return &messages.MarkVolumeDeletingResponse{Error: answer, Volume: volume}
+	case *messages.RecordVolumeCapacity:
+		return &messages.RecordVolumeCapacityResponse{Error: answer, Volume: volume}
+	case *messages.GetVolumeRequest:
+		return &messages.GetVolumeResponse{Error: answer, Volume: volume}
+	case *messages.ListVolumesRequest:
+		return &messages.ListVolumesResponse{Error: answer}
+	case *messages.ListCatalogPluginsRequest:
+		return &messages.ListCatalogPluginsResponse{Error: answer}
+	}
+	return nil
+}
+
+// stubProto is the protobuf form of a volume's list summary.
+func stubProto(s *model.CSIVolumeStub) *messages.CatalogVolumeStub {
+	v := &model.CSIVolume{
+		ID: s.ID, Namespace: s.Namespace, PluginID: s.PluginID,
+		AccessMode: s.AccessMode, AttachmentMode: s.AttachmentMode, Topologies: s.Topologies,
+		Health: s.Health, ResourceExhausted: s.ResourceExhausted,
+		CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex,
+	}
+	m := v.StubProto()
+	m.CurrentReaders, m.CurrentWriters = int64(s.CurrentReaders), int64(s.CurrentWriters)
+	return m
+}
+
+// forwardFingerprint keeps fp as the latest word of its plugin service on
+// this node, unless it is the final word of an instance that another
+// alloc has replaced, and sends this node's fingerprints to the Fleet.
+func (a *catalogActor) forwardFingerprint(ctx actor.Context, fp *messages.CSIFingerprint) {
+	if info, err := model.InstanceFromFingerprint(fp); err != nil || names.Check("plugin name", info.PluginID) != nil {
+		return // refused by the local catalog too
+	}
+	key := fp.GetType() + "/" + fp.GetName()
+	if old := a.cluster.fps[key]; old != nil && old.GetAllocId() != fp.GetAllocId() &&
+		!fp.GetHealthy() && fp.GetHealthDescription() == csi.StoppedDescription {
+		return
+	}
+	a.cluster.fps[key] = fp
+	a.cluster.dirty = true
+	a.putFingerprints(ctx)
+}
+
+// putFingerprints sends this node's fingerprints to the Fleet, unless a
+// call is in flight (its answer sends what changed meanwhile).
+func (a *catalogActor) putFingerprints(ctx actor.Context) {
+	c := a.cluster
+	if c.putting || !c.dirty || a.closing {
+		return
+	}
+	c.putting, c.dirty = true, false
+	fps := make([]*messages.CSIFingerprint, 0, len(c.fps))
+	for _, key := range slices.Sorted(maps.Keys(c.fps)) {
+		fps = append(fps, c.fps[key])
+	}
+	c.calls++
+	f, fctx, root, self := c.fleet, c.ctx, ctx.ActorSystem().Root, ctx.Self()
+	go func() {
+		err := f.PutFingerprints(fctx, fps)
+		if err != nil {
+			select {
+			case <-fctx.Done():
+			case <-time.After(fleetRetryDelay):
+			}
+		}
+		root.Send(self, &fleetFingerprintsPut{err: err})
+	}()
+}
+
+func (a *catalogActor) onFleetFingerprintsPut(ctx actor.Context, msg *fleetFingerprintsPut) {
+	c := a.cluster
+	c.calls = max(0, c.calls-1)
+	c.putting = false
+	if msg.err != nil {
+		c.dirty = true
+		if !a.closing {
+			a.log.Warn("the cluster-wide catalog did not take this node's fingerprints; trying again", "error", msg.err)
+		}
+	}
+	a.putFingerprints(ctx)
+	a.finishShutdown(ctx)
+}

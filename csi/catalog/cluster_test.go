@@ -1,0 +1,93 @@
+package catalog_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// clusterNode is a catalog in cluster mode, on a Fleet of its own node,
+// with a probe as its CSI manager.
+type clusterNode struct {
+	cat     *catalog.Catalog
+	manager *probe.Probe
+}
+
+// startClusterNode starts node's catalog on a fleet.Store on srv; the
+// catalog shuts down, then the store closes, when the test ends.
+func startClusterNode(t *testing.T, srv *etcdtest.Server, node string) *clusterNode {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), catWait)
+	defer cancel()
+	store, err := fleet.Open(ctx, fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL,
+		RequestTimeout: time.Second, Logger: probe.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	system := probe.NewSystem(t)
+	manager := probe.New(t, system)
+	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: node, Manager: manager.PID(),
+		Logger: probe.Logger(t), Fleet: store})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
+	probe.Expect[*messages.SubscribeCSI](t, manager, catWait)
+	return &clusterNode{cat: cat, manager: manager}
+}
+
+// TestCatalogsInClusterModeShareOneCatalog runs two nodes' catalogs on one
+// etcd and checks that volumes, claims and plugin health are one across
+// them, whichever path a claim takes (the facade or a ClaimVolume
+// message), and that an outage of etcd refuses claims with
+// ErrFleetUnavailable.
+func TestCatalogsInClusterModeShareOneCatalog(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, b := startClusterNode(t, srv, "node-a"), startClusterNode(t, srv, "node-b")
+	ctx := context.Background()
+	a.manager.Send(a.cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: catNodeFingerprint("hostpath", "p1", true)})
+	b.manager.Send(b.cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: catNodeFingerprint("hostpath", "p2", true)})
+	require.Eventually(t, func() bool {
+		plugins, err := b.cat.Plugins(ctx)
+		return err == nil && len(plugins) == 1 && plugins[0].NodesHealthy == 2
+	}, catWait, 20*time.Millisecond, "each node's fingerprint reaches the fleet: two healthy node plugins")
+
+	_, err := a.cat.RegisterVolume(ctx, catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
+	require.NoError(t, err)
+	stubs, err := b.cat.ListVolumes(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"default/db"}, catStubNames(stubs))
+	require.True(t, stubs[0].Schedulable)
+
+	require.NoError(t, a.cat.Claim(ctx, catClaim("db", "alloc-a", false)))
+	err = b.cat.Claim(ctx, catClaim("db", "alloc-b", false))
+	require.ErrorIs(t, err, csi.ErrClaimRefused, "the facade on node b sees node a's writer")
+	resp := probe.Ask[*messages.ClaimVolumeResponse](t, b.manager, b.cat.PID(),
+		&messages.ClaimVolume{VolumeId: "db", AllocId: "alloc-c", Mode: string(model.ClaimModeRead)}, catWait)
+	require.ErrorIs(t, catalog.CatalogErrorFromProto(resp.GetError()), model.ErrNodeConflict,
+		"a ClaimVolume message on node b reaches the fleet too")
+	err = b.cat.Claim(ctx, csi.ClaimRequest{VolumeID: "db", AllocID: "alloc-d", Plugin: "other"})
+	require.ErrorIs(t, err, csi.ErrClaimRefused, "a claim through another plugin is refused as on one node")
+
+	v, err := b.cat.GetVolume(ctx, "", "db")
+	require.NoError(t, err)
+	require.Equal(t, []string{"alloc-a"}, v.Claimants())
+	require.Equal(t, "node-a", v.WriteClaims["alloc-a"].NodeID)
+	require.NoError(t, a.cat.Release(ctx, catClaim("db", "alloc-a", false)))
+	require.NoError(t, b.cat.Claim(ctx, catClaim("db", "alloc-b", false)))
+
+	srv.Stop()
+	err = a.cat.Claim(ctx, catClaim("db", "alloc-e", true))
+	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
+	require.Contains(t, err.Error(), "claims are refused until etcd answers")
+	_, err = a.cat.Plugins(ctx)
+	require.ErrorIs(t, err, catalog.ErrFleetUnavailable, "no plugin list is guessed from memory")
+	srv.Restart()
+}

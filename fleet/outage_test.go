@@ -1,0 +1,102 @@
+package fleet_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// TestARestartOfEtcdIsSurvived restarts etcd under two nodes and checks
+// that the claims made before are there after, and that claims and counts
+// work again.
+func TestARestartOfEtcdIsSurvived(t *testing.T) {
+	srv := etcdtest.Start(t)
+	short := func(c *fleet.Config) { c.RequestTimeout = 500 * time.Millisecond }
+	a, b := open(t, srv, "node-a", short), open(t, srv, "node-b", short)
+	healthyNode(t, a)
+	healthyNode(t, b)
+	ctx := testCtx(t)
+	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
+	_, err := a.Claim(ctx, "", "db", writeClaim("alloc-a", "node-a"))
+	require.NoError(t, err)
+
+	srv.Restart()
+	restarted := time.Now()
+
+	for _, s := range []*fleet.Store{a, b} {
+		require.Eventually(t, func() bool { return second(s.GetVolume(ctx, "", "db")) == nil }, timeout, 50*time.Millisecond,
+			"%s reaches etcd again by itself", s.NodeID())
+	}
+	t.Logf("both nodes reached etcd %v after its restart", time.Since(restarted))
+	_, err = b.Claim(ctx, "", "db", writeClaim("alloc-b", "node-b"))
+	require.ErrorIs(t, err, csi.ErrClaimRefused, "node a's claim survived the restart")
+	v, err := b.GetVolume(ctx, "", "db")
+	require.NoError(t, err)
+	require.Equal(t, []string{"alloc-a"}, v.Claimants())
+	require.Equal(t, counts{0, 2}, countsOf(t, b, "ebs"))
+	_, err = a.Release(ctx, "", "db", free("alloc-a"))
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, "", "db", writeClaim("alloc-b", "node-b"))
+	require.NoError(t, err)
+}
+
+// TestANodeCutOffFromEtcdRefusesClaimsAndRecovers stops etcd: every call
+// fails within the request timeout with ErrFleetUnavailable and a message
+// naming the endpoints; once etcd is back (after the node's lease has run
+// out), claims work again and the node is counted again under a new lease.
+func TestANodeCutOffFromEtcdRefusesClaimsAndRecovers(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const requestTimeout = 500 * time.Millisecond
+	a := open(t, srv, "node-a", func(c *fleet.Config) { c.RequestTimeout = requestTimeout })
+	healthyNode(t, a)
+	ctx := testCtx(t)
+	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
+
+	srv.Stop()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"claim", func() error { return second(a.Claim(ctx, "", "db", writeClaim("alloc-1", "node-a"))) }},
+		{"release", func() error { return second(a.Release(ctx, "", "db", free("alloc-1"))) }},
+		{"get", func() error { return second(a.GetVolume(ctx, "", "db")) }},
+		{"list", func() error { return second(a.ListVolumes(ctx, "")) }},
+		{"plugins", func() error { return second(a.Plugins(ctx)) }},
+		{"fingerprints", func() error {
+			return a.PutFingerprints(ctx, []*messages.CSIFingerprint{nodePlugin("ebs", "plugin-node-a", true)})
+		}},
+	}
+	for _, c := range calls {
+		start := time.Now()
+		err := c.call()
+		require.ErrorIs(t, err, catalog.ErrFleetUnavailable, c.name)
+		require.Less(t, time.Since(start), timeout, "%s fails within its request timeout, not at the test's", c.name)
+		require.Contains(t, err.Error(), srv.Endpoints()[0], "%s names the endpoints", c.name)
+		require.Contains(t, err.Error(), "claims are refused until etcd answers")
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := a.Claim(cancelled, "", "db", writeClaim("alloc-1", "node-a"))
+	require.ErrorIs(t, err, context.Canceled, "the caller's own cancellation is not an outage")
+
+	time.Sleep(fleet.MinLeaseTTL + requestTimeout) // the lease runs out while etcd is away: nothing to probe
+	srv.Restart()
+	require.Eventually(t, func() bool {
+		_, err := a.Claim(ctx, "", "db", writeClaim("alloc-1", "node-a"))
+		return err == nil
+	}, timeout, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return countsOf(t, a, "ebs") == counts{0, 1}
+	}, timeout, 50*time.Millisecond, "the node's fingerprints are put again under its new lease")
+	time.Sleep(2 * fleet.MinLeaseTTL) // the old lease, restored by etcd, expires: the new one must hold
+	require.Equal(t, counts{0, 1}, countsOf(t, a, "ebs"))
+}
