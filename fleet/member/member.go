@@ -251,6 +251,9 @@ func (m *Member) Members() []string {
 	return ids
 }
 
+// Store is the member's fleet.Store (for fleet.StartGC, say).
+func (m *Member) Store() *fleet.Store { return m.store.Load() }
+
 // topologyChanged is closed at the next change of the topology.
 func (m *Member) topologyChanged() <-chan struct{} { return *m.changed.Load() }
 
