@@ -33,6 +33,10 @@ import (
 // DefaultClusterName is the cluster's name when Config.ClusterName is empty.
 const DefaultClusterName = "plugvisor"
 
+// remoteQueueSize bounds the messages waiting for one peer, or for the
+// remote's endpoint manager.
+const remoteQueueSize = 16 << 10
+
 // ErrInvalidConfig: a Config field is wrong; the error names it and the fix.
 var ErrInvalidConfig = errors.New("member: invalid config")
 
@@ -159,7 +163,10 @@ func Start(cfg Config) (m *Member, err error) {
 		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
 	}
 	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
-	rc := remote.Configure(host, port, remoteOptions(cfg.TLS)...)
+	// protoactor's endpoint queues default to a million entries each,
+	// allocated up front: hundreds of MiB per member.
+	rc := remote.Configure(host, port, append(remoteOptions(cfg.TLS),
+		remote.WithEndpointWriterQueueSize(remoteQueueSize), remote.WithEndpointManagerQueueSize(remoteQueueSize))...)
 	// protoactor's endpoint writer dials a peer up to MaxRetryCount times
 	// and leaks the gRPC connection of every failed attempt but the last,
 	// which then redials forever: a dead peer gets one attempt, whose
@@ -167,10 +174,16 @@ func Start(cfg Config) (m *Member, err error) {
 	rc.MaxRetryCount = 1
 	m = &Member{cfg: cfg, log: log, system: system, provider: p}
 	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, cfg.Fleet.RequestTimeout, log))
+	// Membership is etcd's: protoactor's gossip must not exclude a member
+	// whose heartbeats it missed (on a loaded host it does, for good, while
+	// the member's lease is alive), so its expiry is an hour; and nothing
+	// of ours reads the gossip, so it runs every second, not every 300 ms.
 	cc := cluster.Configure(cfg.ClusterName, p, disthash.New(), rc,
 		cluster.WithKinds(kind),
 		cluster.WithRequestTimeout(cfg.Fleet.RequestTimeout),
+		cluster.WithHeartbeatExpiration(time.Hour),
 	)
+	cc.GossipInterval = time.Second
 	m.cluster = cluster.New(system, cc)
 	m.router = newRouter(m)
 	m.topology.Store(&[]*cluster.Member{})
