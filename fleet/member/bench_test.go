@@ -33,8 +33,11 @@ type benchCluster struct {
 	etcd    *etcdtest.Server
 	members []*member.Member
 	volumes []string
-	// startHeap is the heap the members added, all together.
+	// memberHeap is the heap the members added, all together; grainHeap
+	// the heap that registering the volumes added (a grain each).
 	memberHeap, grainHeap uint64
+	// failover is the failover time, once measured.
+	failover time.Duration
 }
 
 var (
@@ -216,9 +219,12 @@ func BenchmarkFleetOfTwentyMembers(b *testing.B) {
 	b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
 	b.ReportMetric(float64(c.grainHeap)/float64(len(c.volumes)), "B/grain")
 	if b.N == 1 {
-		return // the first, probing run of the benchmark: the failover is measured once, on the real run
+		return // the first, probing run of the benchmark: the failover is measured on a real run
 	}
-	b.ReportMetric(failover(b, c).Seconds(), "failover-s")
+	if c.failover == 0 {
+		c.failover = failover(b, c) // once: the later runs report it again
+	}
+	b.ReportMetric(c.failover.Seconds(), "failover-s")
 }
 
 // failover crashes the cluster's last member and returns how long until

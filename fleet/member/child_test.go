@@ -37,6 +37,7 @@ import (
 const (
 	childEnv     = "PLUGVISOR_MEMBER_CHILD" // the node ID
 	childEtcdEnv = "PLUGVISOR_MEMBER_ETCD"  // comma-separated endpoints
+	childTLSEnv  = "PLUGVISOR_MEMBER_TLS"   // a directory of ca.pem, member.pem, member-key.pem
 	childTTL     = 2 * time.Second
 	// timeout is generous: the machine is shared and protoactor's start-up
 	// alone takes a second per member.
@@ -48,6 +49,11 @@ const (
 // goroutine was left behind.
 func runChild() int {
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Info, Name: os.Getenv(childEnv)})
+	remoteTLS, err := childTLS(os.Getenv(childTLSEnv))
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		return 1
+	}
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
 			Endpoints: strings.Split(os.Getenv(childEtcdEnv), ","),
@@ -56,6 +62,7 @@ func runChild() int {
 			Logger:    log,
 		},
 		Address: "127.0.0.1:0",
+		TLS:     remoteTLS,
 	})
 	if err != nil {
 		fmt.Printf("error %v\n", err)
@@ -189,12 +196,13 @@ type child struct {
 // startChild starts a member in a child process and waits until it has
 // joined; it stops with the test, and the test fails if it leaves a
 // goroutine running.
-func startChild(t *testing.T, endpoints []string, node string) *child {
+func startChild(t *testing.T, endpoints []string, node string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	races := filepath.Join(t.TempDir(), "race")
 	cmd.Env = append(os.Environ(), childEnv+"="+node, childEtcdEnv+"="+strings.Join(endpoints, ","),
 		"GORACE=exitcode=0 log_path="+races)
+	cmd.Env = append(cmd.Env, env...)
 	c := &child{t: t, node: node, cmd: cmd, lines: make(chan string, 16), stderr: &probe.LogBuffer{}}
 	cmd.Stderr = c.stderr
 	var err error
