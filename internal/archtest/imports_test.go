@@ -51,6 +51,7 @@ var mayImport = map[string][]string{
 	"cmd/plugvisor":               {"*"},
 	"cmd/hostpath-csi":            {"csi/hostpath"},
 	"internal/archtest":           nil,
+	"internal/testpki":            nil,
 	"fleet/etcdtest":              nil,
 	"fleet":                       {"csi/catalog", "csi/catalog/model", "names", "messages"},
 	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "actors", "messages"},
