@@ -39,6 +39,7 @@ FUZZ_TARGETS := \
 	registry:FuzzValidatePlugin \
 	csi/catalog/model:FuzzClaims csi/volumes:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
+	fleet:FuzzDecodeRecord \
 	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody

@@ -25,7 +25,7 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 	// DefaultMaxAttempts bounds the attempts of one claim or release that
 	// lose the race to other writers of the same volume.
-	DefaultMaxAttempts = 32
+	DefaultMaxAttempts = 256
 )
 
 // Config configures a Store. Endpoints and NodeID are required.
@@ -46,7 +46,8 @@ type Config struct {
 	// RequestTimeout bounds each call to etcd (default DefaultRequestTimeout).
 	RequestTimeout time.Duration
 	// MaxAttempts bounds the attempts of a claim or release that keeps
-	// losing the race for its volume (default DefaultMaxAttempts).
+	// losing the race for its volume (default DefaultMaxAttempts); the
+	// request timeout bounds them too.
 	MaxAttempts int
 	// Logger receives the fleet's log lines; nil discards them.
 	Logger hclog.Logger

@@ -176,7 +176,7 @@ func (g *GC) freeNode(ctx context.Context, v *model.CSIVolume, node string, down
 			return v, nil
 		}
 		return changed, nil
-	}, nodeGone)
+	}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return []clientv3.Cmp{nodeGone}, nil })
 	if err != nil {
 		return nil, err
 	}

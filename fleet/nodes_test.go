@@ -87,6 +87,7 @@ func TestABadFingerprintIsRefusedAndChangesNothing(t *testing.T) {
 // node out, and that GC frees it only once the node has been down for the
 // grace period.
 func TestADeadNodeDropsOutButKeepsItsClaimsUntilGCFreesThem(t *testing.T) {
+	t.Parallel() // mostly waiting for etcd to stop or a lease to run out
 	srv := etcdtest.Start(t)
 	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
 	healthyNode(t, a)

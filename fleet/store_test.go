@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -78,6 +79,8 @@ func TestErrorsKeepTheCatalogsSentinels(t *testing.T) {
 			second(s.Claim(ctx, "", "nope", writeClaim("alloc-2", "node-a"))), catalog.ErrVolumeNotFound},
 		{"getting an unknown volume is not found",
 			second(s.GetVolume(ctx, "", "nope")), catalog.ErrVolumeNotFound},
+		{"listing an unsafe namespace is invalid",
+			second(s.ListVolumes(ctx, "a/b")), catalog.ErrCatalogInvalid},
 		{"an unsafe volume ID is invalid",
 			second(s.GetVolume(ctx, "", "../etc")), catalog.ErrCatalogInvalid},
 		{"a claim with an unsafe alloc ID is invalid",
@@ -119,9 +122,14 @@ func TestTheVolumeLifecycleOutsideClaims(t *testing.T) {
 	registered(t, s, volume("logs", model.AccessModeMultiNodeReader))
 	other := volume("db", model.AccessModeMultiNodeReader)
 	other.Namespace = "prod"
+	_, err := s.RegisterVolume(ctx, other)
+	var all []*model.CSIVolumeStub
+	require.ErrorIs(t, err, catalog.ErrVolumeConflict, "plugin volume db is default/db already")
+	require.Contains(t, err.Error(), `already catalog volume "db" in namespace "default"`)
+	other.ExternalID = "db-prod"
 	registered(t, s, other)
 
-	all, err := s.ListVolumes(ctx, "")
+	all, err = s.ListVolumes(ctx, "")
 	require.NoError(t, err)
 	require.Len(t, all, 3)
 	require.Equal(t, []string{"default/db", "default/logs", "prod/db"},
@@ -164,4 +172,15 @@ func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
 			require.Contains(t, err.Error(), tt.field)
 		})
 	}
+}
+
+// TestOpenWithoutEtcdIsUnavailable opens a Store on a port where no etcd
+// listens: it fails within its request timeout, naming the endpoint.
+func TestOpenWithoutEtcdIsUnavailable(t *testing.T) {
+	srv := etcdtest.Start(t)
+	endpoints := srv.Endpoints()
+	srv.Stop()
+	_, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: endpoints, NodeID: "node-a", RequestTimeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
+	require.Contains(t, err.Error(), endpoints[0])
 }

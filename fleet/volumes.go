@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -10,6 +12,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // RegisterVolume adds v or changes the description of a volume with no
@@ -25,7 +28,34 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	}
 	return s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
 		return catalog.RegisterOver(old, v)
-	})
+	}, s.pluginVolumeFree)
+}
+
+// pluginVolumeFree refuses, by the catalog's rules
+// (catalog.PluginVolumeTaken), a registration of v whose plugin volume
+// another volume holds, and guards the write: no volume may change between
+// this look and the write.
+func (s *Store) pluginVolumeFree(ctx context.Context, v *model.CSIVolume) ([]clientv3.Cmp, error) {
+	resp, err := s.client.Get(ctx, s.keys.volumes(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdErr(err)
+	}
+	key := s.keys.volume(v.Namespace, v.ID)
+	var others []*model.CSIVolume
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == key {
+			continue
+		}
+		o, err := s.decodeVolume(kv)
+		if err != nil {
+			return nil, err
+		}
+		others = append(others, o)
+	}
+	if err := catalog.PluginVolumeTaken(v, others); err != nil {
+		return nil, err
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.keys.volumes()), "<", resp.Header.Revision+1).WithPrefix()}, nil
 }
 
 // GetVolume returns a volume with its claims, its health following its
@@ -75,52 +105,99 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // update reads the volume (nil when absent) with its health, asks change
 // for what to write (the same pointer: nothing; nil: delete), and writes it
 // in a transaction that compares the record's mod revision with the one
-// read (and holds the guards). On a lost race it reads again and retries, at most MaxAttempts
-// times; then it gives up with catalog.ErrCatalogStore. It returns what it
-// wrote, with etcd's revisions as indexes.
+// read (and the guards that guard, when given, returns for what is to be
+// written). On a lost race it pauses a little (see
+// backOff), reads again and retries, at most MaxAttempts times; then it
+// gives up with catalog.ErrCatalogStore. It returns what it wrote, with
+// etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
-	change func(*model.CSIVolume) (*model.CSIVolume, error), guards ...clientv3.Cmp) (*model.CSIVolume, error) {
-	key := s.keys.volume(ns, id)
+	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
 	var out *model.CSIVolume
 	err := s.call(ctx, what, func(ctx context.Context) error {
-		for range s.cfg.MaxAttempts {
-			v, rev, err := s.readVolume(ctx, ns, id)
-			if err != nil {
+		for attempt := range s.cfg.MaxAttempts {
+			if attempt > 0 && backOff(ctx, attempt) != nil {
+				return s.lostRaces(what, ns, id, attempt)
+			}
+			won, err := s.attempt(ctx, ns, id, change, guard, &out)
+			if err != nil || won {
 				return err
-			}
-			next, err := change(v)
-			if err != nil || next == v {
-				out = next
-				return err
-			}
-			write := clientv3.OpDelete(key)
-			if next != nil {
-				value, err := encodeRecord(key, next.Proto())
-				if err != nil {
-					return err
-				}
-				write = clientv3.OpPut(key, value)
-			}
-			resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(write).Commit()
-			if err != nil {
-				return etcdErr(err)
-			}
-			if resp.Succeeded {
-				if next != nil {
-					next = next.Copy()
-					next.ModifyIndex = uint64(resp.Header.Revision)
-					if v == nil {
-						next.CreateIndex = next.ModifyIndex
-					}
-				}
-				out = next
-				return nil
 			}
 		}
-		return catalog.FleetErrorf(catalog.ErrCatalogStore, "fleet: %s of volume %s/%s lost the race to other writers %d times in a row; try again",
-			what, ns, id, s.cfg.MaxAttempts)
+		return s.lostRaces(what, ns, id, s.cfg.MaxAttempts)
 	})
 	return out, err
+}
+
+// lostRaces is the error of a write that lost the race for its volume
+// times times in a row, until its attempts or its time ran out.
+func (s *Store) lostRaces(what, ns, id string, times int) error {
+	return catalog.FleetErrorf(catalog.ErrCatalogStore,
+		"fleet: %s of volume %s/%s lost the race to other writers %d times in a row (limits: %d attempts, Config.MaxAttempts, within %v, Config.RequestTimeout); try again",
+		what, ns, id, times, s.cfg.MaxAttempts, s.cfg.RequestTimeout)
+}
+
+// attempt is one read, change and compare-and-write of update; it reports
+// whether the write won (or nothing was to write), with *out set.
+func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.CSIVolume) (*model.CSIVolume, error),
+	guard guardFunc, out **model.CSIVolume) (bool, error) {
+	key := s.keys.volume(ns, id)
+	v, rev, err := s.readVolume(ctx, ns, id)
+	if err != nil {
+		return false, err
+	}
+	next, err := change(v)
+	if err != nil || next == v {
+		*out = next
+		return true, err
+	}
+	var guards []clientv3.Cmp
+	if guard != nil && next != nil {
+		if guards, err = guard(ctx, next); err != nil {
+			return false, err
+		}
+	}
+	write := clientv3.OpDelete(key)
+	if next != nil {
+		value, err := encodeRecord(key, next.Proto())
+		if err != nil {
+			return false, err
+		}
+		write = clientv3.OpPut(key, value)
+	}
+	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(write).Commit()
+	if err != nil || !resp.Succeeded {
+		return false, etcdErr(err)
+	}
+	if next != nil {
+		next = next.Copy()
+		next.ModifyIndex = uint64(resp.Header.Revision)
+		if v == nil {
+			next.CreateIndex = next.ModifyIndex
+		}
+	}
+	*out = next
+	return true, nil
+}
+
+// guardFunc checks what is about to be written and returns the compares
+// that must hold for the write.
+type guardFunc func(ctx context.Context, next *model.CSIVolume) ([]clientv3.Cmp, error)
+
+// maxBackOff bounds the pause between two attempts at a volume.
+const maxBackOff = 50 * time.Millisecond
+
+// backOff pauses before attempt (>0): a random time up
+// to 2^attempt milliseconds, at most maxBackOff (full jitter), so that
+// writers who keep colliding on one volume spread out.
+func backOff(ctx context.Context, attempt int) error {
+	pause := time.NewTimer(rand.N(min(time.Millisecond<<min(attempt, 16), maxBackOff)))
+	defer pause.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-pause.C:
+		return nil
+	}
 }
 
 // readVolume reads a volume and the fingerprints at one revision, and
@@ -200,11 +277,10 @@ func (s *Store) RecordVolumeCapacity(ctx context.Context, namespace, id string, 
 func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
 	prefix := s.keys.volumes()
 	if namespace != "" {
-		ns, err := catalog.VolumeKey(namespace, "list")
-		if err != nil {
-			return nil, err
+		if err := names.Check("namespace", namespace); err != nil {
+			return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%v", err)
 		}
-		prefix = s.keys.namespace(ns)
+		prefix = s.keys.namespace(namespace)
 	}
 	var out []*model.CSIVolumeStub
 	err := s.call(ctx, "list volumes", func(ctx context.Context) error {
@@ -244,5 +320,5 @@ func (s *Store) changeVolume(ctx context.Context, what, namespace, id string,
 			return nil, catalog.NotFound(ns, id)
 		}
 		return rule(v)
-	})
+	}, nil)
 }

@@ -128,6 +128,14 @@ func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.
 			v, err := f.RecordVolumeCapacity(ctx, cmd.GetNamespace(), cmd.GetVolumeId(), cmd.GetCapacityBytes())
 			return fleetResponse(cmd, v, err)
 		}
+	}
+	return fleetQuery(f, cmd)
+}
+
+// fleetQuery is the Fleet call of a query, which returns its answer; nil
+// when cmd is no query the Fleet takes.
+func fleetQuery(f Fleet, cmd proto.Message) func(context.Context) proto.Message {
+	switch cmd := cmd.(type) {
 	case *messages.GetVolumeRequest:
 		return func(ctx context.Context) proto.Message {
 			v, err := f.GetVolume(ctx, cmd.GetNamespace(), cmd.GetVolumeId())

@@ -34,12 +34,25 @@ func createdConflictError(key volumeKey, old *model.CSIVolume) error {
 // externalIDTaken refuses a registration of v under key whose plugin
 // volume (plugin, external ID) another catalog volume holds.
 func (a *catalogActor) externalIDTaken(key volumeKey, v *model.CSIVolume) error {
-	for _, other := range a.state.sortedVolumeKeys() {
-		o := a.state.volumes[other]
-		if other != key && o.PluginID == v.PluginID && o.PluginVolumeID() == v.ExternalID {
+	others := make([]*model.CSIVolume, 0, len(a.state.volumes))
+	for _, k := range a.state.sortedVolumeKeys() {
+		if k != key {
+			others = append(others, a.state.volumes[k])
+		}
+	}
+	return PluginVolumeTaken(v, others)
+}
+
+// PluginVolumeTaken refuses, with ErrVolumeConflict naming the volume that
+// holds it, a registration of v whose plugin volume (plugin, external ID)
+// one of others, volumes other than v, holds: a plugin volume lives in one
+// catalog volume only.
+func PluginVolumeTaken(v *model.CSIVolume, others []*model.CSIVolume) error {
+	for _, o := range others {
+		if o.PluginID == v.PluginID && o.PluginVolumeID() == v.PluginVolumeID() {
 			return catalogErrorf(ErrVolumeConflict,
-				"volume %s: plugin %q volume %q is already catalog volume %q in namespace %q; a plugin volume lives in one namespace only (use that volume, or deregister it first)",
-				key, v.PluginID, v.ExternalID, o.ID, o.Namespace)
+				"volume %s/%s: plugin %q volume %q is already catalog volume %q in namespace %q; a plugin volume lives in one namespace only (use that volume, or deregister it first)",
+				v.Namespace, v.ID, v.PluginID, v.PluginVolumeID(), o.ID, o.Namespace)
 		}
 	}
 	return nil
