@@ -208,6 +208,13 @@ func BenchmarkClaimsThreeMembersEightCallers(b *testing.B) {
 	b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
 }
 
+// BenchmarkClaimsOneHotVolumeThroughItsGrain: the same 24 callers on one
+// multi-writer volume, whose grain runs their claims one at a time.
+func BenchmarkClaimsOneHotVolumeThroughItsGrain(b *testing.B) {
+	c := startBenchCluster(b, "hot", 3, 1)
+	runCallers(b, c, 8)
+}
+
 // BenchmarkFleetOfTwentyMembers is the simulation of a fleet: 20 members
 // holding 10,000 volumes (each registered through its grain, which stays
 // active), one caller on each member claiming and freeing volumes at random;
