@@ -2,6 +2,7 @@ package member_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +39,9 @@ const (
 	childEnv     = "PLUGVISOR_MEMBER_CHILD" // the node ID
 	childEtcdEnv = "PLUGVISOR_MEMBER_ETCD"  // comma-separated endpoints
 	childTLSEnv  = "PLUGVISOR_MEMBER_TLS"   // a directory of ca.pem, member.pem, member-key.pem
-	childTTL     = 2 * time.Second
+	// childAddressEnv is the member's address (default 127.0.0.1:0).
+	childAddressEnv = "PLUGVISOR_MEMBER_ADDRESS"
+	childTTL        = 2 * time.Second
 	// timeout is generous: the machine is shared and protoactor's start-up
 	// alone takes a second per member.
 	timeout = 60 * time.Second
@@ -61,7 +64,7 @@ func runChild() int {
 			LeaseTTL:  childTTL,
 			Logger:    log,
 		},
-		Address: "127.0.0.1:0",
+		Address: cmp.Or(os.Getenv(childAddressEnv), "127.0.0.1:0"),
 		TLS:     remoteTLS,
 	})
 	if err != nil {

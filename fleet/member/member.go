@@ -33,6 +33,10 @@ import (
 // DefaultClusterName is the cluster's name when Config.ClusterName is empty.
 const DefaultClusterName = "plugvisor"
 
+// unstartedAddress is the address of an actor system whose remote has not
+// started (protoactor's "nonhost").
+const unstartedAddress = "nonhost"
+
 // remoteQueueSize bounds the messages waiting for one peer, or for the
 // remote's endpoint manager.
 const remoteQueueSize = 16 << 10
@@ -315,7 +319,9 @@ func (m *Member) stopCluster() {
 	if c.Gossip != nil {
 		c.Gossip.Shutdown()
 	}
-	if c.Remote != nil {
+	// A remote that failed to listen has no server to stop: its actor
+	// system kept protoactor's placeholder address.
+	if c.Remote != nil && m.system.Address() != unstartedAddress {
 		for _, mem := range *m.topology.Load() {
 			if mem.Id != m.system.ID {
 				m.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: mem.Address()})

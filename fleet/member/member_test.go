@@ -2,6 +2,10 @@ package member_test
 
 import (
 	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,4 +56,19 @@ func TestAKilledMemberLeavesWhenItsLeaseExpires(t *testing.T) {
 	require.Equal(t, int64(3), memberKeys(t, s), "a killed member's key stays until its lease expires")
 	waitMembers(t, cs[:2], cs[:2]...)
 	t.Logf("the others saw the killed member leave after %v (lease TTL %v)", time.Since(killed), childTTL)
+}
+
+func TestAnAddressInUseIsAnErrorAndLeavesNothingBehind(t *testing.T) {
+	s := etcdtest.Start(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=a", childEtcdEnv+"="+strings.Join(s.Endpoints(), ","),
+		childAddressEnv+"="+l.Addr().String())
+	out, err := cmd.Output()
+	require.Error(t, err, "the child exits 1")
+	require.Contains(t, string(out), "error member: join the cluster at "+l.Addr().String())
+	require.Zero(t, memberKeys(t, s), "the member registered nothing")
 }
