@@ -177,7 +177,10 @@ func Start(cfg Config) (m *Member, err error) {
 	// connection is closed with its writer.
 	rc.MaxRetryCount = 1
 	m = &Member{cfg: cfg, log: log, system: system, provider: p}
-	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, cfg.Fleet.RequestTimeout, log))
+	// A grain gives the Store twice its request timeout, so that an etcd
+	// that does not answer fails the Store's own call first, as
+	// catalog.ErrFleetUnavailable, rather than the grain's deadline.
+	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, log))
 	// Membership is etcd's: protoactor's gossip must not exclude a member
 	// whose heartbeats it missed (on a loaded host it does, for good, while
 	// the member's lease is alive), so its expiry is an hour; and nothing

@@ -24,7 +24,7 @@ import (
 // A change whose grain does not answer (its member died and the topology
 // has not caught up, or it is starting on another member) is sent again
 // until ctx ends, or, when ctx has no deadline, for the membership lease
-// TTL plus twice the request timeout: long enough for the others to see a
+// TTL plus three request timeouts: long enough for the others to see a
 // dead member go. Sending again is safe (messages/fleet.proto). When no
 // grain answers in time, the error is catalog.ErrFleetUnavailable; the
 // grain's own answer, refusal or success, is returned as it is.
@@ -36,9 +36,12 @@ type Router struct {
 
 var _ catalog.Fleet = (*Router)(nil)
 
+// newRouter gives one request to a grain more time than the grain gives
+// the Store (twice the request timeout), so that the grain's answer, an
+// error included, arrives before the Router gives up on it.
 func newRouter(m *Member) *Router {
 	timeout := m.cfg.Fleet.RequestTimeout
-	return &Router{member: m, attempt: 2 * timeout, budget: m.cfg.Fleet.LeaseTTL + 2*timeout}
+	return &Router{member: m, attempt: 3 * timeout, budget: m.cfg.Fleet.LeaseTTL + 3*timeout}
 }
 
 // Claim applies c to the volume through its grain.

@@ -105,3 +105,37 @@ func TestAKilledMembersVolumesAnswerFromTheOthersWithTheirClaimsKept(t *testing.
 		require.Equal(t, "ok writers="+writers[v]+" readers=", cs[1].ask("get %s", v), "no claim lost or doubled")
 	}
 }
+
+func TestTheGrainsAnswerAgainAfterAnEtcdRestart(t *testing.T) {
+	s := etcdtest.Start(t)
+	cs := startChildren(t, s, 2)
+	require.Equal(t, "ok writers= readers=", cs[0].ask("register vol single-node-writer"))
+
+	s.Restart()
+	// The first claims after the restart may find etcd still electing its
+	// leader ("unavailable"); a claim is safe to send again.
+	var got string
+	require.Eventually(t, func() bool {
+		got = cs[1].ask("claim vol alloc-1 write")
+		require.False(t, strings.HasPrefix(got, "refused ") || strings.HasPrefix(got, "error "), got)
+		return strings.HasPrefix(got, "ok ")
+	}, timeout, 100*time.Millisecond)
+	require.Equal(t, "ok writers=alloc-1@b readers=", got)
+	require.True(t, strings.HasPrefix(cs[0].ask("claim vol alloc-2 write"), "refused "), "the claim made after the restart holds")
+	waitMembers(t, cs, cs...)
+}
+
+func TestAMemberCutOffFromEtcdRefusesClaimsAndRecovers(t *testing.T) {
+	s := etcdtest.Start(t)
+	cs := startChildren(t, s, 2)
+	require.Equal(t, "ok writers= readers=", cs[0].ask("register vol single-node-writer"))
+
+	s.Stop()
+	got := cs[1].ask("claim vol alloc-1 write")
+	require.True(t, strings.HasPrefix(got, "unavailable "), "no guess from memory: %s", got)
+	require.Contains(t, got, "etcd", "the error says what did not answer")
+
+	s.Restart()
+	require.Eventually(t, func() bool { return strings.HasPrefix(cs[1].ask("claim vol alloc-1 write"), "ok ") }, timeout, 100*time.Millisecond)
+	require.Equal(t, "ok writers=alloc-1@b readers=", cs[0].ask("get vol"))
+}
