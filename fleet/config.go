@@ -40,8 +40,9 @@ type Config struct {
 	// Prefix is where the keys live (default DefaultPrefix); it must start
 	// and end with "/".
 	Prefix string
-	// LeaseTTL is the node's lease (default DefaultLeaseTTL, at least
-	// MinLeaseTTL): a node that does not renew it for this long is down.
+	// LeaseTTL is the node's lease, in whole seconds (default
+	// DefaultLeaseTTL, at least MinLeaseTTL): a node that does not renew it
+	// for this long is down.
 	LeaseTTL time.Duration
 	// RequestTimeout bounds each call to etcd (default DefaultRequestTimeout).
 	RequestTimeout time.Duration
@@ -66,8 +67,9 @@ func (cfg Config) validate() error {
 	if cfg.Prefix != "" && (!strings.HasPrefix(cfg.Prefix, "/") || !strings.HasSuffix(cfg.Prefix, "/")) {
 		bad("Prefix is %q: it must start and end with \"/\", like %q", cfg.Prefix, DefaultPrefix)
 	}
-	if cfg.LeaseTTL != 0 && cfg.LeaseTTL < MinLeaseTTL {
-		bad("LeaseTTL is %v: give at least %v, or 0 for the default %v", cfg.LeaseTTL, MinLeaseTTL, DefaultLeaseTTL)
+	if cfg.LeaseTTL != 0 && (cfg.LeaseTTL < MinLeaseTTL || cfg.LeaseTTL%time.Second != 0) {
+		bad("LeaseTTL is %v: give whole seconds, at least %v (etcd grants leases in seconds), or 0 for the default %v",
+			cfg.LeaseTTL, MinLeaseTTL, DefaultLeaseTTL)
 	}
 	if cfg.RequestTimeout < 0 {
 		bad("RequestTimeout is %v: give a positive duration, or 0 for the default %v", cfg.RequestTimeout, DefaultRequestTimeout)

@@ -41,7 +41,9 @@ type Freed struct {
 // volume watcher does: the allocs of a dead node will never release them.
 // Every node's claims stay until then: a node cut off for a moment keeps
 // them. When a node is first seen down is kept in memory, so a restarted
-// GC waits a whole grace period again (it frees later, never sooner). A
+// GC waits a whole grace period again (it frees later, never sooner); a
+// node that comes back and goes down again between two steps is not seen
+// up, so its grace counts from the first step that saw it down. A
 // claim is freed in a transaction that also checks that the node is still
 // down, so a node that comes back keeps its claims.
 type GC struct {

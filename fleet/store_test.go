@@ -163,6 +163,7 @@ func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
 		{"no endpoints", fleet.Config{NodeID: "n"}, "Endpoints"},
 		{"an unsafe node ID", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "a/b"}, "NodeID"},
 		{"a lease shorter than the minimum", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", LeaseTTL: 1}, "LeaseTTL"},
+		{"a lease of a fraction of a second", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", LeaseTTL: 2500 * time.Millisecond}, "whole seconds"},
 		{"a prefix without slashes", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", Prefix: "x"}, "Prefix"},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -90,4 +91,79 @@ func TestCatalogsInClusterModeShareOneCatalog(t *testing.T) {
 	_, err = a.cat.Plugins(ctx)
 	require.ErrorIs(t, err, catalog.ErrFleetUnavailable, "no plugin list is guessed from memory")
 	srv.Restart()
+}
+
+// TestCatalogInClusterModeForwardsTheLatestWordOfEachPlugin replaces a
+// node plugin by a newer alloc, then has the old one's final "stopped"
+// fingerprint arrive late: the fleet keeps counting the new one healthy.
+func TestCatalogInClusterModeForwardsTheLatestWordOfEachPlugin(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := startClusterNode(t, srv, "node-a")
+	for _, fp := range []*messages.CSIFingerprint{
+		catNodeFingerprint("hostpath", "p1", true),
+		catNodeFingerprint("hostpath", "p2", true),
+		catStoppedFingerprint("hostpath", "p1"),
+		catControllerFingerprint("hostpath", "p2", true),
+	} {
+		a.manager.Send(a.cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: fp})
+	}
+	require.Eventually(t, func() bool {
+		plugins, err := a.cat.Plugins(context.Background())
+		return err == nil && len(plugins) == 1 && plugins[0].ControllersHealthy == 1
+	}, catWait, 20*time.Millisecond, "the last fingerprint reaches the fleet")
+	plugins, err := a.cat.Plugins(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, plugins[0].NodesHealthy, "the late word of the replaced alloc is not forwarded")
+	require.Equal(t, "p2", plugins[0].Nodes["node-a"].AllocID)
+}
+
+// heldFleet is a Fleet whose Claim says it was called on entered and
+// waits until release is closed, and which knows no volume; the catalog
+// under test calls nothing else.
+type heldFleet struct {
+	catalog.Fleet
+	entered, release chan struct{}
+}
+
+func (f *heldFleet) Claim(_ context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	close(f.entered)
+	<-f.release
+	v := catVolume(id, "hostpath", model.AccessModeMultiNodeMultiWriter)
+	v.Namespace, v.WriteClaims = namespace, map[string]*model.Claim{c.AllocID: c}
+	return v, nil
+}
+
+func (f *heldFleet) GetVolume(_ context.Context, namespace, id string) (*model.CSIVolume, error) {
+	return nil, catalog.NotFound(namespace, id)
+}
+
+// TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight starts a
+// claim that the Fleet holds, shuts the catalog down meanwhile, and checks
+// that the claim is answered from the Fleet and the actor answers the
+// shutdown only after it. (The facade orders calls against its Shutdown by
+// itself; this is the actor's own contract, for senders of messages.)
+func TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight(t *testing.T) {
+	system := probe.NewSystem(t)
+	sender := probe.New(t, system)
+	f := &heldFleet{entered: make(chan struct{}), release: make(chan struct{})}
+	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: catNode, Logger: probe.Logger(t), Fleet: f})
+	require.NoError(t, err)
+	claimed := make(chan error, 1)
+	go func() { claimed <- cat.Claim(context.Background(), catClaim("db", "alloc-1", false)) }()
+	<-f.entered
+	// The answer to the shutdown would reach sender before the answers to
+	// its later requests: the loop below would meet it.
+	sender.Send(cat.PID(), &messages.ShutdownCatalog{ReplyTo: sender.PID()})
+	require.Eventually(t, func() bool {
+		resp := probe.Ask[*messages.GetVolumeResponse](t, sender, cat.PID(), &messages.GetVolumeRequest{VolumeId: "db"}, catWait)
+		err := catalog.CatalogErrorFromProto(resp.GetError())
+		if !errors.Is(err, catalog.ErrVolumeNotFound) && !errors.Is(err, catalog.ErrCatalogShutdown) {
+			t.Errorf("unexpected answer: %v", err)
+		}
+		return errors.Is(err, catalog.ErrCatalogShutdown)
+	}, catWait, 10*time.Millisecond, "the actor takes the shutdown")
+	close(f.release)
+	require.NoError(t, <-claimed, "the claim in flight is answered from the Fleet")
+	probe.Expect[*messages.ShutdownCatalogResponse](t, sender, catWait)
+	require.NoError(t, cat.Shutdown(context.Background()))
 }
