@@ -140,6 +140,9 @@ type Member struct {
 	topology atomic.Pointer[[]*cluster.Member]
 	// changed is closed, and replaced, at each change of the topology.
 	changed atomic.Pointer[chan struct{}]
+	// peers are the addresses of every other member ever in the
+	// topology, whose connections Stop closes.
+	peers sync.Map
 	stopped sync.Once
 	stopErr error
 }
@@ -199,6 +202,11 @@ func Start(cfg Config) (m *Member, err error) {
 		if t, ok := ev.(*cluster.ClusterTopology); ok {
 			members := slices.Clone(t.Members)
 			m.topology.Store(&members)
+			for _, mem := range members {
+				if mem.Id != system.ID {
+					m.peers.Store(mem.Address(), true)
+				}
+			}
 			close(*m.changed.Swap(new(make(chan struct{}))))
 		}
 	})
@@ -310,7 +318,8 @@ func (m *Member) stopAll() error {
 // server, and the actor system.
 //
 // The connections close as when their members leave (an
-// EndpointTerminatedEvent each), and the server stops hard: protoactor's
+// EndpointTerminatedEvent for each member ever seen, since one that left
+// may still have a connection), and the server stops hard: protoactor's
 // graceful remote shutdown races with a member leaving at the same moment
 // (endpointManager.stop clears the connection map that the handler of a
 // lost connection reads, without a lock).
@@ -325,11 +334,10 @@ func (m *Member) stopCluster() {
 	// A remote that failed to listen has no server to stop: its actor
 	// system kept protoactor's placeholder address.
 	if c.Remote != nil && m.system.Address() != unstartedAddress {
-		for _, mem := range *m.topology.Load() {
-			if mem.Id != m.system.ID {
-				m.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: mem.Address()})
-			}
-		}
+		m.peers.Range(func(address, _ any) bool {
+			m.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address.(string)})
+			return true
+		})
 		c.Remote.Shutdown(false)
 	}
 	m.system.Shutdown()
