@@ -9,7 +9,7 @@ PROTO_FILES := $(wildcard messages/*.proto)
 TEST_FLAGS  ?=
 BENCH       ?= .
 
-.PHONY: help proto build test readme bench demo run clean fuzz fuzz-short reliability
+.PHONY: help proto build test readme bench bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ reliability: ## run the reliability suite (a few minutes, as root); its table go
 
 bench: ## run the benchmarks (BENCH=regexp to pick)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
+
+bench-cluster: ## the cluster benchmarks: 3 members × 8 callers, and a fleet of 20 members with 10,000 volumes
+	$(GO) test -run '^$$' -bench . -benchtime 4000x -timeout 30m ./fleet/member/
 
 # bench-compare: the bench/ module (its own go.mod, so the main module never
 # depends on Nomad) runs the registry workloads against Nomad's registry,

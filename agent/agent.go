@@ -25,6 +25,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/fleet/member"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -105,6 +106,9 @@ type Config struct {
 	MaxVolumes int
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
+	// Cluster, when set, runs the agent in cluster mode (see
+	// ClusterConfig); nil keeps the catalog on this node.
+	Cluster *ClusterConfig
 }
 
 // validate checks the raw config: a negative duration is an error, not a
@@ -168,6 +172,7 @@ type Agent struct {
 	catalog       *catalog.Catalog
 	volumes       *volumes.Manager
 	ctl           *controller.Controller
+	member        *member.Member // cluster mode only
 	disc          *discovery.Discovery
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
@@ -234,6 +239,9 @@ func start(cfg Config) (_ *Agent, err error) {
 		return nil, err
 	}
 	if a.listeners, err = a.listen(); err != nil {
+		return nil, err
+	}
+	if err := a.startCluster(); err != nil {
 		return nil, err
 	}
 	a.system = actors.NewSystem(cfg.Logger)
@@ -339,6 +347,7 @@ func (a *Agent) startManagers() error {
 	}
 	a.catalog, err = catalog.StartCatalog(a.system, catalog.CatalogConfig{
 		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log, MaxVolumes: a.cfg.MaxVolumes,
+		Fleet: a.fleet(),
 	})
 	if err != nil {
 		_ = a.csi.Shutdown(context.Background())

@@ -157,3 +157,8 @@ func CatalogErrorFromProto(m *messages.CatalogError) error {
 	}
 	return e
 }
+
+// CatalogErrorToProto turns an error of the catalog into the error of an
+// answer, for the actors that answer for the catalog elsewhere (the volume
+// grains of a fleet); nil stays nil. CatalogErrorFromProto undoes it.
+func CatalogErrorToProto(err error) *messages.CatalogError { return catalogErrorToProto(err) }

@@ -51,9 +51,11 @@ var mayImport = map[string][]string{
 	"cmd/plugvisor":               {"*"},
 	"cmd/hostpath-csi":            {"csi/hostpath", "internal/cli"},
 	"internal/archtest":           nil,
+	"internal/testpki":            nil,
 	"fleet/etcdtest":              nil,
 	"internal/cli":                nil,
 	"fleet":                       {"csi/catalog", "csi/catalog/model", "names", "messages"},
+	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "actors", "messages"},
 }
 
 // mustNotImportInTests are the packages whose test files, too, keep out of

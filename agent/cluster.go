@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/member"
+)
+
+// ClusterConfig turns on cluster mode: the CSI catalog's volumes, claims and
+// plugin health live in etcd for the whole fleet of agents (package fleet),
+// and the agent is a member of the fleet's protoactor cluster, whose volume
+// grains run each volume's claims one at a time (package fleet/member).
+// Without it (Config.Cluster nil) the catalog stays on this node's bbolt.
+type ClusterConfig struct {
+	// Etcd are the etcd client URLs (required); EtcdTLS, when set, is used
+	// to reach them.
+	Etcd    []string
+	EtcdTLS *tls.Config
+	// Address is the host:port the agent's cluster member listens on and
+	// the other members dial (required): an address of this host they can
+	// reach; port 0 picks a free port. Beyond loopback it needs RemoteTLS.
+	Address string
+	// RemoteTLS secures the members' traffic; set ClientAuth in its Server
+	// config for mTLS.
+	RemoteTLS *member.RemoteTLS
+	// ClusterName and Prefix separate fleets sharing one etcd (defaults
+	// "plugvisor" and "/plugvisor/").
+	ClusterName, Prefix string
+	// LeaseTTL is how long the node stays up, and its member in the
+	// cluster, after it stops renewing (default 10 s, at least 2 s, whole
+	// seconds). RequestTimeout bounds each etcd call (default 5 s).
+	LeaseTTL, RequestTimeout time.Duration
+	// GCInterval, when set, runs the fleet's GC at that interval: the
+	// claims of nodes down for longer than GCGrace (default 5 min) are
+	// freed.
+	GCInterval, GCGrace time.Duration
+}
+
+// startCluster joins the fleet, when the config asks for cluster mode. It
+// runs before any other part of the agent that speaks gRPC (see
+// member.Start). It stops after the catalog, which uses it.
+func (a *Agent) startCluster() error {
+	c := a.cfg.Cluster
+	if c == nil {
+		return nil
+	}
+	if c.GCInterval < 0 || c.GCGrace < 0 {
+		return fmt.Errorf("%w: Cluster.GCInterval is %v and Cluster.GCGrace %v; give positive durations, or 0 for no GC and the default grace",
+			ErrInvalidConfig, c.GCInterval, c.GCGrace)
+	}
+	m, err := member.Start(member.Config{
+		Fleet: fleet.Config{
+			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Prefix: c.Prefix,
+			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, Logger: a.log,
+		},
+		Address: c.Address, TLS: c.RemoteTLS, ClusterName: c.ClusterName,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: cluster mode: %w", err)
+	}
+	a.member = m
+	a.stops = append(a.stops, func(context.Context) error { return m.Stop() })
+	if c.GCInterval > 0 {
+		gc, err := fleet.StartGC(m.Store(), fleet.GCConfig{Interval: c.GCInterval, Grace: c.GCGrace, Logger: a.log})
+		if err != nil {
+			return fmt.Errorf("agent: cluster mode: %w", err)
+		}
+		a.stops = append(a.stops, func(context.Context) error { gc.Stop(); return nil })
+	}
+	return nil
+}
+
+// fleet is the catalog's Fleet in cluster mode, nil without it.
+func (a *Agent) fleet() catalog.Fleet {
+	if a.member == nil {
+		return nil
+	}
+	return a.member.Router()
+}

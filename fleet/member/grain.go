@@ -1,0 +1,179 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// VolumeKind is the cluster kind of the volume grains.
+const VolumeKind = "volume"
+
+// volumeIdentity is the grain identity of a volume: "<namespace>/<id>".
+// Neither part can hold a "/" (names.Check refuses separators).
+func volumeIdentity(namespace, id string) string { return namespace + "/" + id }
+
+// volumeGrain is the grain of one volume. It owns no volume state: it runs
+// the requests for its volume one at a time, each on a goroutine that reads
+// the volume from etcd and changes it with a transaction (fleet.Store), and
+// answers when that returns. Requests that arrive meanwhile wait in its
+// queue, in order.
+//
+// What it keeps: the queue and the request in flight, nothing else. When
+// the topology changes, disthash may briefly run a second activation of the
+// same volume on another member; both then go to etcd, whose transactions
+// on the volume's mod revision let only one of two conflicting changes
+// win. A grain that stops with requests queued or in flight answers none of
+// them: their callers time out and send again, which is safe (see
+// messages/fleet.proto).
+type volumeGrain struct {
+	store   func() catalog.Fleet
+	member  string
+	timeout time.Duration
+	log     hclog.Logger
+
+	namespace, id string
+	queue         []grainRequest
+	busy          bool
+}
+
+// grainRequest is a request waiting for its turn, with whom to answer.
+type grainRequest struct {
+	msg     proto.Message
+	replyTo *actor.PID
+}
+
+// grainDone is what the goroutine of a request sends back to its grain.
+type grainDone struct {
+	replyTo *actor.PID
+	answer  *messages.FleetVolumeResponse
+}
+
+// volumeProps are the props of the grains that apply requests to the
+// store that store returns; member is the ID of the member they run on,
+// timeout bounds each request's work in etcd. The cluster kind is
+// cluster.NewKind(VolumeKind, volumeProps(...)).
+func volumeProps(store func() catalog.Fleet, member string, timeout time.Duration, log hclog.Logger) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &volumeGrain{store: store, member: member, timeout: timeout, log: log}
+	})
+}
+
+// Receive dispatches the grain's messages.
+func (g *volumeGrain) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		g.onStarted(ctx)
+	case *messages.FleetClaimVolume, *messages.FleetReleaseVolume, *messages.FleetRegisterVolume,
+		*messages.FleetDeregisterVolume, *messages.FleetMarkVolumeDeleting, *messages.FleetRecordVolumeCapacity:
+		g.onRequest(ctx, msg.(proto.Message))
+	case *grainDone:
+		g.onDone(ctx, msg)
+	}
+}
+
+// onStarted learns which volume the grain is for from its identity.
+func (g *volumeGrain) onStarted(ctx actor.Context) {
+	identity := cluster.GetClusterIdentity(ctx).GetIdentity()
+	g.namespace, g.id, _ = strings.Cut(identity, "/")
+}
+
+func (g *volumeGrain) onRequest(ctx actor.Context, msg proto.Message) {
+	g.queue = append(g.queue, grainRequest{msg: msg, replyTo: ctx.Sender()})
+	g.next(ctx)
+}
+
+func (g *volumeGrain) onDone(ctx actor.Context, msg *grainDone) {
+	g.busy = false
+	if msg.replyTo != nil {
+		ctx.Send(msg.replyTo, msg.answer)
+	}
+	g.next(ctx)
+}
+
+// next starts the first queued request unless one is in flight.
+func (g *volumeGrain) next(ctx actor.Context) {
+	if g.busy || len(g.queue) == 0 {
+		return
+	}
+	req := g.queue[0]
+	g.queue[0] = grainRequest{}
+	g.queue = g.queue[1:]
+	g.busy = true
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	go func() {
+		answer := g.apply(req.msg)
+		root.Send(self, &grainDone{replyTo: req.replyTo, answer: answer})
+	}()
+}
+
+// apply runs one request against etcd. It reads only fields that do not
+// change after Started, so it is safe on its goroutine.
+func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	var v *model.CSIVolume
+	var err error
+	store := g.store()
+	switch m := msg.(type) {
+	case *messages.FleetClaimVolume:
+		v, err = store.Claim(ctx, g.namespace, g.id, claimFromProto(m.GetClaim()))
+	case *messages.FleetReleaseVolume:
+		v, err = store.Release(ctx, g.namespace, g.id, claimFromProto(m.GetClaim()))
+	case *messages.FleetRegisterVolume:
+		v, err = g.register(ctx, store, m.GetVolume())
+	case *messages.FleetDeregisterVolume:
+		err = store.DeregisterVolume(ctx, g.namespace, g.id)
+	case *messages.FleetMarkVolumeDeleting:
+		v, err = store.MarkVolumeDeleting(ctx, g.namespace, g.id)
+	case *messages.FleetRecordVolumeCapacity:
+		v, err = store.RecordVolumeCapacity(ctx, g.namespace, g.id, m.GetCapacityBytes())
+	}
+	if err != nil {
+		g.log.Debug("volume request refused", "volume", volumeIdentity(g.namespace, g.id), "error", err)
+	}
+	answer := &messages.FleetVolumeResponse{Error: catalog.CatalogErrorToProto(err), Member: g.member}
+	if v != nil {
+		answer.Volume = v.Proto()
+	}
+	return answer
+}
+
+// register registers the volume the request describes, which must be the
+// grain's own.
+func (g *volumeGrain) register(ctx context.Context, store catalog.Fleet, m *messages.CatalogVolume) (*model.CSIVolume, error) {
+	v := model.VolumeFromProto(m)
+	if v.Namespace != g.namespace || v.ID != g.id {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid,
+			"member: the grain of volume %s was sent the volume %s", volumeIdentity(g.namespace, g.id), volumeIdentity(v.Namespace, v.ID))
+	}
+	return store.RegisterVolume(ctx, v)
+}
+
+func claimToProto(c *model.Claim) *messages.CatalogClaim {
+	return &messages.CatalogClaim{
+		AllocId: c.AllocID, NodeId: c.NodeID, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError,
+	}
+}
+
+func claimFromProto(m *messages.CatalogClaim) *model.Claim {
+	return &model.Claim{
+		AllocID: m.GetAllocId(), NodeID: m.GetNodeId(), Mode: model.ClaimMode(m.GetMode()),
+		State: model.ClaimState(m.GetState()), LastError: m.GetLastError(),
+	}
+}
+
+// describe names a request in errors and logs.
+func describe(msg proto.Message) string {
+	return fmt.Sprintf("%T", msg)[len("*messages."):]
+}

@@ -1,0 +1,134 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// grainTimeout bounds each step on a loaded machine.
+const grainTimeout = 30 * time.Second
+
+// openStore opens node's fleet.Store on s, with plugin "ebs" healthy on the
+// node; it closes with the test.
+func openStore(t *testing.T, s *etcdtest.Server, node string) *fleet.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), grainTimeout)
+	defer cancel()
+	st, err := fleet.Open(ctx, fleet.Config{Endpoints: s.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	require.NoError(t, st.PutFingerprints(ctx, []*messages.CSIFingerprint{{
+		Type: "csi-node", Name: "ebs", AllocId: "plugin-" + node, Healthy: true,
+		NodeInfo: &messages.CSINodeInfo{NodeId: "csi-" + node},
+	}}))
+	return st
+}
+
+// spawnGrain starts a volume grain for volume id of the default namespace
+// outside any cluster, as disthash would on a member.
+func spawnGrain(system *actor.ActorSystem, st catalog.Fleet, member, id string) *actor.PID {
+	props := volumeProps(func() catalog.Fleet { return st }, member, grainTimeout, hclog.NewNullLogger())
+	props = cluster.WithClusterIdentity(props, cluster.NewClusterIdentity(volumeIdentity(model.DefaultNamespace, id), VolumeKind))
+	return system.Root.Spawn(props)
+}
+
+// TestTwoActivationsOfOneVolumeNeverGiveTwoWriters is the topology change
+// disthash can make: two grains of one volume on two members at once,
+// each claiming for another node. etcd's transaction lets one win.
+func TestTwoActivationsOfOneVolumeNeverGiveTwoWriters(t *testing.T) {
+	s := etcdtest.Start(t)
+	a, b := openStore(t, s, "a"), openStore(t, s, "b")
+	system := probe.NewSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), grainTimeout)
+	defer cancel()
+
+	for round := range 200 {
+		id := fmt.Sprintf("vol-%d", round)
+		v := model.NewCSIVolume(id, 0)
+		v.Namespace, v.PluginID = model.DefaultNamespace, "ebs"
+		v.AccessMode, v.AttachmentMode = model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
+		_, err := a.RegisterVolume(ctx, v)
+		require.NoError(t, err)
+
+		grains := []*actor.PID{spawnGrain(system, a, "member-a", id), spawnGrain(system, b, "member-b", id)}
+		futures := make([]*actor.Future, 2)
+		for i, node := range []string{"a", "b"} {
+			claim := &model.Claim{AllocID: "alloc-" + node, NodeID: node, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
+			futures[i] = system.Root.RequestFuture(grains[i], &messages.FleetClaimVolume{Claim: claimToProto(claim)}, grainTimeout)
+		}
+		won := 0
+		for i, f := range futures {
+			res, err := f.Result()
+			require.NoError(t, err)
+			answer := res.(*messages.FleetVolumeResponse)
+			require.Equal(t, []string{"member-a", "member-b"}[i], answer.GetMember())
+			if answer.GetError() == nil {
+				won++
+			} else {
+				require.ErrorIs(t, catalog.CatalogErrorFromProto(answer.GetError()), model.ErrVolumeMaxClaims)
+			}
+		}
+		require.Equal(t, 1, won, "round %d: exactly one activation's claim wins", round)
+		got, err := b.GetVolume(ctx, model.DefaultNamespace, id)
+		require.NoError(t, err)
+		require.Len(t, got.WriteClaims, 1)
+		for _, g := range grains {
+			require.NoError(t, system.Root.PoisonFuture(g).Wait())
+		}
+	}
+}
+
+func TestAGrainRunsItsVolumesRequestsInOrderAndRefusesAnotherVolume(t *testing.T) {
+	s := etcdtest.Start(t)
+	st := openStore(t, s, "a")
+	system := probe.NewSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), grainTimeout)
+	defer cancel()
+	v := model.NewCSIVolume("vol", 0)
+	v.Namespace, v.PluginID = model.DefaultNamespace, "ebs"
+	v.AccessMode, v.AttachmentMode = model.AccessModeMultiNodeMultiWriter, model.AttachmentModeFileSystem
+	_, err := st.RegisterVolume(ctx, v)
+	require.NoError(t, err)
+	grain := spawnGrain(system, st, "m", "vol")
+
+	// Claims sent back to back, then a release of the first: in order,
+	// the release finds the claim it frees.
+	var futures []*actor.Future
+	for i := range 20 {
+		claim := &model.Claim{AllocID: fmt.Sprintf("alloc-%d", i), NodeID: "a", Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
+		futures = append(futures, system.Root.RequestFuture(grain, &messages.FleetClaimVolume{Claim: claimToProto(claim)}, grainTimeout))
+	}
+	release := &model.Claim{AllocID: "alloc-0", State: model.ClaimStateReadyToFree}
+	futures = append(futures, system.Root.RequestFuture(grain, &messages.FleetReleaseVolume{Claim: claimToProto(release)}, grainTimeout))
+	var last *messages.FleetVolumeResponse
+	for _, f := range futures {
+		res, err := f.Result()
+		require.NoError(t, err)
+		last = res.(*messages.FleetVolumeResponse)
+		require.Nil(t, last.GetError())
+	}
+	require.Len(t, model.VolumeFromProto(last.GetVolume()).WriteClaims, 19, "20 claims, then the first released")
+
+	other := model.NewCSIVolume("other", 0)
+	other.Namespace, other.PluginID = model.DefaultNamespace, "ebs"
+	other.AccessMode, other.AttachmentMode = model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
+	res, err := system.Root.RequestFuture(grain, &messages.FleetRegisterVolume{Volume: other.Proto()}, grainTimeout).Result()
+	require.NoError(t, err)
+	require.ErrorIs(t, catalog.CatalogErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), catalog.ErrCatalogInvalid)
+	_, err = st.GetVolume(ctx, model.DefaultNamespace, "other")
+	require.ErrorIs(t, err, catalog.ErrVolumeNotFound, "the grain of vol registered nothing else")
+}

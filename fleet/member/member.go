@@ -1,0 +1,370 @@
+package member
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/fleet"
+)
+
+// DefaultClusterName is the cluster's name when Config.ClusterName is empty.
+const DefaultClusterName = "plugvisor"
+
+// unstartedAddress is the address of an actor system whose remote has not
+// started (protoactor's "nonhost").
+const unstartedAddress = "nonhost"
+
+// remoteQueueSize bounds the messages waiting for one peer, or for the
+// remote's endpoint manager.
+const remoteQueueSize = 16 << 10
+
+// ErrInvalidConfig: a Config field is wrong; the error names it and the fix.
+var ErrInvalidConfig = errors.New("member: invalid config")
+
+// Config is what a member needs to join the cluster.
+type Config struct {
+	// Fleet is this node's view of the fleet's state in etcd: the member
+	// opens a fleet.Store with it for its grains and its Router, and keeps
+	// its membership in the same etcd, under Fleet.Prefix, with a lease of
+	// Fleet.LeaseTTL (whole seconds here) and calls bounded by
+	// Fleet.RequestTimeout. Fleet.Logger is the member's logger too;
+	// protoactor's own lines go to it at warning level and above only.
+	Fleet fleet.Config
+	// Address is the host:port protoactor remote listens on, and the
+	// address the other members dial: an address of this host that they
+	// can reach (127.0.0.1 in tests); port 0 picks a free port.
+	Address string
+	// TLS, when set, secures the remote: the server side serves
+	// TLS.Server (set ClientAuth to tls.RequireAndVerifyClientCert and
+	// ClientCAs for mTLS), the dialling side uses TLS.Client. Without it
+	// the remote is plain gRPC, which Start accepts on loopback only.
+	TLS *RemoteTLS
+	// ClusterName separates clusters sharing one etcd (default "plugvisor").
+	ClusterName string
+}
+
+// RemoteTLS is the TLS of the members' remote traffic.
+type RemoteTLS struct {
+	Server *tls.Config
+	Client *tls.Config
+}
+
+func (c Config) validate() error {
+	var problems []error
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	host, port, err := net.SplitHostPort(c.Address)
+	switch {
+	case err != nil:
+		bad("Address %q is not host:port (%v): give an address of this host the other members can reach, say 10.0.0.5:7946", c.Address, err)
+	case host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified():
+		bad("Address %q listens on every interface: give one address of this host", c.Address)
+	default:
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			bad("Address %q has no valid port: give a port from 0 (any free port) to 65535", c.Address)
+		}
+		if c.TLS == nil && !isLoopback(host) {
+			bad("Address %q is not loopback and TLS is not set: the remote carries claims, so secure it with TLS", c.Address)
+		}
+	}
+	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Client == nil) {
+		bad("TLS needs both Server and Client configs")
+	}
+	if c.Fleet.LeaseTTL%time.Second != 0 {
+		bad("Fleet.LeaseTTL is %v: give whole seconds (etcd leases count seconds)", c.Fleet.LeaseTTL)
+	}
+	return errors.Join(problems...)
+}
+
+// withDefaults fills the defaults of the fields the member reads itself;
+// fleet.Open fills the rest of Fleet's.
+func (c Config) withDefaults() Config {
+	c.ClusterName = cmp.Or(c.ClusterName, DefaultClusterName)
+	c.Fleet.Prefix = cmp.Or(c.Fleet.Prefix, fleet.DefaultPrefix)
+	c.Fleet.LeaseTTL = cmp.Or(c.Fleet.LeaseTTL, fleet.DefaultLeaseTTL)
+	c.Fleet.RequestTimeout = cmp.Or(c.Fleet.RequestTimeout, fleet.DefaultRequestTimeout)
+	if c.Fleet.Logger == nil {
+		c.Fleet.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Member is this node's place in the protoactor cluster: an actor system
+// with its remote, the cluster's gossip and identity lookup (disthash), the
+// membership provider on etcd, the fleet.Store its grains and Router use,
+// and the volume grains that the rendezvous hash gives it.
+type Member struct {
+	cfg      Config
+	log      hclog.Logger
+	system   *actor.ActorSystem
+	cluster  *cluster.Cluster
+	provider *provider
+	router   *Router
+	// store is set once etcd answers, before the member registers, so
+	// before any grain can start; grains read it from their goroutines.
+	store atomic.Pointer[fleet.Store]
+	// topology is the last member set protoactor published: MemberList
+	// reads its own set without a lock, so the member keeps a copy.
+	topology atomic.Pointer[[]*cluster.Member]
+	// changed is closed, and replaced, at each change of the topology.
+	changed atomic.Pointer[chan struct{}]
+	// peers are the addresses of every other member ever in the
+	// topology, whose connections Stop closes.
+	peers sync.Map
+	stopped sync.Once
+	stopErr error
+}
+
+// Start opens the fleet's state in etcd and joins the cluster. It returns
+// when the member is registered in etcd and sees the members registered
+// before it; protoactor's start-up takes about a second more than that.
+// A bad Config is ErrInvalidConfig (or catalog.ErrCatalogInvalid from
+// fleet.Open); an etcd that does not answer is catalog.ErrFleetUnavailable.
+//
+// Start the member before any other gRPC of the process where the race
+// detector runs: protoactor's remote sets gRPC's global logger, without a
+// lock, when it starts.
+func Start(cfg Config) (m *Member, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Fleet.Logger.Named("member")
+	host, portText, _ := net.SplitHostPort(cfg.Address)
+	port, _ := strconv.Atoi(portText)
+
+	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(log)))
+	etcd := clientv3.Config{
+		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
+	}
+	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
+	// protoactor's endpoint queues default to a million entries each,
+	// allocated up front: hundreds of MiB per member.
+	rc := remote.Configure(host, port, append(remoteOptions(cfg.TLS),
+		remote.WithEndpointWriterQueueSize(remoteQueueSize), remote.WithEndpointManagerQueueSize(remoteQueueSize))...)
+	// protoactor's endpoint writer dials a peer up to MaxRetryCount times
+	// and leaks the gRPC connection of every failed attempt but the last,
+	// which then redials forever: a dead peer gets one attempt, whose
+	// connection is closed with its writer.
+	rc.MaxRetryCount = 1
+	m = &Member{cfg: cfg, log: log, system: system, provider: p}
+	// A grain gives the Store twice its request timeout, so that an etcd
+	// that does not answer fails the Store's own call first, as
+	// catalog.ErrFleetUnavailable, rather than the grain's deadline.
+	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, log))
+	// Membership is etcd's: protoactor's gossip must not exclude a member
+	// whose heartbeats it missed (on a loaded host it does, for good, while
+	// the member's lease is alive), so its expiry is an hour; and nothing
+	// of ours reads the gossip, so it runs every second, not every 300 ms.
+	cc := cluster.Configure(cfg.ClusterName, p, disthash.New(), rc,
+		cluster.WithKinds(kind),
+		cluster.WithRequestTimeout(cfg.Fleet.RequestTimeout),
+		cluster.WithHeartbeatExpiration(time.Hour),
+	)
+	cc.GossipInterval = time.Second
+	m.cluster = cluster.New(system, cc)
+	m.router = newRouter(m)
+	m.topology.Store(&[]*cluster.Member{})
+	m.changed.Store(new(make(chan struct{})))
+	system.EventStream.Subscribe(func(ev any) {
+		if t, ok := ev.(*cluster.ClusterTopology); ok {
+			members := slices.Clone(t.Members)
+			m.topology.Store(&members)
+			for _, mem := range members {
+				if mem.Id != system.ID {
+					m.peers.Store(mem.Address(), true)
+				}
+			}
+			close(*m.changed.Swap(new(make(chan struct{}))))
+		}
+	})
+	p.joined = m.openStore
+	defer func() {
+		// protoactor panics when the remote cannot listen or the provider
+		// fails to start.
+		if r := recover(); r != nil {
+			_ = m.stopAll()
+			m, err = nil, recovered(cfg.Address, r)
+		}
+	}()
+	m.cluster.StartMember()
+	log.Info("joined the cluster", "cluster", cfg.ClusterName, "member", system.ID, "address", system.Address())
+	return m, nil
+}
+
+// recovered is the error of a panic of protoactor's start-up: the error it
+// panicked with is kept for errors.Is.
+func recovered(address string, r any) error {
+	if err, ok := r.(error); ok {
+		return fmt.Errorf("member: join the cluster at %s: %w", address, err)
+	}
+	return fmt.Errorf("member: join the cluster at %s: %v", address, r)
+}
+
+// openStore opens the fleet.Store once the provider reaches etcd.
+func (m *Member) openStore(*clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Fleet.RequestTimeout)
+	defer cancel()
+	s, err := fleet.Open(ctx, m.cfg.Fleet)
+	if err != nil {
+		return err
+	}
+	m.store.Store(s)
+	return nil
+}
+
+// fleetStore is the member's fleet.Store, as the grains see it.
+func (m *Member) fleetStore() catalog.Fleet { return m.store.Load() }
+
+func remoteOptions(t *RemoteTLS) []remote.ConfigOption {
+	if t == nil {
+		return []remote.ConfigOption{remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	}
+	return []remote.ConfigOption{
+		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(t.Server))),
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(t.Client))),
+	}
+}
+
+// ID is the member's ID in the cluster (its actor system's ID).
+func (m *Member) ID() string { return m.system.ID }
+
+// Address is the address the member's remote listens on.
+func (m *Member) Address() string { return m.system.Address() }
+
+// Cluster is the protoactor cluster, to send grain requests with.
+func (m *Member) Cluster() *cluster.Cluster { return m.cluster }
+
+// Members are the IDs of the members this member sees, itself included,
+// in order.
+func (m *Member) Members() []string {
+	members := *m.topology.Load()
+	ids := make([]string, len(members))
+	for i, mem := range members {
+		ids[i] = mem.Id
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Store is the member's fleet.Store (for fleet.StartGC, say).
+func (m *Member) Store() *fleet.Store { return m.store.Load() }
+
+// topologyChanged is closed at the next change of the topology.
+func (m *Member) topologyChanged() <-chan struct{} { return *m.changed.Load() }
+
+// Router is the member's catalog.Fleet.
+func (m *Member) Router() *Router { return m.router }
+
+// Stop leaves the cluster: the member's key goes from etcd at once, its
+// grains stop (the next request of each activates it on another member),
+// its fleet.Store closes (this node leaves the health counts; its claims
+// stay), and its goroutines end. It skips protoactor's fixed two-second
+// wait for a graceful leave: the grains keep nothing that etcd does not
+// hold. Stopping again does nothing and returns the first Stop's error.
+func (m *Member) Stop() error {
+	m.stopped.Do(func() {
+		m.stopErr = m.stopAll()
+		m.log.Info("left the cluster", "member", m.system.ID)
+	})
+	return m.stopErr
+}
+
+// stopAll stops the provider (revoking the member's lease), protoactor's
+// parts, and the store. It is safe after a start that failed half-way.
+func (m *Member) stopAll() error {
+	err := m.provider.Shutdown(true)
+	m.stopCluster()
+	if s := m.store.Load(); s != nil {
+		err = errors.Join(err, s.Close())
+	}
+	return err
+}
+
+// stopCluster stops what protoactor started: the grains and the placement
+// actor, the gossip, the connections to the other members, the remote's
+// server, and the actor system.
+//
+// The connections close as when their members leave (an
+// EndpointTerminatedEvent for each member ever seen, since one that left
+// may still have a connection), and the server stops hard: protoactor's
+// graceful remote shutdown races with a member leaving at the same moment
+// (endpointManager.stop clears the connection map that the handler of a
+// lost connection reads, without a lock).
+func (m *Member) stopCluster() {
+	c := m.cluster
+	if c.IdentityLookup != nil {
+		c.IdentityLookup.Shutdown()
+	}
+	if c.Gossip != nil {
+		c.Gossip.Shutdown()
+	}
+	// A remote that failed to listen has no server to stop: its actor
+	// system kept protoactor's placeholder address.
+	if c.Remote != nil && m.system.Address() != unstartedAddress {
+		m.peers.Range(func(address, _ any) bool {
+			m.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address.(string)})
+			return true
+		})
+		c.Remote.Shutdown(false)
+	}
+	m.system.Shutdown()
+}
+
+// quietLogger gives protoactor a logger that writes warnings and errors
+// only, through l.
+func quietLogger(l hclog.Logger) func(*actor.ActorSystem) *slog.Logger {
+	return func(system *actor.ActorSystem) *slog.Logger {
+		return slog.New(minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}).With("system", system.ID)
+	}
+}
+
+// minLevel is a slog handler that drops records below a level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
+}

@@ -1,0 +1,194 @@
+package member
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/cluster"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// Router is a member's catalog.Fleet. The changes of a volume (claims,
+// releases, registration, deregistration, deletion mark, capacity) go
+// through the volume's grain, wherever the cluster places it, so that one
+// volume's changes run one at a time; reads (a volume, the list, the
+// plugins) and this node's fingerprints go to the fleet.Store directly.
+//
+// A change whose grain does not answer (its member died and the topology
+// has not caught up, or it is starting on another member) is sent again
+// until ctx ends, or, when ctx has no deadline, for the membership lease
+// TTL plus three request timeouts: long enough for the others to see a
+// dead member go. Sending again is safe (messages/fleet.proto). When no
+// grain answers in time, the error is catalog.ErrFleetUnavailable; the
+// grain's own answer, refusal or success, is returned as it is.
+type Router struct {
+	member  *Member
+	attempt time.Duration // bound of one request to a grain
+	budget  time.Duration // bound of all attempts when ctx has none
+}
+
+var _ catalog.Fleet = (*Router)(nil)
+
+// newRouter gives one request to a grain more time than the grain gives
+// the Store (twice the request timeout), so that the grain's answer, an
+// error included, arrives before the Router gives up on it.
+func newRouter(m *Member) *Router {
+	timeout := m.cfg.Fleet.RequestTimeout
+	return &Router{member: m, attempt: 3 * timeout, budget: m.cfg.Fleet.LeaseTTL + 3*timeout}
+}
+
+// Claim applies c to the volume through its grain.
+func (r *Router) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	return r.change(ctx, namespace, id, &messages.FleetClaimVolume{Claim: claimToProto(c)})
+}
+
+// Release moves c.AllocID's claim to c.State through the volume's grain.
+func (r *Router) Release(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	return r.change(ctx, namespace, id, &messages.FleetReleaseVolume{Claim: claimToProto(c)})
+}
+
+// RegisterVolume registers v through its grain.
+func (r *Router) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
+	v = v.Copy()
+	v.Namespace = cmp.Or(v.Namespace, model.DefaultNamespace)
+	return r.change(ctx, v.Namespace, v.ID, &messages.FleetRegisterVolume{Volume: v.Proto()})
+}
+
+// DeregisterVolume removes the volume through its grain. A volume that is
+// not found when the request had to be sent again is taken as removed by
+// the earlier attempt.
+func (r *Router) DeregisterVolume(ctx context.Context, namespace, id string) error {
+	_, err := r.change(ctx, namespace, id, &messages.FleetDeregisterVolume{})
+	return err
+}
+
+// MarkVolumeDeleting marks the volume as being deleted through its grain.
+func (r *Router) MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	return r.change(ctx, namespace, id, &messages.FleetMarkVolumeDeleting{})
+}
+
+// RecordVolumeCapacity records the volume's capacity through its grain.
+func (r *Router) RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error) {
+	return r.change(ctx, namespace, id, &messages.FleetRecordVolumeCapacity{CapacityBytes: capacityBytes})
+}
+
+// ListVolumes reads the volumes of namespace from etcd.
+func (r *Router) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
+	return r.member.store.Load().ListVolumes(ctx, namespace)
+}
+
+// GetVolume reads one volume from etcd.
+func (r *Router) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	return r.member.store.Load().GetVolume(ctx, namespace, id)
+}
+
+// Plugins reads the plugins and their health counts over every live node.
+func (r *Router) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
+	return r.member.store.Load().Plugins(ctx)
+}
+
+// PutFingerprints replaces this node's fingerprints under its lease.
+func (r *Router) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerprint) error {
+	return r.member.store.Load().PutFingerprints(ctx, fps)
+}
+
+// Owner is the ID of the member whose grain answers for the volume now
+// (starting the grain if none runs), or "" when no member does.
+func (r *Router) Owner(namespace, id string) string {
+	pid := r.member.cluster.Get(volumeIdentity(cmp.Or(namespace, model.DefaultNamespace), id), VolumeKind)
+	if pid == nil {
+		return ""
+	}
+	for _, mem := range *r.member.topology.Load() {
+		if mem.Address() == pid.Address {
+			return mem.Id
+		}
+	}
+	return ""
+}
+
+// change sends msg to the grain of the volume (namespace, id) until a grain
+// answers or the time is up.
+func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Message) (*model.CSIVolume, error) {
+	namespace, err := catalog.VolumeKey(namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	identity := volumeIdentity(namespace, id)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.budget)
+		defer cancel()
+	}
+	start, wait := time.Now(), 20*time.Millisecond
+	for attempt := 1; ; attempt++ {
+		deadline, _ := ctx.Deadline()
+		res, err := r.send(ctx, identity, msg, min(r.attempt, time.Until(deadline)))
+		if answer, ok := res.(*messages.FleetVolumeResponse); ok {
+			return answered(answer, msg, attempt)
+		}
+		if err == nil {
+			err = fmt.Errorf("an answer of type %T", res)
+		}
+		if !sleep(ctx, wait) {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, fmt.Errorf("member: %s of volume %s: %w", describe(msg), identity, ctx.Err())
+			}
+			return nil, catalog.FleetErrorf(catalog.ErrFleetUnavailable,
+				"member: %s of volume %s: no member of the cluster answered within %v (%d attempts; last: %v): changes are refused until one does",
+				describe(msg), identity, time.Since(start).Round(time.Millisecond), attempt, err)
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// errTopologyChanged: the topology changed while a request was out; it is
+// sent again to whichever member hosts the grain now.
+var errTopologyChanged = errors.New("the cluster's topology changed")
+
+// send sends msg to the grain once. It gives up on the answer when the
+// topology changes meanwhile: the grain's member may be the one that left,
+// and it would not answer before the timeout. The request goes on, to end
+// at its own timeout.
+func (r *Router) send(ctx context.Context, identity string, msg proto.Message, timeout time.Duration) (any, error) {
+	type result struct {
+		res any
+		err error
+	}
+	changed := r.member.topologyChanged()
+	done := make(chan result, 1)
+	go func() {
+		res, err := r.member.cluster.Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout))
+		done <- result{res, err}
+	}()
+	select {
+	case out := <-done:
+		return out.res, out.err
+	case <-changed:
+		return nil, errTopologyChanged
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// answered turns a grain's answer into the result of a change.
+func answered(answer *messages.FleetVolumeResponse, msg proto.Message, attempt int) (*model.CSIVolume, error) {
+	err := catalog.CatalogErrorFromProto(answer.GetError())
+	if _, ok := msg.(*messages.FleetDeregisterVolume); ok && attempt > 1 && errors.Is(err, catalog.ErrVolumeNotFound) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if answer.GetVolume() == nil {
+		return nil, nil
+	}
+	return model.VolumeFromProto(answer.GetVolume()), nil
+}
