@@ -109,6 +109,10 @@ demo: ## run the self-contained demo (a temp dir, nothing to set up)
 	$(GO) build -o $(BIN)/plugvisor ./cmd/plugvisor
 	$(BIN)/plugvisor demo
 
+demo-cluster: ## run three agents on etcd in a temp dir: a claim race, a node killed, the catalog kept right
+	$(GO) build -o $(BIN)/plugvisor ./cmd/plugvisor
+	$(BIN)/plugvisor demo-cluster
+
 run: ## run an agent in ./.plugvisor (stop it with Ctrl-C)
 	$(GO) run ./cmd/plugvisor agent
 

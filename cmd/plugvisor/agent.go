@@ -29,6 +29,11 @@ Otherwise the agent refuses to start, unless -http-insecure is given. The
 token file holds one "<token> read" or "<token> write" per line, mode 0600;
 clients send "Authorization: Bearer <token>".
 
+-cluster-etcd runs the agent in cluster mode: volumes, claims and every
+node's plugin health live in etcd, and each volume's claims go through one
+grain of the fleet (see "Running a fleet" in the README). -node-id names
+this node in the fleet; -cluster-address is where its member listens.
+
 SIGINT or SIGTERM stops it cleanly. A second signal within 1s of the first
 is ignored (timeout(1) and process groups deliver two); a later one forces
 exit.`
@@ -36,7 +41,9 @@ exit.`
 const agentExample = `  plugvisor agent
   plugvisor agent -data-dir /var/lib/plugvisor -http 127.0.0.1:4646 -token-file /etc/plugvisor/tokens
   plugvisor agent -http 0.0.0.0:4646 -http-host node1.example.com \
-      -tls-cert agent.pem -tls-key agent-key.pem -tls-ca clients-ca.pem -token-file tokens`
+      -tls-cert agent.pem -tls-key agent-key.pem -tls-ca clients-ca.pem -token-file tokens
+  plugvisor agent -node-id n1 -cluster-etcd https://10.0.0.2:2379 -cluster-address 10.0.0.5:7946 \
+      -cluster-ca fleet-ca.pem -cluster-cert n1.pem -cluster-key n1-key.pem`
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -52,6 +59,7 @@ func newAgentCmd() *cobra.Command {
 	var socketDirs, specDirs, httpHosts stringList
 	var level string
 	var jsonLogs bool
+	var cluster clusterFlags
 	cmd := &cobra.Command{
 		Use:     "agent",
 		Short:   "run an agent (state, plugin discovery and the API in ./.plugvisor)",
@@ -64,7 +72,14 @@ func newAgentCmd() *cobra.Command {
 				return usageError("-log-level %q: want trace, debug, info, warn or error", level)
 			}
 			cfg.SocketDirs, cfg.SpecDirs, cfg.HTTPHosts = socketDirs, specDirs, httpHosts
+			var err error
+			if cfg.Cluster, err = cluster.config(cmd.Flags()); err != nil {
+				return err
+			}
 			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: lvl, JSONFormat: jsonLogs, Output: cmd.ErrOrStderr()})
+			if cfg.Cluster != nil && cfg.Cluster.RemoteTLS == nil {
+				cfg.Logger.Warn("INSECURE: -cluster-insecure: cluster members talk without TLS; anyone on this host can reach " + cfg.Cluster.Address)
+			}
 			return runAgent(cfg, cmd.OutOrStdout())
 		},
 	}
@@ -92,6 +107,7 @@ func newAgentCmd() *cobra.Command {
 	fs.IntVar(&cfg.MaxVolumes, "max-volumes", catalog.DefaultMaxVolumes, "most volumes the CSI catalog holds, every namespace together")
 	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&jsonLogs, "log-json", false, "log as JSON")
+	cluster.add(fs)
 	return cmd
 }
 

@@ -42,7 +42,7 @@ func newRootCmd() *cobra.Command {
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newSnapshotCmd(), newDockerCmd(),
-		newEventsCmd(), newDemoCmd(), newVersionCmd(), newCompletionCmd(root),
+		newEventsCmd(), newDemoCmd(), newDemoClusterCmd(), newEtcdCmd(), newVersionCmd(), newCompletionCmd(root),
 		servePlugin(hostpath.Command()), servePlugin(localvolume.Command()))
 	root.SetHelpCommand(newHelpCmd(root))
 	return root

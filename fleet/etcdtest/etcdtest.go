@@ -1,18 +1,17 @@
-// Package etcdtest runs an etcd server inside a test process, on loopback
-// ports in a temporary directory, so that the cluster tests need nothing
-// installed. The server can be stopped and started again on the same data
+// Package etcdtest runs an etcd server inside a test process (package
+// embedded), on loopback ports in a temporary directory, so that the
+// cluster tests need nothing installed. The server can be stopped and started again on the same data
 // directory and ports, as an etcd restart.
 package etcdtest
 
 import (
-	"fmt"
 	"net"
 	"net/url"
 	"testing"
-	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
+
+	"github.com/plugvisor/plugvisor/fleet/embedded"
 )
 
 // Server is one embedded etcd member.
@@ -56,23 +55,9 @@ func (s *Server) Restart() {
 
 func (s *Server) start() {
 	s.t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = s.dir
-	cfg.Name = "etcdtest"
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*s.client}, []url.URL{*s.client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*s.peer}, []url.URL{*s.peer}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, s.peer)
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
+	e, err := embedded.Start(embedded.Config{Dir: s.dir, Client: s.client, Peer: s.peer})
 	if err != nil {
-		s.t.Fatalf("etcdtest: start etcd: %v", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(60 * time.Second):
-		e.Close()
-		s.t.Fatalf("etcdtest: etcd was not ready within a minute")
+		s.t.Fatalf("etcdtest: %v", err)
 	}
 	s.etcd, s.stopped = e, false
 }

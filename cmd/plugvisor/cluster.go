@@ -1,0 +1,129 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/fleet/member"
+)
+
+// clusterFlags are the agent's flags of cluster mode.
+type clusterFlags struct {
+	etcd                      string
+	etcdCA, etcdCert, etcdKey string
+	address                   string
+	ca, cert, key             string
+	insecure                  bool
+	name, prefix              string
+	leaseTTL                  time.Duration
+	gcInterval, gcGrace       time.Duration
+}
+
+func (f *clusterFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&f.etcd, "cluster-etcd", "", "cluster mode: etcd client URLs, comma-separated, e.g. https://10.0.0.2:2379,https://10.0.0.3:2379 (off by default: one node, bbolt)")
+	fs.StringVar(&f.etcdCA, "cluster-etcd-ca", "", "PEM CA that signs etcd's server certificate")
+	fs.StringVar(&f.etcdCert, "cluster-etcd-cert", "", "PEM client certificate for etcd")
+	fs.StringVar(&f.etcdKey, "cluster-etcd-key", "", "PEM private key of -cluster-etcd-cert")
+	fs.StringVar(&f.address, "cluster-address", "", "host:port this agent's cluster member listens on and the others dial, e.g. 10.0.0.5:7946 (required in cluster mode)")
+	fs.StringVar(&f.ca, "cluster-ca", "", "PEM CA that signs every member's certificate (members talk over mutual TLS)")
+	fs.StringVar(&f.cert, "cluster-cert", "", "PEM certificate of this member, for -cluster-address (server and client use)")
+	fs.StringVar(&f.key, "cluster-key", "", "PEM private key of -cluster-cert")
+	fs.BoolVar(&f.insecure, "cluster-insecure", false, "let members talk without TLS; only on a loopback -cluster-address, and warned at every start")
+	fs.StringVar(&f.name, "cluster-name", "", `separates fleets that share one etcd (default "plugvisor")`)
+	fs.StringVar(&f.prefix, "cluster-prefix", "", `etcd key prefix of the fleet's state (default "/plugvisor/")`)
+	fs.DurationVar(&f.leaseTTL, "cluster-lease-ttl", 0, "how long a node that stops renewing still counts as up (default 10s; whole seconds, at least 2s)")
+	fs.DurationVar(&f.gcInterval, "cluster-gc-interval", 0, "how often to free the claims of nodes that are down (default 0: never)")
+	fs.DurationVar(&f.gcGrace, "cluster-gc-grace", 0, "how long a node must be down before its claims are freed (default 5m)")
+}
+
+// config is the agent's cluster config, nil without -cluster-etcd. Any
+// other cluster flag without it is a usage error, and so is a member
+// address with neither TLS nor -cluster-insecure on loopback.
+func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
+	if f.etcd == "" {
+		var given []string
+		fs.Visit(func(fl *pflag.Flag) {
+			if strings.HasPrefix(fl.Name, "cluster-") {
+				given = append(given, "-"+fl.Name)
+			}
+		})
+		if len(given) > 0 {
+			return nil, usageError("%s needs -cluster-etcd: cluster mode starts with the etcd URLs", strings.Join(given, ", "))
+		}
+		return nil, nil
+	}
+	if f.address == "" {
+		return nil, usageError("-cluster-address is required in cluster mode: the host:port this member listens on, e.g. 10.0.0.5:7946")
+	}
+	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, ClusterName: f.name, Prefix: f.prefix,
+		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace}
+	var err error
+	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
+		if c.EtcdTLS, err = tlsPair("cluster-etcd", f.etcdCA, f.etcdCert, f.etcdKey, true); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case f.ca != "" || f.cert != "" || f.key != "":
+		if f.ca == "" || f.cert == "" || f.key == "" {
+			return nil, usageError("-cluster-ca, -cluster-cert and -cluster-key go together: members talk over mutual TLS")
+		}
+		client, err := tlsPair("cluster", f.ca, f.cert, f.key, false)
+		if err != nil {
+			return nil, err
+		}
+		server := client.Clone()
+		server.ClientCAs, server.ClientAuth = client.RootCAs, tls.RequireAndVerifyClientCert
+		c.RemoteTLS = &member.RemoteTLS{Server: server, Client: client}
+	case !f.insecure:
+		return nil, usageError("cluster mode needs -cluster-ca, -cluster-cert and -cluster-key (members talk over mutual TLS), or -cluster-insecure on a loopback -cluster-address to try a fleet on one machine")
+	case !loopbackAddress(f.address):
+		return nil, usageError("-cluster-insecure works only on a loopback -cluster-address, not %q: give -cluster-ca, -cluster-cert and -cluster-key", f.address)
+	}
+	return c, nil
+}
+
+// tlsPair is a TLS config with the certificate and key of cert and key
+// (both or neither, unless they are required) and the CA of ca as roots.
+func tlsPair(flag, ca, cert, key string, optionalPair bool) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cert != "" || key != "" || !optionalPair {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("-%s-cert %q, -%s-key %q: %w", flag, cert, flag, key, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("-%s-ca: %w", flag, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, usageError("-%s-ca %s holds no PEM certificate", flag, ca)
+		}
+	}
+	return cfg, nil
+}
+
+// loopbackAddress reports whether host:port names a loopback host.
+func loopbackAddress(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
