@@ -236,4 +236,3 @@ func freeLoopback() string {
 	defer l.Close()
 	return l.Addr().String()
 }
-
