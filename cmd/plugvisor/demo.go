@@ -53,14 +53,16 @@ const demoVolume = "demo-db"
 // demo holds the tour's state: the agent, the plugin processes, and what
 // the event printer counted.
 type demo struct {
-	out    io.Writer
-	mu     sync.Mutex // orders lines from the step and the event printer
-	dir    string
-	self   string
-	agent  *agent.Agent
-	logger hclog.Logger
-	procs  map[string]*exec.Cmd
-	root   bool
+	// clients are the cluster demo's API clients, by node.
+	clients map[string]*client
+	out     io.Writer
+	mu      sync.Mutex // orders lines from the step and the event printer
+	dir     string
+	self    string
+	agent   *agent.Agent
+	logger  hclog.Logger
+	procs   map[string]*exec.Cmd
+	root    bool
 	// unfollow stops following the current agent's events.
 	unfollow context.CancelFunc
 
