@@ -2,18 +2,22 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -55,6 +59,7 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"schedulable": waitSchedulable,
 			"nomounts": func(ts *testscript.TestScript, neg bool, args []string) {
 				if neg || len(args) != 1 {
 					ts.Fatalf("usage: nomounts DIR")
@@ -145,7 +150,7 @@ func scriptSteps(t *testing.T, path string) []scriptStep {
 	for lines.Scan() {
 		line := strings.TrimPrefix(lines.Text(), "! ")
 		if command, ok := strings.CutPrefix(line, "exec "); ok {
-			steps = append(steps, scriptStep{command: command})
+			steps = append(steps, scriptStep{command: namedBackground.ReplaceAllString(command, "&")})
 			continue
 		}
 		for _, check := range []string{"stdout ", "stderr "} {
@@ -159,6 +164,10 @@ func scriptSteps(t *testing.T, path string) []scriptStep {
 	require.NoError(t, lines.Err())
 	return steps
 }
+
+// namedBackground is a script's named background command's last token,
+// which stands for the README's "&".
+var namedBackground = regexp.MustCompile(`&[a-z0-9]+&$`)
 
 // unquote undoes testscript's single quotes, inside which a doubled quote
 // stands for one.
@@ -186,4 +195,27 @@ func unmountAllUnder(dir string) error {
 			}
 		}
 	}
+}
+
+// waitSchedulable is the script command "schedulable DATADIR VOLUME NODES":
+// it waits up to a minute until the agent of DATADIR says the default
+// namespace's VOLUME is schedulable with NODES healthy nodes, as a reader
+// of the README waits for "volume status" to say so.
+func waitSchedulable(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: schedulable DATADIR VOLUME NODES")
+	}
+	nodes, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	c := newClient(args[0])
+	var v api.VolumeJSON
+	for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = c.call(ctx, "GET", volumePath("default", args[1], ""), nil, nil, &v)
+		cancel()
+		if err == nil && v.Schedulable && v.NodesHealthy == nodes {
+			return
+		}
+	}
+	ts.Fatalf("volume %s was not schedulable on %d nodes within a minute: %+v, %v", args[1], nodes, v, err)
 }
