@@ -142,7 +142,7 @@ type Member struct {
 	changed atomic.Pointer[chan struct{}]
 	// peers are the addresses of every other member ever in the
 	// topology, whose connections Stop closes.
-	peers sync.Map
+	peers   sync.Map
 	stopped sync.Once
 	stopErr error
 }
