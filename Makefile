@@ -9,7 +9,7 @@ PROTO_FILES := $(wildcard messages/*.proto)
 TEST_FLAGS  ?=
 BENCH       ?= .
 
-.PHONY: help proto build test bench bench-cluster demo run clean fuzz fuzz-short reliability
+.PHONY: help proto build test readme bench bench-cluster demo run clean fuzz fuzz-short reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -27,9 +27,15 @@ proto: $(PROTOC_GEN_GO) ## regenerate messages/*.pb.go from messages/*.proto
 build: ## build the plugvisor binary into .bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-test: ## go vet, then every test under the race detector
+test: ## go vet, then every test under the race detector (the README's scripts among them)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TEST_FLAGS) ./...
+
+# The README's command blocks run as testscript files
+# (cmd/plugvisor/testdata/readme) against a real agent; make test runs
+# them too.
+readme: ## run the README's command blocks against a real agent, and check they match their scripts
+	$(GO) test -race -count=1 -run '^TestTheReadme' -v ./cmd/plugvisor
 
 # Fuzz targets, as package:Target. Each runs alone (go test -fuzz takes one
 # target at a time); its seed corpus is in the package's testdata/fuzz/, and
@@ -40,7 +46,7 @@ FUZZ_TARGETS := \
 	csi/catalog/model:FuzzClaims csi/volumes:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
 	fleet:FuzzDecodeRecord \
-	api:FuzzDecodePluginInfo api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
+	api:FuzzDecodePluginBody api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody
 # FUZZTIME is a count of executions, not a duration: with a duration, Go

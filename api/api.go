@@ -1,22 +1,24 @@
 // Package api serves plugvisor's HTTP JSON API (v1), which the agent serves
 // on its unix socket and, optionally, on TCP. Server.HandlerFor guards the
 // routes for one listener (Host header, ACL tokens, JSON writes, body
-// size). Handlers are thin: they decode, call a facade (registry, CSI
-// manager, catalog, volumes), and encode. Errors are JSON
-// {"error": "..."} with a status code that matches the facade's sentinel.
+// size). Handlers are thin: they decode (decode.go: one decoder for every
+// body and query parameter), call a facade (registry, CSI manager,
+// catalog, volumes), and encode (render.go: protobuf messages by the same
+// JSON rules as the rest). Errors are JSON {"error": "..."} with a status
+// code that matches the facade's sentinel.
+//
+// openapi.yaml describes every route, and is served at /v1/openapi.yaml;
+// the package's tests drive every route against it.
 package api
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
+	"slices"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/controller"
@@ -59,6 +61,29 @@ type Server struct {
 	Discovery     DiscoveredPlugins
 }
 
+// route is one endpoint: its method, its path pattern (net/http's), the
+// query parameters it takes (any other is refused) and its handler.
+type route struct {
+	method, path string
+	query        []string
+	handle       func(http.ResponseWriter, *http.Request) error
+}
+
+// routes are every endpoint of the API but /metrics; each is described in
+// openapi.yaml, and a test holds the two to each other.
+func (s *Server) routes() []route {
+	return slices.Concat([]route{
+		{"GET", "/v1/health", nil, s.health},
+		{"GET", "/v1/openapi.yaml", nil, serveSpec},
+		{"GET", "/v1/plugins", []string{"type"}, s.listPlugins},
+		{"POST", "/v1/plugins", nil, s.registerPlugin},
+		{"GET", "/v1/plugins/{type}/{name}", nil, s.getPlugin},
+		{"DELETE", "/v1/plugins/{type}/{name}/{alloc}", nil, s.deregisterPlugin},
+		{"GET", "/v1/events", []string{"type", "replay"}, streaming(s.events)},
+		{"GET", "/v1/csi/plugins", nil, s.csiPlugins},
+	}, s.volumeRoutes(), s.controllerRoutes(), s.dockerRoutes())
+}
+
 // Handler returns the API's routes, unguarded: serve them through
 // HandlerFor, which checks each request against its listener first.
 func (s *Server) Handler() http.Handler {
@@ -66,25 +91,26 @@ func (s *Server) Handler() http.Handler {
 		s.Logger = hclog.NewNullLogger()
 	}
 	mux := http.NewServeMux()
-	route := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if err := h(w, r); err != nil {
 				s.writeError(w, r, err)
 			}
 		})
 	}
-	route("GET /v1/health", s.health)
-	route("GET /v1/plugins", s.listPlugins)
-	route("POST /v1/plugins", s.registerPlugin)
-	route("GET /v1/plugins/{type}/{name}", s.getPlugin)
-	route("DELETE /v1/plugins/{type}/{name}/{alloc}", s.deregisterPlugin)
-	route("GET /v1/events", streaming(s.events))
-	route("GET /v1/csi/plugins", s.csiPlugins)
-	s.volumeRoutes(route)
-	s.controllerRoutes(route)
-	s.dockerRoutes(route)
-	paths := []string{"/v1/health", "/v1/plugins", "/v1/plugins/{type}/{name}",
-		"/v1/plugins/{type}/{name}/{alloc}", "/v1/events", "/v1/csi/plugins"}
+	var paths []string
+	for _, rt := range s.routes() {
+		name := rt.method + " " + rt.path
+		handle(name, func(w http.ResponseWriter, r *http.Request) error {
+			if err := checkQuery(r.URL.RawQuery, name, rt.query); err != nil {
+				return err
+			}
+			return rt.handle(w, r)
+		})
+		if !slices.Contains(paths, rt.path) {
+			paths = append(paths, rt.path)
+		}
+	}
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 		paths = append(paths, "/metrics")
@@ -92,9 +118,9 @@ func (s *Server) Handler() http.Handler {
 	// Anything else: JSON 404, and JSON 405 for a known path with the
 	// wrong method (the method patterns above are more specific).
 	for _, path := range paths {
-		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
+		handle(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
 	}
-	route("/", func(_ http.ResponseWriter, r *http.Request) error {
+	handle("/", func(_ http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: no such endpoint %s", errNotFound, r.URL.Path)
 	})
 	return mux
@@ -103,7 +129,6 @@ func (s *Server) Handler() http.Handler {
 var (
 	errMethod   = errors.New("api: method not allowed")
 	errNotFound = errors.New("api: not found")
-	errBadBody  = errors.New("api: bad request body")
 )
 
 // statusOf maps an error to its HTTP status.
@@ -114,7 +139,7 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed
-	case errors.Is(err, errBadBody), errors.Is(err, registry.ErrInvalid), isInvalid(err):
+	case errors.Is(err, errBadBody), errors.Is(err, errBadQuery), errors.Is(err, registry.ErrInvalid), isInvalid(err):
 		return http.StatusBadRequest
 	case errors.Is(err, errNotFound), errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoDispenser), isNotFound(err):
 		return http.StatusNotFound
@@ -146,61 +171,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-var (
-	marshal   = protojson.MarshalOptions{UseProtoNames: true}
-	unmarshal = protojson.UnmarshalOptions{DiscardUnknown: false}
-)
-
-// protoJSON turns a message into JSON for embedding in a response.
-func protoJSON(m proto.Message) json.RawMessage {
-	b, err := marshal.Marshal(m)
-	if err != nil {
-		return json.RawMessage(`null`)
-	}
-	return b
-}
-
-func protoList[M proto.Message](items []M) []json.RawMessage {
-	out := make([]json.RawMessage, 0, len(items))
-	for _, m := range items {
-		out = append(out, protoJSON(m))
-	}
-	return out
-}
-
-// readBody reads a size-limited, non-empty request body.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, fmt.Errorf("api: request body is over the limit of %d bytes: %w", MaxBodyBytes, err)
-		}
-		return nil, fmt.Errorf("%w: %v", errBadBody, err)
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return nil, fmt.Errorf("%w: empty; send a JSON object", errBadBody)
-	}
-	return body, nil
-}
-
-// decode reads a size-limited body into m, refusing unknown fields.
-func decode(w http.ResponseWriter, r *http.Request, m proto.Message) error {
-	body, err := readBody(w, r)
-	if err != nil {
-		return err
-	}
-	if err := unmarshal.Unmarshal(body, m); err != nil {
-		return fmt.Errorf("%w: %v", errBadBody, err)
-	}
-	return nil
-}
-
-// decodeJSON reads a size-limited JSON object into a Go struct: the one
-// decoder of every JSON body (decodeStrict), refusing an empty body,
-// unknown fields, values of the wrong type and trailing data.
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	return decodeStrict(w, r, v, false)
 }

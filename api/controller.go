@@ -1,17 +1,13 @@
 package api
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/plugvisor/plugvisor/csi"
@@ -46,7 +42,7 @@ type CapacityJSON struct {
 // MountOptionsJSON are a file-system volume's fs type and mount flags.
 type MountOptionsJSON struct {
 	FSType     string   `json:"fs_type,omitempty"`
-	MountFlags []string `json:"mount_flags,omitempty"`
+	MountFlags []string `json:"mount_flags"`
 }
 
 // TopologyJSON are the accessibility requirements of a create.
@@ -97,11 +93,11 @@ type ManagedVolumeJSON struct {
 	VolumeJSON
 	ExternalID          string              `json:"external_id"`
 	CapacityBytes       int64               `json:"capacity_bytes"`
-	Parameters          map[string]string   `json:"parameters,omitempty"`
-	SecretKeys          []string            `json:"secret_keys,omitempty"`
-	Context             map[string]string   `json:"volume_context,omitempty"`
+	Parameters          map[string]string   `json:"parameters"`
+	SecretKeys          []string            `json:"secret_keys"`
+	Context             map[string]string   `json:"volume_context"`
 	MountOptions        *MountOptionsJSON   `json:"mount_options,omitempty"`
-	RequestedTopologies []map[string]string `json:"requested_topologies,omitempty"`
+	RequestedTopologies []map[string]string `json:"requested_topologies"`
 	Created             bool                `json:"created"`
 	Deleting            bool                `json:"deleting"`
 }
@@ -109,18 +105,26 @@ type ManagedVolumeJSON struct {
 func managedVolumeJSON(v *model.CSIVolume) ManagedVolumeJSON {
 	out := ManagedVolumeJSON{
 		VolumeJSON: volumeJSON(v), ExternalID: v.PluginVolumeID(), CapacityBytes: v.CapacityBytes,
-		Parameters: maps.Clone(v.Parameters), SecretKeys: v.Secrets.Keys(), Context: maps.Clone(v.Context),
-		Created: v.Created, Deleting: v.Deleting,
+		Parameters: cloneOrEmpty(v.Parameters), SecretKeys: append([]string{}, v.Secrets.Keys()...), Context: cloneOrEmpty(v.Context),
+		RequestedTopologies: []map[string]string{}, Created: v.Created, Deleting: v.Deleting,
 	}
 	slices.Sort(out.ReadClaims)
 	slices.Sort(out.WriteClaims)
 	if o := v.MountOptions; o != nil {
-		out.MountOptions = &MountOptionsJSON{FSType: o.FSType, MountFlags: slices.Clone(o.MountFlags)}
+		out.MountOptions = &MountOptionsJSON{FSType: o.FSType, MountFlags: append([]string{}, o.MountFlags...)}
 	}
 	for _, t := range v.RequestedTopologies {
 		out.RequestedTopologies = append(out.RequestedTopologies, maps.Clone(t.Segments))
 	}
 	return out
+}
+
+// cloneOrEmpty is a copy of m, {} when m is nil.
+func cloneOrEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(m)
 }
 
 // ExpandJSON is the answer to an expand.
@@ -149,15 +153,13 @@ func snapshotJSON(s controller.Snapshot) SnapshotJSON {
 	return out
 }
 
-func (s *Server) controllerRoutes(route func(string, func(http.ResponseWriter, *http.Request) error)) {
-	route("POST /v1/volumes/{namespace}/{id}/create", s.createVolume)
-	route("POST /v1/volumes/{namespace}/{id}/expand", s.expandVolume)
-	route("POST /v1/snapshots", s.createSnapshot)
-	route("GET /v1/snapshots", s.listSnapshots)
-	route("DELETE /v1/snapshots/{plugin_id}/{snapshot_id}", s.deleteSnapshot)
-	for _, path := range []string{"/v1/volumes/{namespace}/{id}/create", "/v1/volumes/{namespace}/{id}/expand",
-		"/v1/snapshots", "/v1/snapshots/{plugin_id}/{snapshot_id}"} {
-		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
+func (s *Server) controllerRoutes() []route {
+	return []route{
+		{"POST", "/v1/volumes/{namespace}/{id}/create", nil, s.createVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/expand", nil, s.expandVolume},
+		{"POST", "/v1/snapshots", nil, s.createSnapshot},
+		{"GET", "/v1/snapshots", []string{"plugin_id", "namespace", "volume_id", "snapshot_id"}, s.listSnapshots},
+		{"DELETE", "/v1/snapshots/{plugin_id}/{snapshot_id}", nil, s.deleteSnapshot},
 	}
 }
 
@@ -173,7 +175,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeStrict(w, r, &body, false); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	req := controller.CreateRequest{
@@ -205,7 +207,7 @@ func (s *Server) expandVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeStrict(w, r, &body, false); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	res, err := s.Controller.Expand(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.RequiredBytes, body.LimitBytes)
@@ -225,15 +227,11 @@ func (s *Server) expandVolume(w http.ResponseWriter, r *http.Request) error {
 // only deregister: no controller operations, ?deregister_only=true, or a
 // volume that was registered rather than created.
 func (s *Server) deleteThroughController(w http.ResponseWriter, r *http.Request) (bool, error) {
-	q := r.URL.Query()
-	if err := onlyQuery(q, "deregister_only"); err != nil {
+	only, err := queryBool(r.URL.Query(), "deregister_only")
+	if err != nil {
 		return true, err
 	}
-	only := q.Get("deregister_only")
-	if only != "" && only != "true" && only != "false" {
-		return true, fmt.Errorf("api: %w: query parameter deregister_only is %q; want true or false", controller.ErrInvalidRequest, only)
-	}
-	if s.Controller == nil || only == "true" {
+	if s.Controller == nil || only {
 		return false, nil
 	}
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
@@ -253,7 +251,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeStrict(w, r, &body, false); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	snap, err := s.Controller.CreateSnapshot(r.Context(), controller.SnapshotRequest{
@@ -271,9 +269,6 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	if err := onlyQuery(q, "plugin_id", "namespace", "volume_id", "snapshot_id"); err != nil {
-		return err
-	}
 	list, err := s.Controller.ListSnapshots(r.Context(), controller.ListSnapshotsRequest{
 		PluginID: q.Get("plugin_id"), Namespace: q.Get("namespace"), VolumeID: q.Get("volume_id"), SnapshotID: q.Get("snapshot_id"),
 	})
@@ -293,7 +288,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeStrict(w, r, &body, true); err != nil {
+	if err := decodeBody(w, r, &body, true); err != nil {
 		return err
 	}
 	plugin, id := r.PathValue("plugin_id"), r.PathValue("snapshot_id")
@@ -301,54 +296,6 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id, "plugin_id": plugin})
-	return nil
-}
-
-// decodeStrict reads a size-limited JSON object into v, refusing unknown
-// fields, values of the wrong type and anything after the object, each
-// with an error that names the field. An empty body is refused unless
-// emptyOK.
-func decodeStrict(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fmt.Errorf("api: request body is over the limit of %d bytes: %w", MaxBodyBytes, err)
-		}
-		return fmt.Errorf("%w: %v", errBadBody, err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		if emptyOK {
-			return nil
-		}
-		return fmt.Errorf("%w: empty; send a JSON object", errBadBody)
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return fmt.Errorf("%w: field %q must be %s, not a JSON %s", errBadBody, typeErr.Field, typeErr.Type, typeErr.Value)
-		}
-		return fmt.Errorf("%w: %v", errBadBody, strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: data after the JSON object; send exactly one object", errBadBody)
-	}
-	return nil
-}
-
-// onlyQuery refuses query parameters other than the allowed ones, and
-// repeated ones.
-func onlyQuery(q map[string][]string, allowed ...string) error {
-	for _, k := range slices.Sorted(maps.Keys(q)) {
-		switch {
-		case !slices.Contains(allowed, k):
-			return fmt.Errorf("api: %w: unknown query parameter %q (known: %s)", controller.ErrInvalidRequest, k, strings.Join(allowed, ", "))
-		case len(q[k]) > 1:
-			return fmt.Errorf("api: %w: query parameter %q is given %d times", controller.ErrInvalidRequest, k, len(q[k]))
-		}
-	}
 	return nil
 }
 

@@ -188,7 +188,7 @@ func TestBadRequestsAreRefusedWithTheFieldNamedAndChangeNothing(t *testing.T) {
 		{"an expand with two objects", "POST", "/v1/volumes/default/db/expand", `{"required_bytes": 5} {"required_bytes": 6}`, "data after"},
 		{"a snapshot without a name", "POST", "/v1/snapshots", `{"volume_id": "db"}`, "name"},
 		{"a snapshot with an unknown field", "POST", "/v1/snapshots", `{"volume_id": "db", "name": "n", "force": true}`, `unknown field "force"`},
-		{"an unknown query parameter", "GET", "/v1/snapshots?plugin=hostpath", ``, `unknown query parameter "plugin"`},
+		{"an unknown query parameter", "GET", "/v1/snapshots?plugin=hostpath", ``, `unknown parameter "plugin"`},
 		{"a repeated query parameter", "GET", "/v1/snapshots?plugin_id=a&plugin_id=b", ``, `"plugin_id" is given 2 times`},
 		{"deregister_only that is not a boolean", "DELETE", "/v1/volumes/default/db?deregister_only=maybe", ``, "deregister_only"},
 	}

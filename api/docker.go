@@ -1,10 +1,14 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
@@ -24,22 +28,46 @@ type DockerMountBody struct {
 	ID string `json:"id"`
 }
 
-// dockerRoutes adds the Docker volume service's routes and the discovered
+// dockerRoutes are the Docker volume service's routes and the discovered
 // plugins' states.
-func (s *Server) dockerRoutes(route func(string, func(http.ResponseWriter, *http.Request) error)) {
-	route("GET /v1/docker/volumes", s.dockerList)
-	route("POST /v1/docker/volumes", s.dockerCreate)
-	route("GET /v1/docker/volumes/{name}", s.dockerInspect)
-	route("DELETE /v1/docker/volumes/{name}", s.dockerRemove)
-	route("POST /v1/docker/volumes/{name}/mount", s.dockerMount)
-	route("POST /v1/docker/volumes/{name}/unmount", s.dockerUnmount)
-	route("GET /v1/docker/volumes/{name}/path", s.dockerPath)
-	route("GET /v1/docker/plugins", s.dockerPlugins)
-	route("GET /v1/discovery/plugins", s.discovered)
-	for _, path := range []string{"/v1/docker/volumes", "/v1/docker/volumes/{name}", "/v1/docker/volumes/{name}/mount",
-		"/v1/docker/volumes/{name}/unmount", "/v1/docker/volumes/{name}/path", "/v1/docker/plugins", "/v1/discovery/plugins"} {
-		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
+func (s *Server) dockerRoutes() []route {
+	return []route{
+		{"GET", "/v1/docker/volumes", nil, s.dockerList},
+		{"POST", "/v1/docker/volumes", nil, s.dockerCreate},
+		{"GET", "/v1/docker/volumes/{name}", nil, s.dockerInspect},
+		{"DELETE", "/v1/docker/volumes/{name}", nil, s.dockerRemove},
+		{"POST", "/v1/docker/volumes/{name}/mount", nil, s.dockerMount},
+		{"POST", "/v1/docker/volumes/{name}/unmount", nil, s.dockerUnmount},
+		{"GET", "/v1/docker/volumes/{name}/path", nil, s.dockerPath},
+		{"GET", "/v1/docker/plugins", nil, s.dockerPlugins},
+		{"GET", "/v1/discovery/plugins", nil, s.discovered},
 	}
+}
+
+// DockerVolumeJSON is a Docker volume as the API renders it: its maps and
+// lists are always present, {} and [] when empty.
+type DockerVolumeJSON struct {
+	dockervolume.VolumeInfo
+	Options       map[string]string `json:"options"`
+	Mounts        map[string]int    `json:"mounts"`
+	PendingMounts []string          `json:"pending_mounts"`
+	Status        map[string]any    `json:"status"`
+}
+
+// DockerVolumeListJSON is GET /v1/docker/volumes: warnings name the
+// drivers whose list failed.
+type DockerVolumeListJSON struct {
+	Volumes  []DockerVolumeJSON `json:"volumes"`
+	Warnings []string           `json:"warnings"`
+}
+
+func dockerVolumeJSON(v dockervolume.VolumeInfo) DockerVolumeJSON {
+	out := DockerVolumeJSON{VolumeInfo: v, Options: map[string]string{}, Mounts: map[string]int{},
+		PendingMounts: append([]string{}, v.PendingMounts...), Status: map[string]any{}}
+	maps.Copy(out.Options, v.Options)
+	maps.Copy(out.Mounts, v.Mounts)
+	maps.Copy(out.Status, v.Status)
+	return out
 }
 
 // errDockerPlugin: a CSI volume was asked of a Docker volume plugin.
@@ -79,10 +107,11 @@ func (s *Server) dockerList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if list.Volumes == nil {
-		list.Volumes = []dockervolume.VolumeInfo{}
+	out := DockerVolumeListJSON{Volumes: make([]DockerVolumeJSON, 0, len(list.Volumes)), Warnings: append([]string{}, list.Warnings...)}
+	for _, info := range list.Volumes {
+		out.Volumes = append(out.Volumes, dockerVolumeJSON(info))
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -92,14 +121,14 @@ func (s *Server) dockerCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerVolumeBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	info, err := v.Create(r.Context(), body.Name, body.Driver, body.Options)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, dockerVolumeJSON(info))
 	return nil
 }
 
@@ -112,7 +141,7 @@ func (s *Server) dockerInspect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, dockerVolumeJSON(info))
 	return nil
 }
 
@@ -134,7 +163,7 @@ func (s *Server) dockerMount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerMountBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	mountpoint, err := v.Mount(r.Context(), r.PathValue("name"), body.ID)
@@ -152,7 +181,7 @@ func (s *Server) dockerUnmount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerMountBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	err = v.Unmount(r.Context(), r.PathValue("name"), body.ID)
@@ -181,7 +210,15 @@ func (s *Server) dockerPlugins(w http.ResponseWriter, _ *http.Request) error {
 	if s.DockerPlugins == nil {
 		return fmt.Errorf("%w: this agent runs no Docker volume manager", errNotFound)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"plugins": protoList(s.DockerPlugins.Plugins())})
+	plugins := s.DockerPlugins.Plugins()
+	out := make([]json.RawMessage, 0, len(plugins))
+	for _, p := range plugins {
+		// The instance's actor PID is the agent's business, not the API's.
+		p = proto.CloneOf(p)
+		p.Instance = nil
+		out = append(out, protoJSON(p))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugins": out})
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -18,7 +17,7 @@ type Event struct {
 	// reason in Error (reconnect with ?replay=true to resynchronise).
 	Kind     string          `json:"kind"`
 	Sequence uint64          `json:"sequence"`
-	Replayed bool            `json:"replayed,omitempty"`
+	Replayed bool            `json:"replayed"`
 	Event    json.RawMessage `json:"event,omitempty"`
 	Error    string          `json:"error,omitempty"`
 }
@@ -48,13 +47,9 @@ func KindOf(ev registry.Event) string {
 func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	ptype := q.Get("type")
-	replay := false
-	if v := q.Get("replay"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errBadQuery("replay", v)
-		}
-		replay = b
+	replay, err := queryBool(q, "replay")
+	if err != nil {
+		return err
 	}
 	sub, err := s.Registry.Subscribe(r.Context(), ptype, registry.SubscribeOptions{Replay: replay})
 	if err != nil {

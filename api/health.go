@@ -1,6 +1,10 @@
 package api
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/plugvisor/plugvisor/version"
+)
 
 // Health is the answer to GET /v1/health. Status is "degraded" when any
 // reason is given, else "ok"; the answer is 200 either way, since a
@@ -8,7 +12,9 @@ import "net/http"
 type Health struct {
 	Status  string   `json:"status"`
 	Reasons []string `json:"reasons"`
-	DataDir string   `json:"data_dir,omitempty"`
+	// Build is the agent's build; the API fills it in.
+	Build   version.Info `json:"build"`
+	DataDir string       `json:"data_dir,omitempty"`
 	// Plugins counts the registry's current plugins.
 	Plugins int `json:"plugins"`
 	// CSIInstances and DockerInstances count plugin instances by health.
@@ -35,6 +41,10 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
 	var h Health
 	if s.Health != nil {
 		h = s.Health()
+	}
+	h.Build = version.Get()
+	if h.DiscoveredStates == nil {
+		h.DiscoveredStates = map[string]int{}
 	}
 	h.Status = "ok"
 	if len(h.Reasons) > 0 {

@@ -1,13 +1,17 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
@@ -98,4 +102,31 @@ var unixListener = api.Listener{Name: "unix socket /run/plugvisor.sock", Hosts: 
 
 func registerBody(name, alloc string) string {
 	return `{"type":"csi-node","name":"` + name + `","alloc_id":"` + alloc + `","connection":{"socket_path":"/run/csi/` + alloc + `.sock"}}`
+}
+
+// followEvents opens GET /v1/events with query on a real HTTP server and
+// returns a function that reads the stream's next line.
+func followEvents(t *testing.T, b *backend, query string) func(*testing.T) []byte {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	srv.Config.Handler = b.server.HandlerFor(api.Listener{Name: "test", Port: port})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/events"+query, nil)
+	require.NoError(t, err)
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "application/x-ndjson", resp.Header.Get("Content-Type"))
+	lines := bufio.NewScanner(resp.Body)
+	return func(t *testing.T) []byte {
+		t.Helper()
+		require.True(t, lines.Scan(), "a line: %v", lines.Err())
+		return lines.Bytes()
+	}
 }

@@ -20,19 +20,46 @@ func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// PluginBody registers an allocation of a plugin: POST /v1/plugins. A
+// plugin registered through the API connects by unix socket only: an
+// address is refused, and belongs in a spec file in a watched directory.
+type PluginBody struct {
+	Type       string            `json:"type"`
+	Name       string            `json:"name"`
+	Version    string            `json:"version,omitempty"`
+	AllocID    string            `json:"alloc_id"`
+	Connection ConnectionBody    `json:"connection"`
+	Options    map[string]string `json:"options,omitempty"`
+}
+
+// ConnectionBody says how to reach a plugin registered through the API.
+type ConnectionBody struct {
+	SocketPath string `json:"socket_path"`
+	Address    string `json:"address,omitempty"`
+}
+
+// pluginInfo is the registration b asks for.
+func (b PluginBody) pluginInfo() *messages.PluginInfo {
+	return &messages.PluginInfo{
+		Type: b.Type, Name: b.Name, Version: b.Version, AllocId: b.AllocID, Options: b.Options,
+		Connection: &messages.ConnectionInfo{SocketPath: b.Connection.SocketPath, Address: b.Connection.Address},
+	}
+}
+
 func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) error {
-	var info messages.PluginInfo
-	if err := decode(w, r, &info); err != nil {
+	var body PluginBody
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
-	if err := registry.ValidateRegistration(&info); err != nil {
+	info := body.pluginInfo()
+	if err := registry.ValidateRegistration(info); err != nil {
 		return err
 	}
-	if err := s.Registry.RegisterPlugin(&info); err != nil {
+	if err := s.Registry.RegisterPlugin(info); err != nil {
 		return err
 	}
 	current, _ := s.Registry.Snapshot().Current(info.GetType(), info.GetName())
-	writeJSON(w, http.StatusOK, map[string]any{"registered": protoJSON(&info), "current": protoJSON(current)})
+	writeJSON(w, http.StatusOK, map[string]any{"registered": protoJSON(info), "current": protoJSON(current)})
 	return nil
 }
 

@@ -1,15 +1,10 @@
 package api_test
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -85,7 +80,7 @@ func TestThePluginRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 		{name: "a deregistration with a bad alloc", method: "DELETE", path: "/v1/plugins/csi-node/p/..%2f..", status: 400, want: "path separator"},
 		{name: "a deregistration", method: "DELETE", path: "/v1/plugins/csi-node/p/a1", status: 200, want: `"deregistered": "a1"`},
 		{name: "a bad replay flag", method: "GET", path: "/v1/events?replay=maybe", status: 400,
-			want: `query parameter replay="maybe" is not valid`},
+			want: `api: bad query parameter: replay is "maybe"; want true or false`},
 		{name: "CSI plugins without a CSI manager", method: "GET", path: "/v1/csi/plugins", status: 404, want: "this agent runs no CSI manager"},
 		{name: "metrics", method: "GET", path: "/metrics", status: 200, want: "metric 1"},
 		{name: "the wrong method on a known path", method: "PUT", path: "/v1/plugins", body: "{}", status: 405, want: "api: method not allowed"},
@@ -121,27 +116,10 @@ func TestTheEventStreamReplaysThenFollows(t *testing.T) {
 	b := newBackend(t)
 	require.NoError(t, b.registry.RegisterPlugin(&messages.PluginInfo{Type: "csi-node", Name: "old", AllocId: "a1",
 		Connection: &messages.ConnectionInfo{SocketPath: "/run/old.sock"}}))
-	srv := httptest.NewUnstartedServer(nil)
-	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
-	require.NoError(t, err)
-	srv.Config.Handler = b.server.HandlerFor(api.Listener{Name: "test", Port: port})
-	srv.Start()
-	t.Cleanup(srv.Close)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/events?type=csi-node&replay=true", nil)
-	require.NoError(t, err)
-	resp, err := srv.Client().Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "application/x-ndjson", resp.Header.Get("Content-Type"))
-	lines := bufio.NewScanner(resp.Body)
+	follow := followEvents(t, b, "?type=csi-node&replay=true")
 	next := func() api.Event {
-		require.True(t, lines.Scan(), "a line: %v", lines.Err())
 		var ev api.Event
-		require.NoError(t, json.Unmarshal(lines.Bytes(), &ev))
+		require.NoError(t, json.Unmarshal(follow(t), &ev))
 		return ev
 	}
 	replayed := next()

@@ -33,7 +33,7 @@ type VolumeJSON struct {
 	PluginID       string              `json:"plugin_id"`
 	AccessMode     string              `json:"access_mode"`
 	AttachmentMode string              `json:"attachment_mode"`
-	Topologies     []map[string]string `json:"topologies,omitempty"`
+	Topologies     []map[string]string `json:"topologies"`
 	Schedulable    bool                `json:"schedulable"`
 	NodesHealthy   int                 `json:"nodes_healthy"`
 	ReadClaims     []string            `json:"read_claims"`
@@ -47,7 +47,7 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 		ID: v.ID, Namespace: v.Namespace, PluginID: v.PluginID,
 		AccessMode: string(v.AccessMode), AttachmentMode: string(v.AttachmentMode),
 		Schedulable: v.Schedulable, NodesHealthy: v.NodesHealthy,
-		ReadClaims: []string{}, WriteClaims: []string{},
+		Topologies: []map[string]string{}, ReadClaims: []string{}, WriteClaims: []string{},
 		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
 	}
 	for _, t := range v.Topologies {
@@ -62,21 +62,18 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 	return out
 }
 
-func (s *Server) volumeRoutes(route func(string, func(http.ResponseWriter, *http.Request) error)) {
-	route("POST /v1/volumes", s.registerVolume)
-	route("GET /v1/volumes", s.listVolumes)
-	route("GET /v1/volumes/{namespace}/{id}", s.getVolume)
-	route("DELETE /v1/volumes/{namespace}/{id}", s.deregisterVolume)
-	route("POST /v1/volumes/{namespace}/{id}/claim", s.claimVolume)
-	route("POST /v1/volumes/{namespace}/{id}/release", s.releaseVolume)
-	route("POST /v1/volumes/{namespace}/{id}/mount", s.mountVolume)
-	route("POST /v1/volumes/{namespace}/{id}/unmount", s.unmountVolume)
-	route("POST /v1/volumes/{namespace}/{id}/detach", s.detachVolume)
-	route("GET /v1/volumes/{namespace}/{id}/status", s.volumeStatus)
-	for _, path := range []string{"/v1/volumes", "/v1/volumes/{namespace}/{id}", "/v1/volumes/{namespace}/{id}/claim",
-		"/v1/volumes/{namespace}/{id}/release", "/v1/volumes/{namespace}/{id}/mount", "/v1/volumes/{namespace}/{id}/unmount",
-		"/v1/volumes/{namespace}/{id}/detach", "/v1/volumes/{namespace}/{id}/status"} {
-		route(path, func(http.ResponseWriter, *http.Request) error { return errMethod })
+func (s *Server) volumeRoutes() []route {
+	return []route{
+		{"POST", "/v1/volumes", nil, s.registerVolume},
+		{"GET", "/v1/volumes", []string{"namespace"}, s.listVolumes},
+		{"GET", "/v1/volumes/{namespace}/{id}", nil, s.getVolume},
+		{"DELETE", "/v1/volumes/{namespace}/{id}", []string{"deregister_only"}, s.deregisterVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/claim", nil, s.claimVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/release", nil, s.releaseVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/mount", nil, s.mountVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/unmount", nil, s.unmountVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/detach", nil, s.detachVolume},
+		{"GET", "/v1/volumes/{namespace}/{id}/status", nil, s.volumeStatus},
 	}
 }
 
@@ -92,7 +89,7 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body VolumeBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	if err := s.notADockerPlugin(body.PluginID); err != nil {
@@ -294,7 +291,7 @@ func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request) (AllocBody
 	if err := s.needVolumes(); err != nil {
 		return body, err
 	}
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return body, err
 	}
 	if body.AllocID == "" {
@@ -377,7 +374,7 @@ func (s *Server) detachVolume(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DetachBody
-	if err := decodeJSON(w, r, &body); err != nil {
+	if err := decodeBody(w, r, &body, false); err != nil {
 		return err
 	}
 	if body.NodeID == "" {

@@ -56,11 +56,13 @@ func TestBodiesAreDecodedStrictly(t *testing.T) {
 	cases := []struct{ body, want string }{
 		{`{"alloc_id":"a"} {"alloc_id":"b"}`, "data after the JSON object"},
 		{`{"alloc_id":"a","release":true}`, `unknown field "release"`},
+		{`{"Alloc_ID":"a"}`, `unknown field "Alloc_ID"`},
+		{`null`, "send a JSON object"},
 	}
 	for _, c := range cases {
 		r := httptest.NewRequest("POST", "/v1/volumes/default/v/mount", strings.NewReader(c.body))
 		var body AllocBody
-		err := decodeJSON(httptest.NewRecorder(), r, &body)
+		err := decodeBody(httptest.NewRecorder(), r, &body, false)
 		require.Error(t, err)
 		require.True(t, errors.Is(err, errBadBody))
 		require.Contains(t, err.Error(), c.want)

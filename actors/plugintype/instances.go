@@ -126,10 +126,15 @@ type Instances struct {
 	log      hclog.Logger
 	plugins  map[key]*managed
 	children map[string]*child // by PID ID, until terminated
-	applied  uint64            // the last registry sequence reflected in plugins
-	spawned  uint64            // instances started, to name each uniquely
-	resync   *time.Timer
-	closed   bool // Close was called: registry events and resyncs start nothing
+	// applied is, per type, the last registry sequence reflected in
+	// plugins. Each type has a subscription of its own, whose events and
+	// replay can reach the manager before or after another type's: one
+	// sequence for all types would drop an event of one type as stale
+	// because another type's replay was newer.
+	applied map[string]uint64
+	spawned uint64 // instances started, to name each uniquely
+	resync  *time.Timer
+	closed  bool // Close was called: registry events and resyncs start nothing
 }
 
 // Validate reports what is missing from cfg.
@@ -152,7 +157,8 @@ func New(cfg Config, typ Type) *Instances {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Instances{cfg: cfg, typ: typ, log: cfg.Logger, plugins: map[key]*managed{}, children: map[string]*child{}}
+	return &Instances{cfg: cfg, typ: typ, log: cfg.Logger, plugins: map[key]*managed{}, children: map[string]*child{},
+		applied: map[string]uint64{}}
 }
 
 // Receive handles the messages of the instances' life cycle and reports
@@ -246,19 +252,20 @@ func (m *Instances) onStarted(ctx actor.Context) {
 // fresh reports whether a registry event with sequence seq is news: not
 // reflected already by a replay or a resync.
 func (m *Instances) fresh(ptype string, seq uint64) bool {
-	if !slices.Contains(m.cfg.Types, ptype) || seq <= m.applied {
+	if !slices.Contains(m.cfg.Types, ptype) || seq <= m.applied[ptype] {
 		return false
 	}
-	m.applied = seq
+	m.applied[ptype] = seq
 	return true
 }
 
 func (m *Instances) onSubscribed(ctx actor.Context, msg *messages.Subscribed) {
-	if !slices.Contains(m.cfg.Types, msg.GetType()) || msg.GetSequence() < m.applied {
+	ptype := msg.GetType()
+	if !slices.Contains(m.cfg.Types, ptype) || msg.GetSequence() < m.applied[ptype] {
 		return // a resync has applied a newer state already
 	}
-	m.sync(ctx, []string{msg.GetType()}, msg.GetCurrent(), "registry replay")
-	m.applied = max(m.applied, msg.GetSequence())
+	m.sync(ctx, []string{ptype}, msg.GetCurrent(), "registry replay")
+	m.applied[ptype] = max(m.applied[ptype], msg.GetSequence())
 }
 
 func (m *Instances) onRegistered(ctx actor.Context, ev *messages.PluginRegistered) {
@@ -286,19 +293,22 @@ func (m *Instances) onDeregistered(ctx actor.Context, ev *messages.PluginDeregis
 
 func (m *Instances) onResync(ctx actor.Context) {
 	snapshot := m.cfg.Snapshot()
-	if snapshot.Sequence() < m.applied {
-		// Older than events already applied: it would undo them.
-		m.scheduleResync(ctx)
-		return
-	}
+	// A type whose events already applied are newer than the snapshot is
+	// left alone: the snapshot would undo them.
+	var ptypes []string
 	var current []*messages.PluginInfo
 	for _, ptype := range m.cfg.Types {
-		current = append(current, snapshot.List(ptype)...)
+		if snapshot.Sequence() >= m.applied[ptype] {
+			ptypes = append(ptypes, ptype)
+			current = append(current, snapshot.List(ptype)...)
+		}
 	}
-	if changed := m.sync(ctx, m.cfg.Types, current, "resync"); changed > 0 {
+	if changed := m.sync(ctx, ptypes, current, "resync"); changed > 0 {
 		m.log.Warn("resync found instances out of step with the registry and corrected them", "corrected", changed)
 	}
-	m.applied = max(m.applied, snapshot.Sequence())
+	for _, ptype := range ptypes {
+		m.applied[ptype] = snapshot.Sequence()
+	}
 	m.scheduleResync(ctx)
 }
 

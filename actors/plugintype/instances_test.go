@@ -228,3 +228,33 @@ func TestConfigNeedsItsRequiredFields(t *testing.T) {
 	require.ErrorContains(t, plugintype.Config{Types: []string{"t"}, Registry: &actor.PID{},
 		Snapshot: func() plugintype.Snapshot { return nil }, ResyncInterval: -1}.Validate(), "negative")
 }
+
+// TestAnEventOfOneTypeIsNotStaleBecauseAnotherTypesReplayIsNewer runs a
+// manager of two types. Each type has its own subscription, so the
+// registry's answers can arrive in any order across types: here the
+// "node" replay at sequence 2 arrives before the "ctrl" replay taken at
+// sequence 0 and the "ctrl" registration at sequence 1. The registration
+// still starts its instance at once, not at the next resync.
+func TestAnEventOfOneTypeIsNotStaleBecauseAnotherTypesReplayIsNewer(t *testing.T) {
+	system := probe.NewSystem(t)
+	registry, report := probe.New(t, system), probe.New(t, system)
+	cfg := plugintype.Config{Types: []string{"ctrl", "node"}, Registry: registry.PID(), ResyncInterval: time.Hour,
+		Snapshot: func() plugintype.Snapshot { return &snapshot{} }}
+	pid := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		m := &manager{report: report.PID()}
+		m.instances = plugintype.New(cfg, m)
+		return m
+	}))
+	t.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	probe.Expect[*messages.Subscribe](t, registry, wait)
+	probe.Expect[*messages.Subscribe](t, registry, wait)
+	node := &messages.PluginInfo{Type: "node", Name: "p", AllocId: "n1"}
+	ctrl := &messages.PluginInfo{Type: "ctrl", Name: "p", AllocId: "c1"}
+
+	registry.Send(pid, &messages.Subscribed{Type: "node", Current: []*messages.PluginInfo{node}, Sequence: 2})
+	require.Equal(t, "n1", probe.Expect[*started](t, report, wait).alloc)
+	registry.Send(pid, &messages.Subscribed{Type: "ctrl", Sequence: 0})
+	registry.Send(pid, &messages.PluginRegistered{Plugin: ctrl, Sequence: 1})
+
+	require.Equal(t, "c1", probe.Expect[*started](t, report, wait).alloc, "the ctrl registration started its instance")
+}

@@ -4,31 +4,23 @@
 // drivers of real disks; `hostpath-csi -h` lists its rules, and the package
 // documentation of csi/hostpath gives each refusal's gRPC code.
 //
-//	hostpath-csi -endpoint /run/csi/hostpath.sock -root /var/lib/hostpath-csi -node-id node1 -mode monolith
+//	hostpath-csi -name hostpath -endpoint /var/lib/plugvisor/plugins/hostpath.sock -root /var/lib/hostpath-csi
 //	hostpath-csi -endpoint /run/csi/hostpath.sock -root /var/lib/hostpath-csi -node-id node1 -attach-required
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	err := hostpath.Run(ctx, os.Args[1:], os.Stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	code := cli.Execute(ctx, hostpath.Command(), os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

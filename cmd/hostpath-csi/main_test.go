@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"io"
 	"path/filepath"
 	"strings"
@@ -30,14 +29,15 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no endpoint", []string{root}, "-endpoint: hostpath: invalid endpoint: the unix socket path must not be empty"},
+		{"no endpoint", []string{root}, "missing required flag -endpoint (unix socket to serve on"},
+		{"empty endpoint", []string{root, "-endpoint="}, "-endpoint: hostpath: invalid endpoint: the unix socket path must not be empty"},
 		{"relative endpoint", []string{root, "-endpoint=csi.sock"}, `unix socket path "csi.sock" must be absolute`},
 		{"endpoint longer than a unix socket allows", []string{root, "-endpoint=/" + strings.Repeat("s", 110)}, "is 111 bytes, longer than the 107 a unix socket allows"},
 		{"unknown mode", []string{root, endpoint, "-mode=both"}, `mode "both" must be controller, node or monolith`},
 		{"node id that climbs out of its directory", []string{root, endpoint, "-node-id=../x"}, "node id \"../x\" must not contain a path separator"},
 		{"relative root", []string{endpoint, "-root=var/lib"}, `root "var/lib" must be an absolute path`},
-		{"unknown flag", []string{endpoint, "-bogus"}, "flag provided but not defined: -bogus"},
-		{"stray argument", []string{root, endpoint, "extra"}, `unexpected arguments ["extra"]`},
+		{"unknown flag", []string{endpoint, "-bogus"}, "unknown flag: -bogus"},
+		{"stray argument", []string{root, endpoint, "extra"}, `hostpath-csi takes no arguments, got ["extra"]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,14 +53,15 @@ func TestRunRejectsBadFlags(t *testing.T) {
 func TestHelpStatesTheStrictRulesWithAnExample(t *testing.T) {
 	var stderr bytes.Buffer
 	err := hostpath.Run(t.Context(), []string{"-h"}, &stderr)
-	require.ErrorIs(t, err, flag.ErrHelp)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(stderr.String(), "Usage:"), "the usage is printed once")
 	for _, want := range []string{
 		"a second staging path is FailedPrecondition",
 		"NodeUnstageVolume while any target is published is FailedPrecondition",
 		"NodePublishVolume before NodeStageVolume",
 		"-attach-required",
 		"ControllerPublishVolume to a second node is FailedPrecondition",
-		"Example:\n  hostpath-csi -endpoint unix:///run/csi/hostpath.sock",
+		"Examples:\n  # for the agent of /var/lib/plugvisor, as the plugin \"hostpath\":\n  hostpath-csi -name hostpath -endpoint /var/lib/plugvisor/plugins/hostpath.sock",
 		"Secrets in requests are never logged",
 	} {
 		require.Contains(t, stderr.String(), want)

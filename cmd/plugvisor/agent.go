@@ -11,15 +11,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
-const agentHelp = `Usage: plugvisor agent [flags]
-
-Runs an agent in the foreground: a durable registry in <data-dir>/state.db,
+const agentLong = `Runs an agent in the foreground: a durable registry in <data-dir>/state.db,
 plugin discovery in <data-dir>/plugins (sockets) and <data-dir>/specs (spec
 files), and the API on the unix socket <data-dir>/plugvisor.sock (mode 0600).
 
@@ -31,9 +31,9 @@ clients send "Authorization: Bearer <token>".
 
 SIGINT or SIGTERM stops it cleanly. A second signal within 1s of the first
 is ignored (timeout(1) and process groups deliver two); a later one forces
-exit.
+exit.`
 
-Examples:
+const agentExample = `  plugvisor agent
   plugvisor agent -data-dir /var/lib/plugvisor -http 127.0.0.1:4646 -token-file /etc/plugvisor/tokens
   plugvisor agent -http 0.0.0.0:4646 -http-host node1.example.com \
       -tls-cert agent.pem -tls-key agent-key.pem -tls-ca clients-ca.pem -token-file tokens`
@@ -44,15 +44,35 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runAgent(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("agent", agentHelp, stdout)
+// Type names the flag's value in help.
+func (s *stringList) Type() string { return "string" }
+
+func newAgentCmd() *cobra.Command {
 	var cfg agent.Config
-	var socketDirs, specDirs stringList
+	var socketDirs, specDirs, httpHosts stringList
+	var level string
+	var jsonLogs bool
+	cmd := &cobra.Command{
+		Use:     "agent",
+		Short:   "run an agent (state, plugin discovery and the API in ./.plugvisor)",
+		Long:    agentLong,
+		Example: agentExample,
+		Args:    cmdline.Args("", "plugvisor agent -data-dir /var/lib/plugvisor"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lvl := hclog.LevelFromString(level)
+			if lvl == hclog.NoLevel {
+				return usageError("-log-level %q: want trace, debug, info, warn or error", level)
+			}
+			cfg.SocketDirs, cfg.SpecDirs, cfg.HTTPHosts = socketDirs, specDirs, httpHosts
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: lvl, JSONFormat: jsonLogs, Output: cmd.ErrOrStderr()})
+			return runAgent(cfg, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir(), "data dir (env "+agent.DataDirEnv+")")
 	fs.Var(&socketDirs, "plugin-dir", "extra directory to watch for plugin sockets (repeatable)")
 	fs.Var(&specDirs, "spec-dir", "extra directory to watch for plugin spec files (repeatable)")
 	fs.BoolVar(&cfg.DockerDirs, "docker-dirs", false, "also watch Docker's plugin directories (/run/docker/plugins, /etc/docker/plugins, /usr/lib/docker/plugins), to run beside dockerd as a drop-in")
-	var httpHosts stringList
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "also serve the API on this TCP address, e.g. 127.0.0.1:4646 (off by default)")
 	fs.Var(&httpHosts, "http-host", "a host name clients use to reach -http, accepted in the Host header (repeatable)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate of the -http listener")
@@ -70,21 +90,13 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxPluginOptionsBytes, "max-plugin-options-bytes", registry.DefaultOptionsBytes, "largest total size of one plugin's options, in bytes")
 	fs.IntVar(&cfg.MaxSubscribers, "max-subscribers", registry.DefaultSubscribers, "most event subscriptions (API event streams among them) open at once")
 	fs.IntVar(&cfg.MaxVolumes, "max-volumes", catalog.DefaultMaxVolumes, "most volumes the CSI catalog holds, every namespace together")
-	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
-	jsonLogs := fs.Bool("log-json", false, "log as JSON")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError("unexpected arguments %q", fs.Args())
-	}
-	lvl := hclog.LevelFromString(*level)
-	if lvl == hclog.NoLevel {
-		return usageError("-log-level %q: want trace, debug, info, warn or error", *level)
-	}
-	cfg.SocketDirs, cfg.SpecDirs, cfg.HTTPHosts = socketDirs, specDirs, httpHosts
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: lvl, JSONFormat: *jsonLogs, Output: stderr})
+	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.BoolVar(&jsonLogs, "log-json", false, "log as JSON")
+	return cmd
+}
 
+// runAgent runs an agent until SIGINT or SIGTERM, then shuts it down.
+func runAgent(cfg agent.Config, stdout io.Writer) error {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)

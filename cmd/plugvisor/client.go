@@ -82,9 +82,24 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		if json.NewDecoder(resp.Body).Decode(&apiErr) != nil || apiErr.Error == "" {
 			apiErr.Error = resp.Status
 		}
-		return nil, errors.New(apiErr.Error)
+		return nil, &apiError{status: resp.StatusCode, message: apiErr.Error}
 	}
 	return resp, nil
+}
+
+// apiError is an answer of the agent's API that says no: its status and
+// message.
+type apiError struct {
+	status  int
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+// isStatus says whether err is an API answer with this status.
+func isStatus(err error, status int) bool {
+	var apiErr *apiError
+	return errors.As(err, &apiErr) && apiErr.status == status
 }
 
 // call sends a request and decodes the JSON answer into out (unless nil).

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -12,61 +11,31 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/plugvisor/plugvisor/api"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
 // The commands that go through a plugin's controller: volume create,
 // delete and expand, and snapshot create, delete and list.
 
-const volumeCreateHelp = `Usage: plugvisor volume create [flags] ID
-
-Creates a volume with the plugin's controller (CreateVolume) and registers
+const volumeCreateLong = `Creates a volume with the plugin's controller (CreateVolume) and registers
 it. Creating again with the same name finds the same volume, so a create that
 failed half way is finished by running it again. Secrets are read from a JSON
-file (an object of strings), never from the command line, and are never shown.
+file (an object of strings), never from the command line, and are never
+shown. On a terminal it shows progress while the plugin works.`
 
-Example:
+const volumeCreateExample = `  plugvisor volume create -plugin hostpath -access-mode single-node-writer -size 1GiB db
   plugvisor volume create -plugin hostpath -access-mode single-node-writer -size 1GiB \
     -parameter tier=fast -secrets-file ./db-secrets.json db
-  plugvisor volume create -plugin hostpath -access-mode single-node-writer -snapshot SNAP-ID db-restored`
+  plugvisor volume create -plugin hostpath -access-mode single-node-writer -snapshot SNAPSHOT_ID db-restored`
 
-const volumeDeleteHelp = `Usage: plugvisor volume delete [flags] ID
+const snapshotLong = `Snapshots live on the plugin: create takes one of a volume through its
+plugin's controller, list asks the plugin, delete removes one. Create a
+volume from one with plugvisor volume create -snapshot SNAPSHOT_ID.`
 
-Deletes a volume on its plugin (DeleteVolume) and forgets it. A volume with
-claims is refused, naming the allocs. A volume that was registered rather
-than created, or any volume with -deregister-only, is only forgotten.
-
-Example:
-  plugvisor volume delete db
-  plugvisor volume delete -deregister-only legacy`
-
-const volumeDeregisterHelp = `Usage: plugvisor volume deregister [flags] ID
-
-Forgets a volume and leaves it on its plugin: "volume delete
--deregister-only". A volume with claims is refused, naming the allocs.
-
-Example:
-  plugvisor volume deregister legacy`
-
-const volumeExpandHelp = `Usage: plugvisor volume expand [flags] ID
-
-Grows a volume with the plugin's controller (ControllerExpandVolume) and
-records its new capacity. Says when the plugin asks for node expansion.
-
-Example:
-  plugvisor volume expand -size 2GiB db`
-
-const snapshotHelp = `Usage: plugvisor snapshot <create|delete|list> [flags] [args]
-
-  create [-namespace NS] [-parameter K=V] [-secrets-file F] VOLUME NAME
-  delete [-secrets-file F] PLUGIN SNAPSHOT_ID
-  list [-plugin P] [-namespace NS] [-volume ID] [-snapshot SNAPSHOT_ID]
-
-Snapshots live on the plugin. Create a volume from one with
-plugvisor volume create -snapshot SNAPSHOT_ID.
-
-Examples:
-  plugvisor snapshot create db nightly
+const snapshotExample = `  plugvisor snapshot create db nightly
   plugvisor snapshot list -volume db
   plugvisor snapshot delete hostpath SNAPSHOT_ID`
 
@@ -74,6 +43,9 @@ Examples:
 type keyValues map[string]string
 
 func (kv *keyValues) String() string { return fmt.Sprint(map[string]string(*kv)) }
+
+// Type names the flag's value in help.
+func (kv *keyValues) Type() string { return "KEY=VALUE" }
 
 func (kv *keyValues) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
@@ -91,6 +63,9 @@ func (kv *keyValues) Set(v string) error {
 type topologyList []map[string]string
 
 func (t *topologyList) String() string { return fmt.Sprint([]map[string]string(*t)) }
+
+// Type names the flag's value in help.
+func (t *topologyList) Type() string { return "KEY=VALUE[,KEY=VALUE]" }
 
 func (t *topologyList) Set(v string) error {
 	var seg keyValues
@@ -115,6 +90,9 @@ var sizeUnits = []struct {
 }
 
 func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+// Type names the flag's value in help.
+func (s *sizeFlag) Type() string { return "SIZE" }
 
 func (s *sizeFlag) Set(v string) error {
 	number, factor := v, int64(1)
@@ -149,79 +127,59 @@ func readSecrets(path string) (map[string]string, error) {
 	return secrets, nil
 }
 
-// controllerFlags are the flags every controller command takes.
-type controllerFlags struct {
-	common    commonFlags
-	namespace *string
-}
-
-func newControllerFlags(name, help string, stdout io.Writer) (*flag.FlagSet, *controllerFlags) {
-	fs := newFlags(name, help, stdout)
-	cf := &controllerFlags{}
-	cf.common.register(fs)
-	cf.namespace = fs.String("namespace", "default", "the volume's namespace")
-	return fs, cf
-}
-
-func (cf *controllerFlags) client() *client { return newClient(cf.common.dataDir) }
-
-// runVolumeController runs the volume subcommands that go through the
-// controller; handled is false for the others.
-func runVolumeController(sub string, args []string, stdout io.Writer) (handled bool, err error) {
-	switch sub {
-	case "create":
-		return true, volumeCreate(args, stdout)
-	case "delete":
-		return true, volumeDelete("volume delete", volumeDeleteHelp, args, false, stdout)
-	case "deregister":
-		return true, volumeDelete("volume deregister", volumeDeregisterHelp, args, true, stdout)
-	case "expand":
-		return true, volumeExpand(args, stdout)
-	}
-	return false, nil
-}
-
-func volumeCreate(args []string, stdout io.Writer) error {
-	fs, cf := newControllerFlags("volume create", volumeCreateHelp, stdout)
+func newVolumeCreateCmd() *cobra.Command {
 	var body api.CreateBody
 	var params keyValues
 	var flags stringList
 	var requisite, preferred topologyList
 	var size, limit sizeFlag
-	fs.StringVar(&body.PluginID, "plugin", "", "CSI plugin whose controller creates it (required)")
-	fs.StringVar(&body.AccessMode, "access-mode", "", "access mode (required), e.g. single-node-writer")
+	var secretsFile, fsType string
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     "create -plugin P -access-mode M ID",
+		Short:   "create a volume with the plugin's controller and register it",
+		Long:    volumeCreateLong,
+		Example: volumeCreateExample,
+		Args:    cmdline.Args("ID", "plugvisor volume create -plugin hostpath -access-mode single-node-writer db"),
+	})
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		secrets, err := readSecrets(secretsFile)
+		if err != nil {
+			return err
+		}
+		body.Secrets, body.Parameters = secrets, params
+		body.Capacity = api.CapacityJSON{RequiredBytes: int64(size), LimitBytes: int64(limit)}
+		body.Topology = api.TopologyJSON{Requisite: requisite, Preferred: preferred}
+		if fsType != "" || len(flags) > 0 {
+			body.MountOptions = &api.MountOptionsJSON{FSType: fsType, MountFlags: flags}
+		}
+		return volumeCreate(cmd, vf, args[0], body)
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&body.PluginID, "plugin", "", "the CSI plugin whose controller creates it")
+	fs.StringVar(&body.AccessMode, "access-mode", "", "access mode, e.g. single-node-writer")
 	fs.StringVar(&body.AttachmentMode, "attachment-mode", "file-system", "file-system or block-device")
 	fs.StringVar(&body.Name, "name", "", "name for CreateVolume (default: the ID)")
 	fs.Var(&size, "size", "capacity to ask for, e.g. 10GiB")
 	fs.Var(&limit, "limit", "largest capacity allowed, e.g. 20GiB")
 	fs.Var(&params, "parameter", "plugin parameter KEY=VALUE (repeatable)")
-	secretsFile := fs.String("secrets-file", "", "JSON file with the plugin's secrets (never shown)")
+	fs.StringVar(&secretsFile, "secrets-file", "", "JSON file with the plugin's secrets (never shown)")
 	fs.StringVar(&body.SnapshotID, "snapshot", "", "snapshot ID to create the volume from")
-	fsType := fs.String("fs-type", "", "file system type, e.g. ext4")
+	fs.StringVar(&fsType, "fs-type", "", "file system type, e.g. ext4")
 	fs.Var(&flags, "mount-flag", "mount flag (repeatable)")
 	fs.Var(&requisite, "requisite", "required topology KEY=VALUE[,KEY=VALUE] (repeatable)")
 	fs.Var(&preferred, "preferred", "preferred topology KEY=VALUE[,KEY=VALUE] (repeatable)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usageError("create needs ID, e.g. plugvisor volume create -plugin hostpath -access-mode single-node-writer db")
-	}
-	secrets, err := readSecrets(*secretsFile)
-	if err != nil {
-		return err
-	}
-	body.Secrets, body.Parameters = secrets, params
-	body.Capacity = api.CapacityJSON{RequiredBytes: int64(size), LimitBytes: int64(limit)}
-	body.Topology = api.TopologyJSON{Requisite: requisite, Preferred: preferred}
-	if *fsType != "" || len(flags) > 0 {
-		body.MountOptions = &api.MountOptionsJSON{FSType: *fsType, MountFlags: flags}
-	}
+	cmdline.Require(cmd, "plugin", "access-mode")
+	return cmd
+}
+
+func volumeCreate(cmd *cobra.Command, vf *volumeFlags, id string, body api.CreateBody) error {
 	var v api.ManagedVolumeJSON
-	if err := cf.client().call(context.Background(), "POST", volumePath(*cf.namespace, fs.Arg(0), "create"), nil, body, &v); err != nil {
+	what := fmt.Sprintf("creating volume %s/%s on plugin %s", vf.namespace, id, body.PluginID)
+	if err := vf.callShowing(cmd, what, "POST", volumePath(vf.namespace, id, "create"), nil, body, &v); err != nil {
 		return err
 	}
-	if cf.common.json {
+	stdout := cmd.OutOrStdout()
+	if vf.common.json {
 		return printJSON(stdout, v)
 	}
 	fmt.Fprintf(stdout, "created volume %s/%s on plugin %s: plugin volume %s, %d bytes\n",
@@ -229,151 +187,193 @@ func volumeCreate(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// volumeDelete deletes a volume, or only forgets it when deregister (the
-// deregister command) or -deregister-only says so.
-func volumeDelete(name, help string, args []string, deregister bool, stdout io.Writer) error {
-	fs, cf := newControllerFlags(name, help, stdout)
-	only := &deregister
+// newVolumeDeleteCmd returns "delete", or with deregister "deregister":
+// the volume is deleted on its plugin and forgotten, or only forgotten.
+func newVolumeDeleteCmd(deregister bool) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "delete ID",
+		Short: "delete a volume on its plugin and forget it",
+		Long: `Deletes a volume on its plugin (DeleteVolume) and forgets it. A volume with
+claims is refused, naming the allocs. A volume that was registered rather
+than created, or any volume with -deregister-only, is only forgotten.`,
+		Example: "  plugvisor volume delete db\n  plugvisor volume delete -deregister-only legacy",
+		Args:    cmdline.Args("ID", "plugvisor volume delete db"),
+	}
+	if deregister {
+		c.Use, c.Short, c.Example = "deregister ID", "forget a volume and leave it on its plugin", "  plugvisor volume deregister legacy"
+		c.Long = `Forgets a volume and leaves it on its plugin: "volume delete
+-deregister-only". A volume with claims is refused, naming the allocs.`
+		c.Args = cmdline.Args("ID", "plugvisor volume deregister legacy")
+	}
+	cmd, vf := newVolumeLeaf(c)
+	only := deregister
 	if !deregister {
-		only = fs.Bool("deregister-only", false, "only forget the volume; leave it on the plugin")
+		cmd.Flags().BoolVar(&only, "deregister-only", false, "only forget the volume; leave it on the plugin")
 	}
-	if err := parse(fs, args); err != nil {
-		return err
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var query url.Values
+		if only {
+			query = url.Values{"deregister_only": {"true"}}
+		}
+		var out map[string]string
+		what := fmt.Sprintf("deleting volume %s/%s", vf.namespace, args[0])
+		if err := vf.callShowing(cmd, what, "DELETE", volumePath(vf.namespace, args[0], ""), query, nil, &out); err != nil {
+			return err
+		}
+		stdout := cmd.OutOrStdout()
+		if vf.common.json {
+			return printJSON(stdout, out)
+		}
+		if out["deleted"] != "" {
+			fmt.Fprintf(stdout, "deleted volume %s/%s on its plugin\n", vf.namespace, args[0])
+		} else {
+			fmt.Fprintf(stdout, "deregistered volume %s/%s (left on its plugin)\n", vf.namespace, args[0])
+		}
+		return nil
 	}
-	if fs.NArg() != 1 {
-		return usageError("%s needs ID, e.g. plugvisor %s db", name, name)
-	}
-	var query url.Values
-	if *only {
-		query = url.Values{"deregister_only": {"true"}}
-	}
-	var out map[string]string
-	if err := cf.client().call(context.Background(), "DELETE", volumePath(*cf.namespace, fs.Arg(0), ""), query, nil, &out); err != nil {
-		return err
-	}
-	if cf.common.json {
-		return printJSON(stdout, out)
-	}
-	if out["deleted"] != "" {
-		fmt.Fprintf(stdout, "deleted volume %s/%s on its plugin\n", *cf.namespace, fs.Arg(0))
-	} else {
-		fmt.Fprintf(stdout, "deregistered volume %s/%s (left on its plugin)\n", *cf.namespace, fs.Arg(0))
-	}
-	return nil
+	return cmd
 }
 
-func volumeExpand(args []string, stdout io.Writer) error {
-	fs, cf := newControllerFlags("volume expand", volumeExpandHelp, stdout)
+func newVolumeExpandCmd() *cobra.Command {
 	var size, limit sizeFlag
-	fs.Var(&size, "size", "capacity to grow to (required), e.g. 20GiB")
-	fs.Var(&limit, "limit", "largest capacity allowed")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usageError("expand needs ID, e.g. plugvisor volume expand -size 20GiB db")
-	}
-	var out api.ExpandJSON
-	body := api.ExpandBody{RequiredBytes: int64(size), LimitBytes: int64(limit)}
-	if err := cf.client().call(context.Background(), "POST", volumePath(*cf.namespace, fs.Arg(0), "expand"), nil, body, &out); err != nil {
-		return err
-	}
-	if cf.common.json {
-		return printJSON(stdout, out)
-	}
-	fmt.Fprintf(stdout, "expanded volume %s/%s to %d bytes", *cf.namespace, fs.Arg(0), out.CapacityBytes)
-	switch {
-	case out.NodeExpanded:
-		fmt.Fprint(stdout, "; the nodes expanded it too")
-	case out.NodeExpansionRequired:
-		fmt.Fprint(stdout, "; the plugin asks for node expansion, which waits for the volume's next mount")
-	}
-	fmt.Fprintln(stdout)
-	return nil
-}
-
-func runSnapshot(args []string, stdout, _ io.Writer) error {
-	sub, args, err := subcommand(args, snapshotHelp, stdout)
-	if err != nil {
-		return err
-	}
-	fs, cf := newControllerFlags("snapshot "+sub, snapshotHelp, stdout)
-	ctx := context.Background()
-	switch sub {
-	case "create":
-		var params keyValues
-		fs.Var(&params, "parameter", "plugin parameter KEY=VALUE (repeatable)")
-		secretsFile := fs.String("secrets-file", "", "JSON file with the plugin's secrets (default: the volume's)")
-		if err := parse(fs, args); err != nil {
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:   "expand -size SIZE ID",
+		Short: "grow a volume with the plugin's controller",
+		Long: `Grows a volume with the plugin's controller (ControllerExpandVolume) and
+records its new capacity. Says when the plugin asks for node expansion.`,
+		Example: "  plugvisor volume expand -size 2GiB db",
+		Args:    cmdline.Args("ID", "plugvisor volume expand -size 2GiB db"),
+	})
+	cmd.Flags().Var(&size, "size", "capacity to grow to, e.g. 20GiB")
+	cmd.Flags().Var(&limit, "limit", "largest capacity allowed")
+	cmdline.Require(cmd, "size")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var out api.ExpandJSON
+		body := api.ExpandBody{RequiredBytes: int64(size), LimitBytes: int64(limit)}
+		what := fmt.Sprintf("expanding volume %s/%s", vf.namespace, args[0])
+		if err := vf.callShowing(cmd, what, "POST", volumePath(vf.namespace, args[0], "expand"), nil, body, &out); err != nil {
 			return err
 		}
-		if fs.NArg() != 2 {
-			return usageError("create needs VOLUME NAME, e.g. plugvisor snapshot create db nightly")
+		stdout := cmd.OutOrStdout()
+		if vf.common.json {
+			return printJSON(stdout, out)
 		}
-		secrets, err := readSecrets(*secretsFile)
+		fmt.Fprintf(stdout, "expanded volume %s/%s to %d bytes", vf.namespace, args[0], out.CapacityBytes)
+		switch {
+		case out.NodeExpanded:
+			fmt.Fprint(stdout, "; the nodes expanded it too")
+		case out.NodeExpansionRequired:
+			fmt.Fprint(stdout, "; the plugin asks for node expansion, which waits for the volume's next mount")
+		}
+		fmt.Fprintln(stdout)
+		return nil
+	}
+	return cmd
+}
+
+func newSnapshotCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "snapshot",
+		Short:   "create, list and delete CSI snapshots",
+		Long:    snapshotLong,
+		Example: snapshotExample,
+	}
+	cmd.AddCommand(newSnapshotCreateCmd(), newSnapshotDeleteCmd(), newSnapshotListCmd())
+	return cmd
+}
+
+func newSnapshotCreateCmd() *cobra.Command {
+	var params keyValues
+	var secretsFile string
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     "create VOLUME NAME",
+		Short:   "take a snapshot of a volume on its plugin",
+		Example: "  plugvisor snapshot create db nightly\n  plugvisor snapshot create -parameter retain=7d db weekly",
+		Args:    cmdline.Args("VOLUME NAME", "plugvisor snapshot create db nightly"),
+	})
+	cmd.Flags().Var(&params, "parameter", "plugin parameter KEY=VALUE (repeatable)")
+	cmd.Flags().StringVar(&secretsFile, "secrets-file", "", "JSON file with the plugin's secrets (default: the volume's)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		secrets, err := readSecrets(secretsFile)
 		if err != nil {
 			return err
 		}
-		body := api.SnapshotBody{Namespace: *cf.namespace, VolumeID: fs.Arg(0), Name: fs.Arg(1), Parameters: params, Secrets: secrets}
+		body := api.SnapshotBody{Namespace: vf.namespace, VolumeID: args[0], Name: args[1], Parameters: params, Secrets: secrets}
 		var snap api.SnapshotJSON
-		if err := cf.client().call(ctx, "POST", "/v1/snapshots", nil, body, &snap); err != nil {
+		what := fmt.Sprintf("taking snapshot %s of %s/%s", args[1], vf.namespace, args[0])
+		if err := vf.callShowing(cmd, what, "POST", "/v1/snapshots", nil, body, &snap); err != nil {
 			return err
 		}
-		if cf.common.json {
-			return printJSON(stdout, snap)
+		if vf.common.json {
+			return printJSON(cmd.OutOrStdout(), snap)
 		}
-		fmt.Fprintf(stdout, "created snapshot %s of %s/%s on plugin %s (ready: %t)\n", snap.SnapshotID, *cf.namespace, fs.Arg(0), snap.PluginID, snap.ReadyToUse)
+		fmt.Fprintf(cmd.OutOrStdout(), "created snapshot %s of %s/%s on plugin %s (ready: %t)\n", snap.SnapshotID, vf.namespace, args[0], snap.PluginID, snap.ReadyToUse)
 		return nil
-	case "delete":
-		secretsFile := fs.String("secrets-file", "", "JSON file with the plugin's secrets")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 2 {
-			return usageError("delete needs PLUGIN SNAPSHOT_ID, e.g. plugvisor snapshot delete hostpath SNAPSHOT_ID")
-		}
-		secrets, err := readSecrets(*secretsFile)
+	}
+	return cmd
+}
+
+func newSnapshotDeleteCmd() *cobra.Command {
+	var secretsFile string
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     "delete PLUGIN SNAPSHOT_ID",
+		Short:   "delete a snapshot on its plugin",
+		Example: "  plugvisor snapshot delete hostpath SNAPSHOT_ID",
+		Args:    cmdline.Args("PLUGIN SNAPSHOT_ID", "plugvisor snapshot delete hostpath SNAPSHOT_ID"),
+	})
+	cmd.Flags().StringVar(&secretsFile, "secrets-file", "", "JSON file with the plugin's secrets")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		secrets, err := readSecrets(secretsFile)
 		if err != nil {
 			return err
 		}
-		path := "/v1/snapshots/" + url.PathEscape(fs.Arg(0)) + "/" + url.PathEscape(fs.Arg(1))
-		if err := cf.client().call(ctx, "DELETE", path, nil, api.DeleteSnapshotBody{Secrets: secrets}, nil); err != nil {
+		path := "/v1/snapshots/" + url.PathEscape(args[0]) + "/" + url.PathEscape(args[1])
+		if err := vf.client().call(cmd.Context(), "DELETE", path, nil, api.DeleteSnapshotBody{Secrets: secrets}, nil); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "deleted snapshot %s of plugin %s\n", fs.Arg(1), fs.Arg(0))
+		fmt.Fprintf(cmd.OutOrStdout(), "deleted snapshot %s of plugin %s\n", args[1], args[0])
 		return nil
-	case "list":
-		return snapshotList(ctx, fs, cf, args, stdout)
 	}
-	return usageError("unknown subcommand %q (want create, delete or list)", sub)
+	return cmd
 }
 
-func snapshotList(ctx context.Context, fs *flag.FlagSet, cf *controllerFlags, args []string, stdout io.Writer) error {
-	plugin := fs.String("plugin", "", "the plugin to ask (or give -volume)")
-	volume := fs.String("volume", "", "only the snapshots of this volume")
-	id := fs.String("snapshot", "", "only this snapshot")
-	if err := parse(fs, args); err != nil {
-		return err
+func newSnapshotListCmd() *cobra.Command {
+	var plugin, volume, id string
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     "list",
+		Short:   "the snapshots a plugin has, of one volume or all",
+		Example: "  plugvisor snapshot list -volume db\n  plugvisor snapshot list -plugin hostpath -json",
+		Args:    cmdline.Args("", "plugvisor snapshot list -volume db"),
+	})
+	cmd.Flags().StringVar(&plugin, "plugin", "", "the plugin to ask (or give -volume)")
+	cmd.Flags().StringVar(&volume, "volume", "", "only the snapshots of this volume")
+	cmd.Flags().StringVar(&id, "snapshot", "", "only this snapshot")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if plugin == "" && volume == "" {
+			return usageError("list needs -plugin P or -volume ID, the plugin to ask")
+		}
+		return snapshotList(cmd.Context(), vf, plugin, volume, id, cmd.OutOrStdout())
 	}
-	if fs.NArg() != 0 {
-		return usageError("list takes flags only, e.g. plugvisor snapshot list -volume db")
-	}
+	return cmd
+}
+
+func snapshotList(ctx context.Context, vf *volumeFlags, plugin, volume, id string, stdout io.Writer) error {
 	query := url.Values{}
-	for k, v := range map[string]string{"plugin_id": *plugin, "volume_id": *volume, "snapshot_id": *id} {
+	for k, v := range map[string]string{"plugin_id": plugin, "volume_id": volume, "snapshot_id": id} {
 		if v != "" {
 			query.Set(k, v)
 		}
 	}
-	if *volume != "" {
-		query.Set("namespace", *cf.namespace)
+	if volume != "" {
+		query.Set("namespace", vf.namespace)
 	}
 	var out struct {
 		Snapshots []api.SnapshotJSON `json:"snapshots"`
 	}
-	if err := cf.client().call(ctx, "GET", "/v1/snapshots", query, nil, &out); err != nil {
+	if err := vf.client().call(ctx, "GET", "/v1/snapshots", query, nil, &out); err != nil {
 		return err
 	}
-	if cf.common.json {
+	if vf.common.json {
 		return printJSON(stdout, out)
 	}
 	if len(out.Snapshots) == 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
@@ -25,13 +26,12 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
-const demoHelp = `Usage: plugvisor demo [-keep] [-v]
-
-A self-contained tour in a temp dir, nothing to set up. It starts an agent
+const demoLong = `A self-contained tour in a temp dir, nothing to set up. It starts an agent
 in-process, two hostpath CSI plugins and a Docker volume plugin as processes,
 and shows them discovered, registered and fingerprinted healthy; a newer
 allocation taking over; a plugin killed with kill -9 going unhealthy and
@@ -39,10 +39,7 @@ recovering; a volume's whole life: created through the plugin's controller,
 mounted for a writer, a second writer refused, a reader joining read-only,
 the agent restarted on the same data dir, both unmounted from the records
 that survived, and the volume deleted; the event stream as it happens; then
-a clean shutdown and a summary.
-
-Example:
-  plugvisor demo          # or: make demo`
+a clean shutdown and a summary.`
 
 // demoTimeout bounds each wait of the demo; nothing should come close.
 const demoTimeout = 30 * time.Second
@@ -73,13 +70,24 @@ type demo struct {
 	mounted []string
 }
 
-func runDemo(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", demoHelp, stdout)
-	keep := fs.Bool("keep", false, "keep the temp dir afterwards")
-	verbose := fs.Bool("v", false, "show the agent's own logs on stderr")
-	if err := parse(fs, args); err != nil {
-		return err
+func newDemoCmd() *cobra.Command {
+	var keep, verbose bool
+	cmd := &cobra.Command{
+		Use:     "demo",
+		Short:   "run a self-contained demo in a temp dir",
+		Long:    demoLong,
+		Example: "  plugvisor demo          # or: make demo\n  plugvisor demo -keep -v",
+		Args:    cmdline.Args("", "plugvisor demo"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(keep, verbose, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temp dir afterwards")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "show the agent's own logs on stderr")
+	return cmd
+}
+
+func runDemo(keep, verbose bool, stdout, stderr io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -90,14 +98,14 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	}
 	d := &demo{out: stdout, dir: dir, self: self, procs: map[string]*exec.Cmd{}, root: os.Geteuid() == 0,
 		logger: hclog.NewNullLogger()}
-	if *verbose {
+	if verbose {
 		d.logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: hclog.Info, Output: stderr})
 	}
 	start := time.Now()
 	d.say("plugvisor demo: a tour in %s\n", dir)
 	err = d.run()
 	d.stopAll()
-	if !*keep {
+	if !keep {
 		os.RemoveAll(dir)
 	}
 	if err != nil {

@@ -10,140 +10,142 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
-const dockerHelp = `Usage: plugvisor docker <volume|plugins> ...
-
-  volume create -driver D [-opt KEY=VALUE]... NAME
-  volume ls
-  volume inspect NAME
-  volume rm NAME
-  volume mount NAME ID
-  volume unmount NAME ID
-  volume path NAME
-  plugins            every plugin found on disk: state, attempts, health
-
-Docker volumes as dockerd keeps them: each name maps to one driver (a Docker
+const dockerLong = `Docker volumes as dockerd keeps them: each name maps to one driver (a Docker
 volume plugin), mounts are counted by mount ID (Docker uses the
-container's), and a volume that is mounted cannot be removed. Flags may come
-after the arguments.
+container's), and a volume that is mounted cannot be removed. "plugins"
+lists every plugin found on disk, Docker's and CSI: state, attempts, health.`
 
-Examples:
-  plugvisor docker volume create -driver local-persist -opt mountpoint=/data db
+const dockerExample = `  plugvisor docker volume create -driver local -opt size=1G db
   plugvisor docker volume mount db web-1
   plugvisor docker volume rm db
   plugvisor docker plugins -json`
 
-func runDocker(args []string, stdout, _ io.Writer) error {
-	sub, args, err := subcommand(args, dockerHelp, stdout)
-	if err != nil {
-		return err
+func newDockerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "docker",
+		Short:   "Docker volumes (create, ls, inspect, rm, mount, unmount, path) and discovered plugins",
+		Long:    dockerLong,
+		Example: dockerExample,
 	}
-	switch sub {
-	case "volume", "volumes":
-		return runDockerVolume(args, stdout)
-	case "plugins":
-		fs := newFlags("docker plugins", dockerHelp, stdout)
-		var common commonFlags
-		common.register(fs)
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 0 {
-			return usageError("plugins takes no arguments, got %q", fs.Args())
-		}
-		return dockerPlugins(common, stdout)
+	volume := &cobra.Command{
+		Use:     "volume",
+		Aliases: []string{"volumes"},
+		Short:   "create, list, inspect, remove, mount and unmount Docker volumes",
+		Long:    dockerLong,
+		Example: `  plugvisor docker volume create -driver local db
+  plugvisor docker volume mount db web-1
+  plugvisor docker volume unmount db web-1
+  plugvisor docker volume rm db`,
 	}
-	return usageError("unknown subcommand %q (want volume or plugins)", sub)
-}
-
-// dockerVolumeArgs is how many arguments each volume subcommand takes, and
-// what they are.
-var dockerVolumeArgs = map[string]string{
-	"create": "NAME", "ls": "", "list": "", "inspect": "NAME", "rm": "NAME", "remove": "NAME",
-	"mount": "NAME ID", "unmount": "NAME ID", "path": "NAME",
-}
-
-func runDockerVolume(args []string, stdout io.Writer) error {
-	sub, args, err := subcommand(args, dockerHelp, stdout)
-	if err != nil {
-		return err
-	}
-	want, ok := dockerVolumeArgs[sub]
-	if !ok {
-		return usageError("unknown subcommand %q (want create, ls, inspect, rm, mount, unmount or path)", sub)
-	}
-	fs := newFlags("docker volume "+sub, dockerHelp, stdout)
+	volume.AddCommand(
+		newDockerVolumeCmd("create -driver D NAME", "create a volume on a Docker volume plugin", "NAME",
+			"  plugvisor docker volume create -driver local db\n  plugvisor docker volume create -driver local -opt size=1G db"),
+		newDockerVolumeCmd("ls", "list every volume: known ones and every driver's", "",
+			"  plugvisor docker volume ls\n  plugvisor docker volume ls -json", "list"),
+		newDockerVolumeCmd("inspect NAME", "one volume: driver, mount point, mounts", "NAME",
+			"  plugvisor docker volume inspect db"),
+		newDockerVolumeCmd("rm NAME", "remove a volume (refused while mounted)", "NAME",
+			"  plugvisor docker volume rm db", "remove"),
+		newDockerVolumeCmd("mount NAME ID", "mount a volume for a mount ID", "NAME ID",
+			"  plugvisor docker volume mount db web-1"),
+		newDockerVolumeCmd("unmount NAME ID", "unmount a volume for a mount ID", "NAME ID",
+			"  plugvisor docker volume unmount db web-1"),
+		newDockerVolumeCmd("path NAME", "print a volume's mount point", "NAME",
+			"  plugvisor docker volume path db"))
 	var common commonFlags
-	common.register(fs)
+	plugins := &cobra.Command{
+		Use:     "plugins",
+		Short:   "every plugin found on disk: state, attempts, next try, health",
+		Example: "  plugvisor docker plugins\n  plugvisor docker plugins -json",
+		Args:    cmdline.Args("", "plugvisor docker plugins"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return dockerPlugins(cmd.Context(), common, cmd.OutOrStdout())
+		},
+	}
+	common.register(plugins.Flags())
+	cmd.AddCommand(volume, plugins)
+	return cmd
+}
+
+// newDockerVolumeCmd returns one "docker volume" subcommand, use naming it
+// and want its arguments.
+func newDockerVolumeCmd(use, short, want, example string, aliases ...string) *cobra.Command {
+	var common commonFlags
 	var body api.DockerVolumeBody
 	var opts stringList
+	sub, _, _ := strings.Cut(use, " ")
+	cmd := &cobra.Command{
+		Use:     use,
+		Aliases: aliases,
+		Short:   short,
+		Example: example,
+		Args: cmdline.Args(want, "plugvisor docker volume "+sub+" "+
+			strings.NewReplacer("NAME", "db", "ID", "web-1").Replace(want)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkDockerArgs(args); err != nil {
+				return err
+			}
+			c, ctx, stdout := newClient(common.dataDir), cmd.Context(), cmd.OutOrStdout()
+			var name, path string
+			if len(args) > 0 {
+				name = args[0]
+				path = "/v1/docker/volumes/" + url.PathEscape(name)
+			}
+			switch sub {
+			case "create":
+				var err error
+				body.Name = name
+				if body.Options, err = parseOpts(opts); err != nil {
+					return err
+				}
+				if err := dockervolume.ValidateOptions(body.Options); err != nil {
+					return usageError("%v", err)
+				}
+				var v dockervolume.VolumeInfo
+				if err := c.call(ctx, "POST", "/v1/docker/volumes", nil, body, &v); err != nil {
+					return err
+				}
+				return printDockerVolume(stdout, common, v, "created volume "+v.Name+" on driver "+v.Driver)
+			case "ls":
+				var list dockervolume.VolumeList
+				if err := c.call(ctx, "GET", "/v1/docker/volumes", nil, nil, &list); err != nil {
+					return err
+				}
+				return printDockerVolumes(stdout, common, list)
+			case "inspect":
+				var v dockervolume.VolumeInfo
+				if err := c.call(ctx, "GET", path, nil, nil, &v); err != nil {
+					return err
+				}
+				return printDockerVolume(stdout, common, v, "volume "+v.Name)
+			case "rm":
+				return dockerDo(ctx, c, common, stdout, "DELETE", path, nil, "removed volume "+name)
+			case "mount", "unmount":
+				return dockerDo(ctx, c, common, stdout, "POST", path+"/"+sub, api.DockerMountBody{ID: args[1]},
+					sub+"ed volume "+name+" for "+args[1])
+			default: // path
+				return dockerDo(ctx, c, common, stdout, "GET", path+"/path", nil, "")
+			}
+		},
+	}
+	common.register(cmd.Flags())
 	if sub == "create" {
-		fs.StringVar(&body.Driver, "driver", "", "the Docker volume plugin that serves the volume (required)")
-		fs.Var(&opts, "opt", "a driver option KEY=VALUE (repeatable)")
+		cmd.Flags().StringVar(&body.Driver, "driver", "", "the Docker volume plugin that serves the volume")
+		cmd.Flags().Var(&opts, "opt", "a driver option KEY=VALUE (repeatable)")
+		cmdline.Require(cmd, "driver")
 	}
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if names := strings.Fields(want); fs.NArg() != len(names) {
-		return usageError("%s needs %s, e.g. plugvisor docker volume %s %s", sub, orNothing(want), sub,
-			strings.NewReplacer("NAME", "db", "ID", "web-1").Replace(want))
-	}
-	if err := checkDockerArgs(sub, fs.Args()); err != nil {
-		return err
-	}
-	c, ctx, name := newClient(common.dataDir), context.Background(), fs.Arg(0)
-	path := "/v1/docker/volumes/" + url.PathEscape(name)
-	switch sub {
-	case "create":
-		body.Name = name
-		if body.Driver == "" {
-			return usageError("create needs -driver, the volume plugin's name")
-		}
-		if body.Options, err = parseOpts(opts); err != nil {
-			return err
-		}
-		if err := dockervolume.ValidateOptions(body.Options); err != nil {
-			return usageError("%v", err)
-		}
-		var v dockervolume.VolumeInfo
-		if err := c.call(ctx, "POST", "/v1/docker/volumes", nil, body, &v); err != nil {
-			return err
-		}
-		return printDockerVolume(stdout, common, v, "created volume "+v.Name+" on driver "+v.Driver)
-	case "ls", "list":
-		var list dockervolume.VolumeList
-		if err := c.call(ctx, "GET", "/v1/docker/volumes", nil, nil, &list); err != nil {
-			return err
-		}
-		return printDockerVolumes(stdout, common, list)
-	case "inspect":
-		var v dockervolume.VolumeInfo
-		if err := c.call(ctx, "GET", path, nil, nil, &v); err != nil {
-			return err
-		}
-		return printDockerVolume(stdout, common, v, "volume "+v.Name)
-	case "rm", "remove":
-		return dockerDo(ctx, c, common, stdout, "DELETE", path, nil, "removed volume "+name)
-	case "mount", "unmount":
-		return dockerDo(ctx, c, common, stdout, "POST", path+"/"+sub, api.DockerMountBody{ID: fs.Arg(1)},
-			sub+"ed volume "+name+" for "+fs.Arg(1))
-	default: // path
-		return dockerDo(ctx, c, common, stdout, "GET", path+"/path", nil, "")
-	}
-}
-
-func orNothing(s string) string {
-	if s == "" {
-		return "no arguments"
-	}
-	return s
+	return cmd
 }
 
 // checkDockerArgs refuses a bad volume name or mount ID before anything is sent.
-func checkDockerArgs(sub string, args []string) error {
+func checkDockerArgs(args []string) error {
 	if len(args) > 0 {
 		if err := dockervolume.ValidateVolumeName(args[0]); err != nil {
 			return usageError("%v", err)
@@ -262,11 +264,11 @@ type discoveredJSON struct {
 	HealthError     string `json:"health_error"`
 }
 
-func dockerPlugins(common commonFlags, stdout io.Writer) error {
+func dockerPlugins(ctx context.Context, common commonFlags, stdout io.Writer) error {
 	var out struct {
 		Plugins []discoveredJSON `json:"plugins"`
 	}
-	if err := newClient(common.dataDir).call(context.Background(), "GET", "/v1/discovery/plugins", nil, nil, &out); err != nil {
+	if err := newClient(common.dataDir).call(ctx, "GET", "/v1/discovery/plugins", nil, nil, &out); err != nil {
 		return err
 	}
 	if common.json {

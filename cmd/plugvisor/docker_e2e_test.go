@@ -97,7 +97,7 @@ func TestBadDockerVolumeCommandsSayWhatIsWrong(t *testing.T) {
 	}{
 		{"a name with a separator", []string{"create", "-driver", "local", "a/b"}, "must not contain a path separator"},
 		{"the name ..", []string{"inspect", ".."}, "must not contain \"..\""},
-		{"no driver", []string{"create", "db"}, "create needs -driver"},
+		{"no driver", []string{"create", "db"}, "missing required flag -driver"},
 		{"an option without =", []string{"create", "-driver", "local", "-opt", "size", "db"}, "want KEY=VALUE"},
 		{"an option twice", []string{"create", "-driver", "local", "-opt", "a=1", "-opt", "a=2", "db"}, "given twice"},
 		{"a mount without an ID", []string{"mount", "db"}, "mount needs NAME ID"},

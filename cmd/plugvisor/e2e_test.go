@@ -270,20 +270,6 @@ func TestTheCLISaysWhenNoAgentRuns(t *testing.T) {
 	require.Contains(t, stderr, "start one with: plugvisor agent -data-dir "+dir)
 }
 
-func TestHelpTeachesWithAnExample(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"agent", "-h"}, {"plugin", "-h"}, {"plugin", "list", "-h"},
-		{"plugin", "register", "-h"}, {"events", "-h"}} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			stdout, _, code := cli(t, args...)
-			require.Zero(t, code)
-			require.Regexp(t, `(?i)example|try:`, stdout)
-		})
-	}
-	_, stderr, code := cli(t, "plugin", "register", "-nope")
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "flag provided but not defined: -nope")
-}
-
 // TestTheDemoShowsAVolumesWholeLifeAndLeavesNothingBehind runs the demo
 // and checks each step's line, the volume's life among them (create, mount,
 // a reader joining, an agent restart, unmount from the surviving records,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,41 +10,45 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/plugvisor/plugvisor/api"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
-const eventsHelp = `Usage: plugvisor events [-type T] [-replay] [-json]
-
-Follows the agent's plugin events (registered, updated, deregistered) as they
-happen, until interrupted. With -replay, the current plugins come first.
-
-Example:
-  plugvisor events -type csi-node -replay`
-
-func runEvents(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("events", eventsHelp, stdout)
+func newEventsCmd() *cobra.Command {
 	var common commonFlags
-	common.register(fs)
-	ptype := fs.String("type", "", "only events of this plugin type")
-	replay := fs.Bool("replay", false, "print the current plugins first")
-	if err := parse(fs, args); err != nil {
-		return err
+	var ptype string
+	var replay bool
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "follow the agent's plugin events as they happen",
+		Long: `Follows the agent's plugin events (registered, updated, deregistered) as they
+happen, until interrupted. With -replay, the current plugins come first.`,
+		Example: "  plugvisor events -type csi-node -replay\n  plugvisor events -json",
+		Args:    cmdline.Args("", "plugvisor events -type csi-node -replay"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			q := url.Values{}
+			if ptype != "" {
+				q.Set("type", ptype)
+			}
+			if replay {
+				q.Set("replay", "true")
+			}
+			resp, err := newClient(common.dataDir).do(ctx, "GET", "/v1/events", q, nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			return printEvents(resp.Body, cmd.OutOrStdout(), common.json)
+		},
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	q := url.Values{}
-	if *ptype != "" {
-		q.Set("type", *ptype)
-	}
-	if *replay {
-		q.Set("replay", "true")
-	}
-	resp, err := newClient(common.dataDir).do(ctx, "GET", "/v1/events", q, nil)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	return printEvents(resp.Body, stdout, common.json)
+	common.register(cmd.Flags())
+	cmd.Flags().StringVar(&ptype, "type", "", "only events of this plugin type")
+	cmd.Flags().BoolVar(&replay, "replay", false, "print the current plugins first")
+	return cmd
 }
 
 // printEvents copies an NDJSON event stream to w, as JSON lines or as

@@ -1,72 +1,51 @@
 // Command plugvisor runs a plugvisor agent, talks to one (plugin, volume,
-// events), or runs a self-contained demo. Run `plugvisor help` for usage.
+// events), or runs a self-contained demo. Run `plugvisor -h` for usage.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
+	"regexp"
 	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/version"
 )
 
-const usage = `plugvisor manages plugins that come and go at run time.
+const rootLong = `plugvisor manages plugins that come and go at run time.
 
-Usage:
-  plugvisor <command> [flags] [args]
+It runs an agent (state, plugin discovery and the API in ./.plugvisor), talks
+to one, and serves the reference plugins. Commands that talk to an agent
+find it through -data-dir (default $PLUGVISOR_DATA_DIR or ./.plugvisor).
+Flags take one dash (-json) or two, and may come anywhere after the command.`
 
-Commands:
-  agent       run an agent (state, plugin discovery and the API in ./.plugvisor)
-  plugin      list, inspect, register and deregister plugins
-  volume      create, register, list, inspect, mount, unmount, expand and delete CSI volumes
-  snapshot    create, list and delete CSI snapshots
-  docker      Docker volumes (create, ls, inspect, rm, mount, unmount, path) and discovered plugins
-  events      follow the agent's plugin events as they happen
-  demo        run a self-contained demo in a temp dir
-  help        show this help, or a command's: plugvisor help plugin
-
-Reference plugins (the demo runs them; so can you):
-  hostpath-csi          a hostpath CSI plugin: plugvisor hostpath-csi -h
-  docker-volume-plugin  a Docker volume plugin: plugvisor docker-volume-plugin -h
-
-Every command takes -h. Commands that talk to an agent find it through
--data-dir (default $PLUGVISOR_DATA_DIR or ./.plugvisor).
-
-Try:
-  plugvisor demo
+const rootExample = `  plugvisor demo
   plugvisor agent &
   plugvisor plugin list
-`
+  plugvisor help volume`
 
-// command is one subcommand: run parses its own flags from args.
-type command struct {
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) error
-}
-
-func commands() map[string]command {
-	return map[string]command{
-		"agent":    {"run an agent", runAgent},
-		"plugin":   {"manage plugins", runPlugin},
-		"volume":   {"manage CSI volumes", runVolume},
-		"snapshot": {"manage CSI snapshots", runSnapshot},
-		"docker":   {"manage Docker volumes and see discovered plugins", runDocker},
-		"demo":     {"run the demo", runDemo},
-		"events":   {"follow plugin events", runEvents},
-		"hostpath-csi": {"serve the reference hostpath CSI plugin", func(args []string, _, stderr io.Writer) error {
-			return servePlugin(hostpath.Run, args, stderr)
-		}},
-		"docker-volume-plugin": {"serve the reference Docker volume plugin", func(args []string, _, stderr io.Writer) error {
-			return servePlugin(localvolume.Run, args, stderr)
-		}},
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:     "plugvisor",
+		Short:   "manage plugins that come and go at run time",
+		Long:    rootLong,
+		Example: rootExample,
+		Version: version.Get().String(),
+		// The default completion command has no example; ours has.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
+	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newSnapshotCmd(), newDockerCmd(),
+		newEventsCmd(), newDemoCmd(), newVersionCmd(), newCompletionCmd(root),
+		servePlugin(hostpath.Command()), servePlugin(localvolume.Command()))
+	root.SetHelpCommand(newHelpCmd(root))
+	return root
 }
 
 func main() {
@@ -76,92 +55,82 @@ func main() {
 // run executes one command line and returns the exit code: 0 on success,
 // 2 for a usage error, 1 for any other failure.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		if len(args) > 1 {
-			return run([]string{args[1], "-h"}, stdout, stderr)
-		}
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	cmd, ok := commands()[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "plugvisor: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	err := cmd.run(args[1:], stdout, stderr)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "plugvisor %s: %v\n", args[0], strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-		return 2
-	default:
-		fmt.Fprintf(stderr, "plugvisor %s: %v\n", args[0], err)
-		return 1
+	return cmdline.Execute(context.Background(), newRootCmd(), args, stdout, stderr)
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "version",
+		Short:   "print the version, commit and Go version (also: plugvisor -version)",
+		Example: "  plugvisor version\n  plugvisor -version",
+		Args:    cmdline.Args("", "plugvisor version"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.Get().String())
+			return err
+		},
 	}
 }
 
-// servePlugin runs a reference plugin's command until SIGINT or SIGTERM.
-func servePlugin(run func(context.Context, []string, io.Writer) error, args []string, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return run(ctx, args, stderr)
-}
-
-// errUsage marks an error in how a command was called.
-var errUsage = errors.New("usage")
-
-func usageError(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
-}
-
-// newFlags returns a flag set whose -h prints help, an example, and the
-// flags, to stdout.
-func newFlags(name, help string, stdout io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("plugvisor "+name, flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() {
-		fmt.Fprintf(stdout, "%s\n\nFlags:\n", strings.TrimSpace(help))
-		fs.PrintDefaults()
+func newCompletionCmd(root *cobra.Command) *cobra.Command {
+	gen := map[string]func(io.Writer) error{
+		"bash":       func(w io.Writer) error { return root.GenBashCompletionV2(w, true) },
+		"zsh":        root.GenZshCompletion,
+		"fish":       func(w io.Writer) error { return root.GenFishCompletion(w, true) },
+		"powershell": root.GenPowerShellCompletionWithDesc,
 	}
-	return fs
-}
-
-// subcommand splits args into a subcommand and its arguments. With no
-// subcommand it prints help and returns a usage error; with -h, help and
-// flag.ErrHelp.
-func subcommand(args []string, help string, stdout io.Writer) (string, []string, error) {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, help)
-		if len(args) == 0 {
-			return "", nil, usageError("missing subcommand")
-		}
-		return "", nil, flag.ErrHelp
-	}
-	return args[0], args[1:], nil
-}
-
-// parse parses args, turning flag errors into usage errors. Flags may come
-// before, between or after positional arguments (plugin status
-// docker-volume x -data-dir d); after "--" everything is positional.
-func parse(fs *flag.FlagSet, args []string) error {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
+	return &cobra.Command{
+		Use:   "completion bash|zsh|fish|powershell",
+		Short: "print a shell completion script",
+		Long: `Prints the completion script of a shell: commands, subcommands and flags
+complete with Tab. Load it in the current shell, or install it for every one.`,
+		Example: `  source <(plugvisor completion bash)
+  plugvisor completion bash > /etc/bash_completion.d/plugvisor
+  plugvisor completion zsh > "${fpath[1]}/_plugvisor"
+  plugvisor completion fish > ~/.config/fish/completions/plugvisor.fish`,
+		ValidArgs: []string{"bash", "zsh", "fish", "powershell"},
+		Args:      cmdline.Args("SHELL", "plugvisor completion bash"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g, ok := gen[args[0]]
+			if !ok {
+				return cmdline.Usagef("no completion for shell %q (want bash, zsh, fish or powershell)", args[0])
 			}
-			return usageError("%v (see -h)", err)
-		}
-		rest := fs.Args()
-		if consumed := len(args) - len(rest); len(rest) == 0 || consumed > 0 && args[consumed-1] == "--" {
-			positional = append(positional, rest...)
-			break
-		}
-		positional, args = append(positional, rest[0]), rest[1:]
+			return g(cmd.OutOrStdout())
+		},
 	}
-	// Parsing "--" first leaves fs.Args() holding exactly the positional arguments.
-	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+func newHelpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:     "help [command]",
+		Short:   "show help for any command",
+		Example: "  plugvisor help\n  plugvisor help volume create",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return cmdline.Usagef("no command %q (see plugvisor -h)", args)
+			}
+			target.SetOut(cmd.OutOrStdout())
+			return target.Help()
+		},
+	}
+}
+
+// servePlugin runs a reference plugin's command as a plugvisor
+// subcommand, until SIGINT or SIGTERM. Its examples name it so.
+func servePlugin(cmd *cobra.Command) *cobra.Command {
+	standalone := regexp.MustCompile(`(?m)^(\s+)` + regexp.QuoteMeta(cmd.Name()) + ` `)
+	cmd.Example = standalone.ReplaceAllString(cmd.Example, "${1}plugvisor "+cmd.Name()+" ")
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		cmd.SetContext(ctx)
+		return run(cmd, args)
+	}
+	return cmd
+}
+
+// usageError is an error in how a command was called: exit code 2.
+func usageError(format string, args ...any) error {
+	return cmdline.Usagef(format, args...)
 }

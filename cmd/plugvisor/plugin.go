@@ -3,27 +3,167 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/agent"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
-const pluginHelp = `Usage: plugvisor plugin <list|status|register|deregister> [flags] [args]
+const pluginLong = `Plugins are registered by allocation: each running copy of a plugin is one
+allocation (TYPE NAME ALLOC), and the newest registration of a name is its
+current allocation, the one the agent serves. Discovery registers the
+plugins it finds in <data-dir>/plugins and <data-dir>/specs by itself;
+"register" is for a plugin served elsewhere.`
 
-  list                          the current allocation of every plugin
-  status TYPE NAME              one plugin: current allocation and all others
-  register -type T -name N -alloc A -socket PATH [-version V] [-option k=v]
-  deregister TYPE NAME ALLOC    remove one allocation
-
-Examples:
-  plugvisor plugin list -type csi-node
-  plugvisor plugin register -type csi-node -name hostpath -alloc a1 -socket /run/csi/a1.sock
+const pluginExample = `  plugvisor plugin list -type csi-node
+  plugvisor plugin wait csi-node hostpath
   plugvisor plugin status -json csi-node hostpath
-  plugvisor plugin deregister csi-node hostpath a1`
+  plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock
+  plugvisor plugin deregister csi-node ebs a1`
+
+func newPluginCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "plugin",
+		Short:   "list, inspect, register, deregister and wait for plugins",
+		Long:    pluginLong,
+		Example: pluginExample,
+	}
+	cmd.AddCommand(newPluginListCmd(), newPluginStatusCmd(), newPluginRegisterCmd(), newPluginDeregisterCmd(), newPluginWaitCmd())
+	return cmd
+}
+
+func newPluginListCmd() *cobra.Command {
+	var common commonFlags
+	var ptype string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "the current allocation of every plugin",
+		Example: "  plugvisor plugin list\n  plugvisor plugin list -type csi-node -json",
+		Args:    cmdline.Args("", "plugvisor plugin list -type csi-node"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return pluginList(cmd.Context(), common, ptype, cmd.OutOrStdout())
+		},
+	}
+	common.register(cmd.Flags())
+	cmd.Flags().StringVar(&ptype, "type", "", "only plugins of this type, e.g. csi-node")
+	return cmd
+}
+
+func newPluginStatusCmd() *cobra.Command {
+	var common commonFlags
+	cmd := &cobra.Command{
+		Use:     "status TYPE NAME",
+		Short:   "one plugin: its current allocation and all others",
+		Example: "  plugvisor plugin status csi-node hostpath\n  plugvisor plugin status -json csi-node hostpath",
+		Args:    cmdline.Args("TYPE NAME", "plugvisor plugin status csi-node hostpath"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return pluginStatus(cmd.Context(), common, args[0], args[1], cmd.OutOrStdout())
+		},
+	}
+	common.register(cmd.Flags())
+	return cmd
+}
+
+func newPluginRegisterCmd() *cobra.Command {
+	var common commonFlags
+	var p pluginJSON
+	var socket, address string
+	var options stringList
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "register -type T -name N -alloc A -socket PATH",
+		Short: "register one allocation of a plugin served elsewhere",
+		Long: `Registers an allocation of a plugin that discovery does not find: a plugin
+served outside <data-dir>/plugins, by an orchestrator say. The new
+allocation becomes the plugin's current one. When the plugin already has a
+healthy current allocation, register refuses, says which, and registers
+only with -force: a socket nobody serves would replace a working plugin.`,
+		Example: `  plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock
+  plugvisor plugin register -type csi-node -name ebs -alloc a2 -socket /run/csi/ebs-a2.sock -version 1.2.0 -force`,
+		Args: cmdline.Args("", "plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (socket == "") == (address == "") {
+				return usageError("register needs -socket PATH (the plugin's unix socket), or -address tcp://host:port, not both")
+			}
+			p.Connection = map[string]any{}
+			if socket != "" {
+				p.Connection["socket_path"] = socket
+			}
+			if address != "" {
+				p.Connection["address"] = address
+			}
+			for _, o := range options {
+				k, v, ok := strings.Cut(o, "=")
+				if !ok {
+					return usageError("-option %q: want key=value", o)
+				}
+				if p.Options == nil {
+					p.Options = map[string]string{}
+				}
+				p.Options[k] = v
+			}
+			return pluginRegister(cmd.Context(), common, p, force, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	common.register(fs)
+	fs.StringVar(&p.Type, "type", "", "plugin type, e.g. csi-node")
+	fs.StringVar(&p.Name, "name", "", "plugin name")
+	fs.StringVar(&p.AllocID, "alloc", "", "allocation ID of this running copy")
+	fs.StringVar(&p.Version, "version", "", "plugin version")
+	fs.StringVar(&socket, "socket", "", "absolute unix socket path, at most 107 bytes")
+	fs.StringVar(&address, "address", "", "network address tcp://host:port (instead of -socket)")
+	fs.Var(&options, "option", "key=value option (repeatable)")
+	fs.BoolVar(&force, "force", false, "register even when it replaces a healthy current allocation")
+	cmdline.Require(cmd, "type", "name", "alloc")
+	return cmd
+}
+
+func newPluginDeregisterCmd() *cobra.Command {
+	var common commonFlags
+	cmd := &cobra.Command{
+		Use:     "deregister TYPE NAME ALLOC",
+		Short:   "remove one allocation of a plugin",
+		Example: "  plugvisor plugin deregister csi-node ebs a1",
+		Args:    cmdline.Args("TYPE NAME ALLOC", "plugvisor plugin deregister csi-node ebs a1"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return pluginDeregister(cmd.Context(), common, args[0], args[1], args[2], cmd.OutOrStdout())
+		},
+	}
+	common.register(cmd.Flags())
+	return cmd
+}
+
+func newPluginWaitCmd() *cobra.Command {
+	var common commonFlags
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait TYPE NAME",
+		Short: "wait until the agent answers and a plugin is registered and healthy",
+		Long: `Waits until the agent answers, the plugin has a current allocation and, for
+the CSI types (csi-controller, csi-node), that allocation is fingerprinted
+healthy. For scripts that start an agent and a plugin, then use them. On a
+terminal it shows what it waits for.`,
+		Example: `  plugvisor plugin wait csi-controller hostpath
+  plugvisor plugin wait -timeout 2m csi-node hostpath`,
+		Args: cmdline.Args("TYPE NAME", "plugvisor plugin wait csi-node hostpath"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return pluginWait(cmd.Context(), common, args[0], args[1], timeout, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	common.register(cmd.Flags())
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait")
+	return cmd
+}
 
 // pluginJSON is a plugin as the API renders it.
 type pluginJSON struct {
@@ -58,73 +198,6 @@ func (c *commonFlags) register(fs interface {
 	fs.BoolVar(&c.json, "json", false, "print JSON for scripts instead of a table")
 }
 
-func runPlugin(args []string, stdout, stderr io.Writer) error {
-	sub, args, err := subcommand(args, pluginHelp, stdout)
-	if err != nil {
-		return err
-	}
-	fs := newFlags("plugin "+sub, pluginHelp, stdout)
-	var common commonFlags
-	common.register(fs)
-	switch sub {
-	case "list":
-		ptype := fs.String("type", "", "only plugins of this type, e.g. csi-node")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		return pluginList(common, *ptype, stdout)
-	case "status":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 2 {
-			return usageError("status needs TYPE NAME, e.g. plugvisor plugin status csi-node hostpath")
-		}
-		return pluginStatus(common, fs.Arg(0), fs.Arg(1), stdout)
-	case "register":
-		var p pluginJSON
-		var socket, address string
-		var options stringList
-		fs.StringVar(&p.Type, "type", "", "plugin type, e.g. csi-node (required)")
-		fs.StringVar(&p.Name, "name", "", "plugin name (required)")
-		fs.StringVar(&p.AllocID, "alloc", "", "allocation ID of this running copy (required)")
-		fs.StringVar(&p.Version, "version", "", "plugin version")
-		fs.StringVar(&socket, "socket", "", "absolute unix socket path, at most 107 bytes")
-		fs.StringVar(&address, "address", "", "network address tcp://host:port (instead of -socket)")
-		fs.Var(&options, "option", "key=value option (repeatable)")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		p.Connection = map[string]any{}
-		if socket != "" {
-			p.Connection["socket_path"] = socket
-		}
-		if address != "" {
-			p.Connection["address"] = address
-		}
-		for _, o := range options {
-			k, v, ok := strings.Cut(o, "=")
-			if !ok {
-				return usageError("-option %q: want key=value", o)
-			}
-			if p.Options == nil {
-				p.Options = map[string]string{}
-			}
-			p.Options[k] = v
-		}
-		return pluginRegister(common, p, stdout)
-	case "deregister":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 3 {
-			return usageError("deregister needs TYPE NAME ALLOC, e.g. plugvisor plugin deregister csi-node hostpath a1")
-		}
-		return pluginDeregister(common, fs.Arg(0), fs.Arg(1), fs.Arg(2), stdout)
-	}
-	return usageError("unknown subcommand %q (want list, status, register or deregister)", sub)
-}
-
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -140,7 +213,7 @@ func pluginTable(w io.Writer, plugins []pluginJSON) {
 	tw.Flush()
 }
 
-func pluginList(common commonFlags, ptype string, stdout io.Writer) error {
+func pluginList(ctx context.Context, common commonFlags, ptype string, stdout io.Writer) error {
 	var out struct {
 		Plugins []pluginJSON `json:"plugins"`
 	}
@@ -148,7 +221,7 @@ func pluginList(common commonFlags, ptype string, stdout io.Writer) error {
 	if ptype != "" {
 		q.Set("type", ptype)
 	}
-	if err := newClient(common.dataDir).call(context.Background(), "GET", "/v1/plugins", q, nil, &out); err != nil {
+	if err := newClient(common.dataDir).call(ctx, "GET", "/v1/plugins", q, nil, &out); err != nil {
 		return err
 	}
 	if common.json {
@@ -162,13 +235,21 @@ func pluginList(common commonFlags, ptype string, stdout io.Writer) error {
 	return nil
 }
 
-func pluginStatus(common commonFlags, ptype, name string, stdout io.Writer) error {
-	var out struct {
-		Current     pluginJSON   `json:"current"`
-		Allocations []pluginJSON `json:"allocations"`
-	}
+// pluginStatusJSON is GET /v1/plugins/{type}/{name}.
+type pluginStatusJSON struct {
+	Current     pluginJSON   `json:"current"`
+	Allocations []pluginJSON `json:"allocations"`
+}
+
+func getPluginStatus(ctx context.Context, c *client, ptype, name string) (pluginStatusJSON, error) {
+	var out pluginStatusJSON
 	path := "/v1/plugins/" + url.PathEscape(ptype) + "/" + url.PathEscape(name)
-	if err := newClient(common.dataDir).call(context.Background(), "GET", path, nil, nil, &out); err != nil {
+	return out, c.call(ctx, "GET", path, nil, nil, &out)
+}
+
+func pluginStatus(ctx context.Context, common commonFlags, ptype, name string, stdout io.Writer) error {
+	out, err := getPluginStatus(ctx, newClient(common.dataDir), ptype, name)
+	if err != nil {
 		return err
 	}
 	if common.json {
@@ -180,9 +261,15 @@ func pluginStatus(common commonFlags, ptype, name string, stdout io.Writer) erro
 	return nil
 }
 
-func pluginRegister(common commonFlags, p pluginJSON, stdout io.Writer) error {
+func pluginRegister(ctx context.Context, common commonFlags, p pluginJSON, force bool, stdout io.Writer) error {
+	c := newClient(common.dataDir)
+	if !force {
+		if err := checkNotReplacingHealthy(ctx, c, p); err != nil {
+			return err
+		}
+	}
 	var out map[string]pluginJSON
-	if err := newClient(common.dataDir).call(context.Background(), "POST", "/v1/plugins", nil, p, &out); err != nil {
+	if err := c.call(ctx, "POST", "/v1/plugins", nil, p, &out); err != nil {
 		return err
 	}
 	if common.json {
@@ -193,12 +280,12 @@ func pluginRegister(common commonFlags, p pluginJSON, stdout io.Writer) error {
 	return nil
 }
 
-func pluginDeregister(common commonFlags, ptype, name, alloc string, stdout io.Writer) error {
+func pluginDeregister(ctx context.Context, common commonFlags, ptype, name, alloc string, stdout io.Writer) error {
 	var out struct {
 		Current *pluginJSON `json:"current"`
 	}
 	path := "/v1/plugins/" + url.PathEscape(ptype) + "/" + url.PathEscape(name) + "/" + url.PathEscape(alloc)
-	if err := newClient(common.dataDir).call(context.Background(), "DELETE", path, nil, nil, &out); err != nil {
+	if err := newClient(common.dataDir).call(ctx, "DELETE", path, nil, nil, &out); err != nil {
 		return err
 	}
 	if common.json {
@@ -210,4 +297,104 @@ func pluginDeregister(common commonFlags, ptype, name, alloc string, stdout io.W
 	}
 	fmt.Fprintf(stdout, "deregistered %s %s alloc %s; current allocation is %s\n", ptype, name, alloc, out.Current.AllocID)
 	return nil
+}
+
+// errReplacesHealthy refuses a registration that would replace a healthy
+// current allocation; -force overrides it.
+var errReplacesHealthy = errors.New("not registered")
+
+// checkNotReplacingHealthy refuses to register p when its plugin has a
+// healthy current allocation other than p's: the new one would take over,
+// whether or not anything serves its socket.
+func checkNotReplacingHealthy(ctx context.Context, c *client, p pluginJSON) error {
+	st, err := getPluginStatus(ctx, c, p.Type, p.Name)
+	switch {
+	case isStatus(err, http.StatusNotFound):
+		return nil
+	case err != nil:
+		return err
+	case st.Current.AllocID == p.AllocID:
+		return nil // an update of the current allocation in place
+	}
+	healthy, _, err := pluginHealthy(ctx, c, p.Type, p.Name, st.Current.AllocID)
+	if err != nil || !healthy {
+		return err
+	}
+	return fmt.Errorf("%w: %s %s is served by healthy allocation %s (%s); %s would replace it as current.\n"+
+		"Pass -force to register anyway", errReplacesHealthy,
+		p.Type, p.Name, st.Current.AllocID, st.Current.address(), p.AllocID)
+}
+
+// healthJSON is one plugin instance of /v1/csi/plugins or /v1/docker/plugins.
+type healthJSON struct {
+	Type    string `json:"type"`
+	Name    string `json:"name"`
+	AllocID string `json:"alloc_id"`
+	Healthy bool   `json:"healthy"`
+}
+
+// pluginHealthy says whether the agent found alloc of the plugin healthy
+// (false until it has checked), and whether it checks the health of the
+// type at all.
+func pluginHealthy(ctx context.Context, c *client, ptype, name, alloc string) (healthy, checked bool, err error) {
+	path := map[string]string{"csi-controller": "/v1/csi/plugins", "csi-node": "/v1/csi/plugins", "docker-volume": "/v1/docker/plugins"}[ptype]
+	if path == "" {
+		return false, false, nil
+	}
+	var out struct {
+		Plugins []healthJSON `json:"plugins"`
+	}
+	if err := c.call(ctx, "GET", path, nil, nil, &out); err != nil {
+		return false, true, err
+	}
+	for _, h := range out.Plugins {
+		if (h.Type == ptype || h.Type == "") && h.Name == name && h.AllocID == alloc {
+			return h.Healthy, true, nil
+		}
+	}
+	return false, true, nil
+}
+
+// pluginWait waits until the agent answers and the plugin is registered
+// and, when the agent checks its health, healthy.
+func pluginWait(ctx context.Context, common commonFlags, ptype, name string, timeout time.Duration, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := newClient(common.dataDir)
+	what := fmt.Sprintf("waiting for %s %s", ptype, name)
+	p := startProgress(stderr, common.json, what)
+	defer p.end()
+	var state string
+	for {
+		st, err := getPluginStatus(ctx, c, ptype, name)
+		var healthy, checked bool
+		if err == nil {
+			healthy, checked, err = pluginHealthy(ctx, c, ptype, name, st.Current.AllocID)
+		}
+		var noAgent *errNoAgent
+		switch {
+		case errors.As(err, &noAgent):
+			state = "the agent does not answer yet"
+		case isStatus(err, http.StatusNotFound):
+			state = "not registered yet"
+		case err != nil && ctx.Err() == nil:
+			return err
+		case err == nil && checked && !healthy:
+			state = "allocation " + st.Current.AllocID + " is not healthy yet"
+		case err == nil:
+			p.end()
+			if common.json {
+				return printJSON(stdout, st.Current)
+			}
+			fmt.Fprintf(stdout, "%s %s is ready: allocation %s at %s%s\n", ptype, name, st.Current.AllocID,
+				st.Current.address(), map[bool]string{true: ", healthy"}[checked])
+			return nil
+		}
+		p.set(what + ": " + state)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s not ready after %s: %s", ptype, name, timeout, state)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

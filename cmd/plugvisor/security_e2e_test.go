@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -35,8 +36,13 @@ func TestTheAgentServesTCPWithTokensAndWarnsWhenInsecure(t *testing.T) {
 	const token = "0123456789abcdef0123456789abcdef"
 	require.NoError(t, os.WriteFile(tokens, []byte(token+" read\n"), 0o600))
 	a := startAgent(t, dataDir(t), "-http", "127.0.0.1:0", "-token-file", tokens)
-	addr := regexp.MustCompile(`http=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.stderr.String())
-	require.Len(t, addr, 2, a.stderr.String())
+	// The API may answer on the unix socket a moment before "agent started"
+	// names the TCP address.
+	var addr []string
+	require.Eventually(t, func() bool {
+		addr = regexp.MustCompile(`http=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.stderr.String())
+		return len(addr) == 2
+	}, settle, 10*time.Millisecond, "the agent logs its TCP address: %s", a.stderr)
 	for tok, want := range map[string]int{"": http.StatusUnauthorized, token: http.StatusOK} {
 		req, err := http.NewRequest("GET", "http://"+addr[1]+"/v1/plugins", nil)
 		require.NoError(t, err)

@@ -2,138 +2,179 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/plugvisor/plugvisor/api"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
-const volumeHelp = `Usage: plugvisor volume <create|delete|expand|register|deregister|list|status|claim|release|mount|unmount|detach> [flags] [args]
-
-  create -plugin P -access-mode M [-size 1GiB] [-secrets-file F] [-snapshot S] ID   (see create -h)
-  delete [-deregister-only] ID
-  expand -size 2GiB ID
-  register -id ID -plugin P -access-mode M [-attachment-mode file-system] [-namespace default]
-  deregister [-namespace NS] ID
-  list [-namespace NS]
-  status [-namespace NS] ID
-  claim [-namespace NS] [-read-only] ID ALLOC
-  release [-namespace NS] ID ALLOC
-  mount [-namespace NS] [-read-only] ID ALLOC
-  unmount [-namespace NS] ID ALLOC
-  detach [-namespace NS] ID NODE
+const volumeLong = `CSI volumes in the agent's catalog, by namespace and ID. "create" makes a
+volume with the plugin's controller; "register" records one the plugin
+already has. A mount claims the volume for the alloc first: a second writer
+on a single-node-writer volume is refused. A reader (-read-only) joins a
+writer on the same node: the volume is staged once and published read-only
+for the reader. An unmount releases the claim its mount made; a claim made
+with "claim" stays until "release", which is refused while the alloc has
+the volume mounted. "detach" forces the controller to unpublish the volume
+from a node (the plugin's node ID), as "nomad volume detach" does.
 
 Access modes: single-node-reader-only, single-node-writer, multi-node-reader-only,
-multi-node-single-writer, multi-node-multi-writer. A mount claims the volume
-for the alloc first: a second writer on a single-node-writer volume is refused.
-A reader (-read-only) joins a writer on the same node: the volume is staged
-once and published read-only for the reader. An unmount releases the claim
-its mount made; a claim made with "claim" stays until "release", which is
-refused while the alloc has the volume mounted. "detach" forces the
-controller to unpublish the volume from a node (the plugin's node ID), as
-"nomad volume detach" does.
+multi-node-single-writer, multi-node-multi-writer.`
 
-Examples:
-  plugvisor volume register -id db -plugin hostpath -access-mode single-node-writer
+const volumeExample = `  plugvisor volume create -plugin hostpath -access-mode single-node-writer -size 1GiB db
   plugvisor volume mount db web-1
   plugvisor volume mount -read-only db report-1
   plugvisor volume status -json db
   plugvisor volume unmount db web-1
-  plugvisor volume claim db batch-1
-  plugvisor volume release db batch-1
-  plugvisor volume detach db node-7`
+  plugvisor volume delete db`
 
-func runVolume(args []string, stdout, stderr io.Writer) error {
-	sub, args, err := subcommand(args, volumeHelp, stdout)
-	if err != nil {
-		return err
+func newVolumeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "volume",
+		Short:   "create, register, list, inspect, mount, unmount, expand and delete CSI volumes",
+		Long:    volumeLong,
+		Example: volumeExample,
 	}
-	if handled, err := runVolumeController(sub, args, stdout); handled {
-		return err
-	}
-	fs := newFlags("volume "+sub, volumeHelp, stdout)
-	var common commonFlags
-	common.register(fs)
-	namespace := fs.String("namespace", "default", "the volume's namespace")
-	c := func() *client { return newClient(common.dataDir) } // after parsing: -data-dir may come late
-	ctx := context.Background()
-	switch sub {
-	case "register":
-		var body api.VolumeBody
-		fs.StringVar(&body.ID, "id", "", "volume ID (required)")
-		fs.StringVar(&body.PluginID, "plugin", "", "CSI plugin that serves it (required)")
-		fs.StringVar(&body.AccessMode, "access-mode", "", "access mode (required), e.g. single-node-writer")
-		fs.StringVar(&body.AttachmentMode, "attachment-mode", "file-system", "file-system or block-device")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		body.Namespace = *namespace
-		var v api.VolumeJSON
-		if err := c().call(ctx, "POST", "/v1/volumes", nil, body, &v); err != nil {
-			return err
-		}
-		return printVolume(stdout, common, v, fmt.Sprintf("registered volume %s/%s on plugin %s", v.Namespace, v.ID, v.PluginID))
-	case "list":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		return volumeList(ctx, c(), common, *namespace, stdout)
-	case "status":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return usageError("status needs ID, e.g. plugvisor volume status db")
-		}
-		var st api.StatusJSON
-		if err := c().call(ctx, "GET", volumePath(*namespace, fs.Arg(0), "status"), nil, nil, &st); err != nil {
-			return err
-		}
-		return printStatus(stdout, common, *namespace, fs.Arg(0), st)
-	case "detach":
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 2 {
-			return usageError("detach needs ID NODE, e.g. plugvisor volume detach db node-7")
-		}
-		var out map[string]any
-		body := api.DetachBody{NodeID: fs.Arg(1)}
-		if err := c().call(ctx, "POST", volumePath(*namespace, fs.Arg(0), sub), nil, body, &out); err != nil {
-			return err
-		}
-		return printDone(stdout, common, out, "detached %s/%s from node %s\n", *namespace, fs.Arg(0), body.NodeID)
-	case "claim", "release", "mount", "unmount":
-		return volumeAllocOp(ctx, sub, fs, args, common, *namespace, c, stdout)
-	}
-	return usageError("unknown subcommand %q (want register, list, status, claim, release, mount, unmount or detach)", sub)
+	cmd.AddCommand(newVolumeCreateCmd(), newVolumeDeleteCmd(false), newVolumeDeleteCmd(true), newVolumeExpandCmd(),
+		newVolumeRegisterCmd(), newVolumeListCmd(), newVolumeStatusCmd(), newVolumeDetachCmd(),
+		newVolumeAllocCmd("claim", "claim a volume for an alloc, without mounting it", "  plugvisor volume claim db batch-1\n  plugvisor volume claim -read-only db report-1"),
+		newVolumeAllocCmd("release", "release a claim made with claim", "  plugvisor volume release db batch-1"),
+		newVolumeAllocCmd("mount", "claim and mount a volume for an alloc", "  plugvisor volume mount db web-1\n  plugvisor volume mount -read-only db report-1"),
+		newVolumeAllocCmd("unmount", "unmount a volume for an alloc and release its claim", "  plugvisor volume unmount db web-1"))
+	return cmd
 }
 
-// volumeAllocOp runs claim, release, mount or unmount for an alloc.
-func volumeAllocOp(ctx context.Context, sub string, fs *flag.FlagSet, args []string, common commonFlags, namespace string, c func() *client, stdout io.Writer) error {
+// volumeFlags are the flags every volume and snapshot command takes: the
+// common ones and -namespace.
+type volumeFlags struct {
+	common    commonFlags
+	namespace string
+}
+
+// newVolumeLeaf returns a volume command with the flags every one takes.
+func newVolumeLeaf(cmd *cobra.Command) (*cobra.Command, *volumeFlags) {
+	vf := &volumeFlags{}
+	vf.common.register(cmd.Flags())
+	cmd.Flags().StringVar(&vf.namespace, "namespace", "default", "the volume's namespace")
+	return cmd, vf
+}
+
+func (vf *volumeFlags) client() *client { return newClient(vf.common.dataDir) }
+
+// callShowing sends a request of cmd, showing progress that says what on
+// a terminal while it waits for the answer.
+func (vf *volumeFlags) callShowing(cmd *cobra.Command, what, method, path string, query url.Values, body, out any) error {
+	p := startProgress(cmd.ErrOrStderr(), vf.common.json, what)
+	defer p.end()
+	return vf.client().call(cmd.Context(), method, path, query, body, out)
+}
+
+func newVolumeRegisterCmd() *cobra.Command {
+	var body api.VolumeBody
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:   "register -id ID -plugin P -access-mode M",
+		Short: "record a volume the plugin already has, by its ID",
+		Example: `  plugvisor volume register -id vol-1 -plugin hostpath -access-mode single-node-writer
+  plugvisor volume register -id vol-2 -plugin hostpath -access-mode multi-node-reader-only -namespace batch`,
+		Args: cmdline.Args("", "plugvisor volume register -id vol-1 -plugin hostpath -access-mode single-node-writer"),
+	})
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		body.Namespace = vf.namespace
+		var v api.VolumeJSON
+		if err := vf.client().call(cmd.Context(), "POST", "/v1/volumes", nil, body, &v); err != nil {
+			return err
+		}
+		return printVolume(cmd.OutOrStdout(), vf.common, v, fmt.Sprintf("registered volume %s/%s on plugin %s", v.Namespace, v.ID, v.PluginID))
+	}
+	cmd.Flags().StringVar(&body.ID, "id", "", "the volume's ID, as the plugin knows it")
+	cmd.Flags().StringVar(&body.PluginID, "plugin", "", "the CSI plugin that serves it")
+	cmd.Flags().StringVar(&body.AccessMode, "access-mode", "", "access mode, e.g. single-node-writer")
+	cmd.Flags().StringVar(&body.AttachmentMode, "attachment-mode", "file-system", "file-system or block-device")
+	cmdline.Require(cmd, "id", "plugin", "access-mode")
+	return cmd
+}
+
+func newVolumeListCmd() *cobra.Command {
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     "list",
+		Short:   "the volumes of a namespace",
+		Example: "  plugvisor volume list\n  plugvisor volume list -namespace batch -json",
+		Args:    cmdline.Args("", "plugvisor volume list -namespace batch"),
+	})
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return volumeList(cmd.Context(), vf.client(), vf.common, vf.namespace, cmd.OutOrStdout())
+	}
+	return cmd
+}
+
+func newVolumeStatusCmd() *cobra.Command {
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     "status ID",
+		Short:   "a volume: the catalog's record, past claims, this node's mounts and stats",
+		Example: "  plugvisor volume status db\n  plugvisor volume status -json db",
+		Args:    cmdline.Args("ID", "plugvisor volume status db"),
+	})
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var st api.StatusJSON
+		if err := vf.client().call(cmd.Context(), "GET", volumePath(vf.namespace, args[0], "status"), nil, nil, &st); err != nil {
+			return err
+		}
+		return printStatus(cmd.OutOrStdout(), vf.common, vf.namespace, args[0], st)
+	}
+	return cmd
+}
+
+func newVolumeDetachCmd() *cobra.Command {
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     "detach ID NODE",
+		Short:   "force the controller to unpublish a volume from a node",
+		Example: "  plugvisor volume detach db node-7",
+		Args:    cmdline.Args("ID NODE", "plugvisor volume detach db node-7"),
+	})
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var out map[string]any
+		body := api.DetachBody{NodeID: args[1]}
+		if err := vf.client().call(cmd.Context(), "POST", volumePath(vf.namespace, args[0], "detach"), nil, body, &out); err != nil {
+			return err
+		}
+		return printDone(cmd.OutOrStdout(), vf.common, out, "detached %s/%s from node %s\n", vf.namespace, args[0], body.NodeID)
+	}
+	return cmd
+}
+
+// newVolumeAllocCmd returns claim, release, mount or unmount: an operation
+// on a volume for an alloc. Mount and unmount show progress on a terminal.
+func newVolumeAllocCmd(sub, short, example string) *cobra.Command {
 	var body api.AllocBody
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:     sub + " ID ALLOC",
+		Short:   short,
+		Example: example,
+		Args:    cmdline.Args("ID ALLOC", "plugvisor volume "+sub+" db web-1"),
+	})
 	if sub == "claim" || sub == "mount" {
-		fs.BoolVar(&body.ReadOnly, "read-only", false, "a read claim (and a read-only mount)")
+		cmd.Flags().BoolVar(&body.ReadOnly, "read-only", false, "a read claim (and a read-only mount)")
 	}
-	if err := parse(fs, args); err != nil {
-		return err
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		body.AllocID = args[1]
+		var out map[string]any
+		what := fmt.Sprintf("%sing %s/%s for alloc %s", strings.TrimSuffix(sub, "e"), vf.namespace, args[0], body.AllocID)
+		if err := vf.callShowing(cmd, what, "POST", volumePath(vf.namespace, args[0], sub), nil, body, &out); err != nil {
+			return err
+		}
+		stdout := cmd.OutOrStdout()
+		if sub == "mount" {
+			return printDone(stdout, vf.common, out, "mounted %s/%s for alloc %s at %v\n", vf.namespace, args[0], body.AllocID, out["target_path"])
+		}
+		return printDone(stdout, vf.common, out, "%s: %s/%s for alloc %s\n", sub, vf.namespace, args[0], body.AllocID)
 	}
-	if fs.NArg() != 2 {
-		return usageError("%s needs ID ALLOC, e.g. plugvisor volume %s db web-1", sub, sub)
-	}
-	body.AllocID = fs.Arg(1)
-	var out map[string]any
-	if err := c().call(ctx, "POST", volumePath(namespace, fs.Arg(0), sub), nil, body, &out); err != nil {
-		return err
-	}
-	if sub == "mount" {
-		return printDone(stdout, common, out, "mounted %s/%s for alloc %s at %v\n", namespace, fs.Arg(0), body.AllocID, out["target_path"])
-	}
-	return printDone(stdout, common, out, "%s: %s/%s for alloc %s\n", sub, namespace, fs.Arg(0), body.AllocID)
+	return cmd
 }
 
 // printDone prints out as JSON with -json, else the line format makes.

@@ -9,20 +9,25 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plugvisor/plugvisor/internal/cli"
 )
 
 // DefaultRoot is where volumes live when -root is not given.
 const DefaultRoot = "/var/lib/hostpath-csi"
 
-// usageHead is what -h prints before the flags.
-const usageHead = `Usage: hostpath-csi -endpoint SOCKET [flags]
-       plugvisor hostpath-csi -endpoint SOCKET [flags]
-
-Serves plugvisor's reference CSI plugin on a unix socket until SIGTERM or
+// usageLong is what -h prints before the usage.
+const usageLong = `Serves plugvisor's reference CSI plugin on a unix socket until SIGTERM or
 SIGINT. A volume is a directory <root>/volumes/<id>; state is kept under
 <root>/state and survives a restart. Staging bind-mounts the volume on the
 staging path, publishing bind-mounts that on the target (read-only when
 asked); both need root, or -symlink-fallback.
+
+For a plugvisor agent, serve it where the agent's discovery looks: a socket
+in <data-dir>/plugins. The agent registers it under the name it reports
+(-name), which volumes then name as their plugin.
 
 It is as strict as the drivers of real disks (each refusal is a gRPC status):
   - a volume is staged once per node: a second staging path is FailedPrecondition;
@@ -37,18 +42,19 @@ With -attach-required it also advertises PUBLISH_UNPUBLISH_VOLUME and:
   - ControllerPublishVolume to a second node is FailedPrecondition;
   - ControllerUnpublishVolume while the node stages or publishes the volume
     is FailedPrecondition.
-Secrets in requests are never logged or stored.
+Secrets in requests are never logged or stored.`
 
-Example:
-  hostpath-csi -endpoint unix:///run/csi/hostpath.sock -root /var/lib/hostpath-csi -node-id node1 -attach-required
+// usageExample is the examples -h prints.
+const usageExample = `  # for the agent of /var/lib/plugvisor, as the plugin "hostpath":
+  hostpath-csi -name hostpath -endpoint /var/lib/plugvisor/plugins/hostpath.sock -root /var/lib/hostpath-csi
+  # a network-disk-like plugin, attached before it is staged:
+  hostpath-csi -endpoint unix:///run/csi/hostpath.sock -root /var/lib/hostpath-csi -node-id node1 -attach-required`
 
-Flags:
-`
-
-// Run is the hostpath-csi command: it parses args, serves the plugin until
-// ctx is done, then stops it and removes the socket. Both the hostpath-csi
-// binary and `plugvisor hostpath-csi` (which the demo starts) run it.
-func Run(ctx context.Context, args []string, stderr io.Writer) error {
+// Command returns the hostpath-csi command: it serves the plugin until its
+// context is done, then stops it and removes the socket. Both the
+// hostpath-csi binary and `plugvisor hostpath-csi` (which the demo starts)
+// run it.
+func Command() *cobra.Command {
 	hostname, _ := os.Hostname() // -node-id is checked by New
 	cfg := Config{
 		Name:    DefaultName,
@@ -57,32 +63,44 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		Root:    DefaultRoot,
 		Mode:    ModeMonolith,
 	}
-	flags := flag.NewFlagSet("hostpath-csi", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	flags.Usage = func() {
-		fmt.Fprint(flags.Output(), usageHead)
-		flags.PrintDefaults()
+	var endpoint string
+	cmd := &cobra.Command{
+		Use:     "hostpath-csi -endpoint SOCKET",
+		Short:   "serve the reference hostpath CSI plugin",
+		Long:    usageLong,
+		Example: usageExample,
+		Args:    cli.Args("", "hostpath-csi -endpoint /run/csi/hostpath.sock"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), cfg, endpoint, cmd.ErrOrStderr())
+		},
 	}
-	endpoint := flags.String("endpoint", "", "unix socket to serve on: an absolute path (or unix:///path) of at most 107 bytes")
-	cfg.RegisterFlags(flags)
-	if err := flags.Parse(args); err != nil {
-		return err
-	}
-	if flags.NArg() > 0 {
-		return fmt.Errorf("hostpath-csi: unexpected arguments %q", flags.Args())
-	}
-	if _, err := ParseEndpoint(*endpoint); err != nil {
-		return fmt.Errorf("hostpath-csi: -endpoint: %w", err)
+	cmd.Flags().StringVar(&endpoint, "endpoint", "", "unix socket to serve on: an absolute path (or unix:///path) of at most 107 bytes")
+	goFlags := flag.NewFlagSet("hostpath-csi", flag.ContinueOnError)
+	cfg.RegisterFlags(goFlags)
+	cmd.Flags().AddGoFlagSet(goFlags)
+	cli.Require(cmd, "endpoint")
+	return cmd
+}
+
+// Run runs the hostpath-csi command on args until ctx is done, printing
+// help and logs to stderr.
+func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	return cli.Run(ctx, Command(), args, stderr, stderr)
+}
+
+func serve(ctx context.Context, cfg Config, endpoint string, stderr io.Writer) error {
+	if _, err := ParseEndpoint(endpoint); err != nil {
+		return fmt.Errorf("-endpoint: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg.Logger = log
 	d, err := New(cfg)
 	if err != nil {
-		return fmt.Errorf("hostpath-csi: %w", err)
+		return err
 	}
-	l, err := d.Listen(*endpoint)
+	l, err := d.Listen(endpoint)
 	if err != nil {
-		return fmt.Errorf("hostpath-csi: %w", err)
+		return err
 	}
 	socket := l.Addr().String()
 	log.Info("hostpath-csi: started", "pid", os.Getpid(), "endpoint", socket)
@@ -97,10 +115,10 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	case err = <-served:
 	}
 	if rerr := os.Remove(socket); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-		err = errors.Join(err, fmt.Errorf("hostpath-csi: remove socket: %w", rerr))
+		err = errors.Join(err, fmt.Errorf("remove socket: %w", rerr))
 	}
 	if err != nil {
-		return fmt.Errorf("hostpath-csi: serve: %w", err)
+		return fmt.Errorf("serve: %w", err)
 	}
 	log.Info("hostpath-csi: exited cleanly", "endpoint", socket)
 	return nil

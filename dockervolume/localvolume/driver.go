@@ -8,7 +8,6 @@ package localvolume
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,8 +20,10 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/internal/cli"
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -235,19 +236,37 @@ func Serve(ctx context.Context, d *Driver, socket string) error {
 	}
 }
 
-// Run is the plugin command: -socket PATH -root DIR; it serves until ctx
-// ends.
+// Command returns the docker-volume-plugin command: -socket PATH -root
+// DIR; it serves until its context is done.
+func Command() *cobra.Command {
+	var socket, root string
+	cmd := &cobra.Command{
+		Use:   "docker-volume-plugin -socket PATH -root DIR",
+		Short: "serve the reference Docker volume plugin",
+		Long: `Serves plugvisor's reference Docker volume plugin (VolumeDriver) on a unix
+socket until SIGTERM or SIGINT. A volume is a directory <root>/<name>; its
+mounts are counted by mount ID. For a plugvisor agent, serve it in
+<data-dir>/plugins: discovery registers it under the socket's file name,
+which "plugvisor docker volume create -driver" names.`,
+		Example: `  plugvisor docker-volume-plugin -socket /var/lib/plugvisor/plugins/local.sock -root /var/lib/local-volumes
+  plugvisor docker volume create -driver local db`,
+		Args: cli.Args("", "plugvisor docker-volume-plugin -socket /run/docker/plugins/local.sock -root /var/lib/local-volumes"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := New(root, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+			if err != nil {
+				return err
+			}
+			return Serve(cmd.Context(), d, socket)
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "unix socket to serve on (absolute, at most 107 bytes)")
+	cmd.Flags().StringVar(&root, "root", "", "directory that holds the volumes (absolute)")
+	cli.Require(cmd, "socket", "root")
+	return cmd
+}
+
+// Run runs the plugin command on args until ctx ends, printing help and
+// logs to stderr.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("docker-volume-plugin", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	socket := fs.String("socket", "", "unix socket to serve on (absolute, at most 107 bytes)")
-	root := fs.String("root", "", "directory that holds the volumes (absolute)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	d, err := New(*root, slog.New(slog.NewTextHandler(stderr, nil)))
-	if err != nil {
-		return err
-	}
-	return Serve(ctx, d, *socket)
+	return cli.Run(ctx, Command(), args, stderr, stderr)
 }

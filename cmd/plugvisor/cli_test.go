@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/require"
+
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/version"
+)
+
+// runHere runs a command line in this process and returns stdout, stderr
+// and the exit code.
+func runHere(args ...string) (string, string, int) {
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return stdout.String(), stderr.String(), code
+}
+
+// allCommands lists the command path of every command the CLI has,
+// hidden ones aside.
+func allCommands() [][]string {
+	root := newRootCmd()
+	cmdline.Prepare(root)
+	var paths [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		if c.Hidden {
+			return
+		}
+		paths = append(paths, path)
+		for _, sub := range c.Commands() {
+			walk(sub, append(path[:len(path):len(path)], sub.Name()))
+		}
+	}
+	walk(root, nil)
+	return paths
+}
+
+func TestEveryCommandsHelpShowsTheUsageOnceWithAnExample(t *testing.T) {
+	paths := allCommands()
+	require.Greater(t, len(paths), 30, "the walk found the commands")
+	for _, path := range paths {
+		t.Run("plugvisor "+strings.Join(path, " "), func(t *testing.T) {
+			for _, help := range []string{"-h", "--help", "-help"} {
+				stdout, stderr, code := runHere(append(path[:len(path):len(path)], help)...)
+				require.Zero(t, code, stderr)
+				require.Empty(t, stderr)
+				require.Equal(t, 1, strings.Count(stdout, "Usage:"), "the usage once:\n%s", stdout)
+				require.Equal(t, 1, strings.Count(stdout, "Examples:\n  "), "an example:\n%s", stdout)
+				require.Contains(t, stdout, "\n  plugvisor "+strings.Join(path, " "), "the usage names the command")
+				require.NotContains(t, stdout, " --", "flags are shown as typed, with one dash")
+				_, examples, _ := strings.Cut(stdout, "Examples:\n")
+				examples, _, _ = strings.Cut(examples, "\n\n")
+				for _, line := range strings.Split(examples, "\n") {
+					if line = strings.TrimSpace(line); !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "-") {
+						require.Contains(t, line, "plugvisor ", "an example runs plugvisor as it is installed")
+					}
+				}
+			}
+		})
+	}
+	stdout, _, code := runHere("help", "volume", "mount")
+	require.Zero(t, code)
+	require.Contains(t, stdout, "plugvisor volume mount ID ALLOC [flags]")
+}
+
+func TestVersionPrintsTheBuild(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"-version"}, {"--version"}} {
+		stdout, stderr, code := runHere(args...)
+		require.Zero(t, code, stderr)
+		require.Equal(t, version.Get().String()+"\n", stdout, "%v", args)
+	}
+	require.Contains(t, version.Get().String(), "plugvisor ")
+}
+
+func TestCompletionScriptsAreGenerated(t *testing.T) {
+	for shell, want := range map[string]string{
+		"bash": "__start_plugvisor", "zsh": "#compdef plugvisor", "fish": "complete -c plugvisor", "powershell": "Register-ArgumentCompleter",
+	} {
+		stdout, stderr, code := runHere("completion", shell)
+		require.Zero(t, code, stderr)
+		require.Contains(t, stdout, want, shell)
+	}
+	_, stderr, code := runHere("completion", "tcsh")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `no completion for shell "tcsh"`)
+}
+
+// emptyDataDir returns a data dir where no agent runs: a command that sent
+// a request would fail with "no agent is running".
+func emptyDataDir(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "no-agent")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	return dir
+}
+
+func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
+	dir := emptyDataDir(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"volume create without -access-mode", []string{"volume", "create", "-plugin", "hp", "db"}, "missing required flag -access-mode (access mode"},
+		{"volume create without -plugin", []string{"volume", "create", "-access-mode", "single-node-writer", "db"}, "missing required flag -plugin"},
+		{"volume create without its ID", []string{"volume", "create", "-plugin", "hp", "-access-mode", "single-node-writer"}, "create needs ID, e.g. plugvisor volume create"},
+		{"volume register without -id", []string{"volume", "register", "-plugin", "hp", "-access-mode", "single-node-writer"}, "missing required flag -id"},
+		{"volume expand without -size", []string{"volume", "expand", "db"}, "missing required flag -size"},
+		{"volume mount without the alloc", []string{"volume", "mount", "db"}, "mount needs ID ALLOC, e.g. plugvisor volume mount db web-1"},
+		{"plugin register without -alloc", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-socket", "/run/csi/hp.sock"}, "missing required flag -alloc (allocation ID"},
+		{"plugin register without an address", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1"}, "register needs -socket PATH"},
+		{"plugin register with two addresses", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1", "-socket", "/s", "-address", "tcp://h:1"}, "not both"},
+		{"plugin deregister without the alloc", []string{"plugin", "deregister", "csi-node", "hp"}, "deregister needs TYPE NAME ALLOC"},
+		{"plugin wait without a name", []string{"plugin", "wait", "csi-node"}, "wait needs TYPE NAME"},
+		{"snapshot list without a plugin or volume", []string{"snapshot", "list"}, "list needs -plugin P or -volume ID"},
+		{"snapshot create without a name", []string{"snapshot", "create", "db"}, "create needs VOLUME NAME"},
+		{"docker volume create without -driver", []string{"docker", "volume", "create", "db"}, "missing required flag -driver"},
+		{"hostpath-csi without -endpoint", []string{"hostpath-csi", "-root", "/tmp/x"}, "missing required flag -endpoint"},
+		{"docker-volume-plugin without -root", []string{"docker-volume-plugin", "-socket", "/tmp/x.sock"}, "missing required flag -root"},
+		{"an unknown flag", []string{"plugin", "list", "-nope"}, "unknown flag: -nope"},
+		{"a flag without its value", []string{"volume", "list", "-data-dir", dir, "-namespace"}, "flag needs an argument: -namespace"},
+		{"a group without a subcommand", []string{"snapshot"}, "missing subcommand (want create, delete, list)"},
+		{"an unknown subcommand", []string{"plugin", "show"}, `unknown subcommand "show"`},
+		{"an unknown command", []string{"volumes"}, `unknown command "volumes"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if !slices.Contains(args, "-data-dir") && !strings.Contains(args[0], "-") {
+				args = append(args, "-data-dir", dir)
+			}
+			stdout, stderr, code := runHere(args...)
+			require.Equal(t, 2, code, "a usage error: %s", stderr)
+			require.Contains(t, stderr, tc.want)
+			require.NotContains(t, stderr, "no agent is running", "refused before any request")
+			require.Contains(t, stderr, "see: plugvisor")
+			require.Empty(t, stdout)
+		})
+	}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing was started or written")
+}
+
+func TestFlagsTakeOneDashOrTwoAndComeAnywhere(t *testing.T) {
+	dir := emptyDataDir(t)
+	noAgent := "no agent is running at " + dir + "/plugvisor.sock"
+	for _, args := range [][]string{
+		{"volume", "mount", "db", "web-1", "-data-dir", dir},
+		{"volume", "mount", "db", "--data-dir", dir, "web-1"},
+		{"volume", "mount", "-data-dir=" + dir, "-read-only", "db", "web-1", "-json"},
+		{"volume", "-namespace", "batch", "mount", "db", "web-1", "--data-dir=" + dir},
+		{"plugin", "status", "csi-node", "-data-dir", dir, "-json", "hostpath"},
+		{"volume", "create", "db", "-plugin", "hp", "--access-mode", "single-node-writer", "-size", "1GiB", "-data-dir", dir},
+		{"docker", "volume", "create", "db", "-driver", "local", "-opt", "size=1G", "-data-dir", dir},
+	} {
+		_, stderr, code := runHere(args...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, noAgent, "%v: parsed, then sent to the agent of -data-dir", args)
+	}
+}
+
+func TestNormalizeArgsKeepsValuesAndPositionals(t *testing.T) {
+	root := newRootCmd()
+	cmdline.Prepare(root)
+	for _, tc := range []struct{ in, want string }{
+		{"volume create -name -x -plugin hp db", "volume create --name -x --plugin hp db"},
+		{"volume list -json -namespace=ns", "volume list --json --namespace=ns"},
+		{"plugin status csi-node hp -h", "plugin status csi-node hp -h"},
+		{"volume mount db web-1 -- -json", "volume mount db web-1 -- -json"},
+		{"volume expand -size 2GiB --limit 3GiB -data-dir -d", "volume expand --size 2GiB --limit 3GiB --data-dir -d"},
+		{"-version", "--version"},
+	} {
+		require.Equal(t, strings.Fields(tc.want), cmdline.NormalizeArgs(root, strings.Fields(tc.in)), tc.in)
+	}
+}
+
+// fakeTerminal makes isTerminal say yes for the writers given, for one test.
+func fakeTerminal(t *testing.T, terminals ...io.Writer) {
+	old, oldTick := isTerminal, progressTick
+	isTerminal = func(w io.Writer) bool {
+		for _, term := range terminals {
+			if w == term {
+				return true
+			}
+		}
+		return false
+	}
+	progressTick = 10 * time.Millisecond
+	t.Cleanup(func() { isTerminal, progressTick = old, oldTick })
+}
+
+func TestProgressShowsOnATerminalAndNotUnderJSON(t *testing.T) {
+	dir := emptyDataDir(t)
+	mount := []string{"volume", "mount", "db", "web-1", "-data-dir", dir}
+	create := []string{"volume", "create", "-plugin", "hp", "-access-mode", "single-node-writer", "db", "-data-dir", dir}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		terminal bool
+		want     string
+	}{
+		{"a mount on a terminal", mount, true, "mounting default/db for alloc web-1"},
+		{"a create on a terminal", create, true, "creating volume default/db on plugin hp"},
+		{"a mount with -json on a terminal", append(mount, "-json"), true, ""},
+		{"a mount into a pipe", mount, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if tc.terminal {
+				fakeTerminal(t, &stderr)
+			}
+			require.Equal(t, 1, run(tc.args, &stdout, &stderr))
+			line, _, _ := strings.Cut(stderr.String(), "plugvisor volume")
+			if tc.want == "" {
+				require.Empty(t, line, "no progress")
+				return
+			}
+			require.Regexp(t, `^\r\033\[K- `+regexp.QuoteMeta(tc.want)+` \(\d+s\)\r\033\[K$`, line, "one frame, then the line is cleared")
+		})
+	}
+}
+
+func TestProgressRedrawsUntilItEnds(t *testing.T) {
+	var w syncBuffer
+	fakeTerminal(t, &w)
+	p := startProgress(&w, false, "waiting for csi-node hp")
+	require.Eventually(t, func() bool { return strings.Count(w.String(), "\r") >= 3 }, 10*time.Second, 5*time.Millisecond)
+	p.set("waiting for csi-node hp: not registered yet")
+	require.Eventually(t, func() bool { return strings.Contains(w.String(), "not registered yet") }, 10*time.Second, 5*time.Millisecond)
+	p.end()
+	p.end() // twice is harmless
+	out := w.String()
+	require.True(t, strings.HasSuffix(out, "\r\033[K"), "the line is cleared at the end: %q", out)
+	require.Contains(t, out, `\ waiting for csi-node hp`, "the spinner turns")
+}
+
+func TestPluginWaitSaysWhatItWaitedForWhenTimeRunsOut(t *testing.T) {
+	dir := emptyDataDir(t)
+	var stdout, stderr bytes.Buffer
+	fakeTerminal(t, &stderr)
+	code := run([]string{"plugin", "wait", "-timeout", "300ms", "csi-node", "hp", "-data-dir", dir}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	require.Empty(t, stdout.String())
+	require.Contains(t, stderr.String(), "waiting for csi-node hp: the agent does not answer yet", "the progress line says what it waits for")
+	require.True(t, strings.HasSuffix(stderr.String(),
+		"\r\033[Kplugvisor plugin wait: csi-node hp not ready after 300ms: the agent does not answer yet\n"), "%q", stderr.String())
+}

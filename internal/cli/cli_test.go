@@ -1,0 +1,101 @@
+package cli_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/internal/cli"
+)
+
+// tool is a small command tree: tool greet -name N [-loud] WHO, and
+// tool fail, whose run fails.
+func tool(got *[]string) *cobra.Command {
+	var name string
+	var loud bool
+	greet := &cobra.Command{
+		Use:     "greet -name N WHO",
+		Short:   "greet someone",
+		Example: "  tool greet -name me you",
+		Args:    cli.Args("WHO", "tool greet -name me you"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			*got = append(*got, name, args[0], map[bool]string{true: "loud", false: "quiet"}[loud])
+			return nil
+		},
+	}
+	greet.Flags().StringVar(&name, "name", "", "who greets")
+	greet.Flags().BoolVar(&loud, "loud", false, "shout")
+	cli.Require(greet, "name")
+	fail := &cobra.Command{
+		Use:  "fail",
+		RunE: func(*cobra.Command, []string) error { return errors.New("it broke") },
+	}
+	group := &cobra.Command{Use: "group", Short: "holds greet"}
+	group.AddCommand(&cobra.Command{Use: "inner", RunE: func(*cobra.Command, []string) error { return nil }})
+	root := &cobra.Command{Use: "tool", Version: "tool 1.0"}
+	root.AddCommand(greet, fail, group)
+	return root
+}
+
+func TestExecuteParsesOneDashFlagsAnywhereAndSaysWhatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   string
+		code   int
+		got    []string
+		stdout string
+		stderr string
+	}{
+		{"one-dash flags after the argument", "greet you -name me -loud", 0, []string{"me", "you", "loud"}, "", ""},
+		{"two-dash flags before it", "greet --name=me --loud=false you", 0, []string{"me", "you", "quiet"}, "", ""},
+		{"a value that starts with a dash", "greet -name -me you", 0, []string{"-me", "you", "quiet"}, "", ""},
+		{"after --, a dash is an argument", "greet -name me -- -you", 0, []string{"me", "-you", "quiet"}, "", ""},
+		{"a missing required flag", "greet you", 2, nil, "", "tool greet: missing required flag -name (who greets)\nsee: tool greet -h\n"},
+		{"a missing argument", "greet -name me", 2, nil, "", "tool greet: greet needs WHO, e.g. tool greet -name me you\nsee: tool greet -h\n"},
+		{"an unknown flag", "greet -name me you -shout", 2, nil, "", "tool greet: unknown flag: -shout\nsee: tool greet -h\n"},
+		{"a failure", "fail", 1, nil, "", "tool fail: it broke\n"},
+		{"a group without its subcommand", "group", 2, nil, "", "tool group: missing subcommand (want inner)\nsee: tool group -h\n"},
+		{"a group with a subcommand it lacks", "group outer -name x", 2, nil, "", "tool group: unknown subcommand \"outer\" (want inner)\nsee: tool group -h\n"},
+		{"the version", "-version", 0, nil, "tool 1.0\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			var stdout, stderr bytes.Buffer
+			code := cli.Execute(t.Context(), tool(&got), strings.Fields(tc.args), &stdout, &stderr)
+			require.Equal(t, tc.code, code, stderr.String())
+			require.Equal(t, tc.got, got)
+			require.Equal(t, tc.stdout, stdout.String())
+			require.Equal(t, tc.stderr, stderr.String())
+		})
+	}
+}
+
+func TestHelpShowsTheUsageOnceWithTheFlagsAsTyped(t *testing.T) {
+	var stdout bytes.Buffer
+	require.NoError(t, cli.Run(t.Context(), tool(new([]string)), []string{"greet", "-h"}, &stdout, &stdout))
+	require.Equal(t, `greet someone
+
+Usage:
+  tool greet -name N WHO [flags]
+
+Examples:
+  tool greet -name me you
+
+Flags:
+  -h, -help      help for greet
+  -loud          shout
+  -name string   who greets (required)
+`, stdout.String())
+}
+
+func TestRunReturnsTheErrorAndMarksUsageErrors(t *testing.T) {
+	err := cli.Run(t.Context(), tool(new([]string)), []string{"greet", "you"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.ErrorIs(t, err, cli.ErrUsage)
+	err = cli.Run(t.Context(), tool(new([]string)), []string{"fail"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.EqualError(t, err, "it broke")
+	require.NotErrorIs(t, err, cli.ErrUsage)
+}
