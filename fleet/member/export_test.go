@@ -11,5 +11,6 @@ func (m *Member) Crash() {
 		if s := m.store.Load(); s != nil {
 			_ = s.Close()
 		}
+		m.router.sending.Wait()
 	})
 }

@@ -142,7 +142,7 @@ type Member struct {
 	changed atomic.Pointer[chan struct{}]
 	// peers are the addresses of every other member ever in the
 	// topology, whose connections Stop closes.
-	peers sync.Map
+	peers   sync.Map
 	stopped sync.Once
 	stopErr error
 }
@@ -293,7 +293,9 @@ func (m *Member) Router() *Router { return m.router }
 // its fleet.Store closes (this node leaves the health counts; its claims
 // stay), and its goroutines end. It skips protoactor's fixed two-second
 // wait for a graceful leave: the grains keep nothing that etcd does not
-// hold. Stopping again does nothing and returns the first Stop's error.
+// hold. It waits for the Router's requests still out, which a topology
+// change can leave running until their timeout (three request timeouts at
+// most). Stopping again does nothing and returns the first Stop's error.
 func (m *Member) Stop() error {
 	m.stopped.Do(func() {
 		m.stopErr = m.stopAll()
@@ -303,13 +305,16 @@ func (m *Member) Stop() error {
 }
 
 // stopAll stops the provider (revoking the member's lease), protoactor's
-// parts, and the store. It is safe after a start that failed half-way.
+// parts, and the store, and waits for the Router's requests still out
+// (each ends within its timeout). It is safe after a start that failed
+// half-way.
 func (m *Member) stopAll() error {
 	err := m.provider.Shutdown(true)
 	m.stopCluster()
 	if s := m.store.Load(); s != nil {
 		err = errors.Join(err, s.Close())
 	}
+	m.router.sending.Wait()
 	return err
 }
 

@@ -173,32 +173,47 @@ func (p *provider) register(ctx context.Context) error {
 	return nil
 }
 
-// keepAlive renews the lease until ctx ends; when the lease is lost (etcd
-// was away longer than the TTL) it registers again.
+// keepAlive renews the lease until ctx ends. The client stops renewing
+// when etcd has not answered for a TTL; the lease itself may well live on
+// (etcd extends every lease when it restarts), so the member keeps it when
+// etcd still has it, and registers under a new lease only when etcd says
+// the old one expired. That matters: protoactor blocks, for good, a member
+// whose key it once saw deleted.
 func (p *provider) keepAlive(ctx context.Context) {
 	defer p.done.Done()
 	for ctx.Err() == nil {
-		ch, err := p.client.KeepAlive(ctx, p.lease)
-		if err == nil {
+		if ch, err := p.client.KeepAlive(ctx, p.lease); err == nil {
 			for range ch {
-				// Each answer is a renewal; the channel closes when the lease is lost.
+				// Each answer is a renewal; the channel closes when the
+				// lease expired or etcd stopped answering.
 			}
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		p.log.Warn("the member's lease was lost; registering again", "key", p.key, "error", err)
-		for {
-			err := p.register(ctx)
+		for ctx.Err() == nil {
+			alive, err := p.leaseAlive(ctx)
+			if err == nil && !alive {
+				p.log.Warn("the member's lease expired; registering again (the other members may have dropped this one for good)", "key", p.key)
+				err = p.register(ctx)
+			}
 			if err == nil {
 				break
 			}
-			p.log.Warn("cannot register the member", "error", err)
+			p.log.Warn("cannot renew the member's lease", "key", p.key, "error", err)
 			if !sleep(ctx, p.retryDelay()) {
 				return
 			}
 		}
 	}
+}
+
+// leaseAlive asks etcd whether the member's lease still lives.
+func (p *provider) leaseAlive(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	resp, err := p.client.TimeToLive(ctx, p.lease)
+	if err != nil {
+		return false, fmt.Errorf("member: ask etcd %v about the lease of %s: %w", p.client.Endpoints(), p.key, err)
+	}
+	return resp.TTL > 0, nil
 }
 
 // watch hands each change of the member set to the MemberList, from

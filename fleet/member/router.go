@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
@@ -32,6 +33,9 @@ type Router struct {
 	member  *Member
 	attempt time.Duration // bound of one request to a grain
 	budget  time.Duration // bound of all attempts when ctx has none
+	// sending counts the requests out, those given up on included: the
+	// member's Stop waits for them.
+	sending sync.WaitGroup
 }
 
 var _ catalog.Fleet = (*Router)(nil)
@@ -156,7 +160,7 @@ var errTopologyChanged = errors.New("the cluster's topology changed")
 // send sends msg to the grain once. It gives up on the answer when the
 // topology changes meanwhile: the grain's member may be the one that left,
 // and it would not answer before the timeout. The request goes on, to end
-// at its own timeout.
+// at its own timeout, which the member's Stop waits for.
 func (r *Router) send(ctx context.Context, identity string, msg proto.Message, timeout time.Duration) (any, error) {
 	type result struct {
 		res any
@@ -164,7 +168,9 @@ func (r *Router) send(ctx context.Context, identity string, msg proto.Message, t
 	}
 	changed := r.member.topologyChanged()
 	done := make(chan result, 1)
+	r.sending.Add(1)
 	go func() {
+		defer r.sending.Done()
 		res, err := r.member.cluster.Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout))
 		done <- result{res, err}
 	}()
