@@ -22,6 +22,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/internal/testpki"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -210,10 +211,10 @@ func TestATLSListenerServesOnlyClientsWithACertificateFromTheCA(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, status, "a certificate does not stand in for the token: %s", body)
 
-	rogueCA, rogueKey := selfSigned(t, "someone else's CA")
+	rogue := testpki.NewCA(t, "someone else's CA")
 	for name, c := range map[string]*http.Client{
 		"no certificate":                  p.client(t),
-		"a certificate from another CA":   p.client(t, issue(t, rogueCA, rogueKey, "ops", x509.ExtKeyUsageClientAuth)),
+		"a certificate from another CA":   p.client(t, rogue.Issue(t, "ops", x509.ExtKeyUsageClientAuth)),
 		"a certificate for servers alone": p.client(t, p.issue(t, "server", x509.ExtKeyUsageServerAuth)),
 	} {
 		_, _, err := call(c, "GET", url, readToken, "")

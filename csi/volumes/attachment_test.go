@@ -9,6 +9,18 @@ import (
 	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
+// mountedOnStrict is a node with volume "vol" of the strict attaching
+// plugin mounted for web-1; it returns the plugin's volume ID too.
+func mountedOnStrict(t *testing.T) (*node, *strictPlugin, string) {
+	t.Helper()
+	n := newNode(t, nil)
+	p := newStrictPlugin(t, n, "hp")
+	ext := p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	return n, p, ext
+}
+
 // TestAnAttachmentTheControllerLostIsPublishedAgainAtStart mounts a volume
 // of an attaching plugin, makes the controller forget the attachment
 // behind the agent's back, and restarts the volume manager: its reconcile
@@ -16,11 +28,7 @@ import (
 // and sends ControllerPublishVolume again, so that the unmount then
 // detaches what is really attached.
 func TestAnAttachmentTheControllerLostIsPublishedAgainAtStart(t *testing.T) {
-	n := newNode(t, nil)
-	p := newStrictPlugin(t, n, "hp")
-	ext := p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
-	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
+	n, p, ext := mountedOnStrict(t)
 	p.mu.Lock()
 	delete(p.attached, ext)
 	before := len(p.calls)
@@ -50,11 +58,7 @@ func TestAnAttachmentTheControllerLostIsPublishedAgainAtStart(t *testing.T) {
 // over a mounted volume the controller lists as published here: the
 // reconcile asks ListVolumes and sends no ControllerPublishVolume.
 func TestAnAttachmentTheControllerStillHasIsLeftAlone(t *testing.T) {
-	n := newNode(t, nil)
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
-	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
+	n, p, _ := mountedOnStrict(t)
 	p.mu.Lock()
 	before := len(p.calls)
 	p.mu.Unlock()
@@ -76,11 +80,7 @@ func TestAnAttachmentTheControllerStillHasIsLeftAlone(t *testing.T) {
 // attachment keeps the record's state and gets a last error that says so,
 // which clears once the controller lists it again.
 func TestAVolumeTheControllerNoLongerListsIsShownInTheStatus(t *testing.T) {
-	n := newNode(t, nil)
-	p := newStrictPlugin(t, n, "hp")
-	ext := p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
-	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
+	n, p, ext := mountedOnStrict(t)
 	p.mu.Lock()
 	p.unlisted[ext] = true
 	p.mu.Unlock()

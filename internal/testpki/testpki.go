@@ -44,7 +44,7 @@ func NewCA(t testing.TB, name string) *CA {
 	return &CA{Cert: cert, Key: key}
 }
 
-// Issue signs a certificate for 127.0.0.1 named name, for usages.
+// Issue signs a certificate for 127.0.0.1 and localhost named name, for usages.
 func (ca *CA) Issue(t testing.TB, name string, usages ...x509.ExtKeyUsage) tls.Certificate {
 	t.Helper()
 	key := newKey(t)
@@ -52,7 +52,7 @@ func (ca *CA) Issue(t testing.TB, name string, usages ...x509.ExtKeyUsage) tls.C
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usages,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
