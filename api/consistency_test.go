@@ -46,6 +46,15 @@ func TestEveryEndpointRefusesBadRequestsTheSameWay(t *testing.T) {
 		{name: "a repeated query parameter", method: "GET", path: "/v1/plugins?type=a&type=b", status: 400,
 			want: `api: bad query parameter: "type" is given 2 times; give it once`},
 		{name: "nothing was registered", method: "GET", path: "/v1/plugins", status: 200, want: `"plugins": []`},
+		{name: "a field given twice", method: "POST", path: "/v1/plugins",
+			body: `{"type":"csi-node","name":"p","alloc_id":"a1","alloc_id":"a2","connection":{"socket_path":"/run/a.sock"}}`, status: 400,
+			want: `api: bad request body: field "alloc_id" appears twice; send each field once`},
+		{name: "a field given twice inside the connection", method: "POST", path: "/v1/plugins",
+			body: `{"type":"csi-node","name":"p","alloc_id":"a1","connection":{"socket_path":"/run/a.sock","socket_path":"/run/b.sock"}}`, status: 400,
+			want: `field "connection.socket_path" appears twice`},
+		{name: "the same name in two objects is no repeat", method: "POST", path: "/v1/plugins",
+			body: `{"type":"csi-node","name":"p","alloc_id":"a1","connection":{"socket_path":"/run/a.sock"},"options":{"name":"x"}}`, status: 200,
+			want: `"registered"`},
 	})
 }
 

@@ -48,7 +48,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 	case body[0] != '{':
 		return fmt.Errorf("%w: send a JSON object ({...})", errBadBody)
 	}
-	if err := exactNames(body, v); err != nil {
+	if err := cmp.Or(duplicateMember(body), exactNames(body, v)); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -64,6 +64,55 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 		return fmt.Errorf("%w: data after the JSON object; send exactly one object", errBadBody)
 	}
 	return nil
+}
+
+// duplicateMember refuses an object, at any depth, that names a member
+// twice: encoding/json would keep the last value silently. The error gives
+// the member's path. Malformed JSON is left to the decoder to describe.
+func duplicateMember(body []byte) error {
+	type level struct {
+		path      string
+		seen      map[string]bool // nil for an array
+		key       string          // the member whose value comes next
+		expectKey bool
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var stack []*level
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var top *level
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		if key, ok := tok.(string); ok && top != nil && top.expectKey {
+			name := strings.TrimPrefix(top.path+"."+key, ".")
+			if top.seen[key] {
+				return fmt.Errorf("%w: field %q appears twice; send each field once", errBadBody, name)
+			}
+			top.seen[key], top.key, top.expectKey = true, name, false
+			continue
+		}
+		child := ""
+		if top != nil {
+			child = cmp.Or(top.key, top.path)
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &level{path: child, seen: map[string]bool{}, expectKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &level{path: child})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if n := len(stack); n > 0 && stack[n-1].seen != nil {
+			stack[n-1].expectKey = true
+		}
+	}
 }
 
 // exactNames refuses a member of the body, at any depth, that names no
