@@ -13,6 +13,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/fleet/member"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // clusterFlags are the agent's flags of cluster mode.
@@ -121,9 +122,5 @@ func loopbackAddress(addr string) bool {
 	if err != nil {
 		return false
 	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return names.LoopbackHost(host)
 }

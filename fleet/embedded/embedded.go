@@ -7,10 +7,10 @@ package embedded
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"time"
 
+	"github.com/plugvisor/plugvisor/names"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -33,7 +33,7 @@ type Config struct {
 // stop it; its data stays in Dir for the next Start.
 func Start(cfg Config) (*embed.Etcd, error) {
 	for _, u := range []*url.URL{cfg.Client, cfg.Peer} {
-		if u == nil || !loopback(u.Hostname()) {
+		if u == nil || !names.LoopbackHost(u.Hostname()) {
 			return nil, fmt.Errorf("%w: %v; give http://127.0.0.1:PORT", ErrNotLoopback, u)
 		}
 	}
@@ -59,12 +59,4 @@ func Start(cfg Config) (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded: etcd in %s was not ready within %v", cfg.Dir, timeout)
 	}
-}
-
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

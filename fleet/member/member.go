@@ -28,6 +28,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // DefaultClusterName is the cluster's name when Config.ClusterName is empty.
@@ -87,7 +88,7 @@ func (c Config) validate() error {
 		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			bad("Address %q has no valid port: give a port from 0 (any free port) to 65535", c.Address)
 		}
-		if c.TLS == nil && !isLoopback(host) {
+		if c.TLS == nil && !names.LoopbackHost(host) {
 			bad("Address %q is not loopback and TLS is not set: the remote carries claims, so secure it with TLS", c.Address)
 		}
 	}
@@ -111,14 +112,6 @@ func (c Config) withDefaults() Config {
 		c.Fleet.Logger = hclog.NewNullLogger()
 	}
 	return c
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Member is this node's place in the protoactor cluster: an actor system

@@ -53,10 +53,10 @@ var mayImport = map[string][]string{
 	"internal/archtest":           nil,
 	"internal/testpki":            nil,
 	"fleet/etcdtest":              {"fleet/embedded"},
-	"fleet/embedded":              nil,
+	"fleet/embedded":              {"names"},
 	"internal/cli":                nil,
 	"fleet":                       {"csi/catalog", "csi/catalog/model", "names", "messages"},
-	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "actors", "messages"},
+	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "names", "actors", "messages"},
 }
 
 // mustNotImportInTests are the packages whose test files, too, keep out of
