@@ -127,9 +127,9 @@ func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 	store := g.store()
 	switch m := msg.(type) {
 	case *messages.FleetClaimVolume:
-		v, err = store.Claim(ctx, g.namespace, g.id, claimFromProto(m.GetClaim()))
+		v, err = store.Claim(ctx, g.namespace, g.id, model.ClaimFromProto(m.GetClaim()))
 	case *messages.FleetReleaseVolume:
-		v, err = store.Release(ctx, g.namespace, g.id, claimFromProto(m.GetClaim()))
+		v, err = store.Release(ctx, g.namespace, g.id, model.ClaimFromProto(m.GetClaim()))
 	case *messages.FleetRegisterVolume:
 		v, err = g.register(ctx, store, m.GetVolume())
 	case *messages.FleetDeregisterVolume:
@@ -158,19 +158,6 @@ func (g *volumeGrain) register(ctx context.Context, store catalog.Fleet, m *mess
 			"member: the grain of volume %s was sent the volume %s", volumeIdentity(g.namespace, g.id), volumeIdentity(v.Namespace, v.ID))
 	}
 	return store.RegisterVolume(ctx, v)
-}
-
-func claimToProto(c *model.Claim) *messages.CatalogClaim {
-	return &messages.CatalogClaim{
-		AllocId: c.AllocID, NodeId: c.NodeID, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError,
-	}
-}
-
-func claimFromProto(m *messages.CatalogClaim) *model.Claim {
-	return &model.Claim{
-		AllocID: m.GetAllocId(), NodeID: m.GetNodeId(), Mode: model.ClaimMode(m.GetMode()),
-		State: model.ClaimState(m.GetState()), LastError: m.GetLastError(),
-	}
 }
 
 // describe names a request in errors and logs.

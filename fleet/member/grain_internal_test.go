@@ -68,7 +68,7 @@ func TestTwoActivationsOfOneVolumeNeverGiveTwoWriters(t *testing.T) {
 		futures := make([]*actor.Future, 2)
 		for i, node := range []string{"a", "b"} {
 			claim := &model.Claim{AllocID: "alloc-" + node, NodeID: node, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
-			futures[i] = system.Root.RequestFuture(grains[i], &messages.FleetClaimVolume{Claim: claimToProto(claim)}, grainTimeout)
+			futures[i] = system.Root.RequestFuture(grains[i], &messages.FleetClaimVolume{Claim: model.ClaimToProto(claim)}, grainTimeout)
 		}
 		won := 0
 		for i, f := range futures {
@@ -110,10 +110,10 @@ func TestAGrainRunsItsVolumesRequestsInOrderAndRefusesAnotherVolume(t *testing.T
 	var futures []*actor.Future
 	for i := range 20 {
 		claim := &model.Claim{AllocID: fmt.Sprintf("alloc-%d", i), NodeID: "a", Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
-		futures = append(futures, system.Root.RequestFuture(grain, &messages.FleetClaimVolume{Claim: claimToProto(claim)}, grainTimeout))
+		futures = append(futures, system.Root.RequestFuture(grain, &messages.FleetClaimVolume{Claim: model.ClaimToProto(claim)}, grainTimeout))
 	}
 	release := &model.Claim{AllocID: "alloc-0", State: model.ClaimStateReadyToFree}
-	futures = append(futures, system.Root.RequestFuture(grain, &messages.FleetReleaseVolume{Claim: claimToProto(release)}, grainTimeout))
+	futures = append(futures, system.Root.RequestFuture(grain, &messages.FleetReleaseVolume{Claim: model.ClaimToProto(release)}, grainTimeout))
 	var last *messages.FleetVolumeResponse
 	for _, f := range futures {
 		res, err := f.Result()

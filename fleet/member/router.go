@@ -50,12 +50,12 @@ func newRouter(m *Member) *Router {
 
 // Claim applies c to the volume through its grain.
 func (r *Router) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	return r.change(ctx, namespace, id, &messages.FleetClaimVolume{Claim: claimToProto(c)})
+	return r.change(ctx, namespace, id, &messages.FleetClaimVolume{Claim: model.ClaimToProto(c)})
 }
 
 // Release moves c.AllocID's claim to c.State through the volume's grain.
 func (r *Router) Release(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	return r.change(ctx, namespace, id, &messages.FleetReleaseVolume{Claim: claimToProto(c)})
+	return r.change(ctx, namespace, id, &messages.FleetReleaseVolume{Claim: model.ClaimToProto(c)})
 }
 
 // RegisterVolume registers v through its grain.

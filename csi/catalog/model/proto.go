@@ -183,14 +183,16 @@ func mapTo[A, B any](m map[string]A, conv func(A) B) map[string]B {
 	return out
 }
 
-func claimToProto(c *Claim) *messages.CatalogClaim {
+// ClaimToProto returns c in its protobuf form; empty for nil.
+func ClaimToProto(c *Claim) *messages.CatalogClaim {
 	if c == nil {
 		return &messages.CatalogClaim{}
 	}
 	return &messages.CatalogClaim{AllocId: c.AllocID, NodeId: c.NodeID, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError}
 }
 
-func claimFromProto(m *messages.CatalogClaim) *Claim {
+// ClaimFromProto returns the claim m describes.
+func ClaimFromProto(m *messages.CatalogClaim) *Claim {
 	return &Claim{AllocID: m.GetAllocId(), NodeID: m.GetNodeId(), Mode: ClaimMode(m.GetMode()), State: ClaimState(m.GetState()), LastError: m.GetLastError()}
 }
 
@@ -228,9 +230,9 @@ func (v *CSIVolume) Proto() *messages.CatalogVolume {
 		AccessMode:        string(v.AccessMode),
 		AttachmentMode:    string(v.AttachmentMode),
 		Topologies:        topologiesToProto(v.Topologies),
-		ReadClaims:        mapTo(v.ReadClaims, claimToProto),
-		WriteClaims:       mapTo(v.WriteClaims, claimToProto),
-		PastClaims:        mapTo(v.PastClaims, claimToProto),
+		ReadClaims:        mapTo(v.ReadClaims, ClaimToProto),
+		WriteClaims:       mapTo(v.WriteClaims, ClaimToProto),
+		PastClaims:        mapTo(v.PastClaims, ClaimToProto),
 		Health:            v.Health.Proto(),
 		ResourceExhausted: timeToProto(v.ResourceExhausted),
 		CreateIndex:       v.CreateIndex,
@@ -258,9 +260,9 @@ func VolumeFromProto(m *messages.CatalogVolume) *CSIVolume {
 		AccessMode:        AccessMode(m.GetAccessMode()),
 		AttachmentMode:    AttachmentMode(m.GetAttachmentMode()),
 		Topologies:        topologiesFromProto(m.GetTopologies()),
-		ReadClaims:        mapTo(m.GetReadClaims(), claimFromProto),
-		WriteClaims:       mapTo(m.GetWriteClaims(), claimFromProto),
-		PastClaims:        mapTo(m.GetPastClaims(), claimFromProto),
+		ReadClaims:        mapTo(m.GetReadClaims(), ClaimFromProto),
+		WriteClaims:       mapTo(m.GetWriteClaims(), ClaimFromProto),
+		PastClaims:        mapTo(m.GetPastClaims(), ClaimFromProto),
 		Health:            HealthFromProto(m.GetHealth()),
 		ResourceExhausted: timeFromProto(m.GetResourceExhausted()),
 		CreateIndex:       m.GetCreateIndex(),
