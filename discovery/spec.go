@@ -343,6 +343,9 @@ func (c *Candidate) setTCPAddr(u *url.URL, t *TLSConfig) error {
 	if u.Path != "" && u.Path != "/" {
 		return c.errorf(ErrBadAddress, "%q has a path", c.Addr)
 	}
+	if host := u.Hostname(); strings.Contains(host, ":") && net.ParseIP(host) == nil || strings.Count(u.Host, ":") > 1 && !strings.HasPrefix(u.Host, "[") {
+		return c.errorf(ErrBadAddress, "%q: an IPv6 host goes in brackets, e.g. tcp://[::1]:8080", c.Addr)
+	}
 	port := u.Port()
 	switch {
 	case port != "":
