@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugvisor/plugvisor/internal/racelog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -167,6 +168,9 @@ func cli(t *testing.T, args ...string) (string, string, int) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	races := t.TempDir()
+	cmd.Env = append(os.Environ(), racelog.Env(races))
+	defer checkRaces(t, races)
 	err := cmd.Run()
 	code := 0
 	if exit, ok := err.(*exec.ExitError); ok {
@@ -199,4 +203,23 @@ func getJSON(t *testing.T, c *http.Client, path string, out any) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+}
+
+// checkRaces fails the test on a race report, under dir, of the binary
+// (built with -race when the tests are) that touches our code, and logs
+// the races wholly inside protoactor's cluster (see package racelog).
+func checkRaces(t interface {
+	Fatal(...any)
+	Log(...any)
+}, dir string) {
+	ours, theirs, err := racelog.Reports(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, race := range theirs {
+		t.Log("a data race inside another module: " + race)
+	}
+	if len(ours) > 0 {
+		t.Fatal("data races in our code:\n" + strings.Join(ours, "\n"))
+	}
 }

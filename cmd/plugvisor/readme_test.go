@@ -19,6 +19,7 @@ import (
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/racelog"
 )
 
 // The README's command blocks marked <!-- testscript:NAME --> run as the
@@ -42,6 +43,13 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 			}
 			env.Setenv(agent.DataDirEnv, dir)
 			env.Setenv("PATH", filepath.Dir(binary)+string(os.PathListSeparator)+env.Getenv("PATH"))
+			races := filepath.Join(env.WorkDir, ".races")
+			if err := os.Mkdir(races, 0o700); err != nil {
+				return err
+			}
+			gorace, _ := strings.CutPrefix(racelog.Env(races), "GORACE=")
+			env.Setenv("GORACE", gorace)
+			env.Defer(func() { checkRaces(env.T(), races) })
 			env.Defer(func() {
 				// After the background commands stopped: unmount whatever a
 				// failed run left, so that removing dir cannot reach through.

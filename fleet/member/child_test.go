@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/member"
+	"github.com/plugvisor/plugvisor/internal/racelog"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -202,9 +202,8 @@ type child struct {
 func startChild(t *testing.T, endpoints []string, node string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	races := filepath.Join(t.TempDir(), "race")
-	cmd.Env = append(os.Environ(), childEnv+"="+node, childEtcdEnv+"="+strings.Join(endpoints, ","),
-		"GORACE=exitcode=0 log_path="+races)
+	races := t.TempDir()
+	cmd.Env = append(os.Environ(), childEnv+"="+node, childEtcdEnv+"="+strings.Join(endpoints, ","), racelog.Env(races))
 	cmd.Env = append(cmd.Env, env...)
 	c := &child{t: t, node: node, cmd: cmd, lines: make(chan string, 16), stderr: &probe.LogBuffer{}}
 	cmd.Stderr = c.stderr
@@ -331,45 +330,14 @@ func sameSet(a, b []string) bool {
 // state it keeps without a lock (disthash's rendezvous table, its gossip
 // state, its BlockList), which any caller of cluster.Request meets during
 // a topology change: those are logged, one line each, and do not fail.
-func checkRaces(t *testing.T, node, logPath string) {
+func checkRaces(t *testing.T, node, dir string) {
 	t.Helper()
-	files, err := filepath.Glob(logPath + ".*")
+	ours, theirs, err := racelog.Reports(dir)
 	require.NoError(t, err)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		for _, report := range strings.Split(string(b), "==================") {
-			if !strings.Contains(report, "DATA RACE") {
-				continue
-			}
-			tops := accessTops(report)
-			if slices.ContainsFunc(tops, func(f string) bool { return strings.Contains(f, "github.com/plugvisor/plugvisor/") }) {
-				t.Errorf("member %s: a data race in our code:\n%s", node, report)
-				continue
-			}
-			t.Logf("member %s: a data race inside protoactor: %s", node, strings.Join(tops, " vs "))
-		}
+	for _, report := range ours {
+		t.Errorf("member %s: a data race in our code:\n%s", node, report)
 	}
-}
-
-// accessTops are the functions that made the two accesses of a race
-// report: the first frame of each access stack that is not the race
-// detector's own.
-func accessTops(report string) []string {
-	var tops []string
-	lines := strings.Split(report, "\n")
-	for i, line := range lines {
-		l := strings.TrimSpace(line)
-		if !strings.HasPrefix(l, "Read at") && !strings.HasPrefix(l, "Write at") && !strings.HasPrefix(l, "Previous ") {
-			continue
-		}
-		for _, frame := range lines[i+1:] {
-			f := strings.TrimSpace(frame)
-			if f != "" && !strings.HasPrefix(f, "runtime.") && !strings.HasPrefix(f, "/") && !strings.HasPrefix(f, "<") {
-				tops = append(tops, f)
-				break
-			}
-		}
+	for _, race := range theirs {
+		t.Logf("member %s: a data race inside protoactor: %s", node, race)
 	}
-	return tops
 }

@@ -52,6 +52,7 @@ var mayImport = map[string][]string{
 	"cmd/hostpath-csi":            {"csi/hostpath", "internal/cli"},
 	"internal/archtest":           nil,
 	"internal/testpki":            nil,
+	"internal/racelog":            nil,
 	"fleet/etcdtest":              {"fleet/embedded"},
 	"fleet/embedded":              {"names"},
 	"internal/cli":                nil,
