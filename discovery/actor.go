@@ -96,6 +96,7 @@ type discoveryActor struct {
 	again       bool     // a change arrived during the scan in flight
 	dirProblems map[string]bool
 	graceTimer  supervisor.Stopper // armed while a plugin's file is missing
+	stopping    bool               // Stopping or Restarting arrived: its children are stopping
 }
 
 // newDiscoveryActor makes an incarnation of the discovery actor. The
@@ -131,7 +132,7 @@ func (a *discoveryActor) Receive(ctx actor.Context) {
 		a.graceTimer = nil
 		a.onDirectoryChanged(ctx)
 	case *actor.Stopping, *actor.Restarting:
-		a.release()
+		a.onStopping()
 	}
 }
 
@@ -146,6 +147,9 @@ func (a *discoveryActor) onStarted(ctx actor.Context) {
 }
 
 func (a *discoveryActor) onDirectoryChanged(ctx actor.Context) {
+	if a.stopping {
+		return // a scan now would outlive the actor, and start activators nobody stops
+	}
 	if a.scan != nil {
 		a.again = true
 		return
@@ -344,8 +348,9 @@ func (a *discoveryActor) onChildSupervised(msg *messages.ChildSupervised) {
 
 // onTerminated drops a subscriber, or notes that an activator stopped by
 // itself (it gave up under supervision): the next scan starts another.
+// While the actor stops, its activators stop with it: nothing to note.
 func (a *discoveryActor) onTerminated(ctx actor.Context, msg *actor.Terminated) {
-	if a.subscribers.Drop(msg.GetWho()) {
+	if a.subscribers.Drop(msg.GetWho()) || a.stopping {
 		return
 	}
 	if f := a.activatorOf(msg.GetWho()); f != nil {
@@ -376,6 +381,14 @@ func (a *discoveryActor) onSubscribe(ctx actor.Context, msg *messages.SubscribeD
 		}
 	}
 	a.subscribers.Subscribe(ctx, msg.GetSubscriber(), replay...)
+}
+
+// onStopping marks the actor as stopping, for the messages it still
+// handles while its children stop (protoactor delivers them until the last
+// child is gone), and releases what it holds.
+func (a *discoveryActor) onStopping() {
+	a.stopping = true
+	a.release()
 }
 
 // release stops the grace timer and waits for the scan in flight, so that

@@ -2,12 +2,16 @@ package discovery
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/docker/go-plugins-helpers/volume"
 	"github.com/stretchr/testify/require"
 
 	actorprobe "github.com/plugvisor/plugvisor/actors/probe"
@@ -49,12 +53,51 @@ func TestAPluginThatStartsAfterTheFastRetriesIsFoundAtTheSlowRetry(t *testing.T)
 	e.registered(t, TypeDockerVolume, "late")
 }
 
+// A plugin whose socket discovery finds bound but not listening yet (the
+// moment between bind and listen as a plugin starts) is refused: a
+// transient failure, tried again at the retry, and found then.
+func TestASocketFoundBeforeItListensIsFoundAtTheRetry(t *testing.T) {
+	clock := supervisortest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	e := newEnv(t, func(c *Config) { c.Clock, c.ActivateTimeout = clock, wait })
+	listen := bindSocket(t, filepath.Join(e.sockets, "early.sock"))
+	p := e.awaitFailures(t, "early", 1)
+	require.Contains(t, p.GetError(), "connection refused")
+
+	serveOn(t, listen(), volume.NewHandler(activationOnly{}))
+	clock.Advance(20 * time.Millisecond) // the fast retry (testConfig)
+	e.await(t, "early", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED)
+	e.registered(t, TypeDockerVolume, "early")
+}
+
+// bindSocket binds a unix socket at path without listening on it, as
+// net.Listen does for a moment: connections to it are refused. listen
+// makes it listen, and returns its listener.
+func bindSocket(t *testing.T, path string) (listen func() net.Listener) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	f := os.NewFile(uintptr(fd), path)
+	t.Cleanup(func() { f.Close() })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}))
+	return func() net.Listener {
+		require.NoError(t, syscall.Listen(fd, syscall.SOMAXCONN))
+		l, err := net.FileListener(f)
+		require.NoError(t, err)
+		return l
+	}
+}
+
 // A failure that trying again cannot change is not retried: no timer is
 // left, and the plugin waits for its file to change.
 func TestAPermanentFailureWaitsForTheFileToChange(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	e := newEnv(t, func(c *Config) { c.Clock = clock })
-	httpPlugin(t, filepath.Join(e.sockets, "nothing.sock"), reply(http.StatusOK, MediaTypeV11, `{"Implements": []}`))
+	e := newEnv(t, func(c *Config) {
+		c.Clock, c.ActivateTimeout = clock, wait // a slow answer on a busy machine is no timeout
+		// The plugin listens before discovery starts. Started after, its
+		// socket can be seen between bind and listen: refused, a transient
+		// failure retried on the fake clock, which this test does not move.
+		httpPlugin(t, filepath.Join(c.Dirs.Sockets[0], "nothing.sock"), reply(http.StatusOK, MediaTypeV11, `{"Implements": []}`))
+	})
 	p := e.await(t, "nothing", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED)
 	require.EqualValues(t, 1, p.GetFailures())
 	require.Nil(t, p.GetNextAttemptTime())
