@@ -120,6 +120,17 @@ func clean(rt *rapid.T, n *node, vols, allocs []string) {
 
 // checkInvariants checks the node against the model after a step.
 func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]map[string]bool) {
+	checkNode(rt, n, p, mounted, func(vol string) (writers, readers []string) {
+		writers, readers, _ = n.catalog.claims(vol)
+		return writers, readers
+	})
+}
+
+// checkNode checks a node against the model after a step: the claims of
+// the node's allocs, by claims, and the records, against what the node
+// has published, the kernel's mount table and the plugin's violations.
+func checkNode(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]map[string]bool,
+	claims func(vol string) (writers, readers []string)) {
 	mounts := map[string]bool{}
 	for _, m := range mountsUnder(n.t, n.root) {
 		mounts[m] = true
@@ -131,7 +142,7 @@ func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]m
 			rt.Fatalf("status: %v", err)
 		}
 		rec := st.Record
-		writers, _, _ := n.catalog.claims(vol)
+		writers, readers := claims(vol)
 		if vol == "sw" && len(writers) > 1 {
 			rt.Fatalf("two writers on a single-node-writer volume: %v", writers)
 		}
@@ -149,7 +160,7 @@ func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]m
 				rt.Fatalf("volume %s, alloc %s: published at %s, which the kernel does not have mounted", vol, alloc, pub.GetTargetPath())
 			}
 			known[pub.GetTargetPath()] = true
-			if pub.GetReadOnly() && !slices.Contains(mustClaims(n, vol, catalog.ClaimModeRead), alloc) ||
+			if pub.GetReadOnly() && !slices.Contains(readers, alloc) ||
 				!pub.GetReadOnly() && !slices.Contains(writers, alloc) {
 				rt.Fatalf("volume %s, alloc %s: published without the claim of its mode", vol, alloc)
 			}
@@ -175,12 +186,4 @@ func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]m
 	if _, _, violations := p.state(); len(violations) > 0 {
 		rt.Fatalf("the plugin saw: %v", violations)
 	}
-}
-
-func mustClaims(n *node, vol string, mode catalog.ClaimMode) []string {
-	writers, readers, _ := n.catalog.claims(vol)
-	if mode == catalog.ClaimModeRead {
-		return readers
-	}
-	return writers
 }
