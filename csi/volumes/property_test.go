@@ -5,6 +5,7 @@ import (
 	"flag"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,12 +29,8 @@ func TestRandomLifecyclesKeepTheInvariants(t *testing.T) {
 	p.create(n, "sw", "hp", catalog.AccessModeSingleNodeWriter)
 	p.create(n, "ro", "hp", catalog.AccessModeSingleNodeReader)
 	vols := []string{"sw", "ro"}
-	// Each run mounts for real and restarts bbolt and the plugin: 20 runs
-	// unless -rapid.checks asks for more.
-	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {
-		require.NoError(t, flag.Set("rapid.checks", "20"))
-		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
-	}
+	// Each run mounts for real and restarts bbolt and the plugin.
+	rapidChecks(t, 20)
 	allocs := []string{"a1", "a2", "a3"}
 
 	rapid.Check(t, func(rt *rapid.T) {
@@ -96,6 +93,15 @@ func TestRandomLifecyclesKeepTheInvariants(t *testing.T) {
 		}
 	})
 	require.Empty(t, mountsUnder(t, n.root))
+}
+
+// rapidChecks makes the test's rapid.Check run n times, unless
+// -rapid.checks asks for another number.
+func rapidChecks(t *testing.T, n int) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {
+		require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(n)))
+		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
+	}
 }
 
 // clean unmounts every mount of vols and releases every claim of allocs.

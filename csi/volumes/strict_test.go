@@ -244,7 +244,10 @@ func (p *strictPlugin) answer(ctx context.Context, method string, req any, handl
 	case *csipb.ControllerUnpublishVolumeRequest:
 		p.storage.detach(r.GetVolumeId(), r.GetNodeId())
 		return &csipb.ControllerUnpublishVolumeResponse{}, nil
+	case *csipb.NodePublishVolumeRequest:
+		onOneHost(r.GetVolumeCapability())
 	case *csipb.NodeStageVolumeRequest:
+		onOneHost(r.GetVolumeCapability())
 		if !slices.Contains(p.storage.nodes(r.GetVolumeId()), p.nodeID) || r.GetPublishContext()["attached-to"] != p.nodeID {
 			return nil, status.Errorf(codes.FailedPrecondition, "strict: volume %s is staged before it is attached here", r.GetVolumeId())
 		}
@@ -278,6 +281,19 @@ func (p *strictPlugin) answer(ctx context.Context, method string, req any, handl
 		delete(p.published[r.GetVolumeId()], r.GetTargetPath())
 	}
 	return resp, nil
+}
+
+// onOneHost gives the driver, which serves single-node modes only (a
+// hostpath volume lives on one node), the single-node mode of a
+// multi-node capability: the nodes of a storage system in a test share
+// one host, so each of them reaches the volume.
+func onOneHost(c *csipb.VolumeCapability) {
+	switch c.GetAccessMode().GetMode() {
+	case csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		c.AccessMode.Mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	case csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		c.AccessMode.Mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+	}
 }
 
 // create creates a volume on the plugin and registers it in the catalog's

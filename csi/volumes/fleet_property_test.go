@@ -1,0 +1,335 @@
+package volumes_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi"
+	csicatalog "github.com/plugvisor/plugvisor/csi/catalog"
+	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// fleetNode is one node of a fleet, wired as a cluster-mode agent wires
+// it: its volume manager (own bbolt file and root) asks, through
+// agent.VolumeCatalog, its catalog actor in cluster mode, which defers to
+// the node's fleet.Store on the shared etcd; its strict plugin reports
+// the node's ID and shares the storage system of the fleet.
+type fleetNode struct {
+	*node
+	id      string
+	allocs  []string
+	plugin  *strictPlugin
+	store   *fleet.Store
+	catalog *csicatalog.Catalog
+}
+
+// startFleetNode starts node id on srv and storage, with plugin "hp"
+// fingerprinted healthy in the fleet.
+func startFleetNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSystem, id string) *fleetNode {
+	t.Helper()
+	opened, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	store, err := fleet.Open(opened, fleet.Config{Endpoints: srv.Endpoints(), NodeID: id, Logger: probe.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	system := probe.NewSystem(t)
+	bucket, err := storage.NewMemory().Bucket(csicatalog.CatalogBucket)
+	require.NoError(t, err)
+	cat, err := csicatalog.StartCatalog(system, csicatalog.CatalogConfig{Bucket: bucket, NodeID: id, Logger: probe.Logger(t), Fleet: store})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
+	n := newNode(t, func(cfg *volumes.Config) { cfg.Catalog = agent.VolumeCatalog(system, cat) })
+	f := &fleetNode{node: n, id: id, allocs: []string{id + "-a1", id + "-a2"},
+		plugin: newStrictPluginOn(t, n, "hp", id, storageSys), store: store, catalog: cat}
+	for _, typ := range []string{csi.TypeNode, csi.TypeController} {
+		fp := &messages.CSIFingerprint{Type: typ, Name: "hp", AllocId: "a1", Healthy: true, HealthDescription: csi.HealthyDescription}
+		if typ == csi.TypeNode {
+			fp.NodeInfo = &messages.CSINodeInfo{NodeId: id}
+		}
+		system.Root.Send(cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: fp})
+	}
+	return f
+}
+
+// fleetKey is one alloc's use of one volume on one node.
+type fleetKey struct{ node, volume, alloc string }
+
+// fleetModel is what the test expects: the mounts (read-only or not), and
+// the claims, each taken by a mount (which releases it at the unmount) or
+// by a claim (which a release frees).
+type fleetModel struct {
+	mounted map[fleetKey]bool
+	byMount map[fleetKey]bool
+}
+
+// mountedOn is the model of node's mounts: volume → alloc → read-only.
+func (m fleetModel) mountedOn(node string, vols []string) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, vol := range vols {
+		out[vol] = map[string]bool{}
+	}
+	for k, ro := range m.mounted {
+		if k.node == node {
+			out[k.volume][k.alloc] = ro
+		}
+	}
+	return out
+}
+
+// TestRandomLifecyclesOverThreeNodesKeepTheInvariants runs random sequences
+// of claim, mount, unmount, release, volume manager restart and crash,
+// and plugin restart on three nodes of a fleet that share one etcd and one
+// storage system, and checks after every step, across the fleet, that a
+// single-writer volume never has two writers (in etcd's claims and in the
+// real publishes), that a single-node volume is claimed, attached, staged
+// and published on one node at most, that the nodes' records and the
+// storage system agree on the attachments, that every mount has its claim
+// in etcd on its node and every claim its mount or its claimer (no release
+// stuck), and, on each node, what the one-node test checks. (An etcd
+// restart takes seconds; fleet/outage_test.go covers it.)
+func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
+	srv := etcdtest.Start(t)
+	storageSys := newStorageSystem(t)
+	var nodes []*fleetNode
+	for _, id := range []string{"n1", "n2", "n3"} {
+		nodes = append(nodes, startFleetNode(t, srv, storageSys, id))
+	}
+	require.Eventually(t, func() bool {
+		plugins, err := nodes[0].catalog.Plugins(ctx)
+		return err == nil && len(plugins) == 1 && plugins[0].NodesHealthy == 3 && plugins[0].ControllersHealthy == 3
+	}, wait, 20*time.Millisecond, "every node's plugin is healthy in the fleet")
+	access := map[string]catalog.AccessMode{
+		"sw": catalog.AccessModeSingleNodeWriter, "ro": catalog.AccessModeSingleNodeReader, "mw": catalog.AccessModeMultiNodeMultiWriter,
+	}
+	vols := slices.Sorted(maps.Keys(access))
+	external := map[string]string{}
+	for _, vol := range vols {
+		external[vol] = nodes[0].plugin.createVolume(vol)
+		v := catalog.NewCSIVolume(vol, 0)
+		v.Namespace, v.PluginID, v.ExternalID = catalog.DefaultNamespace, "hp", external[vol]
+		v.AccessMode, v.AttachmentMode = access[vol], catalog.AttachmentModeFileSystem
+		_, err := nodes[0].catalog.RegisterVolume(ctx, v)
+		require.NoError(t, err)
+	}
+	// Each run mounts for real on three nodes and restarts bbolt and the
+	// plugins.
+	rapidChecks(t, 20)
+
+	rapid.Check(t, func(rt *rapid.T) {
+		for _, n := range nodes {
+			clean(rt, n.node, vols, n.allocs) // a failed run may leave some behind while rapid shrinks
+		}
+		model := fleetModel{mounted: map[fleetKey]bool{}, byMount: map[fleetKey]bool{}}
+		pick := func() (*fleetNode, fleetKey) {
+			n := rapid.SampledFrom(nodes).Draw(rt, "node")
+			return n, fleetKey{n.id, rapid.SampledFrom(vols).Draw(rt, "volume"), rapid.SampledFrom(n.allocs).Draw(rt, "alloc")}
+		}
+		rt.Repeat(map[string]func(*rapid.T){
+			"claim": func(rt *rapid.T) {
+				n, k := pick()
+				err := n.manager.Claim(ctx, "", k.volume, k.alloc, rapid.Bool().Draw(rt, "read_only"))
+				switch _, held := model.byMount[k]; {
+				case err == nil && !held:
+					model.byMount[k] = false
+				case err != nil && !errors.Is(err, volumes.ErrClaimRefused):
+					rt.Fatalf("claim: %v", err)
+				}
+			},
+			"mount": func(rt *rapid.T) {
+				n, k := pick()
+				ro := rapid.Bool().Draw(rt, "read_only")
+				_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, ro)
+				if prev, ok := model.mounted[k]; ok && prev == ro && err != nil {
+					rt.Fatalf("mounting again what is mounted: %v", err)
+				}
+				switch _, held := model.byMount[k]; {
+				case err == nil:
+					model.mounted[k] = ro
+					if !held {
+						model.byMount[k] = true
+					}
+				case errors.Is(err, volumes.ErrClaimRefused), errors.Is(err, volumes.ErrInUse):
+				default:
+					rt.Fatalf("mount on %s: %v", n.id, err)
+				}
+			},
+			"unmount": func(rt *rapid.T) {
+				n, k := pick()
+				err := n.manager.Unmount(ctx, "", k.volume, k.alloc)
+				if _, ok := model.mounted[k]; ok {
+					if err != nil {
+						rt.Fatalf("unmount of a mount on %s: %v", n.id, err)
+					}
+					delete(model.mounted, k)
+					if model.byMount[k] {
+						delete(model.byMount, k)
+					}
+				} else if !errors.Is(err, volumes.ErrNotMounted) {
+					rt.Fatalf("unmount without a mount: want ErrNotMounted, got %v", err)
+				}
+			},
+			"release": func(rt *rapid.T) {
+				n, k := pick()
+				err := n.manager.Release(ctx, "", k.volume, k.alloc)
+				_, ok := model.mounted[k]
+				if ok != errors.Is(err, volumes.ErrInUse) || (!ok && err != nil) {
+					rt.Fatalf("release (mounted %t): %v", ok, err)
+				}
+				if !ok {
+					delete(model.byMount, k)
+				}
+			},
+			"restart a volume manager": func(rt *rapid.T) { rapid.SampledFrom(nodes).Draw(rt, "node").restart() },
+			"crash a volume manager":   func(rt *rapid.T) { rapid.SampledFrom(nodes).Draw(rt, "node").crash(nil) },
+			"restart a plugin":         func(rt *rapid.T) { rapid.SampledFrom(nodes).Draw(rt, "node").plugin.restart() },
+			"": func(rt *rapid.T) {
+				inFleet := fleetVolumes(rt, nodes[0], vols)
+				for _, n := range nodes {
+					checkNode(rt, n.node, n.plugin, model.mountedOn(n.id, vols), claimsOn(inFleet, n.id))
+				}
+				checkFleet(rt, nodes, inFleet, external, model)
+			},
+		})
+		for _, n := range nodes {
+			clean(rt, n.node, vols, n.allocs)
+		}
+		checkFleet(rt, nodes, fleetVolumes(rt, nodes[0], vols), external, fleetModel{})
+		for _, n := range nodes {
+			_, published, violations := n.plugin.state()
+			if len(published)+len(violations) > 0 || len(mountsUnder(t, n.root)) > 0 {
+				rt.Fatalf("left behind on %s: published %v, violations %v, mounts %v", n.id, published, violations, mountsUnder(t, n.root))
+			}
+		}
+		if attached := storageSys.volumes(); len(attached) > 0 {
+			rt.Fatalf("left attached: %v", attached)
+		}
+	})
+	for _, n := range nodes {
+		require.Empty(t, mountsUnder(t, n.root))
+	}
+}
+
+// fleetVolumes reads vols from etcd, through n's store.
+func fleetVolumes(rt *rapid.T, n *fleetNode, vols []string) map[string]*catalog.CSIVolume {
+	read, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	out := map[string]*catalog.CSIVolume{}
+	for _, vol := range vols {
+		v, err := n.store.GetVolume(read, "", vol)
+		if err != nil {
+			rt.Fatalf("volume %s in the fleet: %v", vol, err)
+		}
+		out[vol] = v
+	}
+	return out
+}
+
+// claimsOn is what the fleet holds of node's claims: for each volume, its
+// allocs holding a write claim, and those holding a read claim, on node.
+func claimsOn(inFleet map[string]*catalog.CSIVolume, node string) func(vol string) (writers, readers []string) {
+	on := func(claims map[string]*catalog.Claim) []string {
+		var allocs []string
+		for alloc, c := range claims {
+			if c.NodeID == node {
+				allocs = append(allocs, alloc)
+			}
+		}
+		slices.Sort(allocs)
+		return allocs
+	}
+	return func(vol string) ([]string, []string) {
+		return on(inFleet[vol].WriteClaims), on(inFleet[vol].ReadClaims)
+	}
+}
+
+// checkFleet checks the fleet against the model after a step: etcd's
+// claims against the model's, and the single-writer and single-node rules
+// against etcd's claims, the nodes' records, the plugins' publishes and
+// the storage system's attachments.
+func checkFleet(rt *rapid.T, nodes []*fleetNode, inFleet map[string]*catalog.CSIVolume, external map[string]string, model fleetModel) {
+	for vol, v := range inFleet {
+		if len(v.PastClaims) > 0 {
+			rt.Fatalf("volume %s: releases stuck in the fleet: %v", vol, v.PastClaims)
+		}
+		held := map[fleetKey]bool{}
+		claimNodes := map[string]bool{}
+		for _, claims := range []map[string]*catalog.Claim{v.WriteClaims, v.ReadClaims} {
+			for alloc, c := range claims {
+				k := fleetKey{c.NodeID, vol, alloc}
+				if _, ok := model.byMount[k]; !ok {
+					rt.Fatalf("volume %s: alloc %s holds a claim on %s that neither a mount nor a claim of the model made", vol, alloc, c.NodeID)
+				}
+				held[k], claimNodes[c.NodeID] = true, true
+			}
+		}
+		for k := range model.byMount {
+			if k.volume == vol && !held[k] {
+				rt.Fatalf("volume %s: the claim of alloc %s on %s is not in the fleet", vol, k.alloc, k.node)
+			}
+		}
+		single := v.AccessMode == catalog.AccessModeSingleNodeWriter || v.AccessMode == catalog.AccessModeSingleNodeReader
+		if single && len(v.WriteClaims) > 1 {
+			rt.Fatalf("volume %s: two writers in the fleet: %v", vol, slices.Sorted(maps.Keys(v.WriteClaims)))
+		}
+		if single && len(claimNodes) > 1 {
+			rt.Fatalf("volume %s: claimed on nodes %v", vol, slices.Sorted(maps.Keys(claimNodes)))
+		}
+		checkFleetUse(rt, nodes, vol, external[vol], single)
+	}
+}
+
+// checkFleetUse checks where vol is attached, staged and published: a
+// single-node volume on one node at most, with one read-write publish at
+// most; and the storage system attaches it to exactly the nodes whose
+// records say it is attached.
+func checkFleetUse(rt *rapid.T, nodes []*fleetNode, vol, external string, single bool) {
+	var using []string
+	writers := 0
+	attachedTo := nodes[0].plugin.storage.nodes(external)
+	for _, n := range nodes {
+		st, err := n.manager.Status(ctx, "", vol)
+		if err != nil {
+			rt.Fatalf("status on %s: %v", n.id, err)
+		}
+		rec := st.Record
+		for _, pub := range rec.GetPublishes() {
+			if !pub.GetReadOnly() {
+				writers++
+			}
+		}
+		n.plugin.mu.Lock()
+		published := len(n.plugin.published[external])
+		n.plugin.mu.Unlock()
+		if rec.GetStage() != nil || len(rec.GetPublishes()) > 0 || published > 0 {
+			using = append(using, n.id)
+		}
+		a := rec.GetAttachment()
+		if a != nil && a.GetState() != "attached" {
+			rt.Fatalf("volume %s on %s: attachment left %s (%s)", vol, n.id, a.GetState(), a.GetLastError())
+		}
+		if (a != nil) != slices.Contains(attachedTo, n.id) {
+			rt.Fatalf("volume %s on %s: the record's attachment is %v, the storage system attaches it to %v", vol, n.id, a, attachedTo)
+		}
+	}
+	if single && len(using) > 1 {
+		rt.Fatalf("single-node volume %s is staged or published on %s", vol, strings.Join(using, ", "))
+	}
+	if vol == "sw" && writers > 1 {
+		rt.Fatalf("single-node-writer volume %s has %d read-write publishes across the fleet", vol, writers)
+	}
+}
