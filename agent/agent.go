@@ -361,7 +361,7 @@ func (a *Agent) startManagers() error {
 	}
 	a.volumes, err = volumes.Start(a.system, volumes.Config{
 		Bucket:   records,
-		Catalog:  VolumeCatalog(a.system, a.catalog),
+		Catalog:  a.volumeCatalog(),
 		Registry: a.registry,
 		Root:     filepath.Join(a.cfg.DataDir, "csi"),
 		Logger:   a.log,
@@ -372,6 +372,9 @@ func (a *Agent) startManagers() error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a.stops = append(a.stops, a.volumes.Shutdown)
+	if err := a.startGC(); err != nil {
+		return err
+	}
 
 	a.ctl, err = controller.New(controller.Config{
 		Catalog: a.catalog, Plugins: a.registry, NodeExpander: a.volumes,

@@ -10,6 +10,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
@@ -18,12 +19,22 @@ import (
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 // TestMain fails the package if any goroutine outlives the tests: an agent
 // that shuts down leaves nothing running.
-func TestMain(m *testing.M) { hostpathtest.Main(m) }
+// TestMain runs the tests, or an etcd member when a test started the
+// binary for one (etcdtest.StartProcess). protoactor's cluster leaves its
+// gossip throttles' goroutines running after a cluster-mode agent stops;
+// they hold nothing of the agent's.
+func TestMain(m *testing.M) {
+	etcdtest.RunIfChild()
+	hostpathtest.Main(m,
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.NewGossipActor.NewThrottleWithLogger.func2.1"),
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"))
+}
 
 func dataDir(t *testing.T) string {
 	t.Helper()

@@ -37,7 +37,8 @@ type ClusterConfig struct {
 	LeaseTTL, RequestTimeout time.Duration
 	// GCInterval, when set, runs the fleet's GC at that interval: the
 	// claims of nodes down for longer than GCGrace (default 5 min) are
-	// freed.
+	// freed, and this node then detaches, through its controllers, the
+	// attachments those nodes leave behind.
 	GCInterval, GCGrace time.Duration
 }
 
@@ -65,13 +66,23 @@ func (a *Agent) startCluster() error {
 	}
 	a.member = m
 	a.stops = append(a.stops, func(context.Context) error { return m.Stop() })
-	if c.GCInterval > 0 {
-		gc, err := fleet.StartGC(m.Store(), fleet.GCConfig{Interval: c.GCInterval, Grace: c.GCGrace, Logger: a.log})
-		if err != nil {
-			return fmt.Errorf("agent: cluster mode: %w", err)
-		}
-		a.stops = append(a.stops, func(context.Context) error { gc.Stop(); return nil })
+	return nil
+}
+
+// startGC starts the fleet's GC, in cluster mode when GCInterval is set,
+// once the volume manager runs: after each step, this node detaches the
+// attachments that the freed claims of down nodes strand
+// (detachStranded). It stops before the volume manager.
+func (a *Agent) startGC() error {
+	c := a.cfg.Cluster
+	if a.member == nil || c.GCInterval == 0 {
+		return nil
 	}
+	gc, err := fleet.StartGC(a.member.Store(), fleet.GCConfig{Interval: c.GCInterval, Grace: c.GCGrace, Logger: a.log, AfterStep: a.detachStranded})
+	if err != nil {
+		return fmt.Errorf("agent: cluster mode: %w", err)
+	}
+	a.stops = append(a.stops, func(context.Context) error { gc.Stop(); return nil })
 	return nil
 }
 

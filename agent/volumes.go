@@ -96,3 +96,12 @@ func catalogError(err error) error {
 func VolumeCatalog(system *actor.ActorSystem, c *catalog.Catalog) volumes.Catalog {
 	return volumeCatalog{system: system, catalog: c}
 }
+
+// volumeCatalog is the volume manager's Catalog: in cluster mode, with the
+// fleet's attachments.
+func (a *Agent) volumeCatalog() volumes.Catalog {
+	if f := a.fleet(); f != nil {
+		return FleetVolumeCatalog(a.system, a.catalog, f, a.cfg.NodeID)
+	}
+	return VolumeCatalog(a.system, a.catalog)
+}

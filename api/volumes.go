@@ -40,6 +40,16 @@ type VolumeJSON struct {
 	WriteClaims    []string            `json:"write_claims"`
 	CreateIndex    uint64              `json:"create_index"`
 	ModifyIndex    uint64              `json:"modify_index"`
+	// Attachments are the volume's attachments to nodes, as a fleet records
+	// them (cluster mode); absent on a single node.
+	Attachments []AttachmentJSON `json:"attachments,omitempty"`
+}
+
+// AttachmentJSON is a volume's attachment to a node in a fleet.
+type AttachmentJSON struct {
+	NodeID         string `json:"node_id"`
+	ExternalNodeID string `json:"external_node_id"`
+	State          string `json:"state"`
 }
 
 func volumeJSON(v *model.CSIVolume) VolumeJSON {
@@ -58,6 +68,10 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 	}
 	for alloc := range v.WriteClaims {
 		out.WriteClaims = append(out.WriteClaims, alloc)
+	}
+	for _, node := range slices.Sorted(maps.Keys(v.Attachments)) {
+		a := v.Attachments[node]
+		out.Attachments = append(out.Attachments, AttachmentJSON{NodeID: a.NodeID, ExternalNodeID: a.ExternalNodeID, State: string(a.State)})
 	}
 	return out
 }

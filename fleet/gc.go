@@ -29,6 +29,10 @@ type GCConfig struct {
 	Grace time.Duration
 	// Logger receives one line per freed claim; nil discards them.
 	Logger hclog.Logger
+	// AfterStep, when set, is called after each step GC runs by itself,
+	// on GC's goroutine: where the caller detaches the attachments that
+	// freed claims strand (see Store.Stranded).
+	AfterStep func(ctx context.Context)
 }
 
 // Freed is one claim GC freed.
@@ -50,6 +54,8 @@ type GC struct {
 	s     *Store
 	grace time.Duration
 	log   hclog.Logger
+	// afterStep is GCConfig.AfterStep.
+	afterStep func(ctx context.Context)
 
 	// mu serialises Step and guards downSince.
 	mu        sync.Mutex
@@ -73,7 +79,7 @@ func StartGC(s *Store, cfg GCConfig) (*GC, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &GC{s: s, grace: cmp.Or(cfg.Grace, DefaultGCGrace), log: log.Named("fleet-gc"),
-		downSince: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+		downSince: map[string]time.Time{}, afterStep: cfg.AfterStep, cancel: cancel, done: make(chan struct{})}
 	if cfg.Interval == 0 {
 		close(g.done)
 		return g, nil
@@ -93,6 +99,9 @@ func (g *GC) run(ctx context.Context, interval time.Duration) {
 		case <-tick.C:
 			if _, err := g.Step(ctx, time.Now()); err != nil && ctx.Err() == nil {
 				g.log.Warn("GC step failed; trying again at the next interval", "error", err)
+			}
+			if g.afterStep != nil {
+				g.afterStep(ctx)
 			}
 		}
 	}
@@ -200,9 +209,43 @@ func allClaims(v *model.CSIVolume) []*model.Claim {
 	return out
 }
 
+// Stranded is an attachment of a volume to a node that is down and holds
+// no claim on it: no alloc there will unmount it, so the plugin's
+// controller must detach it from another node.
+type Stranded struct {
+	Namespace, VolumeID, PluginID string
+	Attachment                    *model.Attachment
+}
+
+// Stranded returns the attachments of down nodes that hold no claim, held
+// or being released, on their volume, sorted by volume, then node. A down
+// node's claims are freed by GC once its grace is over; its attachments
+// then show here.
+func (s *Store) Stranded(ctx context.Context) ([]Stranded, error) {
+	volumes, live, err := s.volumesAndNodes(ctx, func(v *model.CSIVolume) bool { return len(v.Attachments) > 0 })
+	if err != nil {
+		return nil, err
+	}
+	var out []Stranded
+	for _, v := range volumes {
+		for _, node := range slices.Sorted(maps.Keys(v.Attachments)) {
+			if !live[node] && !slices.ContainsFunc(allClaims(v), func(c *model.Claim) bool { return c.NodeID == node }) {
+				out = append(out, Stranded{Namespace: v.Namespace, VolumeID: v.ID, PluginID: v.PluginID, Attachment: v.Attachments[node]})
+			}
+		}
+	}
+	return out, nil
+}
+
 // claimsAndNodes reads, at one revision, the volumes with claims and the
 // set of live nodes.
 func (s *Store) claimsAndNodes(ctx context.Context) ([]*model.CSIVolume, map[string]bool, error) {
+	return s.volumesAndNodes(ctx, func(v *model.CSIVolume) bool { return len(allClaims(v)) > 0 })
+}
+
+// volumesAndNodes reads, at one revision, the volumes keep keeps and the
+// set of live nodes.
+func (s *Store) volumesAndNodes(ctx context.Context, keep func(*model.CSIVolume) bool) ([]*model.CSIVolume, map[string]bool, error) {
 	var volumes []*model.CSIVolume
 	live := map[string]bool{}
 	err := s.call(ctx, "read claims and nodes", func(ctx context.Context) error {
@@ -218,7 +261,7 @@ func (s *Store) claimsAndNodes(ctx context.Context) ([]*model.CSIVolume, map[str
 			if err != nil {
 				return err
 			}
-			if len(allClaims(v)) > 0 {
+			if keep(v) {
 				volumes = append(volumes, v)
 			}
 		}

@@ -187,6 +187,24 @@ func (s *Store) fingerprintPuts(fps []*messages.CSIFingerprint, id clientv3.Leas
 	return ops, nil
 }
 
+// NodeUp reports whether node is up: its liveness key, under its lease,
+// is there.
+func (s *Store) NodeUp(ctx context.Context, node string) (bool, error) {
+	if err := names.Check("node ID", node); err != nil {
+		return false, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%v", err)
+	}
+	up := false
+	err := s.call(ctx, "look up a node", func(ctx context.Context) error {
+		resp, err := s.client.Get(ctx, s.keys.node(node), clientv3.WithCountOnly())
+		if err != nil {
+			return etcdErr(err)
+		}
+		up = resp.Count > 0
+		return nil
+	})
+	return up, err
+}
+
 // Plugins returns every plugin fingerprinted on a live node, sorted by ID,
 // with the fingerprints of its instances (keyed by node) and its health
 // counts over the live nodes.

@@ -94,6 +94,21 @@ func (s *Store) Release(ctx context.Context, namespace, id string, c *model.Clai
 	return s.changeClaims(ctx, "release", namespace, id, c, catalog.ReleaseOn)
 }
 
+// Attach records a, the attachment of the volume to the node a.NodeID, by
+// the catalog's rules (catalog.AttachOn), in a transaction on the volume's
+// record: of two nodes attaching a single-node volume, whatever the
+// interleaving, one wins and the other is refused.
+func (s *Store) Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error) {
+	return s.changeVolume(ctx, "attach", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return catalog.AttachOn(v, a) })
+}
+
+// Detach removes the attachment of the volume to node (catalog.DetachOn),
+// in a transaction on the volume's record. Removing one that is not there
+// changes nothing.
+func (s *Store) Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
+	return s.changeVolume(ctx, "detach", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return catalog.DetachOn(v, node) })
+}
+
 func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c *model.Claim,
 	rule func(*model.CSIVolume, *model.Claim) (*model.CSIVolume, error)) (*model.CSIVolume, error) {
 	if c == nil {

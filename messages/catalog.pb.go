@@ -286,7 +286,11 @@ type CatalogVolume struct {
 	// created says the volume was created through the plugin's controller by
 	// plugvisor (not registered as an existing volume): deleting it through
 	// the API destroys it on the plugin.
-	Created       bool `protobuf:"varint,22,opt,name=created,proto3" json:"created,omitempty"`
+	Created bool `protobuf:"varint,22,opt,name=created,proto3" json:"created,omitempty"`
+	// attachments are the volume's attachments to nodes, keyed by node ID, as
+	// a fleet records them (cluster mode); empty on a single node, whose
+	// volume manager keeps its own.
+	Attachments   map[string]*CatalogAttachment `protobuf:"bytes,23,rep,name=attachments,proto3" json:"attachments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -475,6 +479,80 @@ func (x *CatalogVolume) GetCreated() bool {
 	return false
 }
 
+func (x *CatalogVolume) GetAttachments() map[string]*CatalogAttachment {
+	if x != nil {
+		return x.Attachments
+	}
+	return nil
+}
+
+// CatalogAttachment is a volume published to a node by its plugin's
+// controller: recorded before ControllerPublishVolume is sent, removed once
+// ControllerUnpublishVolume has succeeded.
+type CatalogAttachment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the agent's node.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// external_node_id is the plugin's ID of the node (NodeGetInfo), the one
+	// ControllerUnpublishVolume takes.
+	ExternalNodeId string `protobuf:"bytes,2,opt,name=external_node_id,json=externalNodeId,proto3" json:"external_node_id,omitempty"`
+	// state is "attaching" or "attached".
+	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogAttachment) Reset() {
+	*x = CatalogAttachment{}
+	mi := &file_messages_catalog_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogAttachment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogAttachment) ProtoMessage() {}
+
+func (x *CatalogAttachment) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogAttachment.ProtoReflect.Descriptor instead.
+func (*CatalogAttachment) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CatalogAttachment) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CatalogAttachment) GetExternalNodeId() string {
+	if x != nil {
+		return x.ExternalNodeId
+	}
+	return ""
+}
+
+func (x *CatalogAttachment) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // CatalogMountOptions are how a file-system volume is mounted.
 type CatalogMountOptions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -486,7 +564,7 @@ type CatalogMountOptions struct {
 
 func (x *CatalogMountOptions) Reset() {
 	*x = CatalogMountOptions{}
-	mi := &file_messages_catalog_proto_msgTypes[4]
+	mi := &file_messages_catalog_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +576,7 @@ func (x *CatalogMountOptions) String() string {
 func (*CatalogMountOptions) ProtoMessage() {}
 
 func (x *CatalogMountOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[4]
+	mi := &file_messages_catalog_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +589,7 @@ func (x *CatalogMountOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogMountOptions.ProtoReflect.Descriptor instead.
 func (*CatalogMountOptions) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{4}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CatalogMountOptions) GetFsType() string {
@@ -541,7 +619,7 @@ type CatalogVolumeStub struct {
 
 func (x *CatalogVolumeStub) Reset() {
 	*x = CatalogVolumeStub{}
-	mi := &file_messages_catalog_proto_msgTypes[5]
+	mi := &file_messages_catalog_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +631,7 @@ func (x *CatalogVolumeStub) String() string {
 func (*CatalogVolumeStub) ProtoMessage() {}
 
 func (x *CatalogVolumeStub) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[5]
+	mi := &file_messages_catalog_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +644,7 @@ func (x *CatalogVolumeStub) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogVolumeStub.ProtoReflect.Descriptor instead.
 func (*CatalogVolumeStub) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{5}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CatalogVolumeStub) GetVolume() *CatalogVolume {
@@ -603,7 +681,7 @@ type CatalogControllerInfo struct {
 
 func (x *CatalogControllerInfo) Reset() {
 	*x = CatalogControllerInfo{}
-	mi := &file_messages_catalog_proto_msgTypes[6]
+	mi := &file_messages_catalog_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +693,7 @@ func (x *CatalogControllerInfo) String() string {
 func (*CatalogControllerInfo) ProtoMessage() {}
 
 func (x *CatalogControllerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[6]
+	mi := &file_messages_catalog_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +706,7 @@ func (x *CatalogControllerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogControllerInfo.ProtoReflect.Descriptor instead.
 func (*CatalogControllerInfo) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{6}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CatalogControllerInfo) GetCapabilities() []string {
@@ -660,7 +738,7 @@ type CatalogNodeInfo struct {
 
 func (x *CatalogNodeInfo) Reset() {
 	*x = CatalogNodeInfo{}
-	mi := &file_messages_catalog_proto_msgTypes[7]
+	mi := &file_messages_catalog_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +750,7 @@ func (x *CatalogNodeInfo) String() string {
 func (*CatalogNodeInfo) ProtoMessage() {}
 
 func (x *CatalogNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[7]
+	mi := &file_messages_catalog_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +763,7 @@ func (x *CatalogNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogNodeInfo.ProtoReflect.Descriptor instead.
 func (*CatalogNodeInfo) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{7}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CatalogNodeInfo) GetNodeId() string {
@@ -744,7 +822,7 @@ type CatalogInstance struct {
 
 func (x *CatalogInstance) Reset() {
 	*x = CatalogInstance{}
-	mi := &file_messages_catalog_proto_msgTypes[8]
+	mi := &file_messages_catalog_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +834,7 @@ func (x *CatalogInstance) String() string {
 func (*CatalogInstance) ProtoMessage() {}
 
 func (x *CatalogInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[8]
+	mi := &file_messages_catalog_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +847,7 @@ func (x *CatalogInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogInstance.ProtoReflect.Descriptor instead.
 func (*CatalogInstance) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{8}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CatalogInstance) GetPluginId() string {
@@ -862,7 +940,7 @@ type CatalogPluginJob struct {
 
 func (x *CatalogPluginJob) Reset() {
 	*x = CatalogPluginJob{}
-	mi := &file_messages_catalog_proto_msgTypes[9]
+	mi := &file_messages_catalog_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +952,7 @@ func (x *CatalogPluginJob) String() string {
 func (*CatalogPluginJob) ProtoMessage() {}
 
 func (x *CatalogPluginJob) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[9]
+	mi := &file_messages_catalog_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +965,7 @@ func (x *CatalogPluginJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogPluginJob.ProtoReflect.Descriptor instead.
 func (*CatalogPluginJob) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{9}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CatalogPluginJob) GetId() string {
@@ -932,7 +1010,7 @@ type CatalogPlugin struct {
 
 func (x *CatalogPlugin) Reset() {
 	*x = CatalogPlugin{}
-	mi := &file_messages_catalog_proto_msgTypes[10]
+	mi := &file_messages_catalog_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1022,7 @@ func (x *CatalogPlugin) String() string {
 func (*CatalogPlugin) ProtoMessage() {}
 
 func (x *CatalogPlugin) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[10]
+	mi := &file_messages_catalog_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1035,7 @@ func (x *CatalogPlugin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogPlugin.ProtoReflect.Descriptor instead.
 func (*CatalogPlugin) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{10}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CatalogPlugin) GetId() string {
@@ -1041,7 +1119,7 @@ type CatalogIndex struct {
 
 func (x *CatalogIndex) Reset() {
 	*x = CatalogIndex{}
-	mi := &file_messages_catalog_proto_msgTypes[11]
+	mi := &file_messages_catalog_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1131,7 @@ func (x *CatalogIndex) String() string {
 func (*CatalogIndex) ProtoMessage() {}
 
 func (x *CatalogIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[11]
+	mi := &file_messages_catalog_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1144,7 @@ func (x *CatalogIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogIndex.ProtoReflect.Descriptor instead.
 func (*CatalogIndex) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{11}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CatalogIndex) GetIndex() uint64 {
@@ -1091,7 +1169,7 @@ type CatalogError struct {
 
 func (x *CatalogError) Reset() {
 	*x = CatalogError{}
-	mi := &file_messages_catalog_proto_msgTypes[12]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1181,7 @@ func (x *CatalogError) String() string {
 func (*CatalogError) ProtoMessage() {}
 
 func (x *CatalogError) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[12]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1194,7 @@ func (x *CatalogError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogError.ProtoReflect.Descriptor instead.
 func (*CatalogError) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{12}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CatalogError) GetCode() ErrorCode {
@@ -1154,7 +1232,7 @@ type RegisterVolume struct {
 
 func (x *RegisterVolume) Reset() {
 	*x = RegisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[13]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1244,7 @@ func (x *RegisterVolume) String() string {
 func (*RegisterVolume) ProtoMessage() {}
 
 func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[13]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1257,7 @@ func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolume.ProtoReflect.Descriptor instead.
 func (*RegisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterVolume) GetVolume() *CatalogVolume {
@@ -1208,7 +1286,7 @@ type RegisterVolumeResponse struct {
 
 func (x *RegisterVolumeResponse) Reset() {
 	*x = RegisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1298,7 @@ func (x *RegisterVolumeResponse) String() string {
 func (*RegisterVolumeResponse) ProtoMessage() {}
 
 func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1311,7 @@ func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterVolumeResponse) GetError() *CatalogError {
@@ -1264,7 +1342,7 @@ type DeregisterVolume struct {
 
 func (x *DeregisterVolume) Reset() {
 	*x = DeregisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1354,7 @@ func (x *DeregisterVolume) String() string {
 func (*DeregisterVolume) ProtoMessage() {}
 
 func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1367,7 @@ func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolume.ProtoReflect.Descriptor instead.
 func (*DeregisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeregisterVolume) GetNamespace() string {
@@ -1323,7 +1401,7 @@ type DeregisterVolumeResponse struct {
 
 func (x *DeregisterVolumeResponse) Reset() {
 	*x = DeregisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1413,7 @@ func (x *DeregisterVolumeResponse) String() string {
 func (*DeregisterVolumeResponse) ProtoMessage() {}
 
 func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1426,7 @@ func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeregisterVolumeResponse) GetError() *CatalogError {
@@ -1372,7 +1450,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1462,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1475,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListVolumesRequest) GetNamespace() string {
@@ -1425,7 +1503,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1515,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1528,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
@@ -1480,7 +1558,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1570,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1583,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetVolumeRequest) GetNamespace() string {
@@ -1540,7 +1618,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1630,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1643,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetVolumeResponse) GetError() *CatalogError {
@@ -1609,7 +1687,7 @@ type ClaimVolume struct {
 
 func (x *ClaimVolume) Reset() {
 	*x = ClaimVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1699,7 @@ func (x *ClaimVolume) String() string {
 func (*ClaimVolume) ProtoMessage() {}
 
 func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1712,7 @@ func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolume.ProtoReflect.Descriptor instead.
 func (*ClaimVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClaimVolume) GetNamespace() string {
@@ -1712,7 +1790,7 @@ type ClaimVolumeResponse struct {
 
 func (x *ClaimVolumeResponse) Reset() {
 	*x = ClaimVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1802,7 @@ func (x *ClaimVolumeResponse) String() string {
 func (*ClaimVolumeResponse) ProtoMessage() {}
 
 func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1815,7 @@ func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ClaimVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimVolumeResponse) GetError() *CatalogError {
@@ -1775,7 +1853,7 @@ type ReleaseVolume struct {
 
 func (x *ReleaseVolume) Reset() {
 	*x = ReleaseVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1865,7 @@ func (x *ReleaseVolume) String() string {
 func (*ReleaseVolume) ProtoMessage() {}
 
 func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1878,7 @@ func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseVolume) GetNamespace() string {
@@ -1856,7 +1934,7 @@ type ReleaseVolumeResponse struct {
 
 func (x *ReleaseVolumeResponse) Reset() {
 	*x = ReleaseVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1946,7 @@ func (x *ReleaseVolumeResponse) String() string {
 func (*ReleaseVolumeResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1959,7 @@ func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseVolumeResponse) GetError() *CatalogError {
@@ -1914,7 +1992,7 @@ type MarkVolumeDeleting struct {
 
 func (x *MarkVolumeDeleting) Reset() {
 	*x = MarkVolumeDeleting{}
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2004,7 @@ func (x *MarkVolumeDeleting) String() string {
 func (*MarkVolumeDeleting) ProtoMessage() {}
 
 func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2017,7 @@ func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeleting.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeleting) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MarkVolumeDeleting) GetNamespace() string {
@@ -1975,7 +2053,7 @@ type MarkVolumeDeletingResponse struct {
 
 func (x *MarkVolumeDeletingResponse) Reset() {
 	*x = MarkVolumeDeletingResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2065,7 @@ func (x *MarkVolumeDeletingResponse) String() string {
 func (*MarkVolumeDeletingResponse) ProtoMessage() {}
 
 func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2078,7 @@ func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeletingResponse.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeletingResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MarkVolumeDeletingResponse) GetError() *CatalogError {
@@ -2033,7 +2111,7 @@ type RecordVolumeCapacity struct {
 
 func (x *RecordVolumeCapacity) Reset() {
 	*x = RecordVolumeCapacity{}
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2123,7 @@ func (x *RecordVolumeCapacity) String() string {
 func (*RecordVolumeCapacity) ProtoMessage() {}
 
 func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2136,7 @@ func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacity.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacity) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordVolumeCapacity) GetNamespace() string {
@@ -2101,7 +2179,7 @@ type RecordVolumeCapacityResponse struct {
 
 func (x *RecordVolumeCapacityResponse) Reset() {
 	*x = RecordVolumeCapacityResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2191,7 @@ func (x *RecordVolumeCapacityResponse) String() string {
 func (*RecordVolumeCapacityResponse) ProtoMessage() {}
 
 func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2204,7 @@ func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacityResponse.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecordVolumeCapacityResponse) GetError() *CatalogError {
@@ -2154,7 +2232,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2244,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2257,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -2203,7 +2281,7 @@ type ListCatalogPluginsResponse struct {
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2293,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2306,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -2258,7 +2336,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2348,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2361,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -2303,7 +2381,7 @@ type ShutdownCatalogResponse struct {
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2393,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2406,7 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShutdownCatalogResponse) GetError() *CatalogError {
@@ -2361,7 +2439,7 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x13controllers_healthy\x18\x03 \x01(\x03R\x12controllersHealthy\x121\n" +
 	"\x14controllers_expected\x18\x04 \x01(\x03R\x13controllersExpected\x12#\n" +
 	"\rnodes_healthy\x18\x05 \x01(\x03R\fnodesHealthy\x12%\n" +
-	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\x9a\r\n" +
+	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\xd7\x0e\n" +
 	"\rCatalogVolume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -2393,7 +2471,8 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\rmount_options\x18\x13 \x01(\v2'.plugvisor.messages.CatalogMountOptionsR\fmountOptions\x12V\n" +
 	"\x14requested_topologies\x18\x14 \x03(\v2#.plugvisor.messages.CatalogTopologyR\x13requestedTopologies\x12\x1a\n" +
 	"\bdeleting\x18\x15 \x01(\bR\bdeleting\x12\x18\n" +
-	"\acreated\x18\x16 \x01(\bR\acreated\x1a_\n" +
+	"\acreated\x18\x16 \x01(\bR\acreated\x12T\n" +
+	"\vattachments\x18\x17 \x03(\v22.plugvisor.messages.CatalogVolume.AttachmentsEntryR\vattachments\x1a_\n" +
 	"\x0fReadClaimsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\x05value\x18\x02 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05value:\x028\x01\x1a`\n" +
@@ -2411,7 +2490,14 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1ae\n" +
+	"\x10AttachmentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12;\n" +
+	"\x05value\x18\x02 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\x05value:\x028\x01\"l\n" +
+	"\x11CatalogAttachment\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
+	"\x10external_node_id\x18\x02 \x01(\tR\x0eexternalNodeId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"O\n" +
 	"\x13CatalogMountOptions\x12\x17\n" +
 	"\afs_type\x18\x01 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x02 \x03(\tR\n" +
@@ -2573,118 +2659,122 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
 	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
 	(*CatalogHealth)(nil),                // 2: plugvisor.messages.CatalogHealth
 	(*CatalogVolume)(nil),                // 3: plugvisor.messages.CatalogVolume
-	(*CatalogMountOptions)(nil),          // 4: plugvisor.messages.CatalogMountOptions
-	(*CatalogVolumeStub)(nil),            // 5: plugvisor.messages.CatalogVolumeStub
-	(*CatalogControllerInfo)(nil),        // 6: plugvisor.messages.CatalogControllerInfo
-	(*CatalogNodeInfo)(nil),              // 7: plugvisor.messages.CatalogNodeInfo
-	(*CatalogInstance)(nil),              // 8: plugvisor.messages.CatalogInstance
-	(*CatalogPluginJob)(nil),             // 9: plugvisor.messages.CatalogPluginJob
-	(*CatalogPlugin)(nil),                // 10: plugvisor.messages.CatalogPlugin
-	(*CatalogIndex)(nil),                 // 11: plugvisor.messages.CatalogIndex
-	(*CatalogError)(nil),                 // 12: plugvisor.messages.CatalogError
-	(*RegisterVolume)(nil),               // 13: plugvisor.messages.RegisterVolume
-	(*RegisterVolumeResponse)(nil),       // 14: plugvisor.messages.RegisterVolumeResponse
-	(*DeregisterVolume)(nil),             // 15: plugvisor.messages.DeregisterVolume
-	(*DeregisterVolumeResponse)(nil),     // 16: plugvisor.messages.DeregisterVolumeResponse
-	(*ListVolumesRequest)(nil),           // 17: plugvisor.messages.ListVolumesRequest
-	(*ListVolumesResponse)(nil),          // 18: plugvisor.messages.ListVolumesResponse
-	(*GetVolumeRequest)(nil),             // 19: plugvisor.messages.GetVolumeRequest
-	(*GetVolumeResponse)(nil),            // 20: plugvisor.messages.GetVolumeResponse
-	(*ClaimVolume)(nil),                  // 21: plugvisor.messages.ClaimVolume
-	(*ClaimVolumeResponse)(nil),          // 22: plugvisor.messages.ClaimVolumeResponse
-	(*ReleaseVolume)(nil),                // 23: plugvisor.messages.ReleaseVolume
-	(*ReleaseVolumeResponse)(nil),        // 24: plugvisor.messages.ReleaseVolumeResponse
-	(*MarkVolumeDeleting)(nil),           // 25: plugvisor.messages.MarkVolumeDeleting
-	(*MarkVolumeDeletingResponse)(nil),   // 26: plugvisor.messages.MarkVolumeDeletingResponse
-	(*RecordVolumeCapacity)(nil),         // 27: plugvisor.messages.RecordVolumeCapacity
-	(*RecordVolumeCapacityResponse)(nil), // 28: plugvisor.messages.RecordVolumeCapacityResponse
-	(*ListCatalogPluginsRequest)(nil),    // 29: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil),   // 30: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),              // 31: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),      // 32: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                  // 33: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                  // 34: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                  // 35: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                  // 36: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                  // 37: plugvisor.messages.CatalogVolume.ParametersEntry
-	nil,                                  // 38: plugvisor.messages.CatalogVolume.SecretsEntry
-	nil,                                  // 39: plugvisor.messages.CatalogVolume.ContextEntry
-	nil,                                  // 40: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                  // 41: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                  // 42: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),        // 43: google.protobuf.Timestamp
-	(ErrorCode)(0),                       // 44: plugvisor.messages.ErrorCode
-	(*actor.PID)(nil),                    // 45: actor.PID
+	(*CatalogAttachment)(nil),            // 4: plugvisor.messages.CatalogAttachment
+	(*CatalogMountOptions)(nil),          // 5: plugvisor.messages.CatalogMountOptions
+	(*CatalogVolumeStub)(nil),            // 6: plugvisor.messages.CatalogVolumeStub
+	(*CatalogControllerInfo)(nil),        // 7: plugvisor.messages.CatalogControllerInfo
+	(*CatalogNodeInfo)(nil),              // 8: plugvisor.messages.CatalogNodeInfo
+	(*CatalogInstance)(nil),              // 9: plugvisor.messages.CatalogInstance
+	(*CatalogPluginJob)(nil),             // 10: plugvisor.messages.CatalogPluginJob
+	(*CatalogPlugin)(nil),                // 11: plugvisor.messages.CatalogPlugin
+	(*CatalogIndex)(nil),                 // 12: plugvisor.messages.CatalogIndex
+	(*CatalogError)(nil),                 // 13: plugvisor.messages.CatalogError
+	(*RegisterVolume)(nil),               // 14: plugvisor.messages.RegisterVolume
+	(*RegisterVolumeResponse)(nil),       // 15: plugvisor.messages.RegisterVolumeResponse
+	(*DeregisterVolume)(nil),             // 16: plugvisor.messages.DeregisterVolume
+	(*DeregisterVolumeResponse)(nil),     // 17: plugvisor.messages.DeregisterVolumeResponse
+	(*ListVolumesRequest)(nil),           // 18: plugvisor.messages.ListVolumesRequest
+	(*ListVolumesResponse)(nil),          // 19: plugvisor.messages.ListVolumesResponse
+	(*GetVolumeRequest)(nil),             // 20: plugvisor.messages.GetVolumeRequest
+	(*GetVolumeResponse)(nil),            // 21: plugvisor.messages.GetVolumeResponse
+	(*ClaimVolume)(nil),                  // 22: plugvisor.messages.ClaimVolume
+	(*ClaimVolumeResponse)(nil),          // 23: plugvisor.messages.ClaimVolumeResponse
+	(*ReleaseVolume)(nil),                // 24: plugvisor.messages.ReleaseVolume
+	(*ReleaseVolumeResponse)(nil),        // 25: plugvisor.messages.ReleaseVolumeResponse
+	(*MarkVolumeDeleting)(nil),           // 26: plugvisor.messages.MarkVolumeDeleting
+	(*MarkVolumeDeletingResponse)(nil),   // 27: plugvisor.messages.MarkVolumeDeletingResponse
+	(*RecordVolumeCapacity)(nil),         // 28: plugvisor.messages.RecordVolumeCapacity
+	(*RecordVolumeCapacityResponse)(nil), // 29: plugvisor.messages.RecordVolumeCapacityResponse
+	(*ListCatalogPluginsRequest)(nil),    // 30: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 31: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 32: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 33: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 34: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 35: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 36: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 37: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 38: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 39: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 40: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 41: plugvisor.messages.CatalogVolume.AttachmentsEntry
+	nil,                                  // 42: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 43: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 44: plugvisor.messages.CatalogPlugin.NodesEntry
+	(*timestamppb.Timestamp)(nil),        // 45: google.protobuf.Timestamp
+	(ErrorCode)(0),                       // 46: plugvisor.messages.ErrorCode
+	(*actor.PID)(nil),                    // 47: actor.PID
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	33, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	34, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	34, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	35, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	36, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	35, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	36, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	37, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	43, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	37, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
-	38, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
-	39, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
-	4,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
+	45, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	38, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	39, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	40, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	5,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
 	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
-	3,  // 12: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
-	0,  // 13: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	43, // 14: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
-	6,  // 15: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
-	7,  // 16: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	40, // 17: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	41, // 18: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	42, // 19: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
-	2,  // 20: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
-	44, // 21: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
-	3,  // 22: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	45, // 23: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
-	12, // 24: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 25: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	45, // 26: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
-	12, // 27: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	45, // 28: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	5,  // 29: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	12, // 30: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
-	45, // 31: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	12, // 32: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 33: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	45, // 34: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	12, // 35: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 36: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	45, // 37: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	12, // 38: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 39: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	45, // 40: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
-	12, // 41: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 42: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	45, // 43: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
-	12, // 44: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 45: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	45, // 46: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	10, // 47: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	12, // 48: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
-	45, // 49: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	12, // 50: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
-	1,  // 51: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 52: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 53: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	9,  // 54: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	8,  // 55: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	8,  // 56: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	41, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
+	3,  // 13: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
+	0,  // 14: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
+	45, // 15: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	7,  // 16: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
+	8,  // 17: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
+	42, // 18: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	43, // 19: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	44, // 20: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	2,  // 21: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
+	46, // 22: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
+	3,  // 23: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	47, // 24: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	13, // 25: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 26: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	47, // 27: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	13, // 28: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	47, // 29: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	6,  // 30: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	13, // 31: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
+	47, // 32: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	13, // 33: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 34: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	47, // 35: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	13, // 36: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 37: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	47, // 38: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	13, // 39: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 40: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	47, // 41: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	13, // 42: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 43: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	47, // 44: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	13, // 45: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 46: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	47, // 47: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	11, // 48: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	13, // 49: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
+	47, // 50: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	13, // 51: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
+	1,  // 52: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 53: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 54: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	4,  // 55: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
+	10, // 56: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	9,  // 57: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	9,  // 58: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -2699,7 +2789,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

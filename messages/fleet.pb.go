@@ -281,6 +281,100 @@ func (x *FleetRecordVolumeCapacity) GetCapacityBytes() int64 {
 	return 0
 }
 
+// FleetAttachVolume asks the grain to record attachment (its node the
+// attaching node) of its volume: refused while the node holds no claim on
+// it, and, for a single-node volume, while another node holds an
+// attachment.
+type FleetAttachVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attachment    *CatalogAttachment     `protobuf:"bytes,1,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetAttachVolume) Reset() {
+	*x = FleetAttachVolume{}
+	mi := &file_messages_fleet_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetAttachVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetAttachVolume) ProtoMessage() {}
+
+func (x *FleetAttachVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetAttachVolume.ProtoReflect.Descriptor instead.
+func (*FleetAttachVolume) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FleetAttachVolume) GetAttachment() *CatalogAttachment {
+	if x != nil {
+		return x.Attachment
+	}
+	return nil
+}
+
+// FleetDetachVolume asks the grain to remove the attachment of its volume
+// to node_id, once the controller has unpublished it from that node.
+type FleetDetachVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetDetachVolume) Reset() {
+	*x = FleetDetachVolume{}
+	mi := &file_messages_fleet_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetDetachVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetDetachVolume) ProtoMessage() {}
+
+func (x *FleetDetachVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetDetachVolume.ProtoReflect.Descriptor instead.
+func (*FleetDetachVolume) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FleetDetachVolume) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 // FleetVolumeResponse is the grain's answer to each request above: the
 // volume as etcd holds it after the request (unset after a
 // deregistration), or the error; member is the ID of the member whose grain
@@ -296,7 +390,7 @@ type FleetVolumeResponse struct {
 
 func (x *FleetVolumeResponse) Reset() {
 	*x = FleetVolumeResponse{}
-	mi := &file_messages_fleet_proto_msgTypes[6]
+	mi := &file_messages_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +402,7 @@ func (x *FleetVolumeResponse) String() string {
 func (*FleetVolumeResponse) ProtoMessage() {}
 
 func (x *FleetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_fleet_proto_msgTypes[6]
+	mi := &file_messages_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +415,7 @@ func (x *FleetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*FleetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_fleet_proto_rawDescGZIP(), []int{6}
+	return file_messages_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FleetVolumeResponse) GetVolume() *CatalogVolume {
@@ -359,7 +453,13 @@ const file_messages_fleet_proto_rawDesc = "" +
 	"\x15FleetDeregisterVolume\"\x19\n" +
 	"\x17FleetMarkVolumeDeleting\"B\n" +
 	"\x19FleetRecordVolumeCapacity\x12%\n" +
-	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\"\xa0\x01\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\"Z\n" +
+	"\x11FleetAttachVolume\x12E\n" +
+	"\n" +
+	"attachment\x18\x01 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\n" +
+	"attachment\",\n" +
+	"\x11FleetDetachVolume\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xa0\x01\n" +
 	"\x13FleetVolumeResponse\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x126\n" +
 	"\x05error\x18\x02 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x12\x16\n" +
@@ -377,7 +477,7 @@ func file_messages_fleet_proto_rawDescGZIP() []byte {
 	return file_messages_fleet_proto_rawDescData
 }
 
-var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_messages_fleet_proto_goTypes = []any{
 	(*FleetClaimVolume)(nil),          // 0: plugvisor.messages.FleetClaimVolume
 	(*FleetReleaseVolume)(nil),        // 1: plugvisor.messages.FleetReleaseVolume
@@ -385,22 +485,26 @@ var file_messages_fleet_proto_goTypes = []any{
 	(*FleetDeregisterVolume)(nil),     // 3: plugvisor.messages.FleetDeregisterVolume
 	(*FleetMarkVolumeDeleting)(nil),   // 4: plugvisor.messages.FleetMarkVolumeDeleting
 	(*FleetRecordVolumeCapacity)(nil), // 5: plugvisor.messages.FleetRecordVolumeCapacity
-	(*FleetVolumeResponse)(nil),       // 6: plugvisor.messages.FleetVolumeResponse
-	(*CatalogClaim)(nil),              // 7: plugvisor.messages.CatalogClaim
-	(*CatalogVolume)(nil),             // 8: plugvisor.messages.CatalogVolume
-	(*CatalogError)(nil),              // 9: plugvisor.messages.CatalogError
+	(*FleetAttachVolume)(nil),         // 6: plugvisor.messages.FleetAttachVolume
+	(*FleetDetachVolume)(nil),         // 7: plugvisor.messages.FleetDetachVolume
+	(*FleetVolumeResponse)(nil),       // 8: plugvisor.messages.FleetVolumeResponse
+	(*CatalogClaim)(nil),              // 9: plugvisor.messages.CatalogClaim
+	(*CatalogVolume)(nil),             // 10: plugvisor.messages.CatalogVolume
+	(*CatalogAttachment)(nil),         // 11: plugvisor.messages.CatalogAttachment
+	(*CatalogError)(nil),              // 12: plugvisor.messages.CatalogError
 }
 var file_messages_fleet_proto_depIdxs = []int32{
-	7, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	7, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	8, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	8, // 3: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	9, // 4: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	9,  // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	9,  // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	10, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	11, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
+	10, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	12, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_messages_fleet_proto_init() }
@@ -415,7 +519,7 @@ func file_messages_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_fleet_proto_rawDesc), len(file_messages_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

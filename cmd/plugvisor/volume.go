@@ -22,7 +22,10 @@ writer on the same node: the volume is staged once and published read-only
 for the reader. An unmount releases the claim its mount made; a claim made
 with "claim" stays until "release", which is refused while the alloc has
 the volume mounted. "detach" forces the controller to unpublish the volume
-from a node (the plugin's node ID), as "nomad volume detach" does.
+from a node (the plugin's node ID), as "nomad volume detach" does. In a
+fleet, NODE may be a node of the fleet: the detach uses the plugin node ID
+the fleet recorded for it, and is refused while that node is up or holds
+claims, so a dead node's attachment can be undone from any member.
 
 Access modes: single-node-reader-only, single-node-writer, multi-node-reader-only,
 multi-node-single-writer, multi-node-multi-writer.`
@@ -201,6 +204,7 @@ func printStatus(w io.Writer, common commonFlags, namespace, id string, st api.S
 	for _, c := range st.PastClaims {
 		fmt.Fprintf(w, "  past claim: alloc %s (%s), %s (%s)\n", c.AllocID, c.Mode, c.State, orOK(c.LastError))
 	}
+
 	if string(st.Node) == "null" || len(st.Node) == 0 {
 		fmt.Fprintln(w, "  on this node: nothing")
 	} else {
@@ -256,6 +260,9 @@ func printVolume(w io.Writer, common commonFlags, v api.VolumeJSON, head string)
 	fmt.Fprintf(w, "%s\n  plugin %s, %s, %s, schedulable: %v (%d healthy nodes)\n  writers: %s\n  readers: %s\n",
 		head, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable, v.NodesHealthy,
 		orNone(v.WriteClaims), orNone(v.ReadClaims))
+	for _, a := range v.Attachments {
+		fmt.Fprintf(w, "  attached to node %s (plugin node ID %s): %s\n", a.NodeID, a.ExternalNodeID, a.State)
+	}
 	return nil
 }
 

@@ -102,7 +102,7 @@ func catalogModelError(err error) error {
 	for _, bad := range []error{
 		model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode,
 		model.ErrUnknownClaimState, model.ErrUnknownPluginType, model.ErrInvalidVolume,
-		model.ErrInvalidClaim, model.ErrInvalidPlugin, model.ErrPluginMismatch,
+		model.ErrInvalidClaim, model.ErrInvalidPlugin, model.ErrPluginMismatch, model.ErrInvalidAttachment,
 	} {
 		if errors.Is(err, bad) {
 			return catalogWrap(ErrCatalogInvalid, err)

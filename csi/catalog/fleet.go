@@ -28,6 +28,14 @@ type Fleet interface {
 	Plugins(ctx context.Context) ([]*model.CSIPlugin, error)
 	// PutFingerprints replaces this node's fingerprints (under its lease).
 	PutFingerprints(ctx context.Context, fps []*messages.CSIFingerprint) error
+	// Attach records a (a.NodeID is the attaching node) with the model's
+	// rules, atomically: before ControllerPublishVolume is sent.
+	Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error)
+	// Detach removes the attachment to node, atomically: once
+	// ControllerUnpublishVolume has succeeded.
+	Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error)
+	// NodeUp reports whether node is up: its lease is live.
+	NodeUp(ctx context.Context, node string) (bool, error)
 }
 
 // The catalog's rules for one volume, as pure functions, so that a Fleet
@@ -83,8 +91,10 @@ func RegisterOver(old, v *model.CSIVolume) (*model.CSIVolume, error) {
 	case old != nil && old.InUse():
 		return nil, catalogErrorf(ErrVolumeInUse, "volume %s is claimed by allocs %s: its description cannot change until they release it",
 			key, claimants(old))
+	case old != nil && len(old.Attachments) > 0:
+		return nil, attachedError(old, "described anew")
 	}
-	v.CreateIndex, v.ModifyIndex, v.ResourceExhausted = 0, 0, time.Time{}
+	v.CreateIndex, v.ModifyIndex, v.ResourceExhausted, v.Attachments = 0, 0, time.Time{}, nil
 	if old != nil {
 		v.CreateIndex, v.ResourceExhausted = old.CreateIndex, old.ResourceExhausted
 	}
@@ -154,5 +164,40 @@ func changedClaims(v *model.CSIVolume, op func(*model.CSIVolume) error) (*model.
 		[]map[string]*model.Claim{changed.ReadClaims, changed.WriteClaims, changed.PastClaims}) {
 		return v, nil
 	}
+	return changed, nil
+}
+
+// AttachOn records a, the attachment of v to a.NodeID, by the catalog's
+// rules: a is checked on its face (ErrCatalogInvalid); a node that holds no
+// claim on v, and a second node's attachment of a single-node volume, are
+// refused with ErrClaimRefused and the model's sentinel (ErrAttachRefused,
+// ErrAttachConflict). It returns a changed copy of v, or v itself when the
+// attachment is recorded already; v is never changed.
+func AttachOn(v *model.CSIVolume, a *model.Attachment) (*model.CSIVolume, error) {
+	if a == nil {
+		return nil, catalogErrorf(ErrCatalogInvalid, "attachment must not be nil")
+	}
+	if reflect.DeepEqual(v.Attachments[a.NodeID], a) {
+		return v, nil
+	}
+	changed := v.Copy()
+	if err := changed.Attach(a); err != nil {
+		return nil, catalogModelError(err)
+	}
+	return changed, nil
+}
+
+// DetachOn removes the attachment of v to node, by the catalog's rules: a
+// bad node ID is ErrCatalogInvalid. It returns a changed copy of v, or v
+// itself when v has no attachment to node; v is never changed.
+func DetachOn(v *model.CSIVolume, node string) (*model.CSIVolume, error) {
+	if err := names.Check("node ID", node); err != nil {
+		return nil, catalogWrap(ErrCatalogInvalid, err)
+	}
+	if _, ok := v.Attachments[node]; !ok {
+		return v, nil
+	}
+	changed := v.Copy()
+	changed.Detach(node)
 	return changed, nil
 }

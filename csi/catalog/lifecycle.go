@@ -3,6 +3,8 @@ package catalog
 import (
 	"cmp"
 	"context"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -104,6 +106,8 @@ func MarkDeletingOn(v *model.CSIVolume) (*model.CSIVolume, error) {
 	case v.InUse() || len(v.PastClaims) > 0:
 		return nil, catalogErrorf(ErrVolumeInUse, "volume %s/%s is claimed by allocs %s: they must release it before it is deleted",
 			v.Namespace, v.ID, strings.Join(v.Claimants(), ", "))
+	case len(v.Attachments) > 0:
+		return nil, attachedError(v, "deleted")
 	case v.Deleting:
 		return v, nil
 	}
@@ -129,14 +133,25 @@ func RecordCapacityOn(v *model.CSIVolume, capacityBytes int64) (*model.CSIVolume
 	return changed, nil
 }
 
-// DeregisterOf refuses, with ErrVolumeInUse naming the allocs, to
-// deregister v while allocs hold claims on it.
+// DeregisterOf refuses, with ErrVolumeInUse naming the allocs or the
+// nodes, to deregister v while allocs hold claims on it or nodes hold
+// attachments of it.
 func DeregisterOf(v *model.CSIVolume) error {
 	if v.InUse() {
 		return catalogErrorf(ErrVolumeInUse, "volume %s/%s is claimed by allocs %s: they must release it before it is deregistered",
 			v.Namespace, v.ID, claimants(v))
 	}
+	if len(v.Attachments) > 0 {
+		return attachedError(v, "deregistered")
+	}
 	return nil
+}
+
+// attachedError is the refusal to let v go (be deleted or deregistered,
+// as what says) while nodes hold attachments of it.
+func attachedError(v *model.CSIVolume, what string) error {
+	return catalogErrorf(ErrVolumeInUse, "volume %s/%s is attached to nodes %s: it must be detached from them before it is %s (plugvisor volume detach %s NODE, once the node is down)",
+		v.Namespace, v.ID, strings.Join(slices.Sorted(maps.Keys(v.Attachments)), ", "), what, v.ID)
 }
 
 // MarkVolumeDeleting marks a volume as being deleted, before DeleteVolume,

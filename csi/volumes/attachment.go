@@ -9,6 +9,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // listPrefix starts the last error a reconcile records on an attachment
@@ -59,6 +60,27 @@ func (j *job) checkAttachment(ctx context.Context) error {
 		return err
 	}
 	return j.controllerPublish(ctx, ctrl, vol, a)
+}
+
+// recordAttachment records attachment a, as far as it has come, in the
+// fleet's catalog (cluster mode); on a single node the record is enough.
+func (j *job) recordAttachment(ctx context.Context, a *messages.VolumeAttachment) error {
+	fleet, ok := j.env.catalog.(Attachments)
+	if !ok {
+		return nil
+	}
+	return fleet.RecordAttachment(ctx, j.key.namespace, j.key.id, a.GetNodeId(), a.GetState() == stateAttached)
+}
+
+// forgetAttachment removes this node's attachment, whose plugin node ID is
+// externalNodeID, from the fleet's catalog (cluster mode), once the
+// controller has unpublished it.
+func (j *job) forgetAttachment(ctx context.Context, externalNodeID string) error {
+	fleet, ok := j.env.catalog.(Attachments)
+	if !ok {
+		return nil
+	}
+	return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, externalNodeID)
 }
 
 // noteAttachment records want as the attachment's last error, clearing

@@ -67,6 +67,31 @@ type Catalog interface {
 	Release(ctx context.Context, r Release) error
 }
 
+// Attachments is what a Catalog that records attachments for a fleet of
+// nodes offers (cluster mode); the volume manager uses it when its Catalog
+// implements it. An attachment is recorded before ControllerPublishVolume
+// is sent and forgotten only after ControllerUnpublishVolume has
+// succeeded, so a node that may hold the volume always has one, and the
+// plugin's node ID is kept with it, so that any node that runs the
+// controller can detach the volume from a node that is down.
+type Attachments interface {
+	// RecordAttachment records that this node, whose plugin node ID is
+	// externalNodeID, is attaching the volume (attached false) or has
+	// attached it. A refusal (another node holds the attachment of a
+	// single-node volume) matches ErrClaimRefused.
+	RecordAttachment(ctx context.Context, namespace, id, externalNodeID string, attached bool) error
+	// ForgetAttachment records that the volume is detached from the node,
+	// this one or another, whose plugin node ID is externalNodeID.
+	ForgetAttachment(ctx context.Context, namespace, id, externalNodeID string) error
+	// DetachTarget is the plugin node ID an operator's detach of the
+	// volume from node sends to the controller. For a node of the fleet
+	// with a recorded attachment (named by its node ID or its plugin node
+	// ID), it is the recorded plugin node ID, once the node is down and
+	// holds no claim on the volume (ErrInUse while it is up or holds one);
+	// any other name is taken as a plugin node ID.
+	DetachTarget(ctx context.Context, namespace, id, node string) (string, error)
+}
+
 // Defaults of Config.
 const (
 	DefaultRPCTimeout       = time.Minute

@@ -179,6 +179,15 @@ func (j *job) attach(ctx context.Context, vol *Volume, nodeSocket string) error 
 	if err := j.save(); err != nil {
 		return err
 	}
+	if err := j.recordAttachment(ctx, a); err != nil {
+		if errors.Is(err, ErrClaimRefused) { // nothing was sent: nothing to detach
+			j.rec.Attachment = nil
+			if saveErr := j.save(); saveErr != nil {
+				return fmt.Errorf("%w (and %w)", err, saveErr)
+			}
+		}
+		return err
+	}
 	return j.controllerPublish(ctx, ctrl, vol, a)
 }
 
@@ -195,6 +204,10 @@ func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *Volu
 		return err
 	}
 	a.State, a.PublishContext, a.LastError = stateAttached, resp.GetPublishContext(), ""
+	if err := j.recordAttachment(ctx, a); err != nil {
+		a.LastError = err.Error()
+		return err
+	}
 	return j.save()
 }
 
@@ -300,6 +313,12 @@ func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 	if a := j.rec.GetAttachment(); a != nil && a.GetNodeId() == nodeID {
 		return j.detach(ctx)
 	}
+	fleet, inFleet := j.env.catalog.(Attachments)
+	if inFleet {
+		if nodeID, err = fleet.DetachTarget(ctx, j.key.namespace, j.key.id, nodeID); err != nil {
+			return err
+		}
+	}
 	if recordEmpty(j.rec) {
 		if err := j.adopt(vol); err != nil {
 			return err
@@ -315,8 +334,12 @@ func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 	_, err = ctrl.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
 		VolumeId: vol.externalID(), NodeId: nodeID, Secrets: vol.Secrets,
 	})
-	if errors.Is(err, csi.ErrNotFound) {
-		return nil
+	if err != nil && !errors.Is(err, csi.ErrNotFound) {
+		return err
 	}
-	return err
+	j.log.Info("volume detached from another node", "node_id", nodeID)
+	if inFleet {
+		return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, nodeID)
+	}
+	return nil
 }

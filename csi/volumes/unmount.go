@@ -155,7 +155,10 @@ func (j *job) detach(ctx context.Context) error {
 		return err
 	}
 	err := j.controllerUnpublish(ctx, a)
-	if err != nil && !errors.Is(err, csi.ErrNotFound) {
+	if err == nil || errors.Is(err, csi.ErrNotFound) {
+		err = j.forgetAttachment(ctx, a.GetNodeId())
+	}
+	if err != nil {
 		a.LastError = err.Error()
 		return err
 	}

@@ -1,12 +1,20 @@
-// Package etcdtest runs an etcd server inside a test process (package
-// embedded), on loopback ports in a temporary directory, so that the
-// cluster tests need nothing installed. The server can be stopped and started again on the same data
-// directory and ports, as an etcd restart.
+// Package etcdtest runs an etcd server for a test (package embedded), on
+// loopback ports in a temporary directory, so that the cluster tests need
+// nothing installed: inside the test process, or in a child process where
+// the test process starts a protoactor remote. The server can be stopped
+// and started again on the same data directory and ports, as an etcd
+// restart.
 package etcdtest
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -22,6 +30,61 @@ type Server struct {
 	peer    *url.URL
 	etcd    *embed.Etcd
 	stopped bool
+
+	// child runs the member when it runs in a child process; closing its
+	// stdin stops it.
+	child *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// childEnv tells a test binary started by StartProcess which member to
+// run: "<dir> <client URL> <peer URL>".
+const childEnv = "PLUGVISOR_ETCDTEST_CHILD"
+
+// StartProcess runs an etcd member for the test in a child process: the
+// test binary again, whose TestMain calls RunIfChild first. Tests whose
+// process starts a protoactor remote need it: the remote sets gRPC's
+// global logger, which an etcd in the same process reads. It stops with
+// the test.
+func StartProcess(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t), child: &exec.Cmd{}}
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// RunIfChild, in a test binary that StartProcess started, runs the member
+// it asks for until its stdin closes, then exits; elsewhere it returns at
+// once. Call it first in the TestMain of tests that use StartProcess.
+func RunIfChild() {
+	spec := strings.Fields(os.Getenv(childEnv))
+	if len(spec) == 0 {
+		return
+	}
+	os.Exit(runChild(spec))
+}
+
+func runChild(spec []string) int {
+	if len(spec) != 3 {
+		fmt.Fprintf(os.Stderr, "etcdtest: %s is %q: want <dir> <client URL> <peer URL>\n", childEnv, strings.Join(spec, " "))
+		return 2
+	}
+	client, err := url.Parse(spec[1])
+	if err == nil {
+		var peer *url.URL
+		if peer, err = url.Parse(spec[2]); err == nil {
+			var e *embed.Etcd
+			if e, err = embedded.Start(embedded.Config{Dir: spec[0], Client: client, Peer: peer}); err == nil {
+				fmt.Println("ready")
+				_, _ = io.Copy(io.Discard, os.Stdin)
+				e.Close()
+				return 0
+			}
+		}
+	}
+	fmt.Fprintf(os.Stderr, "etcdtest: %v\n", err)
+	return 1
 }
 
 // Start runs an etcd member for the test on two free loopback ports; it
@@ -43,6 +106,13 @@ func (s *Server) Stop() {
 		return
 	}
 	s.stopped = true
+	if s.child != nil {
+		_ = s.stdin.Close()
+		if err := s.child.Wait(); err != nil {
+			s.t.Errorf("etcdtest: the etcd child process: %v", err)
+		}
+		return
+	}
 	s.etcd.Close()
 }
 
@@ -55,11 +125,41 @@ func (s *Server) Restart() {
 
 func (s *Server) start() {
 	s.t.Helper()
+	if s.child != nil {
+		s.startChild()
+		return
+	}
 	e, err := embedded.Start(embedded.Config{Dir: s.dir, Client: s.client, Peer: s.peer})
 	if err != nil {
 		s.t.Fatalf("etcdtest: %v", err)
 	}
 	s.etcd, s.stopped = e, false
+}
+
+// startChild starts the member in a child process and waits until it
+// serves.
+func (s *Server) startChild() {
+	s.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", childEnv, s.dir, s.client, s.peer))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		s.t.Fatalf("etcdtest: %v", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		s.t.Fatalf("etcdtest: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("etcdtest: start the etcd child process: %v", err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		_ = stdin.Close()
+		s.t.Fatalf("etcdtest: the etcd child process did not start (%q, %v; does TestMain call etcdtest.RunIfChild?): %v", line, err, cmd.Wait())
+	}
+	s.child, s.stdin, s.stopped = cmd, stdin, false
 }
 
 // freeURL is an http URL on a loopback port that was free a moment ago.

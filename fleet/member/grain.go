@@ -75,7 +75,8 @@ func (g *volumeGrain) Receive(ctx actor.Context) {
 	case *actor.Started:
 		g.onStarted(ctx)
 	case *messages.FleetClaimVolume, *messages.FleetReleaseVolume, *messages.FleetRegisterVolume,
-		*messages.FleetDeregisterVolume, *messages.FleetMarkVolumeDeleting, *messages.FleetRecordVolumeCapacity:
+		*messages.FleetDeregisterVolume, *messages.FleetMarkVolumeDeleting, *messages.FleetRecordVolumeCapacity,
+		*messages.FleetAttachVolume, *messages.FleetDetachVolume:
 		g.onRequest(ctx, msg.(proto.Message))
 	case *grainDone:
 		g.onDone(ctx, msg)
@@ -138,6 +139,10 @@ func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 		v, err = store.MarkVolumeDeleting(ctx, g.namespace, g.id)
 	case *messages.FleetRecordVolumeCapacity:
 		v, err = store.RecordVolumeCapacity(ctx, g.namespace, g.id, m.GetCapacityBytes())
+	case *messages.FleetAttachVolume:
+		v, err = store.Attach(ctx, g.namespace, g.id, model.AttachmentFromProto(m.GetAttachment()))
+	case *messages.FleetDetachVolume:
+		v, err = store.Detach(ctx, g.namespace, g.id, m.GetNodeId())
 	}
 	if err != nil {
 		g.log.Debug("volume request refused", "volume", volumeIdentity(g.namespace, g.id), "error", err)

@@ -58,11 +58,7 @@ func TestTwoActivationsOfOneVolumeNeverGiveTwoWriters(t *testing.T) {
 
 	for round := range 200 {
 		id := fmt.Sprintf("vol-%d", round)
-		v := model.NewCSIVolume(id, 0)
-		v.Namespace, v.PluginID = model.DefaultNamespace, "ebs"
-		v.AccessMode, v.AttachmentMode = model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
-		_, err := a.RegisterVolume(ctx, v)
-		require.NoError(t, err)
+		registerVolume(ctx, t, a, id, model.AccessModeSingleNodeWriter)
 
 		grains := []*actor.PID{spawnGrain(system, a, "member-a", id), spawnGrain(system, b, "member-b", id)}
 		futures := make([]*actor.Future, 2)
@@ -98,16 +94,13 @@ func TestAGrainRunsItsVolumesRequestsInOrderAndRefusesAnotherVolume(t *testing.T
 	system := probe.NewSystem(t)
 	ctx, cancel := context.WithTimeout(context.Background(), grainTimeout)
 	defer cancel()
-	v := model.NewCSIVolume("vol", 0)
-	v.Namespace, v.PluginID = model.DefaultNamespace, "ebs"
-	v.AccessMode, v.AttachmentMode = model.AccessModeMultiNodeMultiWriter, model.AttachmentModeFileSystem
-	_, err := st.RegisterVolume(ctx, v)
-	require.NoError(t, err)
+	registerVolume(ctx, t, st, "vol", model.AccessModeMultiNodeMultiWriter)
 	grain := spawnGrain(system, st, "m", "vol")
 
 	// Claims sent back to back, then a release of the first: in order,
 	// the release finds the claim it frees.
 	var futures []*actor.Future
+	var err error
 	for i := range 20 {
 		claim := &model.Claim{AllocID: fmt.Sprintf("alloc-%d", i), NodeID: "a", Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
 		futures = append(futures, system.Root.RequestFuture(grain, &messages.FleetClaimVolume{Claim: model.ClaimToProto(claim)}, grainTimeout))
@@ -131,4 +124,63 @@ func TestAGrainRunsItsVolumesRequestsInOrderAndRefusesAnotherVolume(t *testing.T
 	require.ErrorIs(t, catalog.CatalogErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), catalog.ErrCatalogInvalid)
 	_, err = st.GetVolume(ctx, model.DefaultNamespace, "other")
 	require.ErrorIs(t, err, catalog.ErrVolumeNotFound, "the grain of vol registered nothing else")
+}
+
+// TestAGrainRecordsAndRemovesAttachments sends a grain an attachment, a
+// second node's attachment of its single-node volume, and a detach: the
+// second is refused with the model's sentinel across the answer, and the
+// detach frees the volume for it.
+func TestAGrainRecordsAndRemovesAttachments(t *testing.T) {
+	s := etcdtest.Start(t)
+	st := openStore(t, s, "a")
+	system := probe.NewSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), grainTimeout)
+	defer cancel()
+	registerVolume(ctx, t, st, "vol", model.AccessModeSingleNodeWriter)
+	grain := spawnGrain(system, st, "m", "vol")
+	ask := func(msg any) (*model.CSIVolume, error) {
+		res, err := system.Root.RequestFuture(grain, msg, grainTimeout).Result()
+		require.NoError(t, err)
+		answer := res.(*messages.FleetVolumeResponse)
+		if answer.GetVolume() == nil {
+			return nil, catalog.CatalogErrorFromProto(answer.GetError())
+		}
+		return model.VolumeFromProto(answer.GetVolume()), catalog.CatalogErrorFromProto(answer.GetError())
+	}
+	attach := func(node string) *messages.FleetAttachVolume {
+		return &messages.FleetAttachVolume{Attachment: model.AttachmentToProto(
+			&model.Attachment{NodeID: node, ExternalNodeID: "csi-" + node, State: model.AttachmentStateAttached})}
+	}
+	claim := func(alloc, node string) *messages.FleetClaimVolume {
+		return &messages.FleetClaimVolume{Claim: model.ClaimToProto(&model.Claim{AllocID: alloc, NodeID: node, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken})}
+	}
+
+	_, err := ask(claim("alloc-a", "a"))
+	require.NoError(t, err)
+	got, err := ask(attach("a"))
+	require.NoError(t, err)
+	require.Contains(t, got.Attachments, "a")
+	_, err = ask(&messages.FleetReleaseVolume{Claim: model.ClaimToProto(&model.Claim{AllocID: "alloc-a", State: model.ClaimStateReadyToFree})})
+	require.NoError(t, err)
+	_, err = ask(claim("alloc-b", "b"))
+	require.NoError(t, err)
+	_, err = ask(attach("b"))
+	require.ErrorIs(t, err, model.ErrAttachConflict)
+	got, err = ask(&messages.FleetDetachVolume{NodeId: "a"})
+	require.NoError(t, err)
+	require.Empty(t, got.Attachments)
+	got, err = ask(attach("b"))
+	require.NoError(t, err)
+	require.Contains(t, got.Attachments, "b")
+}
+
+// registerVolume registers volume id of plugin "ebs" in the default
+// namespace with access mode mode.
+func registerVolume(ctx context.Context, t *testing.T, st *fleet.Store, id string, mode model.AccessMode) {
+	t.Helper()
+	v := model.NewCSIVolume(id, 0)
+	v.Namespace, v.PluginID = model.DefaultNamespace, "ebs"
+	v.AccessMode, v.AttachmentMode = mode, model.AttachmentModeFileSystem
+	_, err := st.RegisterVolume(ctx, v)
+	require.NoError(t, err)
 }

@@ -83,6 +83,24 @@ func (r *Router) RecordVolumeCapacity(ctx context.Context, namespace, id string,
 	return r.change(ctx, namespace, id, &messages.FleetRecordVolumeCapacity{CapacityBytes: capacityBytes})
 }
 
+// Attach records the attachment a through the volume's grain.
+func (r *Router) Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error) {
+	if a == nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "attach: attachment must not be nil")
+	}
+	return r.change(ctx, namespace, id, &messages.FleetAttachVolume{Attachment: model.AttachmentToProto(a)})
+}
+
+// Detach removes the attachment to node through the volume's grain.
+func (r *Router) Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
+	return r.change(ctx, namespace, id, &messages.FleetDetachVolume{NodeId: node})
+}
+
+// NodeUp reads whether node is up from etcd.
+func (r *Router) NodeUp(ctx context.Context, node string) (bool, error) {
+	return r.member.store.Load().NodeUp(ctx, node)
+}
+
 // ListVolumes reads the volumes of namespace from etcd.
 func (r *Router) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
 	return r.member.store.Load().ListVolumes(ctx, namespace)

@@ -59,6 +59,16 @@ var (
 	// ErrClaimNotFound is returned when a claim that is not held is released
 	// with a state other than ClaimStateReadyToFree.
 	ErrClaimNotFound = errors.New("catalog: no such claim")
+
+	// ErrInvalidAttachment is returned for a malformed attachment: no node,
+	// no plugin node ID, an unknown state.
+	ErrInvalidAttachment = errors.New("catalog: invalid attachment")
+	// ErrAttachRefused is returned when a node that holds no claim on a
+	// volume records an attachment of it.
+	ErrAttachRefused = errors.New("catalog: attachment refused")
+	// ErrAttachConflict is returned when a volume with a single-node access
+	// mode is attached to a node while another node holds an attachment.
+	ErrAttachConflict = errors.New("catalog: volume is attached to another node")
 )
 
 // catalogError is an error with a package-prefixed message of its own that

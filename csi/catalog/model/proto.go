@@ -247,6 +247,7 @@ func (v *CSIVolume) Proto() *messages.CatalogVolume {
 		RequestedTopologies: topologiesToProto(v.RequestedTopologies),
 		Deleting:            v.Deleting,
 		Created:             v.Created,
+		Attachments:         mapTo(v.Attachments, AttachmentToProto),
 	}
 }
 
@@ -263,6 +264,7 @@ func VolumeFromProto(m *messages.CatalogVolume) *CSIVolume {
 		ReadClaims:        mapTo(m.GetReadClaims(), ClaimFromProto),
 		WriteClaims:       mapTo(m.GetWriteClaims(), ClaimFromProto),
 		PastClaims:        mapTo(m.GetPastClaims(), ClaimFromProto),
+		Attachments:       mapTo(m.GetAttachments(), AttachmentFromProto),
 		Health:            HealthFromProto(m.GetHealth()),
 		ResourceExhausted: timeFromProto(m.GetResourceExhausted()),
 		CreateIndex:       m.GetCreateIndex(),
@@ -277,7 +279,7 @@ func VolumeFromProto(m *messages.CatalogVolume) *CSIVolume {
 // its claims and secrets, and the numbers of its read and write claims.
 func (v *CSIVolume) StubProto() *messages.CatalogVolumeStub {
 	m := v.Proto()
-	m.ReadClaims, m.WriteClaims, m.PastClaims, m.Secrets = nil, nil, nil, nil
+	m.ReadClaims, m.WriteClaims, m.PastClaims, m.Attachments, m.Secrets = nil, nil, nil, nil, nil
 	return &messages.CatalogVolumeStub{Volume: m, CurrentReaders: int64(len(v.ReadClaims)), CurrentWriters: int64(len(v.WriteClaims))}
 }
 
@@ -419,5 +421,6 @@ func Sentinels() []error {
 		ErrUnknownPluginType, ErrInvalidVolume, ErrInvalidClaim, ErrInvalidPlugin, ErrPluginMismatch,
 		ErrVolumeUnschedulable, ErrWriteClaimRefused, ErrVolumeMaxClaims, ErrNodeConflict,
 		ErrClaimModeConflict, ErrClaimReleasing, ErrClaimNotFound,
+		ErrInvalidAttachment, ErrAttachRefused, ErrAttachConflict,
 	}
 }

@@ -36,6 +36,7 @@ func TestCatalogProtoRoundTripsAVolumeWithEverything(t *testing.T) {
 	v.ResourceExhausted = time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC)
 	v.CreateIndex, v.ModifyIndex = 3, 9
 	v.Health = Health{Schedulable: true, ControllerRequired: true, ControllersHealthy: 1, ControllersExpected: 2, NodesHealthy: 3, NodesExpected: 4}
+	require.NoError(t, v.Attach(&Attachment{NodeID: "n1", ExternalNodeID: "i-1", State: AttachmentStateAttached}))
 	require.NoError(t, v.Validate())
 
 	back := VolumeFromProto(throughTheWire(t, v.Proto()))

@@ -153,6 +153,10 @@ type CSIVolume struct {
 	// The alloc keeps its read or write claim (and so its writer slot and its
 	// node) until the release reaches ClaimStateReadyToFree.
 	PastClaims map[string]*Claim
+	// Attachments maps a node ID to the volume's attachment to it, as a
+	// fleet records them (see Attachment); nil on a single node, whose
+	// volume manager keeps its own.
+	Attachments map[string]*Attachment
 
 	// Health is the plugin's health as last copied by UpdateHealth.
 	Health
@@ -194,6 +198,7 @@ func (v *CSIVolume) Copy() *CSIVolume {
 	out.ReadClaims = copyMap(v.ReadClaims, (*Claim).Copy)
 	out.WriteClaims = copyMap(v.WriteClaims, (*Claim).Copy)
 	out.PastClaims = copyMap(v.PastClaims, (*Claim).Copy)
+	out.Attachments = copyMap(v.Attachments, (*Attachment).Copy)
 	copyPluginSide(&out, v)
 	return &out
 }
@@ -346,6 +351,7 @@ func (v *CSIVolume) Validate() error {
 	}
 	v.checkPluginSide(bad)
 	v.checkClaimMaps(bad, within)
+	v.checkAttachments(bad, within)
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+)
+
+// fleetVolumeCatalog is the volume manager's Catalog in cluster mode: the
+// catalog, and the attachments of every node in the fleet, which this
+// node records under its own node ID.
+type fleetVolumeCatalog struct {
+	volumeCatalog
+	fleet catalog.Fleet
+	node  string
+}
+
+var _ volumes.Attachments = fleetVolumeCatalog{}
+
+// FleetVolumeCatalog is the catalog c, whose Fleet is f, as the volume
+// manager's Catalog of the node node, as the agent wires them in cluster
+// mode: for embedders and tests that start the parts themselves.
+func FleetVolumeCatalog(system *actor.ActorSystem, c *catalog.Catalog, f catalog.Fleet, node string) volumes.Catalog {
+	return fleetVolumeCatalog{volumeCatalog: volumeCatalog{system: system, catalog: c}, fleet: f, node: node}
+}
+
+// RecordAttachment records this node's attachment in the fleet.
+func (c fleetVolumeCatalog) RecordAttachment(ctx context.Context, namespace, id, externalNodeID string, attached bool) error {
+	state := model.AttachmentStateAttaching
+	if attached {
+		state = model.AttachmentStateAttached
+	}
+	_, err := c.fleet.Attach(ctx, namespace, id, &model.Attachment{NodeID: c.node, ExternalNodeID: externalNodeID, State: state})
+	return catalogError(err)
+}
+
+// ForgetAttachment removes from the fleet the attachments whose plugin
+// node ID is externalNodeID; a volume that is gone holds none.
+func (c fleetVolumeCatalog) ForgetAttachment(ctx context.Context, namespace, id, externalNodeID string) error {
+	v, err := c.fleet.GetVolume(ctx, namespace, id)
+	if errors.Is(err, catalog.ErrVolumeNotFound) {
+		return nil
+	}
+	if err != nil {
+		return catalogError(err)
+	}
+	for _, a := range attachmentsNamed(v, externalNodeID) {
+		if a.ExternalNodeID != externalNodeID {
+			continue
+		}
+		if _, err := c.fleet.Detach(ctx, namespace, id, a.NodeID); err != nil && !errors.Is(err, catalog.ErrVolumeNotFound) {
+			return catalogError(err)
+		}
+	}
+	return nil
+}
+
+// DetachTarget resolves an operator's detach from node against the
+// fleet's attachments: only a node that is down and holds no claim on the
+// volume may be detached from another node.
+func (c fleetVolumeCatalog) DetachTarget(ctx context.Context, namespace, id, node string) (string, error) {
+	v, err := c.fleet.GetVolume(ctx, namespace, id)
+	if err != nil {
+		return "", catalogError(err)
+	}
+	named := attachmentsNamed(v, node)
+	if len(named) == 0 {
+		return node, nil
+	}
+	a := named[0]
+	up, err := c.fleet.NodeUp(ctx, a.NodeID)
+	if err != nil {
+		return "", catalogError(err)
+	}
+	if up {
+		return "", fmt.Errorf("%w: volume %s/%s is attached to node %s, which is up: that node detaches it itself once its last alloc unmounts it (its GC step retries a detach that failed); detach from another node only once it is down",
+			volumes.ErrInUse, v.Namespace, v.ID, a.NodeID)
+	}
+	if allocs := claimsOf(v, a.NodeID); len(allocs) > 0 {
+		return "", fmt.Errorf("%w: node %s is down, but allocs %s still hold claims on volume %s/%s there: the fleet's GC frees them once the node has been down for the grace period (-cluster-gc-grace), or release them with `plugvisor volume release %s ALLOC`",
+			volumes.ErrInUse, a.NodeID, strings.Join(allocs, ", "), v.Namespace, v.ID, v.ID)
+	}
+	return a.ExternalNodeID, nil
+}
+
+// attachmentsNamed are v's attachments to node, named by its node ID or by
+// its plugin node ID, sorted by node.
+func attachmentsNamed(v *model.CSIVolume, node string) []*model.Attachment {
+	var out []*model.Attachment
+	for _, n := range slices.Sorted(maps.Keys(v.Attachments)) {
+		if a := v.Attachments[n]; a.NodeID == node || a.ExternalNodeID == node {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// claimsOf are the allocs with a claim on v, held or being released, on
+// node, sorted.
+func claimsOf(v *model.CSIVolume, node string) []string {
+	var out []string
+	for _, m := range []map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
+		for alloc, c := range m {
+			if c.NodeID == node {
+				out = append(out, alloc)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// detachStranded detaches the fleet's stranded attachments (attachments
+// of down nodes that hold no claim anymore, fleet.Store.Stranded) of
+// volumes whose plugin has a controller on this node, through the volume
+// manager, as Nomad's volume watcher does: a node that dies leaves no
+// attachment behind once its claims are freed. Every node with such a
+// controller may try: the detach is idempotent, and the volume manager
+// checks again that the node is down and holds no claim.
+func (a *Agent) detachStranded(ctx context.Context) {
+	stranded, err := a.member.Store().Stranded(ctx)
+	if err != nil {
+		a.log.Warn("cannot look for attachments of down nodes", "error", err)
+		return
+	}
+	for _, s := range stranded {
+		if _, ok := a.registry.Snapshot().Current(volumes.ControllerPluginType, s.PluginID); !ok {
+			continue
+		}
+		log := a.log.With("namespace", s.Namespace, "volume", s.VolumeID, "plugin", s.PluginID,
+			"node", s.Attachment.NodeID, "plugin_node_id", s.Attachment.ExternalNodeID)
+		if err := a.volumes.Detach(ctx, s.Namespace, s.VolumeID, s.Attachment.NodeID); err != nil {
+			log.Warn("could not detach a volume from a down node; trying again at the next GC", "error", err)
+			continue
+		}
+		log.Info("detached a volume from a down node")
+	}
+}

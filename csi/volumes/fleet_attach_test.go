@@ -1,0 +1,150 @@
+package volumes_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi"
+	csicatalog "github.com/plugvisor/plugvisor/csi/catalog"
+	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/storage"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// fleetNode is a node of a fleet: a volume manager whose catalog is a
+// catalog actor in cluster mode over the node's own fleet.Store, wired as
+// the agent wires them.
+type fleetNode struct {
+	*node
+	store *fleet.Store
+}
+
+// newFleetNode opens node id's Store on srv (closed by the caller or
+// the test) and starts its catalog and volume manager.
+func newFleetNode(t *testing.T, srv *etcdtest.Server, id string) *fleetNode {
+	t.Helper()
+	store, err := fleet.Open(ctx, fleet.Config{Endpoints: srv.Endpoints(), NodeID: id, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	system := probe.NewSystem(t)
+	bucket, err := storage.NewMemory().Bucket(csicatalog.CatalogBucket)
+	require.NoError(t, err)
+	cat, err := csicatalog.StartCatalog(system, csicatalog.CatalogConfig{Bucket: bucket, NodeID: id, Fleet: store, Name: "catalog-" + id})
+	require.NoError(t, err)
+	n := newNode(t, func(c *volumes.Config) { c.Catalog = agent.FleetVolumeCatalog(system, cat, store, id) })
+	t.Cleanup(func() {
+		n.stop()
+		require.NoError(t, cat.Shutdown(ctx))
+		_ = store.Close() // the test may have closed it: the node went down
+	})
+	// The plugin "hp" is healthy here, as the node's CSI manager would say.
+	require.NoError(t, store.PutFingerprints(ctx, []*messages.CSIFingerprint{
+		{Type: csi.TypeNode, Name: "hp", AllocId: "hp-" + id, Healthy: true, NodeInfo: &messages.CSINodeInfo{NodeId: id}},
+		{Type: csi.TypeController, Name: "hp", AllocId: "hp-" + id, Healthy: true},
+	}))
+	return &fleetNode{node: n, store: store}
+}
+
+// TestADeadNodesAttachmentIsDetachedFromAnotherNode follows a volume whose
+// node died with its detach unfinished (its controller was unreachable),
+// as in Nomad's issue 8232: the fleet keeps the dead node's attachment,
+// so another node that claims the volume is refused the attachment rather
+// than attaching a single-node volume twice, and the error says how to
+// detach it. An operator's detach from the other node is refused while
+// the dead node is up or holds claims; once the fleet's GC has freed them,
+// it detaches with the plugin node ID the fleet recorded, through the
+// other node's controller, and the volume then mounts there.
+func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
+	srv := etcdtest.Start(t)
+	root := filepath.Join(hostpathtest.TempDir(t), "storage") // one storage system for both nodes
+	n1, n2 := newFleetNode(t, srv, "n1"), newFleetNode(t, srv, "n2")
+	plugin := func(node string, mode hostpath.Mode) *hostpathtest.Server {
+		return hostpathtest.Serve(t, hostpath.Config{Name: "hostpath", NodeID: node, Root: root, Mode: mode, AttachRequired: true, SymlinkFallback: true})
+	}
+	n1Node, n1Controller, n2All := plugin("n1", hostpath.ModeNode), plugin("n1", hostpath.ModeController), plugin("n2", hostpath.ModeMonolith)
+	n1.register(volumes.NodePluginType, "hp", "a1", n1Node.Endpoint)
+	n1.register(volumes.ControllerPluginType, "hp", "a1", n1Controller.Endpoint)
+	n2.register(volumes.NodePluginType, "hp", "a1", n2All.Endpoint)
+	n2.register(volumes.ControllerPluginType, "hp", "a1", n2All.Endpoint)
+
+	c, err := csi.Dial(ctx, n2All.Endpoint, csi.Options{})
+	require.NoError(t, err)
+	created, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "db", VolumeCapabilities: []*csipb.VolumeCapability{{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}}})
+	require.NoError(t, c.Close())
+	require.NoError(t, err)
+	v := catalog.NewCSIVolume("db", 0)
+	v.PluginID, v.ExternalID = "hp", created.GetVolume().GetVolumeId()
+	v.AccessMode, v.AttachmentMode = catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	_, err = n2.store.RegisterVolume(ctx, v)
+	require.NoError(t, err)
+	attachments := func() map[string]*catalog.Attachment {
+		v, err := n2.store.GetVolume(ctx, "default", "db")
+		require.NoError(t, err)
+		return v.Attachments
+	}
+
+	_, err = n1.manager.Mount(ctx, "", "db", "web-1", false)
+	require.NoError(t, err)
+	require.Equal(t, map[string]*catalog.Attachment{"n1": {NodeID: "n1", ExternalNodeID: "n1", State: catalog.AttachmentStateAttached}},
+		attachments(), "the fleet records the attachment with the plugin's node ID")
+
+	err = n2.manager.Detach(ctx, "", "db", "n1")
+	require.ErrorIs(t, err, volumes.ErrInUse)
+	require.ErrorContains(t, err, "attached to node n1, which is up")
+
+	// n1's controller becomes unreachable, and its unmount stops at the detach.
+	n1Controller.Driver.Stop()
+	require.Error(t, n1.manager.Unmount(ctx, "", "db", "web-1"))
+	require.Contains(t, attachments(), "n1", "an attachment the controller did not undo stays in the fleet")
+
+	// n1 dies: its lease goes.
+	n1.stop()
+	require.NoError(t, n1.store.Close())
+	err = n2.manager.Detach(ctx, "", "db", "n1")
+	require.ErrorIs(t, err, volumes.ErrInUse)
+	require.ErrorContains(t, err, "allocs web-1 still hold claims")
+
+	gc, err := fleet.StartGC(n2.store, fleet.GCConfig{Grace: time.Minute})
+	require.NoError(t, err)
+	defer gc.Stop()
+	now := time.Now()
+	_, err = gc.Step(ctx, now)
+	require.NoError(t, err)
+	freed, err := gc.Step(ctx, now.Add(2*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, []fleet.Freed{{Namespace: "default", VolumeID: "db", AllocID: "web-1", NodeID: "n1"}}, freed)
+
+	_, err = n2.manager.Mount(ctx, "", "db", "web-2", false)
+	require.ErrorIs(t, err, volumes.ErrClaimRefused, "a single-node volume still attached to n1 is not attached to n2")
+	require.ErrorContains(t, err, "is attached to node n1")
+	require.ErrorContains(t, err, "plugvisor volume detach db n1", "the error says how to detach it")
+	st := n2.settle("db")
+	require.Nil(t, st.Record.GetAttachment(), "n2 sent nothing to the controller")
+	got, err := n2.store.GetVolume(ctx, "default", "db")
+	require.NoError(t, err)
+	require.Empty(t, got.WriteClaims, "the refused mount gave its claim back")
+
+	require.NoError(t, n2.manager.Detach(ctx, "", "db", "n1"))
+	require.Empty(t, attachments(), "the dead node's attachment is gone from the fleet")
+
+	res, err := n2.manager.Mount(ctx, "", "db", "web-2", false)
+	require.NoError(t, err)
+	require.DirExists(t, res.TargetPath)
+	require.Equal(t, map[string]*catalog.Attachment{"n2": {NodeID: "n2", ExternalNodeID: "n2", State: catalog.AttachmentStateAttached}}, attachments())
+	require.NoError(t, n2.manager.Unmount(ctx, "", "db", "web-2"))
+	require.Empty(t, attachments(), "a detach on the node's own unmount leaves the fleet too")
+}
