@@ -7,63 +7,28 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
-	"github.com/plugvisor/plugvisor/actors/probe"
-	"github.com/plugvisor/plugvisor/agent"
-	"github.com/plugvisor/plugvisor/csi"
-	csicatalog "github.com/plugvisor/plugvisor/csi/catalog"
 	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
-	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
-	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/storage"
 )
 
-// fleetNode is one node of a fleet, wired as a cluster-mode agent wires
-// it: its volume manager (own bbolt file and root) asks, through
-// agent.VolumeCatalog, its catalog actor in cluster mode, which defers to
-// the node's fleet.Store on the shared etcd; its strict plugin reports
-// the node's ID and shares the storage system of the fleet.
-type fleetNode struct {
-	*node
-	id      string
-	allocs  []string
-	plugin  *strictPlugin
-	store   *fleet.Store
-	catalog *csicatalog.Catalog
+// lifecycleNode is a node of a fleet (see newFleetNode) with the strict
+// plugin "hp" of its own node ID, on the fleet's storage system, and the
+// allocs that run there.
+type lifecycleNode struct {
+	*fleetNode
+	id     string
+	allocs []string
+	plugin *strictPlugin
 }
 
-// startFleetNode starts node id on srv and storage, with plugin "hp"
-// fingerprinted healthy in the fleet.
-func startFleetNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSystem, id string) *fleetNode {
-	t.Helper()
-	opened, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	store, err := fleet.Open(opened, fleet.Config{Endpoints: srv.Endpoints(), NodeID: id, Logger: probe.Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	system := probe.NewSystem(t)
-	bucket, err := storage.NewMemory().Bucket(csicatalog.CatalogBucket)
-	require.NoError(t, err)
-	cat, err := csicatalog.StartCatalog(system, csicatalog.CatalogConfig{Bucket: bucket, NodeID: id, Logger: probe.Logger(t), Fleet: store})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
-	n := newNode(t, func(cfg *volumes.Config) { cfg.Catalog = agent.VolumeCatalog(system, cat) })
-	f := &fleetNode{node: n, id: id, allocs: []string{id + "-a1", id + "-a2"},
-		plugin: newStrictPluginOn(t, n, "hp", id, storageSys), store: store, catalog: cat}
-	for _, typ := range []string{csi.TypeNode, csi.TypeController} {
-		fp := &messages.CSIFingerprint{Type: typ, Name: "hp", AllocId: "a1", Healthy: true, HealthDescription: csi.HealthyDescription}
-		if typ == csi.TypeNode {
-			fp.NodeInfo = &messages.CSINodeInfo{NodeId: id}
-		}
-		system.Root.Send(cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: fp})
-	}
-	return f
+func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSystem, id string) *lifecycleNode {
+	n := newFleetNode(t, srv, id)
+	return &lifecycleNode{fleetNode: n, id: id, allocs: []string{id + "-a1", id + "-a2"}, plugin: newStrictPluginOn(t, n.node, "hp", id, storageSys)}
 }
 
 // fleetKey is one alloc's use of one volume on one node.
@@ -105,14 +70,10 @@ func (m fleetModel) mountedOn(node string, vols []string) map[string]map[string]
 func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
 	srv := etcdtest.Start(t)
 	storageSys := newStorageSystem(t)
-	var nodes []*fleetNode
+	var nodes []*lifecycleNode
 	for _, id := range []string{"n1", "n2", "n3"} {
-		nodes = append(nodes, startFleetNode(t, srv, storageSys, id))
+		nodes = append(nodes, newLifecycleNode(t, srv, storageSys, id))
 	}
-	require.Eventually(t, func() bool {
-		plugins, err := nodes[0].catalog.Plugins(ctx)
-		return err == nil && len(plugins) == 1 && plugins[0].NodesHealthy == 3 && plugins[0].ControllersHealthy == 3
-	}, wait, 20*time.Millisecond, "every node's plugin is healthy in the fleet")
 	access := map[string]catalog.AccessMode{
 		"sw": catalog.AccessModeSingleNodeWriter, "ro": catalog.AccessModeSingleNodeReader, "mw": catalog.AccessModeMultiNodeMultiWriter,
 	}
@@ -123,7 +84,7 @@ func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
 		v := catalog.NewCSIVolume(vol, 0)
 		v.Namespace, v.PluginID, v.ExternalID = catalog.DefaultNamespace, "hp", external[vol]
 		v.AccessMode, v.AttachmentMode = access[vol], catalog.AttachmentModeFileSystem
-		_, err := nodes[0].catalog.RegisterVolume(ctx, v)
+		_, err := nodes[0].store.RegisterVolume(ctx, v)
 		require.NoError(t, err)
 	}
 	// Each run mounts for real on three nodes and restarts bbolt and the
@@ -135,7 +96,7 @@ func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
 			clean(rt, n.node, vols, n.allocs) // a failed run may leave some behind while rapid shrinks
 		}
 		model := fleetModel{mounted: map[fleetKey]bool{}, byMount: map[fleetKey]bool{}}
-		pick := func() (*fleetNode, fleetKey) {
+		pick := func() (*lifecycleNode, fleetKey) {
 			n := rapid.SampledFrom(nodes).Draw(rt, "node")
 			return n, fleetKey{n.id, rapid.SampledFrom(vols).Draw(rt, "volume"), rapid.SampledFrom(n.allocs).Draw(rt, "alloc")}
 		}
@@ -225,7 +186,7 @@ func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
 }
 
 // fleetVolumes reads vols from etcd, through n's store.
-func fleetVolumes(rt *rapid.T, n *fleetNode, vols []string) map[string]*catalog.CSIVolume {
+func fleetVolumes(rt *rapid.T, n *lifecycleNode, vols []string) map[string]*catalog.CSIVolume {
 	read, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	out := map[string]*catalog.CSIVolume{}
@@ -261,7 +222,7 @@ func claimsOn(inFleet map[string]*catalog.CSIVolume, node string) func(vol strin
 // claims against the model's, and the single-writer and single-node rules
 // against etcd's claims, the nodes' records, the plugins' publishes and
 // the storage system's attachments.
-func checkFleet(rt *rapid.T, nodes []*fleetNode, inFleet map[string]*catalog.CSIVolume, external map[string]string, model fleetModel) {
+func checkFleet(rt *rapid.T, nodes []*lifecycleNode, inFleet map[string]*catalog.CSIVolume, external map[string]string, model fleetModel) {
 	for vol, v := range inFleet {
 		if len(v.PastClaims) > 0 {
 			rt.Fatalf("volume %s: releases stuck in the fleet: %v", vol, v.PastClaims)
@@ -289,18 +250,29 @@ func checkFleet(rt *rapid.T, nodes []*fleetNode, inFleet map[string]*catalog.CSI
 		if single && len(claimNodes) > 1 {
 			rt.Fatalf("volume %s: claimed on nodes %v", vol, slices.Sorted(maps.Keys(claimNodes)))
 		}
-		checkFleetUse(rt, nodes, vol, external[vol], single)
+		checkFleetUse(rt, nodes, v, external[vol], single)
 	}
 }
 
-// checkFleetUse checks where vol is attached, staged and published: a
+// checkFleetUse checks where v is attached, staged and published: a
 // single-node volume on one node at most, with one read-write publish at
 // most; and the storage system attaches it to exactly the nodes whose
-// records say it is attached.
-func checkFleetUse(rt *rapid.T, nodes []*fleetNode, vol, external string, single bool) {
+// records say it is attached, which the fleet's attachments say too.
+func checkFleetUse(rt *rapid.T, nodes []*lifecycleNode, v *catalog.CSIVolume, external string, single bool) {
+	vol := v.ID
 	var using []string
 	writers := 0
 	attachedTo := nodes[0].plugin.storage.nodes(external)
+	var inFleet []string
+	for node, a := range v.Attachments {
+		if a.State != catalog.AttachmentStateAttached || a.ExternalNodeID != node {
+			rt.Fatalf("volume %s: the fleet's attachment to %s is %+v", vol, node, *a)
+		}
+		inFleet = append(inFleet, node)
+	}
+	if slices.Sort(inFleet); !slices.Equal(inFleet, attachedTo) {
+		rt.Fatalf("volume %s: the fleet has it attached to %v, the storage system to %v", vol, inFleet, attachedTo)
+	}
 	for _, n := range nodes {
 		st, err := n.manager.Status(ctx, "", vol)
 		if err != nil {
