@@ -56,6 +56,40 @@ func (m fleetModel) mountedOn(node string, vols []string) map[string]map[string]
 	return out
 }
 
+// mount follows a mount of k, read-only or not, that returned err.
+func (m fleetModel) mount(rt *rapid.T, k fleetKey, ro bool, err error) {
+	if prev, ok := m.mounted[k]; ok && prev == ro && err != nil {
+		rt.Fatalf("mounting again what is mounted: %v", err)
+	}
+	switch _, held := m.byMount[k]; {
+	case err == nil:
+		m.mounted[k] = ro
+		if !held {
+			m.byMount[k] = true
+		}
+	case errors.Is(err, volumes.ErrClaimRefused), errors.Is(err, volumes.ErrInUse):
+	default:
+		rt.Fatalf("mount on %s: %v", k.node, err)
+	}
+}
+
+// unmount follows an unmount of k that returned err.
+func (m fleetModel) unmount(rt *rapid.T, k fleetKey, err error) {
+	if _, ok := m.mounted[k]; !ok {
+		if !errors.Is(err, volumes.ErrNotMounted) {
+			rt.Fatalf("unmount without a mount: want ErrNotMounted, got %v", err)
+		}
+		return
+	}
+	if err != nil {
+		rt.Fatalf("unmount of a mount on %s: %v", k.node, err)
+	}
+	delete(m.mounted, k)
+	if m.byMount[k] {
+		delete(m.byMount, k)
+	}
+}
+
 // TestRandomLifecyclesOverThreeNodesKeepTheInvariants runs random sequences
 // of claim, mount, unmount, release, volume manager restart and crash,
 // and plugin restart on three nodes of a fleet that share one etcd and one
@@ -115,33 +149,50 @@ func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
 				n, k := pick()
 				ro := rapid.Bool().Draw(rt, "read_only")
 				_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, ro)
-				if prev, ok := model.mounted[k]; ok && prev == ro && err != nil {
-					rt.Fatalf("mounting again what is mounted: %v", err)
-				}
-				switch _, held := model.byMount[k]; {
-				case err == nil:
-					model.mounted[k] = ro
-					if !held {
-						model.byMount[k] = true
-					}
-				case errors.Is(err, volumes.ErrClaimRefused), errors.Is(err, volumes.ErrInUse):
-				default:
-					rt.Fatalf("mount on %s: %v", n.id, err)
-				}
+				model.mount(rt, k, ro, err)
 			},
 			"unmount": func(rt *rapid.T) {
 				n, k := pick()
-				err := n.manager.Unmount(ctx, "", k.volume, k.alloc)
-				if _, ok := model.mounted[k]; ok {
-					if err != nil {
-						rt.Fatalf("unmount of a mount on %s: %v", n.id, err)
+				model.unmount(rt, k, n.manager.Unmount(ctx, "", k.volume, k.alloc))
+			},
+			"kill an agent in a mount or an unmount": func(rt *rapid.T) {
+				n, k := pick()
+				ro, mounted := model.mounted[k]
+				steps := []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"}
+				if mounted {
+					steps = []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"}
+				} else {
+					ro = rapid.Bool().Draw(rt, "read_only")
+				}
+				f := n.plugin.hang(rapid.SampledFrom(steps).Draw(rt, "step"), rapid.Bool().Draw(rt, "after"))
+				done := make(chan error, 1)
+				go func() {
+					if mounted {
+						done <- n.manager.Unmount(ctx, "", k.volume, k.alloc)
+						return
 					}
+					_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, ro)
+					done <- err
+				}()
+				select {
+				case <-f.reached:
+					n.crash(f.free)
+					<-done
+					for _, vol := range vols {
+						n.settle(vol)
+					}
+					// The reconcile at start rolled back the mount, or finished the unmount.
 					delete(model.mounted, k)
 					if model.byMount[k] {
 						delete(model.byMount, k)
 					}
-				} else if !errors.Is(err, volumes.ErrNotMounted) {
-					rt.Fatalf("unmount without a mount: want ErrNotMounted, got %v", err)
+				case err := <-done: // it did not come to that step
+					n.plugin.unhang(f)
+					if mounted {
+						model.unmount(rt, k, err)
+					} else {
+						model.mount(rt, k, ro, err)
+					}
 				}
 			},
 			"release": func(rt *rapid.T) {

@@ -198,6 +198,16 @@ func (p *strictPlugin) hang(method string, after bool) *fault {
 	return f
 }
 
+// unhang takes f back if no call reached it, and frees a call it hangs.
+func (p *strictPlugin) unhang(f *fault) {
+	p.mu.Lock()
+	if p.fault == f {
+		p.fault = nil
+	}
+	p.mu.Unlock()
+	f.free()
+}
+
 func (f *fault) free() {
 	select {
 	case <-f.release:
