@@ -91,14 +91,15 @@ func (m fleetModel) unmount(rt *rapid.T, k fleetKey, err error) {
 }
 
 // TestRandomLifecyclesOverThreeNodesKeepTheInvariants runs random sequences
-// of claim, mount, unmount, release, volume manager restart and crash,
-// and plugin restart on three nodes of a fleet that share one etcd and one
-// storage system, and checks after every step, across the fleet, that a
-// single-writer volume never has two writers (in etcd's claims and in the
-// real publishes), that a single-node volume is claimed, attached, staged
-// and published on one node at most, that the nodes' records and the
-// storage system agree on the attachments, that every mount has its claim
-// in etcd on its node and every claim its mount or its claimer (no release
+// of claim, mount, unmount, release, volume manager restart and crash, an
+// agent killed at any step of a mount or an unmount, and plugin restart on
+// three nodes of a fleet that share one etcd and one storage system, and
+// checks after every step, across the fleet, that a single-writer volume
+// never has two writers (in etcd's claims and in the real publishes), that
+// a single-node volume is claimed, attached, staged and published on one
+// node at most, that the fleet's attachments, the nodes' records and the
+// storage system's controller agree, that every mount has its claim in
+// etcd on its node and every claim its mount or its claimer (no release
 // stuck), and, on each node, what the one-node test checks. (An etcd
 // restart takes seconds; fleet/outage_test.go covers it.)
 func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
