@@ -29,8 +29,8 @@ func mountedOnStrict(t *testing.T) (*node, *strictPlugin, string) {
 // detaches what is really attached.
 func TestAnAttachmentTheControllerLostIsPublishedAgainAtStart(t *testing.T) {
 	n, p, ext := mountedOnStrict(t)
+	p.storage.detach(ext, "")
 	p.mu.Lock()
-	delete(p.attached, ext)
 	before := len(p.calls)
 	p.mu.Unlock()
 

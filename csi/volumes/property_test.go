@@ -5,6 +5,7 @@ import (
 	"flag"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,12 +29,8 @@ func TestRandomLifecyclesKeepTheInvariants(t *testing.T) {
 	p.create(n, "sw", "hp", catalog.AccessModeSingleNodeWriter)
 	p.create(n, "ro", "hp", catalog.AccessModeSingleNodeReader)
 	vols := []string{"sw", "ro"}
-	// Each run mounts for real and restarts bbolt and the plugin: 20 runs
-	// unless -rapid.checks asks for more.
-	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {
-		require.NoError(t, flag.Set("rapid.checks", "20"))
-		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
-	}
+	// Each run mounts for real and restarts bbolt and the plugin.
+	rapidChecks(t, 20)
 	allocs := []string{"a1", "a2", "a3"}
 
 	rapid.Check(t, func(rt *rapid.T) {
@@ -98,6 +95,15 @@ func TestRandomLifecyclesKeepTheInvariants(t *testing.T) {
 	require.Empty(t, mountsUnder(t, n.root))
 }
 
+// rapidChecks makes the test's rapid.Check run n times, unless
+// -rapid.checks asks for another number.
+func rapidChecks(t *testing.T, n int) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {
+		require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(n)))
+		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
+	}
+}
+
 // clean unmounts every mount of vols and releases every claim of allocs.
 func clean(rt *rapid.T, n *node, vols, allocs []string) {
 	for _, vol := range vols {
@@ -120,6 +126,17 @@ func clean(rt *rapid.T, n *node, vols, allocs []string) {
 
 // checkInvariants checks the node against the model after a step.
 func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]map[string]bool) {
+	checkNode(rt, n, p, mounted, func(vol string) (writers, readers []string) {
+		writers, readers, _ = n.catalog.claims(vol)
+		return writers, readers
+	})
+}
+
+// checkNode checks a node against the model after a step: the claims of
+// the node's allocs, by claims, and the records, against what the node
+// has published, the kernel's mount table and the plugin's violations.
+func checkNode(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]map[string]bool,
+	claims func(vol string) (writers, readers []string)) {
 	mounts := map[string]bool{}
 	for _, m := range mountsUnder(n.t, n.root) {
 		mounts[m] = true
@@ -131,7 +148,7 @@ func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]m
 			rt.Fatalf("status: %v", err)
 		}
 		rec := st.Record
-		writers, _, _ := n.catalog.claims(vol)
+		writers, readers := claims(vol)
 		if vol == "sw" && len(writers) > 1 {
 			rt.Fatalf("two writers on a single-node-writer volume: %v", writers)
 		}
@@ -149,7 +166,7 @@ func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]m
 				rt.Fatalf("volume %s, alloc %s: published at %s, which the kernel does not have mounted", vol, alloc, pub.GetTargetPath())
 			}
 			known[pub.GetTargetPath()] = true
-			if pub.GetReadOnly() && !slices.Contains(mustClaims(n, vol, catalog.ClaimModeRead), alloc) ||
+			if pub.GetReadOnly() && !slices.Contains(readers, alloc) ||
 				!pub.GetReadOnly() && !slices.Contains(writers, alloc) {
 				rt.Fatalf("volume %s, alloc %s: published without the claim of its mode", vol, alloc)
 			}
@@ -175,12 +192,4 @@ func checkInvariants(rt *rapid.T, n *node, p *strictPlugin, mounted map[string]m
 	if _, _, violations := p.state(); len(violations) > 0 {
 		rt.Fatalf("the plugin saw: %v", violations)
 	}
-}
-
-func mustClaims(n *node, vol string, mode catalog.ClaimMode) []string {
-	writers, readers, _ := n.catalog.claims(vol)
-	if mode == catalog.ClaimModeRead {
-		return readers
-	}
-	return writers
 }

@@ -28,21 +28,21 @@ import (
 // strictPlugin is the reference hostpath plugin served from a gRPC server
 // of the test's own, whose interceptor adds what a strict attaching driver
 // does: the controller advertises PUBLISH_UNPUBLISH_VOLUME and keeps the
-// attachments; NodeStageVolume is refused before ControllerPublishVolume;
-// NodeUnstageVolume is refused (and counted as a violation) while a target
-// of the volume is published. It can hang one RPC, before or after doing
-// its work, to stand for an agent killed at that point, and it can be
-// restarted on its socket.
+// attachments in its storage system's ledger; NodeStageVolume is refused
+// before ControllerPublishVolume; NodeUnstageVolume is refused (and counted
+// as a violation) while a target of the volume is published. It can hang
+// one RPC, before or after doing its work, to stand for an agent killed at
+// that point, and it can be restarted on its socket.
 type strictPlugin struct {
-	t      *testing.T
-	driver *hostpath.Driver
-	socket string
-	nodeID string
+	t       *testing.T
+	driver  *hostpath.Driver
+	socket  string
+	nodeID  string
+	storage *storageSystem
 
 	mu         sync.Mutex
 	server     *grpc.Server
 	served     chan struct{}
-	attached   map[string]string          // volume ID → node ID
 	unlisted   map[string]bool            // volume IDs ListVolumes leaves out
 	published  map[string]map[string]bool // volume ID → targets
 	violations []string
@@ -59,12 +59,92 @@ type fault struct {
 	release chan struct{}
 }
 
+// storageSystem is what the strict plugins of several nodes share, as the
+// nodes of one attaching driver share its storage: the hostpath root, and
+// the controller's ledger of attachments, which refuses to attach a
+// single-node volume to a second node.
+type storageSystem struct {
+	root string
+
+	mu       sync.Mutex
+	attached map[string]map[string]bool // volume ID → node IDs
+}
+
+func newStorageSystem(t *testing.T) *storageSystem {
+	return &storageSystem{root: filepath.Join(hostpathtest.TempDir(t), "hp"), attached: map[string]map[string]bool{}}
+}
+
+// attach records the attachment of volume to node; a single-node volume
+// attached to another node is refused with FailedPrecondition.
+func (s *storageSystem) attach(volume, node string, mode csipb.VolumeCapability_AccessMode_Mode) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if singleNode(mode) {
+		for other := range s.attached[volume] {
+			if other != node {
+				return status.Errorf(codes.FailedPrecondition, "strict: volume %s is attached to %s", volume, other)
+			}
+		}
+	}
+	if s.attached[volume] == nil {
+		s.attached[volume] = map[string]bool{}
+	}
+	s.attached[volume][node] = true
+	return nil
+}
+
+// detach forgets the attachment of volume to node; an empty node detaches
+// it from every node.
+func (s *storageSystem) detach(volume, node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if node == "" {
+		delete(s.attached, volume)
+		return
+	}
+	delete(s.attached[volume], node)
+	if len(s.attached[volume]) == 0 {
+		delete(s.attached, volume)
+	}
+}
+
+// nodes are the nodes volume is attached to, sorted.
+func (s *storageSystem) nodes(volume string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.attached[volume]))
+}
+
+// volumes are the attached volumes, sorted.
+func (s *storageSystem) volumes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.attached))
+}
+
+// singleNode reports whether mode lets one node only use a volume.
+func singleNode(mode csipb.VolumeCapability_AccessMode_Mode) bool {
+	switch mode {
+	case csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
+		csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		return false
+	}
+	return true
+}
+
+// newStrictPlugin starts the strict plugin of node "n1" on a storage
+// system of its own.
 func newStrictPlugin(t *testing.T, n *node, name string) *strictPlugin {
-	dir := hostpathtest.TempDir(t)
-	d, err := hostpath.New(hostpath.Config{Name: "hostpath", NodeID: "n1", Root: filepath.Join(dir, "hp"), Logger: hostpathtest.Logger(t)})
+	return newStrictPluginOn(t, n, name, "n1", newStorageSystem(t))
+}
+
+// newStrictPluginOn starts the strict plugin of node nodeID on storage,
+// registered as name on n.
+func newStrictPluginOn(t *testing.T, n *node, name, nodeID string, storage *storageSystem) *strictPlugin {
+	d, err := hostpath.New(hostpath.Config{Name: "hostpath", NodeID: nodeID, Root: storage.root, Logger: hostpathtest.Logger(t)})
 	require.NoError(t, err)
-	p := &strictPlugin{t: t, driver: d, socket: filepath.Join(dir, "csi.sock"), nodeID: "n1",
-		attached: map[string]string{}, unlisted: map[string]bool{}, published: map[string]map[string]bool{}}
+	p := &strictPlugin{t: t, driver: d, socket: filepath.Join(hostpathtest.TempDir(t), "csi.sock"), nodeID: nodeID, storage: storage,
+		unlisted: map[string]bool{}, published: map[string]map[string]bool{}}
 	p.serve()
 	t.Cleanup(p.stop)
 	n.register(volumes.NodePluginType, name, "a1", p.socket)
@@ -118,6 +198,16 @@ func (p *strictPlugin) hang(method string, after bool) *fault {
 	return f
 }
 
+// unhang takes f back if no call reached it, and frees a call it hangs.
+func (p *strictPlugin) unhang(f *fault) {
+	p.mu.Lock()
+	if p.fault == f {
+		p.fault = nil
+	}
+	p.mu.Unlock()
+	f.free()
+}
+
 func (f *fault) free() {
 	select {
 	case <-f.release:
@@ -157,16 +247,18 @@ func (p *strictPlugin) answer(ctx context.Context, method string, req any, handl
 	defer p.mu.Unlock()
 	switch r := req.(type) {
 	case *csipb.ControllerPublishVolumeRequest:
-		if other, ok := p.attached[r.GetVolumeId()]; ok && other != r.GetNodeId() {
-			return nil, status.Errorf(codes.FailedPrecondition, "strict: volume %s is attached to %s", r.GetVolumeId(), other)
+		if err := p.storage.attach(r.GetVolumeId(), r.GetNodeId(), r.GetVolumeCapability().GetAccessMode().GetMode()); err != nil {
+			return nil, err
 		}
-		p.attached[r.GetVolumeId()] = r.GetNodeId()
 		return &csipb.ControllerPublishVolumeResponse{PublishContext: map[string]string{"attached-to": r.GetNodeId()}}, nil
 	case *csipb.ControllerUnpublishVolumeRequest:
-		delete(p.attached, r.GetVolumeId())
+		p.storage.detach(r.GetVolumeId(), r.GetNodeId())
 		return &csipb.ControllerUnpublishVolumeResponse{}, nil
+	case *csipb.NodePublishVolumeRequest:
+		onOneHost(r.GetVolumeCapability())
 	case *csipb.NodeStageVolumeRequest:
-		if p.attached[r.GetVolumeId()] != p.nodeID || r.GetPublishContext()["attached-to"] != p.nodeID {
+		onOneHost(r.GetVolumeCapability())
+		if !slices.Contains(p.storage.nodes(r.GetVolumeId()), p.nodeID) || r.GetPublishContext()["attached-to"] != p.nodeID {
 			return nil, status.Errorf(codes.FailedPrecondition, "strict: volume %s is staged before it is attached here", r.GetVolumeId())
 		}
 	case *csipb.NodeUnstageVolumeRequest:
@@ -188,10 +280,7 @@ func (p *strictPlugin) answer(ctx context.Context, method string, req any, handl
 		out := resp.(*csipb.ListVolumesResponse)
 		out.Entries = slices.DeleteFunc(out.Entries, func(e *csipb.ListVolumesResponse_Entry) bool { return p.unlisted[e.GetVolume().GetVolumeId()] })
 		for _, e := range out.Entries {
-			e.Status = &csipb.ListVolumesResponse_VolumeStatus{}
-			if node, ok := p.attached[e.GetVolume().GetVolumeId()]; ok {
-				e.Status.PublishedNodeIds = []string{node}
-			}
+			e.Status = &csipb.ListVolumesResponse_VolumeStatus{PublishedNodeIds: p.storage.nodes(e.GetVolume().GetVolumeId())}
 		}
 	case *csipb.NodePublishVolumeRequest:
 		if p.published[r.GetVolumeId()] == nil {
@@ -204,8 +293,21 @@ func (p *strictPlugin) answer(ctx context.Context, method string, req any, handl
 	return resp, nil
 }
 
+// onOneHost gives the driver, which serves single-node modes only (a
+// hostpath volume lives on one node), the single-node mode of a
+// multi-node capability: the nodes of a storage system in a test share
+// one host, so each of them reaches the volume.
+func onOneHost(c *csipb.VolumeCapability) {
+	switch c.GetAccessMode().GetMode() {
+	case csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		c.AccessMode.Mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	case csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		c.AccessMode.Mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+	}
+}
+
 // create creates a volume on the plugin and registers it in the catalog's
-// default namespace.
+// default namespace; it returns the plugin's volume ID.
 func (p *strictPlugin) create(n *node, id, plugin string, access catalog.AccessMode) string {
 	p.t.Helper()
 	return p.createIn(n, "default", id, id, plugin, access)
@@ -213,6 +315,14 @@ func (p *strictPlugin) create(n *node, id, plugin string, access catalog.AccessM
 
 // createIn creates the plugin volume name and registers it as ns/id.
 func (p *strictPlugin) createIn(n *node, ns, id, name, plugin string, access catalog.AccessMode) string {
+	p.t.Helper()
+	external := p.createVolume(name)
+	n.catalog.addIn(ns, id, external, plugin, access, catalog.AttachmentModeFileSystem)
+	return external
+}
+
+// createVolume creates the plugin volume name and returns its volume ID.
+func (p *strictPlugin) createVolume(name string) string {
 	p.t.Helper()
 	c, err := csi.Dial(ctx, p.socket, csi.Options{})
 	require.NoError(p.t, err)
@@ -222,24 +332,20 @@ func (p *strictPlugin) createIn(n *node, ns, id, name, plugin string, access cat
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}}})
 	require.NoError(p.t, err)
-	n.catalog.addIn(ns, id, resp.GetVolume().GetVolumeId(), plugin, access, catalog.AttachmentModeFileSystem)
 	return resp.GetVolume().GetVolumeId()
 }
 
-// state is what the plugin holds: attachments, published targets, and
-// violations of the rules.
+// state is what the plugin holds: attached volumes (to any node of its
+// storage system), published targets, and violations of the rules.
 func (p *strictPlugin) state() (attached []string, published []string, violations []string) {
+	attached = p.storage.volumes()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for v := range p.attached {
-		attached = append(attached, v)
-	}
 	for _, targets := range p.published {
 		for t := range targets {
 			published = append(published, t)
 		}
 	}
-	slices.Sort(attached)
 	slices.Sort(published)
 	return attached, published, slices.Clone(p.violations)
 }
