@@ -141,10 +141,20 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 	require.NoError(t, n2.manager.Detach(ctx, "", "db", "n1"))
 	require.Empty(t, attachments(), "the dead node's attachment is gone from the fleet")
 
+	// Nothing else writes to etcd now: the revisions count the writes.
+	revision := func() uint64 {
+		v, err := n2.store.GetVolume(ctx, "default", "db")
+		require.NoError(t, err)
+		return v.ModifyIndex
+	}
+	before := revision()
 	res, err := n2.manager.Mount(ctx, "", "db", "web-2", false)
 	require.NoError(t, err)
 	require.DirExists(t, res.TargetPath)
 	require.Equal(t, map[string]*catalog.Attachment{"n2": {NodeID: "n2", ExternalNodeID: "n2", State: catalog.AttachmentStateAttached}}, attachments())
+	mounted := revision()
+	require.Equal(t, uint64(3), mounted-before, "a mount writes etcd three times: the claim, the attachment before ControllerPublishVolume, and after")
 	require.NoError(t, n2.manager.Unmount(ctx, "", "db", "web-2"))
 	require.Empty(t, attachments(), "a detach on the node's own unmount leaves the fleet too")
+	require.Equal(t, uint64(2), revision()-mounted, "an unmount writes etcd twice: the detach, then the release")
 }
