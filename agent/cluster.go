@@ -57,7 +57,7 @@ func (a *Agent) startCluster() error {
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
 			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Prefix: c.Prefix,
-			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, Logger: a.log,
+			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, MaxVolumes: a.cfg.MaxVolumes, Logger: a.log,
 		},
 		Address: c.Address, TLS: c.RemoteTLS, ClusterName: c.ClusterName,
 	})

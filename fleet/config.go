@@ -50,6 +50,10 @@ type Config struct {
 	// losing the race for its volume (default DefaultMaxAttempts); the
 	// request timeout bounds them too.
 	MaxAttempts int
+	// MaxVolumes bounds the fleet's volumes, every namespace together
+	// (default catalog.DefaultMaxVolumes): registering a new volume beyond
+	// it is refused with catalog.ErrVolumeLimit (agent flag -max-volumes).
+	MaxVolumes int
 	// Logger receives the fleet's log lines; nil discards them.
 	Logger hclog.Logger
 }
@@ -74,6 +78,9 @@ func (cfg Config) validate() error {
 	if cfg.RequestTimeout < 0 {
 		bad("RequestTimeout is %v: give a positive duration, or 0 for the default %v", cfg.RequestTimeout, DefaultRequestTimeout)
 	}
+	if cfg.MaxVolumes < 0 {
+		bad("MaxVolumes is %d: give a positive number, or 0 for the default %d", cfg.MaxVolumes, catalog.DefaultMaxVolumes)
+	}
 	if cfg.MaxAttempts < 0 {
 		bad("MaxAttempts is %d: give a positive number, or 0 for the default %d", cfg.MaxAttempts, DefaultMaxAttempts)
 	}
@@ -92,5 +99,6 @@ func (cfg Config) withDefaults() Config {
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.MaxVolumes = cmp.Or(cfg.MaxVolumes, catalog.DefaultMaxVolumes)
 	return cfg
 }

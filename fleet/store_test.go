@@ -1,6 +1,8 @@
 package fleet_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,6 +167,7 @@ func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
 		{"a lease shorter than the minimum", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", LeaseTTL: 1}, "LeaseTTL"},
 		{"a lease of a fraction of a second", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", LeaseTTL: 2500 * time.Millisecond}, "whole seconds"},
 		{"a prefix without slashes", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", Prefix: "x"}, "Prefix"},
+		{"a negative volume limit", fleet.Config{Endpoints: []string{"http://127.0.0.1:1"}, NodeID: "n", MaxVolumes: -1}, "MaxVolumes is -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,4 +187,40 @@ func TestOpenWithoutEtcdIsUnavailable(t *testing.T) {
 	_, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: endpoints, NodeID: "node-a", RequestTimeout: 300 * time.Millisecond})
 	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
 	require.Contains(t, err.Error(), endpoints[0])
+}
+
+// TestTheFleetHoldsNoMoreVolumesThanItsLimit registers new volumes from
+// three nodes at once against a limit of 5: whatever the interleaving,
+// the fleet holds 5, the others are refused with ErrVolumeLimit, and a
+// volume already there can still be registered again.
+func TestTheFleetHoldsNoMoreVolumesThanItsLimit(t *testing.T) {
+	srv := etcdtest.Start(t)
+	limit := func(c *fleet.Config) { c.MaxVolumes = 5 }
+	stores := []*fleet.Store{open(t, srv, "node-a", limit), open(t, srv, "node-b", limit), open(t, srv, "node-c", limit)}
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for i := range 12 {
+		wg.Go(func() {
+			_, err := stores[i%3].RegisterVolume(ctx, volume(fmt.Sprintf("vol-%d", i), model.AccessModeSingleNodeWriter))
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	registered := 0
+	for err := range errs {
+		if err == nil {
+			registered++
+			continue
+		}
+		require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+		require.ErrorContains(t, err, "the catalog holds 5 volumes, the limit")
+	}
+	require.Equal(t, 5, registered)
+	list, err := stores[0].ListVolumes(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, list, 5)
+	_, err = stores[1].RegisterVolume(ctx, volume(list[0].ID, model.AccessModeSingleNodeWriter))
+	require.NoError(t, err, "a volume already in the fleet is registered again at the limit")
 }

@@ -33,8 +33,9 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 
 // pluginVolumeFree refuses, by the catalog's rules
 // (catalog.PluginVolumeTaken), a registration of v whose plugin volume
-// another volume holds, and guards the write: no volume may change between
-// this look and the write.
+// another volume holds, and a new volume once the fleet holds
+// Config.MaxVolumes, and guards the write: no volume may change, nor a new
+// one appear, between this look and the write.
 func (s *Store) pluginVolumeFree(ctx context.Context, v *model.CSIVolume) ([]clientv3.Cmp, error) {
 	resp, err := s.client.Get(ctx, s.keys.volumes(), clientv3.WithPrefix())
 	if err != nil {
@@ -54,6 +55,9 @@ func (s *Store) pluginVolumeFree(ctx context.Context, v *model.CSIVolume) ([]cli
 	}
 	if err := catalog.PluginVolumeTaken(v, others); err != nil {
 		return nil, err
+	}
+	if isNew := len(others) == len(resp.Kvs); isNew && len(others) >= s.cfg.MaxVolumes {
+		return nil, catalog.VolumeLimitError(v.Namespace, v.ID, len(others))
 	}
 	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.keys.volumes()), "<", resp.Header.Revision+1).WithPrefix()}, nil
 }

@@ -51,8 +51,9 @@ type CatalogConfig struct {
 	// Fleet, when set, is the cluster-wide catalog (cluster mode): every
 	// command and query on volumes and claims, and the plugin listing,
 	// defer to it, and this node's fingerprints are forwarded to it. The
-	// local store keeps this node's fingerprints only; MaxVolumes is not
-	// enforced across the fleet. Nil: this node's catalog, as always.
+	// local store keeps this node's fingerprints only; the fleet keeps its
+	// own volume limit (fleet.Config.MaxVolumes). Nil: this node's catalog,
+	// as always.
 	Fleet Fleet
 }
 

@@ -89,8 +89,15 @@ func (s *catalogState) checkRoom(key volumeKey, limit int) error {
 	if _, ok := s.volumes[key]; ok || len(s.volumes) < limit {
 		return nil
 	}
+	return VolumeLimitError(key.namespace, key.id, len(s.volumes))
+}
+
+// VolumeLimitError is the refusal, matching ErrVolumeLimit, of the new
+// volume (namespace, id) by a catalog that holds held volumes, its limit:
+// the catalog's, and a fleet's.
+func VolumeLimitError(namespace, id string, held int) error {
 	return catalogErrorf(ErrVolumeLimit, "volume %s: the catalog holds %d volumes, the limit (catalog.CatalogConfig.MaxVolumes, agent flag -max-volumes); "+
-		"deregister or delete volumes, or raise the limit", key, len(s.volumes))
+		"deregister or delete volumes, or raise the limit", volumeKey{namespace, id}, held)
 }
 
 // sortedVolumeKeys returns the keys of s's volumes by namespace, then ID.
