@@ -223,4 +223,6 @@ func TestTheFleetHoldsNoMoreVolumesThanItsLimit(t *testing.T) {
 	require.Len(t, list, 5)
 	_, err = stores[1].RegisterVolume(ctx, volume(list[0].ID, model.AccessModeSingleNodeWriter))
 	require.NoError(t, err, "a volume already in the fleet is registered again at the limit")
+	require.NoError(t, stores[2].CheckRoom(ctx, "", list[0].ID), "a create's early look lets a volume already there through")
+	require.ErrorIs(t, stores[2].CheckRoom(ctx, "", "vol-new"), catalog.ErrVolumeLimit, "and refuses a new one")
 }

@@ -31,6 +31,31 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	}, s.pluginVolumeFree)
 }
 
+// CheckRoom is nil when the volume (namespace, id) is in the fleet or the
+// fleet holds fewer than Config.MaxVolumes volumes, else
+// catalog.ErrVolumeLimit: the early look of a create, before the plugin is
+// asked; the registration checks again, in its transaction.
+func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
+	ns, err := catalog.VolumeKey(namespace, id)
+	if err != nil {
+		return err
+	}
+	return s.call(ctx, "check the volume limit", func(ctx context.Context) error {
+		resp, err := s.client.Txn(ctx).Then(
+			clientv3.OpGet(s.keys.volume(ns, id), clientv3.WithCountOnly()),
+			clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		).Commit()
+		if err != nil {
+			return etcdErr(err)
+		}
+		exists, held := resp.Responses[0].GetResponseRange().GetCount() > 0, int(resp.Responses[1].GetResponseRange().GetCount())
+		if !exists && held >= s.cfg.MaxVolumes {
+			return catalog.VolumeLimitError(ns, id, held)
+		}
+		return nil
+	})
+}
+
 // pluginVolumeFree refuses, by the catalog's rules
 // (catalog.PluginVolumeTaken), a registration of v whose plugin volume
 // another volume holds, and a new volume once the fleet holds

@@ -26,12 +26,15 @@ type clusterNode struct {
 
 // startClusterNode starts node's catalog on a fleet.Store on srv; the
 // catalog shuts down, then the store closes, when the test ends.
-func startClusterNode(t *testing.T, srv *etcdtest.Server, node string) *clusterNode {
+func startClusterNode(t *testing.T, srv *etcdtest.Server, node string, change ...func(*fleet.Config)) *clusterNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), catWait)
 	defer cancel()
-	store, err := fleet.Open(ctx, fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL,
-		RequestTimeout: time.Second, Logger: probe.Logger(t)})
+	cfg := fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: time.Second, Logger: probe.Logger(t)}
+	for _, c := range change {
+		c(&cfg)
+	}
+	store, err := fleet.Open(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	system := probe.NewSystem(t)
@@ -166,4 +169,20 @@ func TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight(t *testing.T) {
 	require.NoError(t, <-claimed, "the claim in flight is answered from the Fleet")
 	probe.Expect[*messages.ShutdownCatalogResponse](t, sender, catWait)
 	require.NoError(t, cat.Shutdown(context.Background()))
+}
+
+// TestCatalogInClusterModeChecksTheFleetsRoom checks that CheckRoom, the
+// early look of a create before the plugin is asked, counts the fleet's
+// volumes, not the node's (which holds none in cluster mode).
+func TestCatalogInClusterModeChecksTheFleetsRoom(t *testing.T) {
+	srv := etcdtest.Start(t)
+	limitOne := func(c *fleet.Config) { c.MaxVolumes = 1 }
+	a, b := startClusterNode(t, srv, "node-a", limitOne), startClusterNode(t, srv, "node-b", limitOne)
+	require.NoError(t, b.cat.CheckRoom("", "db"))
+	_, err := a.cat.RegisterVolume(context.Background(), catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
+	require.NoError(t, err)
+	require.NoError(t, b.cat.CheckRoom("", "db"), "a volume already in the fleet has room")
+	err = b.cat.CheckRoom("", "logs")
+	require.ErrorIs(t, err, catalog.ErrVolumeLimit, "node b sees node a's volume fill the fleet")
+	require.ErrorContains(t, err, "the catalog holds 1 volumes, the limit")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
@@ -94,6 +95,8 @@ type Catalog struct {
 	// durable is the actor's last durable state, read by CheckRoom.
 	durable    *atomic.Pointer[catalogState]
 	maxVolumes int
+	// fleet is CatalogConfig.Fleet: in cluster mode, CheckRoom asks it.
+	fleet Fleet
 
 	// mu orders calls against Shutdown: a call made before Shutdown is
 	// answered; one after it gets ErrCatalogShutdown without reaching the actor.
@@ -136,13 +139,14 @@ func StartCatalog(system *actor.ActorSystem, cfg CatalogConfig) (*Catalog, error
 	}
 	cfg.Logger.Info("catalog started", "volumes", len(state.volumes), "plugins", len(state.plugins),
 		"index", state.index, "node", cfg.NodeID)
-	return &Catalog{system: system, pid: pid, log: cfg.Logger, durable: durable, maxVolumes: cfg.MaxVolumes}, nil
+	return &Catalog{system: system, pid: pid, log: cfg.Logger, durable: durable, maxVolumes: cfg.MaxVolumes, fleet: cfg.Fleet}, nil
 }
 
 // CheckRoom reports whether a volume (namespace, id) could be registered
 // now as far as the volume limit goes: nil when it is already in the
 // catalog or the catalog holds fewer than MaxVolumes volumes, else an error
-// matching ErrVolumeLimit. It reads the last durable state, so a caller
+// matching ErrVolumeLimit. It reads the last durable state (in cluster
+// mode, the fleet's volumes in etcd), so a caller
 // (the controller, before it asks a plugin to create a volume) can refuse
 // early; RegisterVolume checks again and has the last word.
 func (c *Catalog) CheckRoom(namespace, id string) error {
@@ -150,8 +154,16 @@ func (c *Catalog) CheckRoom(namespace, id string) error {
 	if err != nil {
 		return err
 	}
+	if c.fleet != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), checkRoomTimeout)
+		defer cancel()
+		return c.fleet.CheckRoom(ctx, key.namespace, key.id)
+	}
 	return c.durable.Load().checkRoom(key, c.maxVolumes)
 }
+
+// checkRoomTimeout bounds CheckRoom's look at a fleet.
+const checkRoomTimeout = 10 * time.Second
 
 // PID is the catalog actor's address, for actors that send it commands,
 // queries and fingerprints directly.

@@ -36,6 +36,9 @@ type Fleet interface {
 	Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error)
 	// NodeUp reports whether node is up: its lease is live.
 	NodeUp(ctx context.Context, node string) (bool, error)
+	// CheckRoom is nil when the volume (namespace, id) could be registered
+	// now as far as the fleet's volume limit goes, else ErrVolumeLimit.
+	CheckRoom(ctx context.Context, namespace, id string) error
 }
 
 // The catalog's rules for one volume, as pure functions, so that a Fleet

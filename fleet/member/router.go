@@ -101,6 +101,11 @@ func (r *Router) NodeUp(ctx context.Context, node string) (bool, error) {
 	return r.member.store.Load().NodeUp(ctx, node)
 }
 
+// CheckRoom reads the fleet's volume limit from etcd.
+func (r *Router) CheckRoom(ctx context.Context, namespace, id string) error {
+	return r.member.store.Load().CheckRoom(ctx, namespace, id)
+}
+
 // ListVolumes reads the volumes of namespace from etcd.
 func (r *Router) ListVolumes(ctx context.Context, namespace string) ([]*model.CSIVolumeStub, error) {
 	return r.member.store.Load().ListVolumes(ctx, namespace)
