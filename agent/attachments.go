@@ -53,7 +53,7 @@ func (c fleetVolumeCatalog) ForgetAttachment(ctx context.Context, namespace, id,
 	if err != nil {
 		return catalogError(err)
 	}
-	for _, a := range attachmentsNamed(v, externalNodeID) {
+	for _, a := range v.Attachments {
 		if a.ExternalNodeID != externalNodeID {
 			continue
 		}
@@ -67,29 +67,29 @@ func (c fleetVolumeCatalog) ForgetAttachment(ctx context.Context, namespace, id,
 // DetachTarget resolves an operator's detach from node against the
 // fleet's attachments: only a node that is down and holds no claim on the
 // volume may be detached from another node.
-func (c fleetVolumeCatalog) DetachTarget(ctx context.Context, namespace, id, node string) (string, error) {
+func (c fleetVolumeCatalog) DetachTarget(ctx context.Context, namespace, id, node string) (string, bool, error) {
 	v, err := c.fleet.GetVolume(ctx, namespace, id)
 	if err != nil {
-		return "", catalogError(err)
+		return "", false, catalogError(err)
 	}
 	named := attachmentsNamed(v, node)
 	if len(named) == 0 {
-		return node, nil
+		return node, false, nil
 	}
 	a := named[0]
 	up, err := c.fleet.NodeUp(ctx, a.NodeID)
 	if err != nil {
-		return "", catalogError(err)
+		return "", false, catalogError(err)
 	}
 	if up {
-		return "", fmt.Errorf("%w: volume %s/%s is attached to node %s, which is up: that node detaches it itself once its last alloc unmounts it (its GC step retries a detach that failed); detach from another node only once it is down",
+		return "", false, fmt.Errorf("%w: volume %s/%s is attached to node %s, which is up: that node detaches it itself once its last alloc unmounts it (its GC step retries a detach that failed); detach from another node only once it is down",
 			volumes.ErrInUse, v.Namespace, v.ID, a.NodeID)
 	}
 	if allocs := claimsOf(v, a.NodeID); len(allocs) > 0 {
-		return "", fmt.Errorf("%w: node %s is down, but allocs %s still hold claims on volume %s/%s there: the fleet's GC frees them once the node has been down for the grace period (-cluster-gc-grace), or release them with `plugvisor volume release %s ALLOC`",
+		return "", false, fmt.Errorf("%w: node %s is down, but allocs %s still hold claims on volume %s/%s there: the fleet's GC frees them once the node has been down for the grace period (-cluster-gc-grace), or release them with `plugvisor volume release %s ALLOC`",
 			volumes.ErrInUse, a.NodeID, strings.Join(allocs, ", "), v.Namespace, v.ID, v.ID)
 	}
-	return a.ExternalNodeID, nil
+	return a.ExternalNodeID, true, nil
 }
 
 // attachmentsNamed are v's attachments to node, named by its node ID or by

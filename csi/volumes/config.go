@@ -86,10 +86,10 @@ type Attachments interface {
 	// DetachTarget is the plugin node ID an operator's detach of the
 	// volume from node sends to the controller. For a node of the fleet
 	// with a recorded attachment (named by its node ID or its plugin node
-	// ID), it is the recorded plugin node ID, once the node is down and
-	// holds no claim on the volume (ErrInUse while it is up or holds one);
-	// any other name is taken as a plugin node ID.
-	DetachTarget(ctx context.Context, namespace, id, node string) (string, error)
+	// ID), it is the recorded plugin node ID, with recorded true, once the
+	// node is down and holds no claim on the volume (ErrInUse while it is
+	// up or holds one); any other name is taken as a plugin node ID.
+	DetachTarget(ctx context.Context, namespace, id, node string) (target string, recorded bool, err error)
 }
 
 // Defaults of Config.

@@ -1,7 +1,9 @@
 package volumes_test
 
 import (
+	"maps"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,15 +120,7 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 	require.ErrorIs(t, err, volumes.ErrInUse)
 	require.ErrorContains(t, err, "allocs web-1 still hold claims")
 
-	gc, err := fleet.StartGC(n2.store, fleet.GCConfig{Grace: time.Minute})
-	require.NoError(t, err)
-	defer gc.Stop()
-	now := time.Now()
-	_, err = gc.Step(ctx, now)
-	require.NoError(t, err)
-	freed, err := gc.Step(ctx, now.Add(2*time.Minute))
-	require.NoError(t, err)
-	require.Equal(t, []fleet.Freed{{Namespace: "default", VolumeID: "db", AllocID: "web-1", NodeID: "n1"}}, freed)
+	require.Equal(t, []fleet.Freed{{Namespace: "default", VolumeID: "db", AllocID: "web-1", NodeID: "n1"}}, gcPastTheGrace(t, n2.store))
 
 	_, err = n2.manager.Mount(ctx, "", "db", "web-2", false)
 	require.ErrorIs(t, err, volumes.ErrClaimRefused, "a single-node volume still attached to n1 is not attached to n2")
@@ -157,4 +151,53 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 	require.NoError(t, n2.manager.Unmount(ctx, "", "db", "web-2"))
 	require.Empty(t, attachments(), "a detach on the node's own unmount leaves the fleet too")
 	require.Equal(t, uint64(2), revision()-mounted, "an unmount writes etcd twice: the detach, then the release")
+}
+
+// TestADeadNodesAttachmentOfAVolumeInUseHereIsDetachedFromHere checks that
+// a node that has a multi-node volume mounted can still detach it from a
+// dead node: the dead node's attachment is its own, and this node's stage
+// and publishes do not stand in its way (nor are they touched).
+func TestADeadNodesAttachmentOfAVolumeInUseHereIsDetachedFromHere(t *testing.T) {
+	srv := etcdtest.Start(t)
+	storageSys := newStorageSystem(t)
+	n1, n2 := newLifecycleNode(t, srv, storageSys, "n1"), newLifecycleNode(t, srv, storageSys, "n2")
+	v := catalog.NewCSIVolume("mw", 0)
+	v.PluginID, v.ExternalID = "hp", n2.plugin.createVolume("mw")
+	v.AccessMode, v.AttachmentMode = catalog.AccessModeMultiNodeMultiWriter, catalog.AttachmentModeFileSystem
+	_, err := n2.store.RegisterVolume(ctx, v)
+	require.NoError(t, err)
+	_, err = n1.manager.Mount(ctx, "", "mw", "web-1", false)
+	require.NoError(t, err)
+	res, err := n2.manager.Mount(ctx, "", "mw", "web-2", false)
+	require.NoError(t, err)
+	require.Equal(t, []string{"n1", "n2"}, storageSys.nodes(v.ExternalID))
+
+	// n1 dies with its mount, and the GC frees its claim.
+	n1.stop()
+	require.NoError(t, n1.store.Close())
+	require.Len(t, gcPastTheGrace(t, n2.store), 1)
+
+	require.NoError(t, n2.manager.Detach(ctx, "", "mw", "n1"), "n2's own mount does not stand in the way of n1's detach")
+	require.Equal(t, []string{"n2"}, storageSys.nodes(v.ExternalID), "the controller detached n1 only")
+	got, err := n2.store.GetVolume(ctx, "default", "mw")
+	require.NoError(t, err)
+	require.Equal(t, []string{"n2"}, slices.Sorted(maps.Keys(got.Attachments)))
+	require.DirExists(t, res.TargetPath, "n2's mount stays")
+	require.NoError(t, n2.manager.Unmount(ctx, "", "mw", "web-2"))
+}
+
+// gcPastTheGrace runs two steps of the fleet's GC on store, the second
+// past the grace of the down nodes the first one saw, and returns the
+// claims it freed.
+func gcPastTheGrace(t *testing.T, store *fleet.Store) []fleet.Freed {
+	t.Helper()
+	gc, err := fleet.StartGC(store, fleet.GCConfig{Grace: time.Minute})
+	require.NoError(t, err)
+	defer gc.Stop()
+	now := time.Now()
+	_, err = gc.Step(ctx, now)
+	require.NoError(t, err)
+	freed, err := gc.Step(ctx, now.Add(2*time.Minute))
+	require.NoError(t, err)
+	return freed
 }

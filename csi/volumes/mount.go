@@ -301,23 +301,30 @@ func (j *job) release(ctx context.Context, alloc string) error {
 	return j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: model.ClaimStateReadyToFree})
 }
 
-// forceDetach is an operator's detach of the volume from nodeID.
+// forceDetach is an operator's detach of the volume from nodeID. It is
+// refused while the volume is staged or published here, unless nodeID is
+// another node whose attachment the fleet recorded: that attachment is the
+// other node's own.
 func (j *job) forceDetach(ctx context.Context, nodeID string) error {
-	if allocs := publishedAllocs(j.rec); len(allocs) > 0 || j.rec.GetStage() != nil {
+	own := j.rec.GetAttachment() != nil && j.rec.GetAttachment().GetNodeId() == nodeID
+	fleet, inFleet := j.env.catalog.(Attachments)
+	another := false
+	if inFleet && !own {
+		target, recorded, err := fleet.DetachTarget(ctx, j.key.namespace, j.key.id, nodeID)
+		if err != nil {
+			return err
+		}
+		nodeID, another = target, recorded
+	}
+	if allocs := publishedAllocs(j.rec); !another && (len(allocs) > 0 || j.rec.GetStage() != nil) {
 		return fmt.Errorf("%w: volume %s is staged or published on this node (allocs %v); unmount them first", ErrInUse, j.key, allocs)
 	}
 	vol, err := j.volume(ctx)
 	if err != nil {
 		return err
 	}
-	if a := j.rec.GetAttachment(); a != nil && a.GetNodeId() == nodeID {
+	if own {
 		return j.detach(ctx)
-	}
-	fleet, inFleet := j.env.catalog.(Attachments)
-	if inFleet {
-		if nodeID, err = fleet.DetachTarget(ctx, j.key.namespace, j.key.id, nodeID); err != nil {
-			return err
-		}
 	}
 	if recordEmpty(j.rec) {
 		if err := j.adopt(vol); err != nil {
