@@ -16,7 +16,10 @@
 // under its supervision, or stops by itself, is reported failed and not
 // started again until the registry says something new about its plugin.
 // Close stops every instance for the manager's shutdown: a stop, not a
-// correction, after which nothing starts an instance again.
+// correction, after which nothing starts an instance again. A bare stop or
+// a restart of the manager stops its instances too (protoactor does): from
+// then on nothing starts an instance either, and one that ends is not
+// reported failed.
 //
 // The supervision itself is the manager's: give its props
 // actor.WithSupervisor(strategy) (a supervisor.Strategy), and Instances
@@ -135,6 +138,14 @@ type Instances struct {
 	spawned uint64 // instances started, to name each uniquely
 	resync  *time.Timer
 	closed  bool // Close was called: registry events and resyncs start nothing
+	// stopping is set by Stopping or Restarting. On a stop protoactor stops
+	// the instances and still delivers messages until the last has
+	// terminated: registry events and resyncs start nothing then (an
+	// instance started would be a child nobody stops, and the manager would
+	// never finish stopping), and an instance that ends has not failed. (A
+	// restart after a panic holds the manager's messages until the new
+	// incarnation starts; the flag covers any restart that does not.)
+	stopping bool
 }
 
 // Validate reports what is missing from cfg.
@@ -164,19 +175,22 @@ func New(cfg Config, typ Type) *Instances {
 // Receive handles the messages of the instances' life cycle and reports
 // whether the message was one of them. Started, Stopping, Restarting and
 // the Terminated of actors other than instances are left to the manager
-// too (Receive reports false for them).
+// too (Receive reports false for them). From Stopping or Restarting on,
+// like after Close, registry events and resyncs start nothing; nor is an
+// instance that ends then reported failed.
 func (m *Instances) Receive(ctx actor.Context) bool {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		m.onStarted(ctx)
 		return false
 	case *actor.Stopping, *actor.Restarting:
+		m.stopping = true
 		m.stopTimer()
 		return false
 	case *actor.Terminated:
 		return m.onTerminated(ctx, msg)
 	case *messages.Subscribed, *messages.PluginRegistered, *messages.PluginUpdated, *messages.PluginDeregistered, *Resync:
-		if !m.closed {
+		if !m.closed && !m.stopping {
 			m.onRegistryNews(ctx, msg)
 		}
 	case *messages.ChildSupervised:
@@ -463,7 +477,7 @@ func (m *Instances) onInstanceGone(ctx actor.Context, msg *instanceGone) {
 		return
 	}
 	if p := m.currentOf(c); p != nil {
-		if !p.failed {
+		if !p.failed && !m.stopping {
 			m.fail(ctx, p, c, "plugin instance stopped unexpectedly")
 		}
 		p.child = nil

@@ -76,7 +76,7 @@ func (m *manager) InstanceProps(_ actor.Context, p *messages.PluginInfo) (*actor
 		case *boom:
 			panic("boom")
 		}
-	}), nil
+	}, actor.WithReceiverMiddleware(probe.HoldMiddleware)), nil
 }
 
 func (m *manager) InstanceStopped(ctx actor.Context, p *messages.PluginInfo, _ *actor.PID, why string) {
@@ -92,6 +92,7 @@ func (m *manager) InstanceGone(ctx actor.Context, p *messages.PluginInfo, _ *act
 }
 
 type env struct {
+	system   *actor.ActorSystem
 	registry *probe.Probe // plays the registry
 	report   *probe.Probe // hears the hooks
 	manager  *actor.PID
@@ -107,7 +108,7 @@ func plugin(name, alloc string) *messages.PluginInfo {
 func start(t *testing.T, resync time.Duration, current ...*messages.PluginInfo) *env {
 	t.Helper()
 	system := probe.NewSystem(t)
-	e := &env{registry: probe.New(t, system), report: probe.New(t, system)}
+	e := &env{system: system, registry: probe.New(t, system), report: probe.New(t, system)}
 	e.snap.Store(&snapshot{plugins: current, seq: 1})
 	cfg := plugintype.Config{Types: []string{"test"}, Registry: e.registry.PID(), ResyncInterval: resync,
 		Snapshot: func() plugintype.Snapshot { return e.snap.Load() }}
@@ -118,7 +119,7 @@ func start(t *testing.T, resync time.Duration, current ...*messages.PluginInfo) 
 		m := &manager{report: e.report.PID()}
 		m.instances = plugintype.New(cfg, m)
 		return m
-	}, actor.WithSupervisor(strategy)))
+	}, actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(probe.HoldMiddleware)))
 	t.Cleanup(func() { _ = system.Root.StopFuture(e.manager).Wait() })
 	sub := probe.Expect[*messages.Subscribe](t, e.registry, wait)
 	require.Equal(t, "test", sub.GetType())
@@ -220,6 +221,33 @@ func TestClosingStopsEveryInstanceForGoodAndIsNoCorrection(t *testing.T) {
 	e.snap.Store(&snapshot{plugins: []*messages.PluginInfo{plugin("p", "a1"), plugin("q", "b1")}, seq: 9})
 	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("r", "c1"), Sequence: 10})
 	e.registry.Send(e.manager, &plugintype.Resync{})
+	e.report.ExpectNone(t, 100*time.Millisecond)
+}
+
+// A registry event that reaches a manager while it stops (queued behind a
+// bare stop, with no Close) starts no instance: one started then would be
+// a child nobody stops, and the manager would never finish stopping. Nor
+// is an instance that stops with its manager reported failed. The q
+// instance is held so that the manager waits for it, handling the event
+// and the end of the p instance meanwhile.
+func TestRegistryNewsWhileStoppingStartsNothing(t *testing.T) {
+	e := start(t, time.Hour, plugin("p", "a1"), plugin("q", "b1"))
+	instances := map[string]*actor.PID{}
+	for range 2 {
+		s := probe.Expect[*started](t, e.report, wait)
+		instances[s.alloc] = s.pid
+	}
+	releaseInstance := probe.Hold(t, e.system, instances["b1"], wait)
+	releaseManager := probe.Hold(t, e.system, e.manager, wait)
+	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("r", "c1"), Sequence: 2})
+	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("p", "a2"), Previous: plugin("p", "a1"), Sequence: 3})
+	e.registry.Send(e.manager, &plugintype.Resync{})
+	stopped := e.system.Root.StopFuture(e.manager) // system messages go first: the news is handled while it stops
+	releaseManager()
+
+	e.report.ExpectMessages(t, wait, &gone{alloc: "a1"}) // nothing started, nothing failed
+	releaseInstance()
+	require.NoError(t, stopped.Wait())
 	e.report.ExpectNone(t, 100*time.Millisecond)
 }
 

@@ -203,3 +203,21 @@ func TestWatchingAGoneActorYieldsTerminated(t *testing.T) {
 	p.Watch(t, target)
 	p.ExpectTerminated(t, target, time.Second)
 }
+
+func TestHoldKeepsAnActorUntilReleased(t *testing.T) {
+	system := probe.NewSystem(t)
+	p := probe.New(t, system)
+	target := system.Root.Spawn(actor.PropsFromFunc(echo, actor.WithReceiverMiddleware(probe.HoldMiddleware)))
+	release := probe.Hold(t, system, target, time.Second)
+	p.Send(target, plugin("queued"))
+	p.ExpectNone(t, 50*time.Millisecond) // held: the message waits behind the hold
+	release()
+	require.Equal(t, "queued", probe.Expect[*messages.PluginInfo](t, p, time.Second).GetName())
+}
+
+func TestHoldFailsWhenTheActorCannotBeHeld(t *testing.T) {
+	system := probe.NewSystem(t)
+	target := system.Root.Spawn(actor.PropsFromFunc(echo)) // no HoldMiddleware
+	failure := runFailing(t, func(tb probe.TB) { probe.Hold(tb, system, target, 50*time.Millisecond) })
+	require.Contains(t, failure, "did not take the hold within 50ms")
+}
