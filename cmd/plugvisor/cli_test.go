@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/api"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 	"github.com/plugvisor/plugvisor/version"
 )
@@ -262,4 +263,19 @@ func TestPluginWaitSaysWhatItWaitedForWhenTimeRunsOut(t *testing.T) {
 	require.Contains(t, stderr.String(), "waiting for csi-node hp: the agent does not answer yet", "the progress line says what it waits for")
 	require.True(t, strings.HasSuffix(stderr.String(),
 		"\r\033[Kplugvisor plugin wait: csi-node hp not ready after 300ms: the agent does not answer yet\n"), "%q", stderr.String())
+}
+
+// TestAVolumesAttachmentsInAFleetArePrinted checks the lines "volume get"
+// and "volume status" print for a volume a fleet records attached.
+func TestAVolumesAttachmentsInAFleetArePrinted(t *testing.T) {
+	var out strings.Builder
+	v := api.VolumeJSON{ID: "db", PluginID: "hp", AccessMode: "single-node-writer", AttachmentMode: "file-system",
+		Attachments: []api.AttachmentJSON{{NodeID: "n1", ExternalNodeID: "csi-n1", State: "attached"}}}
+	require.NoError(t, printVolume(&out, commonFlags{}, v, "volume default/db"))
+	require.Contains(t, out.String(), "  attached to node n1 (plugin node ID csi-n1): attached\n")
+
+	out.Reset()
+	v.Attachments = nil
+	require.NoError(t, printVolume(&out, commonFlags{}, v, "volume default/db"))
+	require.NotContains(t, out.String(), "attached to", "a volume on one node has no attachment line")
 }
