@@ -344,3 +344,21 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 		require.True(t, c.covered[op], "%s was driven to a success", op)
 	}
 }
+
+// TestTheVolumeSchemaTakesAFleetsAttachments validates a volume with the
+// attachments a fleet records against the spec's Volume schema, and one
+// with a state no fleet writes.
+func TestTheVolumeSchemaTakesAFleetsAttachments(t *testing.T) {
+	schema := loadSpec(t).Components.Schemas["Volume"].Value
+	check := func(state string) error {
+		b, err := json.Marshal(api.VolumeJSON{ID: "db", Namespace: "default", PluginID: "hp", AccessMode: "single-node-writer",
+			AttachmentMode: "file-system", Topologies: []map[string]string{}, ReadClaims: []string{}, WriteClaims: []string{},
+			Attachments: []api.AttachmentJSON{{NodeID: "n1", ExternalNodeID: "csi-n1", State: state}}})
+		require.NoError(t, err)
+		var doc any
+		require.NoError(t, json.Unmarshal(b, &doc))
+		return schema.VisitJSON(doc)
+	}
+	require.NoError(t, check("attached"))
+	require.Error(t, check("detached"), "the schema lists the states")
+}
