@@ -201,6 +201,18 @@ type child struct {
 // goroutine running.
 func startChild(t *testing.T, endpoints []string, node string, env ...string) *child {
 	t.Helper()
+	c := spawnChild(t, endpoints, node, env...)
+	ready := strings.Fields(c.next())
+	require.Len(t, ready, 3, "member %s did not start: %v", node, ready)
+	require.Equal(t, "ready", ready[0])
+	c.id, c.address = ready[1], ready[2]
+	return c
+}
+
+// spawnChild starts a member in a child process; its first line says
+// whether it joined ("ready ID ADDRESS") or why not ("error ...").
+func spawnChild(t *testing.T, endpoints []string, node string, env ...string) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	races := t.TempDir()
 	cmd.Env = append(os.Environ(), childEnv+"="+node, childEtcdEnv+"="+strings.Join(endpoints, ","), racelog.Env(races))
@@ -229,11 +241,15 @@ func startChild(t *testing.T, endpoints []string, node string, env ...string) *c
 		c.stop()
 		checkRaces(t, node, races)
 	})
-	ready := strings.Fields(c.next())
-	require.Len(t, ready, 3, "member %s did not start: %v", node, ready)
-	require.Equal(t, "ready", ready[0])
-	c.id, c.address = ready[1], ready[2]
 	return c
+}
+
+// failed waits for a child that did not join to exit.
+func (c *child) failed() {
+	c.t.Helper()
+	c.done = true
+	var exit *exec.ExitError
+	require.ErrorAs(c.t, c.cmd.Wait(), &exit, "member %s exits with an error", c.node)
 }
 
 // next is the child's next line of output.

@@ -145,6 +145,10 @@ type Member struct {
 // before it; protoactor's start-up takes about a second more than that.
 // A bad Config is ErrInvalidConfig (or catalog.ErrCatalogInvalid from
 // fleet.Open); an etcd that does not answer is catalog.ErrFleetUnavailable.
+// With TLS, the member first shakes hands with up to five members already
+// there, and does not join (ErrPeerTLS) when some refuse its certificate,
+// or it theirs, and none accepts it: it would hold volume grains nobody
+// could reach.
 //
 // Start the member before any other gRPC of the process where the race
 // detector runs: protoactor's remote sets gRPC's global logger, without a
@@ -163,6 +167,9 @@ func Start(cfg Config) (m *Member, err error) {
 		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
 	}
 	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
+	if cfg.TLS != nil {
+		p.check = tlsPeerCheck(cfg.TLS.Client, cfg.Fleet.RequestTimeout)
+	}
 	// protoactor's endpoint queues default to a million entries each,
 	// allocated up front: hundreds of MiB per member.
 	rc := remote.Configure(host, port, append(remoteOptions(cfg.TLS),

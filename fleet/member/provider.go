@@ -41,6 +41,9 @@ type provider struct {
 	// joined runs once the etcd client is up, before the member registers:
 	// what it starts is in place before another member can route to this one.
 	joined func(*clientv3.Client) error
+	// check, when set (the remote runs TLS), checks the members already
+	// there before this one registers (see checkPeers).
+	check peerCheck
 
 	client *clientv3.Client
 
@@ -96,6 +99,15 @@ func (p *provider) StartMember(c *cluster.Cluster) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
+	if p.check != nil {
+		others, _, err := p.list(ctx)
+		if err != nil {
+			return err
+		}
+		if err := checkPeers(ctx, p.check, self.Id, others); err != nil {
+			return err
+		}
+	}
 	if err := p.register(ctx); err != nil {
 		return err
 	}

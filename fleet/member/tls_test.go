@@ -64,16 +64,17 @@ func TestMembersTalkOverMutualTLSAndRefuseAStrangersCertificate(t *testing.T) {
 	onB := volumeOn(t, a, b, "vol")
 	require.Equal(t, "ok writers=alloc-1@a readers=", a.ask("claim %s alloc-1 write", onB))
 
-	// A member whose certificate another CA signed is in etcd, but a and
-	// b refuse its connections: its change of a volume whose grain b
-	// hosts (in the topology of three, which every member computes the
-	// same) gets no answer.
-	stranger := startChild(t, s.Endpoints(), "c", childTLSEnv+"="+memberPKI(t))
-	waitMembers(t, []*child{a, b, stranger}, a, b, stranger)
-	target := volumeOn(t, a, b, "other")
-	got := stranger.ask("claim %s alloc-2 write", target)
-	require.True(t, strings.HasPrefix(got, "unavailable "), "the stranger reached b's grain: %s", got)
-	require.Equal(t, "ok writers= readers=", a.ask("get %s", target), "the stranger changed nothing")
+	// A member whose certificate another CA signed does not join: a and b
+	// refuse it, and it would hold grains nobody could reach.
+	stranger := spawnChild(t, s.Endpoints(), "c", childTLSEnv+"="+memberPKI(t))
+	got := stranger.next()
+	require.True(t, strings.HasPrefix(got, "error "), "the stranger joined: %s", got)
+	require.Contains(t, got, "the fleet's members and this one refuse each other's TLS")
+	require.Contains(t, got, "-cluster-ca", "the error names the remedy")
+	stranger.failed()
+	require.EqualValues(t, 2, memberKeys(t, s), "the stranger left no member key in etcd")
+	waitMembers(t, []*child{a, b}, a, b)
+	require.Equal(t, "ok writers=alloc-1@a readers=", b.ask("get %s", onB))
 }
 
 // volumeOn finds a volume name prefix-N whose grain is on owner, as asker
