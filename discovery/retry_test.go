@@ -35,12 +35,12 @@ func (e *env) awaitFailures(t *testing.T, name string, n uint32) *messages.Disco
 func TestAPluginThatStartsAfterTheFastRetriesIsFoundAtTheSlowRetry(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := supervisortest.NewFakeClock(start)
-	e := newEnv(t, func(c *Config) { c.Clock, c.SlowRetry = clock, time.Minute })
+	e := newEnv(t, func(c *Config) { c.Clock, c.Retry, c.SlowRetry = clock, oneFastRetry(), time.Minute })
 	socket := filepath.Join(e.root, "late.sock")
 	writeFile(t, filepath.Join(e.specs, "late.spec"), "unix://"+socket)
 
 	e.awaitFailures(t, "late", 1)
-	clock.Advance(20 * time.Millisecond) // the one fast retry (testConfig: MaxRestarts 1)
+	clock.Advance(20 * time.Millisecond) // the one fast retry
 	p := e.awaitFailures(t, "late", 2)
 	require.Equal(t, start.Add(20*time.Millisecond).Add(time.Minute), p.GetNextAttemptTime().AsTime(),
 		"past the fast backoff, the next attempt is a slow retry away")
@@ -107,7 +107,7 @@ func TestAPermanentFailureWaitsForTheFileToChange(t *testing.T) {
 // Get asks for a plugin waiting out a slow retry: it is tried at once
 // (Docker's lazy activation), not an hour later.
 func TestGetActivatesAFoundPluginAtOnce(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.SlowRetry = time.Hour })
+	e := newEnv(t, func(c *Config) { c.Retry, c.SlowRetry = oneFastRetry(), time.Hour })
 	socket := filepath.Join(e.root, "lazy.sock")
 	writeFile(t, filepath.Join(e.specs, "lazy.spec"), "unix://"+socket)
 	e.awaitFailures(t, "lazy", 2)
