@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -118,11 +120,15 @@ func (l *lease) stop() {
 }
 
 // revoke revokes the lease: the liveness key and fingerprints go at once.
+// A lease etcd no longer has (it expired) took them already.
 func (l *lease) revoke(ctx context.Context) error {
 	l.mu.Lock()
 	id := l.id
 	l.mu.Unlock()
 	_, err := l.s.client.Revoke(ctx, id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
 	return err
 }
 

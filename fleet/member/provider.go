@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
@@ -164,6 +165,9 @@ func (p *provider) revoke() error {
 	defer cancel()
 	_, err := p.client.Revoke(ctx, p.lease)
 	p.lease = clientv3.NoLease
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil // it expired (during an outage): the key went with it
+	}
 	if err != nil {
 		return fmt.Errorf("member: revoke the lease of %s (it expires by itself within %v): %w", p.key, p.ttl, err)
 	}
