@@ -21,7 +21,9 @@ const listPrefix = "ListVolumes: "
 // cannot hold the volume's queue.
 const maxListPages = 1000
 
-// checkAttachment asks the controller, where it can say (LIST_VOLUMES with
+// checkAttachment records the attachment in the fleet again (in a fleet:
+// etcd may have lost it, restored from an older backup), and asks the
+// controller, where it can say (LIST_VOLUMES with
 // LIST_VOLUMES_PUBLISHED_NODES), whether the attached volume is still
 // published to this node. An attachment the controller lost is published
 // again (ControllerPublishVolume is idempotent), since the node still has
@@ -32,6 +34,9 @@ func (j *job) checkAttachment(ctx context.Context) error {
 	a := j.rec.GetAttachment()
 	if a == nil || a.GetState() != stateAttached || firstPublished(j.rec) == nil {
 		return nil
+	}
+	if err := j.recordAttachment(ctx, a); err != nil {
+		j.log.Warn("could not record this node's attachment in the fleet again", "error", err)
 	}
 	ctrl, _, err := j.controllerClient(ctx, a.GetControllerSocket())
 	if err != nil {

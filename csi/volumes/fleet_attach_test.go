@@ -161,12 +161,8 @@ func TestADeadNodesAttachmentOfAVolumeInUseHereIsDetachedFromHere(t *testing.T) 
 	srv := etcdtest.Start(t)
 	storageSys := newStorageSystem(t)
 	n1, n2 := newLifecycleNode(t, srv, storageSys, "n1"), newLifecycleNode(t, srv, storageSys, "n2")
-	v := catalog.NewCSIVolume("mw", 0)
-	v.PluginID, v.ExternalID = "hp", n2.plugin.createVolume("mw")
-	v.AccessMode, v.AttachmentMode = catalog.AccessModeMultiNodeMultiWriter, catalog.AttachmentModeFileSystem
-	_, err := n2.store.RegisterVolume(ctx, v)
-	require.NoError(t, err)
-	_, err = n1.manager.Mount(ctx, "", "mw", "web-1", false)
+	v := n2.createAndRegister(t, "mw", catalog.AccessModeMultiNodeMultiWriter)
+	_, err := n1.manager.Mount(ctx, "", "mw", "web-1", false)
 	require.NoError(t, err)
 	res, err := n2.manager.Mount(ctx, "", "mw", "web-2", false)
 	require.NoError(t, err)
@@ -200,4 +196,39 @@ func gcPastTheGrace(t *testing.T, store *fleet.Store) []fleet.Freed {
 	freed, err := gc.Step(ctx, now.Add(2*time.Minute))
 	require.NoError(t, err)
 	return freed
+}
+
+// TestARestartRecordsAnAttachmentTheFleetLost restarts a node whose
+// attachment etcd no longer holds (restored from an older backup): the
+// start-up reconcile records it again, so that the fleet keeps refusing
+// the volume to another node while it is attached here.
+func TestARestartRecordsAnAttachmentTheFleetLost(t *testing.T) {
+	srv := etcdtest.Start(t)
+	storageSys := newStorageSystem(t)
+	n1 := newLifecycleNode(t, srv, storageSys, "n1")
+	n1.createAndRegister(t, "db", catalog.AccessModeSingleNodeWriter)
+	_, err := n1.manager.Mount(ctx, "", "db", "web-1", false)
+	require.NoError(t, err)
+	lost, err := n1.store.Detach(ctx, "", "db", "n1")
+	require.NoError(t, err)
+	require.Empty(t, lost.Attachments)
+
+	n1.restart()
+	require.Eventually(t, func() bool {
+		got, err := n1.store.GetVolume(ctx, "default", "db")
+		return err == nil && got.Attachments["n1"] != nil && got.Attachments["n1"].State == catalog.AttachmentStateAttached
+	}, wait, 20*time.Millisecond, "the reconcile at start records the attachment again")
+	require.NoError(t, n1.manager.Unmount(ctx, "", "db", "web-1"))
+}
+
+// createAndRegister creates volume id with n's plugin and registers it in
+// the fleet, of plugin "hp", with access mode mode.
+func (n *lifecycleNode) createAndRegister(t *testing.T, id string, mode catalog.AccessMode) *catalog.CSIVolume {
+	t.Helper()
+	v := catalog.NewCSIVolume(id, 0)
+	v.PluginID, v.ExternalID = "hp", n.plugin.createVolume(id)
+	v.AccessMode, v.AttachmentMode = mode, catalog.AttachmentModeFileSystem
+	_, err := n.store.RegisterVolume(ctx, v)
+	require.NoError(t, err)
+	return v
 }
