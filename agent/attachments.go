@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,65 +44,53 @@ func (c fleetVolumeCatalog) RecordAttachment(ctx context.Context, namespace, id,
 	return catalogError(err)
 }
 
-// ForgetAttachment removes from the fleet the attachments whose plugin
-// node ID is externalNodeID; a volume that is gone holds none.
-func (c fleetVolumeCatalog) ForgetAttachment(ctx context.Context, namespace, id, externalNodeID string) error {
-	v, err := c.fleet.GetVolume(ctx, namespace, id)
+// ForgetAttachment removes the attachment of node (this one when empty)
+// from the fleet; a volume that is gone holds none.
+func (c fleetVolumeCatalog) ForgetAttachment(ctx context.Context, namespace, id, node string) error {
+	_, err := c.fleet.Detach(ctx, namespace, id, cmp.Or(node, c.node))
 	if errors.Is(err, catalog.ErrVolumeNotFound) {
 		return nil
 	}
-	if err != nil {
-		return catalogError(err)
-	}
-	for _, a := range v.Attachments {
-		if a.ExternalNodeID != externalNodeID {
-			continue
-		}
-		if _, err := c.fleet.Detach(ctx, namespace, id, a.NodeID); err != nil && !errors.Is(err, catalog.ErrVolumeNotFound) {
-			return catalogError(err)
-		}
-	}
-	return nil
+	return catalogError(err)
 }
 
 // DetachTarget resolves an operator's detach from node against the
 // fleet's attachments: only a node that is down and holds no claim on the
 // volume may be detached from another node.
-func (c fleetVolumeCatalog) DetachTarget(ctx context.Context, namespace, id, node string) (string, bool, error) {
+func (c fleetVolumeCatalog) DetachTarget(ctx context.Context, namespace, id, node string) (string, string, error) {
 	v, err := c.fleet.GetVolume(ctx, namespace, id)
 	if err != nil {
-		return "", false, catalogError(err)
+		return "", "", catalogError(err)
 	}
-	named := attachmentsNamed(v, node)
-	if len(named) == 0 {
-		return node, false, nil
+	a := attachmentNamed(v, node)
+	if a == nil {
+		return node, "", nil
 	}
-	a := named[0]
 	up, err := c.fleet.NodeUp(ctx, a.NodeID)
 	if err != nil {
-		return "", false, catalogError(err)
+		return "", "", catalogError(err)
 	}
 	if up {
-		return "", false, fmt.Errorf("%w: volume %s/%s is attached to node %s, which is up: that node detaches it itself once its last alloc unmounts it (its GC step retries a detach that failed); detach from another node only once it is down",
+		return "", "", fmt.Errorf("%w: volume %s/%s is attached to node %s, which is up: that node detaches it itself once its last alloc unmounts it (its GC step retries a detach that failed); detach from another node only once it is down",
 			volumes.ErrInUse, v.Namespace, v.ID, a.NodeID)
 	}
 	if allocs := claimsOf(v, a.NodeID); len(allocs) > 0 {
-		return "", false, fmt.Errorf("%w: node %s is down, but allocs %s still hold claims on volume %s/%s there: the fleet's GC frees them once the node has been down for the grace period (-cluster-gc-grace), or release them with `plugvisor volume release %s ALLOC`",
+		return "", "", fmt.Errorf("%w: node %s is down, but allocs %s still hold claims on volume %s/%s there: the fleet's GC frees them once the node has been down for the grace period (-cluster-gc-grace), or release them with `plugvisor volume release %s ALLOC`",
 			volumes.ErrInUse, a.NodeID, strings.Join(allocs, ", "), v.Namespace, v.ID, v.ID)
 	}
-	return a.ExternalNodeID, true, nil
+	return a.ExternalNodeID, a.NodeID, nil
 }
 
-// attachmentsNamed are v's attachments to node, named by its node ID or by
-// its plugin node ID, sorted by node.
-func attachmentsNamed(v *model.CSIVolume, node string) []*model.Attachment {
-	var out []*model.Attachment
+// attachmentNamed is v's attachment to node, named by its node ID or by
+// its plugin node ID (the first by node ID when several share one), or
+// nil.
+func attachmentNamed(v *model.CSIVolume, node string) *model.Attachment {
 	for _, n := range slices.Sorted(maps.Keys(v.Attachments)) {
 		if a := v.Attachments[n]; a.NodeID == node || a.ExternalNodeID == node {
-			out = append(out, a)
+			return a
 		}
 	}
-	return out
+	return nil
 }
 
 // claimsOf are the allocs with a claim on v, held or being released, on

@@ -77,15 +77,14 @@ func (j *job) recordAttachment(ctx context.Context, a *messages.VolumeAttachment
 	return fleet.RecordAttachment(ctx, j.key.namespace, j.key.id, a.GetNodeId(), a.GetState() == stateAttached)
 }
 
-// forgetAttachment removes this node's attachment, whose plugin node ID is
-// externalNodeID, from the fleet's catalog (cluster mode), once the
-// controller has unpublished it.
-func (j *job) forgetAttachment(ctx context.Context, externalNodeID string) error {
+// forgetAttachment removes this node's attachment from the fleet's
+// catalog (cluster mode), once the controller has unpublished it.
+func (j *job) forgetAttachment(ctx context.Context) error {
 	fleet, ok := j.env.catalog.(Attachments)
 	if !ok {
 		return nil
 	}
-	return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, externalNodeID)
+	return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, "")
 }
 
 // noteAttachment records want as the attachment's last error, clearing

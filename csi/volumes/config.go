@@ -80,16 +80,18 @@ type Attachments interface {
 	// attached it. A refusal (another node holds the attachment of a
 	// single-node volume) matches ErrClaimRefused.
 	RecordAttachment(ctx context.Context, namespace, id, externalNodeID string, attached bool) error
-	// ForgetAttachment records that the volume is detached from the node,
-	// this one or another, whose plugin node ID is externalNodeID.
-	ForgetAttachment(ctx context.Context, namespace, id, externalNodeID string) error
+	// ForgetAttachment records that the volume is detached from the fleet
+	// node node: this one when node is empty, or the one DetachTarget
+	// named.
+	ForgetAttachment(ctx context.Context, namespace, id, node string) error
 	// DetachTarget is the plugin node ID an operator's detach of the
 	// volume from node sends to the controller. For a node of the fleet
 	// with a recorded attachment (named by its node ID or its plugin node
-	// ID), it is the recorded plugin node ID, with recorded true, once the
-	// node is down and holds no claim on the volume (ErrInUse while it is
-	// up or holds one); any other name is taken as a plugin node ID.
-	DetachTarget(ctx context.Context, namespace, id, node string) (target string, recorded bool, err error)
+	// ID), it is the recorded plugin node ID, with that fleet node as
+	// recorded, once the node is down and holds no claim on the volume
+	// (ErrInUse while it is up or holds one); any other name is taken as a
+	// plugin node ID, and recorded is empty.
+	DetachTarget(ctx context.Context, namespace, id, node string) (target, recorded string, err error)
 }
 
 // Defaults of Config.

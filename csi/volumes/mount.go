@@ -308,7 +308,7 @@ func (j *job) release(ctx context.Context, alloc string) error {
 func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 	own := j.rec.GetAttachment() != nil && j.rec.GetAttachment().GetNodeId() == nodeID
 	fleet, inFleet := j.env.catalog.(Attachments)
-	another := false
+	another := "" // the fleet node whose recorded attachment this is
 	if inFleet && !own {
 		target, recorded, err := fleet.DetachTarget(ctx, j.key.namespace, j.key.id, nodeID)
 		if err != nil {
@@ -316,7 +316,7 @@ func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 		}
 		nodeID, another = target, recorded
 	}
-	if allocs := publishedAllocs(j.rec); !another && (len(allocs) > 0 || j.rec.GetStage() != nil) {
+	if allocs := publishedAllocs(j.rec); another == "" && (len(allocs) > 0 || j.rec.GetStage() != nil) {
 		return fmt.Errorf("%w: volume %s is staged or published on this node (allocs %v); unmount them first", ErrInUse, j.key, allocs)
 	}
 	vol, err := j.volume(ctx)
@@ -344,9 +344,9 @@ func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 	if err != nil && !errors.Is(err, csi.ErrNotFound) {
 		return err
 	}
-	j.log.Info("volume detached from another node", "node_id", nodeID)
-	if inFleet {
-		return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, nodeID)
+	j.log.Info("volume detached from another node", "node_id", nodeID, "fleet_node", another)
+	if another != "" {
+		return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, another)
 	}
 	return nil
 }

@@ -156,7 +156,7 @@ func (j *job) detach(ctx context.Context) error {
 	}
 	err := j.controllerUnpublish(ctx, a)
 	if err == nil || errors.Is(err, csi.ErrNotFound) {
-		err = j.forgetAttachment(ctx, a.GetNodeId())
+		err = j.forgetAttachment(ctx)
 	}
 	if err != nil {
 		a.LastError = err.Error()
