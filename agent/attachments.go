@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -55,8 +54,10 @@ func (c fleetVolumeCatalog) ForgetAttachment(ctx context.Context, namespace, id,
 }
 
 // DetachTarget resolves an operator's detach from node against the
-// fleet's attachments: only a node that is down and holds no claim on the
-// volume may be detached from another node.
+// fleet's attachments and, for a recorded one, marks it detaching
+// (Fleet.MarkDetaching), which holds only while that node is down and
+// claims nothing: a node that comes back keeps its attachment, and cannot
+// attach again until the detach is done.
 func (c fleetVolumeCatalog) DetachTarget(ctx context.Context, namespace, id, node string) (string, string, error) {
 	v, err := c.fleet.GetVolume(ctx, namespace, id)
 	if err != nil {
@@ -66,17 +67,11 @@ func (c fleetVolumeCatalog) DetachTarget(ctx context.Context, namespace, id, nod
 	if a == nil {
 		return node, "", nil
 	}
-	up, err := c.fleet.NodeUp(ctx, a.NodeID)
-	if err != nil {
+	if _, err := c.fleet.MarkDetaching(ctx, namespace, id, a.NodeID); err != nil {
+		if errors.Is(err, catalog.ErrVolumeInUse) {
+			return "", "", fmt.Errorf("%w: %w", volumes.ErrInUse, err)
+		}
 		return "", "", catalogError(err)
-	}
-	if up {
-		return "", "", fmt.Errorf("%w: volume %s/%s is attached to node %s, which is up: that node detaches it itself once its last alloc unmounts it (its GC step retries a detach that failed); detach from another node only once it is down",
-			volumes.ErrInUse, v.Namespace, v.ID, a.NodeID)
-	}
-	if allocs := claimsOf(v, a.NodeID); len(allocs) > 0 {
-		return "", "", fmt.Errorf("%w: node %s is down, but allocs %s still hold claims on volume %s/%s there: the fleet's GC frees them once the node has been down for the grace period (-cluster-gc-grace), or release them with `plugvisor volume release %s ALLOC`",
-			volumes.ErrInUse, a.NodeID, strings.Join(allocs, ", "), v.Namespace, v.ID, v.ID)
 	}
 	return a.ExternalNodeID, a.NodeID, nil
 }
@@ -91,21 +86,6 @@ func attachmentNamed(v *model.CSIVolume, node string) *model.Attachment {
 		}
 	}
 	return nil
-}
-
-// claimsOf are the allocs with a claim on v, held or being released, on
-// node, sorted.
-func claimsOf(v *model.CSIVolume, node string) []string {
-	var out []string
-	for _, m := range []map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
-		for alloc, c := range m {
-			if c.NodeID == node {
-				out = append(out, alloc)
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // detachStranded detaches the fleet's stranded attachments (attachments

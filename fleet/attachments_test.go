@@ -151,3 +151,61 @@ func TestStrandedAttachmentsAreThoseOfDownNodesWithoutClaims(t *testing.T) {
 	require.Equal(t, []fleet.Stranded{{Namespace: "default", VolumeID: "shared", PluginID: "ebs", Attachment: attached("node-c")}}, stranded,
 		"node-b is down but its alloc still claims the volume; node-c is down with no claim")
 }
+
+// TestADetachFromAnotherNodeHoldsOnlyWhileThatNodeIsDownAndClaimsNothing
+// is a node that comes back while another node detaches its stranded
+// attachment: marking the attachment detaching is refused in the
+// transaction while the node is up or claims the volume, and once it is
+// marked, the node's own attachment is refused until the detach is done,
+// so no ControllerUnpublishVolume runs under a node that uses the volume.
+func TestADetachFromAnotherNodeHoldsOnlyWhileThatNodeIsDownAndClaimsNothing(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, c := open(t, srv, "node-a"), open(t, srv, "node-c")
+	healthyNode(t, a)
+	healthyNode(t, c)
+	ctx := testCtx(t)
+	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
+	_, err := c.Claim(ctx, "", "db", writeClaim("alloc-1", "node-c"))
+	require.NoError(t, err)
+	_, err = c.Attach(ctx, "", "db", attached("node-c"))
+	require.NoError(t, err)
+
+	_, err = a.MarkDetaching(ctx, "", "db", "node-c")
+	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorContains(t, err, "attached to node node-c, which is up")
+	require.NoError(t, c.Close())
+	_, err = a.MarkDetaching(ctx, "", "db", "node-c")
+	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorContains(t, err, "allocs alloc-1 still hold claims")
+
+	// The claim is freed; node-c comes back and claims again before the
+	// detach: the mark is refused.
+	_, err = a.Release(ctx, "", "db", free("alloc-1"))
+	require.NoError(t, err)
+	back := open(t, srv, "node-c")
+	healthyNode(t, back)
+	_, err = back.Claim(ctx, "", "db", writeClaim("alloc-2", "node-c"))
+	require.NoError(t, err)
+	_, err = a.MarkDetaching(ctx, "", "db", "node-c")
+	require.ErrorIs(t, err, catalog.ErrVolumeInUse, "a node that is up again keeps its attachment")
+
+	// Down again, claim freed: the mark holds, and node-c's attachment is
+	// refused until the detach is done.
+	_, err = a.Release(ctx, "", "db", free("alloc-2"))
+	require.NoError(t, err)
+	require.NoError(t, back.Close())
+	v, err := a.MarkDetaching(ctx, "", "db", "node-c")
+	require.NoError(t, err)
+	require.Equal(t, model.AttachmentStateDetaching, v.Attachments["node-c"].State)
+	again := open(t, srv, "node-c")
+	healthyNode(t, again)
+	_, err = again.Claim(ctx, "", "db", writeClaim("alloc-3", "node-c"))
+	require.NoError(t, err)
+	_, err = again.Attach(ctx, "", "db", attached("node-c"))
+	require.ErrorIs(t, err, model.ErrAttachConflict)
+	require.ErrorContains(t, err, "is being detached")
+	_, err = a.Detach(ctx, "", "db", "node-c")
+	require.NoError(t, err)
+	_, err = again.Attach(ctx, "", "db", attached("node-c"))
+	require.NoError(t, err, "once detached, the node attaches again")
+}

@@ -126,7 +126,7 @@ func (g *GC) Step(ctx context.Context, now time.Time) ([]Freed, error) {
 	}
 	down := map[string]bool{}
 	for _, v := range volumes {
-		for _, c := range allClaims(v) {
+		for _, c := range v.AllClaims() {
 			if !live[c.NodeID] {
 				down[c.NodeID] = true
 			}
@@ -160,7 +160,7 @@ func (g *GC) Step(ctx context.Context, now time.Time) ([]Freed, error) {
 
 // freeNode frees every claim of node on v, unless node is up again.
 func (g *GC) freeNode(ctx context.Context, v *model.CSIVolume, node string, down time.Duration) ([]Freed, error) {
-	if !slices.ContainsFunc(allClaims(v), func(c *model.Claim) bool { return c.NodeID == node }) {
+	if !slices.ContainsFunc(v.AllClaims(), func(c *model.Claim) bool { return c.NodeID == node }) {
 		return nil, nil
 	}
 	var freed []Freed
@@ -178,7 +178,7 @@ func (g *GC) freeNode(ctx context.Context, v *model.CSIVolume, node string, down
 			return v, etcdErr(err)
 		}
 		changed := v.Copy()
-		for _, c := range allClaims(v) {
+		for _, c := range v.AllClaims() {
 			if c.NodeID == node && changed.GC(c.AllocID) {
 				freed = append(freed, Freed{Namespace: v.Namespace, VolumeID: v.ID, AllocID: c.AllocID, NodeID: node})
 			}
@@ -198,17 +198,6 @@ func (g *GC) freeNode(ctx context.Context, v *model.CSIVolume, node string, down
 	return freed, nil
 }
 
-// allClaims are the claims of v, held or past, sorted by alloc.
-func allClaims(v *model.CSIVolume) []*model.Claim {
-	var out []*model.Claim
-	for _, m := range []map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
-		for _, alloc := range slices.Sorted(maps.Keys(m)) {
-			out = append(out, m[alloc])
-		}
-	}
-	return out
-}
-
 // Stranded is an attachment of a volume to a node that is down and holds
 // no claim on it: no alloc there will unmount it, so the plugin's
 // controller must detach it from another node.
@@ -218,9 +207,9 @@ type Stranded struct {
 }
 
 // Stranded returns the attachments of down nodes that hold no claim, held
-// or being released, on their volume, sorted by volume, then node. A down
-// node's claims are freed by GC once its grace is over; its attachments
-// then show here.
+// or being released, on their volume, and those another node began to
+// detach (MarkDetaching), sorted by volume, then node. A down node's claims
+// are freed by GC once its grace is over; its attachments then show here.
 func (s *Store) Stranded(ctx context.Context) ([]Stranded, error) {
 	volumes, live, err := s.volumesAndNodes(ctx, func(v *model.CSIVolume) bool { return len(v.Attachments) > 0 })
 	if err != nil {
@@ -229,7 +218,8 @@ func (s *Store) Stranded(ctx context.Context) ([]Stranded, error) {
 	var out []Stranded
 	for _, v := range volumes {
 		for _, node := range slices.Sorted(maps.Keys(v.Attachments)) {
-			if !live[node] && !slices.ContainsFunc(allClaims(v), func(c *model.Claim) bool { return c.NodeID == node }) {
+			detaching := v.Attachments[node].State == model.AttachmentStateDetaching
+			if detaching || !live[node] && !slices.ContainsFunc(v.AllClaims(), func(c *model.Claim) bool { return c.NodeID == node }) {
 				out = append(out, Stranded{Namespace: v.Namespace, VolumeID: v.ID, PluginID: v.PluginID, Attachment: v.Attachments[node]})
 			}
 		}
@@ -240,7 +230,7 @@ func (s *Store) Stranded(ctx context.Context) ([]Stranded, error) {
 // claimsAndNodes reads, at one revision, the volumes with claims and the
 // set of live nodes.
 func (s *Store) claimsAndNodes(ctx context.Context) ([]*model.CSIVolume, map[string]bool, error) {
-	return s.volumesAndNodes(ctx, func(v *model.CSIVolume) bool { return len(allClaims(v)) > 0 })
+	return s.volumesAndNodes(ctx, func(v *model.CSIVolume) bool { return len(v.AllClaims()) > 0 })
 }
 
 // volumesAndNodes reads, at one revision, the volumes keep keeps and the

@@ -138,6 +138,33 @@ func (s *Store) Detach(ctx context.Context, namespace, id, node string) (*model.
 	return s.changeVolume(ctx, "detach", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return catalog.DetachOn(v, node) })
 }
 
+// MarkDetaching marks the attachment of the volume to node as being
+// detached by this node (catalog.MarkDetachingOn), before
+// ControllerUnpublishVolume: in a transaction that also holds only while
+// node is down, so a node that comes back keeps its attachment, and, once
+// marked, cannot attach the volume again until Detach.
+func (s *Store) MarkDetaching(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
+	if err := names.Check("node ID", node); err != nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%v", err)
+	}
+	nodeKey := s.keys.node(node)
+	nodeGone := clientv3.Compare(clientv3.CreateRevision(nodeKey), "=", 0)
+	ns, err := catalog.VolumeKey(namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.update(ctx, "mark detaching", ns, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		if v == nil {
+			return nil, catalog.NotFound(ns, id)
+		}
+		up, err := s.client.Get(ctx, nodeKey, clientv3.WithCountOnly())
+		if err != nil {
+			return nil, etcdErr(err)
+		}
+		return catalog.MarkDetachingOn(v, node, up.Count > 0)
+	}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return []clientv3.Cmp{nodeGone}, nil })
+}
+
 func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c *model.Claim,
 	rule func(*model.CSIVolume, *model.Claim) (*model.CSIVolume, error)) (*model.CSIVolume, error) {
 	if c == nil {

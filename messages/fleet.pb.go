@@ -329,6 +329,54 @@ func (x *FleetAttachVolume) GetAttachment() *CatalogAttachment {
 	return nil
 }
 
+// FleetMarkDetaching asks the grain to mark the attachment of its volume
+// to node_id as being detached by the asking node: only while that node is
+// down and claims nothing; it cannot attach the volume again until
+// FleetDetachVolume.
+type FleetMarkDetaching struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetMarkDetaching) Reset() {
+	*x = FleetMarkDetaching{}
+	mi := &file_messages_fleet_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetMarkDetaching) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetMarkDetaching) ProtoMessage() {}
+
+func (x *FleetMarkDetaching) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetMarkDetaching.ProtoReflect.Descriptor instead.
+func (*FleetMarkDetaching) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FleetMarkDetaching) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 // FleetDetachVolume asks the grain to remove the attachment of its volume
 // to node_id, once the controller has unpublished it from that node.
 type FleetDetachVolume struct {
@@ -340,7 +388,7 @@ type FleetDetachVolume struct {
 
 func (x *FleetDetachVolume) Reset() {
 	*x = FleetDetachVolume{}
-	mi := &file_messages_fleet_proto_msgTypes[7]
+	mi := &file_messages_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +400,7 @@ func (x *FleetDetachVolume) String() string {
 func (*FleetDetachVolume) ProtoMessage() {}
 
 func (x *FleetDetachVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_fleet_proto_msgTypes[7]
+	mi := &file_messages_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +413,7 @@ func (x *FleetDetachVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDetachVolume.ProtoReflect.Descriptor instead.
 func (*FleetDetachVolume) Descriptor() ([]byte, []int) {
-	return file_messages_fleet_proto_rawDescGZIP(), []int{7}
+	return file_messages_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FleetDetachVolume) GetNodeId() string {
@@ -390,7 +438,7 @@ type FleetVolumeResponse struct {
 
 func (x *FleetVolumeResponse) Reset() {
 	*x = FleetVolumeResponse{}
-	mi := &file_messages_fleet_proto_msgTypes[8]
+	mi := &file_messages_fleet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +450,7 @@ func (x *FleetVolumeResponse) String() string {
 func (*FleetVolumeResponse) ProtoMessage() {}
 
 func (x *FleetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_fleet_proto_msgTypes[8]
+	mi := &file_messages_fleet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +463,7 @@ func (x *FleetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*FleetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_fleet_proto_rawDescGZIP(), []int{8}
+	return file_messages_fleet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FleetVolumeResponse) GetVolume() *CatalogVolume {
@@ -457,7 +505,9 @@ const file_messages_fleet_proto_rawDesc = "" +
 	"\x11FleetAttachVolume\x12E\n" +
 	"\n" +
 	"attachment\x18\x01 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\n" +
-	"attachment\",\n" +
+	"attachment\"-\n" +
+	"\x12FleetMarkDetaching\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\",\n" +
 	"\x11FleetDetachVolume\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xa0\x01\n" +
 	"\x13FleetVolumeResponse\x129\n" +
@@ -477,7 +527,7 @@ func file_messages_fleet_proto_rawDescGZIP() []byte {
 	return file_messages_fleet_proto_rawDescData
 }
 
-var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_messages_fleet_proto_goTypes = []any{
 	(*FleetClaimVolume)(nil),          // 0: plugvisor.messages.FleetClaimVolume
 	(*FleetReleaseVolume)(nil),        // 1: plugvisor.messages.FleetReleaseVolume
@@ -486,20 +536,21 @@ var file_messages_fleet_proto_goTypes = []any{
 	(*FleetMarkVolumeDeleting)(nil),   // 4: plugvisor.messages.FleetMarkVolumeDeleting
 	(*FleetRecordVolumeCapacity)(nil), // 5: plugvisor.messages.FleetRecordVolumeCapacity
 	(*FleetAttachVolume)(nil),         // 6: plugvisor.messages.FleetAttachVolume
-	(*FleetDetachVolume)(nil),         // 7: plugvisor.messages.FleetDetachVolume
-	(*FleetVolumeResponse)(nil),       // 8: plugvisor.messages.FleetVolumeResponse
-	(*CatalogClaim)(nil),              // 9: plugvisor.messages.CatalogClaim
-	(*CatalogVolume)(nil),             // 10: plugvisor.messages.CatalogVolume
-	(*CatalogAttachment)(nil),         // 11: plugvisor.messages.CatalogAttachment
-	(*CatalogError)(nil),              // 12: plugvisor.messages.CatalogError
+	(*FleetMarkDetaching)(nil),        // 7: plugvisor.messages.FleetMarkDetaching
+	(*FleetDetachVolume)(nil),         // 8: plugvisor.messages.FleetDetachVolume
+	(*FleetVolumeResponse)(nil),       // 9: plugvisor.messages.FleetVolumeResponse
+	(*CatalogClaim)(nil),              // 10: plugvisor.messages.CatalogClaim
+	(*CatalogVolume)(nil),             // 11: plugvisor.messages.CatalogVolume
+	(*CatalogAttachment)(nil),         // 12: plugvisor.messages.CatalogAttachment
+	(*CatalogError)(nil),              // 13: plugvisor.messages.CatalogError
 }
 var file_messages_fleet_proto_depIdxs = []int32{
-	9,  // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	9,  // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	10, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	11, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
-	10, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	12, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	10, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	10, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	11, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	12, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
+	11, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	13, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
 	6,  // [6:6] is the sub-list for method output_type
 	6,  // [6:6] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -519,7 +570,7 @@ func file_messages_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_fleet_proto_rawDesc), len(file_messages_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

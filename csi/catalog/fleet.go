@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -34,8 +36,11 @@ type Fleet interface {
 	// Detach removes the attachment to node, atomically: once
 	// ControllerUnpublishVolume has succeeded.
 	Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error)
-	// NodeUp reports whether node is up: its lease is live.
-	NodeUp(ctx context.Context, node string) (bool, error)
+	// MarkDetaching marks the attachment to node as being detached by
+	// this node, atomically, before ControllerUnpublishVolume: refused
+	// (ErrVolumeInUse) while node is up or holds a claim on the volume;
+	// node cannot attach the volume again until Detach.
+	MarkDetaching(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error)
 	// CheckRoom is nil when the volume (namespace, id) could be registered
 	// now as far as the fleet's volume limit goes, else ErrVolumeLimit.
 	CheckRoom(ctx context.Context, namespace, id string) error
@@ -202,5 +207,37 @@ func DetachOn(v *model.CSIVolume, node string) (*model.CSIVolume, error) {
 	}
 	changed := v.Copy()
 	changed.Detach(node)
+	return changed, nil
+}
+
+// MarkDetachingOn marks v's attachment to node as being detached by
+// another node, by the catalog's rules: while node is up (up) or holds a
+// claim on v, held or being released, it is refused with ErrVolumeInUse
+// naming the remedy. An attachment marked already stays so (the detach
+// goes on whatever node does since: it cannot attach meanwhile), and no
+// attachment changes nothing. It returns a changed copy of v, or v itself
+// when nothing changes; v is never changed.
+func MarkDetachingOn(v *model.CSIVolume, node string, up bool) (*model.CSIVolume, error) {
+	a := v.Attachments[node]
+	if a == nil || a.State == model.AttachmentStateDetaching {
+		return v, nil
+	}
+	if up {
+		return nil, catalogErrorf(ErrVolumeInUse, "volume %s/%s is attached to node %s, which is up: that node detaches it itself once its last alloc unmounts it (its GC step retries a detach that failed); detach from another node only once it is down",
+			v.Namespace, v.ID, node)
+	}
+	var allocs []string
+	for _, c := range v.AllClaims() {
+		if c.NodeID == node {
+			allocs = append(allocs, c.AllocID)
+		}
+	}
+	slices.Sort(allocs)
+	if allocs = slices.Compact(allocs); len(allocs) > 0 { // a claim being released is held still
+		return nil, catalogErrorf(ErrVolumeInUse, "node %s is down, but allocs %s still hold claims on volume %s/%s there: the fleet's GC frees them once the node has been down for the grace period (-cluster-gc-grace), or release them with `plugvisor volume release %s ALLOC`",
+			node, strings.Join(allocs, ", "), v.Namespace, v.ID, v.ID)
+	}
+	changed := v.Copy()
+	changed.MarkDetaching(node)
 	return changed, nil
 }

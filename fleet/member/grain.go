@@ -76,7 +76,7 @@ func (g *volumeGrain) Receive(ctx actor.Context) {
 		g.onStarted(ctx)
 	case *messages.FleetClaimVolume, *messages.FleetReleaseVolume, *messages.FleetRegisterVolume,
 		*messages.FleetDeregisterVolume, *messages.FleetMarkVolumeDeleting, *messages.FleetRecordVolumeCapacity,
-		*messages.FleetAttachVolume, *messages.FleetDetachVolume:
+		*messages.FleetAttachVolume, *messages.FleetMarkDetaching, *messages.FleetDetachVolume:
 		g.onRequest(ctx, msg.(proto.Message))
 	case *grainDone:
 		g.onDone(ctx, msg)
@@ -141,6 +141,8 @@ func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 		v, err = store.RecordVolumeCapacity(ctx, g.namespace, g.id, m.GetCapacityBytes())
 	case *messages.FleetAttachVolume:
 		v, err = store.Attach(ctx, g.namespace, g.id, model.AttachmentFromProto(m.GetAttachment()))
+	case *messages.FleetMarkDetaching:
+		v, err = store.MarkDetaching(ctx, g.namespace, g.id, m.GetNodeId())
 	case *messages.FleetDetachVolume:
 		v, err = store.Detach(ctx, g.namespace, g.id, m.GetNodeId())
 	}

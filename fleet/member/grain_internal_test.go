@@ -166,6 +166,8 @@ func TestAGrainRecordsAndRemovesAttachments(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ask(attach("b"))
 	require.ErrorIs(t, err, model.ErrAttachConflict)
+	_, err = ask(&messages.FleetMarkDetaching{NodeId: "a"})
+	require.ErrorIs(t, err, catalog.ErrVolumeInUse, "node a is up: its attachment is not another node's to detach")
 	got, err = ask(&messages.FleetDetachVolume{NodeId: "a"})
 	require.NoError(t, err)
 	require.Empty(t, got.Attachments)

@@ -96,9 +96,10 @@ func (r *Router) Detach(ctx context.Context, namespace, id, node string) (*model
 	return r.change(ctx, namespace, id, &messages.FleetDetachVolume{NodeId: node})
 }
 
-// NodeUp reads whether node is up from etcd.
-func (r *Router) NodeUp(ctx context.Context, node string) (bool, error) {
-	return r.member.store.Load().NodeUp(ctx, node)
+// MarkDetaching marks the attachment to node as being detached through
+// the volume's grain.
+func (r *Router) MarkDetaching(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
+	return r.change(ctx, namespace, id, &messages.FleetMarkDetaching{NodeId: node})
 }
 
 // CheckRoom reads the fleet's volume limit from etcd.

@@ -19,6 +19,10 @@ const (
 	// AttachmentStateAttached: the controller published the volume to the
 	// node.
 	AttachmentStateAttached AttachmentState = "attached"
+	// AttachmentStateDetaching: another node is detaching the volume from
+	// this one, which is down and holds no claim on it; the node cannot
+	// attach it again until the detach is done.
+	AttachmentStateDetaching AttachmentState = "detaching"
 )
 
 // maxExternalNodeID is the CSI spec's bound on a node ID.
@@ -60,9 +64,9 @@ func (a *Attachment) check() *catalogError {
 	case a.ExternalNodeID == "" || len(a.ExternalNodeID) > maxExternalNodeID:
 		return errorf(ErrInvalidAttachment, "attachment to node %s: the plugin's node ID must be 1 to %d bytes, not %d",
 			a.NodeID, maxExternalNodeID, len(a.ExternalNodeID))
-	case a.State != AttachmentStateAttaching && a.State != AttachmentStateAttached:
-		return errorf(ErrInvalidAttachment, "attachment to node %s: state %q is neither %q nor %q",
-			a.NodeID, a.State, AttachmentStateAttaching, AttachmentStateAttached)
+	case a.State != AttachmentStateAttaching && a.State != AttachmentStateAttached && a.State != AttachmentStateDetaching:
+		return errorf(ErrInvalidAttachment, "attachment to node %s: state %q is not %q, %q or %q",
+			a.NodeID, a.State, AttachmentStateAttaching, AttachmentStateAttached, AttachmentStateDetaching)
 	}
 	if err := names.Check("node ID", a.NodeID); err != nil {
 		return errorf(ErrInvalidAttachment, "attachment: %v", err)
@@ -83,6 +87,10 @@ func (v *CSIVolume) Attach(a *Attachment) error {
 	if !slices.Contains(v.claimNodes(), a.NodeID) {
 		return errorf(ErrAttachRefused, "volume %s: node %s holds no claim on it: claim it before attaching it", v.ID, a.NodeID)
 	}
+	if old := v.Attachments[a.NodeID]; old != nil && old.State == AttachmentStateDetaching {
+		return errorf(ErrAttachConflict, "volume %s is being detached from node %s by another node, while node %s was down: retry once the detach is done",
+			v.ID, a.NodeID, a.NodeID)
+	}
 	if v.AccessMode.SingleNode() {
 		for _, node := range slices.Sorted(maps.Keys(v.Attachments)) {
 			if other := v.Attachments[node]; node != a.NodeID {
@@ -97,6 +105,19 @@ func (v *CSIVolume) Attach(a *Attachment) error {
 	}
 	v.Attachments[a.NodeID] = a.Copy()
 	return nil
+}
+
+// MarkDetaching marks v's attachment to node as being detached by another
+// node, so that node cannot attach v again meanwhile. It reports whether
+// there was an attachment to mark. Whether node may be detached from
+// another node (down, no claim) is the caller's to check.
+func (v *CSIVolume) MarkDetaching(node string) bool {
+	a := v.Attachments[node]
+	if a == nil {
+		return false
+	}
+	a.State = AttachmentStateDetaching
+	return true
 }
 
 // Detach removes the attachment of v to node; it reports whether there was

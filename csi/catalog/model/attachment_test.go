@@ -40,7 +40,7 @@ func TestAttachmentsFollowTheAccessMode(t *testing.T) {
 			want: ErrInvalidAttachment, text: "the plugin's node ID must be 1 to 256 bytes, not 0"},
 		{name: "an unknown state is invalid", mode: AccessModeSingleNodeWriter,
 			claims: []*Claim{writeClaim("a1", "n1")}, attach: attachment("n1", "detached"),
-			want: ErrInvalidAttachment, text: `state "detached" is neither "attaching" nor "attached"`},
+			want: ErrInvalidAttachment, text: `state "detached" is not "attaching", "attached" or "detaching"`},
 		{name: "a node ID with a separator is invalid", mode: AccessModeSingleNodeWriter,
 			claims: []*Claim{writeClaim("a1", "n1")}, attach: attachment("../n1", AttachmentStateAttached),
 			want: ErrInvalidAttachment, text: "node ID"},

@@ -112,6 +112,18 @@ func (v *CSIVolume) PluginVolumeID() string {
 	return v.ID
 }
 
+// AllClaims returns the claims of v, read, write, then past, each set
+// sorted by alloc.
+func (v *CSIVolume) AllClaims() []*Claim {
+	var out []*Claim
+	for _, m := range []map[string]*Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
+		for _, alloc := range slices.Sorted(maps.Keys(m)) {
+			out = append(out, m[alloc])
+		}
+	}
+	return out
+}
+
 // Claimants returns, sorted, the allocs with any claim on v: held, or on
 // its way to being freed.
 func (v *CSIVolume) Claimants() []string {
