@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,8 +14,12 @@ import (
 )
 
 // listPrefix starts the last error a reconcile records on an attachment
-// whose volume the controller no longer lists.
-const listPrefix = "ListVolumes: "
+// whose volume the controller no longer lists; fleetPrefix the one whose
+// attachment the fleet refuses again.
+const (
+	listPrefix  = "ListVolumes: "
+	fleetPrefix = "fleet: "
+)
 
 // maxListPages bounds how many pages of ListVolumes a reconcile reads
 // looking for one volume, so that a plugin whose next token never ends
@@ -35,7 +40,12 @@ func (j *job) checkAttachment(ctx context.Context) error {
 	if a == nil || a.GetState() != stateAttached || firstPublished(j.rec) == nil {
 		return nil
 	}
-	if err := j.recordAttachment(ctx, a); err != nil {
+	if err := j.recordAttachment(ctx, a); errors.Is(err, ErrClaimRefused) {
+		// The node was away: its claim freed and maybe another node
+		// holding the volume. Nothing is published to this node again.
+		j.log.Warn("the fleet refuses this node's attachment: the volume is not published to this node again", "error", err)
+		return j.noteAttachment(fleetPrefix + err.Error())
+	} else if err != nil {
 		j.log.Warn("could not record this node's attachment in the fleet again", "error", err)
 	}
 	ctrl, _, err := j.controllerClient(ctx, a.GetControllerSocket())
@@ -88,10 +98,11 @@ func (j *job) forgetAttachment(ctx context.Context) error {
 }
 
 // noteAttachment records want as the attachment's last error, clearing
-// one a listing recorded before; other errors stay.
+// one a reconcile recorded before; other errors stay.
 func (j *job) noteAttachment(want string) error {
 	a := j.rec.GetAttachment()
-	if a.GetLastError() == want || (want == "" && !strings.HasPrefix(a.GetLastError(), listPrefix)) {
+	last := a.GetLastError()
+	if last == want || (want == "" && !strings.HasPrefix(last, listPrefix) && !strings.HasPrefix(last, fleetPrefix)) {
 		return nil
 	}
 	a.LastError = want

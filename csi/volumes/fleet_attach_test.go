@@ -158,9 +158,7 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 // dead node: the dead node's attachment is its own, and this node's stage
 // and publishes do not stand in its way (nor are they touched).
 func TestADeadNodesAttachmentOfAVolumeInUseHereIsDetachedFromHere(t *testing.T) {
-	srv := etcdtest.Start(t)
-	storageSys := newStorageSystem(t)
-	n1, n2 := newLifecycleNode(t, srv, storageSys, "n1"), newLifecycleNode(t, srv, storageSys, "n2")
+	storageSys, n1, n2 := twoNodes(t)
 	v := n2.createAndRegister(t, "mw", catalog.AccessModeMultiNodeMultiWriter)
 	_, err := n1.manager.Mount(ctx, "", "mw", "web-1", false)
 	require.NoError(t, err)
@@ -231,4 +229,42 @@ func (n *lifecycleNode) createAndRegister(t *testing.T, id string, mode catalog.
 	_, err := n.store.RegisterVolume(ctx, v)
 	require.NoError(t, err)
 	return v
+}
+
+// TestARestartDoesNotAttachAgainWhatAnotherNodeNowHolds restarts a node
+// whose single-node volume another node attached meanwhile (its
+// attachment detached and its claim freed while it was down): the fleet
+// refuses the node's attachment again, and the reconcile records that as
+// the attachment's last error rather than publishing the volume to this
+// node through the controller a second time.
+func TestARestartDoesNotAttachAgainWhatAnotherNodeNowHolds(t *testing.T) {
+	storageSys, n1, n2 := twoNodes(t)
+	v := n1.createAndRegister(t, "db", catalog.AccessModeSingleNodeWriter)
+	_, err := n1.manager.Mount(ctx, "", "db", "web-1", false)
+	require.NoError(t, err)
+	// While n1 was away: its claim freed, its attachment detached, and n2
+	// holding the volume.
+	_, err = n2.store.Release(ctx, "", "db", &catalog.Claim{AllocID: "web-1", State: catalog.ClaimStateReadyToFree})
+	require.NoError(t, err)
+	_, err = n2.store.Detach(ctx, "", "db", "n1")
+	require.NoError(t, err)
+	storageSys.detach(v.ExternalID, "n1")
+	_, err = n2.store.Claim(ctx, "", "db", &catalog.Claim{AllocID: "web-2", NodeID: "n2", Mode: catalog.ClaimModeWrite, State: catalog.ClaimStateTaken})
+	require.NoError(t, err)
+	_, err = n2.store.Attach(ctx, "", "db", &catalog.Attachment{NodeID: "n2", ExternalNodeID: "n2", State: catalog.AttachmentStateAttached})
+	require.NoError(t, err)
+
+	n1.restart()
+	st := n1.settle("db")
+	require.Contains(t, st.Record.GetAttachment().GetLastError(), "fleet: volumes: claim refused", "the refusal shows in n1's status")
+	require.Empty(t, storageSys.nodes(v.ExternalID), "n1 did not publish the volume to itself again through the controller")
+}
+
+// twoNodes starts a fleet of nodes n1 and n2 on one etcd, with one storage
+// system.
+func twoNodes(t *testing.T) (*storageSystem, *lifecycleNode, *lifecycleNode) {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	storageSys := newStorageSystem(t)
+	return storageSys, newLifecycleNode(t, srv, storageSys, "n1"), newLifecycleNode(t, srv, storageSys, "n2")
 }
