@@ -365,6 +365,8 @@ func (a *Agent) startManagers() error {
 		Registry: a.registry,
 		Root:     filepath.Join(a.cfg.DataDir, "csi"),
 		Logger:   a.log,
+		NodeID:   a.cfg.NodeID,
+		OnFence:  a.onFence,
 
 		OperationTimeout: a.cfg.VolumeOperationTimeout,
 	})
@@ -372,6 +374,7 @@ func (a *Agent) startManagers() error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a.stops = append(a.stops, a.volumes.Shutdown)
+	a.followStanding()
 	if err := a.startGC(); err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func TestAClusterAgentDetachesAVolumeFromADeadNode(t *testing.T) {
 	a, err := agent.Start(agent.Config{DataDir: dataDir(t), Logger: probe.Logger(t), NodeID: "n1",
 		FingerprintInterval: 50 * time.Millisecond, ResyncInterval: time.Second,
 		Cluster: &agent.ClusterConfig{Etcd: srv.Endpoints(), Address: "127.0.0.1:0", LeaseTTL: fleet.MinLeaseTTL,
-			GCInterval: 100 * time.Millisecond, GCGrace: 500 * time.Millisecond}})
+			GCInterval: 100 * time.Millisecond, GCGrace: 2500 * time.Millisecond, FenceMargin: 400 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
 	// The plugins' gRPC servers start after the agent's cluster member,

@@ -40,6 +40,12 @@ type ClusterConfig struct {
 	// freed, and this node then detaches, through its controllers, the
 	// attachments those nodes leave behind.
 	GCInterval, GCGrace time.Duration
+	// FenceMargin is how long this node's fence may take to make its
+	// writers read-only once its lease may be lost (default
+	// DefaultFenceMargin): GCGrace must be longer than LeaseTTL plus
+	// FenceMargin (see checkFence). Every node of a fleet should use the
+	// same GCGrace.
+	FenceMargin time.Duration
 }
 
 // startCluster joins the fleet, when the config asks for cluster mode. It
@@ -53,6 +59,9 @@ func (a *Agent) startCluster() error {
 	if c.GCInterval < 0 || c.GCGrace < 0 {
 		return fmt.Errorf("%w: Cluster.GCInterval is %v and Cluster.GCGrace %v; give positive durations, or 0 for no GC and the default grace",
 			ErrInvalidConfig, c.GCInterval, c.GCGrace)
+	}
+	if err := checkFence(c); err != nil {
+		return err
 	}
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{

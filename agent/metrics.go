@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -30,6 +31,7 @@ type metrics struct {
 	fingerprints     *prometheus.HistogramVec
 	mounts           *prometheus.CounterVec
 	activations      *prometheus.CounterVec
+	fences           *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -82,15 +84,22 @@ func newMetrics() *metrics {
 			Name: "plugvisor_discovery_activation_failures_total",
 			Help: "Failed activations of discovered plugins, by plugin name and what follows: retry (fast backoff), slow (slow retry), wait (wait for the file to change).",
 		}, []string{"name", "then"}),
+		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plugvisor_volume_fence_events_total",
+			Help: "What became of mounts when this node's lease in the fleet was at risk, lost or renewed, by kind (claim-at-risk, claim-lost, fence-failed, claim-restored, claim-gone).",
+		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.registryWrites, m.registryLatency, m.registryBatch, m.eventsDelivered, m.subscribers,
-		m.instanceRestarts, m.instanceGiveUps, m.pluginHealthy, m.fingerprints, m.mounts, m.activations,
+		m.instanceRestarts, m.instanceGiveUps, m.pluginHealthy, m.fingerprints, m.mounts, m.activations, m.fences,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{"register", "deregister"} {
 		m.registryLatency.WithLabelValues(op)
 		for _, r := range results {
 			m.registryWrites.WithLabelValues(op, r)
 		}
+	}
+	for _, kind := range fenceKinds {
+		m.fences.WithLabelValues(string(kind))
 	}
 	for _, op := range mountOps {
 		for _, r := range results {
@@ -105,6 +114,9 @@ var results = []string{"ok", "error"}
 
 // mountOps are the operations the API counts in plugvisor_mount_operations_total.
 var mountOps = []string{"mount", "unmount", "docker-mount", "docker-unmount"}
+
+// fenceKinds are the values of plugvisor_volume_fence_events_total's "kind".
+var fenceKinds = []volumes.FenceKind{volumes.FenceClaimAtRisk, volumes.FenceClaimLost, volumes.FenceFailed, volumes.FenceClaimRestored, volumes.FenceClaimGone}
 
 // activationThens are what may follow a failed activation (discovery.Metrics).
 var activationThens = []string{"retry", "slow", "wait"}

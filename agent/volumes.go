@@ -36,14 +36,14 @@ func (c volumeCatalog) GetVolume(ctx context.Context, namespace, id string) (*vo
 		Namespace: v.Namespace, ID: v.ID, ExternalID: v.PluginVolumeID(), PluginID: v.PluginID,
 		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode,
 		Context: maps.Clone(v.Context), Secrets: maps.Clone(map[string]string(v.Secrets)),
-		Claims: map[string]model.ClaimMode{},
+		Claims: map[string]model.Claim{},
 	}
 	if o := v.MountOptions; o != nil {
 		out.FSType, out.MountFlags = o.FSType, slices.Clone(o.MountFlags)
 	}
 	for _, claims := range []map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
 		for alloc, claim := range claims {
-			out.Claims[alloc] = claim.Mode
+			out.Claims[alloc] = *claim
 		}
 	}
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -35,6 +36,10 @@ type lease struct {
 	mu  sync.Mutex
 	id  clientv3.LeaseID
 	fps []*messages.CSIFingerprint
+
+	// renewed is when etcd last answered a grant or a keep-alive of the
+	// lease (see standing.go).
+	renewed atomic.Pointer[time.Time]
 }
 
 // startLease grants the node's lease, puts its liveness key and starts
@@ -68,6 +73,7 @@ func (l *lease) grant(ctx context.Context) error {
 		return etcdErr(err)
 	}
 	l.id = granted.ID
+	l.touch()
 	return nil
 }
 
@@ -81,6 +87,7 @@ func (l *lease) keepAlive(ctx context.Context) {
 		l.mu.Unlock()
 		if answers, err := l.s.client.KeepAlive(ctx, id); err == nil {
 			for range answers {
+				l.touch()
 			}
 		}
 		if ctx.Err() != nil {
@@ -92,6 +99,12 @@ func (l *lease) keepAlive(ctx context.Context) {
 		}
 		l.s.log.Info("the node is up again under a new lease", "node", l.s.cfg.NodeID)
 	}
+}
+
+// touch notes that etcd renewed the lease just now.
+func (l *lease) touch() {
+	now := time.Now()
+	l.renewed.Store(&now)
 }
 
 // regrant grants a new lease, retrying until it succeeds (true) or ctx

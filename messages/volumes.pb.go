@@ -334,8 +334,14 @@ type VolumePublish struct {
 	ClaimedByMount bool   `protobuf:"varint,5,opt,name=claimed_by_mount,json=claimedByMount,proto3" json:"claimed_by_mount,omitempty"`
 	NodeSocket     string `protobuf:"bytes,6,opt,name=node_socket,json=nodeSocket,proto3" json:"node_socket,omitempty"`
 	LastError      string `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// fence is set while this node cannot vouch for the alloc's claim in the
+	// fleet (its lease was not renewed for a whole TTL, or the claim is gone):
+	// what the fence did to the target ("read-only: …", or why the kernel
+	// refused). A fenced publish is never made writable nor published again
+	// until the fleet's claims say it is still this node's.
+	Fence         string `protobuf:"bytes,8,opt,name=fence,proto3" json:"fence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumePublish) Reset() {
@@ -413,6 +419,13 @@ func (x *VolumePublish) GetNodeSocket() string {
 func (x *VolumePublish) GetLastError() string {
 	if x != nil {
 		return x.LastError
+	}
+	return ""
+}
+
+func (x *VolumePublish) GetFence() string {
+	if x != nil {
+		return x.Fence
 	}
 	return ""
 }
@@ -1565,7 +1578,7 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\vnode_socket\x18\x03 \x01(\tR\n" +
 	"nodeSocket\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x04 \x01(\tR\tlastError\"\xe8\x01\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\"\xfe\x01\n" +
 	"\rVolumePublish\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +
@@ -1576,7 +1589,8 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\vnode_socket\x18\x06 \x01(\tR\n" +
 	"nodeSocket\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\a \x01(\tR\tlastError\"=\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x12\x14\n" +
+	"\x05fence\x18\b \x01(\tR\x05fence\"=\n" +
 	"\vVolumeError\x12\x14\n" +
 	"\x05kinds\x18\x01 \x03(\tR\x05kinds\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xac\x01\n" +

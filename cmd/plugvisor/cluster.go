@@ -26,6 +26,7 @@ type clusterFlags struct {
 	name, prefix              string
 	leaseTTL                  time.Duration
 	gcInterval, gcGrace       time.Duration
+	fenceMargin               time.Duration
 }
 
 func (f *clusterFlags) add(fs *pflag.FlagSet) {
@@ -42,7 +43,8 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.prefix, "cluster-prefix", "", `etcd key prefix of the fleet's state (default "/plugvisor/")`)
 	fs.DurationVar(&f.leaseTTL, "cluster-lease-ttl", 0, "how long a node that stops renewing still counts as up (default 10s; whole seconds, at least 2s)")
 	fs.DurationVar(&f.gcInterval, "cluster-gc-interval", 0, "how often to free the claims of nodes that are down (default 0: never)")
-	fs.DurationVar(&f.gcGrace, "cluster-gc-grace", 0, "how long a node must be down before its claims are freed (default 5m)")
+	fs.DurationVar(&f.gcGrace, "cluster-gc-grace", 0, "how long a node must be down before its claims are freed (default 5m); longer than -cluster-lease-ttl plus -cluster-fence-margin")
+	fs.DurationVar(&f.fenceMargin, "cluster-fence-margin", 0, "how long a node cut off from etcd may take to make its writers read-only once its lease may be lost (default 5s)")
 }
 
 // config is the agent's cluster config, nil without -cluster-etcd. Any
@@ -65,7 +67,7 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 		return nil, usageError("-cluster-address is required in cluster mode: the host:port this member listens on, e.g. 10.0.0.5:7946")
 	}
 	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, ClusterName: f.name, Prefix: f.prefix,
-		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace}
+		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace, FenceMargin: f.fenceMargin}
 	var err error
 	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
 		if c.EtcdTLS, err = tlsPair("cluster-etcd", f.etcdCA, f.etcdCert, f.etcdKey, true); err != nil {

@@ -176,7 +176,7 @@ func (d *demo) startClusterAgent(n, etcdURL string) error {
 	data := filepath.Join(d.dir, n)
 	if err := d.startProcess("agent-"+n, "agent", "-data-dir", data, "-node-id", n,
 		"-cluster-etcd", etcdURL, "-cluster-address", freeLoopback(), "-cluster-insecure",
-		"-cluster-lease-ttl", "3s", "-cluster-gc-interval", "1s", "-cluster-gc-grace", "5s",
+		"-cluster-lease-ttl", "3s", "-cluster-gc-interval", "1s", "-cluster-gc-grace", "5s", "-cluster-fence-margin", "1s",
 		"-fingerprint-interval", "500ms", "-resync-interval", "5s"); err != nil {
 		return err
 	}

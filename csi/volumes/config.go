@@ -36,8 +36,8 @@ type Volume struct {
 	FSType     string
 	MountFlags []string
 	// Claims maps each alloc holding a claim (read or write, past claims
-	// included) to its mode.
-	Claims map[string]model.ClaimMode
+	// included) to its claim: its mode and its node.
+	Claims map[string]model.Claim
 }
 
 // externalID is the plugin's volume ID.
@@ -138,6 +138,15 @@ type Config struct {
 	Logger hclog.Logger
 	// Name is the actor's name (default DefaultName).
 	Name string
+	// NodeID is this node as the catalog's claims name it. When set, a
+	// reconcile takes down a publish whose claim the catalog gives to
+	// another node (see SetStanding).
+	NodeID string
+	// OnFence, when set, hears what becomes of each mount when the node's
+	// standing in its fleet changes, and when a reconcile finds a claim
+	// gone. It is called from the manager's goroutines, one at a time per
+	// volume, and must not block.
+	OnFence func(FenceEvent)
 }
 
 // validate refuses a config that cannot work.

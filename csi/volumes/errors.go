@@ -45,6 +45,11 @@ var (
 	ErrCorrupt = errors.New("volumes: record corrupt")
 	// ErrShutDown: the volume manager is shut down. Nothing changed.
 	ErrShutDown = errors.New("volumes: volume manager is shut down")
+	// ErrFenced: this node's lease in the fleet is not held, so it cannot
+	// vouch for its claims: new mounts and claims are refused, and a
+	// writer's mount stays read-only until the claim is checked (see
+	// SetStanding). Retry once etcd answers.
+	ErrFenced = errors.New("volumes: fenced")
 )
 
 // errorKinds names every sentinel that crosses the actor boundary.
@@ -61,6 +66,7 @@ var errorKinds = []struct {
 	{"deadline", ErrDeadline},
 	{"store", ErrStore},
 	{"shut_down", ErrShutDown},
+	{"fenced", ErrFenced},
 	{"csi_invalid_argument", csi.ErrInvalidArgument},
 	{"csi_deadline_exceeded", csi.ErrDeadlineExceeded},
 	{"csi_not_found", csi.ErrNotFound},

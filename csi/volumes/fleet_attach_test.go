@@ -37,14 +37,26 @@ type fleetNode struct {
 // the test) and starts its catalog and volume manager.
 func newFleetNode(t *testing.T, srv *etcdtest.Server, id string) *fleetNode {
 	t.Helper()
-	store, err := fleet.Open(ctx, fleet.Config{Endpoints: srv.Endpoints(), NodeID: id, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: 5 * time.Second})
+	return newFleetNodeAt(t, srv.Endpoints(), id, nil)
+}
+
+// newFleetNodeAt is newFleetNode dialling etcd at endpoints (through a
+// proxy the test can cut), its volume manager's config changed by tune.
+func newFleetNodeAt(t *testing.T, endpoints []string, id string, tune func(*volumes.Config)) *fleetNode {
+	t.Helper()
+	store, err := fleet.Open(ctx, fleet.Config{Endpoints: endpoints, NodeID: id, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	system := probe.NewSystem(t)
 	bucket, err := storage.NewMemory().Bucket(csicatalog.CatalogBucket)
 	require.NoError(t, err)
 	cat, err := csicatalog.StartCatalog(system, csicatalog.CatalogConfig{Bucket: bucket, NodeID: id, Fleet: store, Name: "catalog-" + id})
 	require.NoError(t, err)
-	n := newNode(t, func(c *volumes.Config) { c.Catalog = agent.FleetVolumeCatalog(system, cat, store, id) })
+	n := newNode(t, func(c *volumes.Config) {
+		c.Catalog, c.NodeID = agent.FleetVolumeCatalog(system, cat, store, id), id
+		if tune != nil {
+			tune(c)
+		}
+	})
 	t.Cleanup(func() {
 		n.stop()
 		require.NoError(t, cat.Shutdown(ctx))
@@ -80,26 +92,14 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 	n2.register(volumes.NodePluginType, "hp", "a1", n2All.Endpoint)
 	n2.register(volumes.ControllerPluginType, "hp", "a1", n2All.Endpoint)
 
-	c, err := csi.Dial(ctx, n2All.Endpoint, csi.Options{})
-	require.NoError(t, err)
-	created, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "db", VolumeCapabilities: []*csipb.VolumeCapability{{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-	}}})
-	require.NoError(t, c.Close())
-	require.NoError(t, err)
-	v := catalog.NewCSIVolume("db", 0)
-	v.PluginID, v.ExternalID = "hp", created.GetVolume().GetVolumeId()
-	v.AccessMode, v.AttachmentMode = catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
-	_, err = n2.store.RegisterVolume(ctx, v)
-	require.NoError(t, err)
+	createSingleWriter(t, n2, n2All.Endpoint, "db")
 	attachments := func() map[string]*catalog.Attachment {
 		v, err := n2.store.GetVolume(ctx, "default", "db")
 		require.NoError(t, err)
 		return v.Attachments
 	}
 
-	_, err = n1.manager.Mount(ctx, "", "db", "web-1", false)
+	_, err := n1.manager.Mount(ctx, "", "db", "web-1", false)
 	require.NoError(t, err)
 	require.Equal(t, map[string]*catalog.Attachment{"n1": {NodeID: "n1", ExternalNodeID: "n1", State: catalog.AttachmentStateAttached}},
 		attachments(), "the fleet records the attachment with the plugin's node ID")
@@ -233,10 +233,9 @@ func (n *lifecycleNode) createAndRegister(t *testing.T, id string, mode catalog.
 
 // TestARestartDoesNotAttachAgainWhatAnotherNodeNowHolds restarts a node
 // whose single-node volume another node attached meanwhile (its
-// attachment detached and its claim freed while it was down): the fleet
-// refuses the node's attachment again, and the reconcile records that as
-// the attachment's last error rather than publishing the volume to this
-// node through the controller a second time.
+// attachment detached and its claim freed while it was down): its claim
+// gone, the reconcile takes the mount down rather than publishing the
+// volume to this node through the controller a second time.
 func TestARestartDoesNotAttachAgainWhatAnotherNodeNowHolds(t *testing.T) {
 	storageSys, n1, n2 := twoNodes(t)
 	v := n1.createAndRegister(t, "db", catalog.AccessModeSingleNodeWriter)
@@ -256,7 +255,8 @@ func TestARestartDoesNotAttachAgainWhatAnotherNodeNowHolds(t *testing.T) {
 
 	n1.restart()
 	st := n1.settle("db")
-	require.Contains(t, st.Record.GetAttachment().GetLastError(), "fleet: volumes: claim refused", "the refusal shows in n1's status")
+	require.Empty(t, st.Record.GetPublishes(), "n1 kept a mount whose claim the fleet freed")
+	require.Nil(t, st.Record.GetAttachment())
 	require.Empty(t, storageSys.nodes(v.ExternalID), "n1 did not publish the volume to itself again through the controller")
 }
 
@@ -267,4 +267,24 @@ func twoNodes(t *testing.T) (*storageSystem, *lifecycleNode, *lifecycleNode) {
 	srv := etcdtest.Start(t)
 	storageSys := newStorageSystem(t)
 	return storageSys, newLifecycleNode(t, srv, storageSys, "n1"), newLifecycleNode(t, srv, storageSys, "n2")
+}
+
+// createSingleWriter creates the single-node-writer volume name through the
+// plugin at endpoint, and registers it in the fleet through n as plugin
+// "hp"'s.
+func createSingleWriter(t *testing.T, n *fleetNode, endpoint, name string) {
+	t.Helper()
+	c, err := csi.Dial(ctx, endpoint, csi.Options{})
+	require.NoError(t, err)
+	created, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csipb.VolumeCapability{{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}}})
+	require.NoError(t, c.Close())
+	require.NoError(t, err)
+	v := catalog.NewCSIVolume(name, 0)
+	v.PluginID, v.ExternalID = "hp", created.GetVolume().GetVolumeId()
+	v.AccessMode, v.AttachmentMode = catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	_, err = n.store.RegisterVolume(ctx, v)
+	require.NoError(t, err)
 }

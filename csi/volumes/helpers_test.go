@@ -73,10 +73,10 @@ func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*volumes.Vol
 	}
 	out := &volumes.Volume{Namespace: ns, ID: id, ExternalID: c.external[ns+"/"+id], PluginID: v.PluginID,
 		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, Context: map[string]string{"k": "v"},
-		Secrets: map[string]string{"password": "s3cret"}, Claims: map[string]catalog.ClaimMode{}}
+		Secrets: map[string]string{"password": "s3cret"}, Claims: map[string]catalog.Claim{}}
 	for _, m := range []map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims} {
 		for a, cl := range m {
-			out.Claims[a] = cl.Mode
+			out.Claims[a] = *cl
 		}
 	}
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -29,6 +30,13 @@ type env struct {
 	// base ends when the manager shuts down; rollbacks start from it.
 	base context.Context
 	log  hclog.Logger
+	// nodeID and onFence are Config's.
+	nodeID  string
+	onFence func(FenceEvent)
+	// refuse is set while this node's lease in the fleet is not held, and
+	// fenced while it may be lost (see SetStanding): the manager sets
+	// them, running jobs read them.
+	refuse, fenced atomic.Bool
 }
 
 // job is one operation on one volume, run off the actor's goroutine. The

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -38,6 +39,8 @@ type manager struct {
 	running  int
 	closing  bool
 	shutdown []*actor.PID
+	// standing is this node's standing in its fleet (SetStanding).
+	standing catalog.Standing
 }
 
 // outcome is how a volume's latest operation ended.
@@ -90,6 +93,8 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
 	case *messages.PluginUpdated:
 		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
+	case *standingChanged:
+		m.onStanding(ctx, msg.standing)
 	case *messages.ShutdownVolumeManager:
 		m.onShutdown(ctx, msg)
 	case *actor.Stopped:

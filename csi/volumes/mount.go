@@ -37,6 +37,9 @@ func (j *job) result(pub *messages.VolumePublish) MountResult {
 // and publishes the volume for alloc. A failure rolls back what this mount
 // did, and only that.
 func (j *job) mount(ctx context.Context, alloc string, readOnly bool) (MountResult, error) {
+	if err := j.refused("mount"); err != nil {
+		return MountResult{}, err
+	}
 	vol, err := j.volume(ctx)
 	if err != nil {
 		return MountResult{}, err
@@ -255,7 +258,10 @@ func (j *job) publish(ctx context.Context, vol *Volume, pub *messages.VolumePubl
 		return err
 	}
 	pub.State, pub.LastError = statePublished, ""
-	return j.save()
+	if err := j.save(); err != nil {
+		return err
+	}
+	return j.fencedAfter(pub)
 }
 
 // nodePublish sends NodePublishVolume for pub. It creates the target's
@@ -279,6 +285,9 @@ func (j *job) nodePublish(ctx context.Context, vol *Volume, pub *messages.Volume
 
 // claimOnly claims the volume for alloc without mounting it.
 func (j *job) claimOnly(ctx context.Context, alloc string, readOnly bool) error {
+	if err := j.refused("claim"); err != nil {
+		return err
+	}
 	if _, err := j.volume(ctx); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,26 +12,42 @@ import (
 )
 
 // reconcile brings the volume's record and the node into agreement, at
-// start and from the GC step: a publish on the way in (claiming,
-// publishing) rolls back; one on the way out (unpublishing, releasing)
-// completes; a published one whose target the kernel no longer has
-// mounted is staged and published again (both RPCs are idempotent); a
-// published volume's condition is asked of the node plugin where it can
-// say (NodeGetVolumeStats), an abnormal one kept as the last error of its
-// publish; an attachment is checked with the controller where it can say
-// (ListVolumes, see checkAttachment); and with no publish left, a stage and
-// an attachment are taken down. mounts
-// is the kernel's mount table under the root, nil when unknown.
+// start, when the node's lease in its fleet is held again, and from the GC
+// step: a publish on the way in (claiming, publishing) rolls back; one on
+// the way out (unpublishing, releasing) completes; a published one whose
+// claim the catalog does not give to this node is taken down (claimGone);
+// one whose target the kernel no longer has mounted is staged and
+// published again (both RPCs are idempotent); a fenced one is made
+// writable again (unfence); a published volume's condition is asked of
+// the node plugin where it can say (NodeGetVolumeStats), an abnormal one
+// kept as the last error of its publish; an attachment is checked with the
+// controller where it can say (ListVolumes, see checkAttachment); and with
+// no publish left, a stage and an attachment are taken down. While the
+// node's lease may be lost, it only fences (see fence). mounts is the
+// kernel's mount table under the root, nil when unknown.
 func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
+	if j.env.fenced.Load() {
+		return j.fence(mounts)
+	}
 	errs := []error{j.checkAttachment(ctx)}
+	var holders map[string]string
+	var claimsErr error
+	if len(j.rec.GetPublishes()) > 0 {
+		holders, claimsErr = j.claimHolders(ctx)
+	}
 	for _, alloc := range publishedAllocs(j.rec) {
 		pub := j.rec.GetPublishes()[alloc]
-		if pub.GetState() != statePublished {
+		switch {
+		case pub.GetState() != statePublished:
 			errs = append(errs, j.takeDown(ctx, alloc))
-			continue
-		}
-		if mounts != nil && !mounts[pub.GetTargetPath()] {
+		case claimsErr != nil: // kept as it is, a fenced one read-only, until the catalog answers
+			errs = append(errs, fmt.Errorf("volumes: check the claim of alloc %s: %w", alloc, claimsErr))
+		case !j.ours(holders, alloc):
+			errs = append(errs, j.claimGone(ctx, alloc, holders))
+		case mounts != nil && !mounts[pub.GetTargetPath()]:
 			errs = append(errs, j.republish(ctx, pub))
+		case pub.GetFence() != "" || !pub.GetReadOnly() && readOnlyMount(pub.GetTargetPath()):
+			errs = append(errs, j.unfence(pub))
 		}
 	}
 	errs = append(errs, j.checkCondition(ctx))
@@ -59,7 +76,10 @@ func (j *job) republish(ctx context.Context, pub *messages.VolumePublish) error 
 	if err := j.nodePublish(ctx, vol, pub); err != nil {
 		return j.failed(pub, err)
 	}
-	pub.LastError = ""
+	if err := j.fencedAfter(pub); err != nil {
+		return j.failed(pub, err)
+	}
+	pub.LastError, pub.Fence = "", ""
 	return j.save()
 }
 
@@ -74,7 +94,7 @@ func settled(rec *messages.VolumeRecord) bool {
 		return false
 	}
 	for _, p := range rec.GetPublishes() {
-		if p.GetState() != statePublished || p.GetLastError() != "" {
+		if p.GetState() != statePublished || p.GetLastError() != "" || p.GetFence() != "" {
 			return false
 		}
 	}

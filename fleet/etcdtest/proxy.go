@@ -1,0 +1,125 @@
+package etcdtest
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy is a TCP proxy in front of a Server: a node that dials etcd
+// through it can be cut off from etcd (a partition: its connections are
+// closed and new ones are closed at once) while etcd and the other nodes
+// go on, and healed again. It stops with the test.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
+}
+
+// Proxy starts a proxy to s on a free loopback port.
+func (s *Server) Proxy(t testing.TB) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("etcdtest: proxy: %v", err)
+	}
+	p := &Proxy{ln: ln, target: s.client.Host, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Endpoints are the client URLs to dial through the proxy.
+func (p *Proxy) Endpoints() []string { return []string{"http://" + p.ln.Addr().String()} }
+
+// Cut closes every connection through the proxy, and every new one as it
+// comes, until Heal.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Heal lets connections through again.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+// serve pipes c to the target both ways until either side ends.
+func (p *Proxy) serve(c net.Conn) {
+	defer p.wg.Done()
+	up, err := net.Dial("tcp", p.target)
+	if err != nil || !p.track(c, up) {
+		_ = c.Close()
+		if up != nil {
+			_ = up.Close()
+		}
+		return
+	}
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	p.untrack(c, up)
+	<-done
+}
+
+// track keeps c and up to be closed by Cut; false when cut already.
+func (p *Proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return false
+	}
+	for _, c := range conns {
+		p.conns[c] = true
+	}
+	return true
+}
+
+// untrack closes conns and forgets them.
+func (p *Proxy) untrack(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// close stops the proxy and waits for its goroutines.
+func (p *Proxy) close() {
+	if err := p.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return
+	}
+	p.Cut()
+	p.wg.Wait()
+}
