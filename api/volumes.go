@@ -460,7 +460,7 @@ var errorClasses = []struct {
 		csi.ErrAlreadyExists, csi.ErrFailedPrecondition}},
 	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},
 	{http.StatusTooManyRequests, []error{catalog.ErrVolumeLimit}},
-	{http.StatusServiceUnavailable, []error{catalog.ErrCatalogShutdown, catalog.ErrFleetUnavailable, volumes.ErrShutDown, csi.ErrUnavailable, csi.ErrConnect}},
+	{http.StatusServiceUnavailable, []error{catalog.ErrCatalogShutdown, catalog.ErrFleetUnavailable, volumes.ErrShutDown, volumes.ErrFenced, csi.ErrUnavailable, csi.ErrConnect}},
 	{http.StatusBadGateway, []error{csi.ErrInvalidArgument, csi.ErrPermissionDenied, csi.ErrAborted, csi.ErrOutOfRange,
 		csi.ErrUnimplemented, csi.ErrInternal, csi.ErrUnknown, csi.ErrDataLoss, csi.ErrUnauthenticated, csi.ErrCanceled,
 		csi.ErrInvalidResponse}},

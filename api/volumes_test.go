@@ -41,6 +41,7 @@ func TestAPluginsAnswerMapsToAClearStatusNever500(t *testing.T) {
 		{"an unknown volume", volumes.ErrVolumeNotFound, http.StatusNotFound},
 		{"a bad ID", volumes.ErrInvalid, http.StatusBadRequest},
 		{"a shut down manager", volumes.ErrShutDown, http.StatusServiceUnavailable},
+		{"a node whose lease in the fleet is not held", volumes.ErrFenced, http.StatusServiceUnavailable},
 		{"the store failed", volumes.ErrStore, http.StatusInternalServerError},
 	}
 	for _, c := range cases {

@@ -44,7 +44,9 @@ func newFleetNode(t *testing.T, srv *etcdtest.Server, id string) *fleetNode {
 // proxy the test can cut), its volume manager's config changed by tune.
 func newFleetNodeAt(t *testing.T, endpoints []string, id string, tune func(*volumes.Config)) *fleetNode {
 	t.Helper()
-	store, err := fleet.Open(ctx, fleet.Config{Endpoints: endpoints, NodeID: id, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: 5 * time.Second})
+	// A lease of 3 s: short, so that partitions are quick, and long enough
+	// that a loaded machine renews it in time.
+	store, err := fleet.Open(ctx, fleet.Config{Endpoints: endpoints, NodeID: id, LeaseTTL: 3 * time.Second, RequestTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	system := probe.NewSystem(t)
 	bucket, err := storage.NewMemory().Bucket(csicatalog.CatalogBucket)

@@ -7,13 +7,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
+	csicatalog "github.com/plugvisor/plugvisor/csi/catalog"
 	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // lifecycleNode is a node of a fleet (see newFleetNode) with the strict
@@ -24,11 +29,111 @@ type lifecycleNode struct {
 	id     string
 	allocs []string
 	plugin *strictPlugin
+	proxy  *etcdtest.Proxy
 }
 
 func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSystem, id string) *lifecycleNode {
-	n := newFleetNode(t, srv, id)
-	return &lifecycleNode{fleetNode: n, id: id, allocs: []string{id + "-a1", id + "-a2"}, plugin: newStrictPluginOn(t, n.node, "hp", id, storageSys)}
+	proxy := srv.Proxy(t)
+	n := newFleetNodeAt(t, proxy.Endpoints(), id, nil)
+	l := &lifecycleNode{fleetNode: n, id: id, allocs: []string{id + "-a1", id + "-a2"}, proxy: proxy,
+		plugin: newStrictPluginOn(t, n.node, "hp", id, storageSys)}
+	// The volume manager follows the node's standing, as the agent's does,
+	// across its restarts.
+	n.onStart = func(m *volumes.Manager) { m.SetStanding(n.store.Standing(time.Now())) }
+	n.onStart(n.manager)
+	stop := n.store.WatchStanding(func(s csicatalog.Standing) {
+		if m := n.current.Load(); m != nil {
+			m.SetStanding(s)
+		}
+	})
+	t.Cleanup(stop)
+	return l
+}
+
+// waitFor waits until every publish of the node satisfies ok, its queues
+// idle and no publish being checked.
+func (n *lifecycleNode) waitFor(rt *rapid.T, what string, ok func(*messages.VolumePublish) bool) {
+	deadline := time.Now().Add(wait)
+	for {
+		done := true
+		for _, vol := range []string{"mw", "ro", "sw"} {
+			st, err := n.manager.Status(ctx, "", vol)
+			if err != nil {
+				rt.Fatalf("status on %s: %v", n.id, err)
+			}
+			for _, pub := range st.Record.GetPublishes() {
+				done = done && ok(pub)
+			}
+			done = done && !st.Busy
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			rt.Fatalf("node %s: %s: not within %v", n.id, what, wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// freeClaims runs the fleet's GC from store until it has freed every claim
+// of node, whose lease etcd must have dropped (the grace is tiny: the
+// fence is tested, not the GC).
+func freeClaims(rt *rapid.T, store *fleet.Store, node string) {
+	gc, err := fleet.StartGC(store, fleet.GCConfig{Grace: time.Nanosecond})
+	if err != nil {
+		rt.Fatalf("GC: %v", err)
+	}
+	defer gc.Stop()
+	deadline := time.Now().Add(wait)
+	for {
+		up, err := store.NodeUp(ctx, node)
+		if err == nil && !up {
+			if _, err = gc.Step(ctx, time.Now()); err == nil {
+				if _, err = gc.Step(ctx, time.Now()); err == nil {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			rt.Fatalf("the GC did not free the claims of %s: up %t, %v", node, up, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readOnly reports whether the mount at target is read-only.
+func readOnly(target string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(target, &st) == nil && st.Flags&unix.ST_RDONLY != 0
+}
+
+// checkWritableMounts checks that every target under n's root that the
+// kernel has mounted writable is a publish of n whose alloc holds a write
+// claim on n in etcd: no writable mount without its claim.
+func checkWritableMounts(rt *rapid.T, n *lifecycleNode, inFleet map[string]*catalog.CSIVolume) {
+	owner := map[string]fleetKey{}
+	for vol := range inFleet {
+		st, err := n.manager.Status(ctx, "", vol)
+		if err != nil {
+			rt.Fatalf("status on %s: %v", n.id, err)
+		}
+		for alloc, pub := range st.Record.GetPublishes() {
+			owner[pub.GetTargetPath()] = fleetKey{n.id, vol, alloc}
+		}
+	}
+	for _, m := range mountsUnder(n.t, n.root) {
+		if !strings.Contains(m, "/"+volumes.PerAllocDirName+"/") || readOnly(m) {
+			continue
+		}
+		k, ok := owner[m]
+		if !ok {
+			rt.Fatalf("node %s: %s is mounted writable and no publish explains it", n.id, m)
+		}
+		if c := inFleet[k.volume].WriteClaims[k.alloc]; c == nil || c.NodeID != n.id {
+			rt.Fatalf("node %s: %s (alloc %s, volume %s) is mounted writable without its write claim on %s in etcd", n.id, m, k.alloc, k.volume, n.id)
+		}
+	}
 }
 
 // fleetKey is one alloc's use of one volume on one node.
@@ -67,9 +172,20 @@ func (m fleetModel) mount(rt *rapid.T, k fleetKey, ro bool, err error) {
 		if !held {
 			m.byMount[k] = true
 		}
-	case errors.Is(err, volumes.ErrClaimRefused), errors.Is(err, volumes.ErrInUse):
+	case errors.Is(err, volumes.ErrClaimRefused), errors.Is(err, volumes.ErrInUse), errors.Is(err, volumes.ErrFenced):
+		// ErrFenced: a loaded machine renewed the node's lease late.
 	default:
 		rt.Fatalf("mount on %s: %v", k.node, err)
+	}
+}
+
+// claim follows a claim of k that returned err.
+func (m fleetModel) claim(rt *rapid.T, k fleetKey, err error) {
+	switch _, held := m.byMount[k]; {
+	case err == nil && !held:
+		m.byMount[k] = false
+	case err != nil && !errors.Is(err, volumes.ErrClaimRefused) && !errors.Is(err, volumes.ErrFenced):
+		rt.Fatalf("claim: %v", err)
 	}
 }
 
@@ -100,140 +216,270 @@ func (m fleetModel) unmount(rt *rapid.T, k fleetKey, err error) {
 // node at most, that the fleet's attachments, the nodes' records and the
 // storage system's controller agree, that every mount has its claim in
 // etcd on its node and every claim its mount or its claimer (no release
-// stuck), and, on each node, what the one-node test checks. (An etcd
-// restart takes seconds; fleet/outage_test.go covers it.)
+// stuck), that no mount the kernel has writable lacks its write claim in
+// etcd on its node, and, on each node, what the one-node test checks. (An
+// etcd restart takes seconds; fleet/outage_test.go covers it.)
 func TestRandomLifecyclesOverThreeNodesKeepTheInvariants(t *testing.T) {
-	srv := etcdtest.Start(t)
-	storageSys := newStorageSystem(t)
-	var nodes []*lifecycleNode
+	l := newLifecycle(t)
+	// Each run mounts for real on three nodes and restarts bbolt and the
+	// plugins.
+	rapidChecks(t, 20)
+	rapid.Check(t, func(rt *rapid.T) { l.run(rt, nil) })
+	l.finish(t)
+}
+
+// TestRandomLifecyclesWithPartitionsKeepEveryWriterClaimed adds to those
+// steps a partition: a node cut from etcd (not killed) while it keeps its
+// mounts, then, or not, the GC freeing its claims and another node
+// claiming a volume, then the node coming back. Within the fence's bound
+// (a lease TTL), the cut node's writers are read-only; after every step no
+// mount the kernel has writable lacks its write claim in etcd on its node;
+// once back, the node has taken down every mount whose claim was freed, and
+// made writable again every one whose claim held.
+func TestRandomLifecyclesWithPartitionsKeepEveryWriterClaimed(t *testing.T) {
+	l := newLifecycle(t)
+	// A partition waits out a lease TTL and the GC: few runs.
+	rapidChecks(t, 4)
+	rapid.Check(t, func(rt *rapid.T) { l.run(rt, map[string]func(*rapid.T){"partition a node": l.partition}) })
+	l.finish(t)
+	t.Logf("%d partitions, %d with the cut node's claims freed, %d writers fenced", l.partitions, l.freed, l.fenced)
+	require.NotZero(t, l.freed, "no run freed a cut node's claims: the test tested nothing")
+}
+
+// lifecycle is the fleet of the lifecycle tests: three nodes, each dialling
+// etcd through a proxy that a partition cuts, and each volume manager
+// following its node's standing as the agent's does; and the model of the
+// run under way.
+type lifecycle struct {
+	t          *testing.T
+	srv        *etcdtest.Server
+	storageSys *storageSystem
+	nodes      []*lifecycleNode
+	vols       []string
+	external   map[string]string
+	model      fleetModel
+	// cut is the node cut from etcd, nil when none is.
+	cut *lifecycleNode
+	// partitions and freed count the partitions and those where the GC
+	// freed the cut node's claims, and fenced the writers they fenced.
+	partitions, freed, fenced int
+}
+
+func newLifecycle(t *testing.T) *lifecycle {
+	l := &lifecycle{t: t, srv: etcdtest.Start(t), storageSys: newStorageSystem(t), external: map[string]string{}}
 	for _, id := range []string{"n1", "n2", "n3"} {
-		nodes = append(nodes, newLifecycleNode(t, srv, storageSys, id))
+		l.nodes = append(l.nodes, newLifecycleNode(t, l.srv, l.storageSys, id))
 	}
 	access := map[string]catalog.AccessMode{
 		"sw": catalog.AccessModeSingleNodeWriter, "ro": catalog.AccessModeSingleNodeReader, "mw": catalog.AccessModeMultiNodeMultiWriter,
 	}
-	vols := slices.Sorted(maps.Keys(access))
-	external := map[string]string{}
-	for _, vol := range vols {
-		external[vol] = nodes[0].plugin.createVolume(vol)
+	l.vols = slices.Sorted(maps.Keys(access))
+	for _, vol := range l.vols {
+		l.external[vol] = l.nodes[0].plugin.createVolume(vol)
 		v := catalog.NewCSIVolume(vol, 0)
-		v.Namespace, v.PluginID, v.ExternalID = catalog.DefaultNamespace, "hp", external[vol]
+		v.Namespace, v.PluginID, v.ExternalID = catalog.DefaultNamespace, "hp", l.external[vol]
 		v.AccessMode, v.AttachmentMode = access[vol], catalog.AttachmentModeFileSystem
-		_, err := nodes[0].store.RegisterVolume(ctx, v)
+		_, err := l.nodes[0].store.RegisterVolume(ctx, v)
 		require.NoError(t, err)
 	}
-	// Each run mounts for real on three nodes and restarts bbolt and the
-	// plugins.
-	rapidChecks(t, 20)
+	return l
+}
 
-	rapid.Check(t, func(rt *rapid.T) {
-		for _, n := range nodes {
-			clean(rt, n.node, vols, n.allocs) // a failed run may leave some behind while rapid shrinks
+// pick draws a node and one of its allocs' use of a volume.
+func (l *lifecycle) pick(rt *rapid.T) (*lifecycleNode, fleetKey) {
+	n := rapid.SampledFrom(l.nodes).Draw(rt, "node")
+	return n, fleetKey{n.id, rapid.SampledFrom(l.vols).Draw(rt, "volume"), rapid.SampledFrom(n.allocs).Draw(rt, "alloc")}
+}
+
+// run is one run: random steps (with extra ones), each followed by the
+// checks, then everything cleaned up and checked left behind by nobody.
+func (l *lifecycle) run(rt *rapid.T, extra map[string]func(*rapid.T)) {
+	for _, n := range l.nodes {
+		clean(rt, n.node, l.vols, n.allocs) // a failed run may leave some behind while rapid shrinks
+	}
+	l.model = fleetModel{mounted: map[fleetKey]bool{}, byMount: map[fleetKey]bool{}}
+	steps := map[string]func(*rapid.T){
+		"claim":                                  l.claim,
+		"mount":                                  l.mount,
+		"unmount":                                l.unmount,
+		"kill an agent in a mount or an unmount": l.kill,
+		"release":                                l.release,
+		"restart a volume manager":               func(rt *rapid.T) { rapid.SampledFrom(l.nodes).Draw(rt, "node").restart() },
+		"crash a volume manager":                 func(rt *rapid.T) { rapid.SampledFrom(l.nodes).Draw(rt, "node").crash(nil) },
+		"restart a plugin":                       func(rt *rapid.T) { rapid.SampledFrom(l.nodes).Draw(rt, "node").plugin.restart() },
+		"":                                       l.check,
+	}
+	maps.Copy(steps, extra)
+	rt.Repeat(steps)
+	for _, n := range l.nodes {
+		clean(rt, n.node, l.vols, n.allocs)
+	}
+	checkFleet(rt, l.nodes, fleetVolumes(rt, l.nodes[0], l.vols), l.external, fleetModel{})
+	for _, n := range l.nodes {
+		_, published, violations := n.plugin.state()
+		if len(published)+len(violations) > 0 || len(mountsUnder(l.t, n.root)) > 0 {
+			rt.Fatalf("left behind on %s: published %v, violations %v, mounts %v", n.id, published, violations, mountsUnder(l.t, n.root))
 		}
-		model := fleetModel{mounted: map[fleetKey]bool{}, byMount: map[fleetKey]bool{}}
-		pick := func() (*lifecycleNode, fleetKey) {
-			n := rapid.SampledFrom(nodes).Draw(rt, "node")
-			return n, fleetKey{n.id, rapid.SampledFrom(vols).Draw(rt, "volume"), rapid.SampledFrom(n.allocs).Draw(rt, "alloc")}
+	}
+	if attached := l.storageSys.volumes(); len(attached) > 0 {
+		rt.Fatalf("left attached: %v", attached)
+	}
+}
+
+// finish checks that the test left no mount behind.
+func (l *lifecycle) finish(t *testing.T) {
+	for _, n := range l.nodes {
+		require.Empty(t, mountsUnder(t, n.root))
+	}
+}
+
+// reader is a node that reaches etcd.
+func (l *lifecycle) reader() *lifecycleNode {
+	if l.nodes[0] == l.cut {
+		return l.nodes[1]
+	}
+	return l.nodes[0]
+}
+
+// check runs the checks of a step.
+func (l *lifecycle) check(rt *rapid.T) {
+	inFleet := fleetVolumes(rt, l.reader(), l.vols)
+	for _, n := range l.nodes {
+		checkNode(rt, n.node, n.plugin, l.model.mountedOn(n.id, l.vols), claimsOn(inFleet, n.id))
+		checkWritableMounts(rt, n, inFleet)
+	}
+	checkFleet(rt, l.nodes, inFleet, l.external, l.model)
+}
+
+func (l *lifecycle) claim(rt *rapid.T) {
+	n, k := l.pick(rt)
+	err := n.manager.Claim(ctx, "", k.volume, k.alloc, rapid.Bool().Draw(rt, "read_only"))
+	l.model.claim(rt, k, err)
+}
+
+func (l *lifecycle) mount(rt *rapid.T) {
+	n, k := l.pick(rt)
+	ro := rapid.Bool().Draw(rt, "read_only")
+	_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, ro)
+	l.model.mount(rt, k, ro, err)
+}
+
+func (l *lifecycle) unmount(rt *rapid.T) {
+	n, k := l.pick(rt)
+	l.model.unmount(rt, k, n.manager.Unmount(ctx, "", k.volume, k.alloc))
+}
+
+func (l *lifecycle) release(rt *rapid.T) {
+	n, k := l.pick(rt)
+	err := n.manager.Release(ctx, "", k.volume, k.alloc)
+	_, ok := l.model.mounted[k]
+	if ok != errors.Is(err, volumes.ErrInUse) || (!ok && err != nil) {
+		rt.Fatalf("release (mounted %t): %v", ok, err)
+	}
+	if !ok {
+		delete(l.model.byMount, k)
+	}
+}
+
+func (l *lifecycle) kill(rt *rapid.T) {
+	n, k := l.pick(rt)
+	ro, mounted := l.model.mounted[k]
+	steps := []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"}
+	if mounted {
+		steps = []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"}
+	} else {
+		ro = rapid.Bool().Draw(rt, "read_only")
+	}
+	f := n.plugin.hang(rapid.SampledFrom(steps).Draw(rt, "step"), rapid.Bool().Draw(rt, "after"))
+	done := make(chan error, 1)
+	go func() {
+		if mounted {
+			done <- n.manager.Unmount(ctx, "", k.volume, k.alloc)
+			return
 		}
-		rt.Repeat(map[string]func(*rapid.T){
-			"claim": func(rt *rapid.T) {
-				n, k := pick()
-				err := n.manager.Claim(ctx, "", k.volume, k.alloc, rapid.Bool().Draw(rt, "read_only"))
-				switch _, held := model.byMount[k]; {
-				case err == nil && !held:
-					model.byMount[k] = false
-				case err != nil && !errors.Is(err, volumes.ErrClaimRefused):
-					rt.Fatalf("claim: %v", err)
-				}
-			},
-			"mount": func(rt *rapid.T) {
-				n, k := pick()
-				ro := rapid.Bool().Draw(rt, "read_only")
-				_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, ro)
-				model.mount(rt, k, ro, err)
-			},
-			"unmount": func(rt *rapid.T) {
-				n, k := pick()
-				model.unmount(rt, k, n.manager.Unmount(ctx, "", k.volume, k.alloc))
-			},
-			"kill an agent in a mount or an unmount": func(rt *rapid.T) {
-				n, k := pick()
-				ro, mounted := model.mounted[k]
-				steps := []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"}
-				if mounted {
-					steps = []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"}
-				} else {
-					ro = rapid.Bool().Draw(rt, "read_only")
-				}
-				f := n.plugin.hang(rapid.SampledFrom(steps).Draw(rt, "step"), rapid.Bool().Draw(rt, "after"))
-				done := make(chan error, 1)
-				go func() {
-					if mounted {
-						done <- n.manager.Unmount(ctx, "", k.volume, k.alloc)
-						return
-					}
-					_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, ro)
-					done <- err
-				}()
-				select {
-				case <-f.reached:
-					n.crash(f.free)
-					<-done
-					for _, vol := range vols {
-						n.settle(vol)
-					}
-					// The reconcile at start rolled back the mount, or finished the unmount.
-					delete(model.mounted, k)
-					if model.byMount[k] {
-						delete(model.byMount, k)
-					}
-				case err := <-done: // it did not come to that step
-					n.plugin.unhang(f)
-					if mounted {
-						model.unmount(rt, k, err)
-					} else {
-						model.mount(rt, k, ro, err)
-					}
-				}
-			},
-			"release": func(rt *rapid.T) {
-				n, k := pick()
-				err := n.manager.Release(ctx, "", k.volume, k.alloc)
-				_, ok := model.mounted[k]
-				if ok != errors.Is(err, volumes.ErrInUse) || (!ok && err != nil) {
-					rt.Fatalf("release (mounted %t): %v", ok, err)
-				}
-				if !ok {
-					delete(model.byMount, k)
-				}
-			},
-			"restart a volume manager": func(rt *rapid.T) { rapid.SampledFrom(nodes).Draw(rt, "node").restart() },
-			"crash a volume manager":   func(rt *rapid.T) { rapid.SampledFrom(nodes).Draw(rt, "node").crash(nil) },
-			"restart a plugin":         func(rt *rapid.T) { rapid.SampledFrom(nodes).Draw(rt, "node").plugin.restart() },
-			"": func(rt *rapid.T) {
-				inFleet := fleetVolumes(rt, nodes[0], vols)
-				for _, n := range nodes {
-					checkNode(rt, n.node, n.plugin, model.mountedOn(n.id, vols), claimsOn(inFleet, n.id))
-				}
-				checkFleet(rt, nodes, inFleet, external, model)
-			},
-		})
-		for _, n := range nodes {
-			clean(rt, n.node, vols, n.allocs)
+		_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, ro)
+		done <- err
+	}()
+	select {
+	case <-f.reached:
+		n.crash(f.free)
+		<-done
+		for _, vol := range l.vols {
+			n.settle(vol)
 		}
-		checkFleet(rt, nodes, fleetVolumes(rt, nodes[0], vols), external, fleetModel{})
-		for _, n := range nodes {
-			_, published, violations := n.plugin.state()
-			if len(published)+len(violations) > 0 || len(mountsUnder(t, n.root)) > 0 {
-				rt.Fatalf("left behind on %s: published %v, violations %v, mounts %v", n.id, published, violations, mountsUnder(t, n.root))
+		// The reconcile at start rolled back the mount, or finished the unmount.
+		delete(l.model.mounted, k)
+		if l.model.byMount[k] {
+			delete(l.model.byMount, k)
+		}
+	case err := <-done: // it did not come to that step
+		n.plugin.unhang(f)
+		if mounted {
+			l.model.unmount(rt, k, err)
+		} else {
+			l.model.mount(rt, k, ro, err)
+		}
+	}
+}
+
+// partition mounts a writer on a node where the claims allow it, cuts the
+// node from etcd and waits for the fence's bound: its
+// writers read-only. Then, or not, the GC (run from another node) frees
+// its claims once etcd counts it down, and another node claims a volume.
+// Then the node comes back, and the test waits until it has checked its
+// mounts against the fleet's claims.
+func (l *lifecycle) partition(rt *rapid.T) {
+	n, k := l.pick(rt)
+	_, err := n.manager.Mount(ctx, "", k.volume, k.alloc, false) // a writer to fence, where the claims allow it
+	l.model.mount(rt, k, false, err)
+	l.cut = n
+	defer func() { l.cut = nil }()
+	n.proxy.Cut()
+	n.waitFor(rt, "its writers read-only", func(pub *messages.VolumePublish) bool { return pub.GetReadOnly() || readOnly(pub.GetTargetPath()) })
+	l.partitions++
+	for k, ro := range l.model.mounted {
+		if k.node == n.id && !ro {
+			l.fenced++
+		}
+	}
+	l.check(rt)
+	free := rapid.Bool().Draw(rt, "GC frees its claims")
+	if free {
+		l.freed++
+		other := rapid.SampledFrom(slices.DeleteFunc(slices.Clone(l.nodes), func(o *lifecycleNode) bool { return o == n })).Draw(rt, "other node")
+		freeClaims(rt, other.store, n.id)
+		for k := range l.model.byMount {
+			if k.node == n.id {
+				delete(l.model.byMount, k)
 			}
 		}
-		if attached := storageSys.volumes(); len(attached) > 0 {
-			rt.Fatalf("left attached: %v", attached)
+		_, k := l.pick(rt)
+		k.node, k.alloc = other.id, rapid.SampledFrom(other.allocs).Draw(rt, "other alloc")
+		l.model.claim(rt, k, other.manager.Claim(ctx, "", k.volume, k.alloc, rapid.Bool().Draw(rt, "read_only")))
+		l.checkCut(rt, n)
+	}
+	n.proxy.Heal()
+	l.cut = nil
+	if free { // its mounts are taken down, their claims gone
+		n.waitFor(rt, "its mounts taken down", func(*messages.VolumePublish) bool { return false })
+		for k := range l.model.mounted {
+			if k.node == n.id {
+				delete(l.model.mounted, k)
+			}
 		}
+		return
+	}
+	n.waitFor(rt, "its writers writable again", func(pub *messages.VolumePublish) bool {
+		return pub.GetFence() == "" && (pub.GetReadOnly() || !readOnly(pub.GetTargetPath()))
 	})
-	for _, n := range nodes {
-		require.Empty(t, mountsUnder(t, n.root))
+}
+
+// checkCut checks the fleet while n is cut off and its claims freed: the
+// other nodes as after any step, and n's mounts all read-only.
+func (l *lifecycle) checkCut(rt *rapid.T, n *lifecycleNode) {
+	inFleet := fleetVolumes(rt, l.reader(), l.vols)
+	for _, o := range l.nodes {
+		checkWritableMounts(rt, o, inFleet)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,6 +144,10 @@ type node struct {
 	store   *storage.Bolt
 	system  *actor.ActorSystem
 	manager *volumes.Manager
+	// current is manager, for goroutines other than the test's; onStart,
+	// when set, is called with each manager started.
+	current atomic.Pointer[volumes.Manager]
+	onStart func(*volumes.Manager)
 }
 
 // newNode starts a node with a volume manager; tune changes its config.
@@ -182,6 +187,10 @@ func (n *node) start() {
 	cfg.Bucket = bucket
 	n.manager, err = volumes.Start(n.system, cfg)
 	require.NoError(n.t, err)
+	n.current.Store(n.manager)
+	if n.onStart != nil {
+		n.onStart(n.manager)
+	}
 }
 
 // stop shuts the manager down and closes the store.
@@ -189,6 +198,7 @@ func (n *node) stop() {
 	if n.manager == nil {
 		return
 	}
+	n.current.Store(nil)
 	require.NoError(n.t, n.manager.Shutdown(context.Background()))
 	require.NoError(n.t, n.store.Close())
 	n.manager = nil
