@@ -26,9 +26,11 @@ func TestTwoNodesRacingForOneWriterSlotNeverBothWin(t *testing.T) {
 	healthyNode(t, b)
 	stores := []*fleet.Store{a, b}
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
-	ctx := testCtx(t)
 	wins := map[string]int{}
 	for race := range races {
+		// A deadline per race, not one for all of them: a loaded machine
+		// makes the thousand slow, not any one of them.
+		ctx := testCtx(t)
 		var errs [2]error
 		var start, done sync.WaitGroup
 		start.Add(1)

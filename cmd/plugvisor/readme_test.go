@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,6 +43,15 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 				return err
 			}
 			env.Setenv(agent.DataDirEnv, dir)
+			// The fleet block's etcd listens where the README's export
+			// says; here, on ports free a moment ago.
+			for _, name := range []string{"ETCD", "ETCD_PEER"} {
+				url, err := freeLoopbackURL()
+				if err != nil {
+					return err
+				}
+				env.Setenv(name, url)
+			}
 			env.Setenv("PATH", filepath.Dir(binary)+string(os.PathListSeparator)+env.Getenv("PATH"))
 			races := filepath.Join(env.WorkDir, ".races")
 			if err := os.Mkdir(races, 0o700); err != nil {
@@ -226,4 +236,15 @@ func waitSchedulable(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Fatalf("volume %s was not schedulable on %d nodes within a minute: %+v, %v", args[1], nodes, v, err)
+}
+
+// freeLoopbackURL is an http URL on a loopback port that was free a moment
+// ago.
+func freeLoopbackURL() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String(), nil
 }
