@@ -177,6 +177,8 @@ type Agent struct {
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
+	// fences hands the volume manager's fence events to the API's streams.
+	fences fenceFeed
 	// listeners are bound at start, before any actor, and served once
 	// every part runs; Shutdown closes those not served yet.
 	listeners []served

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -55,6 +56,7 @@ func (a *Agent) followStanding() {
 // in the fleet changed (volumes.Config.OnFence).
 func (a *Agent) onFence(ev volumes.FenceEvent) {
 	a.metrics.fences.WithLabelValues(string(ev.Kind)).Inc()
+	a.fences.publish(ev)
 	args := []any{"kind", ev.Kind, "namespace", ev.Namespace, "volume", ev.VolumeID, "alloc", ev.AllocID,
 		"target_path", ev.TargetPath, "read_only", ev.ReadOnly, "detail", ev.Detail}
 	switch ev.Kind {
@@ -64,5 +66,47 @@ func (a *Agent) onFence(ev volumes.FenceEvent) {
 		a.log.Error("mount fence: the alloc must stop using this volume", args...)
 	default:
 		a.log.Warn("mount fence: the alloc's claim is not vouched for", args...)
+	}
+}
+
+// fenceFeed hands the fence events to the API's event streams
+// (api.FenceFeed). A subscriber whose buffer is full is dropped, its
+// channel closed, so that no stream holds up the volume manager or the
+// others.
+type fenceFeed struct {
+	mu   sync.Mutex
+	subs map[chan volumes.FenceEvent]bool
+}
+
+// fenceFeedBuffer is how many fence events a stream may fall behind.
+const fenceFeedBuffer = 256
+
+// SubscribeFences gives the fence events from now on, until cancel.
+func (f *fenceFeed) SubscribeFences() (<-chan volumes.FenceEvent, func()) {
+	c := make(chan volumes.FenceEvent, fenceFeedBuffer)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subs == nil {
+		f.subs = map[chan volumes.FenceEvent]bool{}
+	}
+	f.subs[c] = true
+	return c, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.subs, c)
+	}
+}
+
+// publish hands ev to every subscriber, dropping those that are full.
+func (f *fenceFeed) publish(ev volumes.FenceEvent) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.subs {
+		select {
+		case c <- ev:
+		default:
+			close(c)
+			delete(f.subs, c)
+		}
 	}
 }

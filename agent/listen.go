@@ -42,6 +42,7 @@ func (a *Agent) serveAPI() {
 		DockerVolumes: a.dockerVolumes,
 		DockerPlugins: a.docker,
 		Discovery:     a,
+		Fences:        &a.fences,
 	}
 	limits := a.cfg.HTTPLimits
 	listeners := a.listeners

@@ -59,6 +59,9 @@ type Server struct {
 	DockerVolumes *dockervolume.Volumes
 	DockerPlugins DockerPlugins
 	Discovery     DiscoveredPlugins
+	// Fences, when set, adds the volume manager's fence events to the
+	// event streams that filter no plugin type.
+	Fences FenceFeed
 }
 
 // route is one endpoint: its method, its path pattern (net/http's), the

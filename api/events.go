@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -20,6 +21,10 @@ type Event struct {
 	Replayed bool            `json:"replayed"`
 	Event    json.RawMessage `json:"event,omitempty"`
 	Error    string          `json:"error,omitempty"`
+	// Fence is the body of a fence event's line, whose kind is a
+	// volumes.FenceKind ("claim-lost", ...) and whose sequence is 0: fence
+	// events are not the registry's.
+	Fence *FenceJSON `json:"fence,omitempty"`
 }
 
 // KindLagged is the kind of the last line of a stream cut for lag.
@@ -41,9 +46,10 @@ func KindOf(ev registry.Event) string {
 // events streams registry events as NDJSON until the client disconnects:
 // ?type= filters by plugin type, ?replay=true sends the current state first
 // (as "registered" lines with replayed set, each with the sequence of the
-// last event that changed that plugin). A client that falls too far behind
-// gets a last "lagged" line before the stream ends; a stream that ends
-// without one ended because the agent shut down.
+// last event that changed that plugin). Without ?type=, the volume
+// manager's fence events come too (see FenceJSON). A client that falls too
+// far behind gets a last "lagged" line before the stream ends; a stream
+// that ends without one ended because the agent shut down.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	ptype := q.Get("type")
@@ -55,15 +61,47 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var fences <-chan volumes.FenceEvent
+	if s.Fences != nil && ptype == "" {
+		var cancel func()
+		fences, cancel = s.Fences.SubscribeFences()
+		defer cancel()
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	stream(w, sub, replay)
+	stream(w, sub, fences, replay)
 	return nil
 }
 
-// stream writes sub's events to w, one line each, flushed, until sub ends
-// or the client goes away; then, if sub ended for lag, the lagged line.
-func stream(w http.ResponseWriter, sub *registry.Subscription, replay bool) {
+// FenceFeed gives each event stream the volume manager's fence events
+// (volumes.Config.OnFence) from the moment it subscribes. A subscriber too
+// slow to take them has its channel closed: its stream ends with a
+// "lagged" line.
+type FenceFeed interface {
+	SubscribeFences() (events <-chan volumes.FenceEvent, cancel func())
+}
+
+// FenceJSON is a fence event's line body: what became of an alloc's mount
+// when this node's standing in its fleet changed.
+type FenceJSON struct {
+	Namespace  string `json:"namespace"`
+	VolumeID   string `json:"volume_id"`
+	AllocID    string `json:"alloc_id"`
+	TargetPath string `json:"target_path"`
+	ReadOnly   bool   `json:"read_only"`
+	Detail     string `json:"detail"`
+}
+
+// fenceLine is the stream's line of ev.
+func fenceLine(ev volumes.FenceEvent) Event {
+	return Event{Kind: string(ev.Kind), Fence: &FenceJSON{Namespace: ev.Namespace, VolumeID: ev.VolumeID, AllocID: ev.AllocID,
+		TargetPath: ev.TargetPath, ReadOnly: ev.ReadOnly, Detail: ev.Detail}}
+}
+
+// stream writes sub's events, and fences' (nil: none), to w, one line
+// each, flushed, until sub ends or the client goes away; then, if sub
+// ended for lag, or fences was closed for it, the lagged line.
+func stream(w http.ResponseWriter, sub *registry.Subscription, fences <-chan volumes.FenceEvent, replay bool) {
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
 		if flusher != nil {
@@ -73,19 +111,33 @@ func stream(w http.ResponseWriter, sub *registry.Subscription, replay bool) {
 	flush()
 	enc := json.NewEncoder(w)
 	var last uint64
-	for ev := range sub.C {
-		live := ev.GetSequence() > sub.Sequence
-		line := Event{Kind: KindOf(ev), Sequence: ev.GetSequence(), Event: protoJSON(ev), Replayed: replay && !live}
+	for {
+		var line Event
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				if err := sub.Err(); errors.Is(err, registry.ErrLagged) {
+					_ = enc.Encode(Event{Kind: KindLagged, Sequence: max(last, sub.Sequence), Error: err.Error()})
+					flush()
+				}
+				return
+			}
+			live := ev.GetSequence() > sub.Sequence
+			line = Event{Kind: KindOf(ev), Sequence: ev.GetSequence(), Event: protoJSON(ev), Replayed: replay && !live}
+			if live {
+				last = ev.GetSequence()
+			}
+		case ev, ok := <-fences:
+			if !ok {
+				_ = enc.Encode(Event{Kind: KindLagged, Sequence: max(last, sub.Sequence), Error: "api: the stream fell too far behind the fence events"})
+				flush()
+				return
+			}
+			line = fenceLine(ev)
+		}
 		if err := enc.Encode(line); err != nil {
 			return // the client went away
 		}
-		flush()
-		if live {
-			last = ev.GetSequence()
-		}
-	}
-	if err := sub.Err(); errors.Is(err, registry.ErrLagged) {
-		_ = enc.Encode(Event{Kind: KindLagged, Sequence: max(last, sub.Sequence), Error: err.Error()})
 		flush()
 	}
 }

@@ -58,7 +58,7 @@ func TestAStreamCutForLagEndsWithALaggedLine(t *testing.T) {
 		register(t, r, fmt.Sprint("p", i))
 	}
 	rec := httptest.NewRecorder()
-	stream(rec, sub, true)
+	stream(rec, sub, nil, true)
 
 	got := lines(t, rec.Body.String())
 	require.NotEmpty(t, got)
@@ -80,7 +80,7 @@ func TestAStreamEndedByShutdownHasNoLaggedLine(t *testing.T) {
 	done := make(chan string)
 	go func() {
 		rec := httptest.NewRecorder()
-		stream(rec, sub, false)
+		stream(rec, sub, nil, false)
 		done <- rec.Body.String()
 	}()
 	require.NoError(t, r.Shutdown())
