@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -159,6 +161,12 @@ func (j *job) client(ctx context.Context, socket string) (*csi.Client, error) {
 	}
 	if c, ok := j.clients[socket]; ok {
 		return c, nil
+	}
+	// A socket known to be missing fails at once, not after the RPC
+	// timeout: the step is retried when the plugin registers again.
+	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: the plugin's socket %s does not exist (the plugin is gone); the operation is retried when it registers again",
+			csi.ErrUnavailable, socket)
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, j.env.rpcTimeout)
 	defer cancel()

@@ -97,7 +97,7 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 	}
 	if _, err := node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), TargetPath: pub.GetTargetPath(),
-	}); err != nil {
+	}); err != nil && !j.goneAlready("NodeUnpublishVolume", err) {
 		return err
 	}
 	if err := os.Remove(pub.GetTargetPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -139,7 +139,23 @@ func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
 	_, err = node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), StagingTargetPath: s.GetStagingPath(),
 	})
+	if err != nil && j.goneAlready("NodeUnstageVolume", err) {
+		return nil
+	}
 	return err
+}
+
+// goneAlready reports whether err, a plugin's answer to a step of the way
+// out, is NotFound: CSI makes those steps idempotent, so the plugin has
+// nothing left to undo, and the step is done (as Nomad's CSI client takes
+// it). It is logged, since the kernel may still hold what the plugin
+// forgot: the orphan check at start reports such a mount.
+func (j *job) goneAlready(rpc string, err error) bool {
+	if !errors.Is(err, csi.ErrNotFound) {
+		return false
+	}
+	j.log.Warn(rpc+" answered NotFound: the plugin has nothing left to undo; the step is done", "error", err)
+	return true
 }
 
 // detach sends ControllerUnpublishVolume with the stored node ID once the
@@ -155,7 +171,7 @@ func (j *job) detach(ctx context.Context) error {
 		return err
 	}
 	err := j.controllerUnpublish(ctx, a)
-	if err == nil || errors.Is(err, csi.ErrNotFound) {
+	if err == nil || j.goneAlready("ControllerUnpublishVolume", err) {
 		err = j.forgetAttachment(ctx)
 	}
 	if err != nil {

@@ -1,0 +1,87 @@
+package volumes_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plugvisor/plugvisor/csi"
+	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+)
+
+// TestAVolumeThePluginDoesNotKnowRollsBackAndFreesItsClaim is issue 25's
+// recipe: a volume ID the driver does not know is mounted; NodeStageVolume
+// answers NotFound, and so does the rollback's NodeUnstageVolume. CSI makes
+// the way out idempotent, so NotFound there means nothing is left to undo:
+// the rollback completes and the claim is released, rather than leaving
+// the volume in "unstaging" with its writer's claim held for good.
+func TestAVolumeThePluginDoesNotKnowRollsBackAndFreesItsClaim(t *testing.T) {
+	n := newNode(t, nil)
+	n.catalog.add("vol", "unknown-to-the-driver", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	m := newMockPlugin(t, n, true, false)
+	gomock.InOrder(
+		m.nodeCaps(), m.controllerCaps(),
+		m.Node.EXPECT().NodeStageVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.NotFound, "no such volume")),
+		m.Node.EXPECT().NodeUnstageVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.NotFound, "no such volume")),
+	)
+	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.ErrorIs(t, err, csi.ErrNotFound)
+	st := n.settle("vol")
+	require.Nil(t, st.Record, "the rollback completed")
+	writers, _, _ := n.catalog.claims("vol")
+	require.Empty(t, writers, "the claim the mount made is released")
+}
+
+// TestAnUnmountThePluginAnswersNotFoundCompletes: NodeUnpublishVolume and
+// NodeUnstageVolume answering NotFound (the plugin lost the volume, or
+// already undid it) complete their steps, and the claim is released.
+func TestAnUnmountThePluginAnswersNotFoundCompletes(t *testing.T) {
+	n := newNode(t, nil)
+	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	m := newMockPlugin(t, n, true, false)
+	gomock.InOrder(
+		m.nodeCaps(), m.controllerCaps(),
+		m.Node.EXPECT().NodeStageVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodeStageVolumeResponse{}, nil),
+		m.Node.EXPECT().NodePublishVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodePublishVolumeResponse{}, nil),
+		m.Node.EXPECT().NodeUnpublishVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.NotFound, "no such volume")),
+		m.Node.EXPECT().NodeUnstageVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.NotFound, "no such volume")),
+	)
+	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
+	require.Nil(t, n.settle("vol").Record)
+	writers, _, _ := n.catalog.claims("vol")
+	require.Empty(t, writers)
+}
+
+// TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount: the
+// plugin gone and its socket absent, an unmount is refused as unavailable
+// without dialling (not after the RPC timeout), the mount is kept, and the
+// way out completes once the plugin registers again.
+func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T) {
+	n := newNode(t, func(c *volumes.Config) { c.RPCTimeout = time.Minute })
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+
+	p.stop()
+	_ = os.Remove(p.socket)
+	err = n.manager.Unmount(ctx, "", "vol", "web-1")
+	require.ErrorIs(t, err, csi.ErrUnavailable)
+	require.ErrorContains(t, err, "does not exist")
+	require.Contains(t, mountsUnder(t, n.root), res.TargetPath, "the mount is kept")
+
+	p.serve()
+	n.register(volumes.NodePluginType, "hp", "a2", p.socket)
+	require.Eventually(t, func() bool { return n.status("vol").Record == nil }, wait, 10*time.Millisecond,
+		"the way out did not complete once the plugin was back")
+	require.Empty(t, mountsUnder(t, n.root))
+}
