@@ -59,6 +59,9 @@ type Server struct {
 	DockerVolumes *dockervolume.Volumes
 	DockerPlugins DockerPlugins
 	Discovery     DiscoveredPlugins
+	// Limits bound the counts in a request body (api/strict.go); zero
+	// fields take their defaults.
+	Limits Limits
 }
 
 // route is one endpoint: its method, its path pattern (net/http's), the
@@ -135,7 +138,7 @@ var (
 func statusOf(err error) int {
 	var tooBig *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooBig):
+	case errors.As(err, &tooBig), errors.Is(err, errOverLimit):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed
