@@ -106,7 +106,8 @@ func TestACorruptRecordNamesTheFlagThatRecovers(t *testing.T) {
 // with a bit flipped in each kind of page, among them the flip of a branch
 // element's pos that crashed the agent inside bbolt (issue 23). Each start
 // refuses the file, naming -reset-corrupt-state, which then moves it aside
-// and starts, or serves the registrations as they were written.
+// and starts, or serves the registrations as they were written (or, for a
+// damaged newer meta page, as they were one commit before).
 func TestAFlippedBitInAnyPageKindNeverCrashesTheAgent(t *testing.T) {
 	dir := dataDir(t)
 	a := startAgent(t, dir)
@@ -114,7 +115,9 @@ func TestAFlippedBitInAnyPageKindNeverCrashesTheAgent(t *testing.T) {
 	for i := range 4 {
 		options[fmt.Sprintf("pad%d", i)] = strings.Repeat("o", 3800)
 	}
+	var previous []*messages.PluginInfo // before the last registration
 	for i := range 200 {
+		previous = a.Registry().ListPlugins("")
 		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: "csi-node", Name: fmt.Sprintf("p%03d", i), AllocId: "a1",
 			Connection: &messages.ConnectionInfo{SocketPath: fmt.Sprintf("/run/absent/p%03d.sock", i)}, Options: options}))
 	}
@@ -133,10 +136,8 @@ func TestAFlippedBitInAnyPageKindNeverCrashesTheAgent(t *testing.T) {
 		if err == nil {
 			got := a.Registry().ListPlugins("")
 			require.NoError(t, a.Shutdown(context.Background()))
-			require.Len(t, got, len(want), f.String())
-			for i := range want {
-				require.True(t, proto.Equal(want[i], got[i]), "%v: the agent serves the registrations as written", f)
-			}
+			fellBack := f.Kind == "meta" && sameList(previous, got) // bbolt took the newer meta page for a torn write
+			require.True(t, sameList(want, got) || fellBack, "%v: the agent serves the registrations as written", f)
 			continue
 		}
 		require.ErrorIs(t, err, storage.ErrCorrupt, f.String())
@@ -149,4 +150,17 @@ func TestAFlippedBitInAnyPageKindNeverCrashesTheAgent(t *testing.T) {
 		moved, _ := filepath.Glob(filepath.Join(d, "state.db.corrupt-*"))
 		require.Len(t, moved, 1, f.String())
 	}
+}
+
+// sameList reports whether two lists of plugins are equal.
+func sameList(a, b []*messages.PluginInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }
