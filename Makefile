@@ -41,14 +41,15 @@ readme: ## run the README's command blocks against a real agent, and check they 
 # target at a time); its seed corpus is in the package's testdata/fuzz/, and
 # any input that fails is written there too, to become a regression test.
 FUZZ_TARGETS := \
-	names:FuzzCheck names:FuzzCheckSocketPath \
+	names:FuzzCheck names:FuzzCheckSocketPath names:FuzzCheckKey \
 	registry:FuzzValidatePlugin \
 	csi/catalog/model:FuzzClaims csi/volumes:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
 	fleet:FuzzDecodeRecord \
 	api:FuzzDecodePluginBody api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
-	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody
+	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody \
+	api:FuzzCheckRawString api:FuzzCreateBodyBounds
 # FUZZTIME is a count of executions, not a duration: with a duration, Go
 # 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when the time runs out under load (golang/go#75804, fixed in

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/manager"
@@ -101,6 +102,10 @@ type Config struct {
 	// MaxSubscribers bounds the open event subscriptions, every API event
 	// stream among them (default registry.DefaultSubscribers).
 	MaxSubscribers int
+	// BodyLimits bound the counts in one API request body: secrets,
+	// parameters, topology segments, mount flags (api.Limits; zero fields
+	// take their defaults, negative ones are refused).
+	BodyLimits api.Limits
 	// MaxVolumes bounds the volumes of the CSI catalog (default
 	// catalog.DefaultMaxVolumes).
 	MaxVolumes int
@@ -115,6 +120,9 @@ type Config struct {
 // default.
 func (c Config) validate() error {
 	problems := []error{c.validateHTTP()}
+	if err := c.BodyLimits.Validate(); err != nil {
+		problems = append(problems, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
 	for _, d := range []struct {
 		name  string
 		value time.Duration

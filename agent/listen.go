@@ -38,6 +38,7 @@ func (a *Agent) serveAPI() {
 		Health:     a.health,
 		Metrics:    a.metrics.handler(a),
 		Logger:     a.log.Named("api"),
+		Limits:     a.cfg.BodyLimits,
 
 		DockerVolumes: a.dockerVolumes,
 		DockerPlugins: a.docker,

@@ -62,6 +62,9 @@ type Server struct {
 	// Fences, when set, adds the volume manager's fence events to the
 	// event streams that filter no plugin type.
 	Fences FenceFeed
+	// Limits bound the counts in a request body (api/strict.go); zero
+	// fields take their defaults.
+	Limits Limits
 }
 
 // route is one endpoint: its method, its path pattern (net/http's), the
@@ -138,7 +141,7 @@ var (
 func statusOf(err error) int {
 	var tooBig *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooBig):
+	case errors.As(err, &tooBig), errors.Is(err, errOverLimit):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed

@@ -175,7 +175,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	req := controller.CreateRequest{
@@ -207,7 +207,7 @@ func (s *Server) expandVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	res, err := s.Controller.Expand(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.RequiredBytes, body.LimitBytes)
@@ -251,7 +251,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	snap, err := s.Controller.CreateSnapshot(r.Context(), controller.SnapshotRequest{
@@ -288,7 +288,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needController(); err != nil {
 		return err
 	}
-	if err := decodeBody(w, r, &body, true); err != nil {
+	if err := s.decode(w, r, &body, true); err != nil {
 		return err
 	}
 	plugin, id := r.PathValue("plugin_id"), r.PathValue("snapshot_id")

@@ -48,7 +48,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 	case body[0] != '{':
 		return fmt.Errorf("%w: send a JSON object ({...})", errBadBody)
 	}
-	if err := cmp.Or(duplicateMember(body), exactNames(body, v)); err != nil {
+	if err := cmp.Or(scanMembers(body), exactNames(body, v)); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -66,10 +66,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 	return nil
 }
 
-// duplicateMember refuses an object, at any depth, that names a member
-// twice: encoding/json would keep the last value silently. The error gives
+// scanMembers refuses an object, at any depth, that names a member twice
+// (encoding/json would keep the last value silently), and a string, key or
+// value, that is not valid UTF-8 or escapes half a surrogate pair
+// (encoding/json would turn either into U+FFFD silently). The error gives
 // the member's path. Malformed JSON is left to the decoder to describe.
-func duplicateMember(body []byte) error {
+func scanMembers(body []byte) error {
 	type level struct {
 		path      string
 		seen      map[string]bool // nil for an array
@@ -79,6 +81,7 @@ func duplicateMember(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var stack []*level
 	for {
+		from := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
 			return nil
@@ -87,17 +90,25 @@ func duplicateMember(body []byte) error {
 		if n := len(stack); n > 0 {
 			top = stack[n-1]
 		}
+		child := ""
+		if top != nil {
+			child = cmp.Or(top.key, top.path)
+		}
 		if key, ok := tok.(string); ok && top != nil && top.expectKey {
 			name := strings.TrimPrefix(top.path+"."+key, ".")
+			if err := checkRawString(memberName(top.path), body[from:dec.InputOffset()]); err != nil {
+				return err
+			}
 			if top.seen[key] {
 				return fmt.Errorf("%w: field %q appears twice; send each field once", errBadBody, name)
 			}
 			top.seen[key], top.key, top.expectKey = true, name, false
 			continue
 		}
-		child := ""
-		if top != nil {
-			child = cmp.Or(top.key, top.path)
+		if _, ok := tok.(string); ok {
+			if err := checkRawString(fmt.Sprintf("field %q", child), body[from:dec.InputOffset()]); err != nil {
+				return err
+			}
 		}
 		switch tok {
 		case json.Delim('{'):

@@ -121,7 +121,7 @@ func (s *Server) dockerCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerVolumeBody
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	info, err := v.Create(r.Context(), body.Name, body.Driver, body.Options)
@@ -163,7 +163,7 @@ func (s *Server) dockerMount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerMountBody
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	mountpoint, err := v.Mount(r.Context(), r.PathValue("name"), body.ID)
@@ -181,7 +181,7 @@ func (s *Server) dockerUnmount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DockerMountBody
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	err = v.Unmount(r.Context(), r.PathValue("name"), body.ID)

@@ -48,7 +48,7 @@ func (b PluginBody) pluginInfo() *messages.PluginInfo {
 
 func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) error {
 	var body PluginBody
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	info := body.pluginInfo()

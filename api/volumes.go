@@ -103,7 +103,7 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body VolumeBody
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	if err := s.notADockerPlugin(body.PluginID); err != nil {
@@ -305,7 +305,7 @@ func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request) (AllocBody
 	if err := s.needVolumes(); err != nil {
 		return body, err
 	}
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return body, err
 	}
 	if body.AllocID == "" {
@@ -388,7 +388,7 @@ func (s *Server) detachVolume(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body DetachBody
-	if err := decodeBody(w, r, &body, false); err != nil {
+	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
 	if body.NodeID == "" {

@@ -53,3 +53,26 @@ func FuzzCheckSocketPath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckKey: an accepted key is present, short, UTF-8, and free of
+// control and bidirectional characters; a refusal names the map.
+func FuzzCheckKey(f *testing.F) {
+	for _, seed := range []string{"token", "csi.storage.k8s.io/fstype", "", "a\u202Eb", "a\x00b", "\xff\xfe", strings.Repeat("k", names.MaxKeyLen+1)} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		err := names.CheckKey("secrets", k)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "secrets key ") {
+				t.Fatalf("error %q does not name the map", err)
+			}
+			return
+		}
+		switch {
+		case k == "" || len(k) > names.MaxKeyLen || !utf8.ValidString(k):
+			t.Fatalf("accepted %q", k)
+		case strings.ContainsFunc(k, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) }):
+			t.Fatalf("accepted %q, which holds a control or bidirectional character", k)
+		}
+	})
+}

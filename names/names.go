@@ -78,6 +78,32 @@ func Check(field, v string) error {
 	return nil
 }
 
+// MaxKeyLen is the longest key of a map the API takes in (secrets,
+// parameters, topology segments), in bytes.
+const MaxKeyLen = 256
+
+// CheckKey reports why k cannot be a key of the map field (e.g. "secrets"):
+// present, at most MaxKeyLen bytes of UTF-8, and free of NUL, control,
+// bidirectional and zero-width characters, since keys are shown (a
+// volume's secret_keys, logs). Unlike a name, a key never becomes a path,
+// so it may hold '/' and "..": CSI keys such as
+// "csi.storage.k8s.io/fstype" do.
+func CheckKey(field, k string) error {
+	key := field + " key"
+	switch {
+	case k == "":
+		return &Error{Field: key, Value: k, Reason: "must not be empty"}
+	case len(k) > MaxKeyLen:
+		return &Error{Field: key, Value: k, Reason: fmt.Sprintf("is %d bytes, over the limit of %d; use a shorter one", len(k), MaxKeyLen)}
+	case !utf8.ValidString(k):
+		return &Error{Field: key, Value: k, Reason: "is not valid UTF-8; use printable UTF-8 text"}
+	}
+	if r, ok := firstForbidden(k); ok {
+		return &Error{Field: key, Value: k, Reason: fmt.Sprintf("must not contain %s (U+%04X); use printable UTF-8 text", kind(r), r)}
+	}
+	return nil
+}
+
 // Valid reports whether Check accepts v.
 func Valid(v string) bool { return Check("name", v) == nil }
 

@@ -137,3 +137,22 @@ func TestCheckSocketFile(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckKeyAllowsCSIKeysAndRefusesWhatFoolsTheEye(t *testing.T) {
+	for _, k := range []string{"token", "csi.storage.k8s.io/fstype", "a..b", "clé"} {
+		require.NoError(t, names.CheckKey("parameters", k))
+	}
+	for k, want := range map[string]string{
+		"":                                     "must not be empty",
+		"a\u202eb":                             "bidirectional",
+		"a\u200bb":                             "zero-width",
+		"a\x00b":                               "U+0000",
+		"\xff\xfe":                             "not valid UTF-8",
+		strings.Repeat("k", names.MaxKeyLen+1): "over the limit of 256",
+	} {
+		err := names.CheckKey("secrets", k)
+		require.ErrorIs(t, err, names.ErrInvalid, "%q", k)
+		require.ErrorContains(t, err, "secrets key ")
+		require.ErrorContains(t, err, want)
+	}
+}

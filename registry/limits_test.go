@@ -36,7 +36,7 @@ func TestTheLimitOnAllocationsPerTypeRefusesAndChangesNothing(t *testing.T) {
 	before := r.Snapshot()
 
 	err := r.RegisterPlugin(pluginNamed("fourth", 3))
-	require.ErrorIs(t, err, registry.ErrInvalid)
+	require.ErrorIs(t, err, registry.ErrLimit, "a limit, answered 429 by the API, not a bad argument")
 	require.ErrorContains(t, err, `plugin type "csi-node" holds 3 allocations, the limit`)
 	require.ErrorContains(t, err, "-max-plugins-per-type")
 	p.ExpectNone(t, 0)

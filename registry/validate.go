@@ -37,11 +37,13 @@ const (
 
 // Limits bound what one registry holds, so that no client can grow the
 // agent without bound. A zero field takes its default; a refusal is
-// ErrInvalid, says which limit and how to raise it, and changes nothing.
+// ErrLimit (the options' size: ErrInvalid), says which limit and how to
+// raise it, and changes nothing.
 type Limits struct {
 	// PluginsPerType bounds the allocations (every registered copy of every
 	// plugin) of one type (default DefaultPluginsPerType). Re-registering an
-	// allocation that is already there is always accepted.
+	// allocation that is already there is always accepted. A refusal
+	// matches ErrLimit.
 	PluginsPerType int
 	// OptionsBytes bounds the total size of one plugin's options, every key
 	// and value, in bytes (default DefaultOptionsBytes).
@@ -101,7 +103,7 @@ func (l Limits) checkOptions(p *messages.PluginInfo) error {
 // l.PluginsPerType of them.
 func (l Limits) checkRoom(ptype string, allocations int) error {
 	if allocations >= l.PluginsPerType {
-		return errorf(ErrInvalid, "plugin type %q holds %d allocations, the limit "+
+		return errorf(ErrLimit, "plugin type %q holds %d allocations, the limit "+
 			"(registry.Limits.PluginsPerType, agent flag -max-plugins-per-type); deregister old allocations or raise the limit",
 			ptype, allocations)
 	}

@@ -191,12 +191,19 @@ func openVerified(path string, opts BoltOptions) (*bolt.DB, error) {
 	}
 
 	// A read-only open loads nothing but the meta pages, so the file's length
-	// can be checked against them before the writable open reads further.
+	// and its pages can be checked against them before the writable open
+	// reads further: a panic inside bolt.Open leaves its memory map, and with
+	// it the file's lock, behind.
 	ro, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: remaining(deadline)}, opts.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
-	err = recoverPanic(func() error { return checkLength(ro) })
+	err = recoverPanic(func() error {
+		if err := checkLength(ro); err != nil {
+			return err
+		}
+		return checkPages(ro)
+	})
 	_ = ro.Close() // read-only: nothing to flush
 	if err != nil {
 		return nil, asCorrupt(path, err)
@@ -213,7 +220,7 @@ func openVerified(path string, opts BoltOptions) (*bolt.DB, error) {
 		}
 		return nil, asCorrupt(path, err)
 	}
-	if err := upgrade(db); err != nil {
+	if err := recoverPanic(func() error { return upgrade(db) }); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("storage: %s: add checksums to the records of an older file: %w", path, err)
 	}
@@ -277,7 +284,8 @@ func checkLength(db *bolt.DB) error {
 // check reads every record of every bucket on this goroutine, where
 // recoverPanic turns faults into errors, verifies every record's checksum,
 // and then runs bbolt's consistency check (which reads the same pages on a
-// goroutine of its own).
+// goroutine of its own, where a fault would kill the process: checkPages,
+// run before, leaves it no page to fault on).
 func check(db *bolt.DB) error {
 	return db.View(func(tx *bolt.Tx) error {
 		err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {

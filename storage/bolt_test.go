@@ -74,7 +74,7 @@ var badFiles = []struct {
 	{name: "a real file cut inside its meta pages", corrupt: true, want: "file size too small", prepare: func(t *testing.T, path string, full []byte) {
 		writeFile(t, path, full[:pageSize+100])
 	}},
-	{name: "a real file with a garbled data page", corrupt: true, want: "bbolt panicked", prepare: func(t *testing.T, path string, full []byte) {
+	{name: "a real file with a garbled data page", corrupt: true, want: "says it is page", prepare: func(t *testing.T, path string, full []byte) {
 		garbled := bytes.Clone(full)
 		page := recordOffset(t, full, "key-0100") / pageSize * pageSize
 		copy(garbled[page:page+pageSize], randomBytes(t, pageSize))

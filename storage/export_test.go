@@ -1,7 +1,24 @@
 package storage
 
+import (
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
 // CommitCount returns how many transactions s has committed, so tests and
 // benchmarks can see Apply calls sharing commits.
 func CommitCount(s *Bolt) int64 {
 	return s.writes.commits.Load()
+}
+
+// CheckPages runs the page check of OpenBolt on the file at path, for the
+// benchmark that weighs it against the whole open.
+func CheckPages(path string) error {
+	db, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: time.Second}, time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = db.Close() }()
+	return checkPages(db)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 	"github.com/plugvisor/plugvisor/registry"
@@ -104,6 +105,10 @@ func newAgentCmd() *cobra.Command {
 	fs.IntVar(&cfg.MaxPluginsPerType, "max-plugins-per-type", registry.DefaultPluginsPerType, "most allocations one plugin type may hold")
 	fs.IntVar(&cfg.MaxPluginOptionsBytes, "max-plugin-options-bytes", registry.DefaultOptionsBytes, "largest total size of one plugin's options, in bytes")
 	fs.IntVar(&cfg.MaxSubscribers, "max-subscribers", registry.DefaultSubscribers, "most event subscriptions (API event streams among them) open at once")
+	fs.IntVar(&cfg.BodyLimits.Secrets, "max-secrets", api.DefaultMaxSecrets, "most secrets in one request body (more answers 413)")
+	fs.IntVar(&cfg.BodyLimits.Parameters, "max-parameters", api.DefaultMaxParameters, "most parameters in one request body (more answers 413)")
+	fs.IntVar(&cfg.BodyLimits.TopologySegments, "max-topology-segments", api.DefaultMaxTopologySegments, "most topology segments in one request body, every topology's together (more answers 413)")
+	fs.IntVar(&cfg.BodyLimits.MountFlags, "max-mount-flags", api.DefaultMaxMountFlags, "most mount flags in one request body (more answers 413)")
 	fs.IntVar(&cfg.MaxVolumes, "max-volumes", catalog.DefaultMaxVolumes, "most volumes the CSI catalog holds, every namespace together")
 	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&jsonLogs, "log-json", false, "log as JSON")

@@ -1,6 +1,7 @@
 // Package storagetest holds test doubles for the storage package's owners:
 // a bucket whose writes fail on demand, to test what an owner does when its
-// store fails.
+// store fails, and the bits of a state file to flip, page kind by page kind,
+// to test what a damaged file does to its opener.
 package storagetest
 
 import (
