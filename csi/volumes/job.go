@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -128,30 +129,44 @@ func (j *job) current(ptype string) (string, bool) {
 	return info.GetConnection().GetSocketPath(), true
 }
 
-// nodeSocket is the node plugin's current socket, or recorded when the
-// plugin is no longer registered: a deregistered plugin keeps serving the
-// way out of what it mounted.
+// nodeSocket is the socket of the node plugin allocation that did a step
+// (recorded, for a step of the way out) while that allocation is still
+// registered, even when a newer one took over: the way out goes where the
+// way in went, to the process that holds the volume's state. Else it is
+// the current allocation's socket, or recorded when none is registered: a
+// deregistered plugin keeps serving the way out of what it mounted.
 func (j *job) nodeSocket(recorded string) (string, error) {
-	if s, ok := j.current(NodePluginType); ok {
-		return s, nil
-	}
-	if recorded != "" {
-		return recorded, nil
-	}
-	return "", fmt.Errorf("%w: no %s plugin %q is registered", ErrPluginNotFound, NodePluginType, j.rec.GetPluginId())
+	return j.socket(NodePluginType, recorded, func() (string, error) {
+		return "", fmt.Errorf("%w: no %s plugin %q is registered", ErrPluginNotFound, NodePluginType, j.rec.GetPluginId())
+	})
 }
 
-// controllerSocket is the controller plugin's current socket, else the node
-// plugin's (a plugin registered as a node plugin only may serve both), else
-// recorded.
+// controllerSocket is controllerSocket's counterpart for the controller
+// plugin; with no controller registered, the node plugin's socket (a
+// plugin registered as a node plugin only may serve both).
 func (j *job) controllerSocket(recorded string) (string, error) {
-	if s, ok := j.current(ControllerPluginType); ok {
-		return s, nil
-	}
-	if recorded != "" {
+	return j.socket(ControllerPluginType, recorded, func() (string, error) { return j.nodeSocket("") })
+}
+
+// socket picks the socket of ptype for a step, as nodeSocket says; none is
+// what it falls back on.
+func (j *job) socket(ptype, recorded string, none func() (string, error)) (string, error) {
+	current, ok := j.current(ptype)
+	switch {
+	case recorded == "" || recorded == current:
+	case slices.ContainsFunc(j.env.registry.Snapshot().Allocations(ptype, j.rec.GetPluginId()), func(info *messages.PluginInfo) bool {
+		return info.GetConnection().GetSocketPath() == recorded
+	}):
+		return recorded, nil
+	case ok:
+		j.log.Info("the allocation that did this step is gone: the way out goes to the current one", "type", ptype, "recorded_socket", recorded, "socket", current)
+	default:
 		return recorded, nil
 	}
-	return j.nodeSocket("")
+	if ok {
+		return current, nil
+	}
+	return none()
 }
 
 // client returns a connection to socket, dialled once per job.
@@ -166,7 +181,7 @@ func (j *job) client(ctx context.Context, socket string) (*csi.Client, error) {
 	// timeout: the step is retried when the plugin registers again.
 	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: the plugin's socket %s does not exist (the plugin is gone); the operation is retried when it registers again",
-			csi.ErrUnavailable, socket)
+			csi.ErrConnect, socket)
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, j.env.rpcTimeout)
 	defer cancel()
@@ -180,11 +195,19 @@ func (j *job) client(ctx context.Context, socket string) (*csi.Client, error) {
 
 // nodeClient connects to the node plugin (see nodeSocket).
 func (j *job) nodeClient(ctx context.Context, recorded string) (*csi.Client, error) {
+	c, _, err := j.nodeClientAt(ctx, recorded)
+	return c, err
+}
+
+// nodeClientAt is nodeClient, also returning the socket it dialled, which
+// a step of the way out records in place of the one it was recorded with.
+func (j *job) nodeClientAt(ctx context.Context, recorded string) (*csi.Client, string, error) {
 	socket, err := j.nodeSocket(recorded)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return j.client(ctx, socket)
+	c, err := j.client(ctx, socket)
+	return c, socket, err
 }
 
 // controllerClient connects to the controller plugin (see

@@ -2,6 +2,7 @@ package volumes_test
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -62,7 +65,7 @@ func TestAnUnmountThePluginAnswersNotFoundCompletes(t *testing.T) {
 }
 
 // TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount: the
-// plugin gone and its socket absent, an unmount is refused as unavailable
+// plugin gone and its socket absent, an unmount fails as a connection failure (503)
 // without dialling (not after the RPC timeout), the mount is kept, and the
 // way out completes once the plugin registers again.
 func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T) {
@@ -75,7 +78,7 @@ func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T)
 	p.stop()
 	_ = os.Remove(p.socket)
 	err = n.manager.Unmount(ctx, "", "vol", "web-1")
-	require.ErrorIs(t, err, csi.ErrUnavailable)
+	require.ErrorIs(t, err, csi.ErrConnect)
 	require.ErrorContains(t, err, "does not exist")
 	require.Contains(t, mountsUnder(t, n.root), res.TargetPath, "the mount is kept")
 
@@ -84,4 +87,43 @@ func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T)
 	require.Eventually(t, func() bool { return n.status("vol").Record == nil }, wait, 10*time.Millisecond,
 		"the way out did not complete once the plugin was back")
 	require.Empty(t, mountsUnder(t, n.root))
+}
+
+// TestTheWayOutGoesToTheAllocationThatMountedWhileItIsRegistered runs two
+// plugin processes with separate state, as a takeover does: a volume
+// mounted through the older allocation is unmounted through it, not sent
+// to the newer one (which does not know the volume); once the older one is
+// deregistered, the way out goes to the current one.
+func TestTheWayOutGoesToTheAllocationThatMountedWhileItIsRegistered(t *testing.T) {
+	n := newNode(t, nil)
+	serve := func(alloc string) *hostpathtest.Server {
+		p := hostpathtest.Serve(t, hostpath.Config{Name: "hostpath", NodeID: "n1", Root: filepath.Join(hostpathtest.TempDir(t), alloc)})
+		n.register(volumes.NodePluginType, "hp", alloc, p.Endpoint)
+		return p
+	}
+	old := serve("a1")
+	c, err := csi.Dial(ctx, old.Endpoint, csi.Options{})
+	require.NoError(t, err)
+	defer c.Close()
+	for _, name := range []string{"vol", "vol2"} {
+		created, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csipb.VolumeCapability{{
+			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}}})
+		require.NoError(t, err)
+		n.catalog.add(name, created.GetVolume().GetVolumeId(), "hp", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	}
+	_, err = n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	_, err = n.manager.Mount(ctx, "", "vol2", "web-1", false)
+	require.NoError(t, err)
+
+	newer := serve("a2") // a newer allocation takes over, with a state of its own
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"), "the way out went to the allocation that mounted")
+	require.Nil(t, n.settle("vol").Record)
+
+	require.NoError(t, n.registry.DeregisterPlugin(volumes.NodePluginType, "hp", "a1"))
+	err = n.manager.Unmount(ctx, "", "vol2", "web-1")
+	require.Error(t, err, "the older allocation is deregistered: the way out goes to the current one, which knows nothing of the volume")
+	require.Equal(t, newer.Endpoint, n.status("vol2").Record.GetPublishes()["web-1"].GetNodeSocket(), "the record says which allocation served the way out")
 }

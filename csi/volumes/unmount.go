@@ -91,10 +91,11 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 	if err := j.save(); err != nil {
 		return err
 	}
-	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
+	node, socket, err := j.nodeClientAt(ctx, pub.GetNodeSocket())
 	if err != nil {
 		return err
 	}
+	pub.NodeSocket = socket
 	if _, err := node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), TargetPath: pub.GetTargetPath(),
 	}); err != nil && !j.goneAlready("NodeUnpublishVolume", err) {
@@ -132,10 +133,11 @@ func (j *job) unstage(ctx context.Context) error {
 }
 
 func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
-	node, err := j.nodeClient(ctx, s.GetNodeSocket())
+	node, socket, err := j.nodeClientAt(ctx, s.GetNodeSocket())
 	if err != nil {
 		return err
 	}
+	s.NodeSocket = socket
 	_, err = node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), StagingTargetPath: s.GetStagingPath(),
 	})
@@ -183,10 +185,11 @@ func (j *job) detach(ctx context.Context) error {
 }
 
 func (j *job) controllerUnpublish(ctx context.Context, a *messages.VolumeAttachment) error {
-	ctrl, _, err := j.controllerClient(ctx, a.GetControllerSocket())
+	ctrl, socket, err := j.controllerClient(ctx, a.GetControllerSocket())
 	if err != nil {
 		return err
 	}
+	a.ControllerSocket = socket
 	_, err = ctrl.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), NodeId: a.GetNodeId(), Secrets: j.secrets(ctx),
 	})
