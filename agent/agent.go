@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -279,7 +278,7 @@ func (a *Agent) openStore() error {
 	store, err := storage.OpenBolt(path, storage.BoltOptions{
 		LockTimeout:      a.cfg.LockTimeout,
 		MoveAsideCorrupt: a.cfg.ResetCorruptState,
-		Logger:           slog.New(actors.NewSlogHandler(a.log.Named("storage"))),
+		Logger:           a.log.Named("storage"),
 	})
 	if errors.Is(err, storage.ErrLocked) {
 		return fmt.Errorf("%w: %s (%v)", ErrAlreadyRunning, a.cfg.DataDir, err)
