@@ -89,6 +89,11 @@ type Registry struct {
 	mu     sync.RWMutex
 	closed bool
 	done   chan struct{}
+
+	// owned stops what Open started for the registry (nil after New);
+	// Close calls it once.
+	owned      func() error
+	closeOwned sync.Once
 }
 
 // New restores the registry's state from cfg.Bucket and starts its actor in
