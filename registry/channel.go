@@ -89,11 +89,18 @@ func isClosed(ch chan struct{}) bool {
 }
 
 // PluginsUpdatedCh returns a channel of the events of ptype ("" for every
-// type), as Nomad's registry does. It closes when ctx ends or the registry
-// shuts down.
+// type), with the signature of Nomad's registry. It closes when ctx ends or
+// the registry shuts down.
+//
+// Its signature has no room for an error: a subscription Subscribe would
+// refuse (a bad type, the limit on subscriptions reached, a registry shut
+// down) is a channel that is already closed, and the refusal is logged as
+// a warning. Call Subscribe to get the refusal as an error.
 func (r *Registry) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan Event {
 	sub, err := r.Subscribe(ctx, ptype, SubscribeOptions{})
 	if err != nil {
+		r.log.Warn("PluginsUpdatedCh: subscription refused; its channel is closed (Subscribe returns the error)",
+			"type", ptype, "error", err)
 		ch := make(chan Event)
 		close(ch)
 		return ch
@@ -103,6 +110,10 @@ func (r *Registry) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan Ev
 
 // Subscribe starts a channel subscription to the events of ptype ("" for
 // every type). Events that happen after Subscribe returns are delivered.
+//
+// A refusal is an error, and nothing is started: ErrInvalid for a bad
+// type, ErrLimit when Limits.Subscribers subscriptions are open, and
+// ErrShutdown once the registry is shut down.
 func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOptions) (*Subscription, error) {
 	if ptype != "" {
 		if err := ValidateID("plugin type", ptype); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
@@ -114,4 +115,47 @@ func TestSubscribeRefusesABadType(t *testing.T) {
 	require.ErrorIs(t, err, registry.ErrInvalid)
 	ch := r.PluginsUpdatedCh(context.Background(), "../x")
 	requireClosed(t, ch)
+}
+
+func TestEachRefusedSubscriptionIsAnErrorTheCallerSees(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ptype string
+		// refuse brings the registry to refuse a subscription to ptype.
+		refuse func(t *testing.T, r *registry.Registry)
+		want   error
+		says   string
+	}{
+		{"a bad type", "../x", func(*testing.T, *registry.Registry) {}, registry.ErrInvalid, "plugin type"},
+		{"the limit on subscriptions reached", csiNode, func(t *testing.T, r *registry.Registry) {
+			_, err := r.Subscribe(t.Context(), "", registry.SubscribeOptions{})
+			require.NoError(t, err)
+		}, registry.ErrLimit, "-max-subscribers"},
+		{"a registry shut down", csiNode, func(t *testing.T, r *registry.Registry) {
+			require.NoError(t, r.Shutdown())
+		}, registry.ErrShutdown, "shut down"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs probe.LogBuffer
+			system := probe.NewSystem(t)
+			r, err := registry.New(system, registry.Config{
+				Bucket: memoryBucket(t), Limits: registry.Limits{Subscribers: 1},
+				Logger: hclog.New(&hclog.LoggerOptions{Output: &logs}),
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+			tc.refuse(t, r)
+
+			sub, err := r.Subscribe(t.Context(), tc.ptype, registry.SubscribeOptions{})
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorContains(t, err, tc.says)
+			require.Nil(t, sub)
+
+			ch := r.PluginsUpdatedCh(t.Context(), tc.ptype)
+			_, open := <-ch
+			require.False(t, open, "PluginsUpdatedCh's refusal is a closed channel")
+			require.Contains(t, logs.String(), "[WARN]  registry: PluginsUpdatedCh: subscription refused")
+			require.Contains(t, logs.String(), tc.says, "the warning says why")
+		})
+	}
 }
