@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -158,4 +159,88 @@ func TestEachRefusedSubscriptionIsAnErrorTheCallerSees(t *testing.T) {
 			require.Contains(t, logs.String(), tc.says, "the warning says why")
 		})
 	}
+}
+
+// registerMany registers n plugins of distinct names, one event each.
+func registerMany(t *testing.T, r *registry.Registry, n int) {
+	t.Helper()
+	for i := range n {
+		require.NoError(t, r.RegisterPlugin(pluginNamed(fmt.Sprint("p", i), i)))
+	}
+}
+
+// requireInOrder reads n events and checks they are plugins p0… in order.
+func requireInOrder(t *testing.T, ch <-chan registry.Event, n int) {
+	t.Helper()
+	var last uint64
+	for i := range n {
+		ev := receive(t, ch)
+		require.Equal(t, fmt.Sprint("p", i), ev.GetPlugin().GetName())
+		require.Greater(t, ev.GetSequence(), last)
+		last = ev.GetSequence()
+	}
+}
+
+func TestAReaderBehindByMoreThanTheChannelHoldsGetsEveryEventInOrder(t *testing.T) {
+	r, _ := newRegistry(t)
+	sub, err := r.Subscribe(t.Context(), csiNode, registry.SubscribeOptions{})
+	require.NoError(t, err)
+	registerMany(t, r, 500) // nobody reads meanwhile
+
+	requireInOrder(t, sub.C, 500)
+	require.NoError(t, r.RegisterPlugin(pluginNamed("later", 1)))
+	require.Equal(t, "later", receive(t, sub.C).GetPlugin().GetName())
+	require.NoError(t, sub.Err())
+}
+
+func TestShutdownDeliversWhatTheReaderHasNotReadThenCloses(t *testing.T) {
+	system := probe.NewSystem(t)
+	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t)})
+	require.NoError(t, err)
+	sub, err := r.Subscribe(t.Context(), csiNode, registry.SubscribeOptions{})
+	require.NoError(t, err)
+	registerMany(t, r, 500)
+	require.NoError(t, r.Shutdown())
+
+	requireInOrder(t, sub.C, 500)
+	requireClosed(t, sub.C)
+	require.ErrorIs(t, sub.Err(), registry.ErrShutdown)
+}
+
+func TestACancelledSubscriptionEndsAndTheRegistryForgetsIt(t *testing.T) {
+	for _, behind := range []int{0, 500} {
+		t.Run(fmt.Sprintf("%d events unread", behind), func(t *testing.T) {
+			system := probe.NewSystem(t)
+			gauge := &subscriberGauge{set: make(chan int64, 1024)}
+			r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: gauge})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+			ctx, cancel := context.WithCancel(t.Context())
+			sub, err := r.Subscribe(ctx, csiNode, registry.SubscribeOptions{})
+			require.NoError(t, err)
+			require.Equal(t, int64(1), gauge.count.Load())
+			registerMany(t, r, behind)
+
+			cancel()
+			requireClosed(t, sub.C)
+			require.ErrorIs(t, sub.Err(), context.Canceled)
+			require.Eventually(t, func() bool { return gauge.count.Load() == 0 }, timeout, time.Millisecond,
+				"the registry forgets the subscription")
+		})
+	}
+}
+
+func TestAChannelSubscriptionOutlivesARestartAfterAPanic(t *testing.T) {
+	system := probe.NewSystem(t)
+	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: &panickyMetrics{},
+		RequestTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+	sub, err := r.Subscribe(t.Context(), csiNode, registry.SubscribeOptions{})
+	require.NoError(t, err)
+
+	require.Error(t, r.RegisterPlugin(plugin(0)), "the actor panics answering it")
+	require.Equal(t, "alloc-0", receive(t, sub.C).GetPlugin().GetAllocId())
+	require.NoError(t, r.RegisterPlugin(plugin(1)))
+	require.Equal(t, "alloc-1", receive(t, sub.C).GetPlugin().GetAllocId())
 }
