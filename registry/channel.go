@@ -159,15 +159,19 @@ type subscribeChannel struct {
 // ended.
 type unsubscribeChannel struct{ sink *channelSink }
 
-// onSubscribeChannel adds a channel subscription, with its replay first.
+// onSubscribeChannel adds a channel subscription, with its replay first,
+// unless it has ended already (its context may end before it arrives).
 func (a *pluginsActor) onSubscribeChannel(msg *subscribeChannel) {
-	a.subs.addSink(msg.sink)
-	a.metrics.Subscribers(a.subs.len())
+	sink := msg.sink
 	if msg.replay {
-		msg.sink.push(a.committed.replay(msg.sink.ptype))
+		sink.push(a.committed.replay(sink.ptype))
 	}
-	msg.sink.sequence = a.committed.sequence
-	close(msg.sink.ready)
+	sink.sequence = a.committed.sequence
+	if sink.running() {
+		a.subs.addSink(sink)
+		a.metrics.Subscribers(a.subs.len())
+	}
+	close(sink.ready)
 }
 
 func (a *pluginsActor) onUnsubscribeChannel(msg *unsubscribeChannel) {
@@ -270,6 +274,14 @@ func (s *channelSink) drain() {
 			}
 		}
 	}
+}
+
+// running reports whether the subscription has not ended; once it ends,
+// its release tells the registry actor to forget it.
+func (s *channelSink) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended == nil
 }
 
 // end ends the subscription for err: with abort, what the reader has not

@@ -244,3 +244,23 @@ func TestAChannelSubscriptionOutlivesARestartAfterAPanic(t *testing.T) {
 	require.NoError(t, r.RegisterPlugin(plugin(1)))
 	require.Equal(t, "alloc-1", receive(t, sub.C).GetPlugin().GetAllocId())
 }
+
+func TestASubscriptionWhoseContextHasEndedClosesAtOnceAndIsNotKept(t *testing.T) {
+	system := probe.NewSystem(t)
+	gauge := &subscriberGauge{set: make(chan int64, 1024)}
+	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: gauge})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	sub, err := r.Subscribe(ctx, csiNode, registry.SubscribeOptions{})
+	require.NoError(t, err)
+	requireClosed(t, sub.C)
+	require.ErrorIs(t, sub.Err(), context.Canceled)
+	kept, err := r.Subscribe(t.Context(), csiNode, registry.SubscribeOptions{})
+	require.NoError(t, err)
+	require.NoError(t, r.RegisterPlugin(plugin(0)))
+	receive(t, kept.C)
+	require.Equal(t, int64(1), gauge.count.Load(), "only the live subscription is counted")
+}
