@@ -210,11 +210,7 @@ func TestShutdownDeliversWhatTheReaderHasNotReadThenCloses(t *testing.T) {
 func TestACancelledSubscriptionEndsAndTheRegistryForgetsIt(t *testing.T) {
 	for _, behind := range []int{0, 500} {
 		t.Run(fmt.Sprintf("%d events unread", behind), func(t *testing.T) {
-			system := probe.NewSystem(t)
-			gauge := &subscriberGauge{set: make(chan int64, 1024)}
-			r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: gauge})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+			r, gauge := gaugedRegistry(t)
 			ctx, cancel := context.WithCancel(t.Context())
 			sub, err := r.Subscribe(ctx, csiNode, registry.SubscribeOptions{})
 			require.NoError(t, err)
@@ -246,11 +242,7 @@ func TestAChannelSubscriptionOutlivesARestartAfterAPanic(t *testing.T) {
 }
 
 func TestASubscriptionWhoseContextHasEndedClosesAtOnceAndIsNotKept(t *testing.T) {
-	system := probe.NewSystem(t)
-	gauge := &subscriberGauge{set: make(chan int64, 1024)}
-	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: gauge})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+	r, gauge := gaugedRegistry(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 
@@ -263,4 +255,15 @@ func TestASubscriptionWhoseContextHasEndedClosesAtOnceAndIsNotKept(t *testing.T)
 	require.NoError(t, r.RegisterPlugin(plugin(0)))
 	receive(t, kept.C)
 	require.Equal(t, int64(1), gauge.count.Load(), "only the live subscription is counted")
+}
+
+// gaugedRegistry is a registry whose metrics keep the subscriber count.
+func gaugedRegistry(t *testing.T) (*registry.Registry, *subscriberGauge) {
+	t.Helper()
+	system := probe.NewSystem(t)
+	gauge := &subscriberGauge{set: make(chan int64, 1024)}
+	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: gauge})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
+	return r, gauge
 }
