@@ -27,13 +27,11 @@ func Example_open() {
 	}
 	defer reg.Close() // the registry, its actor system and the file's lock
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := reg.Subscribe(ctx, "csi-node", registry.SubscribeOptions{})
+	ctx := context.Background()
+	sub, err := reg.Subscribe(ctx, "csi-node", registry.SubscribeOptions{}) // ends at Close
 	if err != nil {
 		panic(err) // refused: too many subscriptions, shut down, or a bad type
 	}
-
 	err = reg.RegisterPlugin(&messages.PluginInfo{
 		Type: "csi-node", Name: "hostpath", AllocId: "a1",
 		Connection: &messages.ConnectionInfo{SocketPath: "/run/plugins/a1/csi.sock"},
