@@ -8,6 +8,12 @@ PROTOACTOR_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/asynkron/protoac
 PROTO_FILES := $(wildcard messages/*.proto)
 TEST_FLAGS  ?=
 BENCH       ?= .
+# The build's identity, from git (see version/): the nearest release tag
+# with the commits since and "-dirty" for changes, and the commit. Outside
+# a checkout both are empty and the binary says "devel".
+VERSION     ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+LDFLAGS     := -X github.com/plugvisor/plugvisor/version.Version=$(VERSION) -X github.com/plugvisor/plugvisor/version.Commit=$(COMMIT)
 
 .PHONY: help proto build test readme bench bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability
 
@@ -24,8 +30,8 @@ proto: $(PROTOC_GEN_GO) ## regenerate messages/*.pb.go from messages/*.proto
 		--go_out=. --go_opt=paths=source_relative \
 		$(PROTO_FILES)
 
-build: ## build the plugvisor binary into .bin/
-	$(GO) build -o $(BIN)/ ./cmd/...
+build: ## build the plugvisor binary into .bin/, stamped with its version and commit
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 test: ## go vet, then every test under the race detector (the README's scripts among them)
 	$(GO) vet ./...
@@ -107,11 +113,11 @@ bench-compare: ## compare the registry with Nomad's and raw protoactor; table in
 		$(BENCH_COMPARE_DIR)/timed.txt $(BENCH_COMPARE_DIR)/once.txt
 
 demo: ## run the self-contained demo (a temp dir, nothing to set up)
-	$(GO) build -o $(BIN)/plugvisor ./cmd/plugvisor
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/plugvisor ./cmd/plugvisor
 	$(BIN)/plugvisor demo
 
 demo-cluster: ## run three agents on etcd in a temp dir: a claim race, a node killed, the catalog kept right
-	$(GO) build -o $(BIN)/plugvisor ./cmd/plugvisor
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/plugvisor ./cmd/plugvisor
 	$(BIN)/plugvisor demo-cluster
 
 run: ## run an agent in ./.plugvisor (stop it with Ctrl-C)

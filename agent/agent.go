@@ -2,13 +2,19 @@
 // store, the registry, the plugin-type managers, discovery, and the local
 // HTTP API on a unix socket. It holds no logic of its own beyond start and
 // shutdown order.
+//
+// An embedder that wants the whole agent in its own process calls Start
+// with a Config (a data dir is enough), uses the parts through the
+// accessors (Registry, CSI, Catalog, Volumes, Discovery, DockerVolumes),
+// and calls Shutdown, which stops them in order and closes the state file.
+// A program that wants only some of the parts starts those itself, as
+// Start does.
 package agent
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -289,7 +295,7 @@ func (a *Agent) openStore() error {
 	store, err := storage.OpenBolt(path, storage.BoltOptions{
 		LockTimeout:      a.cfg.LockTimeout,
 		MoveAsideCorrupt: a.cfg.ResetCorruptState,
-		Logger:           slog.New(actors.NewSlogHandler(a.log.Named("storage"))),
+		Logger:           a.log.Named("storage"),
 	})
 	if errors.Is(err, storage.ErrLocked) {
 		return fmt.Errorf("%w: %s (%v)", ErrAlreadyRunning, a.cfg.DataDir, err)

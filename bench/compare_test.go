@@ -21,9 +21,13 @@ func BenchmarkRegisterDeregister(b *testing.B) {
 	}
 }
 
+// BenchmarkConcurrentRegistrants: Nomad's subscribers are channels
+// (PluginsUpdatedCh); plugvisor's are actors taking batches, then, in
+// plugvisor-channel, channels (Subscribe) as Nomad's are.
 func BenchmarkConcurrentRegistrants(b *testing.B) {
 	b.Run("registrants=8,subscribers=8", func(b *testing.B) {
 		each(b, func(b *testing.B, im impl) { workload.ConcurrentRegistrants(b, im.memory(b), 8, 8) })
+		b.Run("plugvisor-channel", func(b *testing.B) { workload.ConcurrentRegistrants(b, plugvisorChannels(b), 8, 8) })
 	})
 }
 

@@ -105,6 +105,11 @@ func plugvisorMemory(b *testing.B) workload.Target {
 	return workload.PlugvisorCounting(newCountedPlugvisor(b, memoryBucket(b)))
 }
 
+// plugvisorChannels is plugvisorMemory with channel subscribers.
+func plugvisorChannels(b *testing.B) workload.Target {
+	return workload.PlugvisorChannels(newCountedPlugvisor(b, memoryBucket(b)))
+}
+
 func plugvisorDurable(b *testing.B) workload.Target {
 	b.Helper()
 	db, err := storage.OpenBolt(filepath.Join(b.TempDir(), "state.db"), storage.BoltOptions{})

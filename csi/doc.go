@@ -3,6 +3,11 @@
 // socket, capabilities, the mapping of gRPC codes to errors, socket-path
 // validation and the plugin type names. It owns no state and runs no actor.
 //
+// An embedder uses Dial to talk to one CSI plugin from plain Go, and the
+// type names (TypeNode, TypeController) to register CSI plugins with the
+// registry; the actors that run CSI plugins for it are in the sub-packages
+// below.
+//
 // It also holds the vocabulary that several actors share, so that none of
 // them imports another: the volume usage and claim request ([Usage],
 // [ClaimRequest]), the [Claimer] interface, the claim and bad-request

@@ -4,6 +4,13 @@
 // that outlives them. The actors that watch directories and feed the
 // registry build on them.
 //
+// An embedder that wants plugins found on disk starts the discovery actor
+// with Start, on its actor system and registry: it watches the socket and
+// spec directories, activates what appears, registers each plugin under the
+// types its manifest names, and deregisters it when its file goes.
+// Subscribers (messages.SubscribeDiscovery) hear of every change. The
+// functions below are its building blocks, usable alone.
+//
 // # Finding plugins
 //
 // Docker looks for plugins in a socket directory (/run/docker/plugins) and in

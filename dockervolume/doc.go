@@ -2,6 +2,11 @@
 // answer the activation handshake with "VolumeDriver" (plugin type
 // "docker-volume", see discovery.TypesFor).
 //
+// An embedder starts the Docker volume plugin type with StartManager, on
+// its actor system and registry (one supervised, health-checked instance
+// per plugin), and serves volumes with dockerd's semantics through
+// StartVolumes; Client talks to one plugin from plain Go.
+//
 // Client speaks Docker's volume plugin protocol to one such plugin, over
 // discovery.Call: POST /VolumeDriver.Create {"Name", "Opts"}, .Remove
 // {"Name"}, .Mount and .Unmount {"Name", "ID"}, .Path {"Name"} answered by

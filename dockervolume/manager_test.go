@@ -68,6 +68,14 @@ func (e *managerEnv) expect(t *testing.T, timeout time.Duration, name, alloc str
 	})
 }
 
+// about matches a health report about alloc of plugin name that match
+// accepts.
+func (e *managerEnv) about(name, alloc string, match func(*messages.DockerVolumePluginHealth) bool) probe.Matcher {
+	return probe.Match(func(h *messages.DockerVolumePluginHealth) bool {
+		return h.GetName() == name && h.GetAllocId() == alloc && match(h)
+	})
+}
+
 func healthy(h *messages.DockerVolumePluginHealth) bool   { return h.GetHealthy() }
 func unhealthy(h *messages.DockerVolumePluginHealth) bool { return !h.GetHealthy() }
 func final(h *messages.DockerVolumePluginHealth) bool     { return h.GetFinal() }
@@ -168,9 +176,11 @@ func TestANewerAllocationTakesOver(t *testing.T) {
 	watcher.Watch(t, old.GetInstance())
 
 	e.register(t, "vol", "a2", second)
-	e.expect(t, wait, "vol", "a1", final)
+	// The old instance's last report and the new one's first come from two
+	// actors, in either order.
+	reports := e.health.ExpectAll(t, wait, e.about("vol", "a1", final), e.about("vol", "a2", healthy))
 	watcher.ExpectTerminated(t, old.GetInstance(), wait)
-	now := e.expect(t, wait, "vol", "a2", healthy)
+	now := reports[1].(*messages.DockerVolumePluginHealth)
 	require.NotEqual(t, old.GetInstance().GetId(), now.GetInstance().GetId())
 	require.Equal(t, dockervolume.ScopeGlobal, now.GetScope())
 	require.Eventually(t, func() bool {

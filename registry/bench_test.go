@@ -28,6 +28,18 @@ func benchTarget(b *testing.B, bucket storage.Bucket) workload.Target {
 	return workload.PlugvisorCounting(system, r, counter)
 }
 
+func channelTarget(b *testing.B) workload.Target {
+	b.Helper()
+	system := probe.NewSystem(b)
+	counter := &workload.BatchCounter{}
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	require.NoError(b, err)
+	r, err := registry.New(system, registry.Config{Bucket: bucket, Metrics: counter})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = r.Shutdown() })
+	return workload.PlugvisorChannels(system, r, counter)
+}
+
 func memoryTarget(b *testing.B) workload.Target {
 	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
 	require.NoError(b, err)
@@ -42,8 +54,13 @@ func BenchmarkRegisterDeregister(b *testing.B) {
 	}
 }
 
+// BenchmarkConcurrentRegistrants: 8 registrants, 8 subscribers that are
+// actors taking batches, then 8 that are Go channels (Subscribe).
 func BenchmarkConcurrentRegistrants(b *testing.B) {
-	workload.ConcurrentRegistrants(b, memoryTarget(b), 8, 8)
+	b.Run("subscribers=actors", func(b *testing.B) { workload.ConcurrentRegistrants(b, memoryTarget(b), 8, 8) })
+	b.Run("subscribers=channels", func(b *testing.B) {
+		workload.ConcurrentRegistrants(b, channelTarget(b), 8, 8)
+	})
 }
 
 func BenchmarkDeliveryLatency(b *testing.B) {

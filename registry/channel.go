@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -44,14 +44,16 @@ type SubscribeOptions struct {
 // Subscription delivers one plugin type's events to a Go channel, for code
 // that is not an actor.
 //
-// It never blocks the registry: an adapter actor takes the events and a
-// goroutine hands them to the channel. When the reader falls behind, events
-// wait in the adapter, in order, none lost; if more than MaxBacklog are
-// waiting, the subscription ends: the channel closes after the events
-// already handed over and Lagged reports true, so the reader knows to
-// subscribe again with Replay and resynchronise (as a Kubernetes watch that
-// falls too far behind must re-list). The channel also closes when ctx ends
-// and when the registry shuts down. Once C is closed, Err says which.
+// It never blocks the registry: the registry actor puts each batch's
+// events straight into C's buffer, and when the buffer is full, into a
+// backlog that a goroutine moves into C as the reader makes room, in
+// order, none lost. If more than MaxBacklog events wait for the reader (in
+// C's buffer and the backlog), the subscription ends: C closes after the
+// events already in its buffer and Lagged reports true, so the reader
+// knows to subscribe again with Replay and resynchronise (as a Kubernetes
+// watch that falls too far behind must re-list). C also closes when ctx
+// ends and, after every event sent before, when the registry shuts down.
+// Once C is closed, Err says which.
 type Subscription struct {
 	// C delivers the events in sequence order.
 	C <-chan Event
@@ -60,8 +62,7 @@ type Subscription struct {
 	// one, and every live event has a greater one.
 	Sequence uint64
 
-	lagged chan struct{}
-	ended  *atomic.Pointer[error]
+	sink *channelSink
 }
 
 // Err says why C closed: ErrLagged when the reader fell too far behind,
@@ -69,31 +70,31 @@ type Subscription struct {
 // context.Canceled or context.DeadlineExceeded) when ctx ended. It is nil
 // while C is open.
 func (s *Subscription) Err() error {
-	if err := s.ended.Load(); err != nil {
-		return *err
+	s.sink.mu.Lock()
+	defer s.sink.mu.Unlock()
+	if !s.sink.closed {
+		return nil
 	}
-	return nil
+	return s.sink.ended
 }
 
 // Lagged reports whether the subscription ended because its reader fell
 // more than MaxBacklog events behind.
-func (s *Subscription) Lagged() bool { return isClosed(s.lagged) }
-
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Subscription) Lagged() bool { return errors.Is(s.Err(), ErrLagged) }
 
 // PluginsUpdatedCh returns a channel of the events of ptype ("" for every
-// type), as Nomad's registry does. It closes when ctx ends or the registry
-// shuts down.
+// type), with the signature of Nomad's registry. It closes when ctx ends or
+// the registry shuts down.
+//
+// Its signature has no room for an error: a subscription Subscribe would
+// refuse (a bad type, the limit on subscriptions reached, a registry shut
+// down) is a channel that is already closed, and the refusal is logged as
+// a warning. Call Subscribe to get the refusal as an error.
 func (r *Registry) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan Event {
 	sub, err := r.Subscribe(ctx, ptype, SubscribeOptions{})
 	if err != nil {
+		r.log.Warn("PluginsUpdatedCh: subscription refused; its channel is closed (Subscribe returns the error)",
+			"type", ptype, "error", err)
 		ch := make(chan Event)
 		close(ch)
 		return ch
@@ -103,6 +104,10 @@ func (r *Registry) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan Ev
 
 // Subscribe starts a channel subscription to the events of ptype ("" for
 // every type). Events that happen after Subscribe returns are delivered.
+//
+// A refusal is an error, and nothing is started: ErrInvalid for a bad
+// type, ErrLimit when Limits.Subscribers subscriptions are open, and
+// ErrShutdown once the registry is shut down.
 func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOptions) (*Subscription, error) {
 	if ptype != "" {
 		if err := ValidateID("plugin type", ptype); err != nil {
@@ -121,144 +126,201 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 		return nil, errorf(ErrLimit, "%d subscriptions are open, the limit (registry.Limits.Subscribers, agent flag -max-subscribers); "+
 			"close one or raise the limit", r.channels.max)
 	}
-	out := make(chan Event)
-	a := &channelAdapter{
-		registry:   r.pid,
-		ptype:      ptype,
-		replay:     opts.Replay,
-		maxBacklog: opts.MaxBacklog,
-		wake:       make(chan struct{}, 1),
-		subscribed: make(chan struct{}),
-		ended:      make(chan struct{}),
-		lagged:     make(chan struct{}),
-	}
-	pid := r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-	ended := &atomic.Pointer[error]{}
-	go a.pump(ctx, out, ended, func() {
-		r.system.Root.Stop(pid)
+	sink := newChannelSink(ptype, opts.MaxBacklog)
+	sink.release = func() {
 		r.channels.release()
+		if !errors.Is(sink.ended, ErrShutdown) { // else the stopping registry forgets it
+			r.system.Root.Send(r.pid, &unsubscribeChannel{sink: sink})
+		}
+	}
+	sink.mu.Lock()
+	sink.stopAfter = context.AfterFunc(ctx, func() {
+		sink.end(fmt.Errorf("registry: subscription to %q ended by its context: %w", ptype, ctx.Err()), true)
 	})
+	sink.mu.Unlock()
+	r.system.Root.Send(r.pid, &subscribeChannel{sink: sink, replay: opts.Replay})
 	select {
-	case <-a.subscribed:
-	case <-a.ended:
+	case <-sink.ready:
+	case <-time.After(r.timeout):
+		sink.end(fmt.Errorf("registry: no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout), true)
+		return nil, sink.ended
 	}
-	return &Subscription{C: out, lagged: a.lagged, ended: ended, Sequence: a.sequence}, nil
+	return &Subscription{C: sink.out, Sequence: sink.sequence, sink: sink}, nil
 }
 
-// registryGone is the adapter's note to itself that the registry stopped.
-type registryGone struct{}
+// subscribeChannel is the facade's channel subscription, sent to the
+// registry actor; the actor answers by closing the sink's ready.
+type subscribeChannel struct {
+	sink   *channelSink
+	replay bool
+}
 
-// channelAdapter is the actor that subscribes on behalf of a channel. It
-// owns the backlog of events not yet handed to the reader; its pump
-// goroutine drains it into the channel.
-type channelAdapter struct {
-	registry   *actor.PID
+// unsubscribeChannel tells the registry actor that a channel subscription
+// ended.
+type unsubscribeChannel struct{ sink *channelSink }
+
+// onSubscribeChannel adds a channel subscription, with its replay first,
+// unless it has ended already (its context may end before it arrives).
+func (a *pluginsActor) onSubscribeChannel(msg *subscribeChannel) {
+	sink := msg.sink
+	if msg.replay {
+		sink.push(a.committed.replay(sink.ptype))
+	}
+	sink.sequence = a.committed.sequence
+	if sink.running() {
+		a.subs.addSink(sink)
+		a.metrics.Subscribers(a.subs.len())
+	}
+	close(sink.ready)
+}
+
+func (a *pluginsActor) onUnsubscribeChannel(msg *unsubscribeChannel) {
+	a.subs.removeSink(msg.sink)
+	a.metrics.Subscribers(a.subs.len())
+}
+
+// channelBuffer is the most events a channel subscription's C buffers.
+const channelBuffer = 128
+
+// channelSink is a channel subscription as the registry actor sees it:
+// push, on the actor's goroutine, never blocks. The sink owns its
+// backlog, guarded by mu, which the actor and the drain goroutine share.
+type channelSink struct {
 	ptype      string
-	replay     bool
-	maxBacklog int
+	out        chan Event
+	maxBacklog int // beyond out's buffer
 
-	mu      sync.Mutex
-	backlog []Event
-	wake    chan struct{}
+	ready    chan struct{} // closed by the actor once subscribed
+	sequence uint64        // set before ready closes
 
-	sequence   uint64        // from Subscribed, set before subscribed closes
-	subscribed chan struct{} // closed on Subscribed
-	ended      chan struct{} // closed when the actor stops
-	lagged     chan struct{} // closed when the reader fell too far behind
+	release   func()      // frees the subscription's slot, once out closed
+	stopAfter func() bool // stops the context's watch
+
+	mu       sync.Mutex
+	backlog  []Event       // events waiting for room in out, in order
+	taken    int           // events the drain goroutine took and is sending
+	draining bool          // the drain goroutine runs
+	ended    error         // why the subscription ended; nil while it runs
+	abort    chan struct{} // closed when what is undelivered is dropped
+	closed   bool          // out is closed
 }
 
-// Receive subscribes at start, queues events, and ends the subscription
-// when the registry goes away or the reader lags.
-func (a *channelAdapter) Receive(ctx actor.Context) {
-	switch msg := ctx.Message().(type) {
-	case *actor.Started:
-		ctx.Watch(a.registry)
-		ctx.Send(a.registry, &SubscribeInBatches{
-			Subscribe: &messages.Subscribe{Type: a.ptype, Subscriber: ctx.Self(), Replay: a.replay},
-		})
-	case *messages.Subscribed:
-		a.sequence = msg.GetSequence()
-		close(a.subscribed)
-	case *Events:
-		a.push(ctx, msg.Events)
-	case *actor.Terminated:
-		// The registry is gone. Terminated is a system message and can
-		// overtake the registry's last events in the mailbox: stop only
-		// after them, when this note to self comes through.
-		ctx.Send(ctx.Self(), registryGone{})
-	case registryGone:
-		ctx.Stop(ctx.Self())
-	case *actor.Stopping:
-		ctx.Unwatch(a.registry)
-	case *actor.Stopped:
-		close(a.ended)
-	}
+func newChannelSink(ptype string, maxBacklog int) *channelSink {
+	buffer := min(maxBacklog, channelBuffer)
+	return &channelSink{ptype: ptype, out: make(chan Event, buffer), maxBacklog: maxBacklog - buffer,
+		ready: make(chan struct{}), abort: make(chan struct{})}
 }
 
-func (a *channelAdapter) push(ctx actor.Context, events []Event) {
-	a.mu.Lock()
-	over := len(a.backlog)+len(events) > a.maxBacklog
-	if !over {
-		a.backlog = append(a.backlog, events...)
+// push hands events to the reader, straight into out while nothing waits
+// before them, and reports false once the subscription has ended.
+func (s *channelSink) push(events []Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended != nil {
+		return false
 	}
-	a.mu.Unlock()
-	if over {
-		close(a.lagged)
-		ctx.Stop(ctx.Self())
-		return
-	}
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (a *channelAdapter) pop() (Event, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.backlog) == 0 {
-		return nil, false
-	}
-	ev := a.backlog[0]
-	a.backlog[0] = nil
-	a.backlog = a.backlog[1:]
-	return ev, true
-}
-
-// pump hands the backlog to out until ctx ends or the actor stops, then
-// records why in ended, closes out and makes sure the actor is stopped.
-func (a *channelAdapter) pump(ctx context.Context, out chan<- Event, ended *atomic.Pointer[error], stop func()) {
-	err := a.drain(ctx, out)
-	ended.Store(&err)
-	stop()
-	close(out)
-}
-
-func (a *channelAdapter) drain(ctx context.Context, out chan<- Event) error {
-	cancelled := func() error {
-		return fmt.Errorf("registry: subscription to %q ended by its context: %w", a.ptype, ctx.Err())
-	}
-	for {
-		ev, ok := a.pop()
-		if !ok {
+	if !s.draining {
+		for len(events) > 0 {
 			select {
-			case <-a.wake:
+			case s.out <- events[0]:
+				events = events[1:]
 				continue
-			case <-a.ended:
-				if isClosed(a.lagged) {
-					return fmt.Errorf("%w: more than %d events were waiting for the reader of %q", ErrLagged, a.maxBacklog, a.ptype)
-				}
-				if ev, ok = a.pop(); !ok {
-					return errorf(ErrShutdown, "the registry shut down")
-				}
-			case <-ctx.Done():
-				return cancelled()
+			default:
+			}
+			break
+		}
+		if len(events) == 0 {
+			return true
+		}
+	}
+	if len(s.backlog)+s.taken+len(events) > s.maxBacklog {
+		s.endLocked(fmt.Errorf("%w: more than %d events were waiting for the reader of %q",
+			ErrLagged, s.maxBacklog+cap(s.out), s.ptype), true)
+		return false
+	}
+	s.backlog = append(s.backlog, events...)
+	if !s.draining {
+		s.draining = true
+		go s.drain()
+	}
+	return true
+}
+
+// drain moves the backlog into out as the reader makes room, until the
+// backlog is empty or the subscription is aborted.
+func (s *channelSink) drain() {
+	for {
+		s.mu.Lock()
+		batch := s.backlog
+		s.backlog, s.taken = nil, len(batch)
+		if len(batch) == 0 {
+			s.draining = false
+			if s.ended != nil {
+				s.closeLocked()
+			}
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		for _, ev := range batch {
+			select {
+			case s.out <- ev:
+			case <-s.abort:
+				s.mu.Lock()
+				s.draining = false
+				s.closeLocked()
+				s.mu.Unlock()
+				return
 			}
 		}
-		select {
-		case out <- ev:
-		case <-ctx.Done():
-			return cancelled()
-		}
 	}
+}
+
+// running reports whether the subscription has not ended; once it ends,
+// its release tells the registry actor to forget it.
+func (s *channelSink) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended == nil
+}
+
+// end ends the subscription for err: with abort, what the reader has not
+// got yet beyond out's buffer is dropped; without, it is delivered first.
+func (s *channelSink) end(err error, abort bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endLocked(err, abort)
+}
+
+func (s *channelSink) endLocked(err error, abort bool) {
+	if s.ended == nil {
+		s.ended = err
+	}
+	if abort && !isClosed(s.abort) {
+		s.backlog = nil
+		close(s.abort)
+	}
+	if !s.draining {
+		s.closeLocked()
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// closeLocked closes out, once, and frees the subscription.
+func (s *channelSink) closeLocked() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.stopAfter()
+	s.release() // first: a reader that sees out closed may subscribe again
+	close(s.out)
 }

@@ -1,28 +1,26 @@
-// Package registry is plugvisor's dynamic plugin registry: one actor owns
-// every plugin's allocations (type → name → allocations, newest current),
-// keeps them durable in a storage.Bucket, and publishes each change as an
-// event to its subscribers.
+// Package registry is plugvisor's dynamic plugin registry: the plugins
+// running on a node, by type and name, each with its allocations (the
+// newest is current), kept durable on disk, with an event for every
+// change.
 //
-// State and its owner: the registry actor (plugins.go) is the only writer.
-// Readers never go through it: they read the immutable Snapshot it
-// publishes after every durable batch (state.go).
+// An embedder opens one with Open, which opens the state file, an actor
+// system and the registry, all stopped by Close; or with New, on a
+// storage.Bucket and an actor system it owns. Go code then calls the
+// Registry's methods, which are Nomad's dynamicplugins.Registry methods
+// (Interface, to substitute in tests; registrytest has stub dispensers):
+// RegisterPlugin and DeregisterPlugin return once the change is durable;
+// ListPlugins, PluginForAlloc, DispensePlugin and WaitForPlugin read the
+// latest durable state and never wait for a write; Subscribe delivers one
+// plugin type's events on a channel. Actors send messages.RegisterPlugin,
+// messages.DeregisterPlugin and messages.Subscribe (or SubscribeInBatches)
+// to PID instead, and never block.
 //
-// The write path, from a Go caller of the facade (registry.go): the caller
-// validates and encodes its command, leaves it in the shared inbox
-// (inbox.go) and waits on a pooled reply channel; the first caller to find
-// the inbox asleep wakes the actor with one message. The actor takes every
-// waiting command, applies each to its working state, and writes them as
-// one batch: one snapshot cut, one store transaction on its writer
-// goroutine, then, once durable, one event message per subscriber that
-// takes batches (subscribers.go) and an answer to each caller. Actors send
-// their commands to the actor's PID instead; those batch the same way.
-//
-// The contracts, each with its test: one owner of the state; a write is
-// acknowledged only once durable; a caller reads its own writes; each
-// caller's commands apply in the order it sent them; events reach each
-// subscriber in sequence order, and a stuck subscriber slows nobody;
-// Shutdown answers everything in flight; every facade call ends by the
-// request timeout; a bad command in a batch gets its error and the rest
-// apply. Sequence numbers are durable: they never go backwards, across
-// restarts too.
+// What it promises, each with its test: a write is acknowledged only once
+// durable, and its caller then reads it; each caller's writes apply in the
+// order it sent them; events reach each subscriber in sequence order, none
+// lost while it lives, and a stuck subscriber slows nobody; Shutdown
+// answers everything in flight; every call ends by Config.RequestTimeout;
+// bad input is an error wrapping ErrInvalid and changes nothing; sequence
+// numbers never go backwards, across restarts too. How the actor keeps
+// these promises is in ARCHITECTURE.md.
 package registry

@@ -146,6 +146,10 @@ func (a *pluginsActor) Receive(ctx actor.Context) {
 		a.onSubscribe(ctx, msg.Subscribe, true)
 	case *messages.Unsubscribe:
 		a.onUnsubscribe(ctx, msg)
+	case *subscribeChannel:
+		a.onSubscribeChannel(msg)
+	case *unsubscribeChannel:
+		a.onUnsubscribeChannel(msg)
 	case *actor.Terminated:
 		a.subs.drop(msg.GetWho())
 		a.metrics.Subscribers(a.subs.len())
@@ -171,6 +175,7 @@ func (a *pluginsActor) onStopped(ctx actor.Context) {
 		a.reply(ctx, w, err)
 	}
 	a.queue = nil
+	a.subs.endSinks()
 	if a.stopped != nil {
 		a.stopped()
 	}

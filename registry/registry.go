@@ -89,6 +89,11 @@ type Registry struct {
 	mu     sync.RWMutex
 	closed bool
 	done   chan struct{}
+
+	// owned stops what Open started for the registry (nil after New);
+	// Close calls it once.
+	owned      func() error
+	closeOwned sync.Once
 }
 
 // New restores the registry's state from cfg.Bucket and starts its actor in
@@ -255,7 +260,8 @@ func (r *Registry) WaitForPlugin(ctx context.Context, ptype, name string) (*mess
 // Shutdown finishes the writes already accepted, then stops the registry
 // actor. Afterwards writes return ErrShutdown at once, channels from
 // PluginsUpdatedCh close, and reads keep answering from the last snapshot.
-// A second call returns nil.
+// A second call returns nil. It stops neither the actor system nor the
+// store: Close of a registry from Open stops those too.
 func (r *Registry) Shutdown() error {
 	r.mu.Lock()
 	if r.closed {

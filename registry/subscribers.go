@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"slices"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/plugvisor/plugvisor/messages"
@@ -52,10 +54,13 @@ type subscribers struct {
 	batched map[string]*actor.PIDSet // one *Events per batch
 	// refs counts each PID's subscriptions, to watch it once.
 	refs map[string]int
+	// sinks are the channel subscriptions (Registry.Subscribe), by type.
+	sinks map[string][]*channelSink
 }
 
 func newSubscribers() *subscribers {
-	return &subscribers{single: map[string]*actor.PIDSet{}, batched: map[string]*actor.PIDSet{}, refs: map[string]int{}}
+	return &subscribers{single: map[string]*actor.PIDSet{}, batched: map[string]*actor.PIDSet{}, refs: map[string]int{},
+		sinks: map[string][]*channelSink{}}
 }
 
 func pidKey(pid *actor.PID) string { return pid.GetAddress() + "/" + pid.GetId() }
@@ -124,7 +129,59 @@ func (s *subscribers) drop(pid *actor.PID) {
 	delete(s.refs, pidKey(pid))
 }
 
-func (s *subscribers) len() int { return len(s.refs) }
+func (s *subscribers) len() int {
+	n := len(s.refs)
+	for _, sinks := range s.sinks {
+		n += len(sinks)
+	}
+	return n
+}
+
+func (s *subscribers) addSink(sink *channelSink) {
+	s.sinks[sink.ptype] = append(s.sinks[sink.ptype], sink)
+}
+
+func (s *subscribers) removeSink(sink *channelSink) {
+	sinks := slices.DeleteFunc(s.sinks[sink.ptype], func(x *channelSink) bool { return x == sink })
+	if len(sinks) == 0 {
+		delete(s.sinks, sink.ptype)
+		return
+	}
+	s.sinks[sink.ptype] = sinks
+}
+
+// endSinks ends every channel subscription as the registry stops: each
+// channel closes once its reader has the events sent before.
+func (s *subscribers) endSinks() {
+	for ptype, sinks := range s.sinks {
+		for _, sink := range sinks {
+			sink.end(errorf(ErrShutdown, "the registry shut down"), false)
+		}
+		delete(s.sinks, ptype)
+	}
+}
+
+// pushTo hands events to the channel subscriptions of ptype, forgetting
+// those that have ended.
+func (s *subscribers) pushTo(ptype string, events []Event) int {
+	sinks, ok := s.sinks[ptype]
+	if !ok {
+		return 0
+	}
+	n := 0
+	var ended []*channelSink
+	for _, sink := range sinks {
+		if sink.push(events) {
+			n += len(events)
+		} else {
+			ended = append(ended, sink)
+		}
+	}
+	for _, sink := range ended {
+		s.removeSink(sink)
+	}
+	return n
+}
 
 // toEveryType reports whether pid subscribed to every type, and so gets
 // its events through that subscription.
@@ -177,7 +234,7 @@ func (s *subscribers) send(ctx actor.Context, ptype string, events []Event, skip
 			}
 		})
 	}
-	return n
+	return n + s.pushTo(ptype, events)
 }
 
 // oneType returns the plugin type of events when they all have the same,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -39,8 +39,8 @@ type BoltOptions struct {
 	// acknowledged writes and can leave a file that no longer opens.
 	NoSync bool
 	// Logger receives the notice of a file moved aside; nil means
-	// slog.Default().
-	Logger *slog.Logger
+	// hclog.Default().
+	Logger hclog.Logger
 }
 
 // Bolt is a Store in one bbolt file, locked against other processes while
@@ -71,7 +71,7 @@ func OpenBolt(path string, opts BoltOptions) (*Bolt, error) {
 		opts.LockTimeout = DefaultLockTimeout
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = hclog.Default()
 	}
 	db, err := openVerified(path, opts)
 	if err != nil && errors.Is(err, ErrCorrupt) && opts.MoveAsideCorrupt {

@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/storage"
@@ -143,7 +143,7 @@ func TestBoltMovesCorruptFilesAsideOnRequest(t *testing.T) {
 			c.prepare(t, path, full)
 			before := snapshot(t, path)
 			var logs bytes.Buffer // OpenBolt logs on the calling goroutine
-			opts := storage.BoltOptions{MoveAsideCorrupt: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			opts := storage.BoltOptions{MoveAsideCorrupt: true, Logger: hclog.New(&hclog.LoggerOptions{Output: &logs})}
 
 			start := time.Now().UTC().Truncate(time.Second)
 			s, err := storage.OpenBolt(path, opts)
@@ -167,7 +167,7 @@ func TestBoltMovesCorruptFilesAsideOnRequest(t *testing.T) {
 			require.NoError(t, err, "the new name ends in a UTC timestamp")
 			require.WithinRange(t, stamp, start, time.Now().UTC())
 
-			require.Contains(t, logs.String(), "level=WARN")
+			require.Contains(t, logs.String(), "[WARN]")
 			require.Contains(t, logs.String(), "moved it aside and started with an empty store")
 			require.Contains(t, logs.String(), "moved_to="+moved[0])
 			require.Contains(t, logs.String(), c.want)

@@ -1,6 +1,11 @@
 // Package storage is the durable key/value store that the registry actor and
 // the CSI catalog actor share: one file per agent, one bucket per owner.
 //
+// An embedder opens one file with OpenBolt and gives each owner a bucket of
+// its own (Bucket): registry.BucketName to the registry, others to its own
+// records; Close releases the file's lock. registry.Open does all of this
+// for a registry alone. NewMemory is the store of tests.
+//
 // The owners call it off their own goroutines, one batch at a time, and
 // acknowledge a change only after Apply has returned: Apply returns once the
 // batch is on disk. Values are opaque bytes (the owners encode them with

@@ -2,6 +2,12 @@
 // function that applies it to a failure (Decide), and the protoactor
 // SupervisorStrategy that carries it out (Strategy).
 //
+// An embedder gives the props of an actor whose children must be restarted
+// (a plugin type's manager, say) actor.WithSupervisor(strategy), with the
+// strategy NewStrategy makes from a Spec: its children then restart, back
+// off and give up as the Spec says, and the parent hears of each decision
+// (see the example below).
+//
 // # The policy
 //
 // When a child actor fails (panics in Receive), its parent's Strategy asks

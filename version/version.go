@@ -1,6 +1,12 @@
 // Package version says which build of plugvisor is running: the release,
 // the commit it was built from and the Go toolchain. The agent puts it in
 // /v1/health and every binary prints it with `version` and `-version`.
+//
+// `make build` sets Version and Commit at link time from git. A binary
+// built without them (`go install` or `go build`) reports what Go stamped
+// into it: the module version (a release for `go install ...@v0.1.0`, a
+// pseudo-version in a checkout), and the VCS revision, marked "-dirty"
+// when the checkout had changes.
 package version
 
 import (
@@ -28,17 +34,19 @@ type Info struct {
 // Get returns this build's identity, filling what the linker did not set
 // from the build information Go embeds.
 func Get() Info {
-	info := Info{Version: Version, Commit: Commit, GoVersion: runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if info.Version == "" && ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	bi, _ := debug.ReadBuildInfo()
+	return fromBuild(Version, Commit, bi)
+}
+
+// fromBuild prefers what the linker set, then the build information bi
+// (nil when the binary has none), then "devel" and "unknown".
+func fromBuild(linkedVersion, linkedCommit string, bi *debug.BuildInfo) Info {
+	info := Info{Version: linkedVersion, Commit: linkedCommit, GoVersion: runtime.Version()}
+	if bi != nil && info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		info.Version = bi.Main.Version
 	}
-	if info.Commit == "" && ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				info.Commit = s.Value
-			}
-		}
+	if bi != nil && info.Commit == "" {
+		info.Commit = stampedCommit(bi.Settings)
 	}
 	if info.Version == "" {
 		info.Version = "devel"
@@ -47,6 +55,24 @@ func Get() Info {
 		info.Commit = "unknown"
 	}
 	return info
+}
+
+// stampedCommit is the vcs.revision Go stamped, with "-dirty" when
+// vcs.modified says the checkout had changes, or "" when there is none.
+func stampedCommit(settings []debug.BuildSetting) string {
+	var revision, modified string
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if revision != "" && modified == "true" {
+		return revision + "-dirty"
+	}
+	return revision
 }
 
 // String is the one line `plugvisor version` prints.

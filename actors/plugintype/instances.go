@@ -1,9 +1,14 @@
 // Package plugintype is the generic half of a plugin-type manager: the
 // bookkeeping that keeps one supervised instance actor per plugin of some
-// registry plugin types, whatever those instances do. A type's manager
-// actor embeds an *Instances, hands it every message first, and implements
-// Type for the part only it knows: what an instance is, and what to say
-// when one is replaced, fails or is gone.
+// registry plugin types, whatever those instances do.
+//
+// An embedder adds a plugin type of its own with it, from outside
+// plugvisor: a manager actor that embeds an *Instances (New), hands it
+// every message first, and implements Type for the part only it knows:
+// what an instance is, and what to say when one is replaced, fails or is
+// gone. Its instances and reports may be plain Go structs or its own
+// protobuf messages; nothing in plugvisor's messages changes. The example
+// is a whole type.
 //
 // Instances subscribes to the registry for its types, with a replay of the
 // current plugins; starts one instance per (type, name), serving the

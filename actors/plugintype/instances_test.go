@@ -133,19 +133,9 @@ func start(t *testing.T, resync time.Duration, current ...*messages.PluginInfo) 
 // actors, so in either order.
 func (e *env) replaced(t *testing.T, goneAlloc string) *started {
 	t.Helper()
-	var next *started
-	for sawGone := false; next == nil || !sawGone; {
-		switch m := e.report.Next(t, wait).Message.(type) {
-		case *started:
-			next = m
-		case *gone:
-			require.Equal(t, goneAlloc, m.alloc)
-			sawGone = true
-		default:
-			t.Fatalf("expected an instance started and one gone, got %T %+v", m, m)
-		}
-	}
-	return next
+	got := e.report.ExpectAll(t, wait, probe.Match[*started](nil),
+		probe.Match(func(g *gone) bool { return g.alloc == goneAlloc }))
+	return got[0].(*started)
 }
 
 func TestInstancesFollowTheRegistry(t *testing.T) {

@@ -13,6 +13,9 @@
 //	p := probe.New(t, system)
 //	p.Send(target, &messages.Subscribe{Subscriber: p.PID()})
 //	ack := probe.Expect[*messages.Subscribed](t, p, time.Second)
+//
+// Messages from several actors, whose order nobody promises, are awaited
+// with ExpectAll (one per matcher, in any order) or ExpectUnordered.
 package probe
 
 import (

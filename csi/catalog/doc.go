@@ -4,6 +4,11 @@
 // its Go facade ([Catalog]). The rules themselves (claims, access modes,
 // health counts) are the pure model in csi/catalog/model.
 //
+// An embedder starts it with StartCatalog, on its actor system and the CSI
+// manager, and registers, claims and releases volumes through the Catalog
+// facade; a claim is granted or refused by the volume's access mode and its
+// plugin's health.
+//
 // State it owns: the working, the pending and the last durable state of
 // the catalog (volumes, plugins, the index counter), the queue of writes
 // waiting for the next batch and the batch in flight, and its shutdown.

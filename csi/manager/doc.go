@@ -3,6 +3,12 @@
 // csi-node plugin in the registry, the instance actor itself, and
 // fingerprinting (what an instance asks its plugin, and how often).
 //
+// An embedder starts it with StartManager, on its actor system and
+// registry: from then on every CSI plugin registered gets an instance,
+// supervised, fingerprinted and replaced by a newer allocation. It reads
+// the plugins' health with Manager.Plugins, or subscribes to their
+// fingerprints with messages.SubscribeCSI, as the catalog does.
+//
 // State the manager owns: the instances it supervises (through
 // actors/plugintype), each instance's last fingerprint and health, the
 // listed fingerprints of current instances (published to [Manager.Plugins]

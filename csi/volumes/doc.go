@@ -1,6 +1,12 @@
 // Package volumes is the volume manager: one actor per agent that mounts
 // catalog volumes for allocs on this node, as kubelet and Nomad drive CSI.
 //
+// An embedder starts it with Start, on its actor system, a bucket of its
+// store, the catalog and the registry, and calls Manager.Mount and
+// Manager.Unmount for each alloc: the manager claims, attaches, stages and
+// publishes (and the reverse), keeps a durable record of every step, and
+// reconciles the records with the kernel's mount table at start.
+//
 // # State it owns
 //
 // One durable record per volume held on this node (messages.VolumeRecord,

@@ -1,6 +1,9 @@
 package workload
 
 import (
+	"context"
+	"math"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/plugvisor/plugvisor/messages"
@@ -88,4 +91,44 @@ func (p *plugvisorTarget) spawn(receive actor.ReceiveFunc) func() {
 	}))
 	<-subscribed
 	return func() { p.system.Root.Stop(pid) }
+}
+
+// PlugvisorChannels is PlugvisorCounting with subscribers that are Go
+// channels (Registry.Subscribe), each drained by a goroutine of its own,
+// as a program that is not an actor would subscribe.
+func PlugvisorChannels(system *actor.ActorSystem, r *registry.Registry, counter *BatchCounter) Target {
+	return &channelTarget{countingTarget: countingTarget{plugvisorTarget: plugvisorTarget{system: system, r: r}, BatchCounter: counter}}
+}
+
+type channelTarget struct{ countingTarget }
+
+func (p *channelTarget) Subscribe(got func()) func() {
+	return p.subscribe(func(events <-chan registry.Event) {
+		for range events {
+			got()
+		}
+	})
+}
+
+func (p *channelTarget) SubscribeStuck() func() {
+	release := make(chan struct{})
+	stop := p.subscribe(func(events <-chan registry.Event) {
+		<-release
+		for range events {
+		}
+	})
+	return func() { close(release); stop() }
+}
+
+// subscribe subscribes a channel, hands it to read on a goroutine, and
+// returns the stop that ends the subscription and waits for read.
+func (p *channelTarget) subscribe(read func(<-chan registry.Event)) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	sub, err := p.r.Subscribe(ctx, PluginType, registry.SubscribeOptions{MaxBacklog: math.MaxInt32})
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); read(sub.C) }()
+	return func() { cancel(); <-done }
 }

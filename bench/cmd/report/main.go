@@ -265,6 +265,7 @@ func rows() []row {
 	out = append(out, row{workload: "8 concurrent registrants, 8 draining subscribers", unit: "pairs/s",
 		nomad: n, plugvisor: p, raw: rfpPairs, rawName: "RequestFuture ×8", target: crTarget},
 		crCPU, batching(cr))
+	out = append(out, channelRows(cr)...)
 	for _, q := range []string{"p50", "p99", "p99.9"} {
 		r := row{workload: "register → delivery latency, " + q, unit: "µs", lowerIsBetter: true,
 			nomad: metric(impl(dl, "nomad"), q+"-µs"), plugvisor: metric(impl(dl, "plugvisor"), q+"-µs"),
@@ -339,6 +340,26 @@ func rows() []row {
 			nomad: metric(impl(mem, "nomad"), "B/plugin"), plugvisor: metric(impl(mem, "plugvisor-registry"), "B/plugin")},
 	)
 	return append(out, csiRows()...)
+}
+
+// channelRows are plugvisor's channel subscribers (Subscribe), Nomad's
+// kind, at 8 registrants × 8 subscribers: held to plugvisor's actor
+// subscribers measured in the same run.
+func channelRows(cr string) []row {
+	channel := impl(cr, "plugvisor-channel")
+	return []row{
+		{workload: "… the same with plugvisor's subscribers as Go channels (Subscribe), as Nomad's are", unit: "pairs/s",
+			nomad: metric(impl(cr, "nomad"), "ops/s"), plugvisor: metric(channel, "ops/s")},
+		{workload: "… its CPU time per pair (whole process)", unit: "µs", lowerIsBetter: true,
+			nomad: metric(impl(cr, "nomad"), "cpu-µs/op"), plugvisor: metric(channel, "cpu-µs/op"),
+			target: &target{text: "≤ 1.3× plugvisor's with actor subscribers", met: func(r *results, _, plugvisor, _ float64) (bool, string) {
+				actors, ok := r.get(impl(cr, "plugvisor"), "cpu-µs/op")
+				if !ok || actors == 0 {
+					return false, "no actor figure"
+				}
+				return plugvisor/actors <= 1.3, fmt.Sprintf("%.2f× the actors'", plugvisor/actors)
+			}}},
+	}
 }
 
 // csiRows are the CSI side: the CSI manager and its plugin instance actors

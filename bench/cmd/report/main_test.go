@@ -101,3 +101,21 @@ func TestAFleetMeasuredAtTwoSizesCountsOnlyItsLargest(t *testing.T) {
 	require.Equal(t, 43000.0, got, "the round cut short to 1,000 plugins is left out")
 	require.Contains(t, section, "| … connected to a real gRPC server (in other processes: their memory not counted) | B/plugin (lower is better) | — | 43,000 |")
 }
+
+func TestTheChannelSubscribersAreHeldToTheActorSubscribersOfTheSameRun(t *testing.T) {
+	const cr = "BenchmarkConcurrentRegistrants/registrants=8,subscribers=8/"
+	for _, tc := range []struct {
+		channelCPU string
+		want       string
+	}{
+		{"14", "**met** (1.17× the actors')"},
+		{"18", "**not met** (1.50× the actors')"},
+	} {
+		_, section := table(t, cr+"nomad-2 	 100	 5577 ns/op	 200 ops/s	 5 cpu-µs/op\n"+
+			cr+"plugvisor-2 	 100	 5577 ns/op	 400 ops/s	 12 cpu-µs/op\n"+
+			cr+"plugvisor-channel-2 	 100	 5577 ns/op	 300 ops/s	 "+tc.channelCPU+" cpu-µs/op\n")
+		require.Contains(t, section, "| … the same with plugvisor's subscribers as Go channels (Subscribe), as Nomad's are | pairs/s | 200 | 300 | 1.5× |")
+		require.Contains(t, section, "| … its CPU time per pair (whole process) | µs (lower is better) | 5.00 | "+tc.channelCPU+".0 |")
+		require.Contains(t, section, tc.want)
+	}
+}
