@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/storage"
@@ -41,7 +41,7 @@ func TestBoltNeverFaultsOnAFlippedBitInAnyPageKind(t *testing.T) {
 		refused[f.Kind]++
 		require.ErrorIs(t, err, storage.ErrCorrupt, f.String())
 		require.ErrorContains(t, err, "-reset-corrupt-state", f.String())
-		s, err = storage.OpenBolt(path, storage.BoltOptions{MoveAsideCorrupt: true, Logger: slog.New(slog.DiscardHandler)})
+		s, err = storage.OpenBolt(path, storage.BoltOptions{MoveAsideCorrupt: true, Logger: hclog.NewNullLogger()})
 		require.NoError(t, err, "%v: the flag moves the file aside", f)
 		require.Empty(t, load(t, bucket(t, s, "registry")), f.String())
 		require.NoError(t, s.Close())
