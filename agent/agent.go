@@ -191,8 +191,8 @@ type Agent struct {
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
-	// fences hands the volume manager's fence events to the API's streams.
-	fences fenceFeed
+	// volumeEvents hands the volume manager's events to the API's streams.
+	volumeEvents eventFeed
 	// listeners are bound at start, before any actor, and served once
 	// every part runs; Shutdown closes those not served yet.
 	listeners []served
@@ -382,7 +382,7 @@ func (a *Agent) startManagers() error {
 		Root:     filepath.Join(a.cfg.DataDir, "csi"),
 		Logger:   a.log,
 		NodeID:   a.cfg.NodeID,
-		OnFence:  a.onFence,
+		OnEvent:  a.onEvent,
 
 		OperationTimeout: a.cfg.VolumeOperationTimeout,
 	})

@@ -52,42 +52,46 @@ func (a *Agent) followStanding() {
 	a.stops = append(a.stops, func(context.Context) error { stop(); return nil })
 }
 
-// onFence logs and counts what became of a mount when this node's standing
-// in the fleet changed (volumes.Config.OnFence).
-func (a *Agent) onFence(ev volumes.FenceEvent) {
+// onEvent logs and counts what became of a mount when this node's standing
+// in the fleet changed (volumes.Config.OnEvent).
+func (a *Agent) onEvent(ev volumes.Event) {
 	a.metrics.fences.WithLabelValues(string(ev.Kind)).Inc()
-	a.fences.publish(ev)
+	a.volumeEvents.publish(ev)
 	args := []any{"kind", ev.Kind, "namespace", ev.Namespace, "volume", ev.VolumeID, "alloc", ev.AllocID,
 		"target_path", ev.TargetPath, "read_only", ev.ReadOnly, "detail", ev.Detail}
 	switch ev.Kind {
-	case volumes.FenceClaimRestored:
+	case volumes.EventConditionNormal:
+		a.log.Info("the node plugin reports the volume normal again", args...)
+	case volumes.EventConditionAbnormal:
+		a.log.Warn("the node plugin reports the volume abnormal", args...)
+	case volumes.EventClaimRestored:
 		a.log.Info("mount fence lifted: the claim is still this node's", args...)
-	case volumes.FenceFailed, volumes.FenceClaimGone:
+	case volumes.EventFenceFailed, volumes.EventClaimGone:
 		a.log.Error("mount fence: the alloc must stop using this volume", args...)
 	default:
 		a.log.Warn("mount fence: the alloc's claim is not vouched for", args...)
 	}
 }
 
-// fenceFeed hands the fence events to the API's event streams
-// (api.FenceFeed). A subscriber whose buffer is full is dropped, its
+// eventFeed hands the fence events to the API's event streams
+// (api.VolumeEventFeed). A subscriber whose buffer is full is dropped, its
 // channel closed, so that no stream holds up the volume manager or the
 // others.
-type fenceFeed struct {
+type eventFeed struct {
 	mu   sync.Mutex
-	subs map[chan volumes.FenceEvent]bool
+	subs map[chan volumes.Event]bool
 }
 
-// fenceFeedBuffer is how many fence events a stream may fall behind.
-const fenceFeedBuffer = 256
+// eventFeedBuffer is how many fence events a stream may fall behind.
+const eventFeedBuffer = 256
 
-// SubscribeFences gives the fence events from now on, until cancel.
-func (f *fenceFeed) SubscribeFences() (<-chan volumes.FenceEvent, func()) {
-	c := make(chan volumes.FenceEvent, fenceFeedBuffer)
+// SubscribeVolumeEvents gives the fence events from now on, until cancel.
+func (f *eventFeed) SubscribeVolumeEvents() (<-chan volumes.Event, func()) {
+	c := make(chan volumes.Event, eventFeedBuffer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.subs == nil {
-		f.subs = map[chan volumes.FenceEvent]bool{}
+		f.subs = map[chan volumes.Event]bool{}
 	}
 	f.subs[c] = true
 	return c, func() {
@@ -98,7 +102,7 @@ func (f *fenceFeed) SubscribeFences() (<-chan volumes.FenceEvent, func()) {
 }
 
 // publish hands ev to every subscriber, dropping those that are full.
-func (f *fenceFeed) publish(ev volumes.FenceEvent) {
+func (f *eventFeed) publish(ev volumes.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for c := range f.subs {

@@ -12,20 +12,20 @@ import (
 // never blocks the volume manager on a slow stream; the slow one's channel
 // is closed after what it had buffered, the others get every event.
 func TestAFenceSubscriberThatFallsBehindIsDroppedAndTheOthersGoOn(t *testing.T) {
-	var f fenceFeed
-	slow, _ := f.SubscribeFences()
-	fast, cancel := f.SubscribeFences()
+	var f eventFeed
+	slow, _ := f.SubscribeVolumeEvents()
+	fast, cancel := f.SubscribeVolumeEvents()
 	defer cancel()
 	got := 0
-	for i := range fenceFeedBuffer + 10 {
-		f.publish(volumes.FenceEvent{Kind: volumes.FenceClaimLost, AllocID: string(rune('a' + i%26))})
+	for i := range eventFeedBuffer + 10 {
+		f.publish(volumes.Event{Kind: volumes.EventClaimLost, AllocID: string(rune('a' + i%26))})
 		<-fast
 		got++
 	}
-	require.Equal(t, fenceFeedBuffer+10, got)
+	require.Equal(t, eventFeedBuffer+10, got)
 	n := 0
 	for range slow {
 		n++
 	}
-	require.Equal(t, fenceFeedBuffer, n, "the slow subscriber keeps what it had buffered, then its channel is closed")
+	require.Equal(t, eventFeedBuffer, n, "the slow subscriber keeps what it had buffered, then its channel is closed")
 }

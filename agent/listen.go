@@ -43,7 +43,7 @@ func (a *Agent) serveAPI() {
 		DockerVolumes: a.dockerVolumes,
 		DockerPlugins: a.docker,
 		Discovery:     a,
-		Fences:        &a.fences,
+		VolumeEvents:  &a.volumeEvents,
 	}
 	limits := a.cfg.HTTPLimits
 	listeners := a.listeners

@@ -85,7 +85,7 @@ func newMetrics() *metrics {
 			Help: "Failed activations of discovered plugins, by plugin name and what follows: retry (fast backoff), slow (slow retry), wait (wait for the file to change).",
 		}, []string{"name", "then"}),
 		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plugvisor_volume_fence_events_total",
+			Name: "plugvisor_volume_events_total",
 			Help: "What became of mounts when this node's lease in the fleet was at risk, lost or renewed, by kind (claim-at-risk, claim-lost, fence-failed, claim-restored, claim-gone).",
 		}, []string{"kind"}),
 	}
@@ -98,7 +98,7 @@ func newMetrics() *metrics {
 			m.registryWrites.WithLabelValues(op, r)
 		}
 	}
-	for _, kind := range fenceKinds {
+	for _, kind := range eventKinds {
 		m.fences.WithLabelValues(string(kind))
 	}
 	for _, op := range mountOps {
@@ -115,8 +115,9 @@ var results = []string{"ok", "error"}
 // mountOps are the operations the API counts in plugvisor_mount_operations_total.
 var mountOps = []string{"mount", "unmount", "docker-mount", "docker-unmount"}
 
-// fenceKinds are the values of plugvisor_volume_fence_events_total's "kind".
-var fenceKinds = []volumes.FenceKind{volumes.FenceClaimAtRisk, volumes.FenceClaimLost, volumes.FenceFailed, volumes.FenceClaimRestored, volumes.FenceClaimGone}
+// eventKinds are the values of plugvisor_volume_events_total's "kind".
+var eventKinds = []volumes.EventKind{volumes.EventClaimAtRisk, volumes.EventClaimLost, volumes.EventFenceFailed, volumes.EventClaimRestored, volumes.EventClaimGone,
+	volumes.EventConditionAbnormal, volumes.EventConditionNormal}
 
 // activationThens are what may follow a failed activation (discovery.Metrics).
 var activationThens = []string{"retry", "slow", "wait"}

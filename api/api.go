@@ -61,7 +61,7 @@ type Server struct {
 	Discovery     DiscoveredPlugins
 	// Fences, when set, adds the volume manager's fence events to the
 	// event streams that filter no plugin type.
-	Fences FenceFeed
+	VolumeEvents VolumeEventFeed
 	// Limits bound the counts in a request body (api/strict.go); zero
 	// fields take their defaults.
 	Limits Limits

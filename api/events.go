@@ -21,10 +21,10 @@ type Event struct {
 	Replayed bool            `json:"replayed"`
 	Event    json.RawMessage `json:"event,omitempty"`
 	Error    string          `json:"error,omitempty"`
-	// Fence is the body of a fence event's line, whose kind is a
-	// volumes.FenceKind ("claim-lost", ...) and whose sequence is 0: fence
-	// events are not the registry's.
-	Fence *FenceJSON `json:"fence,omitempty"`
+	// Volume is the body of a volume event's line, whose kind is a
+	// volumes.EventKind ("claim-lost", "condition-abnormal", ...) and
+	// whose sequence is 0: volume events are not the registry's.
+	Volume *VolumeEventJSON `json:"volume,omitempty"`
 }
 
 // KindLagged is the kind of the last line of a stream cut for lag.
@@ -47,7 +47,7 @@ func KindOf(ev registry.Event) string {
 // ?type= filters by plugin type, ?replay=true sends the current state first
 // (as "registered" lines with replayed set, each with the sequence of the
 // last event that changed that plugin). Without ?type=, the volume
-// manager's fence events come too (see FenceJSON). A client that falls too
+// manager's volume events come too (see VolumeEventJSON). A client that falls too
 // far behind gets a last "lagged" line before the stream ends; a stream
 // that ends without one ended because the agent shut down.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
@@ -61,29 +61,30 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var fences <-chan volumes.FenceEvent
-	if s.Fences != nil && ptype == "" {
+	var volumeEvents <-chan volumes.Event
+	if s.VolumeEvents != nil && ptype == "" {
 		var cancel func()
-		fences, cancel = s.Fences.SubscribeFences()
+		volumeEvents, cancel = s.VolumeEvents.SubscribeVolumeEvents()
 		defer cancel()
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	stream(w, sub, fences, replay)
+	stream(w, sub, volumeEvents, replay)
 	return nil
 }
 
-// FenceFeed gives each event stream the volume manager's fence events
-// (volumes.Config.OnFence) from the moment it subscribes. A subscriber too
+// VolumeEventFeed gives each event stream the volume manager's events
+// (volumes.Config.OnEvent) from the moment it subscribes. A subscriber too
 // slow to take them has its channel closed: its stream ends with a
 // "lagged" line.
-type FenceFeed interface {
-	SubscribeFences() (events <-chan volumes.FenceEvent, cancel func())
+type VolumeEventFeed interface {
+	SubscribeVolumeEvents() (events <-chan volumes.Event, cancel func())
 }
 
-// FenceJSON is a fence event's line body: what became of an alloc's mount
-// when this node's standing in its fleet changed.
-type FenceJSON struct {
+// VolumeEventJSON is a volume event's line body: what became of an alloc's
+// mount when this node's standing in its fleet changed, or how its volume's
+// condition changed.
+type VolumeEventJSON struct {
 	Namespace  string `json:"namespace"`
 	VolumeID   string `json:"volume_id"`
 	AllocID    string `json:"alloc_id"`
@@ -92,16 +93,16 @@ type FenceJSON struct {
 	Detail     string `json:"detail"`
 }
 
-// fenceLine is the stream's line of ev.
-func fenceLine(ev volumes.FenceEvent) Event {
-	return Event{Kind: string(ev.Kind), Fence: &FenceJSON{Namespace: ev.Namespace, VolumeID: ev.VolumeID, AllocID: ev.AllocID,
+// volumeEventLine is the stream's line of ev.
+func volumeEventLine(ev volumes.Event) Event {
+	return Event{Kind: string(ev.Kind), Volume: &VolumeEventJSON{Namespace: ev.Namespace, VolumeID: ev.VolumeID, AllocID: ev.AllocID,
 		TargetPath: ev.TargetPath, ReadOnly: ev.ReadOnly, Detail: ev.Detail}}
 }
 
-// stream writes sub's events, and fences' (nil: none), to w, one line
+// stream writes sub's events, and events' (nil: none), to w, one line
 // each, flushed, until sub ends or the client goes away; then, if sub
-// ended for lag, or fences was closed for it, the lagged line.
-func stream(w http.ResponseWriter, sub *registry.Subscription, fences <-chan volumes.FenceEvent, replay bool) {
+// ended for lag, or events was closed for it, the lagged line.
+func stream(w http.ResponseWriter, sub *registry.Subscription, events <-chan volumes.Event, replay bool) {
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
 		if flusher != nil {
@@ -127,13 +128,13 @@ func stream(w http.ResponseWriter, sub *registry.Subscription, fences <-chan vol
 			if live {
 				last = ev.GetSequence()
 			}
-		case ev, ok := <-fences:
+		case ev, ok := <-events:
 			if !ok {
-				_ = enc.Encode(Event{Kind: KindLagged, Sequence: max(last, sub.Sequence), Error: "api: the stream fell too far behind the fence events"})
+				_ = enc.Encode(Event{Kind: KindLagged, Sequence: max(last, sub.Sequence), Error: "api: the stream fell too far behind the volume events"})
 				flush()
 				return
 			}
-			line = fenceLine(ev)
+			line = volumeEventLine(ev)
 		}
 		if err := enc.Encode(line); err != nil {
 			return // the client went away

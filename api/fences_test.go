@@ -11,12 +11,12 @@ import (
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
-// fenceFeed is a FenceFeed whose events the test sends, and which closes a
+// eventFeed is a VolumeEventFeed whose events the test sends, and which closes a
 // subscriber on demand as a slow one is.
-type fenceFeed struct{ subs chan chan volumes.FenceEvent }
+type eventFeed struct{ subs chan chan volumes.Event }
 
-func (f *fenceFeed) SubscribeFences() (<-chan volumes.FenceEvent, func()) {
-	c := make(chan volumes.FenceEvent, 1)
+func (f *eventFeed) SubscribeVolumeEvents() (<-chan volumes.Event, func()) {
+	c := make(chan volumes.Event, 1)
 	f.subs <- c
 	return c, func() {}
 }
@@ -27,26 +27,26 @@ func (f *fenceFeed) SubscribeFences() (<-chan volumes.FenceEvent, func()) {
 // a "lagged" line; a stream filtered by plugin type has no fence events.
 func TestAStreamCarriesFenceEventsAndEndsLaggedWhenItFallsBehindThem(t *testing.T) {
 	b := newBackend(t)
-	feed := &fenceFeed{subs: make(chan chan volumes.FenceEvent, 1)}
-	b.server.Fences = feed
+	feed := &eventFeed{subs: make(chan chan volumes.Event, 1)}
+	b.server.VolumeEvents = feed
 	next := followEvents(t, b, "")
-	var sub chan volumes.FenceEvent
+	var sub chan volumes.Event
 	select {
 	case sub = <-feed.subs:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the stream did not subscribe to the fence events")
 	}
-	sub <- volumes.FenceEvent{Kind: volumes.FenceClaimLost, Namespace: "default", VolumeID: "db", AllocID: "web-1",
+	sub <- volumes.Event{Kind: volumes.EventClaimLost, Namespace: "default", VolumeID: "db", AllocID: "web-1",
 		TargetPath: "/data/csi/hp/per-alloc/web-1/default/db", Detail: "read-only until the claim is checked"}
 	var line api.Event
 	require.NoError(t, json.Unmarshal(next(t), &line))
-	require.Equal(t, api.Event{Kind: "claim-lost", Fence: &api.FenceJSON{Namespace: "default", VolumeID: "db", AllocID: "web-1",
+	require.Equal(t, api.Event{Kind: "claim-lost", Volume: &api.VolumeEventJSON{Namespace: "default", VolumeID: "db", AllocID: "web-1",
 		TargetPath: "/data/csi/hp/per-alloc/web-1/default/db", Detail: "read-only until the claim is checked"}}, line)
 
 	close(sub)
 	require.NoError(t, json.Unmarshal(next(t), &line))
 	require.Equal(t, api.KindLagged, line.Kind)
-	require.Contains(t, line.Error, "fell too far behind the fence events")
+	require.Contains(t, line.Error, "fell too far behind the volume events")
 
 	followEvents(t, b, "?type=csi-node")
 	select {

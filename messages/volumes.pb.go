@@ -55,8 +55,13 @@ type VolumeRecord struct {
 	PendingExpandBytes int64 `protobuf:"varint,10,opt,name=pending_expand_bytes,json=pendingExpandBytes,proto3" json:"pending_expand_bytes,omitempty"`
 	// pending_expand_error is why the last try of that node expansion failed.
 	PendingExpandError string `protobuf:"bytes,11,opt,name=pending_expand_error,json=pendingExpandError,proto3" json:"pending_expand_error,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// condition is the node plugin's report of the volume as abnormal, from
+	// the last reconcile that could ask it (NodeGetVolumeStats): empty while
+	// the volume is normal or its condition unknown. It is news, not a
+	// failure: it never makes the volume unsettled nor delays a retry.
+	Condition     string `protobuf:"bytes,12,opt,name=condition,proto3" json:"condition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeRecord) Reset() {
@@ -162,6 +167,13 @@ func (x *VolumeRecord) GetPendingExpandBytes() int64 {
 func (x *VolumeRecord) GetPendingExpandError() string {
 	if x != nil {
 		return x.PendingExpandError
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetCondition() string {
+	if x != nil {
+		return x.Condition
 	}
 	return ""
 }
@@ -1541,7 +1553,7 @@ var File_messages_volumes_proto protoreflect.FileDescriptor
 
 const file_messages_volumes_proto_rawDesc = "" +
 	"\n" +
-	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\"\xe2\x04\n" +
+	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\"\x80\x05\n" +
 	"\fVolumeRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1b\n" +
@@ -1558,7 +1570,8 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\tpublishes\x18\t \x03(\v2/.plugvisor.messages.VolumeRecord.PublishesEntryR\tpublishes\x120\n" +
 	"\x14pending_expand_bytes\x18\n" +
 	" \x01(\x03R\x12pendingExpandBytes\x120\n" +
-	"\x14pending_expand_error\x18\v \x01(\tR\x12pendingExpandError\x1a_\n" +
+	"\x14pending_expand_error\x18\v \x01(\tR\x12pendingExpandError\x12\x1c\n" +
+	"\tcondition\x18\f \x01(\tR\tcondition\x1a_\n" +
 	"\x0ePublishesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
 	"\x05value\x18\x02 \x01(\v2!.plugvisor.messages.VolumePublishR\x05value:\x028\x01\"\xb3\x02\n" +

@@ -142,11 +142,11 @@ type Config struct {
 	// reconcile takes down a publish whose claim the catalog gives to
 	// another node (see SetStanding).
 	NodeID string
-	// OnFence, when set, hears what becomes of each mount when the node's
+	// OnEvent, when set, hears what becomes of each mount when the node's
 	// standing in its fleet changes, and when a reconcile finds a claim
 	// gone. It is called from the manager's goroutines, one at a time per
 	// volume, and must not block.
-	OnFence func(FenceEvent)
+	OnEvent func(Event)
 }
 
 // validate refuses a config that cannot work.

@@ -56,7 +56,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		env: &env{
 			bucket: cfg.Bucket, catalog: cfg.Catalog, registry: cfg.Registry, paths: paths{root: cfg.Root},
 			mountInfo: cfg.MountInfoPath, rpcTimeout: cfg.RPCTimeout, opTimeout: cfg.OperationTimeout,
-			base: base, log: cfg.Logger, nodeID: cfg.NodeID, onFence: cfg.OnFence,
+			base: base, log: cfg.Logger, nodeID: cfg.NodeID, onEvent: cfg.OnEvent,
 		},
 		records: records, queues: map[volumeKey]*queue{}, outcomes: map[volumeKey]outcome{},
 		retries: map[volumeKey]*retry{}, orphans: orphans(cfg.Root, mounts, records), startMounts: mounts,

@@ -12,34 +12,43 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// FenceKind names what became of an alloc's mount when this node's
-// standing in its fleet changed (see SetStanding).
-type FenceKind string
+// EventKind names what became of an alloc's mount when this node's
+// standing in its fleet changed (see SetStanding), or how its volume's
+// condition changed.
+type EventKind string
 
 const (
-	// FenceClaimAtRisk: the node has not renewed its lease for half its
+	// EventClaimAtRisk: the node has not renewed its lease for half its
 	// TTL. The mount stays; new mounts and claims wait for the lease.
-	FenceClaimAtRisk FenceKind = "claim-at-risk"
-	// FenceClaimLost: the lease may have expired, and the fleet's GC may
+	EventClaimAtRisk EventKind = "claim-at-risk"
+	// EventClaimLost: the lease may have expired, and the fleet's GC may
 	// give the volume to another node once its grace is over: a writer's
 	// target is now read-only, until the claim is checked again.
-	FenceClaimLost FenceKind = "claim-lost"
-	// FenceFailed: the kernel refused to make a writer's target read-only
+	EventClaimLost EventKind = "claim-lost"
+	// EventFenceFailed: the kernel refused to make a writer's target read-only
 	// (a file open for writing makes it busy). The publish is never made
 	// writable or published again; the fence is tried again.
-	FenceFailed FenceKind = "fence-failed"
-	// FenceClaimRestored: the fleet still gives the claim to this node: a
+	EventFenceFailed EventKind = "fence-failed"
+	// EventClaimRestored: the fleet still gives the claim to this node: a
 	// fenced writer's target is writable again.
-	FenceClaimRestored FenceKind = "claim-restored"
-	// FenceClaimGone: the fleet no longer gives the claim to this node (its
+	EventClaimRestored EventKind = "claim-restored"
+	// EventClaimGone: the fleet no longer gives the claim to this node (its
 	// GC freed it while the node was cut off or down): the mount is taken
 	// down through the plugin, releasing nothing.
-	FenceClaimGone FenceKind = "claim-gone"
+	EventClaimGone EventKind = "claim-gone"
+	// EventConditionAbnormal: the node plugin reports the volume abnormal
+	// (NodeGetVolumeStats' volume condition); Detail is its message. It
+	// is news: nothing is retried for it.
+	EventConditionAbnormal EventKind = "condition-abnormal"
+	// EventConditionNormal: the node plugin reports the volume normal
+	// again.
+	EventConditionNormal EventKind = "condition-normal"
 )
 
-// FenceEvent tells whoever runs an alloc what became of its mount.
-type FenceEvent struct {
-	Kind                         FenceKind
+// Event tells whoever runs an alloc what became of its mount, or of its
+// volume's condition.
+type Event struct {
+	Kind                         EventKind
 	Namespace, VolumeID, AllocID string
 	TargetPath                   string
 	// ReadOnly is set for a reader's publish (the fence leaves it alone).
@@ -54,7 +63,7 @@ type standingChanged struct{ standing catalog.Standing }
 // SetStanding tells the volume manager how sure this node is that the
 // fleet still counts its claims (cluster mode; see fleet's
 // Store.WatchStanding). At risk, new mounts and claims are refused with
-// ErrFenced and Config.OnFence hears of every publish. Lost, every
+// ErrFenced and Config.OnEvent hears of every publish. Lost, every
 // writer's target is remounted read-only at once, and each volume's record
 // says so. Held again, every volume is reconciled against the fleet's
 // claims: a fenced writer whose claim is still this node's is writable
@@ -75,7 +84,7 @@ func (m *manager) onStanding(ctx actor.Context, s catalog.Standing) {
 	switch s {
 	case catalog.StandingAtRisk:
 		m.log.Warn("this node's lease in the fleet is at risk: new mounts and claims are refused until it is renewed")
-		m.announce(FenceClaimAtRisk, "this node has not renewed its lease in the fleet for half its TTL")
+		m.announce(EventClaimAtRisk, "this node has not renewed its lease in the fleet for half its TTL")
 	case catalog.StandingLost:
 		m.log.Warn("this node's lease in the fleet may be lost: writers' mounts become read-only until their claims are checked")
 		m.fenceNow(ctx)
@@ -85,8 +94,8 @@ func (m *manager) onStanding(ctx actor.Context, s catalog.Standing) {
 	}
 }
 
-// announce tells OnFence of every publish on this node.
-func (m *manager) announce(kind FenceKind, detail string) {
+// announce tells OnEvent of every publish on this node.
+func (m *manager) announce(kind EventKind, detail string) {
 	for key, rec := range m.records {
 		for _, pub := range rec.GetPublishes() {
 			m.env.emit(kind, key, pub, detail)
@@ -137,12 +146,12 @@ func mayBeWritable(pub *messages.VolumePublish) bool {
 	return false
 }
 
-// emit tells OnFence, if set.
-func (e *env) emit(kind FenceKind, key volumeKey, pub *messages.VolumePublish, detail string) {
-	if e.onFence == nil {
+// emit tells OnEvent, if set.
+func (e *env) emit(kind EventKind, key volumeKey, pub *messages.VolumePublish, detail string) {
+	if e.onEvent == nil {
 		return
 	}
-	e.onFence(FenceEvent{Kind: kind, Namespace: key.namespace, VolumeID: key.id, AllocID: pub.GetAllocId(),
+	e.onEvent(Event{Kind: kind, Namespace: key.namespace, VolumeID: key.id, AllocID: pub.GetAllocId(),
 		TargetPath: pub.GetTargetPath(), ReadOnly: pub.GetReadOnly(), Detail: detail})
 }
 
@@ -155,7 +164,7 @@ func (j *job) fence(mounts map[string]bool) error {
 	changed := false
 	for _, alloc := range publishedAllocs(j.rec) {
 		pub := j.rec.GetPublishes()[alloc]
-		note, kind := "", FenceClaimLost
+		note, kind := "", EventClaimLost
 		switch {
 		case pub.GetReadOnly():
 			note = "a reader's mount, read-only already; the claim is checked once the lease is renewed"
@@ -164,7 +173,7 @@ func (j *job) fence(mounts map[string]bool) error {
 		default:
 			note = "read-only until the claim is checked once the lease is renewed"
 			if err := remount(pub.GetTargetPath(), true); err != nil && !errors.Is(err, unix.EINVAL) {
-				note, kind = fmt.Sprintf("NOT read-only: the kernel refused to remount the target read-only (%v); never published again", err), FenceFailed
+				note, kind = fmt.Sprintf("NOT read-only: the kernel refused to remount the target read-only (%v); never published again", err), EventFenceFailed
 				refused = append(refused, fmt.Errorf("alloc %s: %s", alloc, note))
 			}
 		}
@@ -230,7 +239,7 @@ func (j *job) claimGone(ctx context.Context, alloc string, holders map[string]st
 		}
 	}
 	pub.ClaimedByMount, pub.Fence = false, "claim gone: "+detail+"; taken down"
-	j.env.emit(FenceClaimGone, j.key, pub, detail)
+	j.env.emit(EventClaimGone, j.key, pub, detail)
 	return j.takeDown(ctx, alloc)
 }
 
@@ -248,7 +257,7 @@ func (j *job) unfence(pub *messages.VolumePublish) error {
 	}
 	j.log.Info("mount unfenced: the fleet still gives its claim to this node", "alloc_id", pub.GetAllocId(), "target_path", pub.GetTargetPath())
 	pub.Fence, pub.LastError = "", ""
-	j.env.emit(FenceClaimRestored, j.key, pub, "the claim is still this node's")
+	j.env.emit(EventClaimRestored, j.key, pub, "the claim is still this node's")
 	return j.save()
 }
 

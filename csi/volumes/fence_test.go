@@ -21,23 +21,23 @@ import (
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 )
 
-// fenceEvents records what a volume manager's OnFence heard.
+// fenceEvents records what a volume manager's OnEvent heard.
 type fenceEvents struct {
 	mu     sync.Mutex
-	events []volumes.FenceEvent
+	events []volumes.Event
 }
 
-func (e *fenceEvents) add(ev volumes.FenceEvent) {
+func (e *fenceEvents) add(ev volumes.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.events = append(e.events, ev)
 }
 
 // kinds are the kinds heard for alloc, in order.
-func (e *fenceEvents) kinds(alloc string) []volumes.FenceKind {
+func (e *fenceEvents) kinds(alloc string) []volumes.EventKind {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []volumes.FenceKind
+	var out []volumes.EventKind
 	for _, ev := range e.events {
 		if ev.AllocID == alloc {
 			out = append(out, ev.Kind)
@@ -61,7 +61,7 @@ type partitionedFleet struct {
 func newPartitionedFleet(t *testing.T) *partitionedFleet {
 	srv := etcdtest.Start(t)
 	f := &partitionedFleet{srv: srv, proxy: srv.Proxy(t), heard: &fenceEvents{}}
-	f.n2 = newFleetNodeAt(t, f.proxy.Endpoints(), "n2", func(c *volumes.Config) { c.OnFence = f.heard.add })
+	f.n2 = newFleetNodeAt(t, f.proxy.Endpoints(), "n2", func(c *volumes.Config) { c.OnEvent = f.heard.add })
 	f.n3 = newFleetNode(t, srv, "n3")
 	root := filepath.Join(hostpathtest.TempDir(t), "storage")
 	for id, n := range map[string]*fleetNode{"n2": f.n2, "n3": f.n3} {
@@ -127,7 +127,7 @@ func TestANodeCutFromEtcdFencesItsWriterAndTakesItDownOnceTheFleetGaveTheVolumeA
 	_, err = f.n2.manager.Mount(ctx, "", "db", "a2b", true)
 	require.ErrorIs(t, err, volumes.ErrFenced)
 	require.Eventually(t, func() bool { return f.n2.status("db").Record.GetPublishes()["a2"].GetFence() != "" }, wait, 10*time.Millisecond)
-	require.Equal(t, []volumes.FenceKind{volumes.FenceClaimAtRisk, volumes.FenceClaimLost}, f.heard.kinds("a2"))
+	require.Equal(t, []volumes.EventKind{volumes.EventClaimAtRisk, volumes.EventClaimLost}, f.heard.kinds("a2"))
 
 	f.freeN2(t)
 	theirs, err := f.n3.manager.Mount(ctx, "", "db", "a3", false)
@@ -139,7 +139,7 @@ func TestANodeCutFromEtcdFencesItsWriterAndTakesItDownOnceTheFleetGaveTheVolumeA
 	require.Eventually(t, func() bool { return len(f.n2.status("db").Record.GetPublishes()) == 0 }, wait, 10*time.Millisecond,
 		"n2 kept a mount whose claim the fleet gave away")
 	require.Empty(t, mountsUnder(t, f.n2.root))
-	require.Equal(t, []volumes.FenceKind{volumes.FenceClaimAtRisk, volumes.FenceClaimLost, volumes.FenceClaimGone}, f.heard.kinds("a2"))
+	require.Equal(t, []volumes.EventKind{volumes.EventClaimAtRisk, volumes.EventClaimLost, volumes.EventClaimGone}, f.heard.kinds("a2"))
 	require.NoError(t, writable(theirs.TargetPath))
 	v, err := f.n3.store.GetVolume(ctx, "", "db")
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ func TestAFencedWriterIsWritableAgainWhenItsClaimOutlivedTheCut(t *testing.T) {
 	require.Eventually(t, func() bool { return writable(res.TargetPath) == nil }, wait, 10*time.Millisecond,
 		"the writer stayed read-only although its claim is n2's")
 	require.Eventually(t, func() bool {
-		return slices.Equal(f.heard.kinds("a2"), []volumes.FenceKind{volumes.FenceClaimAtRisk, volumes.FenceClaimLost, volumes.FenceClaimRestored})
+		return slices.Equal(f.heard.kinds("a2"), []volumes.EventKind{volumes.EventClaimAtRisk, volumes.EventClaimLost, volumes.EventClaimRestored})
 	}, wait, 10*time.Millisecond, "heard %v", f.heard.kinds("a2"))
 	st := f.n2.settle("db")
 	require.Empty(t, st.Record.GetPublishes()["a2"].GetFence())
@@ -198,7 +198,7 @@ func TestARestartedNodeTakesDownAMountWhoseClaimTheFleetGaveAway(t *testing.T) {
 			st := f.n2.settle("db")
 			require.Empty(t, st.Record.GetPublishes(), "n2 kept a mount whose claim the fleet gave away")
 			require.Empty(t, mountsUnder(t, f.n2.root))
-			require.Equal(t, []volumes.FenceKind{volumes.FenceClaimGone}, f.heard.kinds("a2"))
+			require.Equal(t, []volumes.EventKind{volumes.EventClaimGone}, f.heard.kinds("a2"))
 		})
 	}
 }

@@ -33,9 +33,9 @@ type env struct {
 	// base ends when the manager shuts down; rollbacks start from it.
 	base context.Context
 	log  hclog.Logger
-	// nodeID and onFence are Config's.
+	// nodeID and onEvent are Config's.
 	nodeID  string
-	onFence func(FenceEvent)
+	onEvent func(Event)
 	// refuse is set while this node's lease in the fleet is not held, and
 	// fenced while it may be lost (see SetStanding): the manager sets
 	// them, running jobs read them.

@@ -1,8 +1,10 @@
 package volumes
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -14,8 +16,9 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// conditionPrefix starts the last error a reconcile records on a publish
-// whose volume the node plugin reports abnormal.
+// conditionPrefix started the last error that older versions recorded on
+// a publish whose volume the node plugin reported abnormal; a reconcile
+// clears it (the condition is the record's own field now).
 const conditionPrefix = "NodeGetVolumeStats: volume condition abnormal: "
 
 // volumeStats asks the node plugin for the stats of pub's volume, at pub's
@@ -37,15 +40,37 @@ func (j *job) volumeStats(ctx context.Context, pub *messages.VolumePublish) (*me
 	if err != nil {
 		return nil, err
 	}
-	out := &messages.VolumeStats{VolumePath: pub.GetTargetPath()}
+	condition := volumeCondition(resp.ProtoReflect().GetUnknown())
+	if err := checkUsage(resp.GetUsage(), condition != nil); err != nil {
+		return nil, err
+	}
+	out := &messages.VolumeStats{VolumePath: pub.GetTargetPath(), Condition: condition}
 	for _, u := range resp.GetUsage() {
 		out.Usage = append(out.Usage, &messages.VolumeUsage{
 			Unit:      strings.ToLower(u.GetUnit().String()),
 			Available: u.GetAvailable(), Total: u.GetTotal(), Used: u.GetUsed(),
 		})
 	}
-	out.Condition = volumeCondition(resp.ProtoReflect().GetUnknown())
 	return out, nil
+}
+
+// checkUsage refuses a NodeGetVolumeStats answer no volume can have: no
+// usage (and no condition either), a unit CSI does not define, or a
+// negative number.
+func checkUsage(usage []*csipb.VolumeUsage, condition bool) error {
+	if len(usage) == 0 && !condition {
+		return fmt.Errorf("%w: NodeGetVolumeStats answered no usage: the plugin must report at least bytes", csi.ErrInternal)
+	}
+	for _, u := range usage {
+		if _, known := csipb.VolumeUsage_Unit_name[int32(u.GetUnit())]; !known || u.GetUnit() == csipb.VolumeUsage_UNKNOWN {
+			return fmt.Errorf("%w: NodeGetVolumeStats answered a usage in unit %d, which CSI does not define (BYTES or INODES)", csi.ErrInternal, u.GetUnit())
+		}
+		if u.GetAvailable() < 0 || u.GetTotal() < 0 || u.GetUsed() < 0 {
+			return fmt.Errorf("%w: NodeGetVolumeStats answered a negative %s usage (available %d, total %d, used %d)",
+				csi.ErrInternal, strings.ToLower(u.GetUnit().String()), u.GetAvailable(), u.GetTotal(), u.GetUsed())
+		}
+	}
+	return nil
 }
 
 // volumeCondition decodes the volume_condition field (2) of a
@@ -83,11 +108,11 @@ func volumeCondition(unknown []byte) *messages.VolumeCondition {
 }
 
 // checkCondition asks the node plugin, where it can say, how the published
-// volume is, and records an abnormal condition as the last error of the
-// publish asked about (clearing one it recorded before once the volume is
-// normal again). A NotFound answer is abnormal: the plugin says the volume
-// does not exist there. A plugin that cannot answer otherwise changes
-// nothing.
+// volume is, and records an abnormal condition in the record (clearing it
+// once the volume is normal again), telling OnEvent of each change. A
+// NotFound answer is abnormal: the plugin says the volume does not exist
+// there. A plugin that cannot answer otherwise changes nothing. It never
+// fails the reconcile: a condition is news, not an unsettled volume.
 func (j *job) checkCondition(ctx context.Context) error {
 	pub := firstPublished(j.rec)
 	if pub == nil {
@@ -103,14 +128,30 @@ func (j *job) checkCondition(ctx context.Context) error {
 	}
 	want := ""
 	if c := stats.GetCondition(); c.GetAbnormal() {
-		want = conditionPrefix + c.GetMessage()
-		j.log.Warn("the node plugin reports the volume abnormal", "target_path", pub.GetTargetPath(), "condition", c.GetMessage())
+		want = cmp.Or(c.GetMessage(), "abnormal (the plugin gave no message)")
 	}
-	if pub.GetLastError() == want || (want == "" && !strings.HasPrefix(pub.GetLastError(), conditionPrefix)) {
+	stale := strings.HasPrefix(pub.GetLastError(), conditionPrefix)
+	if j.rec.GetCondition() == want && !stale {
 		return nil
 	}
-	pub.LastError = want
-	return j.save()
+	if stale {
+		pub.LastError = ""
+	}
+	if j.rec.GetCondition() != want {
+		kind := EventConditionNormal
+		if want != "" {
+			kind = EventConditionAbnormal
+			j.log.Warn("the node plugin reports the volume abnormal", "target_path", pub.GetTargetPath(), "condition", want)
+		} else {
+			j.log.Info("the node plugin reports the volume normal again", "target_path", pub.GetTargetPath())
+		}
+		j.rec.Condition = want
+		j.env.emit(kind, j.key, pub, cmp.Or(want, "normal"))
+	}
+	if err := j.save(); err != nil {
+		j.log.Warn("could not record the volume's condition", "error", err)
+	}
+	return nil
 }
 
 // answerStatus sends resp to to, with the node plugin's stats of the

@@ -105,8 +105,12 @@ func TestAHangingStatsRPCDelaysTheStatusByAtMostTheRPCTimeoutAndBlocksNoOperatio
 
 // TestTheStartReconcileRecordsAnAbnormalVolumeCondition restarts the
 // manager with a published volume whose node plugin reports it abnormal,
-// then normal, then unknown (NotFound): the publish's last error follows.
+// then normal, then unknown (NotFound), then cannot say: the record's
+// condition follows, each change is an event, and none of it is a
+// failure: the publish has no last error and the volume is settled (no
+// retry is scheduled for it).
 func TestTheStartReconcileRecordsAnAbnormalVolumeCondition(t *testing.T) {
+	heard := &fenceEvents{}
 	f := newExpandFixture(t, statsCap)
 	gomock.InOrder(append(f.mountCalls(), f.publish(nil))...)
 	_, err := f.n.manager.Mount(ctx, "", "vol", "web-1", false)
@@ -127,6 +131,7 @@ func TestTheStartReconcileRecordsAnAbnormalVolumeCondition(t *testing.T) {
 		answer.Store(a)
 		f.n.restartWith(func(c *volumes.Config) {
 			c.MountInfoPath = table
+			c.OnEvent = heard.add
 			c.Retry = supervisor.Spec{InitialDelay: time.Hour, MaxDelay: time.Hour, Multiplier: 1}
 		})
 		st := f.n.settle("vol")
@@ -134,13 +139,15 @@ func TestTheStartReconcileRecordsAnAbnormalVolumeCondition(t *testing.T) {
 		require.Empty(t, st.LastError)
 		pub := st.Record.GetPublishes()["web-1"]
 		require.Equal(t, "published", pub.GetState())
-		return pub.GetLastError()
+		require.Empty(t, pub.GetLastError(), "a condition is not a failure of the publish")
+		require.True(t, volumes.Settled(st.Record), "a condition never leaves the volume to be retried")
+		return st.Record.GetCondition()
 	}
 
 	got := restart(func() (*csipb.NodeGetVolumeStatsResponse, error) {
 		return withCondition(&csipb.NodeGetVolumeStatsResponse{Usage: usage()}, true, "disk gone"), nil
 	})
-	require.Equal(t, "NodeGetVolumeStats: volume condition abnormal: disk gone", got)
+	require.Equal(t, "disk gone", got)
 
 	got = restart(func() (*csipb.NodeGetVolumeStatsResponse, error) {
 		return withCondition(&csipb.NodeGetVolumeStatsResponse{Usage: usage()}, false, "fine"), nil
@@ -150,12 +157,45 @@ func TestTheStartReconcileRecordsAnAbnormalVolumeCondition(t *testing.T) {
 	got = restart(func() (*csipb.NodeGetVolumeStatsResponse, error) {
 		return nil, status.Error(codes.NotFound, "no such volume at the path")
 	})
-	require.Contains(t, got, "NodeGetVolumeStats: volume condition abnormal: ")
 	require.Contains(t, got, "no such volume at the path")
 
 	got = restart(func() (*csipb.NodeGetVolumeStatsResponse, error) {
 		return nil, status.Error(codes.Unavailable, "busy")
 	})
 	require.Contains(t, got, "no such volume at the path", "a plugin that cannot answer changes nothing")
+	require.Equal(t, []volumes.EventKind{volumes.EventConditionAbnormal, volumes.EventConditionNormal, volumes.EventConditionAbnormal},
+		heard.kinds("web-1"))
 	f.n.stop() // the volume stays published; the mocks expect nothing more
+}
+
+// TestGarbageStatsAreAClearStatusLineAndNeverARetry: a driver answering
+// NodeGetVolumeStats with negative numbers, an unknown unit or no usage at
+// all gets a status line naming what is wrong, no stats, and the volume
+// stays settled.
+func TestGarbageStatsAreAClearStatusLineAndNeverARetry(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		usage []*csipb.VolumeUsage
+		want  string
+	}{
+		{"a negative number", []*csipb.VolumeUsage{{Unit: csipb.VolumeUsage_BYTES, Available: -1, Total: 1000, Used: 300}}, "negative"},
+		{"an unknown unit", []*csipb.VolumeUsage{{Unit: csipb.VolumeUsage_UNKNOWN, Available: 1, Total: 2, Used: 1}}, "unit"},
+		{"no usage", nil, "no usage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newExpandFixture(t, statsCap)
+			gomock.InOrder(append(f.mountCalls(), f.publish(nil),
+				f.m.nodeCapsWith(statsCap),
+				f.m.Node.EXPECT().NodeGetVolumeStats(gomock.Any(), gomock.Any()).Return(&csipb.NodeGetVolumeStatsResponse{Usage: tc.usage}, nil),
+			)...)
+			_, err := f.n.manager.Mount(ctx, "", "vol", "web-1", false)
+			require.NoError(t, err)
+			st := f.n.status("vol")
+			require.Nil(t, st.Stats)
+			require.Contains(t, st.StatsError, "NodeGetVolumeStats")
+			require.Contains(t, st.StatsError, tc.want)
+			require.True(t, volumes.Settled(st.Record))
+			f.n.stop() // the volume stays published; the mocks expect nothing more
+		})
+	}
 }

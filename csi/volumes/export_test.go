@@ -1,0 +1,4 @@
+package volumes
+
+// Settled is settled, for the tests of package volumes_test.
+var Settled = settled
