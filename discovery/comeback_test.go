@@ -58,3 +58,31 @@ func TestASocketGoneForLongerThanTheGracePeriodIsDeregistered(t *testing.T) {
 	e.await(t, "vol", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_GONE)
 	e.deregistered(t, TypeDockerVolume, "vol")
 }
+
+// TestASocketBackAfterTheGracePeriodNeverOutranksANewerAllocation is issue
+// 25's recipe: a newer allocation registered through the API after the
+// plugin was discovered, then the plugin's socket away for longer than the
+// grace period (the discovered allocation is deregistered), then back: the
+// discovered allocation is registered again, behind the newer one, which
+// stays current.
+func TestASocketBackAfterTheGracePeriodNeverOutranksANewerAllocation(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Grace = 300 * time.Millisecond })
+	socket := filepath.Join(e.sockets, "vol.sock")
+	stop := volumePlugin(t, socket)
+	e.registered(t, TypeDockerVolume, "vol")
+	newer := &messages.PluginInfo{Type: TypeDockerVolume, Name: "vol", AllocId: "api-new",
+		Connection: &messages.ConnectionInfo{SocketPath: filepath.Join(e.root, "elsewhere.sock")}}
+	require.NoError(t, e.registry.RegisterPlugin(newer))
+
+	stop()
+	e.await(t, "vol", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_GONE)
+	require.Eventually(t, func() bool { return len(e.registry.Snapshot().Allocations(TypeDockerVolume, "vol")) == 1 }, wait, 10*time.Millisecond)
+	stop = volumePlugin(t, socket)
+	defer stop()
+	e.await(t, "vol", messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_REGISTERED)
+	require.Eventually(t, func() bool { return len(e.registry.Snapshot().Allocations(TypeDockerVolume, "vol")) == 2 }, wait, 10*time.Millisecond,
+		"the discovered allocation is registered again")
+	current, ok := e.registry.Snapshot().Current(TypeDockerVolume, "vol")
+	require.True(t, ok)
+	require.Equal(t, "api-new", current.GetAllocId(), "the returning discovered allocation took over from a newer one")
+}

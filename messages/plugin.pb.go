@@ -883,7 +883,11 @@ func (x *PluginRegistered) GetSequence() uint64 {
 
 // PluginUpdated is published by the registry to the subscribers of
 // plugin.type when a known allocation re-registers with changed info.
-// is_current says whether the updated allocation is the current one.
+// is_current says whether the updated allocation is the current one. It is
+// also published, without previous and with is_current false, when an
+// allocation deregistered a moment ago registers again (a discovered plugin
+// back after an absence) and an allocation registered after it first was is
+// current: the returning one keeps its place in time and takes nothing over.
 type PluginUpdated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plugin        *PluginInfo            `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`

@@ -45,6 +45,11 @@ type pluginsActor struct {
 
 	tables    map[string]*pluginTable // working state, durable or not
 	dirty     map[string]bool         // types changed since the last batch was cut
+	// gone keeps the order of recently deregistered allocations, so that
+	// one registered again (a discovered plugin back after an absence)
+	// keeps its place in time and never outranks an allocation registered
+	// after it first was. Bounded by maxGone; not persisted.
+	gone map[goneKey]uint64
 	seq       uint64                  // last sequence handed out
 	committed *Snapshot               // last durable state, as published
 	pending   *Snapshot               // state once the in-flight batch is durable
@@ -118,6 +123,7 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 		limits:    cfg.Limits,
 		tables:    tables,
 		dirty:     map[string]bool{},
+		gone:      map[goneKey]uint64{},
 		seq:       committed.sequence,
 		committed: committed,
 		in:        in,
@@ -315,13 +321,41 @@ func (a *pluginsActor) applyRegister(w *write) {
 	}
 	a.seq++
 	a.dirty[w.ptype] = true
-	added := &allocation{info: p, order: a.seq, changed: a.seq}
+	order := a.seq
+	k := goneKey{w.ptype, p.GetName(), p.GetAllocId()}
+	if o, ok := a.gone[k]; ok {
+		order = o
+		delete(a.gone, k)
+	}
+	added := &allocation{info: p, order: order, changed: a.seq}
 	t.put(added)
+	w.op = putOp(added, w.record)
+	if hasCurrent && current.order > order {
+		w.event = &messages.PluginUpdated{Plugin: p, IsCurrent: false, Sequence: a.seq}
+		return
+	}
 	event := &messages.PluginRegistered{Plugin: p, Sequence: a.seq}
 	if hasCurrent {
 		event.Previous = current.info
 	}
-	w.event, w.op = event, putOp(added, w.record)
+	w.event = event
+}
+
+// goneKey names a deregistered allocation in pluginsActor.gone.
+type goneKey struct{ ptype, name, alloc string }
+
+// maxGone bounds pluginsActor.gone: past it, an arbitrary entry goes.
+const maxGone = 4096
+
+// forget remembers the order of a, which is deregistered.
+func (a *pluginsActor) forget(ptype string, old *allocation) {
+	if len(a.gone) >= maxGone {
+		for k := range a.gone {
+			delete(a.gone, k)
+			break
+		}
+	}
+	a.gone[goneKey{ptype, old.info.GetName(), old.info.GetAllocId()}] = old.order
 }
 
 func (a *pluginsActor) applyDeregister(w *write) {
@@ -338,6 +372,7 @@ func (a *pluginsActor) applyDeregister(w *write) {
 	}
 	current, _ := t.currentOf(w.name)
 	t.remove(old)
+	a.forget(w.ptype, old)
 	a.seq++
 	a.dirty[w.ptype] = true
 	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
