@@ -43,16 +43,16 @@ type pluginsActor struct {
 	missingOK bool // Config.DeregisterMissingIsNil
 	limits    Limits
 
-	tables    map[string]*pluginTable // working state, durable or not
-	dirty     map[string]bool         // types changed since the last batch was cut
+	tables map[string]*pluginTable // working state, durable or not
+	dirty  map[string]bool         // types changed since the last batch was cut
 	// gone keeps the order of recently deregistered allocations, so that
 	// one registered again (a discovered plugin back after an absence)
 	// keeps its place in time and never outranks an allocation registered
 	// after it first was. Bounded by maxGone; not persisted.
-	gone map[goneKey]uint64
-	seq       uint64                  // last sequence handed out
-	committed *Snapshot               // last durable state, as published
-	pending   *Snapshot               // state once the in-flight batch is durable
+	gone      map[goneKey]uint64
+	seq       uint64    // last sequence handed out
+	committed *Snapshot // last durable state, as published
+	pending   *Snapshot // state once the in-flight batch is durable
 
 	queue    []*write     // accepted, waiting for the next batch
 	inflight []*write     // being written; nil when no batch is in flight
