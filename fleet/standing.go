@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // Standing is this node's standing in the fleet at now, from the age of
@@ -12,28 +12,28 @@ import (
 // lost after a whole LeaseTTL (the lease may have expired: etcd counts it
 // from its own last renewal, which came before this node heard of it).
 // A new lease, granted once etcd answers again, makes it held again.
-func (s *Store) Standing(now time.Time) catalog.Standing {
+func (s *Store) Standing(now time.Time) model.Standing {
 	since := now.Sub(*s.lease.renewed.Load())
 	switch ttl := s.cfg.LeaseTTL; {
 	case since >= ttl:
-		return catalog.StandingLost
+		return model.StandingLost
 	case since >= ttl/2:
-		return catalog.StandingAtRisk
+		return model.StandingAtRisk
 	}
-	return catalog.StandingHeld
+	return model.StandingHeld
 }
 
 // WatchStanding calls fn with this node's standing, first as it is, then
 // each time it changes, checked every LeaseTTL/20 on a goroutine of its
 // own, until stop. stop waits for that goroutine: fn is not called after
 // it returns. fn must not block for long: a late check fences late.
-func (s *Store) WatchStanding(fn func(catalog.Standing)) (stop func()) {
+func (s *Store) WatchStanding(fn func(model.Standing)) (stop func()) {
 	done, quit := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(s.cfg.LeaseTTL / 20)
 		defer tick.Stop()
-		last := catalog.Standing(-1)
+		last := model.Standing(-1)
 		for {
 			if now := s.Standing(time.Now()); now != last {
 				last = now

@@ -241,35 +241,3 @@ func MarkDetachingOn(v *model.CSIVolume, node string, up bool) (*model.CSIVolume
 	changed.MarkDetaching(node)
 	return changed, nil
 }
-
-// Standing is how sure a node of a fleet is that the fleet still counts
-// its claims, from the age of its lease's last renewal: a node that cannot
-// renew its lease must stop writing before the fleet's GC may free its
-// claims and give its volumes to another node (see the volume manager's
-// fence).
-type Standing int
-
-const (
-	// StandingHeld: the lease was renewed within half its TTL.
-	StandingHeld Standing = iota
-	// StandingAtRisk: no renewal for half the lease's TTL: etcd may be out
-	// of reach. New claims and mounts wait for the lease; the mounts stay.
-	StandingAtRisk
-	// StandingLost: no renewal for a whole TTL: the lease may have
-	// expired, and once the GC's grace is over another node may be given
-	// this node's volumes. Writers are fenced until the claims are checked.
-	StandingLost
-)
-
-// String names the standing for logs and health.
-func (s Standing) String() string {
-	switch s {
-	case StandingHeld:
-		return "held"
-	case StandingAtRisk:
-		return "at risk"
-	case StandingLost:
-		return "lost"
-	}
-	return "unknown"
-}

@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"golang.org/x/sys/unix"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -58,7 +58,7 @@ type Event struct {
 }
 
 // standingChanged is sent by SetStanding to the manager.
-type standingChanged struct{ standing catalog.Standing }
+type standingChanged struct{ standing model.Standing }
 
 // SetStanding tells the volume manager how sure this node is that the
 // fleet still counts its claims (cluster mode; see fleet's
@@ -68,27 +68,27 @@ type standingChanged struct{ standing catalog.Standing }
 // says so. Held again, every volume is reconciled against the fleet's
 // claims: a fenced writer whose claim is still this node's is writable
 // again, a publish whose claim is gone is taken down.
-func (m *Manager) SetStanding(s catalog.Standing) {
+func (m *Manager) SetStanding(s model.Standing) {
 	m.system.Root.Send(m.pid, &standingChanged{standing: s})
 }
 
 // onStanding follows a change of the node's standing.
-func (m *manager) onStanding(ctx actor.Context, s catalog.Standing) {
+func (m *manager) onStanding(ctx actor.Context, s model.Standing) {
 	prev := m.standing
 	if s == prev || m.closing {
 		return
 	}
 	m.standing = s
-	m.env.refuse.Store(s != catalog.StandingHeld)
-	m.env.fenced.Store(s == catalog.StandingLost)
+	m.env.refuse.Store(s != model.StandingHeld)
+	m.env.fenced.Store(s == model.StandingLost)
 	switch s {
-	case catalog.StandingAtRisk:
+	case model.StandingAtRisk:
 		m.log.Warn("this node's lease in the fleet is at risk: new mounts and claims are refused until it is renewed")
 		m.announce(EventClaimAtRisk, "this node has not renewed its lease in the fleet for half its TTL")
-	case catalog.StandingLost:
+	case model.StandingLost:
 		m.log.Warn("this node's lease in the fleet may be lost: writers' mounts become read-only until their claims are checked")
 		m.fenceNow(ctx)
-	case catalog.StandingHeld:
+	case model.StandingHeld:
 		m.log.Info("this node's lease in the fleet is renewed: checking every mount against the fleet's claims", "was", prev.String())
 		m.reconcileAll(ctx)
 	}

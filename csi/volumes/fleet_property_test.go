@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
-	csicatalog "github.com/plugvisor/plugvisor/csi/catalog"
 	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/fleet"
@@ -41,7 +40,7 @@ func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSys
 	// across its restarts.
 	n.onStart = func(m *volumes.Manager) { m.SetStanding(n.store.Standing(time.Now())) }
 	n.onStart(n.manager)
-	stop := n.store.WatchStanding(func(s csicatalog.Standing) {
+	stop := n.store.WatchStanding(func(s catalog.Standing) {
 		if m := n.current.Load(); m != nil {
 			m.SetStanding(s)
 		}

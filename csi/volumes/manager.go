@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -40,7 +40,7 @@ type manager struct {
 	closing  bool
 	shutdown []*actor.PID
 	// standing is this node's standing in its fleet (SetStanding).
-	standing catalog.Standing
+	standing model.Standing
 }
 
 // outcome is how a volume's latest operation ended.

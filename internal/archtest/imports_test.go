@@ -46,7 +46,7 @@ var mayImport = map[string][]string{
 	"discovery":                   {"names", "csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
 	"dockervolume":                {"discovery", "names", "registry", "storage", "supervisor", "actors", "actors/plugintype", "messages"},
 	"dockervolume/localvolume":    {"dockervolume", "internal/cli", "names"},
-	"api":                         {"csi", "csi/catalog", "csi/catalog/model", "csi/controller", "csi/volumes", "discovery", "dockervolume", "registry", "messages", "version"},
+	"api":                         {"names", "csi", "csi/catalog", "csi/catalog/model", "csi/controller", "csi/volumes", "discovery", "dockervolume", "registry", "messages", "version"},
 	"agent":                       {"*"},
 	"cmd/plugvisor":               {"*"},
 	"cmd/hostpath-csi":            {"csi/hostpath", "internal/cli"},
