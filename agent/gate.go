@@ -47,18 +47,24 @@ type gate struct {
 	admitted int
 	streams  int
 	closed   bool
+	waiting  list.List // connections on probation (see accept.go), oldest first
+
+	accepted chan accepted // from acceptLoop and probation to Accept
+	done     chan struct{} // closed by Close
 }
 
 // gateLimits are a gate's caps; handshake is the TLS handshake's deadline
-// from accept (0 on a listener without TLS).
+// from accept (0 on a listener without TLS), header the longest a new
+// connection waits on probation.
 type gateLimits struct {
 	max, reserved, perPeer, streams int
-	handshake                       time.Duration
+	handshake, header               time.Duration
 }
 
 // gateLimits are l's caps for a listener, with or without TLS.
 func (l HTTPLimits) gateLimits(tls bool) gateLimits {
-	g := gateLimits{max: l.MaxConns, reserved: l.ReservedConns, perPeer: l.MaxConnsPerPeer, streams: l.MaxStreams}
+	g := gateLimits{max: l.MaxConns, reserved: l.ReservedConns, perPeer: l.MaxConnsPerPeer, streams: l.MaxStreams,
+		header: l.ReadHeaderTimeout}
 	if tls {
 		g.handshake = l.TLSHandshakeTimeout
 	}
@@ -66,8 +72,10 @@ func (l HTTPLimits) gateLimits(tls bool) gateLimits {
 }
 
 func newGate(inner net.Listener, name string, lim gateLimits) *gate {
-	g := &gate{inner: inner, name: name, lim: lim, peers: map[string]*pool{}}
+	g := &gate{inner: inner, name: name, lim: lim, peers: map[string]*pool{},
+		accepted: make(chan accepted), done: make(chan struct{})}
 	g.room = sync.NewCond(&g.mu)
+	go g.acceptLoop()
 	return g
 }
 
@@ -132,27 +140,6 @@ type gateConn struct {
 	handshook         atomic.Bool
 	readSince         atomic.Int64 // when the read under way began (UnixNano), or 0
 
-}
-
-// Accept accepts the next connection and makes room for it.
-func (g *gate) Accept() (net.Conn, error) {
-	nc, err := g.inner.Accept()
-	if err != nil {
-		return nil, err
-	}
-	c := &gateConn{Conn: nc, g: g}
-	if tcp, ok := nc.RemoteAddr().(*net.TCPAddr); ok && g.lim.perPeer > 0 {
-		c.peer = tcp.IP.String()
-	}
-	if g.lim.handshake > 0 {
-		c.handshakeDeadline = time.Now().Add(g.lim.handshake)
-		_ = nc.SetDeadline(c.handshakeDeadline)
-	}
-	if !g.place(c) {
-		_ = nc.Close()
-		return nil, net.ErrClosed
-	}
-	return c, nil
 }
 
 // stalled is how long a connection's server must have waited on it, in
@@ -331,8 +318,14 @@ func (g *gate) openStream() (func(), error) {
 // Close stops accepting and wakes an Accept waiting for room.
 func (g *gate) Close() error {
 	g.mu.Lock()
+	if !g.closed {
+		close(g.done)
+	}
 	g.closed = true
 	g.room.Broadcast()
+	for e := g.waiting.Front(); e != nil; e = e.Next() {
+		_ = e.Value.(*gateConn).Conn.Close()
+	}
 	g.mu.Unlock()
 	return g.inner.Close()
 }

@@ -93,7 +93,7 @@ func (a *Agent) listen() ([]served, error) {
 	}
 	tcp, err := a.listenTCP()
 	if err != nil {
-		_ = unixListener.Close()
+		_ = g.Close()
 		return nil, err
 	}
 	return append(out, tcp), nil
