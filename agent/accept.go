@@ -31,11 +31,10 @@ func (g *gate) Accept() (net.Conn, error) {
 
 // acceptLoop accepts every connection as soon as it comes, so that the
 // kernel's backlog never holds a client behind others. While the listener
-// is crowded (no room without closing another connection), a new one must
-// have sent, whole, what its server reads first (see ready): one that has
-// goes in at once; one that has not waits on probation, without a
-// goroutine of the server, until it has (then goes in) or until
-// ReadHeaderTimeout passes (then is closed). Probation holds at most
+// is crowded (no room without closing another connection), a new one waits
+// on probation, without the server's goroutine and buffers, until it has
+// sent, whole, what its server reads first (see waitReady): then it goes
+// in; or until ReadHeaderTimeout passes: then it is closed. Probation holds at most
 // 16×MaxConns connections (4096 by default: a file descriptor and a
 // parked goroutine each); a new one closes the oldest beyond that.
 func (g *gate) acceptLoop() {
@@ -57,7 +56,7 @@ func (g *gate) acceptLoop() {
 			c.handshakeDeadline = time.Now().Add(g.lim.handshake)
 			_ = nc.SetDeadline(c.handshakeDeadline)
 		}
-		if g.crowded(c.peer) && !ready(nc, g.lim.handshake > 0) {
+		if g.crowded(c.peer) {
 			g.probation(c)
 			continue
 		}
@@ -131,27 +130,17 @@ func (g *gate) probation(c *gateConn) {
 // probation at most.
 const probationPerConn = 16
 
-// peekBufs are the scratch space of ready and waitReady.
+// peekBufs are the scratch space of waitReady.
 var peekBufs = sync.Pool{New: func() any { b := make([]byte, peekSize); return &b }}
 
 // peekSize bounds what the gate looks at of a new connection while its
-// listener is crowded: a larger request waits on probation for its turn.
+// listener is crowded.
 const peekSize = 8 << 10
 
-// ready says whether nc has already sent, whole, what its server reads
-// first: on TLS its first handshake record (the ClientHello), else a
+// waitReady waits up to wait for nc to have sent, whole, what its server
+// reads first: on TLS its first handshake record (the ClientHello), else a
 // whole request (headers, and the body they announce). It looks without
-// reading or waiting; what it cannot tell counts as not ready.
-func ready(nc net.Conn, isTLS bool) bool {
-	whole := false
-	_ = peek(nc, func(fd int) bool {
-		whole, _ = peekWhole(fd, isTLS)
-		return true
-	})
-	return whole
-}
-
-// waitReady waits up to wait for nc to be ready.
+// reading; what it cannot tell counts as not ready.
 func waitReady(nc net.Conn, isTLS bool, wait time.Duration) bool {
 	_ = nc.SetReadDeadline(time.Now().Add(wait))
 	whole := false
@@ -178,8 +167,9 @@ func peek(nc net.Conn, f func(fd int) bool) error {
 }
 
 // peekWhole looks at what fd holds without reading it: whole when it is
-// ready (see ready); done when waiting is no use (the client hung up, or
-// sent more than the gate looks at).
+// ready (see waitReady), or holds peekSize bytes (a client that sends that
+// much at once is no trickle); done when waiting is no use (the client hung
+// up).
 func peekWhole(fd int, isTLS bool) (whole, done bool) {
 	bp := peekBufs.Get().(*[]byte)
 	defer peekBufs.Put(bp)
@@ -190,10 +180,12 @@ func peekWhole(fd int, isTLS bool) (whole, done bool) {
 		return false, false
 	case err != nil || n == 0:
 		return false, true
+	case n == len(buf):
+		return true, true
 	case isTLS:
-		return wholeTLSRecord(buf[:n]), n == len(buf)
+		return wholeTLSRecord(buf[:n]), false
 	}
-	return wholeRequest(buf[:n]), n == len(buf)
+	return wholeRequest(buf[:n]), false
 }
 
 // wholeTLSRecord says whether b begins with a whole TLS handshake record.
