@@ -24,14 +24,15 @@ import (
 //   - admitted: serving an authenticated request whose body has arrived.
 //
 // Unproven connections may hold at most max-reserved slots, and at most
-// perPeer from one TCP peer (IP). A new connection that finds no room
-// closes another to make it: one whose server has waited on it, in one
-// read, for at least stalled (a client whose request is there is never
-// waited on): of its peer's, then of the listener's, the oldest; while
-// any has sent nothing at all, only those. With every slot taken, the
-// oldest idle one goes first. When none may be closed yet, Accept waits for one; it
-// waits for good only when every slot serves an admitted request, which
-// is never closed.
+// perPeer from one TCP peer (IP). The gate accepts every connection at
+// once; while there is no room, a new one waits aside until it has sent
+// its request (accept.go), then closes another to make room: one whose
+// server has waited on it, in one read, for at least stalled (a client
+// whose request is there is never waited on); of its peer's, then of the
+// listener's, the oldest; while any has sent nothing at all, only those.
+// With every slot taken, the oldest idle one goes first. When none may be
+// closed yet, it waits for one; it waits for good only when every slot
+// serves an admitted request, which is never closed.
 //
 // The gate is the only owner of this bookkeeping; every method takes mu.
 type gate struct {
@@ -71,6 +72,7 @@ func (l HTTPLimits) gateLimits(tls bool) gateLimits {
 	return g
 }
 
+// newGate starts a gate on inner; Close stops it.
 func newGate(inner net.Listener, name string, lim gateLimits) *gate {
 	g := &gate{inner: inner, name: name, lim: lim, peers: map[string]*pool{},
 		accepted: make(chan accepted), done: make(chan struct{})}

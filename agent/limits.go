@@ -13,8 +13,10 @@ import (
 // under the short deadlines below and may be closed to make room for
 // another.
 type HTTPLimits struct {
-	// ReadHeaderTimeout bounds reading a request's headers (default 5s),
-	// and is the grace a body gets before MinBodyRate applies.
+	// ReadHeaderTimeout bounds reading a request's headers (default 5s);
+	// it is also the grace a body gets before MinBodyRate applies, and how
+	// long a new connection to a crowded listener may wait aside for its
+	// request.
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, body included (default
 	// 30s).
@@ -35,7 +37,9 @@ type HTTPLimits struct {
 	MinBodyRate int
 	// MaxHeaderBytes bounds a request's headers (default 64 KiB).
 	MaxHeaderBytes int
-	// MaxConns caps the open connections of each listener (default 256).
+	// MaxConns caps the connections each listener serves (default 256).
+	// While it is crowded, up to 16 more per slot wait aside for their
+	// request, a file descriptor and a parked goroutine each.
 	MaxConns int
 	// ReservedConns of the MaxConns are kept for clients that proved
 	// themselves (default a quarter of MaxConns): the others may hold at

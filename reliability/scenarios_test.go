@@ -272,7 +272,7 @@ func TestSlowBodyConnections(t *testing.T) {
 	}
 	time.Sleep(bodyGrace / 2)
 	g1, r1 := a.metric("go_goroutines"), a.metric("process_resident_memory_bytes")
-	health := newConnHealth(filepath.Join(dir, "plugvisor.sock"))
+	health := a.healthLatency()
 	time.Sleep(hold - bodyGrace/2)
 	ended := 0
 	buf := make([]byte, 512)
@@ -291,23 +291,6 @@ func TestSlowBodyConnections(t *testing.T) {
 	report("slow-body connections", verdict(bounded && cut && health < time.Second),
 		"%d connections each sending 1 of 100000 body bytes: goroutines %.0f → %.0f (cap %d connections, %d more waiting aside), RSS %.0f → %.0f MiB after %s; /v1/health on a new connection %s; %d of %d ended by the agent within %s (body rate 1 KiB/s after %s)",
 		len(open), g0, g1, maxConns, probation, r0/(1<<20), r1/(1<<20), bodyGrace/2, health.Round(time.Millisecond), ended, len(open), hold, bodyGrace)
-}
-
-// newConnHealth times one GET of /v1/health on a new connection to the
-// unix socket at path; a failure counts as an hour.
-func newConnHealth(path string) time.Duration {
-	client := unixClient(path, 10*time.Second)
-	client.Transport.(*http.Transport).DisableKeepAlives = true
-	start := time.Now()
-	resp, err := client.Get("http://plugvisor/v1/health")
-	if err != nil {
-		return time.Hour
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return time.Hour
-	}
-	return time.Since(start)
 }
 
 // hangListener accepts connections at path and never answers them.
@@ -377,9 +360,9 @@ func TestSixtyFourClients(t *testing.T) {
 	const clients, duration = 64, 10 * time.Second
 	dir := shortDir(t)
 	a := startAgent(t, dir)
-	health := &agentProc{client: unixClient(filepath.Join(dir, "plugvisor.sock"), 10*time.Second)}
 	stop := make(chan struct{})
-	worst := health.healthWatch(50*time.Millisecond, stop)
+	worst := a.healthWatch(50*time.Millisecond, stop) // on new connections, not the clients'
+
 	deadline := time.Now().Add(duration)
 	var requests, failures atomic.Int64
 	var firstFailure atomic.Value
