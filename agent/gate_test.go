@@ -10,51 +10,20 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/internal/slowclients"
 )
 
-// slowAttackers keeps n connections open from dial, each sending what
-// send sends and then nothing, and opens another as soon as one is closed,
-// until the test ends. It counts the connections opened and those the
-// agent closed.
-type slowAttackers struct {
-	opened, closed atomic.Int64
-}
-
-func attack(t *testing.T, n int, dial func(context.Context) (net.Conn, error), send string) *slowAttackers {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	s := &slowAttackers{}
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				c, err := dial(ctx)
-				if err != nil {
-					continue
-				}
-				s.opened.Add(1)
-				stop := context.AfterFunc(ctx, func() { c.Close() })
-				_, _ = io.WriteString(c, send)
-				_, err = io.Copy(io.Discard, c) // until the agent closes it
-				if stop() && (err == nil || !errors.Is(err, net.ErrClosed)) {
-					s.closed.Add(1)
-				}
-				c.Close()
-			}
-		}()
-	}
-	return s
+// attack holds n slow clients from dial until the test ends.
+func attack(t *testing.T, n int, dial func(context.Context) (net.Conn, error), send string) *slowclients.Crowd {
+	c := slowclients.Hold(n, dial, send)
+	t.Cleanup(c.Stop)
+	return c
 }
 
 // waitFor polls cond until it holds, failing after a minute.
@@ -117,7 +86,7 @@ func TestSlowUnauthenticatedClientsCannotKeepAValidClientsNewConnectionOut(t *te
 			a := startWith(t, tc.cfg)
 			s := attack(t, attackers, tc.dial(a), tc.send)
 			// The attackers, three times the connection cap, are all in.
-			waitFor(t, "the attackers to connect", func() bool { return s.opened.Load() >= attackers })
+			waitFor(t, "the attackers to connect", func() bool { return s.Opened.Load() >= attackers })
 			c, base := tc.client(a)
 			for i := range 5 {
 				status, body, err := call(c, "GET", base+"/v1/health", writeToken, "")

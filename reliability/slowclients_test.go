@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/internal/slowclients"
 	"github.com/plugvisor/plugvisor/internal/testpki"
 )
 
@@ -55,43 +55,16 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// holdSlow keeps n connections from dial open, each sending send and then
-// nothing, and opens another as soon as the agent closes one, until stop
-// is called; it waits until every one has connected once. closed counts
-// the connections the agent closed.
+// holdSlow holds n slow clients from dial (see slowclients.Hold) and
+// waits, at most 2 minutes, until every one has connected once.
 func holdSlow(t *testing.T, n int, dial func(context.Context) (net.Conn, error), send string) (closed *atomic.Int64, stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var opened atomic.Int64
-	closed = new(atomic.Int64)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				c, err := dial(ctx)
-				if err != nil {
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				opened.Add(1)
-				halt := context.AfterFunc(ctx, func() { c.Close() })
-				_, _ = io.WriteString(c, send)
-				_, _ = io.Copy(io.Discard, c)
-				if halt() {
-					closed.Add(1)
-				}
-				c.Close()
-			}
-		}()
-	}
-	stop = func() { cancel(); wg.Wait() }
-	t.Cleanup(stop)
-	for deadline := time.Now().Add(2 * time.Minute); opened.Load() < int64(n) && time.Now().Before(deadline); {
+	crowd := slowclients.Hold(n, dial, send)
+	t.Cleanup(crowd.Stop)
+	for deadline := time.Now().Add(2 * time.Minute); crowd.Opened.Load() < int64(n) && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	return closed, stop
+	return &crowd.Closed, crowd.Stop
 }
 
 // probeNew times healthProbes GETs of /v1/health by client, each on a new
