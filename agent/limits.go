@@ -9,11 +9,17 @@ import (
 
 // HTTPLimits bound what clients can hold of the API server, on every
 // listener. Zero fields take the defaults; negative ones are an error.
+// Before a client has proved itself (see gate), it holds a connection
+// under the short deadlines below and may be closed to make room for
+// another.
 type HTTPLimits struct {
-	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	// ReadHeaderTimeout bounds reading a request's headers (default 5s);
+	// it is also the grace a body gets before MinBodyRate applies, and how
+	// long a new connection to a crowded listener may wait aside for its
+	// request.
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, body included (default
-	// 30s): a client that trickles a body is cut off.
+	// 30s).
 	ReadTimeout time.Duration
 	// WriteTimeout bounds a request from its headers to the end of its
 	// answer (default 5m: a mount waits on CSI calls of up to 2 minutes
@@ -22,25 +28,76 @@ type HTTPLimits struct {
 	WriteTimeout time.Duration
 	// IdleTimeout closes a kept-alive connection idle this long (default 2m).
 	IdleTimeout time.Duration
+	// TLSHandshakeTimeout bounds a TLS handshake from the connection's
+	// accept (default 5s).
+	TLSHandshakeTimeout time.Duration
+	// MinBodyRate is the slowest a request body may arrive, in bytes a
+	// second, once ReadHeaderTimeout has passed (default 1024): a client
+	// that trickles a body is cut off.
+	MinBodyRate int
 	// MaxHeaderBytes bounds a request's headers (default 64 KiB).
 	MaxHeaderBytes int
-	// MaxConns caps the open connections of each listener (default 256).
-	// Further clients wait in the kernel's accept queue, costing the agent
-	// nothing.
+	// MaxConns caps the connections each listener serves (default 256).
+	// While it is crowded, up to 16 more per slot wait aside for their
+	// request, a file descriptor and a parked goroutine each.
 	MaxConns int
+	// ReservedConns of the MaxConns are kept for clients that proved
+	// themselves (default a quarter of MaxConns): the others may hold at
+	// most MaxConns-ReservedConns.
+	ReservedConns int
+	// MaxConnsPerPeer caps the connections one TCP peer (IP address) holds
+	// before they prove themselves (default half of MaxConns).
+	MaxConnsPerPeer int
+	// MaxStreams caps the event streams of each listener (default a
+	// quarter of MaxConns); it must be below MaxConns, so that requests
+	// always find a connection.
+	MaxStreams int
+}
+
+// httpLimitFlags names each limit's agent flag.
+var httpLimitFlags = map[string]string{
+	"ReadHeaderTimeout":   "-http-header-timeout",
+	"TLSHandshakeTimeout": "-http-tls-handshake-timeout", "MinBodyRate": "-http-min-body-rate",
+	"MaxConns": "-http-max-conns", "ReservedConns": "-http-reserved-conns",
+	"MaxConnsPerPeer": "-http-max-conns-per-peer", "MaxStreams": "-http-max-streams",
+}
+
+// flagOf is " (flag -x)" for a limit with a flag.
+func flagOf(name string) string {
+	if f, ok := httpLimitFlags[name]; ok {
+		return " (flag " + f + ")"
+	}
+	return ""
 }
 
 func (l HTTPLimits) validate() error {
 	var problems []error
 	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": l.ReadHeaderTimeout, "ReadTimeout": l.ReadTimeout,
-		"WriteTimeout": l.WriteTimeout, "IdleTimeout": l.IdleTimeout} {
+		"WriteTimeout": l.WriteTimeout, "IdleTimeout": l.IdleTimeout, "TLSHandshakeTimeout": l.TLSHandshakeTimeout} {
 		if d < 0 {
-			problems = append(problems, fmt.Errorf("%w: HTTPLimits.%s is %v; give a positive duration, or 0 for the default", ErrInvalidConfig, name, d))
+			problems = append(problems, fmt.Errorf("%w: HTTPLimits.%s is %v%s; give a positive duration, or 0 for the default",
+				ErrInvalidConfig, name, d, flagOf(name)))
 		}
 	}
-	for name, n := range map[string]int{"MaxHeaderBytes": l.MaxHeaderBytes, "MaxConns": l.MaxConns} {
+	for name, n := range map[string]int{"MaxHeaderBytes": l.MaxHeaderBytes, "MaxConns": l.MaxConns, "MinBodyRate": l.MinBodyRate,
+		"ReservedConns": l.ReservedConns, "MaxConnsPerPeer": l.MaxConnsPerPeer, "MaxStreams": l.MaxStreams} {
 		if n < 0 {
-			problems = append(problems, fmt.Errorf("%w: HTTPLimits.%s is %d; give a positive number, or 0 for the default", ErrInvalidConfig, name, n))
+			problems = append(problems, fmt.Errorf("%w: HTTPLimits.%s is %d%s; give a positive number, or 0 for the default",
+				ErrInvalidConfig, name, n, flagOf(name)))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.Join(problems...)
+	}
+	d := l.withDefaults()
+	if d.MaxConns < 2 {
+		problems = append(problems, fmt.Errorf("%w: HTTPLimits.MaxConns is %d (flag -http-max-conns); give at least 2, "+
+			"one of them kept for clients that proved themselves", ErrInvalidConfig, d.MaxConns))
+	}
+	for name, n := range map[string]int{"ReservedConns": d.ReservedConns, "MaxStreams": d.MaxStreams} {
+		if n >= d.MaxConns {
+			problems = append(problems, fmt.Errorf("%w: HTTPLimits.%s is %d%s, not below MaxConns %d (flag -http-max-conns); "+
+				"give a smaller number, so that requests keep connections of their own", ErrInvalidConfig, name, n, flagOf(name), d.MaxConns))
 		}
 	}
 	return errors.Join(problems...)
@@ -52,16 +109,22 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 			*d = def
 		}
 	}
-	orDuration(&l.ReadHeaderTimeout, 10*time.Second)
+	orDuration(&l.ReadHeaderTimeout, 5*time.Second)
 	orDuration(&l.ReadTimeout, 30*time.Second)
 	orDuration(&l.WriteTimeout, 5*time.Minute)
 	orDuration(&l.IdleTimeout, 2*time.Minute)
-	if l.MaxHeaderBytes == 0 {
-		l.MaxHeaderBytes = 64 << 10
+	orDuration(&l.TLSHandshakeTimeout, 5*time.Second)
+	orInt := func(n *int, def int) {
+		if *n == 0 {
+			*n = max(def, 1)
+		}
 	}
-	if l.MaxConns == 0 {
-		l.MaxConns = 256
-	}
+	orInt(&l.MaxHeaderBytes, 64<<10)
+	orInt(&l.MinBodyRate, 1024)
+	orInt(&l.MaxConns, 256)
+	orInt(&l.ReservedConns, l.MaxConns/4)
+	orInt(&l.MaxConnsPerPeer, l.MaxConns/2)
+	orInt(&l.MaxStreams, l.MaxConns/4)
 	return l
 }
 

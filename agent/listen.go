@@ -11,16 +11,17 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/net/netutil"
 
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
-// served is one listener with the policy it is served under.
+// served is one listener with the policy it is served under, and the gate
+// under it (under TLS, when the listener has it).
 type served struct {
 	listener net.Listener
 	policy   api.Listener
+	gate     *gate
 }
 
 // serveAPI serves the API on each listener bound at start (the unix
@@ -51,7 +52,7 @@ func (a *Agent) serveAPI() {
 	errorLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	for _, s := range listeners {
 		srv := &http.Server{
-			Handler:           apiServer.HandlerFor(s.policy),
+			Handler:           s.gate.admission(s.policy, limits, apiServer.HandlerFor(s.policy)),
 			ReadHeaderTimeout: limits.ReadHeaderTimeout,
 			ReadTimeout:       limits.ReadTimeout,
 			WriteTimeout:      limits.WriteTimeout,
@@ -59,6 +60,8 @@ func (a *Agent) serveAPI() {
 			MaxHeaderBytes:    limits.MaxHeaderBytes,
 			ErrorLog:          errorLog,
 			BaseContext:       func(net.Listener) context.Context { return ctx },
+			ConnContext:       s.gate.connContext,
+			ConnState:         s.gate.connState,
 		}
 		a.servers = append(a.servers, srv)
 		go func() {
@@ -69,7 +72,8 @@ func (a *Agent) serveAPI() {
 	}
 }
 
-// listen opens the API's listeners, each capped at MaxConns connections.
+// listen opens the API's listeners, each behind a gate (the HTTP limits'
+// connection caps).
 func (a *Agent) listen() ([]served, error) {
 	socket := a.SocketPath()
 	if err := registry.ValidateSocketPath(socket); err != nil {
@@ -82,18 +86,16 @@ func (a *Agent) listen() ([]served, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: API socket: %w", err)
 	}
-	maxConns := a.cfg.HTTPLimits.MaxConns
-	out := []served{{
-		listener: netutil.LimitListener(unixListener, maxConns),
-		// The socket's mode (0600) admits only the agent's user: no token.
-		policy: api.Listener{Name: "unix socket " + socket, Hosts: unixHosts},
-	}}
+	// The socket's mode (0600) admits only the agent's user: no token.
+	policy := api.Listener{Name: "unix socket " + socket, Hosts: unixHosts}
+	g := newGate(unixListener, policy.Name, a.cfg.HTTPLimits.gateLimits(false))
+	out := []served{{listener: g, policy: policy, gate: g}}
 	if a.cfg.HTTPAddr == "" {
 		return out, nil
 	}
 	tcp, err := a.listenTCP()
 	if err != nil {
-		_ = unixListener.Close()
+		_ = g.Close()
 		return nil, err
 	}
 	return append(out, tcp), nil

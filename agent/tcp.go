@@ -9,8 +9,6 @@ import (
 	"os"
 	"strconv"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/plugvisor/plugvisor/api"
 )
 
@@ -71,14 +69,17 @@ func (a *Agent) listenTCP() (served, error) {
 		hosts = append(hosts, net.JoinHostPort(h, port))
 	}
 	a.httpAddr = addr.String()
-	listener := netutil.LimitListener(l, cfg.HTTPLimits.MaxConns)
 	scheme := "http"
 	if tlsConfig != nil {
-		listener, scheme = tls.NewListener(listener, tlsConfig), "https"
+		scheme = "https"
 	}
-	return served{listener: listener, policy: api.Listener{
-		Name: scheme + " " + addr.String(), Hosts: hosts, Port: port, Tokens: tokens,
-	}}, nil
+	policy := api.Listener{Name: scheme + " " + addr.String(), Hosts: hosts, Port: port, Tokens: tokens}
+	g := newGate(l, policy.Name, cfg.HTTPLimits.gateLimits(tlsConfig != nil))
+	var listener net.Listener = g
+	if tlsConfig != nil {
+		listener = tls.NewListener(g, withHandshakeWatch(tlsConfig))
+	}
+	return served{listener: listener, policy: policy, gate: g}, nil
 }
 
 // loopbackOnly says whether hostport can only be reached from this host:

@@ -149,7 +149,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, errNotFound), errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoDispenser), isNotFound(err):
 		return http.StatusNotFound
-	case errors.Is(err, registry.ErrLimit):
+	case errors.Is(err, registry.ErrLimit), errors.Is(err, ErrStreamLimit):
 		return http.StatusTooManyRequests
 	case errors.Is(err, registry.ErrShutdown):
 		return http.StatusServiceUnavailable

@@ -14,9 +14,18 @@ const StreamWriteTimeout = 30 * time.Second
 // request, for a response that lasts as long as the client wants: the read
 // deadline goes (the request has no body; a client that hangs up still
 // ends it), and the write deadline moves forward by StreamWriteTimeout
-// before each write and flush.
+// before each write and flush. A stream first takes a slot from the
+// request's stream limit (WithStreamLimit), if it has one, and holds it
+// to its end.
 func streaming(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		if open, ok := r.Context().Value(openStreamKey{}).(OpenStream); ok {
+			release, err := open()
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
 		rc := http.NewResponseController(w)
 		// Both fail only on writers without deadlines (httptest's), where
 		// there is nothing to lift.

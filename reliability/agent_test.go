@@ -192,11 +192,24 @@ func (a *agentProc) metric(name string) float64 {
 	return -1
 }
 
-// latency times one health request; a failure counts as an hour.
+// healthLatency times one health request on a new connection, as a new
+// client would wait; a failure counts as an hour.
 func (a *agentProc) healthLatency() time.Duration {
+	return newConnHealth(filepath.Join(a.dir, "plugvisor.sock"))
+}
+
+// newConnHealth times one GET of /v1/health on a new connection to the
+// unix socket at path; a failure counts as an hour.
+func newConnHealth(path string) time.Duration {
+	client := unixClient(path, 10*time.Second)
+	client.Transport.(*http.Transport).DisableKeepAlives = true
 	start := time.Now()
-	status, _, err := a.do("GET", "/v1/health", "")
-	if err != nil || status != http.StatusOK {
+	resp, err := client.Get("http://plugvisor/v1/health")
+	if err != nil {
+		return time.Hour
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
 		return time.Hour
 	}
 	return time.Since(start)

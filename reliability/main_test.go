@@ -69,7 +69,9 @@ func renderTable() string {
 	var b strings.Builder
 	b.WriteString("# Reliability\n\n")
 	b.WriteString("Written by `make reliability`, which drives the agent as built (`plugvisor agent`) over its unix\n")
-	b.WriteString("socket. Every request loop is bounded; every connection is to a unix socket in a temp dir.\n\n")
+	b.WriteString("socket (the slow-client rows also over loopback TCP and TLS, on ports picked at run time). Every\n")
+	b.WriteString("request loop is bounded; every unix socket is in a temp dir. A latency is measured on a new\n")
+	b.WriteString("connection unless the row says otherwise.\n\n")
 	fmt.Fprintf(&b, "Run on %s, %s/%s, %d CPUs, %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
 	b.WriteString("| scenario | what was measured | verdict |\n|---|---|---|\n")
