@@ -261,14 +261,7 @@ const maxBackOff = 50 * time.Millisecond
 // to 2^attempt milliseconds, at most maxBackOff (full jitter), so that
 // writers who keep colliding on one volume spread out.
 func backOff(ctx context.Context, attempt int) error {
-	pause := time.NewTimer(rand.N(min(time.Millisecond<<min(attempt, 16), maxBackOff)))
-	defer pause.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-pause.C:
-		return nil
-	}
+	return sleep(ctx, rand.N(min(time.Millisecond<<min(attempt, 16), maxBackOff)))
 }
 
 // readVolume reads a volume and the fingerprints at one revision, and
