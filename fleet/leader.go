@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -122,4 +123,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// watched are the names (the keys less prefix) that a watch answer
+// changed; false when the watch failed or ended (received is false).
+func watched(resp clientv3.WatchResponse, received bool, prefix string) ([]string, bool) {
+	if !received || resp.Err() != nil {
+		return nil, false
+	}
+	names := make([]string, 0, len(resp.Events))
+	for _, ev := range resp.Events {
+		names = append(names, strings.TrimPrefix(string(ev.Kv.Key), prefix))
+	}
+	return names, true
 }

@@ -235,7 +235,8 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 		}
 		write = clientv3.OpPut(key, value)
 	}
-	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(write).Commit()
+	ops := append([]clientv3.Op{write}, s.indexOps(ns, id, v, next)...)
+	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(ops...).Commit()
 	if err != nil || !resp.Succeeded {
 		return false, etcdErr(err)
 	}

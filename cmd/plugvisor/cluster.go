@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/member"
 	"github.com/plugvisor/plugvisor/names"
 )
@@ -26,6 +27,7 @@ type clusterFlags struct {
 	name, prefix              string
 	leaseTTL                  time.Duration
 	gcInterval, gcGrace       time.Duration
+	compactInterval           time.Duration
 }
 
 func (f *clusterFlags) add(fs *pflag.FlagSet) {
@@ -43,6 +45,8 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leaseTTL, "cluster-lease-ttl", 0, "how long a node that stops renewing still counts as up (default 10s; whole seconds, at least 2s)")
 	fs.DurationVar(&f.gcInterval, "cluster-gc-interval", 0, "how often to free the claims of nodes that are down (default 0: never)")
 	fs.DurationVar(&f.gcGrace, "cluster-gc-grace", 0, "how long a node must be down before its claims are freed (default 5m)")
+	fs.DurationVar(&f.compactInterval, "cluster-compact-interval", fleet.DefaultCompactInterval,
+		"how often one member of the fleet compacts etcd's revision history, keeping about that much history (0: never; leave it to etcd's -auto-compaction-retention)")
 }
 
 // config is the agent's cluster config, nil without -cluster-etcd. Any
@@ -65,7 +69,7 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 		return nil, usageError("-cluster-address is required in cluster mode: the host:port this member listens on, e.g. 10.0.0.5:7946")
 	}
 	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, ClusterName: f.name, Prefix: f.prefix,
-		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace}
+		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace, CompactInterval: f.compactInterval}
 	var err error
 	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
 		if c.EtcdTLS, err = tlsPair("cluster-etcd", f.etcdCA, f.etcdCert, f.etcdKey, true); err != nil {
