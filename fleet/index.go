@@ -49,15 +49,19 @@ func (s *Store) indexOps(ns, id string, old, next *model.CSIVolume) []clientv3.O
 	return ops
 }
 
-// index is one family of the node index: its keys of a node, and the
-// nodes a volume puts in it.
+// index is one family of the node index: where its keys are, its keys of
+// a node, and the nodes a volume puts in it.
 type index struct {
+	root  string
 	of    func(node string) string
 	nodes func(v *model.CSIVolume) map[string]bool
 }
 
 func (s *Store) indexes() []index {
-	return []index{{of: s.keys.claimsOf, nodes: claimNodes}, {of: s.keys.attachmentsOf, nodes: attachmentNodes}}
+	return []index{
+		{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes},
+		{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes},
+	}
 }
 
 // claimNodes are the nodes that hold a claim on v (none when v is nil).
@@ -116,7 +120,7 @@ func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
 		have := map[string]map[string]bool{} // volume key -> index keys present
 		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i+1].GetResponseRange().GetKvs() {
-				node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.of("")), "/")
+				node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
 				ns, id, _ := strings.Cut(ref, "/")
 				vk := s.keys.volume(ns, id)
 				if have[vk] == nil {

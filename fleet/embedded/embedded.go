@@ -81,12 +81,20 @@ func Start(cfg Config) (*embed.Etcd, error) {
 	}
 }
 
+// restoreRevisionBump is how far a restore moves etcd's revision past the
+// snapshot's, as etcd advises for a restore under running clients: a
+// client that watched at a later revision than the snapshot's sees its
+// watch compacted and reads again, rather than wait for revisions that
+// the restored etcd would number again.
+const restoreRevisionBump = 1_000_000_000
+
 // Restore makes dir, which must not exist, the data directory of a member
 // restored from snapshot (a file that etcd's snapshot save wrote: clientv3
 // Maintenance.Snapshot, `etcdctl snapshot save` or `plugvisor etcd
 // snapshot save`), for a Start with the same peer URL. The member starts
 // as a new one-member cluster holding the snapshot's keys, as `etcdutl
-// snapshot restore` makes it; the snapshot's integrity hash is checked.
+// snapshot restore --bump-revision 1000000000 --mark-compacted` makes it;
+// the snapshot's integrity hash is checked.
 func Restore(snapshot, dir string, peer *url.URL) error {
 	if peer == nil || !names.LoopbackHost(peer.Hostname()) {
 		return fmt.Errorf("%w: %v; give http://127.0.0.1:PORT", ErrNotLoopback, peer)
@@ -94,6 +102,7 @@ func Restore(snapshot, dir string, peer *url.URL) error {
 	err := etcdsnapshot.NewV3(zap.NewNop()).Restore(etcdsnapshot.RestoreConfig{
 		SnapshotPath: snapshot, Name: memberName, OutputDataDir: dir,
 		PeerURLs: []string{peer.String()}, InitialCluster: fmt.Sprintf("%s=%s", memberName, peer), InitialClusterToken: "etcd-cluster",
+		RevisionBump: restoreRevisionBump, MarkCompacted: true,
 	})
 	if err != nil {
 		return fmt.Errorf("embedded: restore %s into %s: %w", snapshot, dir, err)
