@@ -43,7 +43,7 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "cluster-name", "", `separates fleets that share one etcd (default "plugvisor")`)
 	fs.StringVar(&f.prefix, "cluster-prefix", "", `etcd key prefix of the fleet's state (default "/plugvisor/")`)
 	fs.DurationVar(&f.leaseTTL, "cluster-lease-ttl", 0, "how long a node that stops renewing still counts as up (default 10s; whole seconds, at least 2s)")
-	fs.DurationVar(&f.gcInterval, "cluster-gc-interval", 0, "how often to free the claims of nodes that are down (default 0: never)")
+	fs.DurationVar(&f.gcInterval, "cluster-gc-interval", 0, "turns on this node's part in the fleet's one GC, which frees the claims of nodes that are down: how often the leader looks again at the down nodes, and this node at the attachments they strand (default 0: no GC here)")
 	fs.DurationVar(&f.gcGrace, "cluster-gc-grace", 0, "how long a node must be down before its claims are freed (default 5m)")
 	fs.DurationVar(&f.compactInterval, "cluster-compact-interval", fleet.DefaultCompactInterval,
 		"how often one member of the fleet compacts etcd's revision history, keeping about that much history (0: never; leave it to etcd's -auto-compaction-retention)")
