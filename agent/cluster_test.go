@@ -35,6 +35,10 @@ func TestABadClusterConfigIsRefusedAndStartsNothing(t *testing.T) {
 	require.ErrorIs(t, err, agent.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Cluster.GCInterval is -1s")
 	require.Nil(t, a)
+	a, err = agent.Start(agent.Config{DataDir: dir, Cluster: &agent.ClusterConfig{CompactInterval: -time.Second}})
+	require.ErrorIs(t, err, agent.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Cluster.CompactInterval is -1s")
+	require.Nil(t, a)
 
 	a = startAgent(t, dir)
 	require.NoError(t, a.Shutdown(context.Background()), "the refused starts left the data dir free")

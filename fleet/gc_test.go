@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -217,4 +218,10 @@ func TestAStrandedAttachmentIsDetachedOnceByANodeThatRunsTheController(t *testin
 	require.Contains(t, v.Attachments, "node-c", "no node here runs the nfs controller")
 	require.Equal(t, []string{"/plugvisor/attachments/node-c/default/other"}, keysUnder(t, client, "/plugvisor/attachments/"))
 	require.Len(t, log.detaches(), 1, "one node detached, once")
+}
+
+func TestStartDetacherRefusesAConfigWithoutItsFuncs(t *testing.T) {
+	_, err := fleet.StartDetacher(nil, fleet.DetacherConfig{Detach: func(context.Context, fleet.Stranded) error { return nil }})
+	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorContains(t, err, "Controls and Detach are required")
 }

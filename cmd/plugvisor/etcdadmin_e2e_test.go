@@ -89,3 +89,22 @@ func TestAnOperatorBacksUpDefragmentsAndRestoresTheFleetsEtcd(t *testing.T) {
 	require.Len(t, resp.Kvs, 1)
 	require.Equal(t, "the volume", string(resp.Kvs[0].Value))
 }
+
+// TestTheEtcdCommandsRefuseBadInputBeforeAnyRequest: a snapshot without
+// its file, and a restore without its data directory, are usage errors.
+func TestTheEtcdCommandsRefuseBadInputBeforeAnyRequest(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"etcd", "snapshot", "save"}, "save needs FILE, e.g. plugvisor etcd snapshot save /backup/fleet.db"},
+		{[]string{"etcd", "snapshot", "restore", "fleet.db"}, "-data-dir is required: the new data directory"},
+		{[]string{"etcd", "snapshot", "restore", "fleet.db", "-data-dir", "d", "-peer", "http://10.1.2.3:2380"}, "loopback"},
+	} {
+		stdout, stderr, code := runHere(tc.args...)
+		require.NotZero(t, code, strings.Join(tc.args, " "))
+		require.Contains(t, stderr, tc.want)
+		require.Empty(t, stdout)
+	}
+	require.NoDirExists(t, "d", "nothing was restored")
+}
