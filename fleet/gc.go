@@ -286,13 +286,14 @@ func (g *GC) lead(ctx context.Context) {
 }
 
 // watch looks at every indexed node, then at nodes as their liveness
-// changes, until the watch fails or ctx ends.
+// changes, until the watch or that first look fails, or ctx ends.
 func (g *GC) watch(ctx context.Context) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	events := g.s.client.Watch(wctx, g.s.keys.nodes(), clientv3.WithPrefix())
 	if _, err := g.Step(ctx, time.Now()); err != nil {
 		g.stepFailed(ctx, err)
+		return // the whole look again, after an interval
 	}
 	g.after(ctx)
 	tick := time.NewTicker(g.interval)

@@ -225,3 +225,26 @@ func TestStartDetacherRefusesAConfigWithoutItsFuncs(t *testing.T) {
 	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
 	require.ErrorContains(t, err, "Controls and Detach are required")
 }
+
+// TestTheLeadingGCKeepsTheClaimsOfANodeThatCameBack takes a node down and
+// brings it back within the grace: the leader saw both through its watch,
+// and frees nothing once the grace has passed.
+func TestTheLeadingGCKeepsTheClaimsOfANodeThatCameBack(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := open(t, srv, "node-a")
+	c, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: "node-c", LeaseTTL: fleet.MinLeaseTTL})
+	require.NoError(t, err)
+	healthyNode(t, a)
+	ctx := testCtx(t)
+	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
+	_, err = c.Claim(ctx, "", "db", writeClaim("alloc-c", "node-c"))
+	require.NoError(t, err)
+	leaderOf(t, startGC(t, a, 500*time.Millisecond))
+
+	require.NoError(t, c.Close(), "node c leaves: its key goes at once")
+	open(t, srv, "node-c")
+	require.Never(t, func() bool {
+		v, err := a.GetVolume(context.Background(), "", "db")
+		return err != nil || !slices.Equal(v.Claimants(), []string{"alloc-c"})
+	}, 2*time.Second, 50*time.Millisecond, "node c came back within the grace: its claim stays")
+}
