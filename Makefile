@@ -15,7 +15,7 @@ VERSION     ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>
 COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 LDFLAGS     := -X github.com/plugvisor/plugvisor/version.Version=$(VERSION) -X github.com/plugvisor/plugvisor/version.Commit=$(COMMIT)
 
-.PHONY: help proto build test readme bench bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability
+.PHONY: help proto build test readme bench bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -78,6 +78,12 @@ reliability: ## run the reliability suite (a few minutes, as root); its table go
 
 bench: ## run the benchmarks (BENCH=regexp to pick)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
+
+bench-soak: ## 100,000 claims and releases on 100 volumes of one etcd, compaction off and on: the db and the history kept
+	$(GO) test -run '^$$' -bench '^BenchmarkSoak$$' -benchtime 100000x -timeout 30m ./fleet/
+
+bench-idle: ## the idle CPU of one agent's fleet loops (GC, Detacher) at 1,000 and 10,000 volumes, etcd in another process
+	$(GO) test -tags idlecpu -run '^TestIdleCPU$$' -count=1 -v -timeout 30m ./fleet/
 
 bench-cluster: ## the cluster benchmarks: 3 members × 8 callers, and a fleet of 20 members with 10,000 volumes
 	$(GO) test -run '^$$' -bench . -benchtime 4000x -timeout 30m ./fleet/member/

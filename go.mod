@@ -20,7 +20,9 @@ require (
 	github.com/spf13/pflag v1.0.10
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/bbolt v1.5.0
+	go.etcd.io/etcd/api/v3 v3.5.35
 	go.etcd.io/etcd/client/v3 v3.5.35
+	go.etcd.io/etcd/etcdutl/v3 v3.5.35
 	go.etcd.io/etcd/server/v3 v3.5.35
 	go.uber.org/goleak v1.3.0
 	go.uber.org/mock v0.6.0
@@ -88,7 +90,6 @@ require (
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20201229170055-e5319fda7802 // indirect
 	github.com/twmb/murmur3 v1.1.8 // indirect
 	github.com/xiang90/probing v0.0.0-20190116061207-43a291ad63a2 // indirect
-	go.etcd.io/etcd/api/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/client/v2 v2.305.35 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.5.35 // indirect

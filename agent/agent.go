@@ -394,6 +394,9 @@ func (a *Agent) startManagers() error {
 	if err := a.startGC(); err != nil {
 		return err
 	}
+	if err := a.startCompactor(); err != nil {
+		return err
+	}
 
 	a.ctl, err = controller.New(controller.Config{
 		Catalog: a.catalog, Plugins: a.registry, NodeExpander: a.volumes,

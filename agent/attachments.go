@@ -13,6 +13,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/fleet"
 )
 
 // fleetVolumeCatalog is the volume manager's Catalog in cluster mode: the
@@ -88,29 +89,20 @@ func attachmentNamed(v *model.CSIVolume, node string) *model.Attachment {
 	return nil
 }
 
-// detachStranded detaches the fleet's stranded attachments (attachments
-// of down nodes that hold no claim anymore, fleet.Store.Stranded) of
-// volumes whose plugin has a controller on this node, through the volume
-// manager, as Nomad's volume watcher does: a node that dies leaves no
-// attachment behind once its claims are freed. Every node with such a
-// controller may try: the detach is idempotent, and the volume manager
-// checks again that the node is down and holds no claim.
-func (a *Agent) detachStranded(ctx context.Context) {
-	stranded, err := a.member.Store().Stranded(ctx)
-	if err != nil {
-		a.log.Warn("cannot look for attachments of down nodes", "error", err)
-		return
-	}
-	for _, s := range stranded {
-		if _, ok := a.registry.Snapshot().Current(volumes.ControllerPluginType, s.PluginID); !ok {
-			continue
-		}
-		log := a.log.With("namespace", s.Namespace, "volume", s.VolumeID, "plugin", s.PluginID,
-			"node", s.Attachment.NodeID, "plugin_node_id", s.Attachment.ExternalNodeID)
-		if err := a.volumes.Detach(ctx, s.Namespace, s.VolumeID, s.Attachment.NodeID); err != nil {
-			log.Warn("could not detach a volume from a down node; trying again at the next GC", "error", err)
-			continue
-		}
-		log.Info("detached a volume from a down node")
-	}
+// runsController reports whether this node runs the controller of the
+// plugin: the fleet's Detacher detaches only the stranded attachments of
+// those plugins.
+func (a *Agent) runsController(plugin string) bool {
+	_, ok := a.registry.Snapshot().Current(volumes.ControllerPluginType, plugin)
+	return ok
+}
+
+// detachStranded detaches a stranded attachment of the fleet (of a down
+// node that holds no claim on the volume anymore, fleet.Stranded) through
+// the volume manager, as Nomad's volume watcher does: the fleet's Detacher
+// calls it on one node that runs the plugin's controller, under a guard in
+// etcd, and the volume manager checks again that the node is down and
+// holds no claim.
+func (a *Agent) detachStranded(ctx context.Context, s fleet.Stranded) error {
+	return a.volumes.Detach(ctx, s.Namespace, s.VolumeID, s.Attachment.NodeID)
 }

@@ -35,10 +35,12 @@ type ClusterConfig struct {
 	// cluster, after it stops renewing (default 10 s, at least 2 s, whole
 	// seconds). RequestTimeout bounds each etcd call (default 5 s).
 	LeaseTTL, RequestTimeout time.Duration
-	// GCInterval, when set, runs the fleet's GC at that interval: the
-	// claims of nodes down for longer than GCGrace (default 5 min) are
-	// freed, and this node then detaches, through its controllers, the
-	// attachments those nodes leave behind.
+	// GCInterval, when set, makes this node a candidate for the fleet's
+	// one GC, which frees the claims of nodes down for longer than GCGrace
+	// (default 5 min), woken by a watch on the nodes' liveness and looking
+	// again at the down nodes every GCInterval; and this node then
+	// detaches, through its controllers, the attachments those nodes leave
+	// behind.
 	GCInterval, GCGrace time.Duration
 	// FenceMargin is how long this node's fence may take to make its
 	// writers read-only once its lease may be lost (default
@@ -46,6 +48,12 @@ type ClusterConfig struct {
 	// FenceMargin (see checkFence). Every node of a fleet should use the
 	// same GCGrace.
 	FenceMargin time.Duration
+	// CompactInterval, when set, makes this node a candidate for the
+	// fleet's one compactor, which compacts etcd's revision history at that
+	// interval, keeping about one interval of history (the CLI's default
+	// is 5 min, as the Kubernetes apiserver; 0 leaves it to etcd's own
+	// -auto-compaction-retention).
+	CompactInterval time.Duration
 }
 
 // startCluster joins the fleet, when the config asks for cluster mode. It
@@ -63,6 +71,9 @@ func (a *Agent) startCluster() error {
 	if err := checkFence(c); err != nil {
 		return err
 	}
+	if c.CompactInterval < 0 {
+		return fmt.Errorf("%w: Cluster.CompactInterval is %v; give a positive duration, or 0 for no compactor", ErrInvalidConfig, c.CompactInterval)
+	}
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
 			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Prefix: c.Prefix,
@@ -78,20 +89,44 @@ func (a *Agent) startCluster() error {
 	return nil
 }
 
-// startGC starts the fleet's GC, in cluster mode when GCInterval is set,
-// once the volume manager runs: after each step, this node detaches the
-// attachments that the freed claims of down nodes strand
-// (detachStranded). It stops before the volume manager.
+// startGC starts, in cluster mode when GCInterval is set, once the volume
+// manager runs: this node's candidate for the fleet's one GC (the leader
+// of an etcd election frees the claims of down nodes), and its Detacher,
+// which detaches, through this node's controllers, the attachments those
+// nodes leave behind (detachStranded). Both stop before the volume
+// manager.
 func (a *Agent) startGC() error {
 	c := a.cfg.Cluster
 	if a.member == nil || c.GCInterval == 0 {
 		return nil
 	}
-	gc, err := fleet.StartGC(a.member.Store(), fleet.GCConfig{Interval: c.GCInterval, Grace: c.GCGrace, Logger: a.log, AfterStep: a.detachStranded})
+	gc, err := fleet.StartGC(a.member.Store(), fleet.GCConfig{Interval: c.GCInterval, Grace: c.GCGrace, Logger: a.log})
 	if err != nil {
 		return fmt.Errorf("agent: cluster mode: %w", err)
 	}
 	a.stops = append(a.stops, func(context.Context) error { gc.Stop(); return nil })
+	d, err := fleet.StartDetacher(a.member.Store(), fleet.DetacherConfig{
+		Interval: c.GCInterval, Controls: a.runsController, Detach: a.detachStranded, Logger: a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: cluster mode: %w", err)
+	}
+	a.stops = append(a.stops, func(context.Context) error { d.Stop(); return nil })
+	return nil
+}
+
+// startCompactor starts, in cluster mode when CompactInterval is set, this
+// node's candidate for the fleet's one compactor of etcd's history.
+func (a *Agent) startCompactor() error {
+	c := a.cfg.Cluster
+	if a.member == nil || c.CompactInterval == 0 {
+		return nil
+	}
+	compactor, err := fleet.StartCompactor(a.member.Store(), fleet.CompactConfig{Interval: c.CompactInterval, Logger: a.log})
+	if err != nil {
+		return fmt.Errorf("agent: cluster mode: %w", err)
+	}
+	a.stops = append(a.stops, func(context.Context) error { compactor.Stop(); return nil })
 	return nil
 }
 

@@ -41,6 +41,7 @@ func TestABadClusterConfigIsRefusedAndStartsNothing(t *testing.T) {
 			"the GC's grace (-cluster-gc-grace 12s) must be longer than the lease TTL (-cluster-lease-ttl 10s) plus the fence margin (-cluster-fence-margin 5s)"},
 		{"the default grace under a long lease", agent.ClusterConfig{LeaseTTL: 5 * time.Minute}, "give -cluster-gc-grace 5m6s or more"},
 		{"a negative fence margin", agent.ClusterConfig{FenceMargin: -time.Second}, "Cluster.FenceMargin (-cluster-fence-margin) is -1s"},
+		{"a negative compaction interval", agent.ClusterConfig{CompactInterval: -time.Second}, "Cluster.CompactInterval is -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := agent.Start(agent.Config{DataDir: dir, Cluster: &tc.cluster})

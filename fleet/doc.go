@@ -19,10 +19,22 @@
 //   - nodes/<node>: the node's liveness, under the node's lease.
 //   - fingerprints/<node>/<type>/<plugin>: the node's fingerprints
 //     (messages.CSIFingerprint), under the same lease.
+//   - claims/<node>/<ns>/<id> and attachments/<node>/<ns>/<id>: the node
+//     index, empty values written in each volume's transaction, so that a
+//     node's claims and attachments are found without reading every
+//     volume (index.go).
+//   - stranded/<node> and detaching/<ns>/<id>/<node>: a down node whose
+//     attachments wait for a detach, and the guard of the node that
+//     detaches one (stranded.go).
+//   - elections/gc/ and elections/compactor/: the etcd elections of the
+//     fleet-wide loops, [GC] and [Compactor] (leader.go).
 //
 // A node whose lease expired is down: its fingerprints vanish with the
 // lease, so the health counts drop it, and its claims stay until they are
-// released or [GC] frees them after a grace period.
+// released or [GC] frees them after a grace period; each node's
+// [Detacher] then detaches what no claim holds. A [Compactor] keeps etcd's
+// history bounded; [SaveSnapshot] and [Defragment] are an operator's
+// backup and clean-up (docs/fleet-operations.md).
 //
 // When etcd does not answer within the request timeout, every call fails
 // with an error matching catalog.ErrFleetUnavailable that names the

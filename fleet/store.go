@@ -41,18 +41,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:            cfg.Endpoints,
-		TLS:                  cfg.TLS,
-		DialTimeout:          cfg.RequestTimeout,
-		DialKeepAliveTime:    cfg.LeaseTTL,
-		DialKeepAliveTimeout: cfg.RequestTimeout,
-		Logger:               zap.NewNop(),
-	})
+	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}}
+	client, err := clientv3.New(s.clientConfig())
 	if err != nil {
 		return nil, catalog.FleetErrorf(catalog.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, client: client, keys: keys{prefix: cfg.Prefix}}
+	s.client = client
 	if s.lease, err = startLease(ctx, s); err != nil {
 		_ = client.Close()
 		return nil, err
@@ -76,6 +70,18 @@ func (s *Store) Close() error {
 		s.log.Info("left the fleet", "node", s.cfg.NodeID)
 	})
 	return s.closeErr
+}
+
+// clientConfig is how the Store's clients reach etcd.
+func (s *Store) clientConfig() clientv3.Config {
+	return clientv3.Config{
+		Endpoints:            s.cfg.Endpoints,
+		TLS:                  s.cfg.TLS,
+		DialTimeout:          s.cfg.RequestTimeout,
+		DialKeepAliveTime:    s.cfg.LeaseTTL,
+		DialKeepAliveTimeout: s.cfg.RequestTimeout,
+		Logger:               zap.NewNop(),
+	}
 }
 
 // NodeID is the node this Store speaks for.
@@ -130,6 +136,7 @@ func (k keys) nodes() string                    { return k.prefix + "nodes/" }
 func (k keys) node(node string) string          { return k.nodes() + node }
 func (k keys) fingerprints() string             { return k.prefix + "fingerprints/" }
 func (k keys) nodeFingerprints(n string) string { return k.fingerprints() + n + "/" }
+func (k keys) election(name string) string      { return k.prefix + "elections/" + name + "/" }
 func (k keys) fingerprint(node, typ, plugin string) string {
 	return k.nodeFingerprints(node) + typ + "/" + plugin
 }

@@ -16,7 +16,12 @@ import (
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs an etcd member when StartProcess started this binary for
+// one (the idle CPU measurement), else the tests, checking for leaks.
+func TestMain(m *testing.M) {
+	etcdtest.RunIfChild()
+	goleak.VerifyTestMain(m)
+}
 
 // TestAClaimOnOneNodeIsSeenAndEnforcedOnAnother registers a volume on one
 // node, claims it for writing there, and checks that another node sees the

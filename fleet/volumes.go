@@ -235,7 +235,8 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 		}
 		write = clientv3.OpPut(key, value)
 	}
-	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(write).Commit()
+	ops := append([]clientv3.Op{write}, s.indexOps(ns, id, v, next)...)
+	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(ops...).Commit()
 	if err != nil || !resp.Succeeded {
 		return false, etcdErr(err)
 	}
@@ -261,14 +262,7 @@ const maxBackOff = 50 * time.Millisecond
 // to 2^attempt milliseconds, at most maxBackOff (full jitter), so that
 // writers who keep colliding on one volume spread out.
 func backOff(ctx context.Context, attempt int) error {
-	pause := time.NewTimer(rand.N(min(time.Millisecond<<min(attempt, 16), maxBackOff)))
-	defer pause.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-pause.C:
-		return nil
-	}
+	return sleep(ctx, rand.N(min(time.Millisecond<<min(attempt, 16), maxBackOff)))
 }
 
 // readVolume reads a volume and the fingerprints at one revision, and

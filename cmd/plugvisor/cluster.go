@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/member"
 	"github.com/plugvisor/plugvisor/names"
 )
@@ -27,6 +28,7 @@ type clusterFlags struct {
 	leaseTTL                  time.Duration
 	gcInterval, gcGrace       time.Duration
 	fenceMargin               time.Duration
+	compactInterval           time.Duration
 }
 
 func (f *clusterFlags) add(fs *pflag.FlagSet) {
@@ -42,9 +44,11 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "cluster-name", "", `separates fleets that share one etcd (default "plugvisor")`)
 	fs.StringVar(&f.prefix, "cluster-prefix", "", `etcd key prefix of the fleet's state (default "/plugvisor/")`)
 	fs.DurationVar(&f.leaseTTL, "cluster-lease-ttl", 0, "how long a node that stops renewing still counts as up (default 10s; whole seconds, at least 2s)")
-	fs.DurationVar(&f.gcInterval, "cluster-gc-interval", 0, "how often to free the claims of nodes that are down (default 0: never)")
+	fs.DurationVar(&f.gcInterval, "cluster-gc-interval", 0, "turns on this node's part in the fleet's one GC, which frees the claims of nodes that are down: how often the leader looks again at the down nodes, and this node at the attachments they strand (default 0: no GC here)")
 	fs.DurationVar(&f.gcGrace, "cluster-gc-grace", 0, "how long a node must be down before its claims are freed (default 5m); longer than -cluster-lease-ttl plus -cluster-fence-margin")
 	fs.DurationVar(&f.fenceMargin, "cluster-fence-margin", 0, "how long a node cut off from etcd may take to make its writers read-only once its lease may be lost (default 5s)")
+	fs.DurationVar(&f.compactInterval, "cluster-compact-interval", fleet.DefaultCompactInterval,
+		"how often one member of the fleet compacts etcd's revision history, keeping about that much history (0: never; leave it to etcd's -auto-compaction-retention)")
 }
 
 // config is the agent's cluster config, nil without -cluster-etcd. Any
@@ -67,7 +71,7 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 		return nil, usageError("-cluster-address is required in cluster mode: the host:port this member listens on, e.g. 10.0.0.5:7946")
 	}
 	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, ClusterName: f.name, Prefix: f.prefix,
-		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace, FenceMargin: f.fenceMargin}
+		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace, FenceMargin: f.fenceMargin, CompactInterval: f.compactInterval}
 	var err error
 	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
 		if c.EtcdTLS, err = tlsPair("cluster-etcd", f.etcdCA, f.etcdCert, f.etcdKey, true); err != nil {

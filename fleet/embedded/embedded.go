@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plugvisor/plugvisor/names"
+	etcdsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -27,7 +28,19 @@ type Config struct {
 	Client, Peer *url.URL
 	// ReadyTimeout bounds the wait for the member to serve (default 1 min).
 	ReadyTimeout time.Duration
+	// CompactionRetention is the revision history the member keeps: it
+	// compacts by itself, in etcd's periodic mode, the revisions older than
+	// this (default DefaultCompactionRetention; negative: never, and the
+	// history grows until etcd's backend quota refuses every write).
+	CompactionRetention time.Duration
 }
+
+// DefaultCompactionRetention is the history a member keeps by default,
+// as the Kubernetes apiserver compacts every 5 minutes.
+const DefaultCompactionRetention = 5 * time.Minute
+
+// memberName is the member's name in its one-member cluster.
+const memberName = "plugvisor-etcd"
 
 // Start runs the member and returns once it serves. Close the member to
 // stop it; its data stays in Dir for the next Start.
@@ -38,10 +51,17 @@ func Start(cfg Config) (*embed.Etcd, error) {
 		}
 	}
 	ec := embed.NewConfig()
-	ec.Dir, ec.Name = cfg.Dir, "plugvisor-etcd"
+	ec.Dir, ec.Name = cfg.Dir, memberName
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cfg.Client}, []url.URL{*cfg.Client}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*cfg.Peer}, []url.URL{*cfg.Peer}
 	ec.InitialCluster = fmt.Sprintf("%s=%s", ec.Name, cfg.Peer)
+	retention := cfg.CompactionRetention
+	if retention == 0 {
+		retention = DefaultCompactionRetention
+	}
+	if retention > 0 {
+		ec.AutoCompactionMode, ec.AutoCompactionRetention = embed.CompactorModePeriodic, retention.String()
+	}
 	ec.LogLevel = "error"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(ec)
@@ -59,4 +79,33 @@ func Start(cfg Config) (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded: etcd in %s was not ready within %v", cfg.Dir, timeout)
 	}
+}
+
+// restoreRevisionBump is how far a restore moves etcd's revision past the
+// snapshot's, as etcd advises for a restore under running clients: a
+// client that watched at a later revision than the snapshot's sees its
+// watch compacted and reads again, rather than wait for revisions that
+// the restored etcd would number again.
+const restoreRevisionBump = 1_000_000_000
+
+// Restore makes dir, which must not exist, the data directory of a member
+// restored from snapshot (a file that etcd's snapshot save wrote: clientv3
+// Maintenance.Snapshot, `etcdctl snapshot save` or `plugvisor etcd
+// snapshot save`), for a Start with the same peer URL. The member starts
+// as a new one-member cluster holding the snapshot's keys, as `etcdutl
+// snapshot restore --bump-revision 1000000000 --mark-compacted` makes it;
+// the snapshot's integrity hash is checked.
+func Restore(snapshot, dir string, peer *url.URL) error {
+	if peer == nil || !names.LoopbackHost(peer.Hostname()) {
+		return fmt.Errorf("%w: %v; give http://127.0.0.1:PORT", ErrNotLoopback, peer)
+	}
+	err := etcdsnapshot.NewV3(zap.NewNop()).Restore(etcdsnapshot.RestoreConfig{
+		SnapshotPath: snapshot, Name: memberName, OutputDataDir: dir,
+		PeerURLs: []string{peer.String()}, InitialCluster: fmt.Sprintf("%s=%s", memberName, peer), InitialClusterToken: "etcd-cluster",
+		RevisionBump: restoreRevisionBump, MarkCompacted: true,
+	})
+	if err != nil {
+		return fmt.Errorf("embedded: restore %s into %s: %w", snapshot, dir, err)
+	}
+	return nil
 }
