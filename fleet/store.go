@@ -53,6 +53,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, catalog.FleetErrorf(catalog.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, client: client, keys: keys{prefix: cfg.Prefix}}
+	if err := s.call(ctx, "build the volume indexes", s.buildIndexes); err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 	if s.lease, err = startLease(ctx, s); err != nil {
 		_ = client.Close()
 		return nil, err
@@ -132,4 +136,17 @@ func (k keys) fingerprints() string             { return k.prefix + "fingerprint
 func (k keys) nodeFingerprints(n string) string { return k.fingerprints() + n + "/" }
 func (k keys) fingerprint(node, typ, plugin string) string {
 	return k.nodeFingerprints(node) + typ + "/" + plugin
+}
+
+// The indexes (index.go, nodes.go). A plugin volume ID may hold a "/", but
+// it comes last, after a plugin name that cannot.
+func (k keys) volumeCount() string { return k.prefix + "volumecount" }
+func (k keys) pluginVolume(plugin, volume string) string {
+	return k.prefix + "pluginvolumes/" + plugin + "/" + volume
+}
+func (k keys) pluginFingerprints(plugin string) string {
+	return k.prefix + "pluginfingerprints/" + plugin + "/"
+}
+func (k keys) pluginFingerprint(plugin, node, typ string) string {
+	return k.pluginFingerprints(plugin) + node + "/" + typ
 }

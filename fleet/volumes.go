@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -28,13 +29,14 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	}
 	return s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
 		return catalog.RegisterOver(old, v)
-	}, s.pluginVolumeFree)
+	}, nil)
 }
 
 // CheckRoom is nil when the volume (namespace, id) is in the fleet or the
 // fleet holds fewer than Config.MaxVolumes volumes, else
 // catalog.ErrVolumeLimit: the early look of a create, before the plugin is
-// asked; the registration checks again, in its transaction.
+// asked; the registration checks again, in its transaction. It reads two
+// keys: the volume's and the count (index.go).
 func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 	ns, err := catalog.VolumeKey(namespace, id)
 	if err != nil {
@@ -43,48 +45,25 @@ func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 	return s.call(ctx, "check the volume limit", func(ctx context.Context) error {
 		resp, err := s.client.Txn(ctx).Then(
 			clientv3.OpGet(s.keys.volume(ns, id), clientv3.WithCountOnly()),
-			clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			clientv3.OpGet(s.keys.volumeCount()),
 		).Commit()
 		if err != nil {
 			return etcdErr(err)
 		}
-		exists, held := resp.Responses[0].GetResponseRange().GetCount() > 0, int(resp.Responses[1].GetResponseRange().GetCount())
-		if !exists && held >= s.cfg.MaxVolumes {
-			return catalog.VolumeLimitError(ns, id, held)
+		if resp.Responses[0].GetResponseRange().GetCount() > 0 {
+			return nil
+		}
+		held := int64(0)
+		if kv := firstKV(resp.Responses[1].GetResponseRange().GetKvs()); kv != nil {
+			if held, err = s.decodeCount(kv); err != nil {
+				return err
+			}
+		}
+		if held >= int64(s.cfg.MaxVolumes) {
+			return catalog.VolumeLimitError(ns, id, int(held))
 		}
 		return nil
 	})
-}
-
-// pluginVolumeFree refuses, by the catalog's rules
-// (catalog.PluginVolumeTaken), a registration of v whose plugin volume
-// another volume holds, and a new volume once the fleet holds
-// Config.MaxVolumes, and guards the write: no volume may change, nor a new
-// one appear, between this look and the write.
-func (s *Store) pluginVolumeFree(ctx context.Context, v *model.CSIVolume) ([]clientv3.Cmp, error) {
-	resp, err := s.client.Get(ctx, s.keys.volumes(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, etcdErr(err)
-	}
-	key := s.keys.volume(v.Namespace, v.ID)
-	var others []*model.CSIVolume
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == key {
-			continue
-		}
-		o, err := s.decodeVolume(kv)
-		if err != nil {
-			return nil, err
-		}
-		others = append(others, o)
-	}
-	if err := catalog.PluginVolumeTaken(v, others); err != nil {
-		return nil, err
-	}
-	if isNew := len(others) == len(resp.Kvs); isNew && len(others) >= s.cfg.MaxVolumes {
-		return nil, catalog.VolumeLimitError(v.Namespace, v.ID, len(others))
-	}
-	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.keys.volumes()), "<", resp.Header.Revision+1).WithPrefix()}, nil
 }
 
 // GetVolume returns a volume with its claims, its health following its
@@ -178,8 +157,9 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // in a transaction that compares the record's mod revision with the one
 // read (and the guards that guard, when given, returns for what is to be
 // written). On a lost race it pauses a little (see
-// backOff), reads again and retries, at most MaxAttempts times; then it
-// gives up with catalog.ErrCatalogStore. It returns what it wrote, with
+// backOff), reads again and retries, at most MaxAttempts times and within
+// the request timeout; then it gives up with catalog.ErrCatalogStore,
+// never catalog.ErrFleetUnavailable: etcd answered. It returns what it wrote, with
 // etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
 	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
@@ -190,6 +170,12 @@ func (s *Store) update(ctx context.Context, what, ns, id string,
 				return s.lostRaces(what, ns, id, attempt)
 			}
 			won, err := s.attempt(ctx, ns, id, change, guard, &out)
+			var u *unreached
+			if attempt > 0 && errors.As(err, &u) && ctx.Err() != nil {
+				// etcd answered the attempts before: the time went on
+				// lost races, not on an etcd that is away.
+				return s.lostRaces(what, ns, id, attempt)
+			}
 			if err != nil || won {
 				return err
 			}
@@ -221,11 +207,16 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 		*out = next
 		return true, err
 	}
-	var guards []clientv3.Cmp
+	guards, writes, err := s.indexWrite(ctx, v, next)
+	if err != nil {
+		return false, err
+	}
 	if guard != nil && next != nil {
-		if guards, err = guard(ctx, next); err != nil {
+		more, err := guard(ctx, next)
+		if err != nil {
 			return false, err
 		}
+		guards = append(guards, more...)
 	}
 	write := clientv3.OpDelete(key)
 	if next != nil {
@@ -235,7 +226,7 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 		}
 		write = clientv3.OpPut(key, value)
 	}
-	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(write).Commit()
+	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(append(writes, write)...).Commit()
 	if err != nil || !resp.Succeeded {
 		return false, etcdErr(err)
 	}
@@ -271,32 +262,34 @@ func backOff(ctx context.Context, attempt int) error {
 	}
 }
 
-// readVolume reads a volume and the fingerprints at one revision, and
-// returns the volume (nil when absent) with its health following its
-// plugin's counts, and the record's mod revision (0 when absent).
+// readVolume reads a volume, then the fingerprints of its plugin only
+// (their copies under pluginfingerprints/<plugin>/), and returns the
+// volume (nil when absent) with its health following its plugin's counts,
+// and the record's mod revision (0 when absent). The health is read just
+// after the record, not at its revision: it is the live nodes' now, and
+// the write compares the record alone.
 func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume, int64, error) {
-	key := s.keys.volume(ns, id)
-	resp, err := s.client.Txn(ctx).Then(
-		clientv3.OpGet(key),
-		clientv3.OpGet(s.keys.fingerprints(), clientv3.WithPrefix()),
-	).Commit()
+	resp, err := s.client.Get(ctx, s.keys.volume(ns, id))
 	if err != nil {
 		return nil, 0, etcdErr(err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
+	if len(resp.Kvs) == 0 {
 		return nil, 0, nil
 	}
-	v, err := s.decodeVolume(kvs[0])
+	v, err := s.decodeVolume(resp.Kvs[0])
 	if err != nil {
 		return nil, 0, err
 	}
-	plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs())
+	fps, err := s.client.Get(ctx, s.keys.pluginFingerprints(v.PluginID), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, etcdErr(err)
+	}
+	plugins, err := s.decodePlugins(fps.Kvs, true)
 	if err != nil {
 		return nil, 0, err
 	}
 	v.Health = model.PluginHealth(plugins[v.PluginID])
-	return v, kvs[0].ModRevision, nil
+	return v, resp.Kvs[0].ModRevision, nil
 }
 
 // decodeVolume decodes a volume record; one that does not decode, is
@@ -362,7 +355,7 @@ func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSI
 		if err != nil {
 			return etcdErr(err)
 		}
-		plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs())
+		plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs(), false)
 		if err != nil {
 			return err
 		}
