@@ -16,9 +16,15 @@
 //     transaction that compares its mod revision, retried a bounded number
 //     of times on conflict: two writers cannot both win, whatever the
 //     interleaving.
+//   - pluginvolumes/<plugin>/<plugin volume ID>: the key of the volume
+//     that holds the plugin volume, and volumecount: how many volumes
+//     there are; both written in the volume's transaction, so that a
+//     registration reads and guards a fixed number of keys (index.go).
 //   - nodes/<node>: the node's liveness, under the node's lease.
 //   - fingerprints/<node>/<type>/<plugin>: the node's fingerprints
-//     (messages.CSIFingerprint), under the same lease.
+//     (messages.CSIFingerprint), under the same lease, each with a copy
+//     under pluginfingerprints/<plugin>/<node>/<type>, which a volume's
+//     read takes for its own plugin's health.
 //
 // A node whose lease expired is down: its fingerprints vanish with the
 // lease, so the health counts drop it, and its claims stay until they are

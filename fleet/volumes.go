@@ -155,12 +155,12 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // update reads the volume (nil when absent) with its health, asks change
 // for what to write (the same pointer: nothing; nil: delete), and writes it
 // in a transaction that compares the record's mod revision with the one
-// read (and the guards that guard, when given, returns for what is to be
-// written). On a lost race it pauses a little (see
-// backOff), reads again and retries, at most MaxAttempts times and within
-// the request timeout; then it gives up with catalog.ErrCatalogStore,
-// never catalog.ErrFleetUnavailable: etcd answered. It returns what it wrote, with
-// etcd's revisions as indexes.
+// read, the index entries it reads (indexWrite) and the guards that
+// guard, when given, returns for what is to be written. On a lost race it
+// pauses a little (see backOff), reads again and retries, at most
+// MaxAttempts times and within the request timeout; then it gives up with
+// catalog.ErrCatalogStore, never catalog.ErrFleetUnavailable: etcd
+// answered. It returns what it wrote, with etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
 	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
 	var out *model.CSIVolume
