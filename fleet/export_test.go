@@ -3,8 +3,8 @@ package fleet
 import (
 	"context"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
@@ -20,39 +20,44 @@ func Abandon(s *Store) {
 }
 
 // Fill writes the volumes vols into s's fleet as registrations would, with
-// their index entries and count, in transactions of a few dozen volumes:
+// their index entries and counts, in transactions of a few dozen volumes:
 // the benchmarks' quick way to a large fleet. The fleet holds no volume
 // yet of those IDs or plugin volumes.
 func Fill(ctx context.Context, s *Store, vols []*model.CSIVolume) error {
 	const batch = 40
 	for start := 0; start < len(vols); start += batch {
-		var ops []clientv3.Op
-		for _, v := range vols[start:min(start+batch, len(vols))] {
+		resp, err := s.client.Get(ctx, s.keys.volumeCounts(), clientv3.WithPrefix())
+		if err != nil {
+			return err
+		}
+		got := map[string]*mvccpb.KeyValue{}
+		for _, kv := range resp.Kvs {
+			got[string(kv.Key)] = kv
+		}
+		counts, _, _, err := s.counts(got)
+		if err != nil {
+			return err
+		}
+		w := indexChange{}
+		for i, v := range vols[start:min(start+batch, len(vols))] {
 			key := s.keys.volume(v.Namespace, v.ID)
 			value, err := encodeRecord(key, v.Proto())
 			if err != nil {
 				return err
 			}
-			entry := s.keys.pluginVolume(v.PluginID, v.PluginVolumeID())
-			holder, err := encodeRecord(entry, wrapperspb.String(key))
-			if err != nil {
+			w.ops = append(w.ops, clientv3.OpPut(key, value))
+			shard := (start + i) % countShards
+			counts[shard]++
+			if err := w.put(s.keys.pluginVolume(v.PluginID, v.PluginVolumeID()), entryValue(shard, key)); err != nil {
 				return err
 			}
-			ops = append(ops, clientv3.OpPut(key, value), clientv3.OpPut(entry, holder))
 		}
-		resp, err := s.client.Get(ctx, s.keys.volumeCount())
-		if err != nil {
-			return err
+		for k, n := range counts {
+			if err := w.putInt(s.keys.volumeCount(k), n); err != nil {
+				return err
+			}
 		}
-		count, err := s.decodeCount(resp.Kvs[0])
-		if err != nil {
-			return err
-		}
-		value, err := encodeRecord(s.keys.volumeCount(), wrapperspb.Int64(count+int64(len(ops)/2)))
-		if err != nil {
-			return err
-		}
-		if _, err := s.client.Txn(ctx).Then(append(ops, clientv3.OpPut(s.keys.volumeCount(), value))...).Commit(); err != nil {
+		if _, err := s.client.Txn(ctx).Then(w.ops...).Commit(); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -17,25 +19,44 @@ import (
 // keys, whatever the number of volumes. Both are written in the
 // transaction of the volume they follow:
 //
-//   - pluginvolumes/<plugin>/<plugin volume ID> holds the key of the catalog
-//     volume that holds the plugin volume (catalog.PluginVolumeTaken);
-//   - volumecount holds how many volumes the fleet has (Config.MaxVolumes).
+//   - pluginvolumes/<plugin>/<plugin volume ID> holds "<shard> <key>": the
+//     key of the catalog volume that holds the plugin volume
+//     (catalog.PluginVolumeTaken), and the count shard it is counted in;
+//   - volumecount/<shard>, countShards of them, count the volumes
+//     (Config.MaxVolumes). Shard k may count at most shardRoom(k) volumes;
+//     the rooms add up to the limit.
 //
-// Open makes sure the count is there (buildIndexes): a fleet whose volumes
-// were written before the indexes gets them then, once.
+// The count cannot pass the limit under concurrency: a new volume is
+// counted in a shard with room, in a transaction that compares that
+// shard's mod revision with the one it read, so of two transactions that
+// read one shard only the first commits; the other reads the counts again
+// and decides again. No shard passes its room, so the sum never passes the
+// limit. Registrations that pick different shards do not collide; they
+// only meet on the last shards with room, near the limit.
+//
+// Open makes sure the counts are there (buildIndexes): a fleet whose
+// volumes were written before the indexes gets them then, once.
+
+// countShards is the number of count shards.
+const countShards = 16
+
+// shardRoom is how many volumes shard k may count.
+func (s *Store) shardRoom(k int) int64 {
+	room := s.cfg.MaxVolumes / countShards
+	if k < s.cfg.MaxVolumes%countShards {
+		room++
+	}
+	return int64(room)
+}
 
 // indexWrite is what a change of a volume from old to next (nil: absent)
 // does to the indexes: the compares its transaction needs and the writes
 // it adds. A change that keeps the volume's plugin volume and neither
 // creates nor removes the volume (a claim, a release, an attachment) reads
-// nothing and adds nothing. A new plugin volume held by another volume is
-// refused with catalog.ErrVolumeConflict, a new volume beyond
-// Config.MaxVolumes with catalog.ErrVolumeLimit.
-//
-// The count cannot pass the limit under concurrency: every transaction
-// that creates or removes a volume compares the count key's mod revision
-// with the one it read, so of two such transactions started on one count
-// only the first commits; the other reads the new count and decides again.
+// nothing and adds nothing; the others read the plugin volume entries
+// concerned and the count shards, in one round trip. A new plugin volume
+// held by another volume is refused with catalog.ErrVolumeConflict, a new
+// volume beyond Config.MaxVolumes with catalog.ErrVolumeLimit.
 func (s *Store) indexWrite(ctx context.Context, old, next *model.CSIVolume) ([]clientv3.Cmp, []clientv3.Op, error) {
 	var oldKey, newKey string
 	if old != nil {
@@ -48,7 +69,7 @@ func (s *Store) indexWrite(ctx context.Context, old, next *model.CSIVolume) ([]c
 	if oldKey == newKey && !counted {
 		return nil, nil, nil
 	}
-	reads := []clientv3.Op{clientv3.OpGet(s.keys.volumeCount())}
+	reads := []clientv3.Op{clientv3.OpGet(s.keys.volumeCounts(), clientv3.WithPrefix())}
 	for _, key := range []string{oldKey, newKey} {
 		if key != "" {
 			reads = append(reads, clientv3.OpGet(key))
@@ -58,25 +79,28 @@ func (s *Store) indexWrite(ctx context.Context, old, next *model.CSIVolume) ([]c
 	if err != nil {
 		return nil, nil, etcdErr(err)
 	}
-	got := make(map[string]*mvccpb.KeyValue, len(reads))
+	got := map[string]*mvccpb.KeyValue{}
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().GetKvs() {
 			got[string(kv.Key)] = kv
 		}
 	}
 	w := indexChange{}
-	if oldKey != newKey {
-		if err := s.dropPluginVolume(&w, old, got[oldKey]); err != nil {
-			return nil, nil, err
-		}
-		if err := s.takePluginVolume(ctx, &w, next, got[newKey]); err != nil {
-			return nil, nil, err
-		}
+	shard, err := s.dropPluginVolume(&w, old, got[oldKey], oldKey != newKey)
+	if err != nil {
+		return nil, nil, err
 	}
-	if counted {
-		if err := s.countVolume(&w, next, got[s.keys.volumeCount()]); err != nil {
-			return nil, nil, err
-		}
+	switch {
+	case counted && next != nil:
+		shard, err = s.countIn(&w, next, got)
+	case counted:
+		err = s.countOut(&w, shard, got)
+	}
+	if err == nil && newKey != oldKey {
+		err = s.takePluginVolume(ctx, &w, next, got[newKey], shard)
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	return w.cmps, w.ops, nil
 }
@@ -96,39 +120,56 @@ func (w *indexChange) unchanged(key string, kv *mvccpb.KeyValue) {
 	w.cmps = append(w.cmps, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
 }
 
-// dropPluginVolume removes old's plugin volume entry (kv), when it is old's.
-func (s *Store) dropPluginVolume(w *indexChange, old *model.CSIVolume, kv *mvccpb.KeyValue) error {
+// put writes value, sealed, under key.
+func (w *indexChange) put(key string, value *wrapperspb.StringValue) error {
+	sealed, err := encodeRecord(key, value)
+	if err == nil {
+		w.ops = append(w.ops, clientv3.OpPut(key, sealed))
+	}
+	return err
+}
+
+// putInt writes n, sealed, under key.
+func (w *indexChange) putInt(key string, n int64) error {
+	sealed, err := encodeRecord(key, wrapperspb.Int64(n))
+	if err == nil {
+		w.ops = append(w.ops, clientv3.OpPut(key, sealed))
+	}
+	return err
+}
+
+// dropPluginVolume returns the shard that old is counted in, from its
+// plugin volume entry (kv as read; -1 when there is none of old's), and
+// removes the entry when the plugin volume is no longer old's (moved).
+func (s *Store) dropPluginVolume(w *indexChange, old *model.CSIVolume, kv *mvccpb.KeyValue, moved bool) (int, error) {
 	if old == nil || kv == nil {
-		return nil
+		return -1, nil
 	}
-	holder, err := s.decodeHolder(kv)
+	shard, holder, err := s.decodeEntry(kv)
 	if err != nil || holder != s.keys.volume(old.Namespace, old.ID) {
-		return err
+		return -1, err
 	}
-	w.unchanged(string(kv.Key), kv)
-	w.ops = append(w.ops, clientv3.OpDelete(string(kv.Key)))
-	return nil
+	if moved {
+		w.unchanged(string(kv.Key), kv)
+		w.ops = append(w.ops, clientv3.OpDelete(string(kv.Key)))
+	}
+	return shard, nil
 }
 
 // takePluginVolume points next's plugin volume entry (kv as read) at next,
-// unless another volume holds it. An entry whose volume is gone or holds
-// another plugin volume now is stale (a build at Open that raced with a
-// deregistration leaves one): it is taken over, guarded on that volume.
-func (s *Store) takePluginVolume(ctx context.Context, w *indexChange, next *model.CSIVolume, kv *mvccpb.KeyValue) error {
+// counted in shard, unless another volume holds it. An entry whose volume
+// is gone or holds another plugin volume now is stale (a hand edit or a
+// restore can leave one): it is taken over, guarded on that volume.
+func (s *Store) takePluginVolume(ctx context.Context, w *indexChange, next *model.CSIVolume, kv *mvccpb.KeyValue, shard int) error {
 	if next == nil {
 		return nil
 	}
 	key, self := s.keys.pluginVolume(next.PluginID, next.PluginVolumeID()), s.keys.volume(next.Namespace, next.ID)
 	w.unchanged(key, kv)
-	value, err := encodeRecord(key, wrapperspb.String(self))
-	if err != nil {
+	if err := w.put(key, entryValue(max(shard, 0), self)); err != nil || kv == nil {
 		return err
 	}
-	w.ops = append(w.ops, clientv3.OpPut(key, value))
-	if kv == nil {
-		return nil
-	}
-	holder, err := s.decodeHolder(kv)
+	_, holder, err := s.decodeEntry(kv)
 	if err != nil || holder == self {
 		return err
 	}
@@ -136,12 +177,12 @@ func (s *Store) takePluginVolume(ctx context.Context, w *indexChange, next *mode
 	if err != nil {
 		return etcdErr(err)
 	}
-	var held *model.CSIVolume
-	if len(resp.Kvs) > 0 {
-		if held, err = s.decodeVolume(resp.Kvs[0]); err != nil {
+	if held := firstKV(resp.Kvs); held != nil {
+		v, err := s.decodeVolume(held)
+		if err != nil {
 			return err
 		}
-		if err := catalog.PluginVolumeTaken(next, []*model.CSIVolume{held}); err != nil {
+		if err := catalog.PluginVolumeTaken(next, []*model.CSIVolume{v}); err != nil {
 			return err
 		}
 	}
@@ -149,47 +190,80 @@ func (s *Store) takePluginVolume(ctx context.Context, w *indexChange, next *mode
 	return nil
 }
 
-// countVolume adds one to the count (kv as read) for a new volume next,
-// refusing it at the limit, or takes one off for a removed one.
-func (s *Store) countVolume(w *indexChange, next *model.CSIVolume, kv *mvccpb.KeyValue) error {
-	key := s.keys.volumeCount()
-	if kv == nil {
-		return fmt.Errorf("%w: etcd key %q, the fleet's volume count, is missing; restart an agent: it counts the volumes again when it starts",
-			catalog.ErrCatalogCorrupt, key)
+// counts decodes the count shards as read (in got): each one's count,
+// their sum, and the shards with room.
+func (s *Store) counts(got map[string]*mvccpb.KeyValue) (counts []int64, total int64, room []int, err error) {
+	counts = make([]int64, countShards)
+	for k := range countShards {
+		kv := got[s.keys.volumeCount(k)]
+		if kv == nil {
+			return nil, 0, nil, fmt.Errorf("%w: etcd key %q, a shard of the fleet's volume count, is missing; restart an agent: it counts the volumes again when it starts",
+				catalog.ErrCatalogCorrupt, s.keys.volumeCount(k))
+		}
+		if counts[k], err = s.decodeCount(kv); err != nil {
+			return nil, 0, nil, err
+		}
+		total += counts[k]
+		if counts[k] < s.shardRoom(k) {
+			room = append(room, k)
+		}
 	}
-	count, err := s.decodeCount(kv)
-	if err != nil {
-		return err
-	}
-	if next != nil && count >= int64(s.cfg.MaxVolumes) {
-		return catalog.VolumeLimitError(next.Namespace, next.ID, int(count))
-	}
-	count--
-	if next != nil {
-		count += 2
-	}
-	value, err := encodeRecord(key, wrapperspb.Int64(max(count, 0)))
-	if err != nil {
-		return err
-	}
-	w.unchanged(key, kv)
-	w.ops = append(w.ops, clientv3.OpPut(key, value))
-	return nil
+	return counts, total, room, nil
 }
 
-// decodeHolder is the volume key a plugin volume entry points at.
-func (s *Store) decodeHolder(kv *mvccpb.KeyValue) (string, error) {
-	var holder wrapperspb.StringValue
-	if err := decodeRecord(string(kv.Key), kv.Value, &holder); err != nil {
-		return "", err
+// countIn counts the new volume next in a shard with room, picked at
+// random, and returns the shard; with no room left it refuses next.
+func (s *Store) countIn(w *indexChange, next *model.CSIVolume, got map[string]*mvccpb.KeyValue) (int, error) {
+	counts, total, room, err := s.counts(got)
+	if err != nil {
+		return -1, err
 	}
-	if !strings.HasPrefix(holder.GetValue(), s.keys.volumes()) {
-		return "", corrupt(string(kv.Key), fmt.Errorf("it points at %q, not a volume", holder.GetValue()))
+	if len(room) == 0 {
+		return -1, catalog.VolumeLimitError(next.Namespace, next.ID, int(total))
 	}
-	return holder.GetValue(), nil
+	shard := room[rand.N(len(room))]
+	return shard, s.putCount(w, shard, counts[shard]+1, got)
 }
 
-// decodeCount is the volume count kv holds.
+// countOut takes a removed volume off shard, the one it was counted in
+// (none when -1). It needs the shards there even then: a volume removed
+// while buildIndexes counts it would stay counted.
+func (s *Store) countOut(w *indexChange, shard int, got map[string]*mvccpb.KeyValue) error {
+	counts, _, _, err := s.counts(got)
+	if err != nil || shard < 0 || shard >= countShards {
+		return err
+	}
+	return s.putCount(w, shard, max(counts[shard]-1, 0), got)
+}
+
+// putCount writes n to shard, guarded on the shard as read.
+func (s *Store) putCount(w *indexChange, shard int, n int64, got map[string]*mvccpb.KeyValue) error {
+	key := s.keys.volumeCount(shard)
+	w.unchanged(key, got[key])
+	return w.putInt(key, n)
+}
+
+// entryValue is the value of a plugin volume entry: the shard the volume
+// is counted in and the volume's key.
+func entryValue(shard int, volumeKey string) *wrapperspb.StringValue {
+	return wrapperspb.String(strconv.Itoa(shard) + " " + volumeKey)
+}
+
+// decodeEntry is the shard and the volume key of a plugin volume entry.
+func (s *Store) decodeEntry(kv *mvccpb.KeyValue) (int, string, error) {
+	var value wrapperspb.StringValue
+	if err := decodeRecord(string(kv.Key), kv.Value, &value); err != nil {
+		return -1, "", err
+	}
+	shardText, holder, _ := strings.Cut(value.GetValue(), " ")
+	shard, err := strconv.Atoi(shardText)
+	if err != nil || !strings.HasPrefix(holder, s.keys.volumes()) {
+		return -1, "", corrupt(string(kv.Key), fmt.Errorf("it holds %q, not a count shard and a volume key", value.GetValue()))
+	}
+	return shard, holder, nil
+}
+
+// decodeCount is the count a count shard holds.
 func (s *Store) decodeCount(kv *mvccpb.KeyValue) (int64, error) {
 	var count wrapperspb.Int64Value
 	if err := decodeRecord(string(kv.Key), kv.Value, &count); err != nil {
@@ -211,15 +285,16 @@ func firstKV(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 const indexBatch = 100
 
 // buildIndexes gives a fleet whose volumes were written without the
-// indexes (no count key) its indexes, once: it reads every volume, puts
-// their plugin volume entries in batches, then the count, in a
-// transaction that holds only if no volume changed meanwhile and no count
-// is there yet; else it starts again. It reads nothing more when the count
-// is there. Every agent of the fleet must run this version: an older one
-// writes volumes without their entries.
+// indexes (no count shard) its indexes, once: it reads every volume, puts
+// their plugin volume entries in batches (volume i in shard i mod
+// countShards), then the count shards, in a transaction that holds only if
+// no volume changed or appeared meanwhile and no shard is there yet; else
+// it starts again. It reads nothing more when the shards are there. Every
+// agent of the fleet must run this version: an older one writes volumes
+// without their entries.
 func (s *Store) buildIndexes(ctx context.Context) error {
 	for {
-		have, err := s.client.Get(ctx, s.keys.volumeCount(), clientv3.WithCountOnly())
+		have, err := s.client.Get(ctx, s.keys.volumeCounts(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || have.Count > 0 {
 			return etcdErr(err)
 		}
@@ -227,32 +302,32 @@ func (s *Store) buildIndexes(ctx context.Context) error {
 		if err != nil {
 			return etcdErr(err)
 		}
-		var puts []clientv3.Op
-		for _, kv := range resp.Kvs {
+		w := indexChange{}
+		for i, kv := range resp.Kvs {
 			v, err := s.decodeVolume(kv)
 			if err != nil {
 				return err
 			}
-			key := s.keys.pluginVolume(v.PluginID, v.PluginVolumeID())
-			value, err := encodeRecord(key, wrapperspb.String(string(kv.Key)))
-			if err != nil {
+			if err := w.put(s.keys.pluginVolume(v.PluginID, v.PluginVolumeID()), entryValue(i%countShards, string(kv.Key))); err != nil {
 				return err
 			}
-			puts = append(puts, clientv3.OpPut(key, value))
 		}
-		for start := 0; start < len(puts); start += indexBatch {
-			if _, err := s.client.Txn(ctx).Then(puts[start:min(start+indexBatch, len(puts))]...).Commit(); err != nil {
+		for start := 0; start < len(w.ops); start += indexBatch {
+			if _, err := s.client.Txn(ctx).Then(w.ops[start:min(start+indexBatch, len(w.ops))]...).Commit(); err != nil {
 				return etcdErr(err)
 			}
 		}
-		count, err := encodeRecord(s.keys.volumeCount(), wrapperspb.Int64(int64(len(resp.Kvs))))
-		if err != nil {
-			return err
+		shards := indexChange{}
+		for k := range countShards {
+			n := len(resp.Kvs)/countShards + min(1, max(0, len(resp.Kvs)%countShards-k))
+			if err := shards.putInt(s.keys.volumeCount(k), int64(n)); err != nil {
+				return err
+			}
 		}
 		done, err := s.client.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(s.keys.volumeCount()), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(s.keys.volumeCounts()), "=", 0).WithPrefix(),
 			clientv3.Compare(clientv3.ModRevision(s.keys.volumes()), "<", resp.Header.Revision+1).WithPrefix(),
-		).Then(clientv3.OpPut(s.keys.volumeCount(), count)).Commit()
+		).Then(shards.ops...).Commit()
 		if err != nil {
 			return etcdErr(err)
 		}

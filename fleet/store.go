@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -140,7 +141,8 @@ func (k keys) fingerprint(node, typ, plugin string) string {
 
 // The indexes (index.go, nodes.go). A plugin volume ID may hold a "/", but
 // it comes last, after a plugin name that cannot.
-func (k keys) volumeCount() string { return k.prefix + "volumecount" }
+func (k keys) volumeCounts() string         { return k.prefix + "volumecount/" }
+func (k keys) volumeCount(shard int) string { return k.volumeCounts() + strconv.Itoa(shard) }
 func (k keys) pluginVolume(plugin, volume string) string {
 	return k.prefix + "pluginvolumes/" + plugin + "/" + volume
 }

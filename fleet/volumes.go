@@ -35,8 +35,8 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 // CheckRoom is nil when the volume (namespace, id) is in the fleet or the
 // fleet holds fewer than Config.MaxVolumes volumes, else
 // catalog.ErrVolumeLimit: the early look of a create, before the plugin is
-// asked; the registration checks again, in its transaction. It reads two
-// keys: the volume's and the count (index.go).
+// asked; the registration checks again, in its transaction. It reads the
+// volume's key and the count shards (index.go).
 func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 	ns, err := catalog.VolumeKey(namespace, id)
 	if err != nil {
@@ -45,7 +45,7 @@ func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 	return s.call(ctx, "check the volume limit", func(ctx context.Context) error {
 		resp, err := s.client.Txn(ctx).Then(
 			clientv3.OpGet(s.keys.volume(ns, id), clientv3.WithCountOnly()),
-			clientv3.OpGet(s.keys.volumeCount()),
+			clientv3.OpGet(s.keys.volumeCounts(), clientv3.WithPrefix()),
 		).Commit()
 		if err != nil {
 			return etcdErr(err)
@@ -53,16 +53,15 @@ func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 		if resp.Responses[0].GetResponseRange().GetCount() > 0 {
 			return nil
 		}
-		held := int64(0)
-		if kv := firstKV(resp.Responses[1].GetResponseRange().GetKvs()); kv != nil {
-			if held, err = s.decodeCount(kv); err != nil {
-				return err
-			}
+		got := map[string]*mvccpb.KeyValue{}
+		for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+			got[string(kv.Key)] = kv
 		}
-		if held >= int64(s.cfg.MaxVolumes) {
-			return catalog.VolumeLimitError(ns, id, int(held))
+		_, held, room, err := s.counts(got)
+		if err == nil && len(room) == 0 {
+			err = catalog.VolumeLimitError(ns, id, int(held))
 		}
-		return nil
+		return err
 	})
 }
 
