@@ -136,3 +136,25 @@ func TestConcurrentRegistrationsWaitTheirTurnAndNeverSayEtcdIsAway(t *testing.T)
 	}
 	t.Logf("%d of 40 single attempts lost the race", lost)
 }
+
+// TestAVolumeReadsItsOwnPluginsHealthWhateverWasReadBefore reads volumes
+// of two plugins in turn, one healthy on both nodes and one on none: each
+// read gives its own plugin's health.
+func TestAVolumeReadsItsOwnPluginsHealthWhateverWasReadBefore(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
+	healthyNode(t, a)
+	healthyNode(t, b)
+	ctx := testCtx(t)
+	registered(t, a, volume("on-ebs", model.AccessModeMultiNodeReader))
+	nfs := withExternal("on-nfs", "nfs-1")
+	nfs.PluginID = "nfs"
+	registered(t, a, nfs)
+	for _, id := range []string{"on-ebs", "on-nfs", "on-nfs", "on-ebs", "on-ebs", "on-nfs"} {
+		v, err := b.GetVolume(ctx, "", id)
+		require.NoError(t, err)
+		healthy := map[string]int{"on-ebs": 2, "on-nfs": 0}[id]
+		require.Equal(t, healthy > 0, v.Health.Schedulable, "%s", id)
+		require.Equal(t, healthy, v.Health.NodesHealthy, "%s", id)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,6 +26,10 @@ type Store struct {
 
 	// lease keeps this node's lease alive; see nodes.go.
 	lease *lease
+	// lastPlugin is the plugin of the last volume read: readVolume reads
+	// its fingerprints with the next record, in one round trip, as most
+	// fleets run one plugin or a few. A wrong guess costs one more.
+	lastPlugin atomic.Pointer[string]
 
 	closeOnce sync.Once
 	closeErr  error

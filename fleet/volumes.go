@@ -261,34 +261,48 @@ func backOff(ctx context.Context, attempt int) error {
 	}
 }
 
-// readVolume reads a volume, then the fingerprints of its plugin only
+// readVolume reads a volume and the fingerprints of its plugin only
 // (their copies under pluginfingerprints/<plugin>/), and returns the
 // volume (nil when absent) with its health following its plugin's counts,
-// and the record's mod revision (0 when absent). The health is read just
-// after the record, not at its revision: it is the live nodes' now, and
-// the write compares the record alone.
+// and the record's mod revision (0 when absent). It reads the
+// fingerprints of lastPlugin in the record's round trip; when the volume
+// is another plugin's, it reads that plugin's just after: the health is
+// the live nodes' now, and the write compares the record alone.
 func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume, int64, error) {
-	resp, err := s.client.Get(ctx, s.keys.volume(ns, id))
+	reads := []clientv3.Op{clientv3.OpGet(s.keys.volume(ns, id))}
+	guess := s.lastPlugin.Load()
+	if guess != nil {
+		reads = append(reads, clientv3.OpGet(s.keys.pluginFingerprints(*guess), clientv3.WithPrefix()))
+	}
+	resp, err := s.client.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, 0, etcdErr(err)
 	}
-	if len(resp.Kvs) == 0 {
+	kv := firstKV(resp.Responses[0].GetResponseRange().GetKvs())
+	if kv == nil {
 		return nil, 0, nil
 	}
-	v, err := s.decodeVolume(resp.Kvs[0])
+	v, err := s.decodeVolume(kv)
 	if err != nil {
 		return nil, 0, err
 	}
-	fps, err := s.client.Get(ctx, s.keys.pluginFingerprints(v.PluginID), clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, etcdErr(err)
+	var fps []*mvccpb.KeyValue
+	if guess != nil && *guess == v.PluginID {
+		fps = resp.Responses[1].GetResponseRange().GetKvs()
+	} else {
+		s.lastPlugin.Store(&v.PluginID)
+		got, err := s.client.Get(ctx, s.keys.pluginFingerprints(v.PluginID), clientv3.WithPrefix())
+		if err != nil {
+			return nil, 0, etcdErr(err)
+		}
+		fps = got.Kvs
 	}
-	plugins, err := s.decodePlugins(fps.Kvs, true)
+	plugins, err := s.decodePlugins(fps, true)
 	if err != nil {
 		return nil, 0, err
 	}
 	v.Health = model.PluginHealth(plugins[v.PluginID])
-	return v, resp.Kvs[0].ModRevision, nil
+	return v, kv.ModRevision, nil
 }
 
 // decodeVolume decodes a volume record; one that does not decode, is
