@@ -17,9 +17,10 @@
 //     of times on conflict: two writers cannot both win, whatever the
 //     interleaving.
 //   - pluginvolumes/<plugin>/<plugin volume ID>: the key of the volume
-//     that holds the plugin volume, and volumecount: how many volumes
-//     there are; both written in the volume's transaction, so that a
-//     registration reads and guards a fixed number of keys (index.go).
+//     that holds the plugin volume, and volumecount/<shard>: the volumes
+//     counted in each of 16 shards; both written in the volume's
+//     transaction, so that a registration reads and guards a fixed number
+//     of keys (index.go).
 //   - nodes/<node>: the node's liveness, under the node's lease.
 //   - fingerprints/<node>/<type>/<plugin>: the node's fingerprints
 //     (messages.CSIFingerprint), under the same lease, each with a copy
