@@ -16,13 +16,20 @@
 //     transaction that compares its mod revision, retried a bounded number
 //     of times on conflict: two writers cannot both win, whatever the
 //     interleaving.
+//   - pluginvolumes/<plugin>/<plugin volume ID>: the key of the volume
+//     that holds the plugin volume, and volumecount/<shard>: the volumes
+//     counted in each of 16 shards; both written in the volume's
+//     transaction, so that a registration reads and guards a fixed number
+//     of keys (index.go).
 //   - nodes/<node>: the node's liveness, under the node's lease.
 //   - fingerprints/<node>/<type>/<plugin>: the node's fingerprints
-//     (messages.CSIFingerprint), under the same lease.
+//     (messages.CSIFingerprint), under the same lease, each with a copy
+//     under pluginfingerprints/<plugin>/<node>/<type>, which a volume's
+//     read takes for its own plugin's health.
 //   - claims/<node>/<ns>/<id> and attachments/<node>/<ns>/<id>: the node
 //     index, empty values written in each volume's transaction, so that a
 //     node's claims and attachments are found without reading every
-//     volume (index.go).
+//     volume (nodeindex.go).
 //   - stranded/<node> and detaching/<ns>/<id>/<node>: a down node whose
 //     attachments wait for a detach, and the guard of the node that
 //     detaches one (stranded.go).

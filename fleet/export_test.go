@@ -2,8 +2,8 @@ package fleet
 
 import (
 	"context"
-	"slices"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -19,24 +19,46 @@ func Abandon(s *Store) {
 	})
 }
 
-// PutVolumes writes vs as they are, claims and attachments included, with
-// their node index, 32 volumes a transaction: a fast way to fill a fleet
-// for a measurement (no catalog rules, no volume limit).
-func PutVolumes(ctx context.Context, s *Store, vs []*model.CSIVolume) error {
-	for chunk := range slices.Chunk(vs, 32) {
-		var ops []clientv3.Op
-		for _, v := range chunk {
-			if err := v.Validate(); err != nil {
-				return err
-			}
+// Fill writes the volumes vols into s's fleet as registrations would, with
+// their index entries and counts, and as they are, claims and attachments
+// included, with their node index, in transactions of a few dozen volumes:
+// the benchmarks' quick way to a large fleet (no catalog rules, no volume
+// limit). The fleet holds no volume yet of those IDs or plugin volumes.
+func Fill(ctx context.Context, s *Store, vols []*model.CSIVolume) error {
+	const batch = 40
+	for start := 0; start < len(vols); start += batch {
+		resp, err := s.client.Get(ctx, s.keys.volumeCounts(), clientv3.WithPrefix())
+		if err != nil {
+			return err
+		}
+		got := map[string]*mvccpb.KeyValue{}
+		for _, kv := range resp.Kvs {
+			got[string(kv.Key)] = kv
+		}
+		counts, _, _, err := s.counts(got)
+		if err != nil {
+			return err
+		}
+		w := indexChange{}
+		for i, v := range vols[start:min(start+batch, len(vols))] {
 			key := s.keys.volume(v.Namespace, v.ID)
 			value, err := encodeRecord(key, v.Proto())
 			if err != nil {
 				return err
 			}
-			ops = append(append(ops, clientv3.OpPut(key, value)), s.indexOps(v.Namespace, v.ID, nil, v)...)
+			w.ops = append(append(w.ops, clientv3.OpPut(key, value)), s.indexOps(v.Namespace, v.ID, nil, v)...)
+			shard := (start + i) % countShards
+			counts[shard]++
+			if err := w.put(s.keys.pluginVolume(v.PluginID, v.PluginVolumeID()), entryValue(shard, key)); err != nil {
+				return err
+			}
 		}
-		if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+		for k, n := range counts {
+			if err := w.putInt(s.keys.volumeCount(k), n); err != nil {
+				return err
+			}
+		}
+		if _, err := s.client.Txn(ctx).Then(w.ops...).Commit(); err != nil {
 			return err
 		}
 	}

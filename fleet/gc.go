@@ -52,7 +52,7 @@ type Freed struct {
 // One GC runs per fleet: with an Interval, each node's GC campaigns in
 // the fleet's "gc" election, and only the leader works. It is woken by a
 // watch on the nodes' liveness keys, not by reading the volumes: a node's
-// claims and attachments are found through the node index (index.go), so
+// claims and attachments are found through the node index (nodeindex.go), so
 // an idle fleet costs nothing per volume. When a node is first seen down
 // is kept in the leader's memory, so a new leader (or a restarted GC)
 // waits a whole grace period again (it frees later, never sooner); a node

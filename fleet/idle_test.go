@@ -53,7 +53,7 @@ func TestIdleCPU(t *testing.T) {
 			v.Attachments = map[string]*model.Attachment{"node-a": attached("node-a")}
 			vs[i] = v
 		}
-		require.NoError(t, fleet.PutVolumes(ctx, s, vs))
+		require.NoError(t, fleet.Fill(ctx, s, vs))
 
 		alone := cpuOver(idleWindow)
 

@@ -179,7 +179,7 @@ func (s *Store) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerpr
 		}
 		for _, kv := range old.Kvs {
 			if !slices.ContainsFunc(ops, func(op clientv3.Op) bool { return string(op.KeyBytes()) == string(kv.Key) }) {
-				ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+				ops = append(ops, clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(s.byPlugin(string(kv.Key))))
 			}
 		}
 		_, err = s.client.Txn(ctx).Then(ops...).Commit()
@@ -188,16 +188,20 @@ func (s *Store) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerpr
 }
 
 // fingerprintPuts are the puts of this node's fingerprints under lease id,
-// one per type and plugin, the last of each winning.
+// one per type and plugin, the last of each winning, each with its copy
+// under pluginfingerprints/<plugin>/<node>/<type> (byPlugin), which a
+// volume's read of its own plugin's health reads.
 func (s *Store) fingerprintPuts(fps []*messages.CSIFingerprint, id clientv3.LeaseID) ([]clientv3.Op, error) {
 	values := map[string]string{}
 	for _, fp := range fps {
 		key := s.keys.fingerprint(s.cfg.NodeID, fp.GetType(), fp.GetName())
-		value, err := encodeRecord(key, fp)
-		if err != nil {
-			return nil, err
+		for _, k := range []string{key, s.byPlugin(key)} {
+			value, err := encodeRecord(k, fp)
+			if err != nil {
+				return nil, err
+			}
+			values[k] = value
 		}
-		values[key] = value
 	}
 	var ops []clientv3.Op
 	for _, key := range slices.Sorted(maps.Keys(values)) {
@@ -234,7 +238,7 @@ func (s *Store) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
 		if err != nil {
 			return etcdErr(err)
 		}
-		plugins, err = s.decodePlugins(resp.Kvs)
+		plugins, err = s.decodePlugins(resp.Kvs, false)
 		return err
 	})
 	if err != nil {
@@ -247,10 +251,19 @@ func (s *Store) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
 	return out, nil
 }
 
+// byPlugin is the key of the copy of the fingerprint under key, a key of
+// fingerprints/<node>/<type>/<plugin>: pluginfingerprints/<plugin>/<node>/<type>.
+func (s *Store) byPlugin(key string) string {
+	node, rest, _ := strings.Cut(strings.TrimPrefix(key, s.keys.fingerprints()), "/")
+	typ, plugin, _ := strings.Cut(rest, "/")
+	return s.keys.pluginFingerprint(plugin, node, typ)
+}
+
 // decodePlugins builds the plugins from the fingerprint records of every
-// live node. A record that does not decode, or whose key does not match
-// its node, type and plugin, is corrupt.
-func (s *Store) decodePlugins(kvs []*mvccpb.KeyValue) (map[string]*model.CSIPlugin, error) {
+// live node, under fingerprints/ or, byPlugin, their copies under
+// pluginfingerprints/. A record that does not decode, or whose key does
+// not match its node, type and plugin, is corrupt.
+func (s *Store) decodePlugins(kvs []*mvccpb.KeyValue, byPlugin bool) (map[string]*model.CSIPlugin, error) {
 	plugins := map[string]*model.CSIPlugin{}
 	for _, kv := range kvs {
 		key := string(kv.Key)
@@ -259,7 +272,12 @@ func (s *Store) decodePlugins(kvs []*mvccpb.KeyValue) (map[string]*model.CSIPlug
 			return nil, err
 		}
 		node, _, _ := strings.Cut(strings.TrimPrefix(key, s.keys.fingerprints()), "/")
-		if s.keys.fingerprint(node, fp.GetType(), fp.GetName()) != key {
+		want := s.keys.fingerprint(node, fp.GetType(), fp.GetName())
+		if byPlugin {
+			node, _, _ = strings.Cut(strings.TrimPrefix(key, s.keys.pluginFingerprints(fp.GetName())), "/")
+			want = s.keys.pluginFingerprint(fp.GetName(), node, fp.GetType())
+		}
+		if want != key {
 			return nil, corrupt(key, fmt.Errorf("it holds fingerprint %s/%s", fp.GetType(), fp.GetName()))
 		}
 		info, err := model.InstanceFromFingerprint(&fp)

@@ -59,10 +59,16 @@ func TestHealthCountsFollowPluginsAcrossThreeNodes(t *testing.T) {
 		{"node a's plugin is replaced by a newer alloc, healthy", func() { put(a, nodePlugin("ebs", "p4", true)) }, counts{0, 2}},
 		{"node a leaves the fleet", func() { require.NoError(t, a.Close()) }, counts{0, 1}},
 	}
+	registered(t, b, volume("db", model.AccessModeMultiNodeReader))
+	put(b, nodePlugin("nfs", "other", true)) // another plugin (until node b puts its own), which the volume's read leaves out
 	for _, step := range steps {
 		step.do()
 		for _, s := range all[1:] {
 			require.Equal(t, step.want, countsOf(t, s, "ebs"), "%s, seen from %s", step.name, s.NodeID())
+			v, err := s.GetVolume(ctx, "", "db")
+			require.NoError(t, err)
+			require.Equal(t, step.want, counts{v.Health.ControllersHealthy, v.Health.NodesHealthy},
+				"%s: the volume's own read of its plugin's fingerprints, seen from %s", step.name, s.NodeID())
 		}
 	}
 	plugins, err := b.Plugins(ctx)

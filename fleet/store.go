@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,6 +26,10 @@ type Store struct {
 
 	// lease keeps this node's lease alive; see nodes.go.
 	lease *lease
+	// lastPlugin is the plugin of the last volume read: readVolume reads
+	// its fingerprints with the next record, in one round trip, as most
+	// fleets run one plugin or a few. A wrong guess costs one more.
+	lastPlugin atomic.Pointer[string]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -47,6 +53,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, catalog.FleetErrorf(catalog.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s.client = client
+	if err := s.call(ctx, "build the volume indexes", s.buildIndexes); err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 	if s.lease, err = startLease(ctx, s); err != nil {
 		_ = client.Close()
 		return nil, err
@@ -139,4 +149,18 @@ func (k keys) nodeFingerprints(n string) string { return k.fingerprints() + n + 
 func (k keys) election(name string) string      { return k.prefix + "elections/" + name + "/" }
 func (k keys) fingerprint(node, typ, plugin string) string {
 	return k.nodeFingerprints(node) + typ + "/" + plugin
+}
+
+// The indexes (index.go, nodes.go). A plugin volume ID may hold a "/", but
+// it comes last, after a plugin name that cannot.
+func (k keys) volumeCounts() string         { return k.prefix + "volumecount/" }
+func (k keys) volumeCount(shard int) string { return k.volumeCounts() + strconv.Itoa(shard) }
+func (k keys) pluginVolume(plugin, volume string) string {
+	return k.prefix + "pluginvolumes/" + plugin + "/" + volume
+}
+func (k keys) pluginFingerprints(plugin string) string {
+	return k.prefix + "pluginfingerprints/" + plugin + "/"
+}
+func (k keys) pluginFingerprint(plugin, node, typ string) string {
+	return k.pluginFingerprints(plugin) + node + "/" + typ
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -28,13 +29,14 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	}
 	return s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
 		return catalog.RegisterOver(old, v)
-	}, s.pluginVolumeFree)
+	}, nil)
 }
 
 // CheckRoom is nil when the volume (namespace, id) is in the fleet or the
 // fleet holds fewer than Config.MaxVolumes volumes, else
 // catalog.ErrVolumeLimit: the early look of a create, before the plugin is
-// asked; the registration checks again, in its transaction.
+// asked; the registration checks again, in its transaction. It reads the
+// volume's key and the count shards (index.go).
 func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 	ns, err := catalog.VolumeKey(namespace, id)
 	if err != nil {
@@ -43,48 +45,24 @@ func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 	return s.call(ctx, "check the volume limit", func(ctx context.Context) error {
 		resp, err := s.client.Txn(ctx).Then(
 			clientv3.OpGet(s.keys.volume(ns, id), clientv3.WithCountOnly()),
-			clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			clientv3.OpGet(s.keys.volumeCounts(), clientv3.WithPrefix()),
 		).Commit()
 		if err != nil {
 			return etcdErr(err)
 		}
-		exists, held := resp.Responses[0].GetResponseRange().GetCount() > 0, int(resp.Responses[1].GetResponseRange().GetCount())
-		if !exists && held >= s.cfg.MaxVolumes {
-			return catalog.VolumeLimitError(ns, id, held)
+		if resp.Responses[0].GetResponseRange().GetCount() > 0 {
+			return nil
 		}
-		return nil
+		got := map[string]*mvccpb.KeyValue{}
+		for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+			got[string(kv.Key)] = kv
+		}
+		_, held, room, err := s.counts(got)
+		if err == nil && len(room) == 0 {
+			err = catalog.VolumeLimitError(ns, id, int(held))
+		}
+		return err
 	})
-}
-
-// pluginVolumeFree refuses, by the catalog's rules
-// (catalog.PluginVolumeTaken), a registration of v whose plugin volume
-// another volume holds, and a new volume once the fleet holds
-// Config.MaxVolumes, and guards the write: no volume may change, nor a new
-// one appear, between this look and the write.
-func (s *Store) pluginVolumeFree(ctx context.Context, v *model.CSIVolume) ([]clientv3.Cmp, error) {
-	resp, err := s.client.Get(ctx, s.keys.volumes(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, etcdErr(err)
-	}
-	key := s.keys.volume(v.Namespace, v.ID)
-	var others []*model.CSIVolume
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == key {
-			continue
-		}
-		o, err := s.decodeVolume(kv)
-		if err != nil {
-			return nil, err
-		}
-		others = append(others, o)
-	}
-	if err := catalog.PluginVolumeTaken(v, others); err != nil {
-		return nil, err
-	}
-	if isNew := len(others) == len(resp.Kvs); isNew && len(others) >= s.cfg.MaxVolumes {
-		return nil, catalog.VolumeLimitError(v.Namespace, v.ID, len(others))
-	}
-	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.keys.volumes()), "<", resp.Header.Revision+1).WithPrefix()}, nil
 }
 
 // GetVolume returns a volume with its claims, its health following its
@@ -176,11 +154,12 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // update reads the volume (nil when absent) with its health, asks change
 // for what to write (the same pointer: nothing; nil: delete), and writes it
 // in a transaction that compares the record's mod revision with the one
-// read (and the guards that guard, when given, returns for what is to be
-// written). On a lost race it pauses a little (see
-// backOff), reads again and retries, at most MaxAttempts times; then it
-// gives up with catalog.ErrCatalogStore. It returns what it wrote, with
-// etcd's revisions as indexes.
+// read, the index entries it reads (indexWrite) and the guards that
+// guard, when given, returns for what is to be written. On a lost race it
+// pauses a little (see backOff), reads again and retries, at most
+// MaxAttempts times and within the request timeout; then it gives up with
+// catalog.ErrCatalogStore, never catalog.ErrFleetUnavailable: etcd
+// answered. It returns what it wrote, with etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
 	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
 	var out *model.CSIVolume
@@ -190,6 +169,12 @@ func (s *Store) update(ctx context.Context, what, ns, id string,
 				return s.lostRaces(what, ns, id, attempt)
 			}
 			won, err := s.attempt(ctx, ns, id, change, guard, &out)
+			var u *unreached
+			if attempt > 0 && errors.As(err, &u) && ctx.Err() != nil {
+				// etcd answered the attempts before: the time went on
+				// lost races, not on an etcd that is away.
+				return s.lostRaces(what, ns, id, attempt)
+			}
 			if err != nil || won {
 				return err
 			}
@@ -221,11 +206,16 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 		*out = next
 		return true, err
 	}
-	var guards []clientv3.Cmp
+	guards, writes, err := s.indexWrite(ctx, v, next)
+	if err != nil {
+		return false, err
+	}
 	if guard != nil && next != nil {
-		if guards, err = guard(ctx, next); err != nil {
+		more, err := guard(ctx, next)
+		if err != nil {
 			return false, err
 		}
+		guards = append(guards, more...)
 	}
 	write := clientv3.OpDelete(key)
 	if next != nil {
@@ -235,7 +225,7 @@ func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.C
 		}
 		write = clientv3.OpPut(key, value)
 	}
-	ops := append([]clientv3.Op{write}, s.indexOps(ns, id, v, next)...)
+	ops := append(append(writes, write), s.indexOps(ns, id, v, next)...)
 	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))...).Then(ops...).Commit()
 	if err != nil || !resp.Succeeded {
 		return false, etcdErr(err)
@@ -265,32 +255,48 @@ func backOff(ctx context.Context, attempt int) error {
 	return sleep(ctx, rand.N(min(time.Millisecond<<min(attempt, 16), maxBackOff)))
 }
 
-// readVolume reads a volume and the fingerprints at one revision, and
-// returns the volume (nil when absent) with its health following its
-// plugin's counts, and the record's mod revision (0 when absent).
+// readVolume reads a volume and the fingerprints of its plugin only
+// (their copies under pluginfingerprints/<plugin>/), and returns the
+// volume (nil when absent) with its health following its plugin's counts,
+// and the record's mod revision (0 when absent). It reads the
+// fingerprints of lastPlugin in the record's round trip; when the volume
+// is another plugin's, it reads that plugin's just after: the health is
+// the live nodes' now, and the write compares the record alone.
 func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume, int64, error) {
-	key := s.keys.volume(ns, id)
-	resp, err := s.client.Txn(ctx).Then(
-		clientv3.OpGet(key),
-		clientv3.OpGet(s.keys.fingerprints(), clientv3.WithPrefix()),
-	).Commit()
+	reads := []clientv3.Op{clientv3.OpGet(s.keys.volume(ns, id))}
+	guess := s.lastPlugin.Load()
+	if guess != nil {
+		reads = append(reads, clientv3.OpGet(s.keys.pluginFingerprints(*guess), clientv3.WithPrefix()))
+	}
+	resp, err := s.client.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, 0, etcdErr(err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
+	kv := firstKV(resp.Responses[0].GetResponseRange().GetKvs())
+	if kv == nil {
 		return nil, 0, nil
 	}
-	v, err := s.decodeVolume(kvs[0])
+	v, err := s.decodeVolume(kv)
 	if err != nil {
 		return nil, 0, err
 	}
-	plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs())
+	var fps []*mvccpb.KeyValue
+	if guess != nil && *guess == v.PluginID {
+		fps = resp.Responses[1].GetResponseRange().GetKvs()
+	} else {
+		s.lastPlugin.Store(&v.PluginID)
+		got, err := s.client.Get(ctx, s.keys.pluginFingerprints(v.PluginID), clientv3.WithPrefix())
+		if err != nil {
+			return nil, 0, etcdErr(err)
+		}
+		fps = got.Kvs
+	}
+	plugins, err := s.decodePlugins(fps, true)
 	if err != nil {
 		return nil, 0, err
 	}
 	v.Health = model.PluginHealth(plugins[v.PluginID])
-	return v, kvs[0].ModRevision, nil
+	return v, kv.ModRevision, nil
 }
 
 // decodeVolume decodes a volume record; one that does not decode, is
@@ -356,7 +362,7 @@ func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSI
 		if err != nil {
 			return etcdErr(err)
 		}
-		plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs())
+		plugins, err := s.decodePlugins(resp.Responses[1].GetResponseRange().GetKvs(), false)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package member_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,7 +14,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -33,12 +37,32 @@ type benchCluster struct {
 	etcd    *etcdtest.Server
 	members []*member.Member
 	volumes []string
-	// memberHeap is the heap the members added, all together; grainHeap
-	// the heap that registering the volumes added (a grain each).
-	memberHeap, grainHeap uint64
-	// failover is the failover time, once measured.
-	failover time.Duration
+	// memberHeap is the heap the members added, all together; base the
+	// heap before the members started (the etcd's included).
+	memberHeap, base uint64
+	// started and registered are how long the members took to start and
+	// the volumes to register.
+	started, registered time.Duration
+	// once holds the figures measured on the benchmark's first real run,
+	// which the later runs report again.
+	once *onceFigures
 }
+
+// onceFigures are the measurements of BenchmarkFleetOfTwentyMembers that
+// change the cluster (a member is crashed) or take long (the grains go
+// idle), made on its first real run.
+type onceFigures struct {
+	failover, firstAnswer time.Duration
+	races, oneWinner      int
+	activeMiB, idleMiB    float64
+	bytesPerGrain         float64
+	grains, grainsLeft    int
+}
+
+// benchTTL is the lease of the benchmarks' members: 5 s, as with 2 s a
+// member of 26 in one process on a loaded 2-core machine can miss its
+// renewals, and protoactor never takes back a member it saw leave.
+const benchTTL = 5 * time.Second
 
 var (
 	benchMu       sync.Mutex
@@ -80,7 +104,7 @@ func heap() uint64 {
 // startBenchCluster starts n members on a fresh etcd and registers volumes
 // (multi-node-multi-writer, so that claims never conflict) through them;
 // it is kept under name for the later runs of the benchmark.
-func startBenchCluster(b *testing.B, name string, n, volumes int) *benchCluster {
+func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Duration) *benchCluster {
 	b.Helper()
 	benchMu.Lock()
 	defer benchMu.Unlock()
@@ -89,10 +113,13 @@ func startBenchCluster(b *testing.B, name string, n, volumes int) *benchCluster 
 	}
 	c := &benchCluster{etcd: etcdtest.Start(&benchTB{B: b})}
 	before := heap()
+	c.base = before
+	t0 := time.Now()
 	for i := range n {
 		m, err := member.Start(member.Config{
-			Fleet:   fleet.Config{Endpoints: c.etcd.Endpoints(), NodeID: fmt.Sprintf("node-%d", i), LeaseTTL: 2 * time.Second},
-			Address: "127.0.0.1:0",
+			Fleet:            fleet.Config{Endpoints: c.etcd.Endpoints(), NodeID: fmt.Sprintf("node-%d", i), LeaseTTL: benchTTL},
+			Address:          "127.0.0.1:0",
+			GrainIdleTimeout: idle,
 		})
 		require.NoError(b, err)
 		benchStops = append(benchStops, func() { _ = m.Stop() })
@@ -108,33 +135,39 @@ func startBenchCluster(b *testing.B, name string, n, volumes int) *benchCluster 
 			"member %s sees %d members", m.ID(), len(m.Members()))
 	}
 	c.memberHeap = heap() - before
+	c.started = time.Since(t0)
 
-	before = heap()
+	t0 = time.Now()
 	c.volumes = make([]string, volumes)
 	parallel(b, volumes, 32, func(i int) error {
 		c.volumes[i] = fmt.Sprintf("vol-%d", i)
 		v := model.NewCSIVolume(c.volumes[i], 0)
 		v.PluginID, v.AccessMode, v.AttachmentMode = "ebs", model.AccessModeMultiNodeMultiWriter, model.AttachmentModeFileSystem
-		_, err := c.members[i%n].Router().RegisterVolume(context.Background(), v)
-		return err
+		m := c.members[i%n]
+		if _, err := m.Router().RegisterVolume(context.Background(), v); err != nil {
+			return fmt.Errorf("member %s, which sees %d members: %w", m.ID(), len(m.Members()), err)
+		}
+		return nil
 	})
-	c.grainHeap = heap() - before
+	c.registered = time.Since(t0)
 	benchClusters[name] = c
 	return c
 }
 
 // parallel runs f(0..n-1) on workers goroutines and requires every call to
-// succeed.
+// succeed; after a failure the workers take no more calls.
 func parallel(b *testing.B, n, workers int, f func(i int) error) {
 	b.Helper()
 	var next atomic.Int64
+	var failed atomic.Bool
 	errs := make(chan error, workers)
 	for range workers {
 		go func() {
 			var first error
-			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+			for i := int(next.Add(1)) - 1; i < n && !failed.Load(); i = int(next.Add(1)) - 1 {
 				if err := f(i); err != nil && first == nil {
 					first = err
+					failed.Store(true)
 				}
 			}
 			errs <- first
@@ -196,14 +229,18 @@ func runCallers(b *testing.B, c *benchCluster, callers int) {
 		return nil
 	})
 	b.StopTimer()
+	p99 := percentile(took, 0.99)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
-	b.ReportMetric(float64(percentile(took, 0.99).Microseconds())/1000, "claim-p99-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "claim-p99-ms")
+	bare := runBare(b, c, workers)
+	b.ReportMetric(float64(bare.Microseconds())/1000, "bare-p99-ms")
+	b.ReportMetric(float64(p99)/float64(bare), "p99/bare")
 }
 
 // BenchmarkClaimsThreeMembersEightCallers: 3 members, 8 callers on each,
 // claiming and freeing 64 volumes through their grains.
 func BenchmarkClaimsThreeMembersEightCallers(b *testing.B) {
-	c := startBenchCluster(b, "three", 3, 64)
+	c := startBenchCluster(b, "three", 3, 64, 0)
 	runCallers(b, c, 8)
 	b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
 }
@@ -211,32 +248,125 @@ func BenchmarkClaimsThreeMembersEightCallers(b *testing.B) {
 // BenchmarkClaimsOneHotVolumeThroughItsGrain: the same 24 callers on one
 // multi-writer volume, whose grain runs their claims one at a time.
 func BenchmarkClaimsOneHotVolumeThroughItsGrain(b *testing.B) {
-	c := startBenchCluster(b, "hot", 3, 1)
+	c := startBenchCluster(b, "hot", 3, 1, 0)
 	runCallers(b, c, 8)
 }
 
 // BenchmarkFleetOfTwentyMembers is the simulation of a fleet: 20 members
-// holding 10,000 volumes (each registered through its grain, which stays
-// active), one caller on each member claiming and freeing volumes at random;
-// then one member is killed (its lease is not revoked) and the time until
-// each of its volumes answers from the others is the failover time.
+// holding 10,000 volumes (each registered through its grain), one caller on
+// each member claiming and freeing volumes at random, the same callers
+// doing bare etcd transactions as the baseline (runBare); then, once, 1,000
+// races of two members for the writer slot of a volume, the grains going
+// idle (the heap after they passivated), and one member killed (its lease
+// is not revoked): the time until each of its volumes answers from the
+// others is the failover time.
 func BenchmarkFleetOfTwentyMembers(b *testing.B) {
-	c := startBenchCluster(b, "twenty", 20, 10_000)
+	c := startBenchCluster(b, "twenty", 20, 10_000, twentyIdle)
 	runCallers(b, c, 1)
+	b.ReportMetric(c.started.Seconds(), "start-s")
+	b.ReportMetric(c.registered.Seconds(), "register-s")
 	b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
-	b.ReportMetric(float64(c.grainHeap)/float64(len(c.volumes)), "B/grain")
 	if b.N == 1 {
-		return // the first, probing run of the benchmark: the failover is measured on a real run
+		return // the first, probing run of the benchmark: the rest is measured on a real run
 	}
-	if c.failover == 0 {
-		c.failover = failover(b, c) // once: the later runs report it again
+	if c.once == nil {
+		c.once = &onceFigures{}
+		c.once.races, c.once.oneWinner = races(b, c, 1_000)
+		c.once.activeMiB, c.once.idleMiB, c.once.grains, c.once.grainsLeft = idleHeap(b, c)
+		c.once.bytesPerGrain = (c.once.activeMiB - c.once.idleMiB) * float64(len(c.members)) * (1 << 20) / float64(max(1, c.once.grains))
+		c.once.failover, c.once.firstAnswer = failover(b, c)
 	}
-	b.ReportMetric(c.failover.Seconds(), "failover-s")
+	b.ReportMetric(float64(c.once.oneWinner), "races-one-winner")
+	b.ReportMetric(float64(c.once.races), "races")
+	b.ReportMetric(c.once.activeMiB, "MiB/member-active")
+	b.ReportMetric(c.once.idleMiB, "MiB/member-idle")
+	b.ReportMetric(float64(c.once.grains), "grains-active")
+	b.ReportMetric(c.once.bytesPerGrain, "B/grain")
+	b.ReportMetric(float64(c.once.grainsLeft), "grains-left")
+	b.ReportMetric(c.once.failover.Seconds(), "failover-s")
+	b.ReportMetric(c.once.firstAnswer.Seconds(), "failover-first-s")
+}
+
+// twentyIdle is the grains' idle timeout in the fleet of twenty: longer
+// than the setup and the claims, so that these measure the grain path
+// without activations (with 10 s, nearly every claim of the random
+// callers activated its grain again), short enough to wait for.
+const twentyIdle = 90 * time.Second
+
+// races registers n single-node-writer volumes, then has two members
+// (nodes) claim each for writing at once, 20 races at a time; it returns
+// n and how many races had exactly one winner, the loser refused.
+func races(b *testing.B, c *benchCluster, n int) (int, int) {
+	b.Helper()
+	parallel(b, n, 32, func(i int) error {
+		v := model.NewCSIVolume(fmt.Sprintf("race-%d", i), 0)
+		v.PluginID, v.AccessMode, v.AttachmentMode = "ebs", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
+		_, err := c.members[i%len(c.members)].Router().RegisterVolume(context.Background(), v)
+		return err
+	})
+	var one atomic.Int64
+	parallel(b, n, 20, func(i int) error {
+		won, refused := 0, 0
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for k := range 2 {
+			m := (i + k) % len(c.members)
+			wg.Go(func() {
+				_, err := c.members[m].Router().Claim(context.Background(), "", fmt.Sprintf("race-%d", i), &model.Claim{
+					AllocID: fmt.Sprintf("racer-%d-%d", i, k), NodeID: fmt.Sprintf("node-%d", m), Mode: model.ClaimModeWrite, State: model.ClaimStateTaken,
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					won++
+				case errors.Is(err, csi.ErrClaimRefused):
+					refused++
+				}
+			})
+		}
+		wg.Wait()
+		if won == 1 && refused == 1 {
+			one.Add(1)
+		}
+		return nil
+	})
+	return n, int(one.Load())
+}
+
+// idleHeap touches every volume (activating its grain), and measures the
+// heap the members and their grains add (over the heap before they
+// started, the in-process etcd's growth included), then waits for the
+// grains to passivate (twentyIdle without a request) and measures it
+// again: it returns both per member, the grains active at the first
+// measure, and the grains left after a generous wait.
+func idleHeap(b *testing.B, c *benchCluster) (active, idle float64, grains, left int) {
+	b.Helper()
+	count := func() int {
+		n := 0
+		for _, m := range c.members {
+			n += m.Grains()
+		}
+		return n
+	}
+	perMember := func() float64 { return float64(int64(heap())-int64(c.base)) / float64(len(c.members)) / (1 << 20) }
+	parallel(b, len(c.volumes), 32, func(i int) error {
+		if c.members[i%len(c.members)].Router().Owner("", c.volumes[i]) == "" {
+			return fmt.Errorf("no member answers for volume %s", c.volumes[i])
+		}
+		return nil
+	})
+	active, grains = perMember(), count()
+	for deadline := time.Now().Add(2 * twentyIdle); count() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+	}
+	return active, perMember(), grains, count()
 }
 
 // failover crashes the cluster's last member and returns how long until
-// every volume whose grain it hosted answers a claim from another member.
-func failover(b *testing.B, c *benchCluster) time.Duration {
+// every volume whose grain it hosted answers a claim from another member,
+// and until the first one does.
+func failover(b *testing.B, c *benchCluster) (time.Duration, time.Duration) {
 	b.Helper()
 	victim, asker := c.members[len(c.members)-1], c.members[0]
 	var orphans []string
@@ -249,9 +379,74 @@ func failover(b *testing.B, c *benchCluster) time.Duration {
 	c.members = c.members[:len(c.members)-1]
 	victim.Crash()
 	start := time.Now()
+	var first sync.Once
+	var firstAnswer time.Duration
 	parallel(b, len(orphans), 32, func(i int) error {
 		_, err := claimRelease(asker, orphans[i], "failover-"+orphans[i], "node-0")
+		first.Do(func() { firstAnswer = time.Since(start) })
 		return err
 	})
-	return time.Since(start)
+	return time.Since(start), firstAnswer
+}
+
+// runBare is the baseline of runCallers: as many callers, each doing bare
+// etcd compare-and-put transactions (a read of the key, then a put
+// guarded on its mod revision, as a claim's write is) on keys picked at
+// random among as many as the cluster has volumes, on the same etcd, one
+// client per member as the members have; no grain, no record. It returns
+// the p99 of one read-and-transaction.
+func runBare(b *testing.B, c *benchCluster, workers int) time.Duration {
+	b.Helper()
+	clients := make([]*clientv3.Client, len(c.members))
+	for i := range clients {
+		cl, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		require.NoError(b, err)
+		defer cl.Close()
+		clients[i] = cl
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var took []time.Duration
+	parallel(b, workers, workers, func(w int) error {
+		cl := clients[w%len(clients)]
+		rng := rand.New(rand.NewPCG(uint64(w), 11))
+		var mine []time.Duration
+		for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+			key := fmt.Sprintf("bare/%d", rng.IntN(len(c.volumes)))
+			for _, value := range []string{"claimed", "free"} {
+				start := time.Now()
+				if err := bareCAS(cl, key, value); err != nil {
+					return err
+				}
+				if value == "claimed" {
+					mine = append(mine, time.Since(start))
+				}
+			}
+		}
+		mu.Lock()
+		took = append(took, mine...)
+		mu.Unlock()
+		return nil
+	})
+	return percentile(took, 0.99)
+}
+
+// bareCAS reads key and puts value guarded on the mod revision it read,
+// again until the guard holds.
+func bareCAS(cl *clientv3.Client, key, value string) error {
+	ctx := context.Background()
+	for {
+		got, err := cl.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		rev := int64(0)
+		if len(got.Kvs) > 0 {
+			rev = got.Kvs[0].ModRevision
+		}
+		resp, err := cl.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, value)).Commit()
+		if err != nil || resp.Succeeded {
+			return err
+		}
+	}
 }

@@ -41,7 +41,9 @@ const (
 	childTLSEnv  = "PLUGVISOR_MEMBER_TLS"   // a directory of ca.pem, member.pem, member-key.pem
 	// childAddressEnv is the member's address (default 127.0.0.1:0).
 	childAddressEnv = "PLUGVISOR_MEMBER_ADDRESS"
-	childTTL        = 2 * time.Second
+	// childIdleEnv is the grains' idle timeout (default the member's).
+	childIdleEnv = "PLUGVISOR_MEMBER_GRAIN_IDLE"
+	childTTL     = 2 * time.Second
 	// timeout is generous: the machine is shared and protoactor's start-up
 	// alone takes a second per member.
 	timeout = 60 * time.Second
@@ -53,6 +55,10 @@ const (
 func runChild() int {
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Info, Name: os.Getenv(childEnv)})
 	remoteTLS, err := childTLS(os.Getenv(childTLSEnv))
+	var idle time.Duration
+	if err == nil && os.Getenv(childIdleEnv) != "" {
+		idle, err = time.ParseDuration(os.Getenv(childIdleEnv))
+	}
 	if err != nil {
 		fmt.Printf("error %v\n", err)
 		return 1
@@ -64,8 +70,9 @@ func runChild() int {
 			LeaseTTL:  childTTL,
 			Logger:    log,
 		},
-		Address: cmp.Or(os.Getenv(childAddressEnv), "127.0.0.1:0"),
-		TLS:     remoteTLS,
+		Address:          cmp.Or(os.Getenv(childAddressEnv), "127.0.0.1:0"),
+		TLS:              remoteTLS,
+		GrainIdleTimeout: idle,
 	})
 	if err != nil {
 		fmt.Printf("error %v\n", err)
@@ -141,6 +148,8 @@ func childCommand(m *member.Member, args []string) string {
 	switch args[0] {
 	case "members":
 		return strings.Join(m.Members(), ",")
+	case "grains":
+		return fmt.Sprint(m.Grains())
 	case "owner":
 		return r.Owner("", arg(1))
 	case "register":

@@ -27,6 +27,7 @@ func TestBadConfigIsRefusedWithTheFieldNamed(t *testing.T) {
 		{"a public address without TLS", func(cfg *member.Config) { cfg.Address = "192.0.2.1:7946" }, "TLS is not set"},
 		{"a lease in milliseconds", func(cfg *member.Config) { cfg.Fleet.LeaseTTL = 2500 * time.Millisecond }, "whole seconds"},
 		{"half a TLS config", func(cfg *member.Config) { cfg.TLS = &member.RemoteTLS{} }, "both Server and Client"},
+		{"a negative grain idle timeout", func(cfg *member.Config) { cfg.GrainIdleTimeout = -time.Second }, "GrainIdleTimeout is -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

@@ -29,6 +29,13 @@ func volumeIdentity(namespace, id string) string { return namespace + "/" + id }
 // answers when that returns. Requests that arrive meanwhile wait in its
 // queue, in order.
 //
+// A grain that has had no request for its idle timeout, with none queued
+// or in flight, stops (passivates): a member's grains follow the volumes
+// in use, not every volume ever touched. The next request activates it
+// again, and it reads the volume from etcd as every request does. A
+// request sent in the instant the grain stops is not answered; its
+// caller sends it again, as below.
+//
 // What it keeps: the queue and the request in flight, nothing else. When
 // the topology changes, disthash may briefly run a second activation of the
 // same volume on another member; both then go to etcd, whose transactions
@@ -40,6 +47,7 @@ type volumeGrain struct {
 	store   func() catalog.Fleet
 	member  string
 	timeout time.Duration
+	idle    time.Duration
 	log     hclog.Logger
 
 	namespace, id string
@@ -61,11 +69,12 @@ type grainDone struct {
 
 // volumeProps are the props of the grains that apply requests to the
 // store that store returns; member is the ID of the member they run on,
-// timeout bounds each request's work in etcd. The cluster kind is
+// timeout bounds each request's work in etcd, idle is how long a grain
+// waits for a request before it stops. The cluster kind is
 // cluster.NewKind(VolumeKind, volumeProps(...)).
-func volumeProps(store func() catalog.Fleet, member string, timeout time.Duration, log hclog.Logger) *actor.Props {
+func volumeProps(store func() catalog.Fleet, member string, timeout, idle time.Duration, log hclog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &volumeGrain{store: store, member: member, timeout: timeout, log: log}
+		return &volumeGrain{store: store, member: member, timeout: timeout, idle: idle, log: log}
 	})
 }
 
@@ -80,13 +89,28 @@ func (g *volumeGrain) Receive(ctx actor.Context) {
 		g.onRequest(ctx, msg.(proto.Message))
 	case *grainDone:
 		g.onDone(ctx, msg)
+	case *actor.ReceiveTimeout:
+		g.onIdle(ctx)
 	}
 }
 
-// onStarted learns which volume the grain is for from its identity.
+// onStarted learns which volume the grain is for from its identity, and
+// starts its idle timer.
 func (g *volumeGrain) onStarted(ctx actor.Context) {
 	identity := cluster.GetClusterIdentity(ctx).GetIdentity()
 	g.namespace, g.id, _ = strings.Cut(identity, "/")
+	ctx.SetReceiveTimeout(g.idle)
+}
+
+// onIdle stops the grain when nothing is queued or in flight (its
+// placement forgets it, and the next request activates it again); else it
+// waits another idle timeout.
+func (g *volumeGrain) onIdle(ctx actor.Context) {
+	if g.busy || len(g.queue) > 0 {
+		ctx.SetReceiveTimeout(g.idle)
+		return
+	}
+	ctx.Stop(ctx.Self())
 }
 
 func (g *volumeGrain) onRequest(ctx actor.Context, msg proto.Message) {

@@ -41,7 +41,7 @@ func openStore(t *testing.T, s *etcdtest.Server, node string) *fleet.Store {
 // spawnGrain starts a volume grain for volume id of the default namespace
 // outside any cluster, as disthash would on a member.
 func spawnGrain(system *actor.ActorSystem, st catalog.Fleet, member, id string) *actor.PID {
-	props := volumeProps(func() catalog.Fleet { return st }, member, grainTimeout, hclog.NewNullLogger())
+	props := volumeProps(func() catalog.Fleet { return st }, member, grainTimeout, time.Hour, hclog.NewNullLogger())
 	props = cluster.WithClusterIdentity(props, cluster.NewClusterIdentity(volumeIdentity(model.DefaultNamespace, id), VolumeKind))
 	return system.Root.Spawn(props)
 }

@@ -65,7 +65,14 @@ type Config struct {
 	TLS *RemoteTLS
 	// ClusterName separates clusters sharing one etcd (default "plugvisor").
 	ClusterName string
+	// GrainIdleTimeout is how long a volume grain waits for a request
+	// before it stops, to be activated again by the next one (default
+	// DefaultGrainIdleTimeout; at least a millisecond).
+	GrainIdleTimeout time.Duration
 }
+
+// DefaultGrainIdleTimeout is Config.GrainIdleTimeout's default.
+const DefaultGrainIdleTimeout = 2 * time.Minute
 
 // RemoteTLS is the TLS of the members' remote traffic.
 type RemoteTLS struct {
@@ -95,6 +102,9 @@ func (c Config) validate() error {
 	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Client == nil) {
 		bad("TLS needs both Server and Client configs")
 	}
+	if c.GrainIdleTimeout < 0 || c.GrainIdleTimeout > 0 && c.GrainIdleTimeout < time.Millisecond {
+		bad("GrainIdleTimeout is %v: give at least 1ms, or 0 for the default %v", c.GrainIdleTimeout, DefaultGrainIdleTimeout)
+	}
 	if c.Fleet.LeaseTTL%time.Second != 0 {
 		bad("Fleet.LeaseTTL is %v: give whole seconds (etcd leases count seconds)", c.Fleet.LeaseTTL)
 	}
@@ -105,6 +115,7 @@ func (c Config) validate() error {
 // fleet.Open fills the rest of Fleet's.
 func (c Config) withDefaults() Config {
 	c.ClusterName = cmp.Or(c.ClusterName, DefaultClusterName)
+	c.GrainIdleTimeout = cmp.Or(c.GrainIdleTimeout, DefaultGrainIdleTimeout)
 	c.Fleet.Prefix = cmp.Or(c.Fleet.Prefix, fleet.DefaultPrefix)
 	c.Fleet.LeaseTTL = cmp.Or(c.Fleet.LeaseTTL, fleet.DefaultLeaseTTL)
 	c.Fleet.RequestTimeout = cmp.Or(c.Fleet.RequestTimeout, fleet.DefaultRequestTimeout)
@@ -183,7 +194,7 @@ func Start(cfg Config) (m *Member, err error) {
 	// A grain gives the Store twice its request timeout, so that an etcd
 	// that does not answer fails the Store's own call first, as
 	// catalog.ErrFleetUnavailable, rather than the grain's deadline.
-	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, log))
+	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, cfg.GrainIdleTimeout, log))
 	// Membership is etcd's: protoactor's gossip must not exclude a member
 	// whose heartbeats it missed (on a loaded host it does, for good, while
 	// the member's lease is alive), so its expiry is an hour; and nothing
@@ -277,6 +288,14 @@ func (m *Member) Members() []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// Grains is how many volume grains run on this member now.
+func (m *Member) Grains() int {
+	if kind := m.cluster.GetClusterKind(VolumeKind); kind != nil {
+		return int(kind.Count())
+	}
+	return 0
 }
 
 // Store is the member's fleet.Store (for fleet.StartGC, say).

@@ -1,6 +1,7 @@
 package member_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 )
 
@@ -138,4 +141,29 @@ func TestAMemberCutOffFromEtcdRefusesClaimsAndRecovers(t *testing.T) {
 	s.Restart()
 	require.Eventually(t, func() bool { return strings.HasPrefix(cs[1].ask("claim vol alloc-1 write"), "ok ") }, timeout, 100*time.Millisecond)
 	require.Equal(t, "ok writers=alloc-1@b readers=", cs[0].ask("get vol"))
+}
+
+// TestAnIdleGrainStopsAndTheNextRequestReadsItsVolumeFromEtcd lets a
+// volume's grain sit idle past its timeout: it stops, and the next request
+// activates it again, reading the volume from etcd, where another node
+// changed it meanwhile.
+func TestAnIdleGrainStopsAndTheNextRequestReadsItsVolumeFromEtcd(t *testing.T) {
+	s := etcdtest.Start(t)
+	c := startChild(t, s.Endpoints(), "a", childIdleEnv+"=300ms")
+	waitMembers(t, []*child{c}, c)
+	require.Equal(t, "0", c.ask("grains"))
+	require.Equal(t, "ok writers= readers=", c.ask("register vol single-node-writer"))
+	require.Equal(t, "ok writers=alloc-1@a readers=", c.ask("claim vol alloc-1 write"))
+	grains := func() string { return c.ask("grains") }
+	require.Eventually(t, func() bool { return grains() == "0" }, timeout, 50*time.Millisecond, "the idle grain stops")
+
+	other, err := fleet.Open(context.Background(), fleet.Config{Endpoints: s.Endpoints(), NodeID: "b"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, other.Close()) }()
+	_, err = other.Release(context.Background(), "", "vol", &model.Claim{AllocID: "alloc-1", State: model.ClaimStateReadyToFree})
+	require.NoError(t, err)
+
+	require.Equal(t, "ok writers=alloc-2@a readers=", c.ask("claim vol alloc-2 write"), "the new activation reads the release from etcd")
+	require.Equal(t, "1", grains())
+	require.Eventually(t, func() bool { return grains() == "0" }, timeout, 50*time.Millisecond, "and stops again when idle")
 }

@@ -1,0 +1,247 @@
+package fleet
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+)
+
+// The node index: keys with empty values, written in the same transaction
+// as the volume record they follow (see indexOps), so that the GC and the
+// Detacher find a node's claims and attachments by reading that node's
+// keys, never every volume:
+//   - claims/<node>/<ns>/<id>: node holds a claim (any state) on the volume;
+//   - attachments/<node>/<ns>/<id>: the volume has an attachment to node.
+//
+// A leader of the GC checks them against the volumes once per term
+// (reindex), which fills them in for volumes written before they existed.
+
+func (k keys) claims() string                   { return k.prefix + "claims/" }
+func (k keys) claimsOf(node string) string      { return k.claims() + node + "/" }
+func (k keys) attachments() string              { return k.prefix + "attachments/" }
+func (k keys) attachmentsOf(node string) string { return k.attachments() + node + "/" }
+func (k keys) indexed(of func(string) string, node, ns, id string) string {
+	return of(node) + ns + "/" + id
+}
+
+// indexOps are the writes that keep the node index of volume ns/id right
+// when old (nil: absent) becomes next (nil: deleted).
+func (s *Store) indexOps(ns, id string, old, next *model.CSIVolume) []clientv3.Op {
+	var ops []clientv3.Op
+	for _, idx := range s.indexes() {
+		before, after := idx.nodes(old), idx.nodes(next)
+		for _, node := range slices.Sorted(maps.Keys(after)) {
+			if !before[node] {
+				ops = append(ops, clientv3.OpPut(s.keys.indexed(idx.of, node, ns, id), ""))
+			}
+		}
+		for _, node := range slices.Sorted(maps.Keys(before)) {
+			if !after[node] {
+				ops = append(ops, clientv3.OpDelete(s.keys.indexed(idx.of, node, ns, id)))
+			}
+		}
+	}
+	return ops
+}
+
+// index is one family of the node index: where its keys are, its keys of
+// a node, and the nodes a volume puts in it.
+type index struct {
+	root  string
+	of    func(node string) string
+	nodes func(v *model.CSIVolume) map[string]bool
+}
+
+func (s *Store) indexes() []index {
+	return []index{
+		{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes},
+		{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes},
+	}
+}
+
+// claimNodes are the nodes that hold a claim on v (none when v is nil).
+func claimNodes(v *model.CSIVolume) map[string]bool {
+	nodes := map[string]bool{}
+	if v != nil {
+		for _, c := range v.AllClaims() {
+			nodes[c.NodeID] = true
+		}
+	}
+	return nodes
+}
+
+// attachmentNodes are the nodes v is attached to (none when v is nil).
+func attachmentNodes(v *model.CSIVolume) map[string]bool {
+	nodes := map[string]bool{}
+	if v != nil {
+		for node := range v.Attachments {
+			nodes[node] = true
+		}
+	}
+	return nodes
+}
+
+// volumeRef names a volume by namespace and ID.
+type volumeRef struct{ ns, id string }
+
+// indexedVolumes are the volumes in node's keys under of, read keys only.
+func (s *Store) indexedVolumes(ctx context.Context, of func(string) string, node string) ([]volumeRef, error) {
+	resp, err := s.client.Get(ctx, of(node), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, etcdErr(err)
+	}
+	refs := make([]volumeRef, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ns, id, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), of(node)), "/")
+		refs = append(refs, volumeRef{ns, id})
+	}
+	return refs, nil
+}
+
+// reindex makes the node index match the volumes: the keys a volume
+// wants and lacks are put, and those it does not want are deleted, each
+// volume in a transaction that holds only while the volume is as read.
+// It reads every volume, so it runs once per term of the GC's leader.
+func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
+	err = s.call(ctx, "check the node index", func(ctx context.Context) error {
+		resp, err := s.client.Txn(ctx).Then(
+			clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix()),
+			clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.keys.attachments(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			return etcdErr(err)
+		}
+		have := map[string]map[string]bool{} // volume key -> index keys present
+		for i, idx := range s.indexes() {
+			for _, kv := range resp.Responses[i+1].GetResponseRange().GetKvs() {
+				node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
+				ns, id, _ := strings.Cut(ref, "/")
+				vk := s.keys.volume(ns, id)
+				if have[vk] == nil {
+					have[vk] = map[string]bool{}
+				}
+				have[vk][s.keys.indexed(idx.of, node, ns, id)] = true
+			}
+		}
+		for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+			v, err := s.decodeVolume(kv)
+			if err != nil {
+				return err
+			}
+			ops := s.indexFix(v, have[string(kv.Key)])
+			delete(have, string(kv.Key))
+			if len(ops) == 0 {
+				continue
+			}
+			if _, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).Then(ops...).Commit(); err != nil {
+				return etcdErr(err)
+			}
+			fixed++
+		}
+		for vk, present := range have { // index keys of volumes that are gone
+			ops := s.indexFix(nil, present)
+			if _, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(vk), "=", 0)).Then(ops...).Commit(); err != nil {
+				return etcdErr(err)
+			}
+			fixed++
+		}
+		return nil
+	})
+	return fixed, err
+}
+
+// indexFix are the writes that turn the index keys present for v (nil:
+// a volume that is gone) into those v wants.
+func (s *Store) indexFix(v *model.CSIVolume, present map[string]bool) []clientv3.Op {
+	want := map[string]bool{}
+	if v != nil {
+		for _, idx := range s.indexes() {
+			for node := range idx.nodes(v) {
+				want[s.keys.indexed(idx.of, node, v.Namespace, v.ID)] = true
+			}
+		}
+	}
+	var ops []clientv3.Op
+	for _, key := range slices.Sorted(maps.Keys(want)) {
+		if !present[key] {
+			ops = append(ops, clientv3.OpPut(key, ""))
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(present)) {
+		if !want[key] {
+			ops = append(ops, clientv3.OpDelete(key))
+		}
+	}
+	return ops
+}
+
+// indexedNodes are the nodes in the node index and those marked stranded,
+// read keys only.
+func (s *Store) indexedNodes(ctx context.Context) (map[string]bool, error) {
+	nodes := map[string]bool{}
+	err := s.call(ctx, "read the node index", func(ctx context.Context) error {
+		prefixes := []string{s.keys.claims(), s.keys.attachments(), s.keys.strandedMarks()}
+		ops := make([]clientv3.Op, len(prefixes))
+		for i, p := range prefixes {
+			ops[i] = clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		}
+		resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return etcdErr(err)
+		}
+		for i, p := range prefixes {
+			for _, kv := range resp.Responses[i].GetResponseRange().GetKvs() {
+				node, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), p), "/")
+				nodes[node] = true
+			}
+		}
+		return nil
+	})
+	return nodes, err
+}
+
+// nodeState is what the GC needs to know of a node.
+type nodeState struct {
+	up                  bool
+	claims, attachments int64
+	marked              bool
+}
+
+// nodeBatch bounds the nodes read in one transaction (etcd allows 128
+// operations in one by default; a node takes 4).
+const nodeBatch = 32
+
+// nodeStates reads, for each node, whether it is up, how many volumes it
+// holds claims on and is attached to, and whether it is marked stranded:
+// count-only reads, a few per node.
+func (s *Store) nodeStates(ctx context.Context, nodes []string) (map[string]nodeState, error) {
+	states := make(map[string]nodeState, len(nodes))
+	err := s.call(ctx, "read the nodes' state", func(ctx context.Context) error {
+		for batch := range slices.Chunk(nodes, nodeBatch) {
+			var ops []clientv3.Op
+			for _, n := range batch {
+				ops = append(ops,
+					clientv3.OpGet(s.keys.node(n), clientv3.WithCountOnly()),
+					clientv3.OpGet(s.keys.claimsOf(n), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+					clientv3.OpGet(s.keys.attachmentsOf(n), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+					clientv3.OpGet(s.keys.strandedMark(n), clientv3.WithCountOnly()))
+			}
+			resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				return etcdErr(err)
+			}
+			count := func(i int) int64 { return resp.Responses[i].GetResponseRange().GetCount() }
+			for i, n := range batch {
+				states[n] = nodeState{up: count(4*i) > 0, claims: count(4*i + 1), attachments: count(4*i + 2), marked: count(4*i+3) > 0}
+			}
+		}
+		return nil
+	})
+	return states, err
+}
