@@ -3,7 +3,10 @@ package api
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
+
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // routeRights is the right each route needs from a token, by its pattern
@@ -79,7 +82,14 @@ func callerOf(r *http.Request) string {
 		return name
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		return "cert:" + r.TLS.PeerCertificates[0].Subject.CommonName
+		cn := r.TLS.PeerCertificates[0].Subject.CommonName
+		if !names.Valid(cn) {
+			cn = strconv.QuoteToASCII(cn)
+		}
+		if len(cn) > names.MaxLen {
+			cn = cn[:names.MaxLen]
+		}
+		return "cert:" + cn
 	}
 	if uid, ok := strings.CutPrefix(r.RemoteAddr, "uid="); ok {
 		uid, _, _ = strings.Cut(uid, ",")

@@ -2,9 +2,13 @@ package api_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +39,7 @@ func TestARegistrationNeverTakesOverAHealthyPluginSilently(t *testing.T) {
 		{name: "a healthy plugin", method: "POST", path: "/v1/plugins", body: registerBody("p", "a1"), status: 200, want: `"registered_by": "addr:192.0.2.1:1234"`},
 		{name: "a plugin not found healthy", method: "POST", path: "/v1/plugins", body: registerBody("sick", "a1"), status: 200},
 	})
+	events := followEvents(t, b, "?type=csi-node")
 	h := b.server.HandlerFor(tokenListener(t))
 	takeover := registerBody("p", "evil1")
 	forced := `{"type":"csi-node","name":"p","alloc_id":"evil1","connection":{"socket_path":"/run/csi/evil1.sock"},"force":true}`
@@ -73,6 +78,11 @@ func TestARegistrationNeverTakesOverAHealthyPluginSilently(t *testing.T) {
 	current, _ := b.registry.Snapshot().Current("csi-node", "p")
 	require.Equal(t, "token:plugins-token", current.GetRegisteredBy(), "the registration records who made it")
 	require.Contains(t, b.logs.String(), "plugin registered: type=csi-node name=p alloc_id=evil1 socket=/run/csi/evil1.sock previous=a1 force=true by=token:plugins-token")
+	line := events(t)
+	for !strings.Contains(string(line), `"evil1"`) {
+		line = events(t)
+	}
+	require.Contains(t, string(line), `"registered_by":"token:plugins-token"`, "the event names who registered")
 	for _, token := range rightTokens {
 		require.NotContains(t, b.logs.String(), token, "logs name tokens, never their secrets")
 	}
@@ -133,6 +143,23 @@ func TestAVolumesTokenCannotSendAVolumesSecretsToItsOwnSocket(t *testing.T) {
 	got = volumes("POST", "/v1/volumes/default/db/unmount", `{"alloc_id":"web-1"}`)
 	require.Equal(t, 200, got.status, got.body)
 	require.NotContains(t, b.logs.String(), secretValue)
+}
+
+// TestACertificateCallerIsNamedByItsCommonName: on a TLS listener without
+// tokens, a registration records the client certificate's CN, quoted when
+// it is not a plain name.
+func TestACertificateCallerIsNamedByItsCommonName(t *testing.T) {
+	for cn, want := range map[string]string{"ops-1": "cert:ops-1", "ops\nfake=1": `cert:"ops\nfake=1"`} {
+		b := newBackend(t)
+		req := httptest.NewRequest("POST", "https://127.0.0.1:4646/v1/plugins", strings.NewReader(registerBody("p", "a1")))
+		req.Header.Set("Content-Type", "application/json")
+		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: cn}}}}
+		rec := httptest.NewRecorder()
+		b.server.HandlerFor(api.Listener{Name: "https 127.0.0.1:4646", Port: "4646"}).ServeHTTP(rec, req)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		current, _ := b.registry.Snapshot().Current("csi-node", "p")
+		require.Equal(t, want, current.GetRegisteredBy())
+	}
 }
 
 // TestAUnixSocketCallerIsNamedByItsUID serves the API on a unix socket
