@@ -87,8 +87,9 @@ func (a *Agent) listen() ([]served, error) {
 		return nil, fmt.Errorf("agent: API socket: %w", err)
 	}
 	// The socket's mode (0600) admits only the agent's user: no token.
+	// PeerListener names each caller by its uid in logs and events.
 	policy := api.Listener{Name: "unix socket " + socket, Hosts: unixHosts}
-	g := newGate(unixListener, policy.Name, a.cfg.HTTPLimits.gateLimits(false))
+	g := newGate(api.PeerListener(unixListener), policy.Name, a.cfg.HTTPLimits.gateLimits(false))
 	out := []served{{listener: g, policy: policy, gate: g}}
 	if a.cfg.HTTPAddr == "" {
 		return out, nil

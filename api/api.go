@@ -92,7 +92,11 @@ func (s *Server) routes() []route {
 
 // Handler returns the API's routes, unguarded: serve them through
 // HandlerFor, which checks each request against its listener first.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.mux() }
+
+// mux is Handler's mux: HandlerFor also asks it which route a request is
+// for, to check the right that route needs.
+func (s *Server) mux() *http.ServeMux {
 	if s.Logger == nil {
 		s.Logger = hclog.NewNullLogger()
 	}
@@ -149,6 +153,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, errNotFound), errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoDispenser), isNotFound(err):
 		return http.StatusNotFound
+	case errors.Is(err, errTakeover):
+		return http.StatusConflict
 	case errors.Is(err, registry.ErrLimit), errors.Is(err, ErrStreamLimit):
 		return http.StatusTooManyRequests
 	case errors.Is(err, registry.ErrShutdown):

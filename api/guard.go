@@ -22,8 +22,9 @@ type Listener struct {
 	// An IP literal cannot be rebound by DNS, so it names this listener.
 	Port string
 	// Tokens, when set, makes every request carry "Authorization: Bearer
-	// <token>" with a token of the set: read rights for GET and HEAD,
-	// write rights for anything else.
+	// <token>" with a token of the set whose rights include the right of
+	// the request's route (routeRights). Without Tokens, every caller who
+	// reaches the listener has every right.
 	Tokens *Tokens
 }
 
@@ -33,21 +34,24 @@ type Listener struct {
 //     browser loaded from another name cannot reach the API by DNS
 //     rebinding;
 //   - the listener has tokens and the request has no valid one (401), or
-//     only a read token for a write (403);
+//     one without the right its route needs (403, naming the right);
 //   - it is a write (not GET or HEAD) without Content-Type
 //     application/json (415): a browser cannot send that cross-origin
 //     without a CORS preflight, which the API never grants.
 //
 // Bodies are limited to MaxBodyBytes. Refusals are logged at debug level
-// with the method and path, never the token.
+// with the method and path, never the token. A request served carries its
+// caller's name (callerOf) for the handlers' logs and events.
 func (s *Server) HandlerFor(l Listener) http.Handler {
-	next := s.Handler()
+	next := s.mux()
 	hosts := make(map[string]bool, len(l.Hosts))
 	for _, h := range l.Hosts {
 		hosts[strings.ToLower(h)] = true
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if status, err := l.refuse(r, hosts); err != nil {
+		_, pattern := next.Handler(r)
+		r, status, err := l.refuse(r, hosts, rightFor(pattern))
+		if err != nil {
 			s.Logger.Debug("request refused", "listener", l.Name, "method", r.Method, "path", r.URL.Path,
 				"status", status, "error", err)
 			if status == http.StatusUnauthorized {
@@ -61,36 +65,40 @@ func (s *Server) HandlerFor(l Listener) http.Handler {
 	})
 }
 
-// refuse says why r may not be served on l, with the status to answer.
-func (l Listener) refuse(r *http.Request, hosts map[string]bool) (int, error) {
+// refuse says why r may not be served on l, with the status to answer;
+// need is the right r's route needs. It returns r with its caller's token
+// name when r may be served.
+func (l Listener) refuse(r *http.Request, hosts map[string]bool, need Rights) (*http.Request, int, error) {
 	if !l.names(r, hosts) {
-		return http.StatusMisdirectedRequest, fmt.Errorf("api: the Host header %q does not name this listener (%s); "+
+		return r, http.StatusMisdirectedRequest, fmt.Errorf("api: the Host header %q does not name this listener (%s); "+
 			"send Host: %s", r.Host, l.Name, l.hostHint())
 	}
 	write := r.Method != http.MethodGet && r.Method != http.MethodHead
 	if l.Tokens != nil {
 		token, ok := bearer(r)
 		if !ok {
-			return http.StatusUnauthorized, fmt.Errorf("api: this listener (%s) needs an ACL token: "+
+			return r, http.StatusUnauthorized, fmt.Errorf("api: this listener (%s) needs an ACL token: "+
 				"send Authorization: Bearer <token>, with a token from the agent's -token-file", l.Name)
 		}
-		switch rights := l.Tokens.Rights(token); {
+		switch name, rights := l.Tokens.Lookup(token); {
 		case rights == NoRights:
-			return http.StatusUnauthorized, fmt.Errorf("api: the ACL token is not valid on this listener (%s); "+
+			return r, http.StatusUnauthorized, fmt.Errorf("api: the ACL token is not valid on this listener (%s); "+
 				"use a token from the agent's -token-file", l.Name)
-		case write && rights != Write:
-			return http.StatusForbidden, fmt.Errorf("api: the ACL token has %s rights only; %s %s needs a token with write rights",
-				rights, r.Method, r.URL.Path)
+		case !rights.Has(need):
+			return r, http.StatusForbidden, fmt.Errorf("api: the ACL token %q has the rights %s; %s %s needs the %s right: "+
+				"use a token whose rights include %s or admin", name, rights, r.Method, r.URL.Path, need, need)
+		default:
+			r = withCaller(r, name)
 		}
 	}
 	if write {
 		mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || mediaType != "application/json" {
-			return http.StatusUnsupportedMediaType, fmt.Errorf("api: %s needs Content-Type: application/json, not %q",
+			return r, http.StatusUnsupportedMediaType, fmt.Errorf("api: %s needs Content-Type: application/json, not %q",
 				r.Method, r.Header.Get("Content-Type"))
 		}
 	}
-	return 0, nil
+	return r, 0, nil
 }
 
 // names says whether r's Host header names l.

@@ -70,7 +70,7 @@ func TestEveryListenerRefusesWhatItMustWithAClearError(t *testing.T) {
 		{"a read token reads", withTokens, request{method: "GET", path: "/v1/plugins", host: "localhost:4646", header: bearer(readToken)}, 200, ""},
 		{"a read token may not write", withTokens,
 			request{method: "POST", path: "/v1/plugins", body: registerBody("p", "a1"), host: "localhost:4646", header: bearer(readToken)},
-			403, "has read rights only; POST /v1/plugins needs a token with write rights"},
+			403, `the ACL token "line2" has the rights read; POST /v1/plugins needs the plugins right: use a token whose rights include plugins or admin`},
 		{"a write token writes", withTokens,
 			request{method: "POST", path: "/v1/plugins", body: registerBody("p", "a1"), host: "localhost:4646", header: bearer(writeToken)}, 200, ""},
 		{"the bearer scheme is case-insensitive", withTokens,

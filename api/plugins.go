@@ -23,6 +23,8 @@ func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) error {
 // PluginBody registers an allocation of a plugin: POST /v1/plugins. A
 // plugin registered through the API connects by unix socket only: an
 // address is refused, and belongs in a spec file in a watched directory.
+// Force registers it even when it replaces a healthy current allocation
+// (see checkTakeover).
 type PluginBody struct {
 	Type       string            `json:"type"`
 	Name       string            `json:"name"`
@@ -30,6 +32,7 @@ type PluginBody struct {
 	AllocID    string            `json:"alloc_id"`
 	Connection ConnectionBody    `json:"connection"`
 	Options    map[string]string `json:"options,omitempty"`
+	Force      bool              `json:"force,omitempty"`
 }
 
 // ConnectionBody says how to reach a plugin registered through the API.
@@ -52,15 +55,77 @@ func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	info := body.pluginInfo()
+	info.RegisteredBy = callerOf(r)
 	if err := registry.ValidateRegistration(info); err != nil {
+		return err
+	}
+	previous, _ := s.Registry.Snapshot().Current(info.GetType(), info.GetName())
+	if err := s.checkTakeover(info, previous, body.Force); err != nil {
 		return err
 	}
 	if err := s.Registry.RegisterPlugin(info); err != nil {
 		return err
 	}
+	log := s.Logger.Info
+	if body.Force {
+		log = s.Logger.Warn
+	}
+	log("plugin registered", "type", info.GetType(), "name", info.GetName(), "alloc_id", info.GetAllocId(),
+		"socket", info.GetConnection().GetSocketPath(), "previous", previous.GetAllocId(), "force", body.Force, "by", info.GetRegisteredBy())
 	current, _ := s.Registry.Snapshot().Current(info.GetType(), info.GetName())
 	writeJSON(w, http.StatusOK, map[string]any{"registered": protoJSON(info), "current": protoJSON(current)})
 	return nil
+}
+
+// errTakeover refuses a registration that would replace a healthy
+// current allocation without force.
+var errTakeover = errors.New("api: not registered")
+
+// checkTakeover refuses info when previous, the plugin's current
+// allocation, is another one that the agent found healthy, unless force:
+// the new allocation would become current whether or not anything serves
+// its socket, and would receive the secrets and data of every volume of
+// the plugin. The CLI's -force sends force. The check and the
+// registration are two steps: two registrations racing may both pass it,
+// which the plugins right, needed for either, makes an operator's race.
+// The Go facade (registry.RegisterPlugin) does not check: its callers
+// (discovery, embedders) decide for themselves.
+func (s *Server) checkTakeover(info, previous *messages.PluginInfo, force bool) error {
+	if force || previous == nil || previous.GetAllocId() == info.GetAllocId() || !s.healthy(previous) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %s is served by healthy allocation %s (%s); %s would replace it as current.\n"+
+		"Its socket would receive the volumes of the plugin, secrets included: deregister %s first, "+
+		"or send \"force\": true (plugvisor plugin register -force)", errTakeover, info.GetType(), info.GetName(),
+		previous.GetAllocId(), previous.GetConnection().GetSocketPath()+previous.GetConnection().GetAddress(),
+		info.GetAllocId(), previous.GetAllocId())
+}
+
+// healthy says whether the agent found p healthy at its last check; false
+// for a type whose health it does not check, or before the first check.
+func (s *Server) healthy(p *messages.PluginInfo) bool {
+	same := func(ptype, name, alloc string, healthy bool) bool {
+		return healthy && (ptype == "" || ptype == p.GetType()) && name == p.GetName() && alloc == p.GetAllocId()
+	}
+	switch p.GetType() {
+	case "csi-node", "csi-controller":
+		if s.CSI != nil {
+			for _, f := range s.CSI.Plugins() {
+				if same(f.GetType(), f.GetName(), f.GetAllocId(), f.GetHealthy()) {
+					return true
+				}
+			}
+		}
+	case "docker-volume":
+		if s.DockerPlugins != nil {
+			for _, h := range s.DockerPlugins.Plugins() {
+				if same("", h.GetName(), h.GetAllocId(), h.GetHealthy()) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 func pathIDs(r *http.Request, names ...string) ([]string, error) {
@@ -98,6 +163,7 @@ func (s *Server) deregisterPlugin(w http.ResponseWriter, r *http.Request) error 
 	if err := s.Registry.DeregisterPlugin(ids[0], ids[1], ids[2]); err != nil {
 		return err
 	}
+	s.Logger.Info("plugin deregistered", "type", ids[0], "name", ids[1], "alloc_id", ids[2], "by", callerOf(r))
 	current, _ := s.Registry.Snapshot().Current(ids[0], ids[1])
 	writeJSON(w, http.StatusOK, map[string]any{"deregistered": ids[2], "current": protoJSON(current)})
 	return nil

@@ -19,9 +19,13 @@ func TestATokenFileIsParsedOrRefusedByLine(t *testing.T) {
 	}{
 		{"tokens with comments and blank lines", "# ops\n\n" + long + "1 write\n  " + long + "2   read  \n", ""},
 		{"an empty file", "# nothing\n", "lists no token"},
-		{"unknown rights", long + " admin\n", `line 1: rights must be read or write, not "admin"`},
-		{"a token without rights", "\n" + long + "\n", "line 2: want a token and its rights"},
-		{"three fields", long + " read extra\n", "found 3 fields"},
+		{"unknown rights", long + " superuser\n", `line 1: rights must be a comma-separated list of read, volumes, plugins, admin (or write, the same as admin), not "superuser"`},
+		{"an unknown right in a list", long + " volumes,mount\n", `not "volumes,mount"`},
+		{"a token without rights", "\n" + long + "\n", "line 2: want a token, its rights (e.g. read, or volumes,plugins) and optionally its name"},
+		{"four fields", long + " read ops extra\n", "found 4 fields"},
+		{"a name that is not a name", long + " read ../ops\n", `line 1: token name "../ops"`},
+		{"a name given twice", long + "1 read ops\n" + long + "2 admin ops\n", `line 2: the name "ops" is the name of line 1 too`},
+		{"a name taking a default name", long + "1 read\n" + long + "2 admin line1\n", `line 2: the name "line1" is the name of line 1 too`},
 		{"a short token", "short write\n", "the token is 5 characters; use at least 16"},
 		{"a token listed twice", long + " write\n" + long + " read\n", "line 2: the token of line 1 is listed again"},
 		{"a non-ASCII token", long + "é write\n", "printable ASCII"},
@@ -41,6 +45,35 @@ func TestATokenFileIsParsedOrRefusedByLine(t *testing.T) {
 			require.ErrorIs(t, err, api.ErrInvalidTokens)
 			require.ErrorContains(t, err, tc.want)
 			require.NotContains(t, err.Error(), long, "errors never show a token")
+		})
+	}
+}
+
+// TestATokensRightsAndNameAreItsLine: rights are a list, each including
+// read; write (the old files' word) and admin are every right; a line
+// without a name is named by its number.
+func TestATokensRightsAndNameAreItsLine(t *testing.T) {
+	long := strings.Repeat("t", api.MinTokenLength)
+	cases := []struct {
+		rights, name string
+		want         api.Rights
+		shown        string
+	}{
+		{"read", "", api.Read, "read"},
+		{"volumes", "scheduler", api.Read | api.Volumes, "read,volumes"},
+		{"plugins", "orchestrator", api.Read | api.Plugins, "read,plugins"},
+		{"plugins,volumes", "both", api.Read | api.Volumes | api.Plugins, "read,volumes,plugins"},
+		{"admin", "ops", api.Write, "admin"},
+		{"write", "", api.Write, "admin"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.rights, func(t *testing.T) {
+			tokens, err := api.ParseTokens(strings.NewReader("# first line\n" + long + " " + tc.rights + " " + tc.name + "\n"))
+			require.NoError(t, err)
+			name, rights := tokens.Lookup(long)
+			require.Equal(t, tc.want, rights)
+			require.Equal(t, tc.shown, rights.String())
+			require.Equal(t, map[bool]string{true: "line2", false: tc.name}[tc.name == ""], name)
 		})
 	}
 }

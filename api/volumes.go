@@ -454,7 +454,7 @@ var errorClasses = []struct {
 	{http.StatusNotFound, []error{catalog.ErrVolumeNotFound, volumes.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted,
 		model.ErrClaimNotFound, csi.ErrNotFound}},
 	{http.StatusConflict, []error{csi.ErrClaimRefused, catalog.ErrVolumeInUse, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
-		volumes.ErrClaimRefused, volumes.ErrInUse,
+		volumes.ErrClaimRefused, volumes.ErrInUse, volumes.ErrTargetBusy,
 		model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims, model.ErrNodeConflict, model.ErrClaimModeConflict,
 		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch,
 		csi.ErrAlreadyExists, csi.ErrFailedPrecondition}},

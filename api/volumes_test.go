@@ -42,12 +42,38 @@ func TestAPluginsAnswerMapsToAClearStatusNever500(t *testing.T) {
 		{"a bad ID", volumes.ErrInvalid, http.StatusBadRequest},
 		{"a shut down manager", volumes.ErrShutDown, http.StatusServiceUnavailable},
 		{"a node whose lease in the fleet is not held", volumes.ErrFenced, http.StatusServiceUnavailable},
+		{"the plugin left its target busy", fmt.Errorf("%w: left /t mounted", volumes.ErrTargetBusy), http.StatusConflict},
 		{"the store failed", volumes.ErrStore, http.StatusInternalServerError},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			require.Equal(t, c.want, statusOf(c.err))
 		})
+	}
+}
+
+// pluginFailures are every error a plugin's answer, or the client's talk
+// with it, can end in (csi's sentinels), and what the volume manager
+// makes of a plugin's behaviour.
+var pluginFailures = []error{
+	csi.ErrCanceled, csi.ErrUnknown, csi.ErrInvalidArgument, csi.ErrDeadlineExceeded, csi.ErrNotFound,
+	csi.ErrAlreadyExists, csi.ErrPermissionDenied, csi.ErrResourceExhausted, csi.ErrFailedPrecondition,
+	csi.ErrAborted, csi.ErrOutOfRange, csi.ErrUnimplemented, csi.ErrInternal, csi.ErrUnavailable,
+	csi.ErrDataLoss, csi.ErrUnauthenticated, csi.ErrInvalidResponse, csi.ErrConnect, csi.ErrClosed,
+	volumes.ErrTargetBusy, volumes.ErrPluginNotFound, volumes.ErrDeadline,
+}
+
+// TestEveryPluginFailureIsADocumentedStatusNot500 maps each way a plugin
+// can fail, as a volume operation and as a controller operation ends in
+// it, to a status the README documents for plugins: never a 500, which
+// means the agent itself failed.
+func TestEveryPluginFailureIsADocumentedStatusNot500(t *testing.T) {
+	documented := []int{400, 403, 404, 409, 501, 502, 503, 504, 507}
+	for _, sentinel := range pluginFailures {
+		for _, op := range []string{"volumes: mount: csi: NodeStageVolume", "controller: create: csi: CreateVolume"} {
+			err := fmt.Errorf("%s: %w: the plugin's words", op, sentinel)
+			require.Contains(t, documented, statusOf(err), "%v", err)
+		}
 	}
 }
 

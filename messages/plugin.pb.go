@@ -241,7 +241,12 @@ type PluginInfo struct {
 	// alloc_id identifies this running copy; the newest registration is current.
 	AllocId string `protobuf:"bytes,5,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
 	// options holds type-specific settings, e.g. a CSI plugin's mount dir.
-	Options       map[string]string `protobuf:"bytes,6,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Options map[string]string `protobuf:"bytes,6,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// registered_by says who registered or last re-registered this
+	// allocation through the API, for audit: "token:<name>" (an ACL token,
+	// never its secret), "cert:<CN>" (a TLS client certificate),
+	// "unix:uid=<uid>" (the unix socket). Empty for discovery and Go callers.
+	RegisteredBy  string `protobuf:"bytes,7,opt,name=registered_by,json=registeredBy,proto3" json:"registered_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +321,13 @@ func (x *PluginInfo) GetOptions() map[string]string {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *PluginInfo) GetRegisteredBy() string {
+	if x != nil {
+		return x.RegisteredBy
+	}
+	return ""
 }
 
 // Error is the failure half of every response. An unset Error means success.
@@ -1143,7 +1155,7 @@ const file_messages_plugin_proto_rawDesc = "" +
 	"\x14insecure_skip_verify\x18\x01 \x01(\bR\x12insecureSkipVerify\x12\x17\n" +
 	"\aca_file\x18\x02 \x01(\tR\x06caFile\x12\x1b\n" +
 	"\tcert_file\x18\x03 \x01(\tR\bcertFile\x12\x19\n" +
-	"\bkey_file\x18\x04 \x01(\tR\akeyFile\"\xb0\x02\n" +
+	"\bkey_file\x18\x04 \x01(\tR\akeyFile\"\xd5\x02\n" +
 	"\n" +
 	"PluginInfo\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
@@ -1153,7 +1165,8 @@ const file_messages_plugin_proto_rawDesc = "" +
 	"connection\x18\x04 \x01(\v2\".plugvisor.messages.ConnectionInfoR\n" +
 	"connection\x12\x19\n" +
 	"\balloc_id\x18\x05 \x01(\tR\aallocId\x12E\n" +
-	"\aoptions\x18\x06 \x03(\v2+.plugvisor.messages.PluginInfo.OptionsEntryR\aoptions\x1a:\n" +
+	"\aoptions\x18\x06 \x03(\v2+.plugvisor.messages.PluginInfo.OptionsEntryR\aoptions\x12#\n" +
+	"\rregistered_by\x18\a \x01(\tR\fregisteredBy\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"T\n" +

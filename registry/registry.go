@@ -156,6 +156,13 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // place. It returns once the change is durable and its event is sent. The
 // registry keeps a copy of info: the caller may change info afterwards.
 //
+// A new allocation becomes current whether or not anything serves its
+// socket, and whatever the health of the one it replaces: RegisterPlugin
+// does not check, and leaves that to its callers. The API refuses to
+// replace a healthy current allocation without "force" (api.PluginBody);
+// an embedder that registers on behalf of others should check likewise,
+// and may record who asked in info.RegisteredBy.
+//
 // The caller validates and encodes the copy itself, off the registry
 // actor, then hands it over with the writes of the other callers of the
 // moment (see inbox).

@@ -124,6 +124,7 @@ func ValidatePlugin(p *messages.PluginInfo) error {
 		ValidateID("plugin name", p.GetName()),
 		ValidateID("alloc ID", p.GetAllocId()),
 		validateVersion(p.GetVersion()),
+		validateRegisteredBy(p.GetRegisteredBy()),
 		validateConnection(p.GetConnection()),
 		validateOptions(p.GetOptions()),
 	}
@@ -164,6 +165,13 @@ func ValidateID(field, v string) error {
 func validateVersion(v string) error {
 	if len(v) > MaxVersionLen {
 		return errorf(ErrInvalid, "plugin version is %d bytes, over the limit of %d", len(v), MaxVersionLen)
+	}
+	return nil
+}
+
+func validateRegisteredBy(v string) error {
+	if len(v) > MaxVersionLen {
+		return errorf(ErrInvalid, "registered_by is %d bytes, over the limit of %d", len(v), MaxVersionLen)
 	}
 	return nil
 }

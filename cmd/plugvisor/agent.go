@@ -94,7 +94,7 @@ func newAgentCmd() *cobra.Command {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate of the -http listener")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of the -http listener")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM CA that signs the client certificates -http requires")
-	fs.StringVar(&cfg.TokenFile, "token-file", "", `ACL tokens for -http: one "<token> read|write" per line, mode 0600`)
+	fs.StringVar(&cfg.TokenFile, "token-file", "", `ACL tokens for -http: one "<token> <rights> [name]" per line, rights read, volumes, plugins, admin (comma-separated; write means admin), mode 0600`)
 	fs.BoolVar(&cfg.HTTPInsecure, "http-insecure", false, "serve -http without the TLS or tokens its address needs (warns at every start)")
 	fs.IntVar(&cfg.HTTPLimits.MaxConns, "http-max-conns", 256, "most open API connections per listener")
 	fs.IntVar(&cfg.HTTPLimits.ReservedConns, "http-reserved-conns", 0, "of -http-max-conns, how many clients that have not yet proved themselves (token, headers and body in) may never take (default a quarter)")

@@ -262,14 +262,14 @@ func pluginStatus(ctx context.Context, common commonFlags, ptype, name string, s
 }
 
 func pluginRegister(ctx context.Context, common commonFlags, p pluginJSON, force bool, stdout io.Writer) error {
-	c := newClient(common.dataDir)
-	if !force {
-		if err := checkNotReplacingHealthy(ctx, c, p); err != nil {
-			return err
-		}
-	}
+	// The agent refuses to replace a healthy current allocation without
+	// force (409, naming it), for every API client alike.
+	body := struct {
+		pluginJSON
+		Force bool `json:"force,omitempty"`
+	}{p, force}
 	var out map[string]pluginJSON
-	if err := c.call(ctx, "POST", "/v1/plugins", nil, p, &out); err != nil {
+	if err := newClient(common.dataDir).call(ctx, "POST", "/v1/plugins", nil, body, &out); err != nil {
 		return err
 	}
 	if common.json {
@@ -297,32 +297,6 @@ func pluginDeregister(ctx context.Context, common commonFlags, ptype, name, allo
 	}
 	fmt.Fprintf(stdout, "deregistered %s %s alloc %s; current allocation is %s\n", ptype, name, alloc, out.Current.AllocID)
 	return nil
-}
-
-// errReplacesHealthy refuses a registration that would replace a healthy
-// current allocation; -force overrides it.
-var errReplacesHealthy = errors.New("not registered")
-
-// checkNotReplacingHealthy refuses to register p when its plugin has a
-// healthy current allocation other than p's: the new one would take over,
-// whether or not anything serves its socket.
-func checkNotReplacingHealthy(ctx context.Context, c *client, p pluginJSON) error {
-	st, err := getPluginStatus(ctx, c, p.Type, p.Name)
-	switch {
-	case isStatus(err, http.StatusNotFound):
-		return nil
-	case err != nil:
-		return err
-	case st.Current.AllocID == p.AllocID:
-		return nil // an update of the current allocation in place
-	}
-	healthy, _, err := pluginHealthy(ctx, c, p.Type, p.Name, st.Current.AllocID)
-	if err != nil || !healthy {
-		return err
-	}
-	return fmt.Errorf("%w: %s %s is served by healthy allocation %s (%s); %s would replace it as current.\n"+
-		"Pass -force to register anyway", errReplacesHealthy,
-		p.Type, p.Name, st.Current.AllocID, st.Current.address(), p.AllocID)
 }
 
 // healthJSON is one plugin instance of /v1/csi/plugins or /v1/docker/plugins.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,9 +34,15 @@ func TestTheAgentRefusesAnUnprotectedTCPListener(t *testing.T) {
 
 func TestTheAgentServesTCPWithTokensAndWarnsWhenInsecure(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	const token = "0123456789abcdef0123456789abcdef"
-	require.NoError(t, os.WriteFile(tokens, []byte(token+" read\n"), 0o600))
-	a := startAgent(t, dataDir(t), "-http", "127.0.0.1:0", "-token-file", tokens)
+	const (
+		token      = "0123456789abcdef0123456789abcdef"
+		oldWrite   = "w123456789abcdef0123456789abcdef"
+		volumesTok = "v123456789abcdef0123456789abcdef"
+	)
+	// A file of before rights were split (read, write) and a new line.
+	require.NoError(t, os.WriteFile(tokens, []byte(token+" read\n"+oldWrite+" write\n"+volumesTok+" volumes scheduler\n"), 0o600))
+	dir := dataDir(t)
+	a := startAgent(t, dir, "-http", "127.0.0.1:0", "-token-file", tokens)
 	// The API may answer on the unix socket a moment before "agent started"
 	// names the TCP address.
 	var addr []string
@@ -43,20 +50,41 @@ func TestTheAgentServesTCPWithTokensAndWarnsWhenInsecure(t *testing.T) {
 		addr = regexp.MustCompile(`http=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.stderr.String())
 		return len(addr) == 2
 	}, settle, 10*time.Millisecond, "the agent logs its TCP address: %s", a.stderr)
-	for tok, want := range map[string]int{"": http.StatusUnauthorized, token: http.StatusOK} {
-		req, err := http.NewRequest("GET", "http://"+addr[1]+"/v1/plugins", nil)
+	register := `{"type":"csi-node","name":"p","alloc_id":"a1","connection":{"socket_path":"/run/csi/nobody-a1.sock"}}`
+	cases := []struct {
+		token, method, path, body string
+		want                      int
+	}{
+		{"", "GET", "/v1/plugins", "", http.StatusUnauthorized},
+		{token, "GET", "/v1/plugins", "", http.StatusOK},
+		{token, "POST", "/v1/plugins", register, http.StatusForbidden},
+		{volumesTok, "POST", "/v1/plugins", register, http.StatusForbidden},
+		{oldWrite, "POST", "/v1/plugins", register, http.StatusOK},
+	}
+	for _, tc := range cases {
+		req, err := http.NewRequest(tc.method, "http://"+addr[1]+tc.path, strings.NewReader(tc.body))
 		require.NoError(t, err)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
-		require.Equal(t, want, resp.StatusCode)
+		require.Equal(t, tc.want, resp.StatusCode, "%s %s", tc.method, tc.path)
 	}
 	http.DefaultClient.CloseIdleConnections()
+	_, stderr, code := cli(t, "plugin", "register", "-data-dir", dir, "-type", "csi-node", "-name", "q", "-alloc", "a1",
+		"-socket", "/run/csi/nobody-q.sock")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.stderr.String(), "alloc_id=a1 socket=/run/csi/nobody-a1.sock previous=\"\" force=false by=token:line2") &&
+			strings.Contains(a.stderr.String(), fmt.Sprintf("name=q alloc_id=a1 socket=/run/csi/nobody-q.sock previous=\"\" force=false by=unix:uid=%d", os.Getuid()))
+	}, settle, 10*time.Millisecond, "the agent logs who registered: %s", a.stderr)
 	require.NotContains(t, a.stderr.String(), "INSECURE")
-	require.NotContains(t, a.stderr.String(), token, "the token is never logged")
+	for _, tok := range []string{token, oldWrite, volumesTok} {
+		require.NotContains(t, a.stderr.String(), tok, "a token is never logged")
+	}
 
 	insecure := startAgent(t, dataDir(t), "-http", "127.0.0.1:0", "-http-insecure")
 	require.True(t, strings.Contains(insecure.stderr.String(), "[WARN]  plugvisor: INSECURE: -http-insecure is set"), insecure.stderr.String())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/internal/mount"
@@ -97,4 +98,32 @@ func requireMounted(t *testing.T, target string, want bool) {
 	} else {
 		require.NotContains(t, points, target)
 	}
+}
+
+// TestABusyTargetIsAFailedPreconditionNamingIt holds a file open in a
+// published target, so the kernel refuses its umount (EBUSY): unpublish
+// answers FailedPrecondition (the agent's 409) naming the target, leaves
+// it mounted, and succeeds once the file is closed.
+func TestABusyTargetIsAFailedPreconditionNamingIt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skipf("bind mounts need root and this test runs as uid %d", os.Geteuid())
+	}
+	cfg := config(t)
+	cfg.SymlinkFallback = false
+	p, id, staging := stagedVolume(t, cfg)
+	target := p.path("busy")
+	_, err := p.node.NodePublishVolume(t.Context(), publishReq(id, staging, target, false))
+	require.NoError(t, err)
+	held, err := os.Create(filepath.Join(target, "held"))
+	require.NoError(t, err)
+
+	_, err = p.node.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	requireCode(t, codes.FailedPrecondition, err)
+	require.Contains(t, err.Error(), target+" is busy: a process holds files or its working directory there; stop it, then unpublish again")
+	requireMounted(t, target, true)
+
+	require.NoError(t, held.Close())
+	p.unpublish(t, id, target)
+	requireMounted(t, target, false)
+	p.unstage(t, id, staging)
 }

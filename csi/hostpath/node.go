@@ -497,7 +497,12 @@ func unmountAll(path string) error {
 		if unmounts == maxStackedMounts {
 			return internal(fmt.Errorf("hostpath: %s is still a mount point after %d unmounts", path, unmounts))
 		}
-		if err := mount.Unmount(path); err != nil {
+		err = mount.Unmount(path)
+		switch {
+		case errors.Is(err, syscall.EBUSY):
+			return status.Errorf(codes.FailedPrecondition, "hostpath: %s is busy: a process holds files or its working "+
+				"directory there; stop it, then unpublish again", path)
+		case err != nil:
 			return internal(fmt.Errorf("hostpath: %w", err))
 		}
 	}

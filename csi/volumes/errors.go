@@ -33,6 +33,11 @@ var (
 	// with an operation left unfinished (the error names them). Nothing
 	// changed.
 	ErrInUse = errors.New("volumes: volume in use")
+	// ErrTargetBusy: the plugin answered NodeUnpublishVolume but left its
+	// target mounted or not empty, so the agent cannot remove it (EBUSY,
+	// ENOTEMPTY). The publish stays recorded; unmount again once what holds
+	// the target lets go.
+	ErrTargetBusy = errors.New("volumes: target busy")
 	// ErrDeadline: the operation did not finish within its deadline. It
 	// goes on, or rolls back, without the caller; the volume's status shows
 	// its outcome.
@@ -63,6 +68,7 @@ var errorKinds = []struct {
 	{"not_mounted", ErrNotMounted},
 	{"claim_refused", ErrClaimRefused},
 	{"in_use", ErrInUse},
+	{"target_busy", ErrTargetBusy},
 	{"deadline", ErrDeadline},
 	{"store", ErrStore},
 	{"shut_down", ErrShutDown},
@@ -81,6 +87,11 @@ var errorKinds = []struct {
 	{"csi_unavailable", csi.ErrUnavailable},
 	{"csi_unknown", csi.ErrUnknown},
 	{"csi_connect", csi.ErrConnect},
+	{"csi_canceled", csi.ErrCanceled},
+	{"csi_data_loss", csi.ErrDataLoss},
+	{"csi_unauthenticated", csi.ErrUnauthenticated},
+	{"csi_invalid_response", csi.ErrInvalidResponse},
+	{"csi_closed", csi.ErrClosed},
 }
 
 // errorToProto turns err into the VolumeError of an answer; nil stays nil.

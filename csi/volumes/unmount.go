@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -101,7 +102,13 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 	}); err != nil && !j.goneAlready("NodeUnpublishVolume", err) {
 		return err
 	}
-	if err := os.Remove(pub.GetTargetPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	err = os.Remove(pub.GetTargetPath())
+	switch {
+	case err == nil, errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, syscall.EBUSY), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
+		return fmt.Errorf("%w: NodeUnpublishVolume succeeded but left %s mounted or not empty (%v); "+
+			"stop what uses it, then unmount again", ErrTargetBusy, pub.GetTargetPath(), errors.Unwrap(err))
+	default:
 		return fmt.Errorf("volumes: NodeUnpublishVolume succeeded but the target is still there: %w", err)
 	}
 	return nil
