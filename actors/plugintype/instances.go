@@ -252,6 +252,12 @@ func (m *Instances) Known(instance *actor.PID) bool {
 	return ok
 }
 
+// Len is the number of instances that have not terminated yet, current or
+// not: after Close, a manager that waits for its instances' last messages
+// answers its shutdown when Len is 0 (InstanceGone comes after the
+// instance is counted out).
+func (m *Instances) Len() int { return len(m.children) }
+
 // Each calls f for the current instance of every plugin, in no order.
 func (m *Instances) Each(f func(plugin *messages.PluginInfo, instance *actor.PID)) {
 	for _, p := range m.plugins {

@@ -32,6 +32,8 @@ type (
 	boom struct{}
 	// closeNow makes the manager close its Instances.
 	closeNow struct{}
+	// countNow asks the manager for its Instances' Len, answered as an int.
+	countNow struct{}
 )
 
 // snapshot is a registry snapshot the test sets.
@@ -60,11 +62,14 @@ type manager struct {
 }
 
 func (m *manager) Receive(ctx actor.Context) {
-	if _, ok := ctx.Message().(*closeNow); ok {
+	switch ctx.Message().(type) {
+	case *closeNow:
 		m.instances.Close(ctx)
-		return
+	case *countNow:
+		ctx.Respond(m.instances.Len())
+	default:
+		m.instances.Receive(ctx)
 	}
-	m.instances.Receive(ctx)
 }
 
 func (m *manager) InstanceProps(_ actor.Context, p *messages.PluginInfo) (*actor.Props, error) {
@@ -191,6 +196,7 @@ func TestClosingStopsEveryInstanceForGoodAndIsNoCorrection(t *testing.T) {
 	for range 2 {
 		probe.Expect[*started](t, e.report, wait)
 	}
+	require.Equal(t, 2, probe.Ask[int](t, e.report, e.manager, &countNow{}, wait))
 	e.report.Send(e.manager, &closeNow{})
 	var stops, gones []any
 	for len(stops)+len(gones) < 4 {
@@ -205,6 +211,7 @@ func TestClosingStopsEveryInstanceForGoodAndIsNoCorrection(t *testing.T) {
 	}
 	require.ElementsMatch(t, []any{stopped{alloc: "a1", why: "shutting down"}, stopped{alloc: "b1", why: "shutting down"}}, stops)
 	require.ElementsMatch(t, []any{gone{alloc: "a1"}, gone{alloc: "b1"}}, gones)
+	require.Zero(t, probe.Ask[int](t, e.report, e.manager, &countNow{}, wait), "no instance is left once both are gone")
 
 	// Neither the registry's news nor a resync against a snapshot that
 	// still lists both plugins starts anything again.
