@@ -7,6 +7,7 @@
 // with a Config (a data dir is enough), uses the parts through the
 // accessors (Registry, CSI, Catalog, Volumes, Discovery, DockerVolumes),
 // and calls Shutdown, which stops them in order and closes the state file.
+// Its own plugin types join through Config.PluginTypes (docs/plugin-types.md).
 // A program that wants only some of the parts starts those itself, as
 // Start does.
 package agent
