@@ -58,7 +58,8 @@ type TypeEnv struct {
 	// own managers (Config.ResyncInterval and Config.FingerprintInterval).
 	ResyncInterval, HealthInterval time.Duration
 	// Metrics counts into the agent's metrics, labelled by plugin type and
-	// name as the built-in types are.
+	// name as the built-in types are. Give it to plugintype.Config.Metrics
+	// for the restarts and give-ups; report health with PluginHealth.
 	Metrics TypeMetrics
 }
 

@@ -96,7 +96,14 @@ func (m *manager) InstanceGone(ctx actor.Context, p *messages.PluginInfo, _ *act
 	ctx.Send(m.report, &gone{alloc: p.GetAllocId()})
 }
 
+// counted is the test's plugintype.Metrics.
+type counted struct{ restarts, giveUps atomic.Int32 }
+
+func (c *counted) InstanceRestarting(*messages.PluginInfo) { c.restarts.Add(1) }
+func (c *counted) InstanceGaveUp(*messages.PluginInfo)     { c.giveUps.Add(1) }
+
 type env struct {
+	counted  counted
 	system   *actor.ActorSystem
 	registry *probe.Probe // plays the registry
 	report   *probe.Probe // hears the hooks
@@ -116,7 +123,7 @@ func start(t *testing.T, resync time.Duration, current ...*messages.PluginInfo) 
 	e := &env{system: system, registry: probe.New(t, system), report: probe.New(t, system)}
 	e.snap.Store(&snapshot{plugins: current, seq: 1})
 	cfg := plugintype.Config{Types: []string{"test"}, Registry: e.registry.PID(), ResyncInterval: resync,
-		Snapshot: func() plugintype.Snapshot { return e.snap.Load() }}
+		Snapshot: func() plugintype.Snapshot { return e.snap.Load() }, Metrics: &e.counted}
 	require.NoError(t, cfg.Validate())
 	strategy, err := supervisor.NewStrategy(supervisor.Spec{MaxRestarts: 1, Within: time.Minute, InitialDelay: time.Millisecond})
 	require.NoError(t, err)
@@ -183,6 +190,8 @@ func TestAnInstanceThatGivesUpIsFailedUntilTheRegistrySaysSomethingNew(t *testin
 	got := probe.Expect[*failed](t, e.report, wait)
 	require.Equal(t, "a1", got.alloc)
 	require.Contains(t, got.reason, "boom (gave up after 1 restarts)")
+	require.Equal(t, int32(1), e.counted.restarts.Load(), "the restart is counted")
+	require.Equal(t, int32(1), e.counted.giveUps.Load(), "the give-up is counted")
 	e.report.ExpectMessages(t, wait, &gone{alloc: "a1"})
 	e.report.ExpectNone(t, 100*time.Millisecond) // resyncs leave a failed plugin alone
 

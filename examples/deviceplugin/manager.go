@@ -80,7 +80,7 @@ func (m *Manager) Start(env agent.TypeEnv) error {
 		return fmt.Errorf("deviceplugin: %w", err)
 	}
 	icfg := plugintype.Config{Types: []string{env.Type}, Registry: env.Registry.PID(), ResyncInterval: env.ResyncInterval,
-		Snapshot: func() plugintype.Snapshot { return env.Registry.Snapshot() }, Logger: env.Logger}
+		Snapshot: func() plugintype.Snapshot { return env.Registry.Snapshot() }, Logger: env.Logger, Metrics: env.Metrics}
 	if err := icfg.Validate(); err != nil {
 		return fmt.Errorf("deviceplugin: %w", err)
 	}
@@ -129,12 +129,10 @@ type managerActor struct {
 	closing     []*actor.PID // who waits for the instances to be gone
 }
 
-// Receive counts supervision decisions, hands the instances' life cycle
-// to plugintype, then handles reports and subscriptions.
+// Receive hands the instances' life cycle to plugintype (which counts
+// restarts and give-ups into env.Metrics), then handles reports,
+// subscriptions and Shutdown.
 func (a *managerActor) Receive(ctx actor.Context) {
-	if ev, ok := ctx.Message().(*messages.ChildSupervised); ok {
-		a.onChildSupervised(ev)
-	}
 	if a.instances.Receive(ctx) {
 		return
 	}
@@ -193,20 +191,6 @@ func (a *managerActor) answerClosed(ctx actor.Context) {
 		ctx.Send(pid, &instancesClosed{})
 	}
 	a.closing = nil
-}
-
-// onChildSupervised counts the restarts and give-ups of current instances.
-func (a *managerActor) onChildSupervised(ev *messages.ChildSupervised) {
-	p, current := a.instances.Current(ev.GetChild())
-	if !current || a.env.Metrics == nil {
-		return
-	}
-	switch ev.GetDecision() {
-	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
-		a.env.Metrics.InstanceRestarting(p)
-	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
-		a.env.Metrics.InstanceGaveUp(p)
-	}
 }
 
 func (a *managerActor) record(h *DeviceHealth) {
