@@ -15,7 +15,7 @@ VERSION     ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>
 COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 LDFLAGS     := -X github.com/plugvisor/plugvisor/version.Version=$(VERSION) -X github.com/plugvisor/plugvisor/version.Commit=$(COMMIT)
 
-.PHONY: help proto build test readme bench bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability
+.PHONY: help proto build test examples readme bench bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -36,6 +36,11 @@ build: ## build the plugvisor binary into .bin/, stamped with its version and co
 test: ## go vet, then every test under the race detector (the README's scripts among them)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TEST_FLAGS) ./...
+
+# examples/ is its own module (go.mod with replace ../): an outside plugin
+# type, deviceplugin, embedded in the agent; see docs/plugin-types.md.
+examples: ## vet and test the examples/ module (a plugin type from outside) under the race detector
+	cd examples && $(GO) vet ./... && $(GO) test -race -count=1 $(TEST_FLAGS) ./...
 
 # The README's command blocks run as testscript files
 # (cmd/plugvisor/testdata/readme) against a real agent; make test runs

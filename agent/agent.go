@@ -7,6 +7,7 @@
 // with a Config (a data dir is enough), uses the parts through the
 // accessors (Registry, CSI, Catalog, Volumes, Discovery, DockerVolumes),
 // and calls Shutdown, which stops them in order and closes the state file.
+// Its own plugin types join through Config.PluginTypes (docs/plugin-types.md).
 // A program that wants only some of the parts starts those itself, as
 // Start does.
 package agent
@@ -120,12 +121,16 @@ type Config struct {
 	// Cluster, when set, runs the agent in cluster mode (see
 	// ClusterConfig); nil keeps the catalog on this node.
 	Cluster *ClusterConfig
+	// PluginTypes are the embedder's own plugin types (see PluginType),
+	// started in order after the agent's own managers and stopped before
+	// them, in reverse.
+	PluginTypes []PluginType
 }
 
 // validate checks the raw config: a negative duration is an error, not a
 // default.
 func (c Config) validate() error {
-	problems := []error{c.validateHTTP()}
+	problems := []error{c.validateHTTP(), validatePluginTypes(c.PluginTypes)}
 	if err := c.BodyLimits.Validate(); err != nil {
 		problems = append(problems, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
@@ -265,6 +270,9 @@ func start(cfg Config) (_ *Agent, err error) {
 		return nil, err
 	}
 	if err := a.startManagers(); err != nil {
+		return nil, err
+	}
+	if err := a.startPluginTypes(); err != nil {
 		return nil, err
 	}
 	if err := a.startDiscovery(); err != nil {
@@ -454,7 +462,8 @@ func (a *Agent) startDiscovery() error {
 
 // Plugins returns what discovery knows of every plugin found on disk,
 // each with its health as its manager last saw it (the docker-volume
-// manager's checks, the CSI manager's fingerprints).
+// manager's checks, the CSI manager's fingerprints, the embedder's types'
+// Instances).
 func (a *Agent) Plugins() []*messages.DiscoveredPlugin {
 	type health struct {
 		healthy bool
@@ -466,6 +475,11 @@ func (a *Agent) Plugins() []*messages.DiscoveredPlugin {
 	}
 	for _, fp := range a.csi.Plugins() {
 		checked[[2]string{fp.GetType(), fp.GetName()}] = health{fp.GetHealthy(), fp.GetHealthDescription()}
+	}
+	for _, t := range a.cfg.PluginTypes {
+		for _, h := range t.Manager.Instances() {
+			checked[[2]string{t.Name, h.Name}] = health{h.Healthy, h.Description}
+		}
 	}
 	found := a.disc.Plugins()
 	out := make([]*messages.DiscoveredPlugin, 0, len(found))

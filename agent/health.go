@@ -75,6 +75,7 @@ func (a *Agent) health() api.Health {
 		}
 	}
 	h.Reasons = appendReason(h.Reasons, "Docker volume plugin instances are unhealthy", sick)
+	h.PluginTypes, h.Reasons = a.pluginTypesHealth(h.Reasons)
 	sick = nil
 	for _, p := range a.disc.Plugins() {
 		switch p.GetState() {
@@ -98,4 +99,28 @@ func appendReason(reasons []string, what string, names []string) []string {
 		reason += fmt.Sprintf("; and %d more", len(names)-maxNamed)
 	}
 	return append(reasons, reason)
+}
+
+// pluginTypesHealth counts the instances of each of the embedder's plugin
+// types, and adds a reason for each type with unhealthy ones.
+func (a *Agent) pluginTypesHealth(reasons []string) (map[string]api.InstanceCounts, []string) {
+	if len(a.cfg.PluginTypes) == 0 {
+		return nil, reasons
+	}
+	counts := make(map[string]api.InstanceCounts, len(a.cfg.PluginTypes))
+	for _, t := range a.cfg.PluginTypes {
+		var c api.InstanceCounts
+		var sick []string
+		for _, h := range t.Manager.Instances() {
+			c.Total++
+			if h.Healthy {
+				c.Healthy++
+			} else {
+				sick = append(sick, fmt.Sprintf("%s (%s)", h.Name, h.Description))
+			}
+		}
+		counts[t.Name] = c
+		reasons = appendReason(reasons, t.Name+" plugin instances are unhealthy", sick)
+	}
+	return counts, reasons
 }

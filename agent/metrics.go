@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,8 +127,17 @@ var activationThens = []string{"retry", "slow", "wait"}
 // instance, counted in the restart and give-up metrics.
 var instanceTypes = []string{csi.TypeController, csi.TypeNode, dockervolume.PluginType}
 
+// instanceTypes are instanceTypes and the embedder's plugin types.
+func (a *Agent) instanceTypes() []string {
+	types := slices.Clone(instanceTypes)
+	for _, t := range a.cfg.PluginTypes {
+		types = append(types, t.Name)
+	}
+	return types
+}
+
 // handler serves the metrics. Before each scrape it gives every plugin
-// the agent knows its label sets, at zero until something is counted:
+// the agent knows (the embedder's types' too) its label sets, at zero until something is counted:
 // restarts and give-ups for each plugin with an instance, fingerprint
 // latency for each CSI plugin, failed activations for each plugin found on
 // disk. (Health is left to the first check: a 0 there would mean
@@ -135,11 +145,11 @@ var instanceTypes = []string{csi.TypeController, csi.TypeNode, dockervolume.Plug
 func (m *metrics) handler(a *Agent) http.Handler {
 	serve := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for _, ptype := range instanceTypes {
+		for _, ptype := range a.instanceTypes() {
 			for _, p := range a.registry.ListPlugins(ptype) {
 				m.instanceRestarts.WithLabelValues(ptype, p.GetName())
 				m.instanceGiveUps.WithLabelValues(ptype, p.GetName())
-				if ptype != dockervolume.PluginType {
+				if ptype == csi.TypeController || ptype == csi.TypeNode {
 					m.fingerprints.WithLabelValues(ptype, p.GetName())
 				}
 			}
@@ -175,8 +185,9 @@ func (r registryMetrics) Batch(writes int)  { r.m.registryBatch.Observe(float64(
 func (r registryMetrics) EventsSent(n int)  { r.m.eventsDelivered.Add(float64(n)) }
 func (r registryMetrics) Subscribers(n int) { r.m.subscribers.Set(float64(n)) }
 
-// csiMetrics is the csi.ManagerMetrics and dockervolume.ManagerMetrics the
-// agent gives its plugin managers: restarts and give-ups of every plugin type.
+// csiMetrics is the csi.ManagerMetrics, dockervolume.ManagerMetrics and
+// TypeMetrics the agent gives its plugin managers: restarts and give-ups of
+// every plugin type.
 type csiMetrics struct{ m *metrics }
 
 // PluginHealth sets the health gauge of a plugin whose manager does not

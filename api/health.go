@@ -20,6 +20,9 @@ type Health struct {
 	// CSIInstances and DockerInstances count plugin instances by health.
 	CSIInstances    InstanceCounts `json:"csi_instances"`
 	DockerInstances InstanceCounts `json:"docker_instances"`
+	// PluginTypes counts the instances of each plugin type the embedder
+	// added to the agent (agent.PluginType), by type.
+	PluginTypes map[string]InstanceCounts `json:"plugin_types,omitempty"`
 	// Discovered counts the plugins discovery knows of, and
 	// DiscoveryFailures those of them that failed activation or are
 	// invalid.

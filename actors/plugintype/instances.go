@@ -96,6 +96,18 @@ type Config struct {
 	ResyncInterval time.Duration
 	// Logger receives the log lines about instances; nil discards them.
 	Logger hclog.Logger
+	// Metrics, when set, hears of the supervision decisions about current
+	// instances.
+	Metrics Metrics
+}
+
+// Metrics counts what the supervision of current instances decides; the
+// agent's TypeMetrics is one.
+type Metrics interface {
+	// InstanceRestarting: the instance of plugin failed and restarts after a backoff.
+	InstanceRestarting(plugin *messages.PluginInfo)
+	// InstanceGaveUp: the instance of plugin gave up, or stopped by its policy.
+	InstanceGaveUp(plugin *messages.PluginInfo)
 }
 
 // Resync is sent to the manager by its resync timer, or by its owner for a
@@ -251,6 +263,12 @@ func (m *Instances) Known(instance *actor.PID) bool {
 	_, ok := m.children[instance.GetId()]
 	return ok
 }
+
+// Len is the number of instances that have not terminated yet, current or
+// not: after Close, a manager that waits for its instances' last messages
+// answers its shutdown when Len is 0 (InstanceGone comes after the
+// instance is counted out).
+func (m *Instances) Len() int { return len(m.children) }
 
 // Each calls f for the current instance of every plugin, in no order.
 func (m *Instances) Each(f func(plugin *messages.PluginInfo, instance *actor.PID)) {
@@ -442,9 +460,15 @@ func (m *Instances) onChildSupervised(ctx actor.Context, ev *messages.ChildSuper
 	switch ev.GetDecision() {
 	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
 		log.Warn("plugin instance failed: restarting it after a backoff", "delay", ev.GetDelay().AsDuration())
+		if m.cfg.Metrics != nil {
+			m.cfg.Metrics.InstanceRestarting(c.plugin)
+		}
 	case messages.SupervisionDecision_SUPERVISION_DECISION_RESTARTED:
 		log.Info("plugin instance restarted")
 	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
+		if m.cfg.Metrics != nil {
+			m.cfg.Metrics.InstanceGaveUp(c.plugin)
+		}
 		reason := ev.GetReason()
 		if n := ev.GetFailures(); n > 1 {
 			reason = fmt.Sprintf("%s (gave up after %d restarts)", reason, n-1)

@@ -32,6 +32,8 @@ type (
 	boom struct{}
 	// closeNow makes the manager close its Instances.
 	closeNow struct{}
+	// countNow asks the manager for its Instances' Len, answered as an int.
+	countNow struct{}
 )
 
 // snapshot is a registry snapshot the test sets.
@@ -60,11 +62,14 @@ type manager struct {
 }
 
 func (m *manager) Receive(ctx actor.Context) {
-	if _, ok := ctx.Message().(*closeNow); ok {
+	switch ctx.Message().(type) {
+	case *closeNow:
 		m.instances.Close(ctx)
-		return
+	case *countNow:
+		ctx.Respond(m.instances.Len())
+	default:
+		m.instances.Receive(ctx)
 	}
-	m.instances.Receive(ctx)
 }
 
 func (m *manager) InstanceProps(_ actor.Context, p *messages.PluginInfo) (*actor.Props, error) {
@@ -91,7 +96,14 @@ func (m *manager) InstanceGone(ctx actor.Context, p *messages.PluginInfo, _ *act
 	ctx.Send(m.report, &gone{alloc: p.GetAllocId()})
 }
 
+// counted is the test's plugintype.Metrics.
+type counted struct{ restarts, giveUps atomic.Int32 }
+
+func (c *counted) InstanceRestarting(*messages.PluginInfo) { c.restarts.Add(1) }
+func (c *counted) InstanceGaveUp(*messages.PluginInfo)     { c.giveUps.Add(1) }
+
 type env struct {
+	counted  counted
 	system   *actor.ActorSystem
 	registry *probe.Probe // plays the registry
 	report   *probe.Probe // hears the hooks
@@ -111,7 +123,7 @@ func start(t *testing.T, resync time.Duration, current ...*messages.PluginInfo) 
 	e := &env{system: system, registry: probe.New(t, system), report: probe.New(t, system)}
 	e.snap.Store(&snapshot{plugins: current, seq: 1})
 	cfg := plugintype.Config{Types: []string{"test"}, Registry: e.registry.PID(), ResyncInterval: resync,
-		Snapshot: func() plugintype.Snapshot { return e.snap.Load() }}
+		Snapshot: func() plugintype.Snapshot { return e.snap.Load() }, Metrics: &e.counted}
 	require.NoError(t, cfg.Validate())
 	strategy, err := supervisor.NewStrategy(supervisor.Spec{MaxRestarts: 1, Within: time.Minute, InitialDelay: time.Millisecond})
 	require.NoError(t, err)
@@ -178,6 +190,8 @@ func TestAnInstanceThatGivesUpIsFailedUntilTheRegistrySaysSomethingNew(t *testin
 	got := probe.Expect[*failed](t, e.report, wait)
 	require.Equal(t, "a1", got.alloc)
 	require.Contains(t, got.reason, "boom (gave up after 1 restarts)")
+	require.Equal(t, int32(1), e.counted.restarts.Load(), "the restart is counted")
+	require.Equal(t, int32(1), e.counted.giveUps.Load(), "the give-up is counted")
 	e.report.ExpectMessages(t, wait, &gone{alloc: "a1"})
 	e.report.ExpectNone(t, 100*time.Millisecond) // resyncs leave a failed plugin alone
 
@@ -191,6 +205,7 @@ func TestClosingStopsEveryInstanceForGoodAndIsNoCorrection(t *testing.T) {
 	for range 2 {
 		probe.Expect[*started](t, e.report, wait)
 	}
+	require.Equal(t, 2, probe.Ask[int](t, e.report, e.manager, &countNow{}, wait))
 	e.report.Send(e.manager, &closeNow{})
 	var stops, gones []any
 	for len(stops)+len(gones) < 4 {
@@ -205,6 +220,7 @@ func TestClosingStopsEveryInstanceForGoodAndIsNoCorrection(t *testing.T) {
 	}
 	require.ElementsMatch(t, []any{stopped{alloc: "a1", why: "shutting down"}, stopped{alloc: "b1", why: "shutting down"}}, stops)
 	require.ElementsMatch(t, []any{gone{alloc: "a1"}, gone{alloc: "b1"}}, gones)
+	require.Zero(t, probe.Ask[int](t, e.report, e.manager, &countNow{}, wait), "no instance is left once both are gone")
 
 	// Neither the registry's news nor a resync against a snapshot that
 	// still lists both plugins starts anything again.
