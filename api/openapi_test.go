@@ -312,7 +312,10 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("POST", "/v1/volumes/default/vol-1/release", `{"alloc_id":"c1"}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/mount", `{"alloc_id":"web-1"}`, 200)
 	c.refuse("POST", "/v1/volumes/default/vol-1/mount", `{"alloc_id":"web-1","ro":true}`)
+	c.do("POST", "/v1/volumes/default/vol-1/mount", `{"alloc_id":"web-2","force":true}`, 400) // force is an unmount's
 	c.do("GET", "/v1/volumes/default/vol-1/status", "", 200)
+	c.do("POST", "/v1/volumes/default/vol-1/mount", `{"alloc_id":"web-3","read_only":true}`, 200)
+	c.do("POST", "/v1/volumes/default/vol-1/unmount", `{"alloc_id":"web-3","force":true}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/unmount", `{"alloc_id":"web-1"}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/detach", `{"node_id":"n1"}`, 200)
 	c.do("GET", "/v1/volumes/default/vol-1/status", "", 200) // the node holds nothing of it now

@@ -215,10 +215,12 @@ func (s *Server) deregisterVolume(w http.ResponseWriter, r *http.Request) error 
 
 // AllocBody names the alloc of a claim, release, mount or unmount:
 // POST /v1/volumes/{ns}/{id}/claim, .../release, .../mount, .../unmount.
-// read_only is for claim and mount only.
+// read_only is for claim and mount only; force for unmount only (an
+// operator's last resort: see volumes.Manager.ForceUnmount).
 type AllocBody struct {
 	AllocID  string `json:"alloc_id"`
 	ReadOnly bool   `json:"read_only"`
+	Force    bool   `json:"force,omitempty"`
 }
 
 // DetachBody names the plugin's node to detach a volume from:
@@ -299,8 +301,10 @@ type PastClaimJSON struct {
 	LastError string `json:"last_error"`
 }
 
-// allocRequest decodes an AllocBody and checks the alloc is named.
-func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request) (AllocBody, error) {
+// allocRequest decodes the AllocBody of op ("a claim", "a release", "a
+// mount", "an unmount") and checks the alloc is named and that the body
+// holds nothing op does not take.
+func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request, op string) (AllocBody, error) {
 	var body AllocBody
 	if err := s.needVolumes(); err != nil {
 		return body, err
@@ -308,14 +312,19 @@ func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request) (AllocBody
 	if err := s.decode(w, r, &body, false); err != nil {
 		return body, err
 	}
-	if body.AllocID == "" {
+	switch {
+	case body.AllocID == "":
 		return body, fmt.Errorf("%w: alloc_id is required", errBadBody)
+	case body.ReadOnly && op != "a claim" && op != "a mount":
+		return body, fmt.Errorf("%w: read_only means nothing to %s; leave it out", errBadBody, op)
+	case body.Force && op != "an unmount":
+		return body, fmt.Errorf("%w: force is for an unmount only; leave it out of %s", errBadBody, op)
 	}
 	return body, nil
 }
 
 func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.allocRequest(w, r)
+	body, err := s.allocRequest(w, r, "a claim")
 	if err != nil {
 		return err
 	}
@@ -327,12 +336,9 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) releaseVolume(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.allocRequest(w, r)
+	body, err := s.allocRequest(w, r, "a release")
 	if err != nil {
 		return err
-	}
-	if body.ReadOnly {
-		return fmt.Errorf("%w: read_only means nothing to a release; leave it out", errBadBody)
 	}
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
 	if err := s.Volumes.Release(r.Context(), ns, id, body.AllocID); err != nil {
@@ -352,7 +358,7 @@ func (s *Server) writeVolume(w http.ResponseWriter, r *http.Request, ns, id stri
 }
 
 func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.allocRequest(w, r)
+	body, err := s.allocRequest(w, r, "a mount")
 	if err != nil {
 		return err
 	}
@@ -366,15 +372,16 @@ func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) unmountVolume(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.allocRequest(w, r)
+	body, err := s.allocRequest(w, r, "an unmount")
 	if err != nil {
 		return err
 	}
-	if body.ReadOnly {
-		return fmt.Errorf("%w: read_only means nothing to an unmount; leave it out", errBadBody)
-	}
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
-	err = s.Volumes.Unmount(r.Context(), ns, id, body.AllocID)
+	unmount := s.Volumes.Unmount
+	if body.Force {
+		unmount = s.Volumes.ForceUnmount
+	}
+	err = unmount(r.Context(), ns, id, body.AllocID)
 	s.observeMount("unmount", err)
 	if err != nil {
 		return err

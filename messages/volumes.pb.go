@@ -651,11 +651,17 @@ func (x *MountAllocVolumeResponse) GetIsDevice() bool {
 // publish on the node, and release a claim the mount made. It answers
 // VolumeOpResponse to reply_to.
 type UnmountAllocVolume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
-	ReplyTo       *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId  string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId   string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	ReplyTo   *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// force, an operator's last resort, takes a step the plugin cannot do
+	// (it is gone, or keeps failing) down in the kernel instead: the target's
+	// and the staging path's mounts are unmounted by the agent (never
+	// lazily: a busy mount still fails), and the claim is released. A
+	// controller's attachment that cannot be undone stays recorded.
+	Force         bool `protobuf:"varint,5,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -716,6 +722,13 @@ func (x *UnmountAllocVolume) GetReplyTo() *actor.PID {
 		return x.ReplyTo
 	}
 	return nil
+}
+
+func (x *UnmountAllocVolume) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 // ClaimAllocVolume is sent by the facade to the volume manager to claim a
@@ -1619,13 +1632,14 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\vtarget_path\x18\x02 \x01(\tR\n" +
 	"targetPath\x12!\n" +
 	"\fstaging_path\x18\x03 \x01(\tR\vstagingPath\x12\x1b\n" +
-	"\tis_device\x18\x04 \x01(\bR\bisDevice\"\x91\x01\n" +
+	"\tis_device\x18\x04 \x01(\bR\bisDevice\"\xa7\x01\n" +
 	"\x12UnmountAllocVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
 	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12%\n" +
 	"\breply_to\x18\x04 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\xac\x01\n" +
+	".actor.PIDR\areplyTo\x12\x14\n" +
+	"\x05force\x18\x05 \x01(\bR\x05force\"\xac\x01\n" +
 	"\x10ClaimAllocVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +

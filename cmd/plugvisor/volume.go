@@ -164,6 +164,10 @@ func newVolumeAllocCmd(sub, short, example string) *cobra.Command {
 	if sub == "claim" || sub == "mount" {
 		cmd.Flags().BoolVar(&body.ReadOnly, "read-only", false, "a read claim (and a read-only mount)")
 	}
+	if sub == "unmount" {
+		cmd.Flags().BoolVar(&body.Force, "force", false,
+			"an operator's last resort when the plugin is gone or keeps failing: steps it cannot do are done in the kernel, the claim is released, and volume status says what was forced")
+	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		body.AllocID = args[1]
 		var out map[string]any

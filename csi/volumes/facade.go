@@ -117,6 +117,23 @@ func (m *Manager) Unmount(ctx context.Context, namespace, id, alloc string) erro
 	})
 }
 
+// ForceUnmount is Unmount for an operator whose volume is stuck (its
+// plugin gone for good, or failing every retry): a step of the way out
+// that the plugin cannot do is done in the kernel instead (the target's and
+// the staging path's mounts unmounted by the agent, never lazily, so a busy
+// mount still fails), the claim is released, and the status says what was
+// forced. An attachment the controller cannot undo stays recorded, so
+// another node's attachment of a single-node volume is still refused.
+func (m *Manager) ForceUnmount(ctx context.Context, namespace, id, alloc string) error {
+	namespace = defaultNamespace(namespace)
+	if err := checkIDs("namespace", namespace, "volume ID", id, "alloc ID", alloc); err != nil {
+		return err
+	}
+	return m.op(ctx, "unmount -force", func(replyTo *actor.PID) proto.Message {
+		return &messages.UnmountAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, Force: true, ReplyTo: replyTo}
+	})
+}
+
 // Claim claims the volume for alloc without mounting it: a read claim when
 // readOnly, a write claim otherwise. It stays until Release.
 func (m *Manager) Claim(ctx context.Context, namespace, id, alloc string, readOnly bool) error {

@@ -59,6 +59,9 @@ type job struct {
 	clients map[string]*csi.Client
 	vol     *Volume
 	log     hclog.Logger
+	// note says more of the outcome than its error (what a forced unmount
+	// forced); the volume's status shows it with the operation.
+	note string
 }
 
 func newJob(e *env, key volumeKey, rec *messages.VolumeRecord, progress func(*messages.VolumeRecord)) *job {

@@ -61,6 +61,8 @@ type jobDone struct {
 	result MountResult
 	expand NodeExpandResult
 	err    error
+	// note is the job's (see job.note).
+	note string
 }
 
 // Receive dispatches the manager's messages.
@@ -71,7 +73,7 @@ func (m *manager) Receive(ctx actor.Context) {
 	case *messages.MountAllocVolume:
 		m.onRequest(ctx, &op{kind: opMount, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.UnmountAllocVolume:
-		m.onRequest(ctx, &op{kind: opUnmount, alloc: msg.GetAllocId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+		m.onRequest(ctx, &op{kind: opUnmount, alloc: msg.GetAllocId(), force: msg.GetForce(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.ClaimAllocVolume:
 		m.onRequest(ctx, &op{kind: opClaim, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.ReleaseAllocVolume:
@@ -176,6 +178,7 @@ func (m *manager) start(ctx actor.Context, o *op) {
 			if r := recover(); r != nil {
 				done.err = fmt.Errorf("volumes: %s of volume %s panicked: %v", o, o.key, r)
 			}
+			done.note = j.note
 			j.close()
 			root.Send(self, done)
 		}()
@@ -195,6 +198,9 @@ func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 	case opMount:
 		return j.mount(ctx, o.alloc, o.readOnly)
 	case opUnmount:
+		if o.force {
+			return MountResult{}, j.forceUnmount(ctx, o.alloc)
+		}
 		return MountResult{}, j.unmount(ctx, o.alloc)
 	case opClaim:
 		return MountResult{}, j.claimOnly(ctx, o.alloc, o.readOnly)
@@ -229,7 +235,11 @@ func (m *manager) onJobDone(ctx actor.Context, msg *jobDone) {
 		errText = msg.err.Error()
 		m.log.Warn(opNames[o.kind]+" failed", "volume", o.key.String(), "op", o.String(), "error", msg.err)
 	}
-	m.outcomes[o.key] = outcome{op: o.String(), err: errText}
+	opText := o.String()
+	if msg.note != "" {
+		opText += " (" + msg.note + ")"
+	}
+	m.outcomes[o.key] = outcome{op: opText, err: errText}
 	if o.kind == opNodeExpand {
 		m.answerExpand(ctx, o, msg.expand, msg.err)
 	} else {

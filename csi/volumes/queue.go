@@ -28,7 +28,9 @@ type op struct {
 	key      volumeKey
 	alloc    string
 	readOnly bool
-	nodeID   string
+	// force is an unmount's: see messages.UnmountAllocVolume.
+	force  bool
+	nodeID string
 	// capacityBytes is the size a node expansion grows the volume to.
 	capacityBytes int64
 	// mounts is the mount table a reconcile starts from; nil makes it
@@ -41,6 +43,8 @@ type op struct {
 // String names the operation for the volume's status and the logs.
 func (o *op) String() string {
 	switch {
+	case o.force:
+		return opNames[o.kind] + " -force " + o.alloc
 	case o.alloc != "":
 		return opNames[o.kind] + " " + o.alloc
 	case o.nodeID != "":
