@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/hashicorp/nomad/client/dynamicplugins"
@@ -36,7 +37,7 @@ func (r *Registry) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *d
 	var sub *registry.Subscription
 	err := error(nil)
 	if ok {
-		sub, err = r.reg.Subscribe(ctx, t, registry.SubscribeOptions{})
+		sub, err = r.reg.Subscribe(ctx, t, registry.SubscribeOptions{MaxBacklog: r.backlog})
 	}
 	if err != nil {
 		r.log.Error("PluginsUpdatedCh: subscription refused; the channel delivers nothing", "type", ptype, "error", err)
@@ -50,7 +51,7 @@ func (r *Registry) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *d
 }
 
 // forward converts sub's events onto out until sub or ctx ends, then closes
-// out. A reader that falls registry.DefaultMaxBacklog events behind is
+// out. A reader that falls Config.Backlog events behind is
 // subscribed again with a replay of the current allocations, as
 // EventTypeRegistered events: what it missed of removals, a resync (the CSI
 // manager's every 30s) finds.
@@ -70,8 +71,10 @@ func (r *Registry) forward(ctx context.Context, ptype string, sub *registry.Subs
 			return
 		}
 		r.log.Warn("PluginsUpdatedCh: the reader fell behind; subscribing again with the current plugins", "type", ptype)
+		// Room for the replay, or the replay itself would lag.
+		backlog := cmp.Or(r.backlog, registry.DefaultMaxBacklog) + len(r.reg.ListPlugins(ptype))
 		var err error
-		if sub, err = r.reg.Subscribe(ctx, ptype, registry.SubscribeOptions{Replay: true}); err != nil {
+		if sub, err = r.reg.Subscribe(ctx, ptype, registry.SubscribeOptions{Replay: true, MaxBacklog: backlog}); err != nil {
 			r.log.Error("PluginsUpdatedCh: subscribing again failed; the channel closes", "type", ptype, "error", err)
 			return
 		}

@@ -29,16 +29,20 @@ type Config struct {
 	Dispensers map[string]dynamicplugins.PluginDispenser
 	// Logger receives the registry's log lines; nil discards them.
 	Logger hclog.Logger
+	// Backlog is how many events a PluginsUpdatedCh reader may fall behind
+	// before it is subscribed again (default registry.DefaultMaxBacklog).
+	Backlog int
 }
 
 // Registry is Nomad v1.11.3's dynamicplugins.Registry on plugvisor's
 // registry. Its methods are safe for concurrent use, StubDispenserForType
 // included. Errors Nomad's registry also returns have Nomad's text.
 type Registry struct {
-	reg    *registry.Registry
-	log    hclog.Logger
-	stop   sync.Once
-	system *actor.ActorSystem
+	reg     *registry.Registry
+	log     hclog.Logger
+	backlog int
+	stop    sync.Once
+	system  *actor.ActorSystem
 
 	mu         sync.RWMutex
 	dispensers map[string]dynamicplugins.PluginDispenser
@@ -82,7 +86,7 @@ func New(cfg Config) *Registry {
 		reg = mustStartEmpty(system, rcfg)
 	}
 	r := &Registry{
-		reg: reg, log: log, system: system,
+		reg: reg, log: log, system: system, backlog: cfg.Backlog,
 		dispensers: cfg.Dispensers, types: map[string]bool{},
 	}
 	for _, ptype := range reg.Snapshot().Types() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/compat/nomad"
 	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/storage"
 )
 
 func TestBadInputIsRefusedWithNomadsWordsAndChangesNothing(t *testing.T) {
@@ -301,3 +302,35 @@ func info(ptype, name, alloc, socket string) *dynamicplugins.PluginInfo {
 }
 
 func echo(i *dynamicplugins.PluginInfo) (any, error) { return i, nil }
+
+func TestAReaderThatFellBehindGetsTheCurrentPluginsAgain(t *testing.T) {
+	r := nomad.New(nomad.Config{Backlog: 1})
+	t.Cleanup(r.Shutdown)
+	ch := r.PluginsUpdatedCh(t.Context(), "csi")
+	names := []string{"p1", "p2", "p3", "p4", "p5"}
+	for _, name := range names { // nobody reads: the subscription lags
+		require.NoError(t, r.RegisterPlugin(info("csi", name, "a1", "/run/"+name+".sock")))
+	}
+	seen := map[string]int{}
+	for seen["p1"] < 2 { // once live, once replayed
+		e := next(t, ch)
+		require.Equal(t, dynamicplugins.EventTypeRegistered, e.EventType)
+		seen[e.Info.Name]++
+	}
+	for _, name := range names[1:] { // the replay goes on with the others, by name
+		e := next(t, ch)
+		require.Equal(t, dynamicplugins.EventTypeRegistered, e.EventType)
+		require.Equal(t, name, e.Info.Name)
+	}
+}
+
+func TestAPlugvisorBucketThatCannotBeRestoredStartsEmptyAndWorks(t *testing.T) {
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	require.NoError(t, err)
+	require.NoError(t, bucket.Apply([]storage.Op{storage.Put([]byte("csi\x00p\x00a1"), []byte("not a record"))}))
+	r := nomad.New(nomad.Config{Bucket: bucket})
+	t.Cleanup(r.Shutdown)
+	require.Nil(t, r.ListPlugins(""))
+	require.NoError(t, r.RegisterPlugin(info("csi", "p", "a2", "/run/p.sock")))
+	require.Equal(t, "a2", r.ListPlugins("csi")[0].AllocID)
+}
