@@ -56,34 +56,44 @@ func TestANewerAllocationTakesOverAndTheOlderIsCurrentAgainWhenItLeaves(t *testi
 }
 
 func TestARestartedRegistryAndCSIManagerServeThePluginFromSavedState(t *testing.T) {
-	h := newHarness(t)
-	store, err := storage.OpenBolt(filepath.Join(t.TempDir(), "state.db"), storage.BoltOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	bucket, err := store.Bucket(registry.BucketName)
-	require.NoError(t, err)
-	h.bucket = bucket
+	for _, store := range []struct {
+		name string
+		use  func(t *testing.T, h *harness)
+	}{
+		{"in a plugvisor bolt file", func(t *testing.T, h *harness) {
+			store, err := storage.OpenBolt(filepath.Join(t.TempDir(), "state.db"), storage.BoltOptions{})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, store.Close()) })
+			h.cfg.Bucket, err = store.Bucket(registry.BucketName)
+			require.NoError(t, err)
+		}},
+		{"in the embedder's StateStorage", func(_ *testing.T, h *harness) { h.cfg.State = &jsonState{} }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			h := newHarness(t)
+			store.use(t, h)
+			r, mgr := h.start(t)
+			require.NoError(t, r.RegisterPlugin(h.plugin(t, "alloc-1")))
+			h.waitServed(t, mgr, "alloc-1")
+			require.NoError(t, r.RegisterPlugin(h.plugin(t, "alloc-2")))
+			h.waitServed(t, mgr, "alloc-2")
+			mgr.Shutdown()
+			r.Shutdown()
+			h.waitUnhealthy(t, "alloc-2") // the last fingerprint of a manager shutting down
 
-	r, mgr := h.start(t)
-	require.NoError(t, r.RegisterPlugin(h.plugin(t, "alloc-1")))
-	h.waitServed(t, mgr, "alloc-1")
-	require.NoError(t, r.RegisterPlugin(h.plugin(t, "alloc-2")))
-	h.waitServed(t, mgr, "alloc-2")
-	mgr.Shutdown()
-	r.Shutdown()
-	h.waitUnhealthy(t, "alloc-2") // the last fingerprint of a manager shutting down
-
-	// The client restarts: its first resync finds the newest allocation.
-	_, mgr = h.start(t)
-	h.waitServed(t, mgr, "alloc-2")
+			// The client restarts: its first resync finds the newest allocation.
+			_, mgr = h.start(t)
+			h.waitServed(t, mgr, "alloc-2")
+		})
+	}
 }
 
 // harness runs hostpath-csi processes and Nomad's CSI manager, and records
 // the manager's node updates.
 type harness struct {
-	dir    string
-	bucket storage.Bucket
-	log    hclog.Logger
+	dir string
+	cfg nomad.Config // the registry's, State or Bucket set for a restart
+	log hclog.Logger
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on each update
@@ -107,10 +117,11 @@ func newHarness(t *testing.T) *harness {
 // on it, with resyncs too rare to matter, so that events drive it.
 func (h *harness) start(t *testing.T) (*nomad.Registry, csimanager.Manager) {
 	var r *nomad.Registry
-	if h.bucket != nil {
-		r = nomad.New(nomad.Config{Bucket: h.bucket, Logger: h.log})
+	if h.cfg.Bucket != nil {
+		h.cfg.Logger = h.log
+		r = nomad.New(h.cfg)
 	} else {
-		r = nomad.NewRegistry(nil, nil) // Nomad's constructor, as Nomad's client calls it
+		r = nomad.NewRegistry(h.cfg.State, nil) // Nomad's constructor, as Nomad's client calls it
 	}
 	mgr := csimanager.New(&csimanager.Config{
 		Logger:                h.log,
