@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,46 @@ func TestNomadsCSIManagerFindsFingerprintsAndServesAPluginRegisteredThroughTheAd
 	require.NoError(t, r.RegisterPlugin(first))
 
 	h.waitServed(t, mgr, "alloc-1")
+}
+
+func TestNomadsVolumeManagerMountsAVolumeOfThePluginTheAdapterRegistered(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the hostpath plugin publishes with a bind mount, which needs root")
+	}
+	h := newHarness(t)
+	h.mode = "monolith" // its controller creates the volume
+	r, mgr := h.start(t)
+	p := h.plugin(t, "alloc-1")
+	require.NoError(t, r.RegisterPlugin(p))
+	vm := h.waitServed(t, mgr, "alloc-1")
+
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	client := csi.NewClient(p.ConnectionInfo.SocketPath, h.log)
+	defer client.Close()
+	created, err := client.ControllerCreateVolume(ctx, &csi.ControllerCreateVolumeRequest{
+		Name: "vol1", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{{AccessType: csi.VolumeAccessTypeMount,
+			AccessMode: csi.VolumeAccessModeSingleNodeWriter, MountVolume: &structs.CSIMountOptions{}}},
+	})
+	require.NoError(t, err)
+	vol := &structs.CSIVolume{ID: "vol1", Namespace: "default", PluginID: "hostpath",
+		ExternalID: created.Volume.ExternalVolumeID, Context: created.Volume.VolumeContext}
+	usage := &csimanager.UsageOptions{AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter}
+
+	mounted, err := vm.MountVolume(ctx, vol, &structs.Allocation{ID: "task-alloc"}, usage, nil)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(mounted.Source, "hello"), []byte("from Nomad's volume manager"), 0o644))
+	ok, err := vm.HasMount(ctx, mounted)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	require.NoError(t, vm.UnmountVolume(ctx, "default", "vol1", vol.RemoteID(), "task-alloc", usage))
+	require.NoDirExists(t, mounted.Source, "Nomad removes the target once unpublished")
+	written, err := filepath.Glob(filepath.Join(h.dir, "alloc-1", "root", "*", "*", "hello"))
+	require.NoError(t, err)
+	require.Len(t, written, 1, "the file is in the plugin's volume, not in the unmounted target")
 }
 
 func TestANewerAllocationTakesOverAndTheOlderIsCurrentAgainWhenItLeaves(t *testing.T) {
@@ -91,9 +132,10 @@ func TestARestartedRegistryAndCSIManagerServeThePluginFromSavedState(t *testing.
 // harness runs hostpath-csi processes and Nomad's CSI manager, and records
 // the manager's node updates.
 type harness struct {
-	dir string
-	cfg nomad.Config // the registry's, State or Bucket set for a restart
-	log hclog.Logger
+	dir  string
+	cfg  nomad.Config // the registry's, State or Bucket set for a restart
+	mode string       // hostpath-csi's -mode
+	log  hclog.Logger
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on each update
@@ -104,12 +146,12 @@ func newHarness(t *testing.T) *harness {
 	// A short directory: unix socket paths must fit in 107 bytes.
 	dir, err := os.MkdirTemp("", "nomadcsi")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	t.Cleanup(func() { unmountUnder(t, dir); _ = os.RemoveAll(dir) })
 	level := hclog.Off
 	if testing.Verbose() {
 		level = hclog.Debug
 	}
-	return &harness{dir: dir, changed: make(chan struct{}),
+	return &harness{dir: dir, mode: "node", changed: make(chan struct{}),
 		log: hclog.New(&hclog.LoggerOptions{Output: hclog.DefaultOutput, Level: level})}
 }
 
@@ -174,7 +216,7 @@ func (h *harness) waitHealthy(t *testing.T, alloc string) {
 // in Nomad's instance manager, between setting it up and shutting down
 // (instance.go: setupVolumeManager reads i.client, runLoop's shutdown
 // writes it), which -race reports when an instance stops that soon.
-func (h *harness) waitServed(t *testing.T, mgr csimanager.Manager, alloc string) {
+func (h *harness) waitServed(t *testing.T, mgr csimanager.Manager, alloc string) csimanager.VolumeManager {
 	t.Helper()
 	h.waitHealthy(t, alloc)
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
@@ -182,6 +224,7 @@ func (h *harness) waitServed(t *testing.T, mgr csimanager.Manager, alloc string)
 	vm, err := mgr.ManagerForPlugin(ctx, "hostpath")
 	require.NoError(t, err)
 	require.Equal(t, "node1", vm.ExternalID())
+	return vm
 }
 
 func (h *harness) waitUnhealthy(t *testing.T, alloc string) {
@@ -199,7 +242,7 @@ func (h *harness) plugin(t *testing.T, alloc string) *dynamicplugins.PluginInfo 
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	socket := filepath.Join(dir, "csi.sock")
 	cmd := exec.Command(hostpathBinary(t), "-endpoint="+socket, "-root="+filepath.Join(dir, "root"),
-		"-node-id=node1", "-name=hostpath", "-mode=node")
+		"-node-id=node1", "-name=hostpath", "-mode="+h.mode)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
@@ -263,4 +306,24 @@ func hostpathBinary(t *testing.T) string {
 	})
 	require.NoError(t, hostpath.err)
 	return hostpath.path
+}
+
+// unmountUnder detaches every mount below dir, deepest first, so that a
+// test that failed half way leaves none behind.
+func unmountUnder(t *testing.T, dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			points = append(points, fields[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(points[i], syscall.MNT_DETACH); err != nil {
+			t.Logf("unmount %s: %v", points[i], err)
+		}
+	}
 }
