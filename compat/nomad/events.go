@@ -72,7 +72,8 @@ func (r *Registry) forward(ctx context.Context, ptype string, sub *registry.Subs
 		}
 		r.log.Warn("PluginsUpdatedCh: the reader fell behind; subscribing again with the current plugins", "type", ptype)
 		// Room for the replay, or the replay itself would lag.
-		backlog := cmp.Or(r.backlog, registry.DefaultMaxBacklog) + len(r.reg.ListPlugins(ptype))
+		backlog := max(r.backlog, 0)
+		backlog = cmp.Or(backlog, registry.DefaultMaxBacklog) + len(r.reg.ListPlugins(ptype))
 		var err error
 		if sub, err = r.reg.Subscribe(ctx, ptype, registry.SubscribeOptions{Replay: true, MaxBacklog: backlog}); err != nil {
 			r.log.Error("PluginsUpdatedCh: subscribing again failed; the channel closes", "type", ptype, "error", err)

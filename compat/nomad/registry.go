@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,12 +26,14 @@ type Config struct {
 	// a bucket of a storage.Bolt file, one record per allocation, each
 	// change an fsync'd transaction. The caller opens and closes the file.
 	Bucket storage.Bucket
-	// Dispensers gives DispensePlugin a dispenser per plugin type.
+	// Dispensers gives DispensePlugin a dispenser per plugin type. New
+	// keeps a copy: StubDispenserForType changes them later.
 	Dispensers map[string]dynamicplugins.PluginDispenser
 	// Logger receives the registry's log lines; nil discards them.
 	Logger hclog.Logger
 	// Backlog is how many events a PluginsUpdatedCh reader may fall behind
-	// before it is subscribed again (default registry.DefaultMaxBacklog).
+	// before it is subscribed again; zero or less is
+	// registry.DefaultMaxBacklog.
 	Backlog int
 }
 
@@ -87,7 +90,7 @@ func New(cfg Config) *Registry {
 	}
 	r := &Registry{
 		reg: reg, log: log, system: system, backlog: cfg.Backlog,
-		dispensers: cfg.Dispensers, types: map[string]bool{},
+		dispensers: maps.Clone(cfg.Dispensers), types: map[string]bool{},
 	}
 	for _, ptype := range reg.Snapshot().Types() {
 		r.types[decodeID(ptype)] = true
