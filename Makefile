@@ -41,6 +41,12 @@ test: ## go vet, then every test under the race detector (the README's scripts a
 # type, deviceplugin, embedded in the agent; see docs/plugin-types.md.
 examples: ## vet and test the examples/ module (a plugin type from outside) under the race detector
 	cd examples && $(GO) vet ./... && $(GO) test -race -count=1 $(TEST_FLAGS) ./...
+# compat/nomad is a module of its own, on CSI spec v1.12.0 for Nomad's
+# plugins/csi (see compat/nomad/README.md); its tests build the hostpath
+# plugin from this module and drive it with Nomad's CSI manager.
+.PHONY: compat-nomad
+compat-nomad: ## test compat/nomad, the drop-in for Nomad's dynamic plugin registry, against Nomad's own CSI manager
+	cd compat/nomad && $(GO) vet ./... && $(GO) test -race -count=1 $(TEST_FLAGS) ./...
 
 # The README's command blocks run as testscript files
 # (cmd/plugvisor/testdata/readme) against a real agent; make test runs

@@ -1,0 +1,37 @@
+package nomad
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors, checked with errors.Is. Where Nomad's registry refuses
+// something, the adapter's error has Nomad's exact text and matches one of
+// these; the other refusals are plugvisor's (limits, shutdown, the store)
+// and match the registry package's sentinels.
+var (
+	// ErrInvalid: Nomad's registry refuses the arguments (an empty type or
+	// name, no connection info), or they are beyond plugvisor's limits.
+	ErrInvalid = errors.New("invalid plugin arguments")
+	// ErrNoPluginsForType: no plugin of the type was ever registered.
+	ErrNoPluginsForType = errors.New("no plugins registered for type")
+	// ErrPluginNotFound: no current allocation of the plugin.
+	ErrPluginNotFound = errors.New("plugin not found")
+	// ErrAllocNotFound: the plugin has no such allocation.
+	ErrAllocNotFound = errors.New("no plugin for that allocation")
+	// ErrNoDispenser: no dispenser was given for the type.
+	ErrNoDispenser = errors.New("no plugin dispenser found")
+)
+
+// nomadError reads as Nomad's error and matches its sentinel.
+type nomadError struct {
+	sentinel error
+	text     string
+}
+
+func (e *nomadError) Error() string { return e.text }
+func (e *nomadError) Unwrap() error { return e.sentinel }
+
+func refuse(sentinel error, format string, args ...any) error {
+	return &nomadError{sentinel: sentinel, text: fmt.Sprintf(format, args...)}
+}
