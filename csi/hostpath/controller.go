@@ -285,7 +285,7 @@ func (d *Driver) requireVolume(id string) (volumeRecord, error) {
 	return d.requireVolumeLocked(id)
 }
 
-// requireVolumeLocked is requireVolume with d.mu held.
+// requireVolumeLocked is requireVolume with d.mu held (shared or not).
 func (d *Driver) requireVolumeLocked(id string) (volumeRecord, error) {
 	rec, found, err := d.loadVolume(id)
 	if err != nil {
