@@ -176,7 +176,7 @@ func (m *manager) start(ctx actor.Context, o *op) {
 			if r := recover(); r != nil {
 				done.err = fmt.Errorf("volumes: %s of volume %s panicked: %v", o, o.key, r)
 			}
-			j.close()
+			j.close(done.err)
 			root.Send(self, done)
 		}()
 		opCtx, cancel := context.WithTimeout(m.env.base, m.env.opTimeout)
