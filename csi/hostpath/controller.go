@@ -240,7 +240,7 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolume
 	if err := os.RemoveAll(d.volumeDir(id)); err != nil {
 		return nil, internal(fmt.Errorf("hostpath: remove volume directory: %w", err))
 	}
-	if err := removeFile(d.volumeFile(id)); err != nil {
+	if err := removeRecord(d.volumeFile(id)); err != nil {
 		return nil, internal(err)
 	}
 	if found {
