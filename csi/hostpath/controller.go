@@ -240,7 +240,7 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolume
 	if err := os.RemoveAll(d.volumeDir(id)); err != nil {
 		return nil, internal(fmt.Errorf("hostpath: remove volume directory: %w", err))
 	}
-	if err := removeFile(d.volumeFile(id)); err != nil {
+	if err := removeRecord(d.volumeFile(id)); err != nil {
 		return nil, internal(err)
 	}
 	if found {
@@ -285,7 +285,7 @@ func (d *Driver) requireVolume(id string) (volumeRecord, error) {
 	return d.requireVolumeLocked(id)
 }
 
-// requireVolumeLocked is requireVolume with d.mu held.
+// requireVolumeLocked is requireVolume with d.mu held (shared or not).
 func (d *Driver) requireVolumeLocked(id string) (volumeRecord, error) {
 	rec, found, err := d.loadVolume(id)
 	if err != nil {

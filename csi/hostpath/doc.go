@@ -62,6 +62,9 @@
 // Secrets in any request are accepted, and never logged, returned in an error
 // or written to the root.
 //
-// A Driver is safe for concurrent RPCs: one mutex serialises every RPC that
-// reads or writes state. It is a plugin that plugvisor talks to, not an actor.
+// A Driver is safe for concurrent RPCs and, like a real driver, runs node
+// RPCs of different volumes at once: those of one volume run one at a time,
+// stagings one at a time while MaxVolumes is set, and every other RPC that
+// reads or writes state runs alone. It is a plugin that plugvisor talks to,
+// not an actor.
 package hostpath

@@ -85,8 +85,14 @@ type Driver struct {
 	log    *slog.Logger
 	server *grpc.Server
 
-	// mu serialises every RPC that reads or writes state on disk.
-	mu sync.Mutex
+	// mu is held shared by node RPCs, which also hold their volume's lock
+	// in volumes, and exclusively by every other RPC that reads or writes
+	// state on disk.
+	mu      sync.RWMutex
+	volumes volumeLocks
+	// staging serialises the stagings while MaxVolumes is set, so that
+	// the count each one checks is exact.
+	staging sync.Mutex
 }
 
 // pluginNamePattern is the CSI spec's rule for plugin names.

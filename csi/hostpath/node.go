@@ -62,12 +62,16 @@ func (d *Driver) nodeRequest(volumeID, pathKind, path string) (string, error) {
 	return path, nil
 }
 
-// updateNode runs change on this node's record of volume id with d.mu held,
-// and saves the record when change reports that it changed it, even if
-// change also failed (a failed publication is forgotten that way).
+// updateNode runs change on this node's record of volume id with d.mu held
+// shared and id's lock held, and saves the record when change reports that
+// it changed it, even if change also failed (a failed publication is
+// forgotten that way). Other volumes' node RPCs run meanwhile; change reads
+// only id's records, and the controller's records of id, which no RPC
+// writes while d.mu is held shared.
 func (d *Driver) updateNode(id string, change func(rec *nodeRecord) (changed bool, err error)) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	defer d.volumes.lock(id)()
 	rec, err := d.loadNode(id)
 	if err != nil {
 		return internal(err)
@@ -135,6 +139,10 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, err error) {
 	again := rec.StagingPath == staging
 	if !again {
+		if d.cfg.MaxVolumes > 0 {
+			d.staging.Lock()
+			defer d.staging.Unlock()
+		}
 		if err := d.checkStagingLimit(); err != nil {
 			return false, err
 		}

@@ -120,7 +120,7 @@ func (s *controllerServer) DeleteSnapshot(_ context.Context, req *csi.DeleteSnap
 	if err := os.RemoveAll(d.snapshotDir(id)); err != nil {
 		return nil, internal(fmt.Errorf("hostpath: remove snapshot: %w", err))
 	}
-	if err := removeFile(d.snapshotFile(id)); err != nil {
+	if err := removeRecord(d.snapshotFile(id)); err != nil {
 		return nil, internal(err)
 	}
 	if found {

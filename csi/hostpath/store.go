@@ -177,7 +177,7 @@ func (d *Driver) loadNode(id string) (nodeRecord, error) {
 // saveNode writes this node's record of a volume, or deletes it when empty.
 func (d *Driver) saveNode(rec nodeRecord) error {
 	if rec.empty() {
-		return removeFile(d.nodeFile(rec.VolumeID))
+		return removeRecord(d.nodeFile(rec.VolumeID))
 	}
 	return writeJSON(d.nodeFile(rec.VolumeID), rec)
 }
@@ -258,7 +258,12 @@ func readJSON(path string, v any) (found bool, err error) {
 	return true, nil
 }
 
-// writeJSON atomically replaces the file at path with v encoded as JSON.
+// writeJSON atomically replaces the file at path with v encoded as JSON:
+// it writes and syncs the record's spare file (spareOf), then swaps the
+// two names in one step, so that the spare holds the previous content for
+// the next write. Replacing a record so allocates no inode and frees none,
+// which on a busy file system costs more than the write itself; where the
+// swap is not supported, the spare is renamed over the record.
 func writeJSON(path string, v any) (err error) {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -268,13 +273,14 @@ func writeJSON(path string, v any) (err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("hostpath: create %s: %w", dir, err)
 	}
-	f, err := os.CreateTemp(dir, tempPrefix+"*")
+	spare := spareOf(path)
+	f, err := os.OpenFile(spare, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("hostpath: write %s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
-			_ = os.Remove(f.Name())
+			_ = os.Remove(spare)
 		}
 	}()
 	_, werr := f.Write(append(data, '\n'))
@@ -283,10 +289,25 @@ func writeJSON(path string, v any) (err error) {
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		return fmt.Errorf("hostpath: write %s: %w", path, err)
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if exchange(spare, path) == nil {
+		return nil
+	}
+	if err := os.Rename(spare, path); err != nil {
 		return fmt.Errorf("hostpath: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// spareOf is the spare file of the record at path: a temporary file (see
+// recordIDs) that writeJSON writes before swapping it with the record.
+func spareOf(path string) string {
+	return filepath.Join(filepath.Dir(path), tempPrefix+filepath.Base(path))
+}
+
+// removeRecord removes the record at path and its spare; a missing file
+// is not an error.
+func removeRecord(path string) error {
+	return errors.Join(removeFile(path), removeFile(spareOf(path)))
 }
 
 // removeFile removes path; a missing file is not an error.

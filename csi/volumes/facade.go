@@ -27,7 +27,9 @@ type Manager struct {
 	pid     *actor.PID
 	timeout time.Duration
 	workers *sync.WaitGroup
-	closed  atomic.Bool
+	// conns are the jobs' plugin connections, closed once they have ended.
+	conns  *connections
+	closed atomic.Bool
 }
 
 // Start checks cfg, creates cfg.Root, loads the mount records, reads the
@@ -74,7 +76,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		cancel()
 		return nil, fmt.Errorf("volumes: start actor %q: %w", cfg.Name, err)
 	}
-	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers}, nil
+	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns}, nil
 }
 
 // PID is the actor's address, for actors that send it requests.
@@ -234,6 +236,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		err = fmt.Errorf("volumes: stop actor: %w", stopErr)
 	}
 	m.workers.Wait()
+	m.conns.close()
 	return err
 }
 

@@ -36,6 +36,8 @@ type env struct {
 	// nodeID and onEvent are Config's.
 	nodeID  string
 	onEvent func(Event)
+	// conns are the plugin connections the jobs share.
+	conns connections
 	// refuse is set while this node's lease in the fleet is not held, and
 	// fenced while it may be lost (see SetStanding): the manager sets
 	// them, running jobs read them.
@@ -56,7 +58,7 @@ type job struct {
 	// broken is set once a write to the store failed: from then on the
 	// job sends no RPC, since the record could not say it was sent.
 	broken  error
-	clients map[string]*csi.Client
+	clients map[string]*sharedConn
 	vol     *Volume
 	log     hclog.Logger
 	// note says more of the outcome than its error (what a forced unmount
@@ -70,14 +72,15 @@ func newJob(e *env, key volumeKey, rec *messages.VolumeRecord, progress func(*me
 	} else {
 		rec = proto.Clone(rec).(*messages.VolumeRecord)
 	}
-	return &job{env: e, key: key, rec: rec, progress: progress, clients: map[string]*csi.Client{},
+	return &job{env: e, key: key, rec: rec, progress: progress, clients: map[string]*sharedConn{},
 		log: e.log.With("namespace", key.namespace, "volume_id", key.id)}
 }
 
-// close releases the job's plugin connections.
-func (j *job) close() {
-	for _, c := range j.clients {
-		_ = c.Close()
+// close releases the job's plugin connections; a job that failed (err)
+// drops them, so that the next job dials afresh.
+func (j *job) close(err error) {
+	for _, sc := range j.clients {
+		j.env.conns.release(sc, err != nil)
 	}
 }
 
@@ -172,13 +175,14 @@ func (j *job) socket(ptype, recorded string, none func() (string, error)) (strin
 	return none()
 }
 
-// client returns a connection to socket, dialled once per job.
+// client returns the manager's connection to socket (see connections),
+// held until the job ends.
 func (j *job) client(ctx context.Context, socket string) (*csi.Client, error) {
 	if j.broken != nil {
 		return nil, j.broken
 	}
-	if c, ok := j.clients[socket]; ok {
-		return c, nil
+	if sc, ok := j.clients[socket]; ok {
+		return sc.client, nil
 	}
 	// A socket known to be missing fails at once, not after the RPC
 	// timeout: the step is retried when the plugin registers again.
@@ -186,14 +190,16 @@ func (j *job) client(ctx context.Context, socket string) (*csi.Client, error) {
 		return nil, fmt.Errorf("%w: the plugin's socket %s does not exist (the plugin is gone); the operation is retried when it registers again",
 			csi.ErrConnect, socket)
 	}
-	dialCtx, cancel := context.WithTimeout(ctx, j.env.rpcTimeout)
-	defer cancel()
-	c, err := csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: j.env.rpcTimeout})
+	sc, err := j.env.conns.hold(ctx, socket, func(ctx context.Context) (*csi.Client, error) {
+		dialCtx, cancel := context.WithTimeout(ctx, j.env.rpcTimeout)
+		defer cancel()
+		return csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: j.env.rpcTimeout})
+	})
 	if err != nil {
 		return nil, err
 	}
-	j.clients[socket] = c
-	return c, nil
+	j.clients[socket] = sc
+	return sc.client, nil
 }
 
 // nodeClient connects to the node plugin (see nodeSocket).

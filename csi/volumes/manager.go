@@ -179,7 +179,7 @@ func (m *manager) start(ctx actor.Context, o *op) {
 				done.err = fmt.Errorf("volumes: %s of volume %s panicked: %v", o, o.key, r)
 			}
 			done.note = j.note
-			j.close()
+			j.close(done.err)
 			root.Send(self, done)
 		}()
 		opCtx, cancel := context.WithTimeout(m.env.base, m.env.opTimeout)

@@ -169,10 +169,10 @@ func (m *manager) answerStatus(ctx actor.Context, to *actor.PID, key volumeKey, 
 	m.workers.Add(1)
 	go func() {
 		defer m.workers.Done()
-		defer j.close()
 		rpcCtx, cancel := context.WithTimeout(m.env.base, m.env.rpcTimeout)
 		defer cancel()
 		stats, err := j.volumeStats(rpcCtx, pub)
+		j.close(err)
 		if err != nil {
 			resp.StatsError = err.Error()
 		}

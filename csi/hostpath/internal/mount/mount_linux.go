@@ -4,7 +4,26 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
+
+// isMountRoot asks the kernel whether path, symbolic links followed, is the
+// root of a mount (STATX_ATTR_MOUNT_ROOT); known is false when the kernel
+// does not say.
+func isMountRoot(path string) (root, known bool, err error) {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_TYPE, &st); err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			return false, false, nil
+		}
+		return false, false, fmt.Errorf("mount: resolve %s: %w", path, err)
+	}
+	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return false, false, nil
+	}
+	return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, true, nil
+}
 
 // Bind bind-mounts source onto target (both directories) and, when readonly
 // is set, remounts the bind read-only. On failure nothing stays mounted. The

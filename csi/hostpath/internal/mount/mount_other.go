@@ -10,3 +10,6 @@ func Unmount(target string) error { return ErrUnsupported }
 
 // Detach returns ErrUnsupported outside Linux.
 func Detach(target string) error { return ErrUnsupported }
+
+// isMountRoot leaves the answer to the mount table outside Linux.
+func isMountRoot(string) (root, known bool, err error) { return false, false, nil }

@@ -1,6 +1,10 @@
 package mount
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,4 +44,34 @@ func TestMountTable(t *testing.T) {
 
 	_, err = IsMountPoint(dir + "/missing")
 	require.Error(t, err)
+}
+
+// TestIsMountPointAgreesWithTheMountTable checks the kernel's answer
+// (statx) against the mount table's, on a bind mount, its parent, and a
+// symbolic link to it.
+func TestIsMountPointAgreesWithTheMountTable(t *testing.T) {
+	dir := t.TempDir()
+	source, target, link := filepath.Join(dir, "source"), filepath.Join(dir, "target"), filepath.Join(dir, "link")
+	require.NoError(t, os.Mkdir(source, 0o750))
+	require.NoError(t, os.Mkdir(target, 0o750))
+	require.NoError(t, os.Symlink(target, link))
+	if err := Bind(source, target, false); err != nil {
+		t.Skipf("bind mounts are not permitted here: %v", err)
+	}
+	t.Cleanup(func() { require.NoError(t, Detach(target)) })
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{{target, true}, {link, true}, {dir, false}, {source, false}, {"/", true}} {
+		mounted, err := IsMountPoint(tt.path)
+		require.NoError(t, err)
+		require.Equal(t, tt.want, mounted, tt.path)
+		resolved, err := filepath.EvalSymlinks(tt.path)
+		require.NoError(t, err)
+		points, err := Points()
+		require.NoError(t, err)
+		require.Equal(t, tt.want, slices.Contains(points, resolved), "the mount table on %s", tt.path)
+	}
+	_, err := IsMountPoint(filepath.Join(dir, "missing"))
+	require.ErrorIs(t, err, fs.ErrNotExist)
 }
