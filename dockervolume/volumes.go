@@ -58,6 +58,9 @@ type Drivers interface {
 type RegistryDrivers struct {
 	Registry  *registry.Registry
 	Discovery *discovery.Discovery
+	// Retry is how the drivers' clients retry a plugin they cannot reach
+	// (the zero Retry is moby's).
+	Retry Retry
 }
 
 // Driver implements Drivers.
@@ -67,20 +70,20 @@ func (d RegistryDrivers) Driver(ctx context.Context, name string) (*Client, erro
 		if err != nil {
 			return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
 		}
-		return clientOf(p.GetName(), p.GetConnection())
+		return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 	}
 	p, ok := d.Registry.Snapshot().Current(PluginType, name)
 	if !ok {
 		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, discovery.ErrNotFound)
 	}
-	return clientOf(p.GetName(), p.GetConnection())
+	return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 }
 
 // All implements Drivers; plugins whose address is unusable are left out.
 func (d RegistryDrivers) All() map[string]*Client {
 	out := map[string]*Client{}
 	for _, p := range d.Registry.Snapshot().List(PluginType) {
-		if c, err := clientOf(p.GetName(), p.GetConnection()); err == nil {
+		if c, err := clientOf(p.GetName(), p.GetConnection(), d.Retry); err == nil {
 			out[p.GetName()] = c
 		}
 	}
