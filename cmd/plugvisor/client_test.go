@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// handlerTransport serves every request with h, in process.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+func TestANameReachesTheAgentAsGivenNotEscapedTwice(t *testing.T) {
+	mux := http.NewServeMux()
+	var got string
+	mux.HandleFunc("GET /v1/volumes/{namespace}/{id}", func(w http.ResponseWriter, r *http.Request) {
+		got = r.PathValue("id")
+		w.WriteHeader(http.StatusOK)
+	})
+	c := &client{http: &http.Client{Transport: handlerTransport{mux}}}
+	for _, name := range []string{"../x", "a b", "50%", "x%2Fy"} {
+		resp, err := c.do(context.Background(), "GET", "/v1/volumes/default/"+url.PathEscape(name), nil, nil)
+		require.NoError(t, err, name)
+		resp.Body.Close()
+		require.Equal(t, name, got)
+	}
+}
+
+func TestWithJSONTheCLIsErrorsAreJSONWithACode(t *testing.T) {
+	dir := emptyDataDir(t)
+	_, stderr, code := runHere("volume", "mount", "db", "web-1", "-json", "-data-dir", dir)
+	require.Equal(t, 1, code)
+	var got struct{ Error, Code string }
+	require.NoError(t, json.Unmarshal([]byte(stderr), &got), "stderr is one JSON object: %s", stderr)
+	require.Equal(t, "no_agent", got.Code)
+	require.Contains(t, got.Error, "plugvisor volume mount: no agent is running at "+dir)
+
+	_, stderr, code = runHere("volume", "mount", "db", "-json", "-data-dir", dir)
+	require.Equal(t, 2, code)
+	require.NoError(t, json.Unmarshal([]byte(stderr), &got), stderr)
+	require.Equal(t, "usage", got.Code)
+}
+
+func TestAnAPIErrorsCodeIsItsStatusName(t *testing.T) {
+	for status, want := range map[int]string{404: "not_found", 409: "conflict", 400: "bad_request", 503: "service_unavailable", 599: "status_599"} {
+		require.Equal(t, want, (&apiError{status: status}).Code())
+	}
+}
