@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,4 +56,25 @@ func TestAnAPIErrorsCodeIsItsStatusName(t *testing.T) {
 	for status, want := range map[int]string{404: "not_found", 409: "conflict", 400: "bad_request", 503: "service_unavailable", 599: "status_599"} {
 		require.Equal(t, want, (&apiError{status: status}).Code())
 	}
+}
+
+func TestDockerPluginsListsDockerPluginsOnly(t *testing.T) {
+	discovered := []discoveredJSON{
+		{Name: "local", Protocol: "docker", State: "DISCOVERED_PLUGIN_STATE_REGISTERED", Source: "/p/local.sock"},
+		{Name: "hostpath", Protocol: "csi", State: "DISCOVERED_PLUGIN_STATE_REGISTERED", Source: "/p/hostpath.sock"},
+		{Name: "slow", State: "DISCOVERED_PLUGIN_STATE_ACTIVATING", Source: "/p/slow.sock"},
+	}
+	var out strings.Builder
+	require.NoError(t, printDockerPlugins(&out, commonFlags{}, discovered))
+	require.Contains(t, out.String(), "local")
+	require.Contains(t, out.String(), "slow", "a plugin that answered no handshake yet may be Docker's")
+	require.NotContains(t, out.String(), "hostpath")
+
+	out.Reset()
+	require.NoError(t, printDockerPlugins(&out, commonFlags{json: true}, discovered))
+	require.NotContains(t, out.String(), "hostpath", "nor under -json")
+
+	out.Reset()
+	require.NoError(t, printDockerPlugins(&out, commonFlags{}, discovered[1:2]))
+	require.Equal(t, "no Docker plugins found on disk\n", out.String())
 }

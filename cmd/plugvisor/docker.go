@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -20,7 +21,8 @@ import (
 const dockerLong = `Docker volumes as dockerd keeps them: each name maps to one driver (a Docker
 volume plugin), mounts are counted by mount ID (Docker uses the
 container's), and a volume that is mounted cannot be removed. "plugins"
-lists every plugin found on disk, Docker's and CSI: state, attempts, health.`
+lists the Docker plugins found on disk (and those that have not answered a
+handshake yet): state, attempts, health. "plugvisor plugin list" has the rest.`
 
 const dockerExample = `  plugvisor docker volume create -driver local -opt size=1G db
   plugvisor docker volume mount db web-1
@@ -62,7 +64,7 @@ func newDockerCmd() *cobra.Command {
 	var common commonFlags
 	plugins := &cobra.Command{
 		Use:     "plugins",
-		Short:   "every plugin found on disk: state, attempts, next try, health",
+		Short:   "the Docker plugins found on disk: state, attempts, next try, health",
 		Example: "  plugvisor docker plugins\n  plugvisor docker plugins -json",
 		Args:    cmdline.Args("", "plugvisor docker plugins"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -271,11 +273,22 @@ func dockerPlugins(ctx context.Context, common commonFlags, stdout io.Writer) er
 	if err := newClient(common.dataDir).call(ctx, "GET", "/v1/discovery/plugins", nil, nil, &out); err != nil {
 		return err
 	}
+	return printDockerPlugins(stdout, common, out.Plugins)
+}
+
+// printDockerPlugins prints the Docker plugins among the discovered ones:
+// those that answered Docker's handshake, and those that answered none yet
+// (a CSI plugin is not Docker's business).
+func printDockerPlugins(stdout io.Writer, common commonFlags, discovered []discoveredJSON) error {
+	var out struct {
+		Plugins []discoveredJSON `json:"plugins"`
+	}
+	out.Plugins = slices.DeleteFunc(slices.Clone(discovered), func(p discoveredJSON) bool { return p.Protocol == "csi" })
 	if common.json {
 		return printJSON(stdout, out)
 	}
 	if len(out.Plugins) == 0 {
-		fmt.Fprintln(stdout, "no plugins found on disk")
+		fmt.Fprintln(stdout, "no Docker plugins found on disk")
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
