@@ -22,6 +22,16 @@ import (
 type client struct {
 	dataDir, socket string
 	http            *http.Client
+	// progress, when set, is drawn while a request waits (see withProgress).
+	progress func() *progress
+}
+
+// withProgress returns a copy of c that draws what on w while each request
+// waits for its answer, when w is a terminal and not quiet.
+func (c *client) withProgress(w io.Writer, quiet bool, what string) *client {
+	cp := *c
+	cp.progress = func() *progress { return startProgress(w, quiet, what) }
+	return &cp
 }
 
 func newClient(dataDir string) *client {
@@ -68,6 +78,9 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 			return nil, err
 		}
 		reader = bytes.NewReader(b)
+	}
+	if c.progress != nil {
+		defer c.progress().end()
 	}
 	u := url.URL{Scheme: "http", Host: "plugvisor", Path: unescaped, RawPath: path, RawQuery: query.Encode()}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), reader)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -77,4 +78,17 @@ func TestDockerPluginsListsDockerPluginsOnly(t *testing.T) {
 	out.Reset()
 	require.NoError(t, printDockerPlugins(&out, commonFlags{}, discovered[1:2]))
 	require.Equal(t, "no Docker plugins found on disk\n", out.String())
+}
+
+func TestADockerVolumeCommandShowsProgressWhileItWaitsOnATerminal(t *testing.T) {
+	dir := emptyDataDir(t)
+	var stdout, stderr bytes.Buffer
+	fakeTerminal(t, &stderr)
+	require.Equal(t, 1, run([]string{"docker", "volume", "inspect", "db", "-data-dir", dir}, &stdout, &stderr))
+	line, _, _ := strings.Cut(stderr.String(), "plugvisor docker volume inspect:")
+	require.Regexp(t, `^\r\033\[K- docker volume inspect db: waiting for the agent and the driver \(\d+s\)\r\033\[K$`, line)
+
+	stderr.Reset()
+	require.Equal(t, 1, run([]string{"docker", "volume", "inspect", "db", "-json", "-data-dir", dir}, &stdout, &stderr))
+	require.True(t, strings.HasPrefix(stderr.String(), "{"), "no progress under -json: %q", stderr.String())
 }
