@@ -168,11 +168,12 @@ func statusOf(err error) int {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	// A 4xx is the caller's to fix, so it is news, not an error of the agent's.
 	status := statusOf(err)
 	if status >= 500 {
-		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	} else {
-		s.Logger.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+		s.Logger.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	}
 	writeJSON(w, status, map[string]string{"error": err.Error()})
 }

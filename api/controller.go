@@ -308,9 +308,9 @@ var pluginStatuses = []struct {
 	errs   []error
 }{
 	{http.StatusBadRequest, []error{controller.ErrInvalidRequest, csi.ErrInvalidArgument, csi.ErrOutOfRange}},
-	{http.StatusServiceUnavailable, []error{csi.ErrConnect, controller.ErrNoController, csi.ErrUnavailable, csi.ErrCanceled, csi.ErrClosed}},
+	{http.StatusServiceUnavailable, []error{csi.ErrConnect, csi.ErrUnavailable, csi.ErrCanceled, csi.ErrClosed}},
 	{http.StatusGatewayTimeout, []error{csi.ErrDeadlineExceeded, context.DeadlineExceeded}},
-	{http.StatusNotFound, []error{csi.ErrNotFound}},
+	{http.StatusNotFound, []error{csi.ErrNotFound, controller.ErrNoController}},
 	{http.StatusConflict, []error{controller.ErrVolumeExists, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
 		csi.ErrAlreadyExists, csi.ErrFailedPrecondition, csi.ErrAborted}},
 	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},

@@ -242,8 +242,10 @@ func TestAPluginsAnswerMapsToItsOwnStatusNever500(t *testing.T) {
 func TestControllerRoutesWithoutAControllerPluginSayWhatIsMissing(t *testing.T) {
 	f := newAPIFixture(t)
 	code, body := f.do("POST", "/v1/volumes/default/db/create", createBody)
-	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, http.StatusNotFound, code, "the plugin the caller named is not there")
 	require.Contains(t, errorOf(t, body), `no csi-controller plugin "hostpath" is registered`)
+	require.Contains(t, f.logs.String(), "[INFO]  request refused")
+	require.NotContains(t, f.logs.String(), "[ERROR]", "a caller's mistake is not the agent's error")
 	code, body = f.do("POST", "/v1/volumes/default/db/expand", `{"required_bytes": 5}`)
 	require.Equal(t, http.StatusNotFound, code, "no such volume")
 	require.Contains(t, body, "volume not found")

@@ -15,10 +15,11 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// DockerVolumeBody is the body of POST /v1/docker/volumes.
+// DockerVolumeBody is the body of POST /v1/docker/volumes. An empty name
+// makes an anonymous volume; an empty driver is dockervolume.DefaultDriver.
 type DockerVolumeBody struct {
-	Name    string            `json:"name"`
-	Driver  string            `json:"driver"`
+	Name    string            `json:"name,omitempty"`
+	Driver  string            `json:"driver,omitempty"`
 	Options map[string]string `json:"options,omitempty"`
 }
 
@@ -35,7 +36,7 @@ func (s *Server) dockerRoutes() []route {
 		{"GET", "/v1/docker/volumes", nil, s.dockerList},
 		{"POST", "/v1/docker/volumes", nil, s.dockerCreate},
 		{"GET", "/v1/docker/volumes/{name}", nil, s.dockerInspect},
-		{"DELETE", "/v1/docker/volumes/{name}", nil, s.dockerRemove},
+		{"DELETE", "/v1/docker/volumes/{name}", []string{"force"}, s.dockerRemove},
 		{"POST", "/v1/docker/volumes/{name}/mount", nil, s.dockerMount},
 		{"POST", "/v1/docker/volumes/{name}/unmount", nil, s.dockerUnmount},
 		{"GET", "/v1/docker/volumes/{name}/path", nil, s.dockerPath},
@@ -150,7 +151,15 @@ func (s *Server) dockerRemove(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := v.Remove(r.Context(), r.PathValue("name")); err != nil {
+	force, err := queryBool(r.URL.Query(), "force")
+	if err != nil {
+		return err
+	}
+	remove := v.Remove
+	if force {
+		remove = v.ForceRemove
+	}
+	if err := remove(r.Context(), r.PathValue("name")); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": r.PathValue("name")})

@@ -341,6 +341,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("GET", "/v1/docker/volumes/data/path", "", 200)
 	c.do("POST", "/v1/docker/volumes/data/unmount", `{"id":"c1"}`, 200)
 	c.do("DELETE", "/v1/docker/volumes/data", "", 200)
+	c.do("POST", "/v1/docker/volumes", `{}`, 200) // anonymous, on local
+	c.do("DELETE", "/v1/docker/volumes/data?force=true", "", 200)
+	c.refuse("DELETE", "/v1/docker/volumes/data?force=perhaps", "")
 
 	c.do("DELETE", "/v1/plugins/csi-node/hp/a1", "", 200)
 	for op := range operations(doc) {

@@ -217,6 +217,10 @@ func LoadTokens(path string) (*Tokens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: token file: %w", err)
 	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file (%s); use a regular file with mode 0600",
+			ErrInvalidTokens, path, info.Mode().Type())
+	}
 	if perm := info.Mode().Perm(); perm&0o077 != 0 {
 		return nil, fmt.Errorf("%w: %s has mode %04o, so others may read the tokens; run chmod 600 %s",
 			ErrInvalidTokens, path, perm, path)

@@ -91,3 +91,12 @@ func TestATokenFileOthersCanReadIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.Write, tokens.Rights(strings.Repeat("t", 20)))
 }
+
+func TestATokenFileThatIsNotARegularFileIsRefusedWithoutChmodAdvice(t *testing.T) {
+	for _, path := range []string{os.DevNull, t.TempDir()} {
+		_, err := api.LoadTokens(path)
+		require.ErrorIs(t, err, api.ErrInvalidTokens)
+		require.ErrorContains(t, err, "use a regular file with mode 0600")
+		require.NotContains(t, err.Error(), "chmod", "changing the mode of %s is not the remedy", path)
+	}
+}

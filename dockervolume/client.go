@@ -1,6 +1,7 @@
 package dockervolume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,16 +91,43 @@ type (
 	}
 )
 
+// DefaultRetryWithin bounds the retries of a call that cannot reach its
+// plugin, as moby's plugin client does (pkg/plugins, defaultTimeOut).
+const DefaultRetryWithin = 30 * time.Second
+
+// Retry is how a Client retries a call that could not reach its plugin
+// (discovery.ErrUnreachable), with moby's backoff: it waits First, then
+// twice as long after each attempt, and gives up when the next wait would
+// end past Within. A plugin's own answer, an error included, is never
+// retried. The zero Retry is moby's: 1 s doubling, within 30 s.
+type Retry struct {
+	// Within bounds the retrying (default DefaultRetryWithin); a negative
+	// Within makes one attempt.
+	Within time.Duration
+	// First is the first wait (default 1 s).
+	First time.Duration
+}
+
+// NoRetry makes one attempt.
+var NoRetry = Retry{Within: -1}
+
 // Client calls one Docker volume plugin. It holds no connection: every call
 // opens and closes its own, so a Client needs no closing and may be used by
 // several goroutines at once.
 type Client struct {
 	plugin discovery.Candidate
+	retry  Retry
 }
 
-// NewClient returns a client for the volume plugin found as plugin.
+// NewClient returns a client for the volume plugin found as plugin, which
+// retries as moby's does (the zero Retry).
 func NewClient(plugin discovery.Candidate) *Client {
 	return &Client{plugin: plugin}
+}
+
+// WithRetry returns a copy of c that retries unreachable calls as r says.
+func (c *Client) WithRetry(r Retry) *Client {
+	return &Client{plugin: c.plugin, retry: r}
 }
 
 // Plugin returns the plugin the client calls.
@@ -197,18 +225,36 @@ func (c *Client) onVolume(ctx context.Context, verb, name string, timeout time.D
 	return nil
 }
 
-// call makes VolumeDriver.<method> within timeout.
+// call makes VolumeDriver.<method> within timeout, retrying while the
+// plugin cannot be reached (see Retry).
 func (c *Client) call(ctx context.Context, timeout time.Duration, method string, req, resp any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return discovery.Call(ctx, c.plugin, "VolumeDriver."+method, req, resp)
+	within := cmp.Or(c.retry.Within, DefaultRetryWithin)
+	wait := cmp.Or(c.retry.First, time.Second)
+	start := time.Now()
+	for {
+		err := discovery.Call(ctx, c.plugin, "VolumeDriver."+method, req, resp)
+		if !errors.Is(err, discovery.ErrUnreachable) || time.Since(start)+wait >= within {
+			return err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err
+		case <-timer.C:
+		}
+		wait = min(2*wait, DefaultRetryWithin)
+	}
 }
 
-// clientOf returns a client for plugin name at the registry's address ci.
-func clientOf(name string, ci *messages.ConnectionInfo) (*Client, error) {
+// clientOf returns a client for plugin name at the registry's address ci,
+// retrying as r says.
+func clientOf(name string, ci *messages.ConnectionInfo, r Retry) (*Client, error) {
 	c, err := discovery.FromConnectionInfo(name, ci)
 	if err != nil {
 		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
 	}
-	return NewClient(c), nil
+	return NewClient(c).WithRetry(r), nil
 }

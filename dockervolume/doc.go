@@ -16,7 +16,10 @@
 // may carry {"Err": "..."}; a non-empty Err, or an HTTP status other than
 // 200, becomes an error holding the plugin's text. Each call is bounded by
 // the time Docker gives it (LongTimeout for Create and Mount, ShortTimeout
-// for the rest) or by the context's deadline, whichever comes first.
+// for the rest) or by the context's deadline, whichever comes first. A call
+// that cannot reach its plugin is retried with moby's backoff for up to 30 s
+// (see Retry); a plugin's own error never is. Where the volume service
+// differs from dockerd's: docs/docker.md.
 //
 // The manager and instance actors of this plugin type build on Client.
 package dockervolume

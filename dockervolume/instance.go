@@ -132,7 +132,7 @@ func (a *instance) onStarted(ctx actor.Context) {
 		a.report(ctx, a.health(false, "", fmt.Sprintf("cannot reach the plugin: %v", err)), false)
 		return
 	}
-	a.client = NewClient(c)
+	a.client = NewClient(c).WithRetry(NoRetry) // a health check says what it sees now
 	a.poll = a.newPoller()
 	a.poll.Start(ctx)
 }

@@ -3,9 +3,12 @@ package dockervolume
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +61,9 @@ type Drivers interface {
 type RegistryDrivers struct {
 	Registry  *registry.Registry
 	Discovery *discovery.Discovery
+	// Retry is how the drivers' clients retry a plugin they cannot reach
+	// (the zero Retry is moby's).
+	Retry Retry
 }
 
 // Driver implements Drivers.
@@ -67,20 +73,20 @@ func (d RegistryDrivers) Driver(ctx context.Context, name string) (*Client, erro
 		if err != nil {
 			return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
 		}
-		return clientOf(p.GetName(), p.GetConnection())
+		return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 	}
 	p, ok := d.Registry.Snapshot().Current(PluginType, name)
 	if !ok {
 		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, discovery.ErrNotFound)
 	}
-	return clientOf(p.GetName(), p.GetConnection())
+	return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 }
 
 // All implements Drivers; plugins whose address is unusable are left out.
 func (d RegistryDrivers) All() map[string]*Client {
 	out := map[string]*Client{}
 	for _, p := range d.Registry.Snapshot().List(PluginType) {
-		if c, err := clientOf(p.GetName(), p.GetConnection()); err == nil {
+		if c, err := clientOf(p.GetName(), p.GetConnection(), d.Retry); err == nil {
 			out[p.GetName()] = c
 		}
 	}
@@ -99,7 +105,14 @@ type VolumesConfig struct {
 	OpTimeout time.Duration
 	// Name is the actor's name (default DefaultVolumesName).
 	Name string
+	// DefaultDriver is the driver of a create that names none, as dockerd's
+	// "local" is (default DefaultDriver). It must be registered then: a
+	// create without a driver is refused at once otherwise.
+	DefaultDriver string
 }
+
+// DefaultDriver is the default VolumesConfig.DefaultDriver, dockerd's.
+const DefaultDriver = "local"
 
 func (c VolumesConfig) validate() error {
 	var problems []error
@@ -122,6 +135,7 @@ func (c VolumesConfig) withDefaults() VolumesConfig {
 	c.Logger = cmp.Or[hclog.Logger](c.Logger, hclog.NewNullLogger()).Named("docker-volumes")
 	c.OpTimeout = cmp.Or(c.OpTimeout, DefaultOpTimeout)
 	c.Name = cmp.Or(c.Name, DefaultVolumesName)
+	c.DefaultDriver = cmp.Or(c.DefaultDriver, DefaultDriver)
 	return c
 }
 
@@ -183,6 +197,7 @@ func (r *record) info() VolumeInfo {
 type Volumes struct {
 	system *actor.ActorSystem
 	pid    *actor.PID
+	cfg    VolumesConfig
 }
 
 // StartVolumes loads the volume records and starts the service actor.
@@ -203,13 +218,26 @@ func StartVolumes(system *actor.ActorSystem, cfg VolumesConfig) (*Volumes, error
 		return nil, fmt.Errorf("dockervolume: start actor %q: %w", cfg.Name, err)
 	}
 	cfg.Logger.Info("docker volume service started", "volumes", len(records))
-	return &Volumes{system: system, pid: pid}, nil
+	return &Volumes{system: system, pid: pid, cfg: cfg}, nil
 }
 
-// Create creates volume name on driver with opts. Creating a volume that
-// exists with the same driver returns it, as dockerd does; with another
-// driver it is ErrNameConflict.
+// Create creates volume name on driver with opts, and answers it with its
+// driver's scope. Creating a volume that exists with the same driver
+// returns it, as dockerd does; with another driver it is ErrNameConflict.
+// As in dockerd, an empty name makes an anonymous volume, named by 64 random
+// hex digits, and an empty driver is the DefaultDriver, when it is
+// registered.
 func (v *Volumes) Create(ctx context.Context, name, driver string, opts map[string]string) (VolumeInfo, error) {
+	if name == "" {
+		name = anonymousName()
+	}
+	if driver == "" {
+		if _, ok := v.cfg.Drivers.All()[v.cfg.DefaultDriver]; !ok {
+			return VolumeInfo{}, fmt.Errorf("%w: no driver named, and the default driver %q is not registered; name one",
+				ErrInvalidArgument, v.cfg.DefaultDriver)
+		}
+		driver = v.cfg.DefaultDriver
+	}
 	if err := errors.Join(ValidateVolumeName(name), validateDriver(driver), ValidateOptions(opts)); err != nil {
 		return VolumeInfo{}, err
 	}
@@ -240,6 +268,18 @@ func (v *Volumes) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	_, err := v.ask(ctx, &volumeRequest{op: opRemove, name: name})
+	return err
+}
+
+// ForceRemove removes volume name as dockerd's "volume rm -f" does: a volume
+// that does not exist is no error, and a driver that fails to remove it (or
+// is gone) does not keep its record, which is dropped. A volume in use is
+// still ErrVolumeInUse.
+func (v *Volumes) ForceRemove(ctx context.Context, name string) error {
+	if err := ValidateVolumeName(name); err != nil {
+		return err
+	}
+	_, err := v.ask(ctx, &volumeRequest{op: opForceRemove, name: name})
 	return err
 }
 
@@ -292,4 +332,16 @@ func (v *Volumes) ask(ctx context.Context, req *volumeRequest) (volumeReply, err
 	}
 	r := answer.(*volumeReply)
 	return *r, r.err
+}
+
+// anonymousName is the name of an anonymous volume: 64 random hex digits,
+// never all decimal, as dockerd's stringid.GenerateRandomID makes them.
+func anonymousName() string {
+	for {
+		b := make([]byte, 32)
+		_, _ = rand.Read(b) // crypto/rand.Read never fails
+		if name := hex.EncodeToString(b); strings.Trim(name, "0123456789") != "" {
+			return name
+		}
+	}
 }

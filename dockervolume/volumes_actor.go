@@ -22,15 +22,17 @@ const (
 	opInspect
 	opList
 	opRemove
+	opForceRemove
 	opMount
 	opUnmount
 	opPath
 )
 
 // opDoneNames say, for the log, what a change did.
-var opDoneNames = map[opKind]string{opCreate: "created", opRemove: "removed", opMount: "mounted", opUnmount: "unmounted"}
+var opDoneNames = map[opKind]string{opCreate: "created", opRemove: "removed", opForceRemove: "removed (forced)",
+	opMount: "mounted", opUnmount: "unmounted"}
 
-var opNames = map[opKind]string{opCreate: "create", opInspect: "inspect", opList: "list", opRemove: "remove",
+var opNames = map[opKind]string{opCreate: "create", opInspect: "inspect", opList: "list", opRemove: "remove", opForceRemove: "force remove",
 	opMount: "mount", opUnmount: "unmount", opPath: "path"}
 
 // The volume service's messages. They stay inside this package: the
@@ -126,7 +128,7 @@ func (a *volumesActor) onRequest(ctx actor.Context, req *volumeRequest) {
 type op func(ctx context.Context, req *volumeRequest, rec *record) (reply *volumeReply, changed bool, after *record)
 
 func (a *volumesActor) start(ctx actor.Context, req *volumeRequest) {
-	ops := map[opKind]op{opCreate: a.create, opRemove: a.adopting(a.remove), opMount: a.adopting(a.mount),
+	ops := map[opKind]op{opCreate: a.create, opRemove: a.adopting(a.remove), opForceRemove: a.forceRemove, opMount: a.adopting(a.mount),
 		opUnmount: a.unmount, opPath: a.adopting(a.path)}
 	a.goRun(ctx, req, a.records[req.name].clone(), ops[req.op])
 }
@@ -229,7 +231,11 @@ func (a *volumesActor) create(ctx context.Context, req *volumeRequest, rec *reco
 		if rec.Driver != req.driver {
 			return failed(fmt.Errorf("%w: volume %q exists with driver %q, not %q", ErrNameConflict, req.name, rec.Driver, req.driver)), false, nil
 		}
-		return &volumeReply{volume: rec.info()}, false, nil
+		v := rec.info()
+		if client := a.cfg.Drivers.All()[rec.Driver]; client != nil {
+			v.Scope = scopeOf(ctx, client)
+		}
+		return &volumeReply{volume: v}, false, nil
 	}
 	client, err := a.cfg.Drivers.Driver(ctx, req.driver)
 	if err != nil {
@@ -242,7 +248,50 @@ func (a *volumesActor) create(ctx context.Context, req *volumeRequest, rec *reco
 	if err := save(a.cfg.Bucket, req.name, rec); err != nil {
 		return failed(err), false, nil
 	}
-	return &volumeReply{volume: rec.info()}, true, rec
+	v := rec.info()
+	v.Scope = scopeOf(ctx, client)
+	return &volumeReply{volume: v}, true, rec
+}
+
+// scopeOf is the driver's scope, empty when it does not say.
+func scopeOf(ctx context.Context, client *Client) string {
+	caps, err := client.Capabilities(ctx)
+	if err != nil {
+		return ""
+	}
+	return caps.Scope
+}
+
+// forceRemove is remove as dockerd's "rm -f": no volume is no error, and
+// the record goes whatever its driver says (dockerd's purge on error).
+func (a *volumesActor) forceRemove(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
+	if rec == nil {
+		found, err := a.find(ctx, req.name)
+		if errors.Is(err, ErrNoSuchVolume) {
+			return &volumeReply{volume: VolumeInfo{Name: req.name}}, false, nil
+		}
+		if err != nil {
+			return failed(err), false, nil
+		}
+		rec = found
+	}
+	if rec.inUse() {
+		return a.remove(ctx, req, rec)
+	}
+	var driverErr error
+	if client, err := a.cfg.Drivers.Driver(ctx, rec.Driver); err != nil {
+		driverErr = err
+	} else {
+		driverErr = client.Remove(ctx, req.name)
+	}
+	if driverErr != nil {
+		a.log.Warn("volume removed from the records although its driver did not remove it", "volume", req.name,
+			"driver", rec.Driver, "error", driverErr)
+	}
+	if err := save(a.cfg.Bucket, req.name, nil); err != nil {
+		return failed(err), false, nil
+	}
+	return &volumeReply{volume: rec.info()}, true, nil
 }
 
 func (a *volumesActor) remove(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
@@ -368,10 +417,10 @@ func (a *volumesActor) inspect(ctx context.Context, req *volumeRequest, rec *rec
 	}
 	v := rec.info()
 	v.Known = known
-	client, err := a.cfg.Drivers.All()[rec.Driver], error(nil)
-	if client == nil {
-		err = fmt.Errorf("driver %q is not registered", rec.Driver)
-	} else {
+	// As dockerd, wait for a driver that is gone (Drivers.Driver); when it
+	// does not come back, answer what the records hold, and why.
+	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
+	if err == nil {
 		var got Volume
 		if got, err = client.Get(ctx, req.name); err == nil {
 			v.Mountpoint, v.Status = got.Mountpoint, got.Status

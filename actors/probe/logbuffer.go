@@ -1,8 +1,11 @@
 package probe
 
 import (
+	"context"
+	"io"
 	"strings"
 	"sync"
+	"time"
 )
 
 // LogBuffer is an io.Writer that many goroutines may write to while a test
@@ -26,4 +29,35 @@ func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// RunUntilLogged runs a command's run function (a plugin's Run: until ctx
+// is done, logging to stderr) until what it logged contains want, then
+// stops it and returns its log. It fails t when the command ends with an
+// error, or has not logged want within a minute.
+func RunUntilLogged(t TB, run func(ctx context.Context, stderr io.Writer) error, want string) string {
+	t.Helper()
+	var logs LogBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, &logs) }()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(logs.String(), want) {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("the command ended before it logged %q: %v\n%s", want, err, logs.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("the command did not log %q within a minute:\n%s", want, logs.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("the command ended with %v:\n%s", err, logs.String())
+	}
+	return logs.String()
 }

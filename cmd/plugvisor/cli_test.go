@@ -125,7 +125,7 @@ func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
 		{"plugin wait without a name", []string{"plugin", "wait", "csi-node"}, "wait needs TYPE NAME"},
 		{"snapshot list without a plugin or volume", []string{"snapshot", "list"}, "list needs -plugin P or -volume ID"},
 		{"snapshot create without a name", []string{"snapshot", "create", "db"}, "create needs VOLUME NAME"},
-		{"docker volume create without -driver", []string{"docker", "volume", "create", "db"}, "missing required flag -driver"},
+		{"docker volume create with two names", []string{"docker", "volume", "create", "db", "db2"}, "accepts at most 1 arg"},
 		{"hostpath-csi without -endpoint", []string{"hostpath-csi", "-root", "/tmp/x"}, "missing required flag -endpoint"},
 		{"docker-volume-plugin without -root", []string{"docker-volume-plugin", "-socket", "/tmp/x.sock"}, "missing required flag -root"},
 		{"agent with a cluster flag but no -cluster-etcd", []string{"agent", "-cluster-address", "127.0.0.1:0"}, "-cluster-address needs -cluster-etcd"},
@@ -232,7 +232,8 @@ func TestProgressShowsOnATerminalAndNotUnderJSON(t *testing.T) {
 				fakeTerminal(t, &stderr)
 			}
 			require.Equal(t, 1, run(tc.args, &stdout, &stderr))
-			line, _, _ := strings.Cut(stderr.String(), "plugvisor volume")
+			// Under -json the error is a JSON object: what precedes it is progress.
+			line, _, _ := strings.Cut(strings.TrimPrefix(stderr.String(), `{"error":"`), "plugvisor volume")
 			if tc.want == "" {
 				require.Empty(t, line, "no progress")
 				return

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/plugvisor/plugvisor/agent"
@@ -20,6 +22,16 @@ import (
 type client struct {
 	dataDir, socket string
 	http            *http.Client
+	// progress, when set, is drawn while a request waits (see withProgress).
+	progress func() *progress
+}
+
+// withProgress returns a copy of c that draws what on w while each request
+// waits for its answer, when w is a terminal and not quiet.
+func (c *client) withProgress(w io.Writer, quiet bool, what string) *client {
+	cp := *c
+	cp.progress = func() *progress { return startProgress(w, quiet, what) }
+	return &cp
 }
 
 func newClient(dataDir string) *client {
@@ -42,14 +54,23 @@ type errNoAgent struct {
 	err             error
 }
 
+// Code is the code of the error under -json.
+func (e *errNoAgent) Code() string { return "no_agent" }
+
 func (e *errNoAgent) Error() string {
 	return fmt.Sprintf("no agent is running at %s (%v)\nstart one with: plugvisor agent -data-dir %s",
 		e.socket, e.err, e.dataDir)
 }
 
 // do sends a request with an optional JSON body and returns the response,
-// turning an API error into a Go error with the agent's message.
+// turning an API error into a Go error with the agent's message. path is
+// escaped already: its names went through url.PathEscape, and are sent as
+// they are, not escaped a second time.
 func (c *client) do(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	unescaped, err := url.PathUnescape(path)
+	if err != nil {
+		return nil, fmt.Errorf("request path %q: %w", path, err)
+	}
 	var reader io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -58,7 +79,10 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		}
 		reader = bytes.NewReader(b)
 	}
-	u := url.URL{Scheme: "http", Host: "plugvisor", Path: path, RawQuery: query.Encode()}
+	if c.progress != nil {
+		defer c.progress().end()
+	}
+	u := url.URL{Scheme: "http", Host: "plugvisor", Path: unescaped, RawPath: path, RawQuery: query.Encode()}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), reader)
 	if err != nil {
 		return nil, err
@@ -95,6 +119,12 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string { return e.message }
+
+// Code is the status's name in snake case ("not_found", "conflict", ...),
+// the code of the error under -json.
+func (e *apiError) Code() string {
+	return strings.ToLower(strings.ReplaceAll(cmp.Or(http.StatusText(e.status), fmt.Sprintf("status %d", e.status)), " ", "_"))
+}
 
 // isStatus says whether err is an API answer with this status.
 func isStatus(err error, status int) bool {

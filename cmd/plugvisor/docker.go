@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -20,7 +21,8 @@ import (
 const dockerLong = `Docker volumes as dockerd keeps them: each name maps to one driver (a Docker
 volume plugin), mounts are counted by mount ID (Docker uses the
 container's), and a volume that is mounted cannot be removed. "plugins"
-lists every plugin found on disk, Docker's and CSI: state, attempts, health.`
+lists the Docker plugins found on disk (and those that have not answered a
+handshake yet): state, attempts, health. "plugvisor plugin list" has the rest.`
 
 const dockerExample = `  plugvisor docker volume create -driver local -opt size=1G db
   plugvisor docker volume mount db web-1
@@ -45,14 +47,14 @@ func newDockerCmd() *cobra.Command {
   plugvisor docker volume rm db`,
 	}
 	volume.AddCommand(
-		newDockerVolumeCmd("create -driver D NAME", "create a volume on a Docker volume plugin", "NAME",
-			"  plugvisor docker volume create -driver local db\n  plugvisor docker volume create -driver local -opt size=1G db"),
+		newDockerVolumeCmd("create [-driver D] [NAME]", "create a volume on a Docker volume plugin (no name: an anonymous one)", "NAME",
+			"  plugvisor docker volume create -driver local db\n  plugvisor docker volume create -driver local -opt size=1G db\n  plugvisor docker volume create"),
 		newDockerVolumeCmd("ls", "list every volume: known ones and every driver's", "",
 			"  plugvisor docker volume ls\n  plugvisor docker volume ls -json", "list"),
 		newDockerVolumeCmd("inspect NAME", "one volume: driver, mount point, mounts", "NAME",
 			"  plugvisor docker volume inspect db"),
-		newDockerVolumeCmd("rm NAME", "remove a volume (refused while mounted)", "NAME",
-			"  plugvisor docker volume rm db", "remove"),
+		newDockerVolumeCmd("rm [-f] NAME", "remove a volume (refused while mounted)", "NAME",
+			"  plugvisor docker volume rm db\n  plugvisor docker volume rm -f db", "remove"),
 		newDockerVolumeCmd("mount NAME ID", "mount a volume for a mount ID", "NAME ID",
 			"  plugvisor docker volume mount db web-1"),
 		newDockerVolumeCmd("unmount NAME ID", "unmount a volume for a mount ID", "NAME ID",
@@ -62,7 +64,7 @@ func newDockerCmd() *cobra.Command {
 	var common commonFlags
 	plugins := &cobra.Command{
 		Use:     "plugins",
-		Short:   "every plugin found on disk: state, attempts, next try, health",
+		Short:   "the Docker plugins found on disk: state, attempts, next try, health",
 		Example: "  plugvisor docker plugins\n  plugvisor docker plugins -json",
 		Args:    cmdline.Args("", "plugvisor docker plugins"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,39 +82,34 @@ func newDockerVolumeCmd(use, short, want, example string, aliases ...string) *co
 	var common commonFlags
 	var body api.DockerVolumeBody
 	var opts stringList
+	var force bool
 	sub, _, _ := strings.Cut(use, " ")
+	args := cmdline.Args(want, "plugvisor docker volume "+sub+" "+strings.NewReplacer("NAME", "db", "ID", "web-1").Replace(want))
+	if sub == "create" {
+		args = cobra.MaximumNArgs(1) // no name: an anonymous volume
+	}
 	cmd := &cobra.Command{
 		Use:     use,
 		Aliases: aliases,
 		Short:   short,
 		Example: example,
-		Args: cmdline.Args(want, "plugvisor docker volume "+sub+" "+
-			strings.NewReplacer("NAME", "db", "ID", "web-1").Replace(want)),
+		Args:    args,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkDockerArgs(args); err != nil {
 				return err
 			}
-			c, ctx, stdout := newClient(common.dataDir), cmd.Context(), cmd.OutOrStdout()
 			var name, path string
 			if len(args) > 0 {
 				name = args[0]
 				path = "/v1/docker/volumes/" + url.PathEscape(name)
 			}
+			// A driver that is gone is waited for, as dockerd does (15 s).
+			c := newClient(common.dataDir).withProgress(cmd.ErrOrStderr(), common.json,
+				strings.TrimSpace("docker volume "+sub+" "+name+": waiting for the agent and the driver"))
+			ctx, stdout := cmd.Context(), cmd.OutOrStdout()
 			switch sub {
 			case "create":
-				var err error
-				body.Name = name
-				if body.Options, err = parseOpts(opts); err != nil {
-					return err
-				}
-				if err := dockervolume.ValidateOptions(body.Options); err != nil {
-					return usageError("%v", err)
-				}
-				var v dockervolume.VolumeInfo
-				if err := c.call(ctx, "POST", "/v1/docker/volumes", nil, body, &v); err != nil {
-					return err
-				}
-				return printDockerVolume(stdout, common, v, "created volume "+v.Name+" on driver "+v.Driver)
+				return dockerCreate(ctx, c, common, stdout, body, name, opts)
 			case "ls":
 				var list dockervolume.VolumeList
 				if err := c.call(ctx, "GET", "/v1/docker/volumes", nil, nil, &list); err != nil {
@@ -126,22 +123,46 @@ func newDockerVolumeCmd(use, short, want, example string, aliases ...string) *co
 				}
 				return printDockerVolume(stdout, common, v, "volume "+v.Name)
 			case "rm":
-				return dockerDo(ctx, c, common, stdout, "DELETE", path, nil, "removed volume "+name)
+				var query url.Values
+				if force {
+					query = url.Values{"force": {"true"}}
+				}
+				return dockerDo(ctx, c, common, stdout, "DELETE", path, query, nil, "removed volume "+name)
 			case "mount", "unmount":
-				return dockerDo(ctx, c, common, stdout, "POST", path+"/"+sub, api.DockerMountBody{ID: args[1]},
+				return dockerDo(ctx, c, common, stdout, "POST", path+"/"+sub, nil, api.DockerMountBody{ID: args[1]},
 					sub+"ed volume "+name+" for "+args[1])
 			default: // path
-				return dockerDo(ctx, c, common, stdout, "GET", path+"/path", nil, "")
+				return dockerDo(ctx, c, common, stdout, "GET", path+"/path", nil, nil, "")
 			}
 		},
 	}
 	common.register(cmd.Flags())
-	if sub == "create" {
-		cmd.Flags().StringVar(&body.Driver, "driver", "", "the Docker volume plugin that serves the volume")
+	switch sub {
+	case "create":
+		cmd.Flags().StringVar(&body.Driver, "driver", "", `the Docker volume plugin that serves the volume (default "local", when it is registered)`)
 		cmd.Flags().Var(&opts, "opt", "a driver option KEY=VALUE (repeatable)")
-		cmdline.Require(cmd, "driver")
+	case "rm":
+		cmd.Flags().BoolVarP(&force, "force", "f", false, "as docker volume rm -f: no such volume is no error, and the record goes even when the driver fails to remove the volume (a mounted one is still refused)")
 	}
 	return cmd
+}
+
+// dockerCreate creates volume name (anonymous when empty) with body's driver
+// and opts.
+func dockerCreate(ctx context.Context, c *client, common commonFlags, stdout io.Writer, body api.DockerVolumeBody, name string, opts stringList) error {
+	var err error
+	body.Name = name
+	if body.Options, err = parseOpts(opts); err != nil {
+		return err
+	}
+	if err := dockervolume.ValidateOptions(body.Options); err != nil {
+		return usageError("%v", err)
+	}
+	var v dockervolume.VolumeInfo
+	if err := c.call(ctx, "POST", "/v1/docker/volumes", nil, body, &v); err != nil {
+		return err
+	}
+	return printDockerVolume(stdout, common, v, "created volume "+v.Name+" on driver "+v.Driver)
 }
 
 // checkDockerArgs refuses a bad volume name or mount ID before anything is sent.
@@ -180,9 +201,9 @@ func parseOpts(opts []string) (map[string]string, error) {
 
 // dockerDo sends one request and prints its answer: JSON with -json, else
 // done (or, when done is empty, the mount point).
-func dockerDo(ctx context.Context, c *client, common commonFlags, stdout io.Writer, method, path string, body any, done string) error {
+func dockerDo(ctx context.Context, c *client, common commonFlags, stdout io.Writer, method, path string, query url.Values, body any, done string) error {
 	var out map[string]string
-	if err := c.call(ctx, method, path, nil, body, &out); err != nil {
+	if err := c.call(ctx, method, path, query, body, &out); err != nil {
 		return err
 	}
 	switch {
@@ -271,11 +292,22 @@ func dockerPlugins(ctx context.Context, common commonFlags, stdout io.Writer) er
 	if err := newClient(common.dataDir).call(ctx, "GET", "/v1/discovery/plugins", nil, nil, &out); err != nil {
 		return err
 	}
+	return printDockerPlugins(stdout, common, out.Plugins)
+}
+
+// printDockerPlugins prints the Docker plugins among the discovered ones:
+// those that answered Docker's handshake, and those that answered none yet
+// (a CSI plugin is not Docker's business).
+func printDockerPlugins(stdout io.Writer, common commonFlags, discovered []discoveredJSON) error {
+	var out struct {
+		Plugins []discoveredJSON `json:"plugins"`
+	}
+	out.Plugins = slices.DeleteFunc(slices.Clone(discovered), func(p discoveredJSON) bool { return p.Protocol == "csi" })
 	if common.json {
 		return printJSON(stdout, out)
 	}
 	if len(out.Plugins) == 0 {
-		fmt.Fprintln(stdout, "no plugins found on disk")
+		fmt.Fprintln(stdout, "no Docker plugins found on disk")
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

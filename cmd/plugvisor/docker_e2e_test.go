@@ -86,6 +86,15 @@ func TestDockerVolumesThroughTheCLISurviveAnAgentRestart(t *testing.T) {
 	ok(t, "docker", "volume", "rm", "data", "-data-dir", dir)
 	_, err := os.Stat(mountpoint)
 	require.ErrorIs(t, err, os.ErrNotExist)
+
+	// As in dockerd: no name is an anonymous volume, no driver is local,
+	// and rm -f of a volume that is not there is no error.
+	require.Regexp(t, `created volume [0-9a-f]{64} on driver local\n  driver local, scope local`,
+		ok(t, "docker", "volume", "create", "-data-dir", dir))
+	ok(t, "docker", "volume", "rm", "-f", "nothere", "-data-dir", dir)
+	_, stderr, code = cli(t, "docker", "volume", "rm", "nothere", "-data-dir", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "no such volume")
 }
 
 func TestBadDockerVolumeCommandsSayWhatIsWrong(t *testing.T) {
@@ -97,7 +106,6 @@ func TestBadDockerVolumeCommandsSayWhatIsWrong(t *testing.T) {
 	}{
 		{"a name with a separator", []string{"create", "-driver", "local", "a/b"}, "must not contain a path separator"},
 		{"the name ..", []string{"inspect", ".."}, "must not contain \"..\""},
-		{"no driver", []string{"create", "db"}, "missing required flag -driver"},
 		{"an option without =", []string{"create", "-driver", "local", "-opt", "size", "db"}, "want KEY=VALUE"},
 		{"an option twice", []string{"create", "-driver", "local", "-opt", "a=1", "-opt", "a=2", "db"}, "given twice"},
 		{"a mount without an ID", []string{"mount", "db"}, "mount needs NAME ID"},

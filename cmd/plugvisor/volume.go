@@ -209,10 +209,8 @@ func printStatus(w io.Writer, common commonFlags, namespace, id string, st api.S
 		fmt.Fprintf(w, "  past claim: alloc %s (%s), %s (%s)\n", c.AllocID, c.Mode, c.State, orOK(c.LastError))
 	}
 
-	if string(st.Node) == "null" || len(st.Node) == 0 {
-		fmt.Fprintln(w, "  on this node: nothing")
-	} else {
-		fmt.Fprintf(w, "  on this node: %s\n", st.Node)
+	if err := printNode(w, st.Node); err != nil {
+		return err
 	}
 	if st.LastOperation != "" {
 		fmt.Fprintf(w, "  last operation: %s (%s)\n", st.LastOperation, orOK(st.LastError))

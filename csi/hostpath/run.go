@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/internal/hclogslog"
 )
 
 // DefaultRoot is where volumes live when -root is not given.
@@ -92,7 +92,7 @@ func serve(ctx context.Context, cfg Config, endpoint string, stderr io.Writer) e
 	if _, err := ParseEndpoint(endpoint); err != nil {
 		return fmt.Errorf("-endpoint: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log := hclogslog.NewLogger(stderr, "hostpath-csi")
 	cfg.Logger = log
 	d, err := New(cfg)
 	if err != nil {

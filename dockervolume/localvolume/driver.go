@@ -24,6 +24,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/internal/hclogslog"
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -252,7 +253,7 @@ which "plugvisor docker volume create -driver" names.`,
   plugvisor docker volume create -driver local db`,
 		Args: cli.Args("", "plugvisor docker-volume-plugin -socket /run/docker/plugins/local.sock -root /var/lib/local-volumes"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := New(root, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+			d, err := New(root, hclogslog.NewLogger(cmd.ErrOrStderr(), "docker-volume-plugin"))
 			if err != nil {
 				return err
 			}

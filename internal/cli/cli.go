@@ -7,6 +7,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,22 +35,65 @@ type failure struct{ err error }
 func (f *failure) Error() string { return f.err.Error() }
 func (f *failure) Unwrap() error { return f.err }
 
+// Coder is an error that names its class for scripts: the "code" of a
+// JSON error ("not_found", "conflict", ...).
+type Coder interface {
+	Code() string
+}
+
+// The codes of errors that name none.
+const (
+	// CodeUsage: the command was called wrongly (exit code 2).
+	CodeUsage = "usage"
+	// CodeFailed: any other failure (exit code 1).
+	CodeFailed = "failed"
+)
+
 // Execute runs root on args until it ends or ctx is done, prints an error to
 // stderr as "<command path>: <message>", and returns the exit code: 0 on
 // success or help, 2 for a usage error (an unknown command or flag, a
-// missing required flag or argument), 1 for any other failure.
+// missing required flag or argument), 1 for any other failure. With -json,
+// the error is one JSON object on stderr, {"error": "...", "code": "..."}:
+// the code is the error's (see Coder), else CodeUsage or CodeFailed.
 func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	cmd, err := execute(ctx, root, args, stdout, stderr)
 	if err == nil {
 		return 0
 	}
-	if f := (*failure)(nil); errors.As(err, &f) {
-		fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), f.err)
-		return 1
+	code, exit, msg := CodeFailed, 1, err.Error()
+	if f := (*failure)(nil); !errors.As(err, &f) {
+		code, exit, msg = CodeUsage, 2, strings.TrimPrefix(msg, ErrUsage.Error()+": ")
 	}
-	fmt.Fprintf(stderr, "%s: %s\nsee: %s -h\n", cmd.CommandPath(),
-		strings.TrimPrefix(err.Error(), ErrUsage.Error()+": "), cmd.CommandPath())
-	return 2
+	if c := Coder(nil); errors.As(err, &c) {
+		code = c.Code()
+	}
+	switch {
+	case wantsJSON(cmd, args):
+		b, _ := json.Marshal(struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}{cmd.CommandPath() + ": " + msg, code})
+		fmt.Fprintf(stderr, "%s\n", b)
+	case exit == 1:
+		fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), msg)
+	default:
+		fmt.Fprintf(stderr, "%s: %s\nsee: %s -h\n", cmd.CommandPath(), msg, cmd.CommandPath())
+	}
+	return exit
+}
+
+// wantsJSON says whether the command line asked for JSON: its -json flag
+// is set, or, when the line did not parse as far as the flag, names it.
+func wantsJSON(cmd *cobra.Command, args []string) bool {
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Changed {
+		return f.Value.String() == "true"
+	}
+	for _, a := range args {
+		if a == "-json" || a == "--json" || a == "-json=true" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
 }
 
 // Run runs root on args like Execute, and returns its error instead of

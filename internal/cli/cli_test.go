@@ -99,3 +99,42 @@ func TestRunReturnsTheErrorAndMarksUsageErrors(t *testing.T) {
 	require.EqualError(t, err, "it broke")
 	require.NotErrorIs(t, err, cli.ErrUsage)
 }
+
+// codedError names its code.
+type codedError struct{}
+
+func (codedError) Error() string { return "no such thing" }
+func (codedError) Code() string  { return "not_found" }
+
+func TestWithJSONAnErrorIsOneJSONObjectOnStderr(t *testing.T) {
+	jsonTool := func() *cobra.Command {
+		var asJSON bool
+		lookup := &cobra.Command{Use: "lookup", RunE: func(*cobra.Command, []string) error { return codedError{} }}
+		fail := &cobra.Command{Use: "fail", RunE: func(*cobra.Command, []string) error { return errors.New("it broke") }}
+		for _, c := range []*cobra.Command{lookup, fail} {
+			c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+		}
+		root := &cobra.Command{Use: "tool"}
+		root.AddCommand(lookup, fail)
+		return root
+	}
+	for _, tc := range []struct {
+		args   string
+		code   int
+		stderr string
+	}{
+		{"lookup -json", 1, `{"error":"tool lookup: no such thing","code":"not_found"}` + "\n"},
+		{"fail --json", 1, `{"error":"tool fail: it broke","code":"failed"}` + "\n"},
+		{"fail -json -bogus", 2, `{"error":"tool fail: unknown flag: -bogus","code":"usage"}` + "\n"},
+		{"fail -json=false", 1, "tool fail: it broke\n"},
+		{"lookup", 1, "tool lookup: no such thing\n"},
+	} {
+		t.Run(tc.args, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := cli.Execute(t.Context(), jsonTool(), strings.Fields(tc.args), &stdout, &stderr)
+			require.Equal(t, tc.code, code)
+			require.Equal(t, tc.stderr, stderr.String())
+			require.Empty(t, stdout.String())
+		})
+	}
+}

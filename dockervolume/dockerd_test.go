@@ -1,0 +1,181 @@
+package dockervolume_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/dockervolume"
+)
+
+// These tests are the rows of docs/docker.md's table of differences from
+// dockerd's volume service (moby v28.5.2, volume/service): each either
+// matches dockerd or shows the stricter rule plugvisor keeps.
+
+func TestAnUnmountByAnIDThatNeverMountedTheVolumeIsRefused(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	_, err := e.volumes.Create(ctx, "data", "local", nil)
+	require.NoError(t, err)
+	_, err = e.volumes.Mount(ctx, "data", "c1")
+	require.NoError(t, err)
+	// dockerd answers nil; a typo in an ID would then leave c1's mount
+	// held with nobody told.
+	require.ErrorIs(t, e.volumes.Unmount(ctx, "data", "c2"), dockervolume.ErrNotMounted)
+	info, err := e.volumes.Inspect(ctx, "data")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"c1": 1}, info.Mounts, "nothing changed")
+}
+
+func TestAnIDMountedTwiceHoldsTheVolumeUntilItsSecondUnmount(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	_, err := e.volumes.Create(ctx, "data", "local", nil)
+	require.NoError(t, err)
+	for range 2 {
+		_, err = e.volumes.Mount(ctx, "data", "c1")
+		require.NoError(t, err)
+	}
+	// dockerd releases c1's reference at the first unmount; the second
+	// mount's holder would lose the volume under it.
+	require.NoError(t, e.volumes.Unmount(ctx, "data", "c1"))
+	require.ErrorIs(t, e.volumes.Remove(ctx, "data"), dockervolume.ErrVolumeInUse)
+	require.NoError(t, e.volumes.Unmount(ctx, "data", "c1"))
+	require.NoError(t, e.volumes.Remove(ctx, "data"))
+}
+
+func TestACreateWithoutADriverUsesLocalWhenItIsRegistered(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	v, err := e.volumes.Create(ctx, "data", "", nil)
+	require.NoError(t, err)
+	require.Equal(t, "local", v.Driver)
+	require.DirExists(t, filepath.Join(e.root, "data"))
+
+	require.NoError(t, e.volumes.Shutdown())
+	other, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{Bucket: e.bucket,
+		Drivers: dockervolume.RegistryDrivers{Registry: e.registry}, DefaultDriver: "nfs", Name: "nfs-default"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, other.Shutdown()) })
+	_, err = other.Create(ctx, "more", "", nil)
+	require.ErrorIs(t, err, dockervolume.ErrInvalidArgument)
+	require.ErrorContains(t, err, `the default driver "nfs" is not registered; name one`)
+	require.NoDirExists(t, filepath.Join(e.root, "more"))
+}
+
+func TestACreateWithoutANameMakesAnAnonymousVolume(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	a, err := e.volumes.Create(ctx, "", "local", nil)
+	require.NoError(t, err)
+	require.Regexp(t, `^[0-9a-f]{64}$`, a.Name)
+	require.DirExists(t, filepath.Join(e.root, a.Name))
+	b, err := e.volumes.Create(ctx, "", "local", nil)
+	require.NoError(t, err)
+	require.NotEqual(t, a.Name, b.Name, "each anonymous volume is new")
+}
+
+func TestTheCreateAnswerHasTheDriversScope(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	socket := filepath.Join(e.dir, "g.sock")
+	serveAt(t, socket, volume.NewHandler(newMemDriver("global")))
+	e.register(t, "cluster", "g1", socket)
+	v, err := e.volumes.Create(ctx, "shared", "cluster", nil)
+	require.NoError(t, err)
+	require.Equal(t, dockervolume.ScopeGlobal, v.Scope)
+	again, err := e.volumes.Create(ctx, "shared", "cluster", nil)
+	require.NoError(t, err)
+	require.Equal(t, dockervolume.ScopeGlobal, again.Scope, "and so has the answer about an existing one")
+}
+
+func TestForceRemoveDropsTheRecordWhateverTheDriverSaysButNotAVolumeInUse(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	require.NoError(t, e.volumes.ForceRemove(ctx, "never"), "no such volume is no error")
+
+	socket := filepath.Join(e.dir, "g.sock")
+	stop := serveAt(t, socket, volume.NewHandler(newMemDriver("local")))
+	e.register(t, "flaky", "f1", socket)
+	_, err := e.volumes.Create(ctx, "data", "flaky", nil)
+	require.NoError(t, err)
+	_, err = e.volumes.Create(ctx, "busy", "local", nil)
+	require.NoError(t, err)
+	_, err = e.volumes.Mount(ctx, "busy", "c1")
+	require.NoError(t, err)
+
+	stop() // the driver is gone
+	require.ErrorIs(t, e.volumes.Remove(ctx, "data"), discovery.ErrUnreachable, "without force the record stays")
+	require.NoError(t, e.volumes.ForceRemove(ctx, "data"))
+	_, err = e.volumes.Inspect(ctx, "data")
+	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
+
+	require.ErrorIs(t, e.volumes.ForceRemove(ctx, "busy"), dockervolume.ErrVolumeInUse, "force does not unmount")
+	require.DirExists(t, filepath.Join(e.root, "busy"))
+}
+
+// waitingDrivers is RegistryDrivers whose Driver waits for back, as
+// discovery's lookup waits for a plugin to come back.
+type waitingDrivers struct {
+	dockervolume.RegistryDrivers
+	asked chan string
+	back  chan struct{}
+}
+
+func (d waitingDrivers) Driver(ctx context.Context, name string) (*dockervolume.Client, error) {
+	d.asked <- name
+	select {
+	case <-d.back:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return d.RegistryDrivers.Driver(ctx, name)
+}
+
+func TestInspectWaitsForADriverThatIsGoneAndAnswersTheRecordWhenItStaysGone(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	_, err := e.volumes.Create(ctx, "data", "local", nil)
+	require.NoError(t, err)
+	require.NoError(t, e.volumes.Shutdown())
+	drivers := waitingDrivers{RegistryDrivers: dockervolume.RegistryDrivers{Registry: e.registry},
+		asked: make(chan string, 1), back: make(chan struct{})}
+	v, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{Bucket: e.bucket, Drivers: drivers,
+		Logger: probe.Logger(t), Name: "waiting", OpTimeout: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, v.Shutdown()) })
+
+	answered := make(chan dockervolume.VolumeInfo, 1)
+	go func() {
+		info, err := v.Inspect(ctx, "data")
+		require.NoError(t, err)
+		answered <- info
+	}()
+	require.Equal(t, "local", <-drivers.asked, "the inspect waits for its driver")
+	require.Empty(t, answered, "and does not answer while it waits")
+	close(drivers.back)
+	info := <-answered
+	require.Equal(t, dockervolume.ScopeLocal, info.Scope)
+	require.Empty(t, info.Error)
+
+	// A driver that stays gone: the wait ends, and the answer is the record.
+	short, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	gone := waitingDrivers{RegistryDrivers: drivers.RegistryDrivers, asked: make(chan string, 1), back: make(chan struct{})}
+	require.NoError(t, v.Shutdown())
+	v2, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{Bucket: e.bucket, Drivers: gone,
+		Logger: probe.Logger(t), Name: "gone", OpTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, v2.Shutdown()) })
+	info, err = v2.Inspect(short, "data")
+	require.NoError(t, err)
+	require.Equal(t, "local", info.Driver)
+	require.True(t, info.Known)
+	require.Contains(t, info.Error, "deadline exceeded")
+}
