@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -33,6 +34,7 @@ import (
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/fleet/member"
+	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -60,6 +62,10 @@ type Config struct {
 	// SocketDirs and SpecDirs are watched for plugins besides
 	// <data>/plugins and <data>/specs.
 	SocketDirs, SpecDirs []string
+	// RegistrationDirs are watched for kubelet's registration sockets
+	// (node-driver-registrar's; kubelet's own directory is
+	// kubeletreg.KubeletDir); none by default.
+	RegistrationDirs []string
 	// DockerDirs also watches Docker's own plugin directories
 	// (discovery.DockerDirs), so the agent runs beside dockerd as a drop-in.
 	DockerDirs bool
@@ -137,6 +143,12 @@ func (c Config) validate() error {
 			problems = append(problems, fmt.Errorf("%w: %s is %v; give a positive duration, or 0 for the default", ErrInvalidConfig, d.name, d.value))
 		}
 	}
+	for _, dir := range c.RegistrationDirs {
+		if !filepath.IsAbs(dir) {
+			problems = append(problems, fmt.Errorf("%w: registration dir %q is not absolute; give the full path from /, e.g. %s",
+				ErrInvalidConfig, dir, kubeletreg.KubeletDir))
+		}
+	}
 	return errors.Join(problems...)
 }
 
@@ -188,6 +200,7 @@ type Agent struct {
 	ctl           *controller.Controller
 	member        *member.Member // cluster mode only
 	disc          *discovery.Discovery
+	kubelet       *kubeletreg.Watcher // nil without RegistrationDirs
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
@@ -268,6 +281,9 @@ func start(cfg Config) (_ *Agent, err error) {
 		return nil, err
 	}
 	if err := a.startDiscovery(); err != nil {
+		return nil, err
+	}
+	if err := a.startKubeletRegistration(); err != nil {
 		return nil, err
 	}
 	if err := a.startDockerVolumes(); err != nil {
@@ -452,8 +468,38 @@ func (a *Agent) startDiscovery() error {
 	return nil
 }
 
-// Plugins returns what discovery knows of every plugin found on disk,
-// each with its health as its manager last saw it (the docker-volume
+// startKubeletRegistration watches the registration directories, when
+// there are any, and registers what their sockets ask for.
+func (a *Agent) startKubeletRegistration() error {
+	if len(a.cfg.RegistrationDirs) == 0 {
+		return nil
+	}
+	w, err := kubeletreg.Start(a.system, kubeletreg.Config{
+		Dirs:     a.cfg.RegistrationDirs,
+		Registry: a.registry,
+		Logger:   a.log,
+		Metrics:  a.metrics,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.kubelet = w
+	a.stops = append(a.stops, func(context.Context) error { return w.Shutdown() })
+	return nil
+}
+
+// found returns what discovery and the kubelet registration watcher know
+// of every plugin they found.
+func (a *Agent) found() []*messages.DiscoveredPlugin {
+	found := a.disc.Plugins()
+	if a.kubelet != nil {
+		found = append(slices.Clip(found), a.kubelet.Plugins()...)
+	}
+	return found
+}
+
+// Plugins returns what discovery and the kubelet registration watcher
+// know of every plugin found on disk, each with its health as its manager last saw it (the docker-volume
 // manager's checks, the CSI manager's fingerprints).
 func (a *Agent) Plugins() []*messages.DiscoveredPlugin {
 	type health struct {
@@ -467,7 +513,7 @@ func (a *Agent) Plugins() []*messages.DiscoveredPlugin {
 	for _, fp := range a.csi.Plugins() {
 		checked[[2]string{fp.GetType(), fp.GetName()}] = health{fp.GetHealthy(), fp.GetHealthDescription()}
 	}
-	found := a.disc.Plugins()
+	found := a.found()
 	out := make([]*messages.DiscoveredPlugin, 0, len(found))
 	for _, p := range found {
 		p = proto.CloneOf(p)

@@ -2,7 +2,6 @@ package kubeletreg_test
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	regapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	actorprobe "github.com/plugvisor/plugvisor/actors/probe"
@@ -21,6 +19,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/kubeletreg"
+	"github.com/plugvisor/plugvisor/kubeletreg/kubeletregtest"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/registry/registrytest"
@@ -122,71 +121,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// sidecar is a small pluginregistration.v1 server, as node-driver-registrar
-// serves it: GetInfo answers info (or blocks until the call ends, with
-// hang), and every NotifyRegistrationStatus lands in statuses.
-type sidecar struct {
-	regapi.UnimplementedRegistrationServer
-	socket   string
-	info     *regapi.PluginInfo
-	hang     bool
-	statuses chan *regapi.RegistrationStatus
-	server   *grpc.Server
-	served   chan struct{}
-}
+// sidecar is kubeletregtest's, shorter.
+type sidecar = kubeletregtest.Sidecar
 
-func (s *sidecar) GetInfo(ctx context.Context, _ *regapi.InfoRequest) (*regapi.PluginInfo, error) {
-	if s.hang {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return s.info, nil
-}
-
-func (s *sidecar) NotifyRegistrationStatus(_ context.Context, st *regapi.RegistrationStatus) (*regapi.RegistrationStatusResponse, error) {
-	s.statuses <- st
-	return &regapi.RegistrationStatusResponse{}, nil
-}
-
-// serveSidecar serves a sidecar at socket until stop or the end of the test.
 func serveSidecar(t *testing.T, socket string, info *regapi.PluginInfo, hang bool) *sidecar {
-	t.Helper()
-	s := &sidecar{socket: socket, info: info, hang: hang, statuses: make(chan *regapi.RegistrationStatus, 100),
-		server: grpc.NewServer(), served: make(chan struct{})}
-	regapi.RegisterRegistrationServer(s.server, s)
-	l, err := net.Listen("unix", socket)
-	require.NoError(t, err)
-	go func() {
-		defer close(s.served)
-		_ = s.server.Serve(l)
-	}()
-	t.Cleanup(s.stop)
-	return s
-}
-
-// stop stops the server, which removes its socket.
-func (s *sidecar) stop() {
-	s.server.Stop()
-	<-s.served
-	_ = os.Remove(s.socket)
-}
-
-// status waits for the next NotifyRegistrationStatus.
-func (s *sidecar) status(t *testing.T) *regapi.RegistrationStatus {
-	t.Helper()
-	select {
-	case st := <-s.statuses:
-		return st
-	case <-time.After(wait):
-		t.Fatalf("no NotifyRegistrationStatus on %s within %v", s.socket, wait)
-		return nil
+	if hang {
+		return kubeletregtest.ServeHanging(t, socket)
 	}
+	return kubeletregtest.Serve(t, socket, info)
 }
 
-// csiInfo is what node-driver-registrar answers for a CSI plugin at endpoint.
-func csiInfo(name, endpoint string) *regapi.PluginInfo {
-	return &regapi.PluginInfo{Type: regapi.CSIPlugin, Name: name, Endpoint: endpoint, SupportedVersions: []string{"1.0.0"}}
-}
+var csiInfo = kubeletregtest.CSIInfo
 
 func servePlugin(t *testing.T, name string, mode hostpath.Mode) *hostpathtest.Server {
 	return hostpathtest.Serve(t, hostpath.Config{Name: name, NodeID: "n1", Root: hostpathtest.TempDir(t), Mode: mode, SymlinkFallback: true})
@@ -198,7 +143,7 @@ func TestARegistrationSocketRegistersItsPluginAndItsRemovalDeregistersIt(t *test
 	socket := filepath.Join(e.dir, "hp.example.com-reg.sock")
 	sc := serveSidecar(t, socket, csiInfo("hp.example.com", plugin.Endpoint), false)
 
-	st := sc.status(t)
+	st := sc.Status(t, wait)
 	require.True(t, st.GetPluginRegistered(), st.GetError())
 	alloc := kubeletreg.AllocID(socket)
 	for _, ptype := range []string{csi.TypeNode, csi.TypeController} {
@@ -213,7 +158,7 @@ func TestARegistrationSocketRegistersItsPluginAndItsRemovalDeregistersIt(t *test
 	require.Equal(t, "hp.example.com", e.plugin(socket).GetName())
 	require.Equal(t, kubeletreg.KindRegistration, e.plugin(socket).GetKind())
 
-	sc.stop()
+	sc.Stop()
 	require.Eventually(t, func() bool {
 		return e.allocation(csi.TypeNode, "hp.example.com", alloc) == nil &&
 			e.allocation(csi.TypeController, "hp.example.com", alloc) == nil && e.plugin(socket) == nil
@@ -226,7 +171,7 @@ func TestANodeOnlyPluginRegistersAsANodePluginOnly(t *testing.T) {
 	socket := filepath.Join(e.dir, "node-only-reg.sock")
 	sc := serveSidecar(t, socket, csiInfo("node-only", "unix://"+plugin.Endpoint), false)
 
-	require.True(t, sc.status(t).GetPluginRegistered())
+	require.True(t, sc.Status(t, wait).GetPluginRegistered())
 	require.NotNil(t, e.allocation(csi.TypeNode, "node-only", kubeletreg.AllocID(socket)))
 	require.Empty(t, e.registry.ListPlugins(csi.TypeController))
 }
@@ -236,12 +181,12 @@ func TestASidecarThatRestartsRegistersTheSameAllocationAgain(t *testing.T) {
 	plugin := servePlugin(t, "hp", hostpath.ModeNode)
 	socket := filepath.Join(e.dir, "hp-reg.sock")
 	sc := serveSidecar(t, socket, csiInfo("hp", plugin.Endpoint), false)
-	require.True(t, sc.status(t).GetPluginRegistered())
-	sc.stop()
+	require.True(t, sc.Status(t, wait).GetPluginRegistered())
+	sc.Stop()
 	require.Eventually(t, func() bool { return len(e.registry.ListPlugins(csi.TypeNode)) == 0 }, wait, 10*time.Millisecond)
 
 	sc = serveSidecar(t, socket, csiInfo("hp", plugin.Endpoint), false)
-	require.True(t, sc.status(t).GetPluginRegistered(), "a socket seen between its bind and its listen is tried again, not told it failed")
+	require.True(t, sc.Status(t, wait).GetPluginRegistered(), "a socket seen between its bind and its listen is tried again, not told it failed")
 	require.NotNil(t, e.allocation(csi.TypeNode, "hp", kubeletreg.AllocID(socket)))
 }
 
@@ -276,13 +221,15 @@ func TestBadRegistrationsAreRefusedAndToldWhy(t *testing.T) {
 			e := newEnv(t, nil)
 			socket := filepath.Join(e.dir, "reg.sock")
 			sc := serveSidecar(t, socket, tc.info, false)
-			st := sc.status(t)
+			st := sc.Status(t, wait)
 			require.False(t, st.GetPluginRegistered())
 			require.Contains(t, st.GetError(), tc.says)
 			require.Contains(t, st.GetError(), socket)
 			e.nothingRegistered(t)
-			require.Eventually(t, func() bool { return e.metrics.count(tc.reason) == 1 }, wait, 10*time.Millisecond)
-			require.Equal(t, messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED, e.plugin(socket).GetState())
+			require.Eventually(t, func() bool {
+				return e.plugin(socket).GetState() == messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED
+			}, wait, 10*time.Millisecond)
+			require.Equal(t, 1, e.metrics.count(tc.reason))
 			require.Contains(t, e.plugin(socket).GetError(), tc.says)
 			require.Contains(t, e.logs.String(), "registration refused")
 			require.Contains(t, e.logs.String(), "reason="+tc.reason)
@@ -314,7 +261,7 @@ func TestASocketThatHangsOrAnswersGarbageIsRefusedWithinTheTimeoutAndTriedAgain(
 			require.Contains(t, p.GetError(), "GetInfo")
 			require.Contains(t, e.logs.String(), "reason=unreachable")
 			if hanging != nil {
-				require.Empty(t, hanging.statuses, "a socket that may answer later is not told it failed: node-driver-registrar would exit")
+				require.Empty(t, hanging.Statuses, "a socket that may answer later is not told it failed: node-driver-registrar would exit")
 			}
 		})
 	}
@@ -359,19 +306,19 @@ func TestTwoSocketsClaimingOneNameWithDifferentEndpointsRegisterOnlyTheFirst(t *
 	e := newEnv(t, nil)
 	first, second := servePlugin(t, "hp", hostpath.ModeNode), servePlugin(t, "hp", hostpath.ModeNode)
 	a := serveSidecar(t, filepath.Join(e.dir, "a-reg.sock"), csiInfo("hp", first.Endpoint), false)
-	require.True(t, a.status(t).GetPluginRegistered())
+	require.True(t, a.Status(t, wait).GetPluginRegistered())
 
 	b := serveSidecar(t, filepath.Join(e.dir, "b-reg.sock"), csiInfo("hp", second.Endpoint), false)
-	st := b.status(t)
+	st := b.Status(t, wait)
 	require.False(t, st.GetPluginRegistered())
-	require.Contains(t, st.GetError(), "already registered by registration socket "+a.socket)
+	require.Contains(t, st.GetError(), "already registered by registration socket "+a.Socket)
 	require.Eventually(t, func() bool { return e.metrics.count(kubeletreg.ReasonConflict) == 1 }, wait, 10*time.Millisecond)
 	allocs := e.registry.Snapshot().Allocations(csi.TypeNode, "hp")
 	require.Len(t, allocs, 1)
 	require.Equal(t, first.Endpoint, allocs[0].GetConnection().GetSocketPath())
 
-	a.stop()
-	require.True(t, b.status(t).GetPluginRegistered(), "the second registers once the first is gone")
+	a.Stop()
+	require.True(t, b.Status(t, wait).GetPluginRegistered(), "the second registers once the first is gone")
 	require.Eventually(t, func() bool {
 		allocs := e.registry.Snapshot().Allocations(csi.TypeNode, "hp")
 		return len(allocs) == 1 && allocs[0].GetConnection().GetSocketPath() == second.Endpoint
@@ -385,12 +332,12 @@ func TestARegistrationOfAPluginTheAPIRegisteredTakesOverAsTheNewerAllocation(t *
 		Connection: &messages.ConnectionInfo{SocketPath: plugin.Endpoint}}))
 	socket := filepath.Join(e.dir, "hp-reg.sock")
 	sc := serveSidecar(t, socket, csiInfo("hp", plugin.Endpoint), false)
-	require.True(t, sc.status(t).GetPluginRegistered())
+	require.True(t, sc.Status(t, wait).GetPluginRegistered())
 	current, ok := e.registry.Snapshot().Current(csi.TypeNode, "hp")
 	require.True(t, ok)
 	require.Equal(t, kubeletreg.AllocID(socket), current.GetAllocId())
 
-	sc.stop()
+	sc.Stop()
 	require.Eventually(t, func() bool {
 		current, ok := e.registry.Snapshot().Current(csi.TypeNode, "hp")
 		return ok && current.GetAllocId() == "api-1"
