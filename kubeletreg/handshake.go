@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	regapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -71,9 +72,15 @@ type plan struct {
 }
 
 // dialRegistration connects to a registration socket. The connection is
-// lazy: the calls on it carry the deadline.
+// lazy, and its calls wait for it to be ready (within their deadline),
+// trying again from 10ms on: a socket is seen between its bind and its
+// listen (node-driver-registrar's net.Listen), and is answering a few
+// milliseconds later.
 func dialRegistration(socket string) (regapi.RegistrationClient, func(), error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 10 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxDelay: time.Second}}))
 	if err != nil {
 		return nil, nil, err
 	}
