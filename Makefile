@@ -15,7 +15,7 @@ VERSION     ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>
 COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 LDFLAGS     := -X github.com/plugvisor/plugvisor/version.Version=$(VERSION) -X github.com/plugvisor/plugvisor/version.Commit=$(COMMIT)
 
-.PHONY: help proto build test examples readme bench bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability
+.PHONY: help proto build test examples readme bench bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability kubelet-registration
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -86,6 +86,16 @@ fuzz: ## run every fuzz target for FUZZTIME_LONG (default 500,000 executions) ea
 
 reliability: ## run the reliability suite (a few minutes, as root); its table goes into RELIABILITY.md
 	RELIABILITY_OUT=$(CURDIR)/RELIABILITY.md $(GO) test -tags reliability -count=1 -timeout 20m -v ./reliability/
+
+kubelet-registration: ## the full cycle with the real node-driver-registrar (NDR=path/to/its binary; as root): registered, healthy, a volume mounts, deregistered
+	@if [ -z "$(NDR)" ] || [ ! -x "$(NDR)" ]; then \
+		echo "make kubelet-registration needs NDR=path/to/node-driver-registrar, an executable (got '$(NDR)')." >&2; \
+		echo "Build it from kubernetes-csi/node-driver-registrar at tag v2.17.0: its command cmd/csi-node-driver-registrar," >&2; \
+		echo "offline from the vendored modules in its repository (the module proxy cannot install it: its tags lack /v2)." >&2; \
+		echo "See docs/kubernetes.md." >&2; \
+		exit 2; \
+	fi
+	PLUGVISOR_NDR=$(abspath $(NDR)) $(GO) test -race -count=1 -timeout 5m -v -run '^TestTheRealNodeDriverRegistrarRegistersAPluginThatMountsAVolume$$' ./agent/
 
 bench: ## run the benchmarks (BENCH=regexp to pick)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...

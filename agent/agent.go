@@ -34,6 +34,7 @@ import (
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/fleet/member"
+	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -61,6 +62,10 @@ type Config struct {
 	// SocketDirs and SpecDirs are watched for plugins besides
 	// <data>/plugins and <data>/specs.
 	SocketDirs, SpecDirs []string
+	// RegistrationDirs are watched for kubelet's registration sockets
+	// (node-driver-registrar's; kubelet's own directory is
+	// kubeletreg.KubeletDir); none by default.
+	RegistrationDirs []string
 	// DockerDirs also watches Docker's own plugin directories
 	// (discovery.DockerDirs), so the agent runs beside dockerd as a drop-in.
 	DockerDirs bool
@@ -142,6 +147,12 @@ func (c Config) validate() error {
 			problems = append(problems, fmt.Errorf("%w: %s is %v; give a positive duration, or 0 for the default", ErrInvalidConfig, d.name, d.value))
 		}
 	}
+	for _, dir := range c.RegistrationDirs {
+		if !filepath.IsAbs(dir) {
+			problems = append(problems, fmt.Errorf("%w: registration dir %q is not absolute; give the full path from /, e.g. %s",
+				ErrInvalidConfig, dir, kubeletreg.KubeletDir))
+		}
+	}
 	return errors.Join(problems...)
 }
 
@@ -193,6 +204,7 @@ type Agent struct {
 	ctl           *controller.Controller
 	member        *member.Member // cluster mode only
 	disc          *discovery.Discovery
+	kubelet       *kubeletreg.Watcher // nil without RegistrationDirs
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
@@ -276,6 +288,9 @@ func start(cfg Config) (_ *Agent, err error) {
 		return nil, err
 	}
 	if err := a.startDiscovery(); err != nil {
+		return nil, err
+	}
+	if err := a.startKubeletRegistration(); err != nil {
 		return nil, err
 	}
 	if err := a.startDockerVolumes(); err != nil {
@@ -460,10 +475,10 @@ func (a *Agent) startDiscovery() error {
 	return nil
 }
 
-// Plugins returns what discovery knows of every plugin found on disk,
-// each with its health as its manager last saw it (the docker-volume
-// manager's checks, the CSI manager's fingerprints, the embedder's types'
-// Instances).
+// Plugins returns what discovery and the kubelet registration watcher
+// know of every plugin found on disk, each with its health as its manager
+// last saw it (the docker-volume manager's checks, the CSI manager's
+// fingerprints, the embedder's types' Instances).
 func (a *Agent) Plugins() []*messages.DiscoveredPlugin {
 	type health struct {
 		healthy bool
@@ -481,7 +496,7 @@ func (a *Agent) Plugins() []*messages.DiscoveredPlugin {
 			checked[[2]string{t.Name, h.Name}] = health{h.Healthy, h.Description}
 		}
 	}
-	found := a.disc.Plugins()
+	found := a.found()
 	out := make([]*messages.DiscoveredPlugin, 0, len(found))
 	for _, p := range found {
 		p = proto.CloneOf(p)

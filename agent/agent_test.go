@@ -8,14 +8,12 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -84,23 +82,7 @@ func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 10*time.Millisecond)
-
-	client, err := csi.Dial(ctx, plugin.Endpoint, csi.Options{})
-	require.NoError(t, err)
-	created, err := client.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-	}}})
-	require.NoError(t, err)
-	require.NoError(t, client.Close())
-	vol := model.NewCSIVolume(created.GetVolume().GetVolumeId(), 0)
-	vol.PluginID, vol.AccessMode, vol.AttachmentMode = "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
-	_, err = a.Catalog().RegisterVolume(ctx, vol)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		v, err := a.Catalog().GetVolume(ctx, vol.Namespace, vol.ID)
-		return err == nil && v.Schedulable
-	}, 10*time.Second, 10*time.Millisecond)
+	vol := createVolume(t, a, plugin.Endpoint)
 
 	res, err := a.Volumes().Mount(ctx, vol.Namespace, vol.ID, "web-1", false)
 	require.NoError(t, err)

@@ -49,7 +49,7 @@ func (a *Agent) health() api.Health {
 	h := api.Health{
 		DataDir:          a.cfg.DataDir,
 		Plugins:          len(a.registry.ListPlugins("")),
-		Discovered:       len(a.disc.Plugins()),
+		Discovered:       len(a.found()),
 		DiscoveredStates: discoveredStates(a.Plugins()),
 	}
 	if failure := a.storeHealth.failing(); failure != "" {
@@ -77,7 +77,7 @@ func (a *Agent) health() api.Health {
 	h.Reasons = appendReason(h.Reasons, "Docker volume plugin instances are unhealthy", sick)
 	h.PluginTypes, h.Reasons = a.pluginTypesHealth(h.Reasons)
 	sick = nil
-	for _, p := range a.disc.Plugins() {
+	for _, p := range a.found() {
 		switch p.GetState() {
 		case messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_FAILED,
 			messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID:

@@ -14,6 +14,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -32,6 +33,7 @@ type metrics struct {
 	fingerprints     *prometheus.HistogramVec
 	mounts           *prometheus.CounterVec
 	activations      *prometheus.CounterVec
+	kubeletRefusals  *prometheus.CounterVec
 	fences           *prometheus.CounterVec
 }
 
@@ -85,19 +87,26 @@ func newMetrics() *metrics {
 			Name: "plugvisor_discovery_activation_failures_total",
 			Help: "Failed activations of discovered plugins, by plugin name and what follows: retry (fast backoff), slow (slow retry), wait (wait for the file to change).",
 		}, []string{"name", "then"}),
+		kubeletRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plugvisor_kubelet_registrations_refused_total",
+			Help: "Registrations through kubelet's registration sockets that were refused, by reason (kubeletreg.Reasons).",
+		}, []string{"reason"}),
 		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plugvisor_volume_events_total",
 			Help: "What became of mounts when this node's lease in the fleet was at risk, lost or renewed, by kind (claim-at-risk, claim-lost, fence-failed, claim-restored, claim-gone).",
 		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.registryWrites, m.registryLatency, m.registryBatch, m.eventsDelivered, m.subscribers,
-		m.instanceRestarts, m.instanceGiveUps, m.pluginHealthy, m.fingerprints, m.mounts, m.activations, m.fences,
+		m.instanceRestarts, m.instanceGiveUps, m.pluginHealthy, m.fingerprints, m.mounts, m.activations, m.kubeletRefusals, m.fences,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{"register", "deregister"} {
 		m.registryLatency.WithLabelValues(op)
 		for _, r := range results {
 			m.registryWrites.WithLabelValues(op, r)
 		}
+	}
+	for _, reason := range kubeletreg.Reasons {
+		m.kubeletRefusals.WithLabelValues(reason)
 	}
 	for _, kind := range eventKinds {
 		m.fences.WithLabelValues(string(kind))
@@ -200,6 +209,9 @@ func (c csiMetrics) PluginHealth(ptype, name string, healthy bool) {
 func (m *metrics) ActivationFailed(name, then string) {
 	m.activations.WithLabelValues(name, then).Inc()
 }
+
+// Refused implements kubeletreg.Metrics.
+func (m *metrics) Refused(reason string) { m.kubeletRefusals.WithLabelValues(reason).Inc() }
 
 // discoveredStates counts discovered plugins for /v1/health by state
 // ("registered": 3) and, of those checked, by health ("healthy": 2); every

@@ -16,6 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/kubeletreg"
 )
 
 // scrape returns the agent's metrics, read through its API socket, as
@@ -84,6 +85,7 @@ func TestEveryMetricExistsFromStartUpWithItsLabelSetsAtZero(t *testing.T) {
 		[]string{"mount", "unmount", "docker-mount", "docker-unmount"}, results)...)
 	atStart = append(atStart, product(`plugvisor_discovered_plugins{health="%s",state="%s"}`,
 		[]string{"healthy", "unhealthy", "unknown"}, []string{"activating", "registered", "failed", "invalid"})...)
+	atStart = append(atStart, product(`plugvisor_kubelet_registrations_refused_total{reason="%s"}`, kubeletreg.Reasons)...)
 	atStart = append(atStart, "plugvisor_registry_batch_writes_count", "plugvisor_registry_events_delivered_total")
 	requireZero(t, scrape(t, a), atStart)
 

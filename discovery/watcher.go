@@ -55,6 +55,14 @@ type (
 	rescanDue struct{}
 )
 
+// WatcherProps returns the props of a directory watcher actor: it watches
+// dir and its subdirectories, and sends reportTo a DiscoveryDirectoryChanged
+// at each change and every rescan interval. Other sources of plugins found
+// in directories (kubelet's registration sockets) build on it.
+func WatcherProps(dir string, reportTo *actor.PID, rescan time.Duration, log hclog.Logger) *actor.Props {
+	return newWatcherProps(watcherConfig{dir: dir, reportTo: reportTo, rescan: rescan, log: log})
+}
+
 func newWatcherProps(cfg watcherConfig) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} },
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.log)))

@@ -61,6 +61,7 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+	k8s.io/kubelet v0.36.1 // indirect
 )
 
 replace github.com/plugvisor/plugvisor => ../

@@ -156,7 +156,8 @@ func (x *DiscoveryDirectoryChanged) GetRescan() bool {
 type DiscoveredPlugin struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// kind is "socket", "spec" or "json"; source is the file's path.
+	// kind is "socket", "spec" or "json" (discovery), or "kubelet" (a
+	// kubelet registration socket); source is the file's path.
 	Kind   string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
 	// address is the plugin's address as a URL.

@@ -17,6 +17,7 @@ import (
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -57,7 +58,7 @@ func (s *stringList) Type() string { return "string" }
 
 func newAgentCmd() *cobra.Command {
 	var cfg agent.Config
-	var socketDirs, specDirs, httpHosts stringList
+	var socketDirs, specDirs, registrationDirs, httpHosts stringList
 	var level string
 	var jsonLogs bool
 	var cluster clusterFlags
@@ -73,6 +74,7 @@ func newAgentCmd() *cobra.Command {
 				return usageError("-log-level %q: want trace, debug, info, warn or error", level)
 			}
 			cfg.SocketDirs, cfg.SpecDirs, cfg.HTTPHosts = socketDirs, specDirs, httpHosts
+			cfg.RegistrationDirs = registrationDirs
 			var err error
 			if cfg.Cluster, err = cluster.config(cmd.Flags()); err != nil {
 				return err
@@ -88,6 +90,7 @@ func newAgentCmd() *cobra.Command {
 	fs.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir(), "data dir (env "+agent.DataDirEnv+")")
 	fs.Var(&socketDirs, "plugin-dir", "extra directory to watch for plugin sockets (repeatable)")
 	fs.Var(&specDirs, "spec-dir", "extra directory to watch for plugin spec files (repeatable)")
+	fs.Var(&registrationDirs, "registration-dir", "directory to watch for kubelet's plugin registration sockets, as node-driver-registrar makes them, e.g. "+kubeletreg.KubeletDir+" (repeatable; off by default)")
 	fs.BoolVar(&cfg.DockerDirs, "docker-dirs", false, "also watch Docker's plugin directories (/run/docker/plugins, /etc/docker/plugins, /usr/lib/docker/plugins), to run beside dockerd as a drop-in")
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "also serve the API on this TCP address, e.g. 127.0.0.1:4646 (off by default)")
 	fs.Var(&httpHosts, "http-host", "a host name clients use to reach -http, accepted in the Host header (repeatable)")

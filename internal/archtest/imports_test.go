@@ -44,6 +44,8 @@ var mayImport = map[string][]string{
 	"csi/hostpath/internal/mount": nil,
 	"csi/hostpath/hostpathtest":   {"csi/hostpath", "csi/hostpath/internal/mount"},
 	"discovery":                   {"names", "csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
+	"kubeletreg":                  {"discovery", "names", "csi", "registry", "supervisor", "actors", "messages"},
+	"kubeletreg/kubeletregtest":   nil,
 	"dockervolume":                {"discovery", "names", "registry", "storage", "supervisor", "actors", "actors/plugintype", "messages"},
 	"dockervolume/localvolume":    {"dockervolume", "internal/cli", "internal/hclogslog", "names"},
 	"api":                         {"names", "csi", "csi/catalog", "csi/catalog/model", "csi/controller", "csi/volumes", "discovery", "dockervolume", "registry", "messages", "version"},
