@@ -235,6 +235,7 @@ func (g *GC) freeOn(ctx context.Context, ref volumeRef, node string, down time.D
 		g.log.Warn("freed the claim of a node down longer than the grace period", "namespace", f.Namespace, "volume", f.VolumeID,
 			"alloc", f.AllocID, "node", f.NodeID, "down", down.Round(time.Second), "grace", g.grace)
 	}
+	g.s.cfg.Metrics.GCFreed(len(freed))
 	return freed, nil
 }
 

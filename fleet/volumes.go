@@ -90,7 +90,9 @@ func (s *Store) GetVolume(ctx context.Context, namespace, id string) (*model.CSI
 // interleaving, one wins and the other is refused. Claiming again what the
 // alloc holds changes nothing and writes nothing.
 func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	return s.changeClaims(ctx, "claim", namespace, id, c, catalog.ClaimOn)
+	v, err := s.changeClaims(ctx, "claim", namespace, id, c, catalog.ClaimOn)
+	s.cfg.Metrics.Claimed(claimOutcome(err))
+	return v, err
 }
 
 // Release moves the claim of c.AllocID to c.State (ready-to-free, or
