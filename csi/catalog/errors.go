@@ -61,11 +61,11 @@ var catalogSentinels = []struct {
 	{ErrVolumeConflict, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{ErrVolumeDeleting, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
-	{ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
+	{ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_LIMIT},
 	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
 	{ErrCatalogCorrupt, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
-	{ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
+	{ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
 }
 
 // catalogError is an error of the catalog: its text is the whole message,

@@ -6,13 +6,17 @@ import (
 	"strings"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 // Sentinel errors of the volume manager. They survive the trip through the
 // actor's answers: the facade gives back errors that errors.Is matches
-// against them, and against the csi package's sentinels of the plugin's
-// gRPC codes (csi.ErrNotFound, csi.ErrFailedPrecondition, ...).
+// against them, against the csi package's sentinels of the plugin's gRPC
+// codes (csi.ErrNotFound, csi.ErrFailedPrecondition, ...), and against the
+// catalog's sentinels of a catalog that could not answer
+// (catalog.ErrFleetUnavailable, catalog.ErrCatalogShutdown,
+// catalog.ErrCatalogStore) or is full (catalog.ErrVolumeLimit).
 var (
 	// ErrInvalid: a namespace, volume ID, alloc ID or node ID that cannot
 	// be used (empty, a path separator, "..", control characters). Nothing
@@ -92,6 +96,10 @@ var errorKinds = []struct {
 	{"csi_unauthenticated", csi.ErrUnauthenticated},
 	{"csi_invalid_response", csi.ErrInvalidResponse},
 	{"csi_closed", csi.ErrClosed},
+	{"fleet_unavailable", catalog.ErrFleetUnavailable},
+	{"volume_limit", catalog.ErrVolumeLimit},
+	{"catalog_shut_down", catalog.ErrCatalogShutdown},
+	{"catalog_store", catalog.ErrCatalogStore},
 }
 
 // errorToProto turns err into the VolumeError of an answer; nil stays nil.
