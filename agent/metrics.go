@@ -33,6 +33,8 @@ type metrics struct {
 	mounts           *prometheus.CounterVec
 	activations      *prometheus.CounterVec
 	fences           *prometheus.CounterVec
+	// fleet are the fleet's series, in cluster mode only (startCluster).
+	fleet *fleetMetrics
 }
 
 func newMetrics() *metrics {

@@ -23,8 +23,6 @@ type Metrics interface {
 	GCFreed(n int)
 	// GrainActivated: a volume grain started on this member.
 	GrainActivated()
-	// Fenced: this node fenced a volume (kind says how, or why not).
-	Fenced(kind string)
 }
 
 // ClaimOutcomes are the outcomes Metrics.Claimed is given: a claim made,
@@ -53,7 +51,6 @@ func (noMetrics) EtcdRequest(string, time.Duration, error) {}
 func (noMetrics) Claimed(string)                           {}
 func (noMetrics) GCFreed(int)                              {}
 func (noMetrics) GrainActivated()                          {}
-func (noMetrics) Fenced(string)                            {}
 
 // reachability remembers whether etcd answered this node's latest call.
 type reachability struct {
@@ -80,3 +77,7 @@ func (s *Store) EtcdUnreachable() error {
 	}
 	return nil
 }
+
+// LeaseRenewed is when etcd last granted or renewed this node's lease
+// (see Standing).
+func (s *Store) LeaseRenewed() time.Time { return *s.lease.renewed.Load() }

@@ -176,7 +176,6 @@ func (m *recordedMetrics) Claimed(outcome string) {
 
 func (m *recordedMetrics) GCFreed(int)     {}
 func (m *recordedMetrics) GrainActivated() {}
-func (m *recordedMetrics) Fenced(string)   {}
 
 func (m *recordedMetrics) claimed() map[string]int {
 	m.mu.Lock()
