@@ -27,9 +27,33 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	if err != nil {
 		return nil, err
 	}
-	return s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
+	out, err := s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
 		return catalog.RegisterOver(old, v)
 	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	err = s.call(ctx, "read the plugin's health", func(ctx context.Context) error {
+		var err error
+		out.Health, err = s.pluginHealth(ctx, out.PluginID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// pluginHealth is the health of the volumes of plugin, following its
+// counts over the live nodes: what a registration answers with, since
+// what it writes is the new description alone.
+func (s *Store) pluginHealth(ctx context.Context, plugin string) (model.Health, error) {
+	resp, err := s.client.Get(ctx, s.keys.pluginFingerprints(plugin), clientv3.WithPrefix())
+	if err != nil {
+		return model.Health{}, etcdErr(err)
+	}
+	plugins, err := s.decodePlugins(resp.Kvs, true)
+	return model.PluginHealth(plugins[plugin]), err
 }
 
 // CheckRoom is nil when the volume (namespace, id) is in the fleet or the
