@@ -217,15 +217,8 @@ func (g *GC) freeOn(ctx context.Context, ref volumeRef, node string, down time.D
 		if err != nil || up.Count > 0 {
 			return v, etcdErr(err)
 		}
-		changed := v.Copy()
-		for _, c := range v.AllClaims() {
-			if c.NodeID == node && changed.GC(c.AllocID) {
-				freed = append(freed, Freed{Namespace: v.Namespace, VolumeID: v.ID, AllocID: c.AllocID, NodeID: node})
-			}
-		}
-		if len(freed) == 0 {
-			return v, nil
-		}
+		var changed *model.CSIVolume
+		changed, freed = freeClaimsOf(v, node)
 		return changed, nil
 	}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return []clientv3.Cmp{nodeGone}, nil })
 	if err != nil {

@@ -159,6 +159,8 @@ func (k keys) namespace(ns string) string       { return k.volumes() + ns + "/" 
 func (k keys) nodes() string                    { return k.prefix + "nodes/" }
 func (k keys) node(node string) string          { return k.nodes() + node }
 func (k keys) fingerprints() string             { return k.prefix + "fingerprints/" }
+func (k keys) drains() string                   { return k.prefix + "drains/" }
+func (k keys) drain(node string) string         { return k.drains() + node }
 func (k keys) nodeFingerprints(n string) string { return k.fingerprints() + n + "/" }
 func (k keys) election(name string) string      { return k.prefix + "elections/" + name + "/" }
 func (k keys) fingerprint(node, typ, plugin string) string {
