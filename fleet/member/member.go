@@ -368,10 +368,11 @@ func (m *Member) stopCluster() {
 }
 
 // quietLogger gives protoactor a logger that writes warnings and errors
-// only, through l.
+// only, through l; a connection to another member that closes as a clean
+// stop closes it is no error (peerLoss).
 func quietLogger(l hclog.Logger) func(*actor.ActorSystem) *slog.Logger {
 	return func(system *actor.ActorSystem) *slog.Logger {
-		return slog.New(minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}).With("system", system.ID)
+		return slog.New(peerLoss{minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}}).With("system", system.ID)
 	}
 }
 
