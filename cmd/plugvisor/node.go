@@ -181,7 +181,7 @@ func nodeDrain(ctx context.Context, c *client, common commonFlags, node string, 
 // saying what is left and what to do.
 func drainPastDeadline(ctx context.Context, c *client, common commonFlags, n *api.NodeJSON, deadline time.Duration, force bool, stdout io.Writer) error {
 	if !force {
-		return fmt.Errorf("node %s: the deadline of %v passed with %d claims left (%s); the node stays draining: run the drain again with -force to free them, or plugvisor node eligibility -enable %s to end it",
+		return fmt.Errorf("node %s: the deadline of %v passed with claims left (%d): %s; the node stays draining: run the drain again with -force to free them, or plugvisor node eligibility -enable %s to end it",
 			n.ID, deadline, len(n.Claims), claimsText(n.Claims), n.ID)
 	}
 	var out struct {
@@ -197,7 +197,7 @@ func drainPastDeadline(ctx context.Context, c *client, common commonFlags, n *ap
 	for _, f := range out.Freed {
 		freed = append(freed, fmt.Sprintf("%s on %s/%s", f.AllocID, f.Namespace, f.VolumeID))
 	}
-	fmt.Fprintf(stdout, "node %s: the deadline of %v passed: freed %d claims by force: %s\n", n.ID, deadline, len(freed), orNone(freed))
+	fmt.Fprintf(stdout, "node %s: the deadline of %v passed: claims freed by force (%d): %s\n", n.ID, deadline, len(freed), orNone(freed))
 	return nil
 }
 
