@@ -47,7 +47,7 @@ func (a *Agent) serveAPI() {
 		VolumeEvents:  &a.volumeEvents,
 	}
 	if s := a.fleetStore(); s != nil {
-		apiServer.Fleet = s
+		apiServer.Fleet = fleetNodes{s}
 	}
 	limits := a.cfg.HTTPLimits
 	listeners := a.listeners

@@ -4,19 +4,22 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
-
-	"github.com/plugvisor/plugvisor/fleet"
 )
 
-// FleetNodes are the node commands of a fleet (cluster mode), as
-// fleet.Store offers them.
+// FleetNodes are the node commands of a fleet (cluster mode), as the
+// agent offers them from its fleet.Store. Refusals match
+// catalog.ErrNodeNotFound, catalog.ErrNodeDraining or
+// catalog.ErrCatalogInvalid.
 type FleetNodes interface {
-	Nodes(ctx context.Context) ([]*fleet.Node, error)
-	Drain(ctx context.Context, node string) (*fleet.Node, error)
+	// Nodes lists every node the fleet knows, sorted by ID.
+	Nodes(ctx context.Context) ([]NodeJSON, error)
+	// Drain begins a drain of node and returns it.
+	Drain(ctx context.Context, node string) (NodeJSON, error)
+	// Undrain ends a drain of node, and says whether it was draining.
 	Undrain(ctx context.Context, node string) (bool, error)
-	FreeNodeClaims(ctx context.Context, node string) ([]fleet.Freed, error)
+	// FreeNodeClaims frees the claims of a draining node's allocs.
+	FreeNodeClaims(ctx context.Context, node string) ([]FreedJSON, error)
 }
 
 // NodeJSON is a node of the fleet: GET /v1/fleet/nodes.
@@ -59,27 +62,6 @@ type NodeAttachmentJSON struct {
 	State          string `json:"state"`
 }
 
-func nodeJSON(n *fleet.Node) NodeJSON {
-	out := NodeJSON{ID: n.ID, Up: n.Up, LeaseTTLSeconds: int64(n.LeaseTTL / time.Second), Draining: !n.DrainingSince.IsZero(),
-		Claims: []NodeClaimJSON{}, Attachments: []NodeAttachmentJSON{}}
-	if n.Lease != 0 {
-		out.LeaseID = strconv.FormatInt(n.Lease, 16)
-	}
-	if !n.Joined.IsZero() {
-		out.Joined = &n.Joined
-	}
-	if out.Draining {
-		out.DrainingSince = &n.DrainingSince
-	}
-	for _, c := range n.Claims {
-		out.Claims = append(out.Claims, NodeClaimJSON{Namespace: c.Namespace, VolumeID: c.VolumeID, AllocID: c.AllocID, Mode: string(c.Mode), State: string(c.State)})
-	}
-	for _, a := range n.Attachments {
-		out.Attachments = append(out.Attachments, NodeAttachmentJSON{Namespace: a.Namespace, VolumeID: a.VolumeID, ExternalNodeID: a.ExternalNodeID, State: string(a.State)})
-	}
-	return out
-}
-
 func (s *Server) fleetRoutes() []route {
 	return []route{
 		{"GET", "/v1/fleet/nodes", nil, s.listNodes},
@@ -104,11 +86,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]NodeJSON, 0, len(nodes))
-	for _, n := range nodes {
-		out = append(out, nodeJSON(n))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": append([]NodeJSON{}, nodes...)})
 	return nil
 }
 
@@ -129,7 +107,7 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, nodeJSON(n))
+	writeJSON(w, http.StatusOK, n)
 	return nil
 }
 
@@ -155,10 +133,6 @@ func (s *Server) freeNodeClaims(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]FreedJSON, 0, len(freed))
-	for _, f := range freed {
-		out = append(out, FreedJSON{Namespace: f.Namespace, VolumeID: f.VolumeID, AllocID: f.AllocID})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"node_id": node, "freed": out})
+	writeJSON(w, http.StatusOK, map[string]any{"node_id": node, "freed": append([]FreedJSON{}, freed...)})
 	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
-	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -452,9 +451,9 @@ var errorClasses = []struct {
 	{http.StatusBadRequest, []error{catalog.ErrCatalogInvalid, volumes.ErrInvalid, model.ErrInvalidVolume,
 		model.ErrInvalidClaim, model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode}},
 	{http.StatusGatewayTimeout, []error{volumes.ErrDeadline, csi.ErrDeadlineExceeded}},
-	{http.StatusNotFound, []error{fleet.ErrNodeNotFound, catalog.ErrVolumeNotFound, volumes.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted,
+	{http.StatusNotFound, []error{catalog.ErrNodeNotFound, catalog.ErrVolumeNotFound, volumes.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted,
 		model.ErrClaimNotFound, csi.ErrNotFound}},
-	{http.StatusConflict, []error{fleet.ErrNodeDraining, csi.ErrClaimRefused, catalog.ErrVolumeInUse, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
+	{http.StatusConflict, []error{catalog.ErrNodeDraining, csi.ErrClaimRefused, catalog.ErrVolumeInUse, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
 		volumes.ErrClaimRefused, volumes.ErrInUse, volumes.ErrTargetBusy,
 		model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims, model.ErrNodeConflict, model.ErrClaimModeConflict,
 		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch,

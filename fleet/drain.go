@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,21 +10,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/names"
-)
-
-// Errors of the node commands (Drain, Undrain, FreeNodeClaims). Nothing
-// changed when one is returned.
-var (
-	// ErrNodeNotFound: the fleet knows no such node: it is not up, is not
-	// draining, and holds no claim and no attachment.
-	ErrNodeNotFound = errors.New("fleet: node not found")
-	// ErrNodeDraining: the node is draining already (Drain), or is not
-	// draining (FreeNodeClaims).
-	ErrNodeDraining = errors.New("fleet: node drain state")
 )
 
 // Node is a node of the fleet, as Nodes lists it.
@@ -142,8 +129,8 @@ func drainedSince(value []byte) time.Time {
 // returns, every claim by an alloc of node that is not held already is
 // refused (csi.ErrClaimRefused), in the claim's own transaction; releases
 // go on as before. It returns the node as Nodes would list it. A node the
-// fleet does not know is ErrNodeNotFound, one draining already
-// ErrNodeDraining; Undrain ends the drain.
+// fleet does not know is catalog.ErrNodeNotFound, one draining already
+// catalog.ErrNodeDraining; Undrain ends the drain.
 func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 	if err := names.Check("node ID", node); err != nil {
 		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: drain: %v", err)
@@ -205,7 +192,7 @@ func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 // FreeNodeClaims frees every claim of node's allocs, held or being
 // released, on every volume, as the GC frees a dead node's: what a drain
 // with -force does once its deadline has passed. The node must be
-// draining (ErrNodeDraining otherwise), in each volume's transaction. It
+// draining (catalog.ErrNodeDraining otherwise), in each volume's transaction. It
 // returns the claims it freed.
 func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error) {
 	if err := names.Check("node ID", node); err != nil {
@@ -217,7 +204,7 @@ func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error
 	}
 	n := nodes[node]
 	if n == nil || n.DrainingSince.IsZero() {
-		return nil, fmt.Errorf("%w: node %q is not draining: drain it first (plugvisor node drain %s)", ErrNodeDraining, node, node)
+		return nil, fmt.Errorf("%w: node %q is not draining: drain it first (plugvisor node drain %s)", catalog.ErrNodeDraining, node, node)
 	}
 	draining := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.drain(node)), ">", 0)}
 	var out []Freed
@@ -252,13 +239,13 @@ func nodeNotFound(node string, nodes map[string]*Node) error {
 	if len(nodes) > 0 {
 		known = strings.Join(slices.Sorted(maps.Keys(nodes)), ", ")
 	}
-	return fmt.Errorf("%w: node: the fleet knows no node %q (known: %s); see plugvisor node list", ErrNodeNotFound, node, known)
+	return fmt.Errorf("%w: node: the fleet knows no node %q (known: %s); see plugvisor node list", catalog.ErrNodeNotFound, node, known)
 }
 
 // drainingError is the refusal of a drain of a node draining since since.
 func drainingError(node string, since time.Time) error {
 	return fmt.Errorf("%w: node: %q is already draining (since %s): nothing changed; plugvisor node eligibility -enable %s ends the drain",
-		ErrNodeDraining, node, since.Format(time.RFC3339), node)
+		catalog.ErrNodeDraining, node, since.Format(time.RFC3339), node)
 }
 
 // drainGuard refuses the claim c when its node is draining, and returns
@@ -272,9 +259,7 @@ func (s *Store) drainGuard(ctx context.Context, c *model.Claim) ([]clientv3.Cmp,
 		return nil, etcdErr(err)
 	}
 	if len(resp.Kvs) > 0 {
-		return nil, catalog.FleetErrorf(csi.ErrClaimRefused,
-			"node %q is draining (since %s): it takes no new claim; plugvisor node eligibility -enable %s ends the drain",
-			c.NodeID, drainedSince(resp.Kvs[0].Value).Format(time.RFC3339), c.NodeID)
+		return nil, catalog.DrainRefusal(c.NodeID, drainedSince(resp.Kvs[0].Value))
 	}
 	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, nil
 }

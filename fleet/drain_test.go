@@ -57,7 +57,7 @@ func TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing(t *testing.T) {
 	a := open(t, srv, "node-a")
 	ctx := testCtx(t)
 	_, err := a.Drain(ctx, "node-x")
-	require.ErrorIs(t, err, fleet.ErrNodeNotFound)
+	require.ErrorIs(t, err, catalog.ErrNodeNotFound)
 	require.ErrorContains(t, err, `the fleet knows no node "node-x" (known: node-a)`)
 	_, err = a.Drain(ctx, "../a")
 	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
@@ -66,12 +66,12 @@ func TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	before := nodesOf(t, a)
 	_, err = a.Drain(ctx, "node-a")
-	require.ErrorIs(t, err, fleet.ErrNodeDraining)
+	require.ErrorIs(t, err, catalog.ErrNodeDraining)
 	require.ErrorContains(t, err, `"node-a" is already draining`)
 	require.ErrorContains(t, err, "plugvisor node eligibility -enable node-a")
 	require.Equal(t, before[0].DrainingSince, nodesOf(t, a)[0].DrainingSince, "the first drain's start stays")
 	_, err = a.FreeNodeClaims(ctx, "node-x")
-	require.ErrorIs(t, err, fleet.ErrNodeDraining, "only a draining node's claims are forced free")
+	require.ErrorIs(t, err, catalog.ErrNodeDraining, "only a draining node's claims are forced free")
 }
 
 // TestNodesListsEachNodeWithItsLeaseClaimsAndAttachments lists a node up

@@ -1,12 +1,11 @@
 package fleet
 
 import (
-	"errors"
 	"sync/atomic"
 	"time"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // Metrics hears what the fleet does, for the agent's Prometheus metrics
@@ -31,14 +30,15 @@ type Metrics interface {
 // race).
 var ClaimOutcomes = []string{"ok", "refused", "unavailable", "error"}
 
-// claimOutcome is the outcome of a claim that ended with err.
+// claimOutcome is the outcome of a claim that ended with err, by the
+// error's wire code: a conflict is a refusal.
 func claimOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case errors.Is(err, csi.ErrClaimRefused), errors.Is(err, catalog.ErrVolumeDeleting):
+	case catalog.CatalogErrorToProto(err).GetCode() == messages.ErrorCode_ERROR_CODE_CONFLICT:
 		return "refused"
-	case errors.Is(err, catalog.ErrFleetUnavailable):
+	case catalog.CatalogErrorToProto(err).GetCode() == messages.ErrorCode_ERROR_CODE_UNAVAILABLE:
 		return "unavailable"
 	}
 	return "error"

@@ -25,7 +25,7 @@ func (c refusingCatalog) Claim(context.Context, string, string, string, model.Cl
 }
 
 // TestTheCatalogsErrorsCrossBothActorBoundaries sends each catalog
-// sentinel of a catalog that could not answer or is full across the
+// sentinel of a fleet that could not answer or is full across the
 // catalog's answer (its wire code and kinds, through proto) and then the
 // volume manager's: the caller's error still matches it, and keeps its
 // words. (A refusal becomes volumes.ErrClaimRefused on the way, in the
@@ -37,8 +37,6 @@ func TestTheCatalogsErrorsCrossBothActorBoundaries(t *testing.T) {
 	}{
 		{catalog.ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
 		{catalog.ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_LIMIT},
-		{catalog.ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
-		{catalog.ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
 	}
 	for _, c := range cases {
 		t.Run(c.sentinel.Error(), func(t *testing.T) {

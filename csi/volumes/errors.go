@@ -6,17 +6,15 @@ import (
 	"strings"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 // Sentinel errors of the volume manager. They survive the trip through the
 // actor's answers: the facade gives back errors that errors.Is matches
 // against them, against the csi package's sentinels of the plugin's gRPC
-// codes (csi.ErrNotFound, csi.ErrFailedPrecondition, ...), and against the
-// catalog's sentinels of a catalog that could not answer
-// (catalog.ErrFleetUnavailable, catalog.ErrCatalogShutdown,
-// catalog.ErrCatalogStore) or is full (catalog.ErrVolumeLimit).
+// codes (csi.ErrNotFound, csi.ErrFailedPrecondition, ...), and against
+// csi.ErrFleetUnavailable and csi.ErrVolumeLimit (the catalog's
+// ErrFleetUnavailable and ErrVolumeLimit).
 var (
 	// ErrInvalid: a namespace, volume ID, alloc ID or node ID that cannot
 	// be used (empty, a path separator, "..", control characters). Nothing
@@ -96,10 +94,8 @@ var errorKinds = []struct {
 	{"csi_unauthenticated", csi.ErrUnauthenticated},
 	{"csi_invalid_response", csi.ErrInvalidResponse},
 	{"csi_closed", csi.ErrClosed},
-	{"fleet_unavailable", catalog.ErrFleetUnavailable},
-	{"volume_limit", catalog.ErrVolumeLimit},
-	{"catalog_shut_down", catalog.ErrCatalogShutdown},
-	{"catalog_store", catalog.ErrCatalogStore},
+	{"fleet_unavailable", csi.ErrFleetUnavailable},
+	{"volume_limit", csi.ErrVolumeLimit},
 }
 
 // errorToProto turns err into the VolumeError of an answer; nil stays nil.
