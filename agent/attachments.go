@@ -104,5 +104,7 @@ func (a *Agent) runsController(plugin string) bool {
 // etcd, and the volume manager checks again that the node is down and
 // holds no claim.
 func (a *Agent) detachStranded(ctx context.Context, s fleet.Stranded) error {
-	return a.volumes.Detach(ctx, s.Namespace, s.VolumeID, s.Attachment.NodeID)
+	err := a.volumes.Detach(ctx, s.Namespace, s.VolumeID, s.Attachment.NodeID)
+	a.metrics.fleet.detached(err)
+	return err
 }

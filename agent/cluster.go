@@ -74,10 +74,12 @@ func (a *Agent) startCluster() error {
 	if c.CompactInterval < 0 {
 		return fmt.Errorf("%w: Cluster.CompactInterval is %v; give a positive duration, or 0 for no compactor", ErrInvalidConfig, c.CompactInterval)
 	}
+	a.metrics.fleet = newFleetMetrics(a.metrics.reg, a.fleetStore)
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
 			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Prefix: c.Prefix,
 			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, MaxVolumes: a.cfg.MaxVolumes, Logger: a.log,
+			Metrics: a.metrics.fleet,
 		},
 		Address: c.Address, TLS: c.RemoteTLS, ClusterName: c.ClusterName,
 	})
@@ -128,6 +130,15 @@ func (a *Agent) startCompactor() error {
 	}
 	a.stops = append(a.stops, func(context.Context) error { compactor.Stop(); return nil })
 	return nil
+}
+
+// fleetStore is this node's fleet.Store in cluster mode once etcd
+// answered, else nil.
+func (a *Agent) fleetStore() *fleet.Store {
+	if a.member == nil {
+		return nil
+	}
+	return a.member.Store()
 }
 
 // fleet is the catalog's Fleet in cluster mode, nil without it.

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -43,7 +45,8 @@ func (s *storeHealth) failing() string {
 const maxNamed = 5
 
 // health summarises the agent for GET /v1/health: it is degraded while the
-// store fails writes, any plugin instance is unhealthy, or discovery has
+// store fails writes, etcd does not answer or this node's lease is lost
+// (cluster mode), any plugin instance is unhealthy, or discovery has
 // plugins it could not activate or parse.
 func (a *Agent) health() api.Health {
 	h := api.Health{
@@ -55,6 +58,7 @@ func (a *Agent) health() api.Health {
 	if failure := a.storeHealth.failing(); failure != "" {
 		h.Reasons = append(h.Reasons, "store: the latest durable write failed: "+failure)
 	}
+	h.Reasons = append(h.Reasons, a.fleetReasons()...)
 	var sick []string
 	for _, fp := range a.csi.Plugins() {
 		h.CSIInstances.Total++
@@ -87,6 +91,26 @@ func (a *Agent) health() api.Health {
 	}
 	h.Reasons = appendReason(h.Reasons, "discovered plugins failed", sick)
 	return h
+}
+
+// fleetReasons are why the fleet is degraded for this node, in cluster
+// mode: etcd did not answer its latest call, or the node's lease is at
+// risk or lost (claims and mounts then wait or answer 503). Both clear by
+// themselves once etcd answers again.
+func (a *Agent) fleetReasons() []string {
+	s := a.fleetStore()
+	if s == nil {
+		return nil
+	}
+	var reasons []string
+	if err := s.EtcdUnreachable(); err != nil {
+		reasons = append(reasons, err.Error())
+	}
+	if standing := s.Standing(time.Now()); standing != model.StandingHeld {
+		reasons = append(reasons, fmt.Sprintf("fleet: this node's lease is %s (last renewed %v ago, TTL %v): new claims and mounts are refused until etcd renews it",
+			standing, time.Since(s.LeaseRenewed()).Round(time.Millisecond), a.cfg.Cluster.LeaseTTL))
+	}
+	return reasons
 }
 
 // appendReason adds "<n> <what>: <the first few>" when there are any.

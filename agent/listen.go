@@ -46,6 +46,9 @@ func (a *Agent) serveAPI() {
 		Discovery:     a,
 		VolumeEvents:  &a.volumeEvents,
 	}
+	if s := a.fleetStore(); s != nil {
+		apiServer.Fleet = fleetNodes{s}
+	}
 	limits := a.cfg.HTTPLimits
 	listeners := a.listeners
 	a.listeners = nil // the servers close them

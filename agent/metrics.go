@@ -35,6 +35,8 @@ type metrics struct {
 	activations      *prometheus.CounterVec
 	kubeletRefusals  *prometheus.CounterVec
 	fences           *prometheus.CounterVec
+	// fleet are the fleet's series, in cluster mode only (startCluster).
+	fleet *fleetMetrics
 }
 
 func newMetrics() *metrics {

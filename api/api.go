@@ -65,6 +65,9 @@ type Server struct {
 	// Limits bound the counts in a request body (api/strict.go); zero
 	// fields take their defaults.
 	Limits Limits
+	// Fleet serves /v1/fleet/...: the agent's fleet in cluster mode; nil
+	// turns those endpoints into 404s.
+	Fleet FleetNodes
 }
 
 // route is one endpoint: its method, its path pattern (net/http's), the
@@ -87,7 +90,7 @@ func (s *Server) routes() []route {
 		{"DELETE", "/v1/plugins/{type}/{name}/{alloc}", nil, s.deregisterPlugin},
 		{"GET", "/v1/events", []string{"type", "replay"}, streaming(s.events)},
 		{"GET", "/v1/csi/plugins", nil, s.csiPlugins},
-	}, s.volumeRoutes(), s.controllerRoutes(), s.dockerRoutes())
+	}, s.volumeRoutes(), s.controllerRoutes(), s.dockerRoutes(), s.fleetRoutes())
 }
 
 // Handler returns the API's routes, unguarded: serve them through

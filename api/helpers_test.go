@@ -15,17 +15,28 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 	"github.com/plugvisor/plugvisor/storage/storagetest"
 )
 
-// TestMain fails the package if any goroutine outlives the tests.
-func TestMain(m *testing.M) { hostpathtest.Main(m) }
+// TestMain fails the package if any goroutine outlives the tests, or
+// runs an etcd member when a test started the binary for one
+// (etcdtest.StartProcess). protoactor's cluster leaves its gossip
+// throttles' goroutines running after a cluster-mode agent stops; they
+// hold nothing of the agent's.
+func TestMain(m *testing.M) {
+	etcdtest.RunIfChild()
+	hostpathtest.Main(m,
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.NewGossipActor.NewThrottleWithLogger.func2.1"),
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"))
+}
 
 // backend is a registry on an in-memory store whose writes fail on demand.
 type backend struct {

@@ -32,6 +32,7 @@ var routeRights = map[string]Rights{
 	"GET /v1/docker/volumes/{name}/path":             Read,
 	"GET /v1/docker/plugins":                         Read,
 	"GET /v1/discovery/plugins":                      Read,
+	"GET /v1/fleet/nodes":                            Read,
 	"POST /v1/plugins":                               Plugins,
 	"DELETE /v1/plugins/{type}/{name}/{alloc}":       Plugins,
 	"POST /v1/volumes":                               Volumes,
@@ -49,6 +50,9 @@ var routeRights = map[string]Rights{
 	"DELETE /v1/docker/volumes/{name}":               Volumes,
 	"POST /v1/docker/volumes/{name}/mount":           Volumes,
 	"POST /v1/docker/volumes/{name}/unmount":         Volumes,
+	"POST /v1/fleet/nodes/{node}/drain":              Admin,
+	"POST /v1/fleet/nodes/{node}/eligible":           Admin,
+	"POST /v1/fleet/nodes/{node}/free-claims":        Admin,
 }
 
 // rightFor is the right a request that the mux matched to pattern needs.

@@ -107,6 +107,8 @@ func TestAnAgentWithoutCSIPartsSaysSoOnEachRoute(t *testing.T) {
 		{name: "an unmount", method: "POST", path: "/v1/volumes/default/v/unmount", body: "{}", status: 404, want: none},
 		{name: "the wrong method on volumes", method: "PUT", path: "/v1/volumes", body: "{}", status: 405, want: "method not allowed"},
 		{name: "the wrong method on a claim", method: "GET", path: "/v1/volumes/default/v/claim", status: 405, want: "method not allowed"},
+		{name: "the fleet's nodes", method: "GET", path: "/v1/fleet/nodes", status: 404, want: "this agent is not in a fleet"},
+		{name: "a drain", method: "POST", path: "/v1/fleet/nodes/n1/drain", body: "{}", status: 404, want: "this agent is not in a fleet"},
 	})
 	b.server.CSI = fakeCSI{{Type: "csi-node", Name: "hp", AllocId: "a1", Healthy: true}}
 	run(t, b, []step{{name: "CSI plugins", method: "GET", path: "/v1/csi/plugins", status: 200, want: `"healthy": true`}})

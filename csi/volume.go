@@ -23,6 +23,14 @@ var (
 	// second writer on a single-writer volume, say), or the alloc already
 	// mounts the volume another way. No RPC was sent; nothing changed.
 	ErrClaimRefused = errors.New("claim refused")
+	// ErrFleetUnavailable is returned, in cluster mode, when etcd did not
+	// answer within the request timeout, so a change was refused rather
+	// than guessed. The catalog names it catalog.ErrFleetUnavailable.
+	ErrFleetUnavailable = errors.New("cluster-wide catalog unavailable")
+	// ErrVolumeLimit is returned when the catalog holds as many volumes as
+	// it may (agent flag -max-volumes), so a new one is refused. The
+	// catalog names it catalog.ErrVolumeLimit.
+	ErrVolumeLimit = errors.New("volume limit reached")
 )
 
 // Usage is how an alloc uses a volume: read-only or read-write, with which

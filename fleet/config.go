@@ -56,6 +56,9 @@ type Config struct {
 	MaxVolumes int
 	// Logger receives the fleet's log lines; nil discards them.
 	Logger hclog.Logger
+	// Metrics hears the fleet's etcd calls, claims, GC and grains; nil
+	// hears nothing.
+	Metrics Metrics
 }
 
 // validate checks the raw config: zero means a default, negative is an error.
@@ -95,6 +98,9 @@ func (cfg Config) withDefaults() Config {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	cfg.Logger = cfg.Logger.Named("fleet")
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)

@@ -217,15 +217,8 @@ func (g *GC) freeOn(ctx context.Context, ref volumeRef, node string, down time.D
 		if err != nil || up.Count > 0 {
 			return v, etcdErr(err)
 		}
-		changed := v.Copy()
-		for _, c := range v.AllClaims() {
-			if c.NodeID == node && changed.GC(c.AllocID) {
-				freed = append(freed, Freed{Namespace: v.Namespace, VolumeID: v.ID, AllocID: c.AllocID, NodeID: node})
-			}
-		}
-		if len(freed) == 0 {
-			return v, nil
-		}
+		var changed *model.CSIVolume
+		changed, freed = freeClaimsOf(v, node)
 		return changed, nil
 	}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return []clientv3.Cmp{nodeGone}, nil })
 	if err != nil {
@@ -235,6 +228,7 @@ func (g *GC) freeOn(ctx context.Context, ref volumeRef, node string, down time.D
 		g.log.Warn("freed the claim of a node down longer than the grace period", "namespace", f.Namespace, "volume", f.VolumeID,
 			"alloc", f.AllocID, "node", f.NodeID, "down", down.Round(time.Second), "grace", g.grace)
 	}
+	g.s.cfg.Metrics.GCFreed(len(freed))
 	return freed, nil
 }
 

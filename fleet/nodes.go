@@ -88,6 +88,7 @@ func (l *lease) keepAlive(ctx context.Context) {
 		if answers, err := l.s.client.KeepAlive(ctx, id); err == nil {
 			for range answers {
 				l.touch()
+				l.s.reach.observe(nil)
 			}
 		}
 		if ctx.Err() != nil {

@@ -2,6 +2,8 @@ package fleet_test
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,4 +119,72 @@ func TestANodeCutOffFromEtcdRefusesClaimsAndRecovers(t *testing.T) {
 	alive, err := raw.TimeToLive(ctx, newLease)
 	require.NoError(t, err)
 	require.Positive(t, alive.TTL, "the new lease is kept alive")
+}
+
+// TestAnOutageIsSeenAndClearsByItselfOnceEtcdAnswers stops etcd for
+// longer than the lease: a call names etcd unreachable and the node's
+// standing turns lost; once etcd is back, both clear with no call but the
+// lease's own, and the metrics heard each claim's outcome.
+func TestAnOutageIsSeenAndClearsByItselfOnceEtcdAnswers(t *testing.T) {
+	t.Parallel() // mostly waiting for a lease to run out
+	srv := etcdtest.Start(t)
+	metrics := newRecordedMetrics()
+	a := open(t, srv, "node-a", func(c *fleet.Config) { c.RequestTimeout = 500 * time.Millisecond; c.Metrics = metrics })
+	require.NoError(t, a.EtcdUnreachable())
+	healthyNode(t, a)
+	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
+	_, err := a.Claim(testCtx(t), "", "db", writeClaim("alloc-1", "node-a"))
+	require.NoError(t, err)
+
+	srv.Stop()
+	_, err = a.Claim(testCtx(t), "", "db", writeClaim("alloc-2", "node-a"))
+	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
+	require.ErrorIs(t, a.EtcdUnreachable(), catalog.ErrFleetUnavailable)
+	require.Contains(t, a.EtcdUnreachable().Error(), srv.Endpoints()[0])
+	require.Eventually(t, func() bool { return a.Standing(time.Now()) == model.StandingLost }, timeout, 20*time.Millisecond)
+
+	srv.Restart()
+	require.Eventually(t, func() bool { return a.Standing(time.Now()) == model.StandingHeld && a.EtcdUnreachable() == nil },
+		timeout, 20*time.Millisecond)
+	require.Equal(t, map[string]int{"ok": 1, "unavailable": 1}, metrics.claimed())
+	require.Positive(t, metrics.requests("claim"), "each etcd call is timed")
+}
+
+// recordedMetrics is a fleet.Metrics that counts the claims' outcomes
+// and the etcd calls it hears of.
+type recordedMetrics struct {
+	mu     sync.Mutex
+	claims map[string]int
+	calls  map[string]int
+}
+
+func newRecordedMetrics() *recordedMetrics {
+	return &recordedMetrics{claims: map[string]int{}, calls: map[string]int{}}
+}
+
+func (m *recordedMetrics) EtcdRequest(what string, _ time.Duration, _ error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls[what]++
+}
+
+func (m *recordedMetrics) Claimed(outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.claims[outcome]++
+}
+
+func (m *recordedMetrics) GCFreed(int)     {}
+func (m *recordedMetrics) GrainActivated() {}
+
+func (m *recordedMetrics) claimed() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.claims)
+}
+
+func (m *recordedMetrics) requests(what string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls[what]
 }

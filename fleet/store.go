@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,6 +31,8 @@ type Store struct {
 	// its fingerprints with the next record, in one round trip, as most
 	// fleets run one plugin or a few. A wrong guess costs one more.
 	lastPlugin atomic.Pointer[string]
+	// reach is whether etcd answered the latest call; see metrics.go.
+	reach reachability
 
 	closeOnce sync.Once
 	closeErr  error
@@ -104,15 +107,26 @@ func (s *Store) NodeID() string { return s.cfg.NodeID }
 func (s *Store) call(ctx context.Context, what string, op func(ctx context.Context) error) error {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	err := op(cctx)
+	start := time.Now()
+	err := s.classify(ctx, what, op(cctx))
+	s.cfg.Metrics.EtcdRequest(what, time.Since(start), err)
+	return err
+}
+
+// classify is the error of a call that op ended with err (see call), and
+// records whether etcd answered it.
+func (s *Store) classify(ctx context.Context, what string, err error) error {
 	var u *unreached
 	switch {
 	case !errors.As(err, &u):
+		s.reach.observe(nil)
 		return err
 	case ctx.Err() != nil:
 		return fmt.Errorf("fleet: %s: %w", what, ctx.Err())
 	}
-	return s.unavailable(what, u.err)
+	err = s.unavailable(what, u.err)
+	s.reach.observe(err)
+	return err
 }
 
 // unavailable is the error of a call that etcd did not answer.
@@ -145,6 +159,8 @@ func (k keys) namespace(ns string) string       { return k.volumes() + ns + "/" 
 func (k keys) nodes() string                    { return k.prefix + "nodes/" }
 func (k keys) node(node string) string          { return k.nodes() + node }
 func (k keys) fingerprints() string             { return k.prefix + "fingerprints/" }
+func (k keys) drains() string                   { return k.prefix + "drains/" }
+func (k keys) drain(node string) string         { return k.drains() + node }
 func (k keys) nodeFingerprints(n string) string { return k.fingerprints() + n + "/" }
 func (k keys) election(name string) string      { return k.prefix + "elections/" + name + "/" }
 func (k keys) fingerprint(node, typ, plugin string) string {

@@ -231,3 +231,24 @@ func TestTheFleetHoldsNoMoreVolumesThanItsLimit(t *testing.T) {
 	require.NoError(t, stores[2].CheckRoom(ctx, "", list[0].ID), "a create's early look lets a volume already there through")
 	require.ErrorIs(t, stores[2].CheckRoom(ctx, "", "vol-new"), catalog.ErrVolumeLimit, "and refuses a new one")
 }
+
+// TestARegistrationAnswersWithTheVolumesRealHealth registers a volume of
+// a plugin healthy on two nodes, new and then described anew: each answer
+// says it is schedulable on both, as a read does.
+func TestARegistrationAnswersWithTheVolumesRealHealth(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
+	healthyNode(t, a)
+	healthyNode(t, b)
+	v := volume("db", model.AccessModeSingleNodeWriter)
+	got := registered(t, a, v)
+	require.True(t, got.Schedulable, "a new volume")
+	require.Equal(t, 2, got.NodesHealthy)
+	v.AccessMode = model.AccessModeMultiNodeReader
+	got = registered(t, a, v)
+	require.True(t, got.Schedulable, "a volume described anew")
+	require.Equal(t, 2, got.NodesHealthy)
+	read, err := a.GetVolume(testCtx(t), "", "db")
+	require.NoError(t, err)
+	require.Equal(t, read.Health, got.Health)
+}

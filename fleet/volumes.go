@@ -27,9 +27,33 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	if err != nil {
 		return nil, err
 	}
-	return s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
+	out, err := s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
 		return catalog.RegisterOver(old, v)
 	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	err = s.call(ctx, "read the plugin's health", func(ctx context.Context) error {
+		var err error
+		out.Health, err = s.pluginHealth(ctx, out.PluginID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// pluginHealth is the health of the volumes of plugin, following its
+// counts over the live nodes: what a registration answers with, since
+// what it writes is the new description alone.
+func (s *Store) pluginHealth(ctx context.Context, plugin string) (model.Health, error) {
+	resp, err := s.client.Get(ctx, s.keys.pluginFingerprints(plugin), clientv3.WithPrefix())
+	if err != nil {
+		return model.Health{}, etcdErr(err)
+	}
+	plugins, err := s.decodePlugins(resp.Kvs, true)
+	return model.PluginHealth(plugins[plugin]), err
 }
 
 // CheckRoom is nil when the volume (namespace, id) is in the fleet or the
@@ -89,8 +113,30 @@ func (s *Store) GetVolume(ctx context.Context, namespace, id string) (*model.CSI
 // volume's record: of two claims that exclude each other, whatever the
 // interleaving, one wins and the other is refused. Claiming again what the
 // alloc holds changes nothing and writes nothing.
+//
+// A claim that is not held already, by an alloc of a draining node (see
+// Drain), is refused (csi.ErrClaimRefused): the drain is read, and kept
+// absent, in the claim's transaction.
 func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	return s.changeClaims(ctx, "claim", namespace, id, c, catalog.ClaimOn)
+	v, err := s.claim(ctx, namespace, id, c)
+	s.cfg.Metrics.Claimed(claimOutcome(err))
+	return v, err
+}
+
+func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	if c == nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "claim: claim must not be nil")
+	}
+	ns, err := catalog.VolumeKey(namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.update(ctx, "claim", ns, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		if v == nil {
+			return nil, catalog.NotFound(ns, id)
+		}
+		return catalog.ClaimOn(v, c)
+	}, func(ctx context.Context, _ *model.CSIVolume) ([]clientv3.Cmp, error) { return s.drainGuard(ctx, c) })
 }
 
 // Release moves the claim of c.AllocID to c.State (ready-to-free, or

@@ -2269,7 +2269,7 @@ func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
 
 // ListCatalogPluginsResponse is the catalog's answer, sorted by plugin ID.
 // error is set only in cluster mode, when the cluster-wide catalog did not
-// answer (ERROR_CODE_UNSPECIFIED, kind ErrFleetUnavailable); plugins is
+// answer (ERROR_CODE_UNAVAILABLE, kind ErrFleetUnavailable); plugins is
 // then empty.
 type ListCatalogPluginsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`

@@ -40,6 +40,11 @@ const (
 	ErrorCode_ERROR_CODE_STORE ErrorCode = 4
 	// ERROR_CODE_CONFLICT: the command conflicts with current state; nothing changed.
 	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 5
+	// ERROR_CODE_UNAVAILABLE: a service the receiver needs (the fleet's etcd)
+	// did not answer; nothing changed, and the command may be sent again.
+	ErrorCode_ERROR_CODE_UNAVAILABLE ErrorCode = 6
+	// ERROR_CODE_LIMIT: a configured limit is reached; nothing changed.
+	ErrorCode_ERROR_CODE_LIMIT ErrorCode = 7
 )
 
 // Enum value maps for ErrorCode.
@@ -51,6 +56,8 @@ var (
 		3: "ERROR_CODE_SHUT_DOWN",
 		4: "ERROR_CODE_STORE",
 		5: "ERROR_CODE_CONFLICT",
+		6: "ERROR_CODE_UNAVAILABLE",
+		7: "ERROR_CODE_LIMIT",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":      0,
@@ -59,6 +66,8 @@ var (
 		"ERROR_CODE_SHUT_DOWN":        3,
 		"ERROR_CODE_STORE":            4,
 		"ERROR_CODE_CONFLICT":         5,
+		"ERROR_CODE_UNAVAILABLE":      6,
+		"ERROR_CODE_LIMIT":            7,
 	}
 )
 
@@ -1227,14 +1236,16 @@ const file_messages_plugin_proto_rawDesc = "" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\"K\n" +
 	"\x18ShutdownRegistryResponse\x12/\n" +
-	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error*\xab\x01\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error*\xdd\x01\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_FOUND\x10\x02\x12\x18\n" +
 	"\x14ERROR_CODE_SHUT_DOWN\x10\x03\x12\x14\n" +
 	"\x10ERROR_CODE_STORE\x10\x04\x12\x17\n" +
-	"\x13ERROR_CODE_CONFLICT\x10\x05B)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	"\x13ERROR_CODE_CONFLICT\x10\x05\x12\x1a\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\x06\x12\x14\n" +
+	"\x10ERROR_CODE_LIMIT\x10\aB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_plugin_proto_rawDescOnce sync.Once

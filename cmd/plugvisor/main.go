@@ -41,7 +41,7 @@ func newRootCmd() *cobra.Command {
 		// The default completion command has no example; ours has.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newSnapshotCmd(), newDockerCmd(),
+	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newNodeCmd(), newSnapshotCmd(), newDockerCmd(),
 		newEventsCmd(), newDemoCmd(), newDemoClusterCmd(), newEtcdCmd(), newVersionCmd(), newCompletionCmd(root),
 		servePlugin(hostpath.Command()), servePlugin(localvolume.Command()))
 	root.SetHelpCommand(newHelpCmd(root))

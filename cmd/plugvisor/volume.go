@@ -290,9 +290,31 @@ func volumeList(ctx context.Context, c *client, common commonFlags, namespace st
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tID\tPLUGIN\tACCESS MODE\tSCHEDULABLE")
+	fmt.Fprintln(tw, "NAMESPACE\tID\tPLUGIN\tACCESS MODE\tSCHEDULABLE\tCLAIMS")
 	for _, v := range out.Volumes {
-		fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\n", v["namespace"], v["id"], v["plugin_id"], v["access_mode"], v["schedulable"])
+		fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\t%s\n", v["namespace"], v["id"], v["plugin_id"], v["access_mode"], v["schedulable"],
+			claimsColumn(v["current_writers"], v["current_readers"]))
 	}
 	return tw.Flush()
+}
+
+// claimsColumn is volume list's CLAIMS, from the stub's counts (JSON
+// numbers): "1 writer, 2 readers", or "none".
+func claimsColumn(writers, readers any) string {
+	var parts []string
+	for _, c := range []struct {
+		n    any
+		what string
+	}{{writers, "writer"}, {readers, "reader"}} {
+		switch n, _ := c.n.(float64); {
+		case n == 1:
+			parts = append(parts, "1 "+c.what)
+		case n > 1:
+			parts = append(parts, fmt.Sprintf("%d %ss", int(n), c.what))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }

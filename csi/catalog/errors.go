@@ -35,7 +35,8 @@ var (
 	ErrVolumeDeleting = errors.New("volume is being deleted")
 	// ErrVolumeLimit: the catalog holds CatalogConfig.MaxVolumes volumes
 	// (agent flag -max-volumes), so a new one is refused; nothing changed.
-	ErrVolumeLimit = errors.New("volume limit reached")
+	// It is csi.ErrVolumeLimit, which the volume manager carries too.
+	ErrVolumeLimit = csi.ErrVolumeLimit
 	// ErrCatalogShutdown: the catalog is shut down; nothing changed.
 	ErrCatalogShutdown = errors.New("catalog shut down")
 	// ErrCatalogStore: the durable store failed; the change was not made.
@@ -46,8 +47,9 @@ var (
 	ErrCatalogCorrupt = errors.New("catalog record corrupt")
 	// ErrFleetUnavailable: in cluster mode, etcd did not answer within the
 	// request timeout, so the change was refused rather than guessed; the
-	// error names the endpoints. Claims are refused until etcd answers.
-	ErrFleetUnavailable = errors.New("cluster-wide catalog unavailable")
+	// error names the endpoints. Claims are refused until etcd answers. It
+	// is csi.ErrFleetUnavailable, which the volume manager carries too.
+	ErrFleetUnavailable = csi.ErrFleetUnavailable
 )
 
 // catalogSentinels pairs each sentinel of the catalog actor with its wire code.
@@ -61,11 +63,11 @@ var catalogSentinels = []struct {
 	{ErrVolumeConflict, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{ErrVolumeDeleting, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{csi.ErrClaimRefused, messages.ErrorCode_ERROR_CODE_CONFLICT},
-	{ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
+	{ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_LIMIT},
 	{ErrCatalogShutdown, messages.ErrorCode_ERROR_CODE_SHUT_DOWN},
 	{ErrCatalogStore, messages.ErrorCode_ERROR_CODE_STORE},
 	{ErrCatalogCorrupt, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
-	{ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNSPECIFIED},
+	{ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
 }
 
 // catalogError is an error of the catalog: its text is the whole message,

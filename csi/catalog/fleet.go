@@ -3,11 +3,13 @@ package catalog
 import (
 	"cmp"
 	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
@@ -49,6 +51,24 @@ type Fleet interface {
 // The catalog's rules for one volume, as pure functions, so that a Fleet
 // decides exactly as the catalog actor does and its errors match the same
 // sentinels (and read the same) as the actor's.
+
+// Errors of a fleet's node commands (drain, eligibility, forced free).
+// Nothing changed when one is returned.
+var (
+	// ErrNodeNotFound: the fleet knows no such node: it is not up, is not
+	// draining, and holds no claim and no attachment.
+	ErrNodeNotFound = errors.New("fleet: node not found")
+	// ErrNodeDraining: the node is draining already (a drain), or is not
+	// draining (a forced free of its claims).
+	ErrNodeDraining = errors.New("fleet: node drain state")
+)
+
+// DrainRefusal is the refusal, matching csi.ErrClaimRefused, of a new
+// claim by an alloc of node, which has been draining since since.
+func DrainRefusal(node string, since time.Time) error {
+	return catalogErrorf(csi.ErrClaimRefused, "node %q is draining (since %s): it takes no new claim; plugvisor node eligibility -enable %s ends the drain",
+		node, since.Format(time.RFC3339), node)
+}
 
 // FleetErrorf returns an error of the catalog that matches sentinel and
 // reads "csi: catalog: <sentinel>: <detail>".

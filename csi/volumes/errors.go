@@ -11,8 +11,10 @@ import (
 
 // Sentinel errors of the volume manager. They survive the trip through the
 // actor's answers: the facade gives back errors that errors.Is matches
-// against them, and against the csi package's sentinels of the plugin's
-// gRPC codes (csi.ErrNotFound, csi.ErrFailedPrecondition, ...).
+// against them, against the csi package's sentinels of the plugin's gRPC
+// codes (csi.ErrNotFound, csi.ErrFailedPrecondition, ...), and against
+// csi.ErrFleetUnavailable and csi.ErrVolumeLimit (the catalog's
+// ErrFleetUnavailable and ErrVolumeLimit).
 var (
 	// ErrInvalid: a namespace, volume ID, alloc ID or node ID that cannot
 	// be used (empty, a path separator, "..", control characters). Nothing
@@ -92,6 +94,8 @@ var errorKinds = []struct {
 	{"csi_unauthenticated", csi.ErrUnauthenticated},
 	{"csi_invalid_response", csi.ErrInvalidResponse},
 	{"csi_closed", csi.ErrClosed},
+	{"fleet_unavailable", csi.ErrFleetUnavailable},
+	{"volume_limit", csi.ErrVolumeLimit},
 }
 
 // errorToProto turns err into the VolumeError of an answer; nil stays nil.

@@ -194,7 +194,7 @@ func Start(cfg Config) (m *Member, err error) {
 	// A grain gives the Store twice its request timeout, so that an etcd
 	// that does not answer fails the Store's own call first, as
 	// catalog.ErrFleetUnavailable, rather than the grain's deadline.
-	kind := cluster.NewKind(VolumeKind, volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, cfg.GrainIdleTimeout, log))
+	kind := cluster.NewKind(VolumeKind, countActivations(volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, cfg.GrainIdleTimeout, log), cfg.Fleet.Metrics))
 	// Membership is etcd's: protoactor's gossip must not exclude a member
 	// whose heartbeats it missed (on a loaded host it does, for good, while
 	// the member's lease is alive), so its expiry is an hour; and nothing
@@ -368,10 +368,11 @@ func (m *Member) stopCluster() {
 }
 
 // quietLogger gives protoactor a logger that writes warnings and errors
-// only, through l.
+// only, through l; a connection to another member that closes as a clean
+// stop closes it is no error (peerLoss).
 func quietLogger(l hclog.Logger) func(*actor.ActorSystem) *slog.Logger {
 	return func(system *actor.ActorSystem) *slog.Logger {
-		return slog.New(minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}).With("system", system.ID)
+		return slog.New(peerLoss{minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}}).With("system", system.ID)
 	}
 }
 

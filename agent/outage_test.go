@@ -1,0 +1,97 @@
+package agent_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+)
+
+// startClusterAgent starts an agent of node n1 in cluster mode on srv,
+// with a short lease; it stops with the test. Its cluster member may stop
+// before its own etcd client is back from the outage (gRPC's reconnect
+// backoff): then it cannot revoke its member lease, says so, and the key
+// expires by itself; nothing else may fail.
+func startClusterAgent(t *testing.T, srv *etcdtest.Server) *agent.Agent {
+	t.Helper()
+	a, err := agent.Start(agent.Config{DataDir: dataDir(t), Logger: probe.Logger(t), NodeID: "n1",
+		Cluster: &agent.ClusterConfig{Etcd: srv.Endpoints(), Address: "127.0.0.1:0", LeaseTTL: fleet.MinLeaseTTL,
+			RequestTimeout: time.Second}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := a.Shutdown(context.Background()); err != nil {
+			require.ErrorContains(t, err, "member: revoke the lease of")
+		}
+	})
+	return a
+}
+
+// TestAnEtcdOutageDegradesHealthAnswers503AndRecoversWithoutARestart
+// stops etcd under a cluster agent: its health turns degraded, naming
+// etcd and the lost lease, claims and mounts answer 503 with the fleet's
+// message, and the metrics show the lease lost; once etcd is back, health
+// is ok again with nothing restarted.
+func TestAnEtcdOutageDegradesHealthAnswers503AndRecoversWithoutARestart(t *testing.T) {
+	srv := etcdtest.StartProcess(t) // the agent's cluster member starts a protoactor remote
+	a := startClusterAgent(t, srv)
+	c := unixClient(t, a)
+	require.Equal(t, "ok", healthOf(t, c)["status"])
+	status, body, err := call(c, "POST", "http://plugvisor/v1/volumes", "", `{"id":"db","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status, body)
+	series := scrape(t, a)
+	require.Equal(t, "0", series["plugvisor_fleet_lease_standing"], "held")
+	require.Equal(t, "1", series["plugvisor_fleet_grain_activations_total"], "the registration ran in the volume's grain")
+	require.Equal(t, "0", series[`plugvisor_fleet_claims_total{outcome="ok"}`])
+
+	srv.Stop()
+	for _, op := range []string{"claim", "mount"} {
+		status, body, err := call(c, "POST", "http://plugvisor/v1/volumes/default/db/"+op, "", `{"alloc_id":"web-1"}`)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, status, "%s: %s", op, body)
+		// Within half the lease's TTL the fleet's own refusal; past it, the
+		// volume manager's fence refuses first.
+		require.Regexp(t, `claims are refused until etcd answers|lease in the fleet is not held|fenced until`, body, op)
+	}
+	var reasons string
+	require.Eventually(t, func() bool {
+		h := healthOf(t, c)
+		reasons = strings.Join(toStrings(h["reasons"]), "\n")
+		return h["status"] == "degraded" && strings.Contains(reasons, "lease is lost") &&
+			strings.Contains(reasons, "etcd at "+srv.Endpoints()[0]+" did not answer")
+	}, time.Minute, 50*time.Millisecond, "health turns degraded, naming the lease and etcd: %s", reasons)
+	series = scrape(t, a)
+	require.Equal(t, "2", series["plugvisor_fleet_lease_standing"], "lost")
+	require.Equal(t, "0", series["plugvisor_fleet_etcd_reachable"])
+	unanswered := 0
+	for name, value := range series {
+		if strings.HasPrefix(name, "plugvisor_fleet_etcd_requests_total{") && strings.Contains(name, `result="unavailable"`) && value != "0" {
+			unanswered++
+		}
+	}
+	require.Positive(t, unanswered, "the etcd calls that went unanswered are counted")
+
+	srv.Restart()
+	require.Eventually(t, func() bool {
+		h := healthOf(t, c)
+		reasons = strings.Join(toStrings(h["reasons"]), "\n")
+		return h["status"] == "ok"
+	}, time.Minute, 50*time.Millisecond, "health is ok again by itself: %s", reasons)
+	require.Equal(t, "0", scrape(t, a)["plugvisor_fleet_lease_standing"])
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, s := range v.([]any) {
+		out = append(out, s.(string))
+	}
+	return out
+}

@@ -1,0 +1,56 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// TestTheFleetRoutesAnswerAsDescribed drives the fleet's node routes
+// against an agent in cluster mode, beside a second node that holds a
+// claim: each request and answer, successes and refusals, is what
+// openapi.yaml says.
+func TestTheFleetRoutesAnswerAsDescribed(t *testing.T) {
+	doc := loadSpec(t)
+	srv := etcdtest.StartProcess(t) // the agent's cluster member starts a protoactor remote
+	a, err := agent.Start(agent.Config{DataDir: t.TempDir(), Logger: probe.Logger(t), NodeID: "n1",
+		Cluster: &agent.ClusterConfig{Etcd: srv.Endpoints(), Address: "127.0.0.1:0", LeaseTTL: fleet.MinLeaseTTL}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n2, err := fleet.Open(ctx, fleet.Config{Endpoints: srv.Endpoints(), NodeID: "n2", LeaseTTL: fleet.MinLeaseTTL})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, n2.Close()) }()
+	require.NoError(t, n2.PutFingerprints(ctx, []*messages.CSIFingerprint{
+		{Type: csi.TypeNode, Name: "hp", AllocId: "hp-n2", Healthy: true, NodeInfo: &messages.CSINodeInfo{NodeId: "csi-n2"}}}))
+	v := model.NewCSIVolume("db", 0)
+	v.PluginID, v.AccessMode, v.AttachmentMode = "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
+	_, err = n2.RegisterVolume(ctx, v)
+	require.NoError(t, err)
+	_, err = n2.Claim(ctx, "", "db", &model.Claim{AllocID: "web-1", NodeID: "n2", Mode: model.ClaimModeWrite, State: model.ClaimStateTaken})
+	require.NoError(t, err)
+	c := newSpecClient(t, doc, a.SocketPath())
+
+	require.Contains(t, string(c.do("GET", "/v1/fleet/nodes", "", 200)), `"alloc_id": "web-1"`)
+	c.do("POST", "/v1/fleet/nodes/nope/drain", "", 404)
+	c.refuse("POST", "/v1/fleet/nodes/n2/drain", `{"force":true}`)
+	c.do("POST", "/v1/fleet/nodes/n2/drain", "", 200)
+	c.do("POST", "/v1/fleet/nodes/n2/drain", "{}", 409)
+	c.do("POST", "/v1/fleet/nodes/n1/free-claims", "", 409)
+	require.Contains(t, string(c.do("POST", "/v1/fleet/nodes/n2/free-claims", "", 200)), `"alloc_id": "web-1"`)
+	c.do("POST", "/v1/fleet/nodes/n2/eligible", "", 200)
+	for op := range operations(doc) {
+		require.True(t, c.covered[op] || !isFleetOp(op), "%s was driven to a success", op)
+	}
+}

@@ -1,0 +1,61 @@
+package volumes_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// refusingCatalog is a Catalog whose claims all end with err.
+type refusingCatalog struct {
+	*modelCatalog
+	err error
+}
+
+func (c refusingCatalog) Claim(context.Context, string, string, string, model.ClaimMode) error {
+	return c.err
+}
+
+// TestTheCatalogsErrorsCrossBothActorBoundaries sends each catalog
+// sentinel of a fleet that could not answer or is full across the
+// catalog's answer (its wire code and kinds, through proto) and then the
+// volume manager's: the caller's error still matches it, and keeps its
+// words. (A refusal becomes volumes.ErrClaimRefused on the way, in the
+// agent's wiring.)
+func TestTheCatalogsErrorsCrossBothActorBoundaries(t *testing.T) {
+	cases := []struct {
+		sentinel error
+		code     messages.ErrorCode
+	}{
+		{catalog.ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
+		{catalog.ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_LIMIT},
+	}
+	for _, c := range cases {
+		t.Run(c.sentinel.Error(), func(t *testing.T) {
+			wire := catalog.CatalogErrorToProto(catalog.FleetErrorf(c.sentinel, "the words of %s", c.sentinel))
+			require.Equal(t, c.code, wire.GetCode(), "its own wire code")
+			bytes, err := proto.Marshal(wire)
+			require.NoError(t, err)
+			var back messages.CatalogError
+			require.NoError(t, proto.Unmarshal(bytes, &back))
+			crossed := catalog.CatalogErrorFromProto(&back)
+			require.ErrorIs(t, crossed, c.sentinel, "across the catalog's answer")
+
+			n := newNode(t, nil)
+			n.catalog.add("v", "ext-v", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
+			n.restartWith(func(cfg *volumes.Config) { cfg.Catalog = refusingCatalog{n.catalog, crossed} })
+			err = n.manager.Claim(ctx, "default", "v", "a1", false)
+			require.ErrorIs(t, err, c.sentinel, "across the volume manager's answer")
+			require.ErrorContains(t, err, "the words of "+c.sentinel.Error())
+			require.False(t, errors.Is(err, volumes.ErrStore), "and nothing else")
+		})
+	}
+}

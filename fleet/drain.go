@@ -1,0 +1,285 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/names"
+)
+
+// Node is a node of the fleet, as Nodes lists it.
+type Node struct {
+	ID string
+	// Up: the node's liveness key is there, under its lease.
+	Up bool
+	// Lease is the node's lease (0 while down), LeaseTTL what is left of
+	// it, and Joined when the node last put its liveness key.
+	Lease    int64
+	LeaseTTL time.Duration
+	Joined   time.Time
+	// DrainingSince is when a drain of the node began; zero while it is
+	// eligible for new claims.
+	DrainingSince time.Time
+	// Claims are the claims of the node's allocs, held or being released;
+	// Attachments are the volumes attached to the node. Both are sorted
+	// by volume, then alloc.
+	Claims      []NodeClaim
+	Attachments []NodeAttachment
+}
+
+// NodeClaim is a claim of an alloc of a node on a volume.
+type NodeClaim struct {
+	Namespace, VolumeID, AllocID string
+	Mode                         model.ClaimMode
+	State                        model.ClaimState
+}
+
+// NodeAttachment is the attachment of a volume to a node.
+type NodeAttachment struct {
+	Namespace, VolumeID, ExternalNodeID string
+	State                               model.AttachmentState
+}
+
+// Nodes lists, sorted by ID, every node the fleet knows at one revision:
+// the nodes up, the nodes draining, and the nodes holding a claim or an
+// attachment. It reads every volume: it is for operators, not for the
+// claim path.
+func (s *Store) Nodes(ctx context.Context) ([]*Node, error) {
+	var out []*Node
+	err := s.call(ctx, "list nodes", func(ctx context.Context) error {
+		nodes, err := s.readNodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, id := range slices.Sorted(maps.Keys(nodes)) {
+			n := nodes[id]
+			if n.Lease != 0 {
+				ttl, err := s.client.TimeToLive(ctx, clientv3.LeaseID(n.Lease))
+				if err != nil {
+					return etcdErr(err)
+				}
+				n.LeaseTTL = time.Duration(max(ttl.TTL, 0)) * time.Second
+			}
+			out = append(out, n)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// readNodes reads the liveness keys, the drains and the volumes at one
+// revision, and returns the nodes they name.
+func (s *Store) readNodes(ctx context.Context) (map[string]*Node, error) {
+	resp, err := s.client.Txn(ctx).Then(
+		clientv3.OpGet(s.keys.nodes(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.drains(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, etcdErr(err)
+	}
+	nodes := map[string]*Node{}
+	node := func(id string) *Node {
+		if nodes[id] == nil {
+			nodes[id] = &Node{ID: id}
+		}
+		return nodes[id]
+	}
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		n := node(strings.TrimPrefix(string(kv.Key), s.keys.nodes()))
+		n.Up, n.Lease = true, kv.Lease
+		n.Joined, _ = time.Parse(time.RFC3339Nano, string(kv.Value))
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		node(strings.TrimPrefix(string(kv.Key), s.keys.drains())).DrainingSince = drainedSince(kv.Value)
+	}
+	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
+		v, err := s.decodeVolume(kv)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range v.AllClaims() {
+			n := node(c.NodeID)
+			n.Claims = append(n.Claims, NodeClaim{Namespace: v.Namespace, VolumeID: v.ID, AllocID: c.AllocID, Mode: c.Mode, State: c.State})
+		}
+		for _, id := range slices.Sorted(maps.Keys(v.Attachments)) {
+			a := v.Attachments[id]
+			n := node(id)
+			n.Attachments = append(n.Attachments, NodeAttachment{Namespace: v.Namespace, VolumeID: v.ID, ExternalNodeID: a.ExternalNodeID, State: a.State})
+		}
+	}
+	return nodes, nil
+}
+
+// drainedSince is the start of a drain, as its key's value holds it.
+func drainedSince(value []byte) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, string(value))
+	return t
+}
+
+// Drain makes node ineligible for new claims: from the moment Drain
+// returns, every claim by an alloc of node that is not held already is
+// refused (csi.ErrClaimRefused), in the claim's own transaction; releases
+// go on as before. It returns the node as Nodes would list it. A node the
+// fleet does not know is catalog.ErrNodeNotFound, one draining already
+// catalog.ErrNodeDraining; Undrain ends the drain.
+func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
+	if err := names.Check("node ID", node); err != nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: drain: %v", err)
+	}
+	var out *Node
+	err := s.call(ctx, "drain a node", func(ctx context.Context) error {
+		nodes, err := s.readNodes(ctx)
+		if err != nil {
+			return err
+		}
+		out = nodes[node]
+		switch {
+		case out == nil:
+			return nodeNotFound(node, nodes)
+		case !out.DrainingSince.IsZero():
+			return drainingError(node, out.DrainingSince)
+		}
+		key, now := s.keys.drain(node), time.Now().UTC()
+		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, now.Format(time.RFC3339Nano))).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return etcdErr(err)
+		}
+		if !resp.Succeeded {
+			since := time.Time{}
+			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				since = drainedSince(kvs[0].Value)
+			}
+			return drainingError(node, since)
+		}
+		out.DrainingSince = now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("draining a node: new claims on it are refused", "node", node)
+	return out, nil
+}
+
+// Undrain makes node eligible for new claims again, and reports whether
+// it was draining (a node that was not stays as it is).
+func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
+	if err := names.Check("node ID", node); err != nil {
+		return false, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: eligibility: %v", err)
+	}
+	var deleted bool
+	err := s.call(ctx, "end a node's drain", func(ctx context.Context) error {
+		resp, err := s.client.Delete(ctx, s.keys.drain(node))
+		deleted = err == nil && resp.Deleted > 0
+		return etcdErr(err)
+	})
+	if deleted {
+		s.log.Info("a node is eligible again: it takes new claims", "node", node)
+	}
+	return deleted, err
+}
+
+// FreeNodeClaims frees every claim of node's allocs, held or being
+// released, on every volume, as the GC frees a dead node's: what a drain
+// with -force does once its deadline has passed. The node must be
+// draining (catalog.ErrNodeDraining otherwise), in each volume's transaction. It
+// returns the claims it freed.
+func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error) {
+	if err := names.Check("node ID", node); err != nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: free claims: %v", err)
+	}
+	var nodes map[string]*Node
+	if err := s.call(ctx, "list nodes", func(ctx context.Context) (err error) { nodes, err = s.readNodes(ctx); return err }); err != nil {
+		return nil, err
+	}
+	n := nodes[node]
+	if n == nil || n.DrainingSince.IsZero() {
+		return nil, fmt.Errorf("%w: node %q is not draining: drain it first (plugvisor node drain %s)", catalog.ErrNodeDraining, node, node)
+	}
+	draining := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.drain(node)), ">", 0)}
+	var out []Freed
+	seen := map[[2]string]bool{}
+	for _, c := range n.Claims {
+		if seen[[2]string{c.Namespace, c.VolumeID}] {
+			continue
+		}
+		seen[[2]string{c.Namespace, c.VolumeID}] = true
+		var freed []Freed
+		_, err := s.update(ctx, "free the claims of a drained node", c.Namespace, c.VolumeID, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+			var changed *model.CSIVolume
+			changed, freed = freeClaimsOf(v, node)
+			return changed, nil
+		}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return draining, nil })
+		if err != nil {
+			return out, err
+		}
+		out = append(out, freed...)
+	}
+	for _, f := range out {
+		s.log.Warn("freed the claim of an alloc of a drained node past its deadline", "namespace", f.Namespace, "volume", f.VolumeID,
+			"alloc", f.AllocID, "node", node)
+	}
+	return out, nil
+}
+
+// nodeNotFound is the error of a node command naming a node the fleet
+// does not know; it names the nodes it knows.
+func nodeNotFound(node string, nodes map[string]*Node) error {
+	known := "none"
+	if len(nodes) > 0 {
+		known = strings.Join(slices.Sorted(maps.Keys(nodes)), ", ")
+	}
+	return fmt.Errorf("%w: node: the fleet knows no node %q (known: %s); see plugvisor node list", catalog.ErrNodeNotFound, node, known)
+}
+
+// drainingError is the refusal of a drain of a node draining since since.
+func drainingError(node string, since time.Time) error {
+	return fmt.Errorf("%w: node: %q is already draining (since %s): nothing changed; plugvisor node eligibility -enable %s ends the drain",
+		catalog.ErrNodeDraining, node, since.Format(time.RFC3339), node)
+}
+
+// drainGuard refuses the claim c when its node is draining, and returns
+// the compare that keeps the node's drain absent until the claim's write:
+// a drain that begins between the two makes the write lose, and its next
+// attempt sees the drain and refuses.
+func (s *Store) drainGuard(ctx context.Context, c *model.Claim) ([]clientv3.Cmp, error) {
+	key := s.keys.drain(c.NodeID)
+	resp, err := s.client.Get(ctx, key)
+	if err != nil {
+		return nil, etcdErr(err)
+	}
+	if len(resp.Kvs) > 0 {
+		return nil, catalog.DrainRefusal(c.NodeID, drainedSince(resp.Kvs[0].Value))
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, nil
+}
+
+// freeClaimsOf frees every claim of node's allocs on v: it returns the
+// volume to write (v itself when none was there; nil for nil) and the
+// claims freed.
+func freeClaimsOf(v *model.CSIVolume, node string) (*model.CSIVolume, []Freed) {
+	if v == nil {
+		return nil, nil
+	}
+	var freed []Freed
+	changed := v.Copy()
+	for _, c := range v.AllClaims() {
+		if c.NodeID == node && changed.GC(c.AllocID) {
+			freed = append(freed, Freed{Namespace: v.Namespace, VolumeID: v.ID, AllocID: c.AllocID, NodeID: node})
+		}
+	}
+	if len(freed) == 0 {
+		return v, nil
+	}
+	return changed, freed
+}
