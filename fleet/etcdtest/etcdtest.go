@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -162,16 +163,27 @@ func (s *Server) startChild() {
 	s.child, s.stdin, s.stopped = cmd, stdin, false
 }
 
-// freeURL is an http URL on a loopback port that was free a moment ago.
+// taken holds the ports handed out to this process's Servers: a Server
+// that is stopped for a while (Stop, then Restart) keeps its ports, and no
+// other Server of the process may be given them meanwhile.
+var taken sync.Map
+
+// freeURL is an http URL on a loopback port that was free a moment ago and
+// that no other Server of this process holds.
 func freeURL(t testing.TB) *url.URL {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: find a free port: %v", err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("etcdtest: find a free port: %v", err)
+		}
+		addr := l.Addr().String()
+		if err := l.Close(); err != nil {
+			t.Fatalf("etcdtest: %v", err)
+		}
+		if _, held := taken.LoadOrStore(addr, true); !held {
+			t.Cleanup(func() { taken.Delete(addr) })
+			return &url.URL{Scheme: "http", Host: addr}
+		}
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatalf("etcdtest: %v", err)
-	}
-	return &url.URL{Scheme: "http", Host: addr}
 }
