@@ -33,7 +33,7 @@ proto: $(PROTOC_GEN_GO) ## regenerate messages/*.pb.go from messages/*.proto
 build: ## build the plugvisor binary into .bin/, stamped with its version and commit
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-test: ## go vet, then every test under the race detector (the README's scripts among them)
+test: ## go vet, then every test under the race detector (the scripts of the README and docs/ among them)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TEST_FLAGS) ./...
 
@@ -48,10 +48,10 @@ examples: ## vet and test the examples/ module (a plugin type from outside) unde
 compat-nomad: ## test compat/nomad, the drop-in for Nomad's dynamic plugin registry, against Nomad's own CSI manager
 	cd compat/nomad && $(GO) vet ./... && $(GO) test -race -count=1 $(TEST_FLAGS) ./...
 
-# The README's command blocks run as testscript files
+# The command blocks of the README and docs/*.md run as testscript files
 # (cmd/plugvisor/testdata/readme) against a real agent; make test runs
 # them too.
-readme: ## run the README's command blocks against a real agent, and check they match their scripts
+readme: ## run the command blocks of the README and docs/ against a real agent, and check they match their scripts
 	$(GO) test -race -count=1 -run '^TestTheReadme' -v ./cmd/plugvisor
 
 # Fuzz targets, as package:Target. Each runs alone (go test -fuzz takes one

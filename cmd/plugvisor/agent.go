@@ -33,7 +33,7 @@ clients send "Authorization: Bearer <token>".
 
 -cluster-etcd runs the agent in cluster mode: volumes, claims and every
 node's plugin health live in etcd, and each volume's claims go through one
-grain of the fleet (see "Running a fleet" in the README). -node-id names
+grain of the fleet (docs/fleet.md). -node-id names
 this node in the fleet; -cluster-address is where its member listens.
 
 SIGINT or SIGTERM stops it cleanly. A second signal within 1s of the first

@@ -23,8 +23,9 @@ import (
 	"github.com/plugvisor/plugvisor/internal/racelog"
 )
 
-// The README's command blocks marked <!-- testscript:NAME --> run as the
-// testscript files testdata/readme/NAME.txtar, against a real agent and
+// The command blocks of the README and of docs/*.md marked
+// <!-- testscript:NAME --> run as the testscript files
+// testdata/readme/NAME.txtar, against a real agent and
 // real plugin processes (the plugvisor binary TestMain built, on PATH).
 // TestTheReadmeBlocksAreTheScripts keeps each block and its script in step.
 
@@ -99,38 +100,76 @@ type scriptStep struct {
 	want    []string
 }
 
-// TestTheReadmeBlocksAreTheScripts checks that every README block marked
-// <!-- testscript:NAME --> has its script, and the script every block: the
+// TestTheReadmeBlocksAreTheScripts checks that every block of README.md
+// and docs/*.md marked <!-- testscript:NAME --> has its script, and the script every block: the
 // same commands, verbatim and in order, each checked for the lines the
 // README shows it printing ("..." stands for anything).
 func TestTheReadmeBlocksAreTheScripts(t *testing.T) {
 	blocks := readmeBlocks(t)
 	scripts, err := filepath.Glob(filepath.Join(readmeScripts, "*.txtar"))
 	require.NoError(t, err)
-	require.Len(t, scripts, len(blocks), "one script per README block: %v", scripts)
+	require.Len(t, scripts, len(blocks), "one script per block of README.md and docs/: %v", scripts)
 	for name, block := range blocks {
 		t.Run(name, func(t *testing.T) {
 			steps := scriptSteps(t, filepath.Join(readmeScripts, name+".txtar"))
-			require.Equal(t, block, steps, "README.md's block %q and %s/%s.txtar differ", name, readmeScripts, name)
+			require.Equal(t, block, steps, "the block %q (README.md or docs/) and %s/%s.txtar differ", name, readmeScripts, name)
 		})
 	}
 }
 
-// readmeBlocks reads every ```sh block marked <!-- testscript:NAME --> in
-// README.md. A "# " line right under a command is what it prints; other
-// comments and blank lines are prose. A block exports the data dir first.
-func readmeBlocks(t *testing.T) map[string][]scriptStep {
-	readme, err := os.ReadFile("../../README.md")
+// docFiles are the files whose command blocks run as scripts: the README
+// and every page of docs/, relative to this package.
+func docFiles(t *testing.T) []string {
+	pages, err := filepath.Glob("../../docs/*.md")
 	require.NoError(t, err)
+	require.NotEmpty(t, pages, "docs/ has no pages")
+	return append([]string{"../../README.md"}, pages...)
+}
+
+// readmeBlocks reads every ```sh block marked <!-- testscript:NAME --> in
+// README.md and docs/*.md. A "# " line right under a command is what it
+// prints; other comments and blank lines are prose. A block exports the
+// data dir first. A name marks one block only, across every file.
+func readmeBlocks(t *testing.T) map[string][]scriptStep {
+	blocks := map[string][]scriptStep{}
+	where := map[string]string{}
+	for _, file := range docFiles(t) {
+		text, err := os.ReadFile(file)
+		require.NoError(t, err)
+		require.NoError(t, addBlocks(blocks, where, file, fileBlocks(t, file, string(text))))
+	}
+	require.NotEmpty(t, blocks, "README.md and docs/ have no testscript blocks")
+	return blocks
+}
+
+// addBlocks adds one file's blocks to blocks, and where each came from to
+// where; a name that marks a block of another file already is an error.
+func addBlocks(blocks map[string][]scriptStep, where map[string]string, file string, add map[string][]scriptStep) error {
+	for name := range add {
+		if other, ok := where[name]; ok {
+			return fmt.Errorf("the block name %q marks a block in %s and in %s: give one another name", name, other, file)
+		}
+	}
+	for name, steps := range add {
+		where[name] = file
+		blocks[name] = steps
+	}
+	return nil
+}
+
+// fileBlocks reads the testscript blocks of one file, named by file in
+// errors.
+func fileBlocks(t *testing.T, file, text string) map[string][]scriptStep {
 	marker := regexp.MustCompile("<!-- testscript:([a-z-]+) -->\n```sh\n")
 	blocks := map[string][]scriptStep{}
-	for _, m := range marker.FindAllSubmatchIndex(readme, -1) {
-		name := string(readme[m[2]:m[3]])
-		block, _, found := strings.Cut(string(readme[m[1]:]), "```\n")
-		require.True(t, found, "the block %q is not closed", name)
+	for _, m := range marker.FindAllStringSubmatchIndex(text, -1) {
+		name := text[m[2]:m[3]]
+		require.NotContains(t, blocks, name, "%s marks two blocks %q: give one another name", file, name)
+		block, _, found := strings.Cut(text[m[1]:], "```\n")
+		require.True(t, found, "%s: the block %q is not closed", file, name)
 		lines := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
 		require.True(t, strings.HasPrefix(lines[0], "export "+agent.DataDirEnv+"="),
-			"the block %q exports %s first, so that it runs as written", name, agent.DataDirEnv)
+			"%s: the block %q exports %s first, so that it runs as written", file, name, agent.DataDirEnv)
 		var steps []scriptStep
 		inOutput := false
 		for _, line := range lines[1:] {
@@ -146,14 +185,26 @@ func readmeBlocks(t *testing.T) map[string][]scriptStep {
 				steps = append(steps, scriptStep{command: line})
 				inOutput = !strings.HasSuffix(line, " &")
 			default:
-				t.Fatalf("the block %q has a line that is neither a plugvisor command nor a comment: %q", name, line)
+				t.Fatalf("%s: the block %q has a line that is neither a plugvisor command nor a comment: %q", file, name, line)
 			}
 		}
-		require.NotEmpty(t, steps, name)
+		require.NotEmpty(t, steps, "%s: %s", file, name)
 		blocks[name] = steps
 	}
-	require.NotEmpty(t, blocks, "README.md has no testscript blocks")
 	return blocks
+}
+
+// TestABlockNameMarksOneBlockAcrossTheFiles checks that a name used in
+// README.md and again in a page of docs/ is refused, naming both files.
+func TestABlockNameMarksOneBlockAcrossTheFiles(t *testing.T) {
+	blocks, where := map[string][]scriptStep{}, map[string]string{}
+	step := []scriptStep{{command: "plugvisor agent &"}}
+	require.NoError(t, addBlocks(blocks, where, "README.md", map[string][]scriptStep{"plugins": step}))
+	err := addBlocks(blocks, where, "docs/agent.md", map[string][]scriptStep{"agent": step, "plugins": step})
+	require.ErrorContains(t, err, `the block name "plugins" marks a block in README.md and in docs/agent.md`)
+	require.Equal(t, map[string]string{"plugins": "README.md"}, where, "nothing of the refused file is added")
+	require.NoError(t, addBlocks(blocks, where, "docs/agent.md", map[string][]scriptStep{"agent": step}))
+	require.Len(t, blocks, 2)
 }
 
 // scriptSteps reads a script's exec lines and the stdout and stderr
