@@ -84,15 +84,6 @@ func (s *Store) GetVolume(ctx context.Context, namespace, id string) (*model.CSI
 	return v, err
 }
 
-// Claim applies c, a claim in state taken by the node c.NodeID, to the
-// volume by the catalog's rules (catalog.ClaimOn), in a transaction on the
-// volume's record: of two claims that exclude each other, whatever the
-// interleaving, one wins and the other is refused. Claiming again what the
-// alloc holds changes nothing and writes nothing.
-func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	return s.changeClaims(ctx, "claim", namespace, id, c, catalog.ClaimOn)
-}
-
 // Release moves the claim of c.AllocID to c.State (ready-to-free, or
 // empty, removes it) by the catalog's rules (catalog.ReleaseOn), in a
 // transaction on the volume's record. Freeing a claim that is not held
@@ -295,7 +286,7 @@ func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume
 	if err != nil {
 		return nil, 0, err
 	}
-	v.Health = model.PluginHealth(plugins[v.PluginID])
+	v.Health = model.HealthOf(v, plugins[v.PluginID])
 	return v, kv.ModRevision, nil
 }
 
@@ -371,7 +362,7 @@ func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSI
 			if err != nil {
 				return err
 			}
-			v.Health = model.PluginHealth(plugins[v.PluginID])
+			v.Health = model.HealthOf(v, plugins[v.PluginID])
 			out = append(out, v.Stub())
 		}
 		return nil

@@ -1,11 +1,13 @@
 package catalog_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -44,4 +46,28 @@ func TestCatalogRefusesAClaimPastTheNodesVolumeLimitOrOutOfItsTopology(t *testin
 	_, err = catAsk[*messages.ReleaseVolumeResponse](f, &messages.ReleaseVolume{VolumeId: "b", AllocId: "web-2"})
 	require.NoError(t, err)
 	require.NoError(t, claim("c", "web-6", catNode), "a released volume leaves room")
+}
+
+func TestCatalogRefusesATopologySegmentWithABadKeyNamingTheField(t *testing.T) {
+	f := startCatFixture(t, catMemoryBucket(t))
+	tests := []struct {
+		name    string
+		segment string
+		want    string
+	}{
+		{name: "an empty key", segment: "", want: `topologies[0] segment key must not be empty`},
+		{name: "a control character", segment: "zone\x01", want: `topologies[0] segment key "zone\x01" must not contain`},
+		{name: "a bidirectional character", segment: "zone\u202e", want: `topologies[0] segment key "zone\u202e" must not contain`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := catVolume("db", "hostpath", model.AccessModeSingleNodeWriter)
+			v.Topologies = []*model.Topology{{Segments: map[string]string{tt.segment: "a"}}}
+			before := f.dump()
+			_, err := f.cat.RegisterVolume(context.Background(), v)
+			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+			require.ErrorContains(t, err, tt.want)
+			require.Equal(t, before, f.dump(), "the refused registration changed nothing")
+		})
+	}
 }

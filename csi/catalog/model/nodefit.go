@@ -94,3 +94,23 @@ func topologiesString(ts []*Topology) string {
 	}
 	return strings.Join(parts, " or ")
 }
+
+// HealthOf is the health its plugin p gives v (PluginHealth), but for a
+// volume confined to topologies it counts only the healthy nodes that stand
+// in one of them: v is schedulable only where it can be reached. A fleet,
+// which knows every node, uses it; a node's own catalog knows only itself,
+// and refuses a claim there with ErrTopologyMismatch instead.
+func HealthOf(v *CSIVolume, p *CSIPlugin) Health {
+	h := PluginHealth(p)
+	if p == nil || len(v.Topologies) == 0 {
+		return h
+	}
+	h.NodesHealthy = 0
+	for _, info := range p.Nodes {
+		if info.Healthy && info.NodeInfo != nil && v.ReachableFrom(info.NodeInfo.AccessibleTopology) {
+			h.NodesHealthy++
+		}
+	}
+	h.Schedulable = h.NodesHealthy > 0 && (!p.ControllerRequired || p.ControllersHealthy > 0)
+	return h
+}
