@@ -17,11 +17,12 @@ import (
 // keys, never every volume:
 //   - claims/<node>/<ns>/<id>: node holds a claim (any state) on the volume;
 //     its value is the volume's plugin, for the node's volume limit
-//     (nodefit.go; keys written before are empty);
+//     (nodefit.go; keys written before are empty until reindex);
 //   - attachments/<node>/<ns>/<id>: the volume has an attachment to node.
 //
 // A leader of the GC checks them against the volumes once per term
-// (reindex), which fills them in for volumes written before they existed.
+// (reindex), which fills them in for volumes written before they existed,
+// and names the plugin in claim keys written before their values did.
 
 func (k keys) claims() string                   { return k.prefix + "claims/" }
 func (k keys) claimsOf(node string) string      { return k.claims() + node + "/" }
@@ -117,22 +118,22 @@ func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
 	err = s.call(ctx, "check the node index", func(ctx context.Context) error {
 		resp, err := s.client.Txn(ctx).Then(
 			clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix()),
-			clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix()),
 			clientv3.OpGet(s.keys.attachments(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		).Commit()
 		if err != nil {
 			return etcdErr(err)
 		}
-		have := map[string]map[string]bool{} // volume key -> index keys present
+		have := map[string]map[string]string{} // volume key -> index keys present -> their values
 		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i+1].GetResponseRange().GetKvs() {
 				node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
 				ns, id, _ := strings.Cut(ref, "/")
 				vk := s.keys.volume(ns, id)
 				if have[vk] == nil {
-					have[vk] = map[string]bool{}
+					have[vk] = map[string]string{}
 				}
-				have[vk][s.keys.indexed(idx.of, node, ns, id)] = true
+				have[vk][s.keys.indexed(idx.of, node, ns, id)] = string(kv.Value)
 			}
 		}
 		for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
@@ -163,8 +164,9 @@ func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
 }
 
 // indexFix are the writes that turn the index keys present for v (nil:
-// a volume that is gone) into those v wants.
-func (s *Store) indexFix(v *model.CSIVolume, present map[string]bool) []clientv3.Op {
+// a volume that is gone), with their values, into those v wants: a claim
+// key written before the index named plugins gets its volume's plugin.
+func (s *Store) indexFix(v *model.CSIVolume, present map[string]string) []clientv3.Op {
 	want := map[string]string{} // key -> value
 	if v != nil {
 		for _, idx := range s.indexes() {
@@ -175,7 +177,7 @@ func (s *Store) indexFix(v *model.CSIVolume, present map[string]bool) []clientv3
 	}
 	var ops []clientv3.Op
 	for _, key := range slices.Sorted(maps.Keys(want)) {
-		if !present[key] {
+		if value, ok := present[key]; !ok || value != want[key] {
 			ops = append(ops, clientv3.OpPut(key, want[key]))
 		}
 	}
