@@ -28,7 +28,7 @@ func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim)
 		return nil, err
 	}
 	var guards []clientv3.Cmp // what this attempt's node fit read
-	return s.update(ctx, "claim", ns, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+	return s.updateSeeing(ctx, "claim", ns, id, func(v *model.CSIVolume, seen pluginRead) (*model.CSIVolume, error) {
 		guards = nil
 		if v == nil {
 			return nil, catalog.NotFound(ns, id)
@@ -37,41 +37,34 @@ func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim)
 		if err != nil || next == v || v.ClaimedOn(c.NodeID) {
 			return next, err
 		}
-		guards, err = s.nodeFit(ctx, v, c)
+		guards, err = s.nodeFit(ctx, v, c, seen)
 		return next, err
 	}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return guards, nil })
 }
 
-// nodeFit reads, in one transaction, the fingerprint of v's node plugin on
-// c.NodeID and how many volumes the node's claim index holds, and checks
-// the claim against them (catalog.NodeFitOn). Only a node at its limit has
-// its index read with values, to count the volumes of v's plugin among
-// them. It returns the compares that hold the claim's write to what it
-// read: the fingerprint unchanged and, where the plugin limits the node,
-// no claim index key of the node written since.
-func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim) ([]clientv3.Cmp, error) {
+// nodeFit checks the claim against the fingerprint of v's node plugin on
+// c.NodeID, from the plugin's fingerprints the attempt read (seen), and,
+// when the plugin limits the node, how many volumes the node's claim index
+// holds (catalog.NodeFitOn): a count-only read, and only a node at its
+// limit has its index read with values, to count the volumes of v's plugin
+// among them. It returns the compares that hold the claim's write to what
+// it read: the fingerprint unchanged and, where the plugin limits the
+// node, no claim index key of the node written since.
+func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim, seen pluginRead) ([]clientv3.Cmp, error) {
 	fpKey := s.keys.pluginFingerprint(v.PluginID, c.NodeID, csi.TypeNode)
+	guards := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fpKey), "<", seen.rev+1)}
+	node := seen.plugin.NodeOn(c.NodeID)
+	if node == nil || node.MaxVolumes == 0 {
+		return guards, catalog.NodeFitOn(v, c, node, nil)
+	}
 	prefix := s.keys.claimsOf(c.NodeID)
-	resp, err := s.client.Txn(ctx).Then(
-		clientv3.OpGet(fpKey),
-		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-	).Commit()
+	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return nil, etcdErr(err)
 	}
 	rev := resp.Header.Revision
-	guards := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fpKey), "<", rev+1)}
-	fps := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(fps) == 0 {
-		return guards, nil // the plugin said nothing of the node
-	}
-	plugins, err := s.decodePlugins(fps, true)
-	if err != nil {
-		return nil, err
-	}
-	node := plugins[v.PluginID].NodeOn(c.NodeID)
 	var onNode []string
-	if node != nil && node.MaxVolumes > 0 && resp.Responses[1].GetResponseRange().GetCount() >= node.MaxVolumes {
+	if resp.Count >= node.MaxVolumes {
 		if onNode, rev, err = s.pluginClaimsOn(ctx, c.NodeID, v.PluginID); err != nil {
 			return nil, err
 		}
@@ -79,10 +72,7 @@ func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim)
 	if err := catalog.NodeFitOn(v, c, node, onNode); err != nil {
 		return nil, err
 	}
-	if node != nil && node.MaxVolumes > 0 {
-		guards = append(guards, clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix())
-	}
-	return guards, nil
+	return append(guards, clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix()), nil
 }
 
 // pluginClaimsOn are the volumes ("namespace/id") of plugin claimed on

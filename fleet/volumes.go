@@ -153,6 +153,13 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // answered. It returns what it wrote, with etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
 	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
+	return s.updateSeeing(ctx, what, ns, id, func(v *model.CSIVolume, _ pluginRead) (*model.CSIVolume, error) { return change(v) }, guard)
+}
+
+// updateSeeing is update whose change also sees the fingerprints of the
+// volume's plugin as the attempt read them.
+func (s *Store) updateSeeing(ctx context.Context, what, ns, id string,
+	change func(*model.CSIVolume, pluginRead) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
 	var out *model.CSIVolume
 	err := s.call(ctx, what, func(ctx context.Context) error {
 		for attempt := range s.cfg.MaxAttempts {
@@ -185,14 +192,14 @@ func (s *Store) lostRaces(what, ns, id string, times int) error {
 
 // attempt is one read, change and compare-and-write of update; it reports
 // whether the write won (or nothing was to write), with *out set.
-func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.CSIVolume) (*model.CSIVolume, error),
+func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.CSIVolume, pluginRead) (*model.CSIVolume, error),
 	guard guardFunc, out **model.CSIVolume) (bool, error) {
 	key := s.keys.volume(ns, id)
-	v, rev, err := s.readVolume(ctx, ns, id)
+	v, rev, seen, err := s.readVolumeSeeing(ctx, ns, id)
 	if err != nil {
 		return false, err
 	}
-	next, err := change(v)
+	next, err := change(v, seen)
 	if err != nil || next == v {
 		*out = next
 		return true, err
@@ -254,6 +261,20 @@ func backOff(ctx context.Context, attempt int) error {
 // is another plugin's, it reads that plugin's just after: the health is
 // the live nodes' now, and the write compares the record alone.
 func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume, int64, error) {
+	v, rev, _, err := s.readVolumeSeeing(ctx, ns, id)
+	return v, rev, err
+}
+
+// pluginRead is the volume's plugin as readVolumeSeeing read its
+// fingerprints (nil when it has none), and the revision it read them at.
+type pluginRead struct {
+	plugin *model.CSIPlugin
+	rev    int64
+}
+
+// readVolumeSeeing is readVolume that also returns what it read of the
+// volume's plugin.
+func (s *Store) readVolumeSeeing(ctx context.Context, ns, id string) (*model.CSIVolume, int64, pluginRead, error) {
 	reads := []clientv3.Op{clientv3.OpGet(s.keys.volume(ns, id))}
 	guess := s.lastPlugin.Load()
 	if guess != nil {
@@ -261,33 +282,35 @@ func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume
 	}
 	resp, err := s.client.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
-		return nil, 0, etcdErr(err)
+		return nil, 0, pluginRead{}, etcdErr(err)
 	}
 	kv := firstKV(resp.Responses[0].GetResponseRange().GetKvs())
 	if kv == nil {
-		return nil, 0, nil
+		return nil, 0, pluginRead{}, nil
 	}
 	v, err := s.decodeVolume(kv)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, pluginRead{}, err
 	}
 	var fps []*mvccpb.KeyValue
+	seen := pluginRead{rev: resp.Header.Revision}
 	if guess != nil && *guess == v.PluginID {
 		fps = resp.Responses[1].GetResponseRange().GetKvs()
 	} else {
 		s.lastPlugin.Store(&v.PluginID)
 		got, err := s.client.Get(ctx, s.keys.pluginFingerprints(v.PluginID), clientv3.WithPrefix())
 		if err != nil {
-			return nil, 0, etcdErr(err)
+			return nil, 0, pluginRead{}, etcdErr(err)
 		}
-		fps = got.Kvs
+		fps, seen.rev = got.Kvs, got.Header.Revision
 	}
 	plugins, err := s.decodePlugins(fps, true)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, pluginRead{}, err
 	}
-	v.Health = model.HealthOf(v, plugins[v.PluginID])
-	return v, kv.ModRevision, nil
+	seen.plugin = plugins[v.PluginID]
+	v.Health = model.HealthOf(v, seen.plugin)
+	return v, kv.ModRevision, seen, nil
 }
 
 // decodeVolume decodes a volume record; one that does not decode, is
