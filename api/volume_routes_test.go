@@ -132,13 +132,21 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 }
 
 // serveHostpath serves a hostpath plugin "hp" below dir and registers it
-// as the backend's controller and node plugin; it returns once the CSI
-// manager reports both healthy.
+// (registerHostpath).
 func serveHostpath(t *testing.T, b *backend, a csiParts, dir string) *hostpathtest.Server {
 	t.Helper()
 	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
 		Mode: hostpath.ModeMonolith, SymlinkFallback: false})
-	sock := `"connection":{"socket_path":"` + plugin.Endpoint + `"}}`
+	registerHostpath(t, b, a, plugin.Endpoint)
+	return plugin
+}
+
+// registerHostpath registers the hostpath plugin "hp" serving on endpoint
+// as the backend's controller and node plugin; it returns once the CSI
+// manager reports both healthy.
+func registerHostpath(t *testing.T, b *backend, a csiParts, endpoint string) {
+	t.Helper()
+	sock := `"connection":{"socket_path":"` + endpoint + `"}}`
 	run(t, b, []step{
 		{name: "the controller", method: "POST", path: "/v1/plugins", body: `{"type":"csi-controller","name":"hp","alloc_id":"a1",` + sock,
 			status: 200, want: `"registered"`},
@@ -149,7 +157,6 @@ func serveHostpath(t *testing.T, b *backend, a csiParts, dir string) *hostpathte
 		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
 		return got.status == 200 && len(a.manager.Plugins()) == 2 && a.manager.Plugins()[0].GetHealthy() && a.manager.Plugins()[1].GetHealthy()
 	}, 20*time.Second, 20*time.Millisecond)
-	return plugin
 }
 
 // TestAStuckReleaseShowsItsLastErrorInTheStatus records, through the

@@ -462,7 +462,7 @@ var errorClasses = []struct {
 		model.ErrClaimNotFound, csi.ErrNotFound}},
 	{http.StatusConflict, []error{catalog.ErrNodeDraining, csi.ErrClaimRefused, catalog.ErrVolumeInUse, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
 		volumes.ErrClaimRefused, volumes.ErrInUse, volumes.ErrTargetBusy,
-		model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims, model.ErrNodeConflict, model.ErrClaimModeConflict,
+		model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims, model.ErrNodeConflict, model.ErrNodeVolumeLimit, model.ErrTopologyMismatch, model.ErrClaimModeConflict,
 		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch,
 		csi.ErrAlreadyExists, csi.ErrFailedPrecondition}},
 	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},

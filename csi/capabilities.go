@@ -28,9 +28,31 @@ type PluginCapabilities struct {
 	UnknownVolumeExpansion []int32
 }
 
+// Spec 1.13 no longer names VOLUME_CONDITION, which drivers built on spec
+// 1.12 still advertise: 11 among controller RPCs and 4 among node RPCs.
+const (
+	controllerVolumeCondition csipb.ControllerServiceCapability_RPC_Type = 11
+	nodeVolumeCondition       csipb.NodeServiceCapability_RPC_Type       = 4
+	volumeConditionName                                                  = "VOLUME_CONDITION"
+)
+
+// controllerRPCNames and nodeRPCNames are the spec's names of controller and
+// node RPCs, with VOLUME_CONDITION at its spec 1.12 value.
+var (
+	controllerRPCNames = withName(csipb.ControllerServiceCapability_RPC_Type_name, int32(controllerVolumeCondition), volumeConditionName)
+	nodeRPCNames       = withName(csipb.NodeServiceCapability_RPC_Type_name, int32(nodeVolumeCondition), volumeConditionName)
+)
+
+// withName returns a copy of names that also names value.
+func withName(names map[int32]string, value int32, name string) map[int32]string {
+	out := maps.Clone(names)
+	out[value] = name
+	return out
+}
+
 // ControllerCapabilities is the set of RPCs a plugin's Controller service
 // supports (ControllerGetCapabilities). Unknown keeps the raw values this
-// spec version does not name, such as 11 (VOLUME_CONDITION, removed in 1.13).
+// spec version does not name; 11 is read as VolumeCondition.
 type ControllerCapabilities struct {
 	CreateDeleteVolume        bool
 	PublishUnpublishVolume    bool
@@ -48,12 +70,14 @@ type ControllerCapabilities struct {
 	GetSnapshot               bool
 	GetVolumeHealth           bool
 	ListVolumeHealth          bool
-	Unknown                   []int32
+	// VolumeCondition is VOLUME_CONDITION (11), which spec 1.13 no longer names.
+	VolumeCondition bool
+	Unknown         []int32
 }
 
 // NodeCapabilities is the set of RPCs a plugin's Node service supports
 // (NodeGetCapabilities). Unknown keeps the raw values this spec version
-// does not name, such as 4 (VOLUME_CONDITION, removed in 1.13).
+// does not name; 4 is read as VolumeCondition.
 type NodeCapabilities struct {
 	StageUnstageVolume    bool
 	GetVolumeStats        bool
@@ -62,7 +86,9 @@ type NodeCapabilities struct {
 	VolumeMountGroup      bool
 	GetVolumeHealth       bool
 	GetStorageHealth      bool
-	Unknown               []int32
+	// VolumeCondition is VOLUME_CONDITION (4), which spec 1.13 no longer names.
+	VolumeCondition bool
+	Unknown         []int32
 }
 
 // setFlags sets the flag of each value through flag and returns the values
@@ -182,6 +208,8 @@ func (cc *ControllerCapabilities) flag(t csipb.ControllerServiceCapability_RPC_T
 		return &cc.GetVolumeHealth
 	case csipb.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH:
 		return &cc.ListVolumeHealth
+	case controllerVolumeCondition:
+		return &cc.VolumeCondition
 	}
 	return nil
 }
@@ -209,6 +237,8 @@ func (nc *NodeCapabilities) flag(t csipb.NodeServiceCapability_RPC_Type) *bool {
 		return &nc.GetVolumeHealth
 	case csipb.NodeServiceCapability_RPC_GET_STORAGE_HEALTH:
 		return &nc.GetStorageHealth
+	case nodeVolumeCondition:
+		return &nc.VolumeCondition
 	}
 	return nil
 }
@@ -225,11 +255,11 @@ func CapabilityNames(pc *PluginCapabilities, cc *ControllerCapabilities, nc *Nod
 		Unknown: slices.Concat(pc.Unknown, pc.UnknownVolumeExpansion),
 	}
 	if cc != nil {
-		caps.Controller = flagNames(csipb.ControllerServiceCapability_RPC_Type_name, "", cc.flag)
+		caps.Controller = flagNames(controllerRPCNames, "", cc.flag)
 		caps.Unknown = append(caps.Unknown, cc.Unknown...)
 	}
 	if nc != nil {
-		caps.Node = flagNames(csipb.NodeServiceCapability_RPC_Type_name, "", nc.flag)
+		caps.Node = flagNames(nodeRPCNames, "", nc.flag)
 		caps.Unknown = append(caps.Unknown, nc.Unknown...)
 	}
 	return caps

@@ -23,8 +23,8 @@ func TestEveryCapabilityTheSpecNamesHasAFlagOfItsOwn(t *testing.T) {
 	}{
 		{"plugin services", csipb.PluginCapability_Service_Type_name, byNumber(pc.serviceFlag)},
 		{"plugin volume expansion", csipb.PluginCapability_VolumeExpansion_Type_name, byNumber(pc.expansionFlag)},
-		{"controller RPCs", csipb.ControllerServiceCapability_RPC_Type_name, byNumber(cc.flag)},
-		{"node RPCs", csipb.NodeServiceCapability_RPC_Type_name, byNumber(nc.flag)},
+		{"controller RPCs", controllerRPCNames, byNumber(cc.flag)},
+		{"node RPCs", nodeRPCNames, byNumber(nc.flag)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,4 +52,26 @@ func TestCapabilityEntriesOfAKindUnknownToTheSpecAreSkipped(t *testing.T) {
 		nodeCapabilitiesFrom([]*csipb.NodeServiceCapability{{}}))
 	require.Equal(t, PluginCapabilities{},
 		pluginCapabilitiesFrom([]*csipb.PluginCapability{{}}))
+}
+
+func TestVolumeConditionFromSpec112DriversIsReadAndNamed(t *testing.T) {
+	cc := controllerCapabilitiesFrom([]*csipb.ControllerServiceCapability{controllerRPC(11), controllerRPC(18)})
+	require.Equal(t, ControllerCapabilities{VolumeCondition: true, Unknown: []int32{18}}, cc)
+	nc := nodeCapabilitiesFrom([]*csipb.NodeServiceCapability{nodeRPC(4)})
+	require.Equal(t, NodeCapabilities{VolumeCondition: true}, nc)
+
+	names := CapabilityNames(&PluginCapabilities{}, &cc, &nc)
+	require.Equal(t, []string{"VOLUME_CONDITION"}, names.GetController())
+	require.Equal(t, []string{"VOLUME_CONDITION"}, names.GetNode())
+	require.Equal(t, []int32{18}, names.GetUnknown())
+}
+
+func controllerRPC(v csipb.ControllerServiceCapability_RPC_Type) *csipb.ControllerServiceCapability {
+	return &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{
+		Rpc: &csipb.ControllerServiceCapability_RPC{Type: v}}}
+}
+
+func nodeRPC(v csipb.NodeServiceCapability_RPC_Type) *csipb.NodeServiceCapability {
+	return &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+		Rpc: &csipb.NodeServiceCapability_RPC{Type: v}}}
 }

@@ -416,7 +416,7 @@ func TestUnknownCapabilityValuesAreKept(t *testing.T) {
 		[]csipb.PluginCapability_VolumeExpansion_Type{csipb.PluginCapability_VolumeExpansion_OFFLINE, 7},
 	), nil)
 	// 11 (controller) and 4 (node) are VOLUME_CONDITION, sent by drivers
-	// built on spec 1.12 and no longer named by 1.13.
+	// built on spec 1.12 and no longer named by 1.13: they are read as such.
 	m.Controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(csitest.ControllerCapabilities(
 		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, 11, csipb.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH, 18, 11,
 	), nil)
@@ -435,11 +435,11 @@ func TestUnknownCapabilityValuesAreKept(t *testing.T) {
 
 	controllerCaps, err := c.ControllerGetCapabilities(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, csi.ControllerCapabilities{CreateDeleteVolume: true, ListVolumeHealth: true, Unknown: []int32{11, 18}}, controllerCaps)
+	require.Equal(t, csi.ControllerCapabilities{CreateDeleteVolume: true, ListVolumeHealth: true, VolumeCondition: true, Unknown: []int32{18}}, controllerCaps)
 
 	nodeCaps, err := c.NodeGetCapabilities(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, csi.NodeCapabilities{StageUnstageVolume: true, GetVolumeStats: true, Unknown: []int32{4}}, nodeCaps)
+	require.Equal(t, csi.NodeCapabilities{StageUnstageVolume: true, GetVolumeStats: true, VolumeCondition: true}, nodeCaps)
 }
 
 func TestNonsenseAnswersAreErrors(t *testing.T) {

@@ -16,10 +16,13 @@ import (
 // Detacher find a node's claims and attachments by reading that node's
 // keys, never every volume:
 //   - claims/<node>/<ns>/<id>: node holds a claim (any state) on the volume;
+//     its value is the volume's plugin, for the node's volume limit
+//     (nodefit.go; keys written before are empty until reindex);
 //   - attachments/<node>/<ns>/<id>: the volume has an attachment to node.
 //
 // A leader of the GC checks them against the volumes once per term
-// (reindex), which fills them in for volumes written before they existed.
+// (reindex), which fills them in for volumes written before they existed,
+// and names the plugin in claim keys written before their values did.
 
 func (k keys) claims() string                   { return k.prefix + "claims/" }
 func (k keys) claimsOf(node string) string      { return k.claims() + node + "/" }
@@ -37,7 +40,7 @@ func (s *Store) indexOps(ns, id string, old, next *model.CSIVolume) []clientv3.O
 		before, after := idx.nodes(old), idx.nodes(next)
 		for _, node := range slices.Sorted(maps.Keys(after)) {
 			if !before[node] {
-				ops = append(ops, clientv3.OpPut(s.keys.indexed(idx.of, node, ns, id), ""))
+				ops = append(ops, clientv3.OpPut(s.keys.indexed(idx.of, node, ns, id), idx.value(next)))
 			}
 		}
 		for _, node := range slices.Sorted(maps.Keys(before)) {
@@ -50,19 +53,23 @@ func (s *Store) indexOps(ns, id string, old, next *model.CSIVolume) []clientv3.O
 }
 
 // index is one family of the node index: where its keys are, its keys of
-// a node, and the nodes a volume puts in it.
+// a node, the nodes a volume puts in it and the value of its keys.
 type index struct {
 	root  string
 	of    func(node string) string
 	nodes func(v *model.CSIVolume) map[string]bool
+	value func(v *model.CSIVolume) string
 }
 
 func (s *Store) indexes() []index {
 	return []index{
-		{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes},
-		{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes},
+		{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes, value: volumePlugin},
+		{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes, value: func(*model.CSIVolume) string { return "" }},
 	}
 }
+
+// volumePlugin is v's plugin.
+func volumePlugin(v *model.CSIVolume) string { return v.PluginID }
 
 // claimNodes are the nodes that hold a claim on v (none when v is nil).
 func claimNodes(v *model.CSIVolume) map[string]bool {
@@ -111,22 +118,22 @@ func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
 	err = s.call(ctx, "check the node index", func(ctx context.Context) error {
 		resp, err := s.client.Txn(ctx).Then(
 			clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix()),
-			clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix()),
 			clientv3.OpGet(s.keys.attachments(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		).Commit()
 		if err != nil {
 			return etcdErr(err)
 		}
-		have := map[string]map[string]bool{} // volume key -> index keys present
+		have := map[string]map[string]string{} // volume key -> index keys present -> their values
 		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i+1].GetResponseRange().GetKvs() {
 				node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
 				ns, id, _ := strings.Cut(ref, "/")
 				vk := s.keys.volume(ns, id)
 				if have[vk] == nil {
-					have[vk] = map[string]bool{}
+					have[vk] = map[string]string{}
 				}
-				have[vk][s.keys.indexed(idx.of, node, ns, id)] = true
+				have[vk][s.keys.indexed(idx.of, node, ns, id)] = string(kv.Value)
 			}
 		}
 		for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
@@ -157,24 +164,25 @@ func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
 }
 
 // indexFix are the writes that turn the index keys present for v (nil:
-// a volume that is gone) into those v wants.
-func (s *Store) indexFix(v *model.CSIVolume, present map[string]bool) []clientv3.Op {
-	want := map[string]bool{}
+// a volume that is gone), with their values, into those v wants: a claim
+// key written before the index named plugins gets its volume's plugin.
+func (s *Store) indexFix(v *model.CSIVolume, present map[string]string) []clientv3.Op {
+	want := map[string]string{} // key -> value
 	if v != nil {
 		for _, idx := range s.indexes() {
 			for node := range idx.nodes(v) {
-				want[s.keys.indexed(idx.of, node, v.Namespace, v.ID)] = true
+				want[s.keys.indexed(idx.of, node, v.Namespace, v.ID)] = idx.value(v)
 			}
 		}
 	}
 	var ops []clientv3.Op
 	for _, key := range slices.Sorted(maps.Keys(want)) {
-		if !present[key] {
-			ops = append(ops, clientv3.OpPut(key, ""))
+		if value, ok := present[key]; !ok || value != want[key] {
+			ops = append(ops, clientv3.OpPut(key, want[key]))
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(present)) {
-		if !want[key] {
+		if _, ok := want[key]; !ok {
 			ops = append(ops, clientv3.OpDelete(key))
 		}
 	}

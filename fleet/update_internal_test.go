@@ -20,16 +20,7 @@ import (
 // attempt is etcd's silence; after lost races, etcd answered, and the
 // error says the races were lost.
 func TestAWriteWhoseTimeRanOutSaysWhy(t *testing.T) {
-	srv := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := Open(ctx, Config{Endpoints: srv.Endpoints(), NodeID: "node-a", LeaseTTL: MinLeaseTTL, RequestTimeout: 500 * time.Millisecond})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
-	v := model.NewCSIVolume("db", 0)
-	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode = model.DefaultNamespace, "ebs", model.AccessModeMultiNodeReader, model.AttachmentModeFileSystem
-	_, err = s.RegisterVolume(ctx, v)
-	require.NoError(t, err)
+	s, ctx := withVolume(t, 500*time.Millisecond, model.AccessModeMultiNodeReader)
 
 	for _, lost := range []int{0, 3} {
 		calls := 0
@@ -55,4 +46,22 @@ func TestAWriteWhoseTimeRanOutSaysWhy(t *testing.T) {
 		require.ErrorIs(t, err, catalog.ErrCatalogStore)
 		require.ErrorContains(t, err, "lost the race to other writers 3 times in a row")
 	}
+}
+
+// withVolume opens a Store of node-a with requestTimeout on a new etcd,
+// closed with the test, and registers volume "db" of plugin "ebs" with
+// mode; the context ends with the test.
+func withVolume(t *testing.T, requestTimeout time.Duration, mode model.AccessMode) (*Store, context.Context) {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	s, err := Open(ctx, Config{Endpoints: srv.Endpoints(), NodeID: "node-a", LeaseTTL: MinLeaseTTL, RequestTimeout: requestTimeout})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	v := model.NewCSIVolume("db", 0)
+	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode = model.DefaultNamespace, "ebs", mode, model.AttachmentModeFileSystem
+	_, err = s.RegisterVolume(ctx, v)
+	require.NoError(t, err)
+	return s, ctx
 }

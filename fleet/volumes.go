@@ -108,37 +108,6 @@ func (s *Store) GetVolume(ctx context.Context, namespace, id string) (*model.CSI
 	return v, err
 }
 
-// Claim applies c, a claim in state taken by the node c.NodeID, to the
-// volume by the catalog's rules (catalog.ClaimOn), in a transaction on the
-// volume's record: of two claims that exclude each other, whatever the
-// interleaving, one wins and the other is refused. Claiming again what the
-// alloc holds changes nothing and writes nothing.
-//
-// A claim that is not held already, by an alloc of a draining node (see
-// Drain), is refused (csi.ErrClaimRefused): the drain is read, and kept
-// absent, in the claim's transaction.
-func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	v, err := s.claim(ctx, namespace, id, c)
-	s.cfg.Metrics.Claimed(claimOutcome(err))
-	return v, err
-}
-
-func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	if c == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "claim: claim must not be nil")
-	}
-	ns, err := catalog.VolumeKey(namespace, id)
-	if err != nil {
-		return nil, err
-	}
-	return s.update(ctx, "claim", ns, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
-		if v == nil {
-			return nil, catalog.NotFound(ns, id)
-		}
-		return catalog.ClaimOn(v, c)
-	}, func(ctx context.Context, _ *model.CSIVolume) ([]clientv3.Cmp, error) { return s.drainGuard(ctx, c) })
-}
-
 // Release moves the claim of c.AllocID to c.State (ready-to-free, or
 // empty, removes it) by the catalog's rules (catalog.ReleaseOn), in a
 // transaction on the volume's record. Freeing a claim that is not held
@@ -208,6 +177,13 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 // answered. It returns what it wrote, with etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
 	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
+	return s.updateSeeing(ctx, what, ns, id, func(v *model.CSIVolume, _ pluginRead) (*model.CSIVolume, error) { return change(v) }, guard)
+}
+
+// updateSeeing is update whose change also sees the fingerprints of the
+// volume's plugin as the attempt read them.
+func (s *Store) updateSeeing(ctx context.Context, what, ns, id string,
+	change func(*model.CSIVolume, pluginRead) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
 	var out *model.CSIVolume
 	err := s.call(ctx, what, func(ctx context.Context) error {
 		for attempt := range s.cfg.MaxAttempts {
@@ -240,14 +216,14 @@ func (s *Store) lostRaces(what, ns, id string, times int) error {
 
 // attempt is one read, change and compare-and-write of update; it reports
 // whether the write won (or nothing was to write), with *out set.
-func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.CSIVolume) (*model.CSIVolume, error),
+func (s *Store) attempt(ctx context.Context, ns, id string, change func(*model.CSIVolume, pluginRead) (*model.CSIVolume, error),
 	guard guardFunc, out **model.CSIVolume) (bool, error) {
 	key := s.keys.volume(ns, id)
-	v, rev, err := s.readVolume(ctx, ns, id)
+	v, rev, seen, err := s.readVolumeSeeing(ctx, ns, id)
 	if err != nil {
 		return false, err
 	}
-	next, err := change(v)
+	next, err := change(v, seen)
 	if err != nil || next == v {
 		*out = next
 		return true, err
@@ -309,6 +285,20 @@ func backOff(ctx context.Context, attempt int) error {
 // is another plugin's, it reads that plugin's just after: the health is
 // the live nodes' now, and the write compares the record alone.
 func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume, int64, error) {
+	v, rev, _, err := s.readVolumeSeeing(ctx, ns, id)
+	return v, rev, err
+}
+
+// pluginRead is the volume's plugin as readVolumeSeeing read its
+// fingerprints (nil when it has none), and the revision it read them at.
+type pluginRead struct {
+	plugin *model.CSIPlugin
+	rev    int64
+}
+
+// readVolumeSeeing is readVolume that also returns what it read of the
+// volume's plugin.
+func (s *Store) readVolumeSeeing(ctx context.Context, ns, id string) (*model.CSIVolume, int64, pluginRead, error) {
 	reads := []clientv3.Op{clientv3.OpGet(s.keys.volume(ns, id))}
 	guess := s.lastPlugin.Load()
 	if guess != nil {
@@ -316,33 +306,35 @@ func (s *Store) readVolume(ctx context.Context, ns, id string) (*model.CSIVolume
 	}
 	resp, err := s.client.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
-		return nil, 0, etcdErr(err)
+		return nil, 0, pluginRead{}, etcdErr(err)
 	}
 	kv := firstKV(resp.Responses[0].GetResponseRange().GetKvs())
 	if kv == nil {
-		return nil, 0, nil
+		return nil, 0, pluginRead{}, nil
 	}
 	v, err := s.decodeVolume(kv)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, pluginRead{}, err
 	}
 	var fps []*mvccpb.KeyValue
+	seen := pluginRead{rev: resp.Header.Revision}
 	if guess != nil && *guess == v.PluginID {
 		fps = resp.Responses[1].GetResponseRange().GetKvs()
 	} else {
 		s.lastPlugin.Store(&v.PluginID)
 		got, err := s.client.Get(ctx, s.keys.pluginFingerprints(v.PluginID), clientv3.WithPrefix())
 		if err != nil {
-			return nil, 0, etcdErr(err)
+			return nil, 0, pluginRead{}, etcdErr(err)
 		}
-		fps = got.Kvs
+		fps, seen.rev = got.Kvs, got.Header.Revision
 	}
 	plugins, err := s.decodePlugins(fps, true)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, pluginRead{}, err
 	}
-	v.Health = model.PluginHealth(plugins[v.PluginID])
-	return v, kv.ModRevision, nil
+	seen.plugin = plugins[v.PluginID]
+	v.Health = model.HealthOf(v, seen.plugin)
+	return v, kv.ModRevision, seen, nil
 }
 
 // decodeVolume decodes a volume record; one that does not decode, is
@@ -417,7 +409,7 @@ func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSI
 			if err != nil {
 				return err
 			}
-			v.Health = model.PluginHealth(plugins[v.PluginID])
+			v.Health = model.HealthOf(v, plugins[v.PluginID])
 			out = append(out, v.Stub())
 		}
 		return nil

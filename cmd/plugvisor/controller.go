@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/api"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // The commands that go through a plugin's controller: volume create,
@@ -67,10 +70,16 @@ func (t *topologyList) String() string { return fmt.Sprint([]map[string]string(*
 // Type names the flag's value in help.
 func (t *topologyList) Type() string { return "KEY=VALUE[,KEY=VALUE]" }
 
+// Set adds the topology v, whose keys must pass names.CheckKey.
 func (t *topologyList) Set(v string) error {
 	var seg keyValues
 	for _, part := range strings.Split(v, ",") {
 		if err := seg.Set(part); err != nil {
+			return err
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(seg)) {
+		if err := names.CheckKey("topology segment", k); err != nil {
 			return err
 		}
 	}

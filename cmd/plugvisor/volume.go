@@ -87,8 +87,9 @@ func newVolumeRegisterCmd() *cobra.Command {
   plugvisor volume register -id vol-2 -plugin hostpath -access-mode multi-node-reader-only -namespace batch`,
 		Args: cmdline.Args("", "plugvisor volume register -id vol-1 -plugin hostpath -access-mode single-node-writer"),
 	})
+	var topologies topologyList
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		body.Namespace = vf.namespace
+		body.Namespace, body.Topologies = vf.namespace, topologies
 		var v api.VolumeJSON
 		if err := vf.client().call(cmd.Context(), "POST", "/v1/volumes", nil, body, &v); err != nil {
 			return err
@@ -99,6 +100,7 @@ func newVolumeRegisterCmd() *cobra.Command {
 	cmd.Flags().StringVar(&body.PluginID, "plugin", "", "the CSI plugin that serves it")
 	cmd.Flags().StringVar(&body.AccessMode, "access-mode", "", "access mode, e.g. single-node-writer")
 	cmd.Flags().StringVar(&body.AttachmentMode, "attachment-mode", "file-system", "file-system or block-device")
+	cmd.Flags().Var(&topologies, "topology", "a topology the volume can be reached from, KEY=VALUE[,KEY=VALUE] (repeatable; required by plugins with VOLUME_ACCESSIBILITY_CONSTRAINTS)")
 	cmdline.Require(cmd, "id", "plugin", "access-mode")
 	return cmd
 }

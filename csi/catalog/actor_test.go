@@ -176,7 +176,7 @@ func catNodeFingerprint(plugin, alloc string, healthy bool) *messages.CSIFingerp
 		Type: csi.TypeNode, Name: plugin, AllocId: alloc, Healthy: healthy, HealthDescription: description,
 		PluginInfo:   &messages.CSIPluginInfo{Name: "hostpath.csi.k8s.io", VendorVersion: "1.17.0"},
 		Capabilities: &messages.CSICapabilities{Node: []string{"STAGE_UNSTAGE_VOLUME"}},
-		NodeInfo:     &messages.CSINodeInfo{NodeId: "csi-" + catNode},
+		NodeInfo:     &messages.CSINodeInfo{NodeId: "csi-" + catNode, AccessibleTopology: map[string]string{"zone": "a"}},
 	}
 }
 

@@ -109,8 +109,28 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 		return change, nil
 	}
 	return a.changeClaims(w, key, v, func(v *model.CSIVolume) (*model.CSIVolume, error) {
-		return changedClaims(v, func(v *model.CSIVolume) error { return v.Claim(claim) })
+		changed, err := changedClaims(v, func(v *model.CSIVolume) error { return v.Claim(claim) })
+		if err == nil && changed != v {
+			err = a.nodeFit(v, claim)
+		}
+		return changed, err
 	}), nil
+}
+
+// nodeFit checks a claim that the model accepts against the fingerprint of
+// v's plugin on the claiming node (NodeFitOn), counting the plugin's volumes
+// claimed there from the working state.
+func (a *catalogActor) nodeFit(v *model.CSIVolume, c *model.Claim) error {
+	node := a.state.plugins[v.PluginID].NodeOn(c.NodeID)
+	var onNode []string
+	if node != nil && node.MaxVolumes > 0 {
+		for key, o := range a.state.volumes {
+			if o.PluginID == v.PluginID && o.ClaimedOn(c.NodeID) {
+				onNode = append(onNode, key.namespace+"/"+key.id)
+			}
+		}
+	}
+	return NodeFitOn(v, c, node, onNode)
 }
 
 // checkClaim checks a claim's alloc, node and mode on their face.

@@ -144,6 +144,19 @@ func ClaimOn(v *model.CSIVolume, c *model.Claim) (*model.CSIVolume, error) {
 	return changedClaims(v, func(v *model.CSIVolume) error { return v.Claim(c) })
 }
 
+// NodeFitOn is nil when the node that claims with c can take v by what
+// its plugin said of it (node, nil when unknown), onNode being the other
+// volumes of the plugin claimed there as "namespace/id"; else
+// ErrClaimRefused with model.ErrTopologyMismatch or model.ErrNodeVolumeLimit
+// (see model.CSIVolume.NodeFit). A Fleet calls it with the counts it read
+// in, or guarded by, the claim's transaction.
+func NodeFitOn(v *model.CSIVolume, c *model.Claim, node *model.NodeInfo, onNode []string) error {
+	if err := v.NodeFit(c, node, onNode); err != nil {
+		return catalogModelError(err)
+	}
+	return nil
+}
+
 // ReleaseOn moves the claim of c.AllocID on v to c.State (empty means
 // ready-to-free, which removes it) by the catalog's rules: the node and
 // mode are the held claim's (c need not name them), freeing a claim not

@@ -24,6 +24,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/csitest"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -155,12 +156,14 @@ func (f *fixture) volumes() []*model.CSIVolume {
 }
 
 // healthy tells the catalog the plugin's node service is healthy, so
-// claims can be granted.
+// claims can be granted: the node stands in zone a and, as the hostpath
+// plugin of hostpath_test.go sees it, at node-1.
 func (f *fixture) healthy(name string) {
 	f.t.Helper()
 	fp := &messages.CSIFingerprint{
 		Type: csi.TypeNode, Name: name, AllocId: "node-alloc", Healthy: true, HealthDescription: csi.HealthyDescription,
-		PluginInfo: &messages.CSIPluginInfo{Name: name, VendorVersion: "1"}, NodeInfo: &messages.CSINodeInfo{NodeId: "n1"},
+		PluginInfo: &messages.CSIPluginInfo{Name: name, VendorVersion: "1"}, NodeInfo: &messages.CSINodeInfo{NodeId: "n1",
+			AccessibleTopology: map[string]string{"zone": "a", hostpath.TopologyKey: "node-1"}},
 	}
 	f.system.Root.Send(f.cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: fp})
 	// The catalog answers writes in order, once durable: this refusal

@@ -12,6 +12,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -74,8 +75,12 @@ func (r CreateRequest) Validate() error {
 		for i, t := range ts {
 			if t == nil || len(t.Segments) == 0 {
 				problems = append(problems, fmt.Sprintf("%s[%d] has no segments", field, i))
-			} else if _, ok := t.Segments[""]; ok {
-				problems = append(problems, fmt.Sprintf("%s[%d] has a segment with an empty key", field, i))
+				continue
+			}
+			for _, k := range slices.Sorted(maps.Keys(t.Segments)) {
+				if err := names.CheckKey(fmt.Sprintf("%s[%d] segment", field, i), k); err != nil {
+					problems = append(problems, err.Error())
+				}
 			}
 		}
 	}

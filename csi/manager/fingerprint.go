@@ -128,7 +128,9 @@ type prober struct {
 	plugin *messages.PluginInfo
 	opts   FingerprintOptions
 
-	conn           Plugin // nil until connected
+	conn           Plugin      // nil until connected
+	socket         os.FileInfo // the socket file of the last fingerprint
+	relearn        bool        // the facts learned once must be asked again
 	info           *csi.PluginInfo
 	pluginCaps     *csi.PluginCapabilities
 	node           *csi.NodeInfo
@@ -143,8 +145,11 @@ func newProber(plugin *messages.PluginInfo, opts FingerprintOptions) *prober {
 // fingerprint asks the plugin for its health and facts. The first time
 // (and until each succeeds) it asks GetPluginInfo, GetPluginCapabilities
 // and, for a node plugin, NodeGetInfo; every time it asks Probe, then
-// ControllerGetCapabilities or NodeGetCapabilities. The result has no
-// update time.
+// ControllerGetCapabilities or NodeGetCapabilities. It asks the first three
+// again after the plugin was unavailable and when the socket is another
+// file (the plugin restarted and bound it anew, perhaps as another node):
+// facts such as the node ID, topology and volume limit are never kept from
+// an earlier run of the plugin. The result has no update time.
 func (p *prober) fingerprint(ctx context.Context) *messages.CSIFingerprint {
 	start := time.Now()
 	err := p.check(ctx)
@@ -162,13 +167,19 @@ func (p *prober) fingerprint(ctx context.Context) *messages.CSIFingerprint {
 
 func (p *prober) check(ctx context.Context) error {
 	socket := p.plugin.GetConnection().GetSocketPath()
-	if _, err := os.Stat(socket); err != nil {
+	file, err := os.Stat(socket)
+	if err != nil {
 		var pathErr *fs.PathError
 		if errors.As(err, &pathErr) {
 			err = pathErr.Err
 		}
 		return fmt.Errorf("socket %s: %w", socket, err)
 	}
+	if p.socket != nil && !sameSocket(p.socket, file) {
+		p.relearn = true
+		p.close() // a new socket: connect to it afresh
+	}
+	p.socket = file
 	if p.conn == nil {
 		dialCtx, cancel := context.WithTimeout(ctx, p.opts.RPCTimeout)
 		defer cancel()
@@ -189,6 +200,7 @@ func (p *prober) check(ctx context.Context) error {
 			return err
 		}
 	}
+	p.relearn = false
 	ready, err := p.conn.Probe(ctx)
 	if err != nil {
 		return p.describe("Probe", err)
@@ -203,9 +215,10 @@ func (p *prober) check(ctx context.Context) error {
 	return learn(ctx, p, &p.controllerCaps, "ControllerGetCapabilities", p.conn.ControllerGetCapabilities)
 }
 
-// learnOnce asks rpc with call unless *slot is known already.
+// learnOnce asks rpc with call unless *slot is known already and need not
+// be asked again. A failed call leaves *slot as it was.
 func learnOnce[T any](ctx context.Context, p *prober, slot **T, rpc string, call func(context.Context) (T, error)) error {
-	if *slot != nil {
+	if *slot != nil && !p.relearn {
 		return nil
 	}
 	return learn(ctx, p, slot, rpc, call)
@@ -221,9 +234,19 @@ func learn[T any](ctx context.Context, p *prober, slot **T, rpc string, call fun
 	return nil
 }
 
+// sameSocket says whether a and b are the same socket file. A socket bound
+// anew may get the inode of the one it replaced, never its creation time.
+func sameSocket(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+}
+
 // describe turns the error of rpc into a health description an operator
-// can act on.
+// can act on. A plugin that was unavailable may come back as another run
+// of itself: what was learned once is asked again.
 func (p *prober) describe(rpc string, err error) error {
+	if errors.Is(err, csi.ErrUnavailable) || errors.Is(err, csi.ErrConnect) {
+		p.relearn = true
+	}
 	if errors.Is(err, csi.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: deadline exceeded after %v", rpc, p.opts.RPCTimeout)
 	}

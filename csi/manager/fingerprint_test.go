@@ -146,16 +146,16 @@ func TestFingerprint(t *testing.T) {
 			},
 			want: fingerprintOf(csi.TypeNode, true, csi.HealthyDescription, func(fp *messages.CSIFingerprint) {
 				fp.PluginInfo, fp.NodeInfo = learnedInfo, learnedNode
-				fp.Capabilities = &messages.CSICapabilities{Plugin: []string{"CONTROLLER_SERVICE"}, Node: []string{"STAGE_UNSTAGE_VOLUME"}, Unknown: []int32{99, 7, 4}}
+				fp.Capabilities = &messages.CSICapabilities{Plugin: []string{"CONTROLLER_SERVICE"}, Node: []string{"STAGE_UNSTAGE_VOLUME", "VOLUME_CONDITION"}, Unknown: []int32{99, 7}}
 			}),
 		},
 		{
 			name:  "an unknown controller capability is kept too",
 			ptype: csi.TypeController,
 			answers: []answer{pluginInfoOK, pluginCapsOK, probeOK,
-				{"ControllerGetCapabilities", csitest.ControllerCapabilities(11), nil}},
+				{"ControllerGetCapabilities", csitest.ControllerCapabilities(11, 18), nil}},
 			want: fingerprintOf(csi.TypeController, true, csi.HealthyDescription, func(fp *messages.CSIFingerprint) {
-				fp.PluginInfo, fp.Capabilities = learnedInfo, &messages.CSICapabilities{Unknown: []int32{11}}
+				fp.PluginInfo, fp.Capabilities = learnedInfo, &messages.CSICapabilities{Controller: []string{"VOLUME_CONDITION"}, Unknown: []int32{18}}
 			}),
 		},
 		{

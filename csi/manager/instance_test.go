@@ -325,6 +325,32 @@ func TestInstanceFollowsAPluginProcessKilledAndRestarted(t *testing.T) {
 	require.Equal(t, csi.HealthyDescription, fp.GetHealthDescription(), "healthy again with no outside help")
 }
 
+func TestInstanceReadsNodeInfoAgainWhenThePluginRestartsAsAnotherNode(t *testing.T) {
+	clock := recordingClock{supervisortest.NewFakeClock(time.Now()), make(chan time.Duration, 10)}
+	dir := hostpathtest.TempDir(t)
+	cfg := hostpathtest.ProcessConfig{
+		Endpoint: filepath.Join(dir, "csi.sock"),
+		Driver:   hostpath.Config{Root: filepath.Join(dir, "root"), NodeID: "node-1", Mode: hostpath.ModeNode, MaxVolumes: 8},
+	}
+	process := hostpathtest.StartProcess(t, cfg)
+	u := startInstance(t, pluginAt(csi.TypeNode, "hostpath", "a1", cfg.Endpoint), oneFingerprint, clock)
+	fp, _ := u.next(t)
+	require.True(t, fp.GetHealthy(), fp.GetHealthDescription())
+	require.Equal(t, "node-1", fp.GetNodeInfo().GetNodeId())
+	require.Equal(t, time.Minute, <-clock.delays)
+
+	// Between two fingerprints, the plugin restarts on the same socket as
+	// another node, with another limit: no fingerprint saw it down.
+	process.Kill()
+	cfg.Driver.NodeID, cfg.Driver.MaxVolumes = "node-2", 3
+	hostpathtest.StartProcess(t, cfg)
+	clock.Advance(time.Minute)
+	fp, _ = u.next(t)
+	require.True(t, fp.GetHealthy(), fp.GetHealthDescription())
+	wantNode := &messages.CSINodeInfo{NodeId: "node-2", MaxVolumes: 3, AccessibleTopology: map[string]string{hostpath.TopologyKey: "node-2"}}
+	require.True(t, proto.Equal(wantNode, fp.GetNodeInfo()), "node info %v", fp.GetNodeInfo())
+}
+
 func TestNewInstancePropsRefusesABadConfig(t *testing.T) {
 	report := &actor.PID{Address: "nonhost", Id: "manager"}
 	cases := []struct {

@@ -50,6 +50,12 @@ var (
 	// ErrNodeConflict is returned when a volume with a single-node access mode
 	// is claimed on a node other than the one it is already claimed on.
 	ErrNodeConflict = errors.New("catalog: volume is claimed on another node")
+	// ErrNodeVolumeLimit is returned when a claim would put more volumes of
+	// a plugin on a node than the plugin's max_volumes_per_node there.
+	ErrNodeVolumeLimit = errors.New("catalog: node has no room for another volume of the plugin")
+	// ErrTopologyMismatch is returned when a claim is made on a node that
+	// stands in none of the topologies the volume can be reached from.
+	ErrTopologyMismatch = errors.New("catalog: node cannot reach the volume")
 	// ErrClaimModeConflict is returned when an alloc that holds a read claim
 	// asks for a write claim, or the other way round: it must release first.
 	ErrClaimModeConflict = errors.New("catalog: alloc holds a claim in the other mode")

@@ -419,7 +419,7 @@ func Sentinels() []error {
 	return []error{
 		ErrUnknownAccessMode, ErrUnknownAttachmentMode, ErrUnknownClaimMode, ErrUnknownClaimState,
 		ErrUnknownPluginType, ErrInvalidVolume, ErrInvalidClaim, ErrInvalidPlugin, ErrPluginMismatch,
-		ErrVolumeUnschedulable, ErrWriteClaimRefused, ErrVolumeMaxClaims, ErrNodeConflict,
+		ErrVolumeUnschedulable, ErrWriteClaimRefused, ErrVolumeMaxClaims, ErrNodeConflict, ErrNodeVolumeLimit, ErrTopologyMismatch,
 		ErrClaimModeConflict, ErrClaimReleasing, ErrClaimNotFound,
 		ErrInvalidAttachment, ErrAttachRefused, ErrAttachConflict,
 	}

@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -239,9 +240,13 @@ func (v *CSIVolume) CanWrite() bool { return v.writeRefusal() == nil }
 // readRefusal says why no new read claim can be granted, or nil.
 func (v *CSIVolume) readRefusal() *catalogError {
 	if !v.Schedulable {
+		reach := ""
+		if len(v.Topologies) > 0 {
+			reach = " that stand in its topology " + topologiesString(v.Topologies)
+		}
 		return v.errorf(ErrVolumeUnschedulable,
-			"is not schedulable: plugin %q has %d healthy node plugins and %d healthy controllers (controller required: %t)",
-			v.PluginID, v.NodesHealthy, v.ControllersHealthy, v.ControllerRequired)
+			"is not schedulable: plugin %q has %d healthy node plugins%s and %d healthy controllers (controller required: %t)",
+			v.PluginID, v.NodesHealthy, reach, v.ControllersHealthy, v.ControllerRequired)
 	}
 	if !v.ResourceExhausted.IsZero() {
 		return v.errorf(ErrVolumeUnschedulable, "is not schedulable: its resources are exhausted since %s",
@@ -345,8 +350,12 @@ func (v *CSIVolume) Validate() error {
 	for i, t := range v.Topologies {
 		if t == nil {
 			bad("topology %d is nil", i)
-		} else if _, ok := t.Segments[""]; ok {
-			bad("topology %d has a segment with an empty key", i)
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(t.Segments)) {
+			if err := names.CheckKey(fmt.Sprintf("topologies[%d] segment", i), k); err != nil {
+				bad("%v", err)
+			}
 		}
 	}
 	v.checkPluginSide(bad)

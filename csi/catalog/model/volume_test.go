@@ -101,7 +101,7 @@ func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 		`catalog: volume "": unknown access mode "rw" (want one of ` + allAccessModes + `)`,
 		`catalog: volume "": unknown attachment mode "" (want one of block-device, file-system)`,
 		`catalog: volume "": topology 0 is nil`,
-		`catalog: volume "": topology 1 has a segment with an empty key`,
+		`catalog: volume "": topologies[1] segment key must not be empty`,
 		`catalog: volume "": alloc a1 holds both a read and a write claim`,
 		`catalog: volume "": read claim filed under alloc a2 belongs to alloc other`,
 		`catalog: volume "": read claim of alloc a3 is a write claim in state taken`,

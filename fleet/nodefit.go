@@ -1,0 +1,108 @@
+package fleet
+
+import (
+	"context"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+)
+
+// Claim applies c, a claim in state taken by the node c.NodeID, to the
+// volume by the catalog's rules (catalog.ClaimOn), in a transaction on the
+// volume's record: of two claims that exclude each other, whatever the
+// interleaving, one wins and the other is refused. A claim that brings the
+// volume to a node is also checked against that node's fingerprint of the
+// volume's plugin (nodeFit): its topology and its max_volumes_per_node,
+// counted from the node's claim index in the same transaction. A claim
+// that is not held already, by an alloc of a draining node (see Drain), is
+// refused (csi.ErrClaimRefused): the drain is read, and kept absent, in
+// the claim's transaction. Claiming again what the alloc holds changes
+// nothing and writes nothing.
+func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	v, err := s.claim(ctx, namespace, id, c)
+	s.cfg.Metrics.Claimed(claimOutcome(err))
+	return v, err
+}
+
+func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+	if c == nil {
+		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "claim: claim must not be nil")
+	}
+	ns, err := catalog.VolumeKey(namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	var guards []clientv3.Cmp // what this attempt's node fit read
+	return s.updateSeeing(ctx, "claim", ns, id, func(v *model.CSIVolume, seen pluginRead) (*model.CSIVolume, error) {
+		guards = nil
+		if v == nil {
+			return nil, catalog.NotFound(ns, id)
+		}
+		next, err := catalog.ClaimOn(v, c)
+		if err != nil || next == v || v.ClaimedOn(c.NodeID) {
+			return next, err
+		}
+		guards, err = s.nodeFit(ctx, v, c, seen)
+		return next, err
+	}, func(ctx context.Context, _ *model.CSIVolume) ([]clientv3.Cmp, error) {
+		drain, err := s.drainGuard(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return append(drain, guards...), nil
+	})
+}
+
+// nodeFit checks the claim against the fingerprint of v's node plugin on
+// c.NodeID, from the plugin's fingerprints the attempt read (seen), and,
+// when the plugin limits the node, how many volumes the node's claim index
+// holds (catalog.NodeFitOn): a count-only read, and only a node at its
+// limit has its index read with values, to count the volumes of v's plugin
+// among them. It returns the compares that hold the claim's write to what
+// it read: the fingerprint unchanged and, where the plugin limits the
+// node, no claim index key of the node written since.
+func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim, seen pluginRead) ([]clientv3.Cmp, error) {
+	fpKey := s.keys.pluginFingerprint(v.PluginID, c.NodeID, csi.TypeNode)
+	guards := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fpKey), "<", seen.rev+1)}
+	node := seen.plugin.NodeOn(c.NodeID)
+	if node == nil || node.MaxVolumes == 0 {
+		return guards, catalog.NodeFitOn(v, c, node, nil)
+	}
+	prefix := s.keys.claimsOf(c.NodeID)
+	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, etcdErr(err)
+	}
+	rev := resp.Header.Revision
+	var onNode []string
+	if resp.Count >= node.MaxVolumes {
+		if onNode, rev, err = s.pluginClaimsOn(ctx, c.NodeID, v.PluginID); err != nil {
+			return nil, err
+		}
+	}
+	if err := catalog.NodeFitOn(v, c, node, onNode); err != nil {
+		return nil, err
+	}
+	return append(guards, clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix()), nil
+}
+
+// pluginClaimsOn are the volumes ("namespace/id") of plugin claimed on
+// node, from the node's claim index, and the revision read. A key written
+// before the index named plugins (its value empty) counts: it may be one.
+func (s *Store) pluginClaimsOn(ctx context.Context, node, plugin string) ([]string, int64, error) {
+	resp, err := s.client.Get(ctx, s.keys.claimsOf(node), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, etcdErr(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		if v := string(kv.Value); v == plugin || v == "" {
+			out = append(out, strings.TrimPrefix(string(kv.Key), s.keys.claimsOf(node)))
+		}
+	}
+	return out, resp.Header.Revision, nil
+}
