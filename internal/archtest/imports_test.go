@@ -38,7 +38,7 @@ var mayImport = map[string][]string{
 	"csi/manager":                 {"csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
 	"csi/volumes":                 {"csi", "csi/catalog/model", "registry", "storage", "supervisor", "actors", "messages"},
 	"csi/catalog":                 {"csi", "csi/catalog/model", "names", "storage", "actors", "messages"},
-	"csi/controller":              {"csi", "csi/catalog", "csi/catalog/model", "registry"},
+	"csi/controller":              {"csi", "csi/catalog", "csi/catalog/model", "registry", "names"},
 	"csi/csitest":                 {"csi"},
 	"csi/hostpath":                {"csi/hostpath/internal/mount", "internal/cli", "internal/hclogslog", "names"},
 	"csi/hostpath/internal/mount": nil,
@@ -60,7 +60,7 @@ var mayImport = map[string][]string{
 	"fleet/embedded":              {"names"},
 	"internal/cli":                nil,
 	"internal/hclogslog":          nil,
-	"fleet":                       {"csi/catalog", "csi/catalog/model", "names", "messages"},
+	"fleet":                       {"csi", "csi/catalog", "csi/catalog/model", "names", "messages"},
 	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "names", "actors", "messages"},
 }
 
