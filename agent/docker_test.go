@@ -2,12 +2,11 @@ package agent_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
@@ -21,7 +20,7 @@ func TestADockerVolumePluginIsDiscoveredCheckedCountedAndServesVolumes(t *testin
 	dir := dataDir(t)
 	a := startAgent(t, dir)
 	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
-	d, err := localvolume.New(filepath.Join(dir, "vols"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := localvolume.New(filepath.Join(dir, "vols"), hclog.NewNullLogger())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)

@@ -2,8 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,7 +39,7 @@ func troubleLines(log string) []string {
 // until the test ends.
 func serveLocalVolume(t *testing.T, root, socket string) {
 	t.Helper()
-	d, err := localvolume.New(root, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := localvolume.New(root, hclog.NewNullLogger())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)

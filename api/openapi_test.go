@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
@@ -270,7 +270,7 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
 	hp := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
 		Mode: hostpath.ModeMonolith, SymlinkFallback: true})
-	local, err := localvolume.New(filepath.Join(dir, "vols"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	local, err := localvolume.New(filepath.Join(dir, "vols"), hclog.NewNullLogger())
 	require.NoError(t, err)
 	ctx, stopLocal := context.WithCancel(context.Background())
 	served := make(chan error, 1)

@@ -3,8 +3,6 @@ package dockervolume_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors"
@@ -209,7 +208,7 @@ func BenchmarkMountUnmountParallel(b *testing.B) {
 func benchVolumes(b *testing.B) *dockervolume.Volumes {
 	b.Helper()
 	s := newBenchStack(b, time.Minute)
-	d, err := localvolume.New(filepath.Join(filepath.Dir(s.sockets), "vols"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := localvolume.New(filepath.Join(filepath.Dir(s.sockets), "vols"), hclog.NewNullLogger())
 	require.NoError(b, err)
 	l, err := net.Listen("unix", filepath.Join(s.sockets, "local.sock"))
 	require.NoError(b, err)

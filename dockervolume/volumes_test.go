@@ -2,8 +2,6 @@ package dockervolume_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
@@ -34,7 +33,7 @@ func newVolumesEnv(t *testing.T) *volumesEnv {
 	t.Helper()
 	e := &volumesEnv{managerEnv: newManagerEnv(t)}
 	e.root = filepath.Join(e.dir, "vols")
-	d, err := localvolume.New(e.root, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := localvolume.New(e.root, hclog.NewNullLogger())
 	require.NoError(t, err)
 	socket := filepath.Join(e.dir, "local.sock")
 	serveAt(t, socket, volume.NewHandler(d))

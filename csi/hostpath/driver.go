@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -76,13 +75,13 @@ type Config struct {
 	// by default. The controller and the nodes sharing a root must agree on it.
 	AttachRequired bool
 	// Logger receives what the driver does (default: discard).
-	Logger *slog.Logger
+	Logger hclog.Logger
 }
 
 // Driver is a hostpath CSI plugin. Create it with New.
 type Driver struct {
 	cfg    Config
-	log    *slog.Logger
+	log    hclog.Logger
 	server *grpc.Server
 
 	// mu is held shared by node RPCs, which also hold their volume's lock
@@ -111,7 +110,7 @@ func New(cfg Config) (*Driver, error) {
 		cfg.Mode = ModeMonolith
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = hclog.NewNullLogger()
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err

@@ -3,12 +3,12 @@ package hostpath_test
 import (
 	"bytes"
 	"flag"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
@@ -139,7 +139,7 @@ func TestSecretsAreNeverLoggedOrKept(t *testing.T) {
 	secrets := map[string]string{"password": secret}
 	var logs bytes.Buffer
 	cfg := attachConfig(t)
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &logs})
 	p := serve(t, cfg)
 
 	create := createReq("v", 1<<20)

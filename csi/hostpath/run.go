@@ -9,10 +9,10 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/internal/cli"
-	"github.com/plugvisor/plugvisor/internal/hclogslog"
 )
 
 // DefaultRoot is where volumes live when -root is not given.
@@ -92,7 +92,7 @@ func serve(ctx context.Context, cfg Config, endpoint string, stderr io.Writer) e
 	if _, err := ParseEndpoint(endpoint); err != nil {
 		return fmt.Errorf("-endpoint: %w", err)
 	}
-	log := hclogslog.NewLogger(stderr, "hostpath-csi")
+	log := hclog.New(&hclog.LoggerOptions{Name: "hostpath-csi", Level: hclog.Info, Output: stderr})
 	cfg.Logger = log
 	d, err := New(cfg)
 	if err != nil {

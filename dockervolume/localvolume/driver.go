@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,18 +19,18 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/internal/cli"
-	"github.com/plugvisor/plugvisor/internal/hclogslog"
 	"github.com/plugvisor/plugvisor/names"
 )
 
 // Driver keeps volumes as directories under Root and counts their mounts.
 type Driver struct {
 	root string
-	log  *slog.Logger
+	log  hclog.Logger
 
 	mu      sync.Mutex
 	created map[string]time.Time
@@ -40,7 +39,7 @@ type Driver struct {
 
 // New returns a driver keeping volumes under root, creating it if needed.
 // Volumes already there are known again.
-func New(root string, log *slog.Logger) (*Driver, error) {
+func New(root string, log hclog.Logger) (*Driver, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("localvolume: root %q must be absolute", root)
 	}
@@ -253,7 +252,7 @@ which "plugvisor docker volume create -driver" names.`,
   plugvisor docker volume create -driver local db`,
 		Args: cli.Args("", "plugvisor docker-volume-plugin -socket /run/docker/plugins/local.sock -root /var/lib/local-volumes"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := New(root, hclogslog.NewLogger(cmd.ErrOrStderr(), "docker-volume-plugin"))
+			d, err := New(root, hclog.New(&hclog.LoggerOptions{Name: "docker-volume-plugin", Level: hclog.Info, Output: cmd.ErrOrStderr()}))
 			if err != nil {
 				return err
 			}

@@ -3,8 +3,6 @@ package localvolume_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/volume"
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -63,7 +62,7 @@ func TestThePluginNeverTouchesAnythingOutsideOneVolumeDirectory(t *testing.T) {
 	outside := filepath.Join(dir, "outside")
 	require.NoError(t, os.MkdirAll(outside, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o644))
-	d, err := localvolume.New(root, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := localvolume.New(root, hclog.NewNullLogger())
 	require.NoError(t, err)
 	require.NoError(t, os.Symlink(outside, filepath.Join(root, "link")))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "afile"), nil, 0o644))

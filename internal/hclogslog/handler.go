@@ -7,18 +7,11 @@ package hclogslog
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
 )
-
-// NewLogger returns a slog.Logger that writes to w in the agent's format
-// (hclog's text), at INFO and above, each line naming name.
-func NewLogger(w io.Writer, name string) *slog.Logger {
-	return slog.New(New(hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: w}), nil))
-}
 
 // Handler is a log/slog Handler that writes through an hclog.Logger,
 // keeping levels and key/value pairs.

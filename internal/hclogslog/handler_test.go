@@ -2,6 +2,7 @@ package hclogslog_test
 
 import (
 	"bytes"
+	"log/slog"
 	"regexp"
 	"testing"
 
@@ -15,10 +16,13 @@ import (
 // key=value pairs.
 var agentLine = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z?[+-]?[\d:]* \[(INFO|WARN|ERROR)\] +(\S+): (.+?)(: .*)?$`)
 
-func TestAPluginLogsInTheAgentsFormat(t *testing.T) {
+// TestSlogThroughTheHandlerLogsInTheAgentsFormat: a library that logs
+// through log/slog (protoactor) logs, through the handler, as the agent's
+// hclog does: levels, name, message, key=value pairs, groups as prefixes.
+func TestSlogThroughTheHandlerLogsInTheAgentsFormat(t *testing.T) {
 	var agent, plugin bytes.Buffer
 	hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: hclog.Info, Output: &agent}).Info("agent started", "pid", 1)
-	log := hclogslog.NewLogger(&plugin, "docker-volume-plugin")
+	log := slog.New(hclogslog.New(hclog.New(&hclog.LoggerOptions{Name: "docker-volume-plugin", Level: hclog.Info, Output: &plugin}), nil))
 	log.Info("volume created", "volume", "db", "path", "/v/db")
 	log.Debug("not shown")
 	log.With("volume", "db").WithGroup("mount").Warn("slow", "id", "c1")

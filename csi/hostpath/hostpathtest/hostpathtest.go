@@ -7,7 +7,6 @@ package hostpathtest
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/internal/mount"
@@ -81,8 +82,8 @@ func UnmountAll(t testing.TB, dir string) error {
 }
 
 // Logger returns a logger that writes to the test's output.
-func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+func Logger(t testing.TB) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Info, Output: t.Output()})
 }
 
 // Dial connects to a plugin's unix socket and closes the connection in
