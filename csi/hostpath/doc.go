@@ -4,10 +4,14 @@
 // it drives those drivers correctly too.
 //
 // It serves the CSI Identity, Controller and Node services (which of the last
-// two depends on Mode) over gRPC. All state lives in small JSON files under
-// <root>/state, written atomically, so a restarted plugin, or a controller and
-// node processes sharing one root, see the same volumes, snapshots,
-// attachments, stagings and publications. NodeStageVolume bind-mounts the
+// two depends on Mode) over gRPC. All state lives under <root>/state, so a
+// restarted plugin, or a controller and node processes sharing one root, see
+// the same volumes, snapshots, attachments, stagings and publications: the
+// controller's records in small JSON files, each replaced atomically, and
+// each node's in one append-only journal to which the node RPCs of many
+// volumes running at once append their changes with one shared sync (group
+// commit), as a real driver keeps its state. A change is on disk before its
+// RPC answers, so a killed plugin loses nothing it acknowledged. NodeStageVolume bind-mounts the
 // volume directory on the staging path, as a disk driver mounts the disk
 // there, and NodePublishVolume bind-mounts the staging path on the target,
 // remounted read-only for a read-only publish, so /proc/self/mountinfo shows

@@ -92,6 +92,8 @@ type Driver struct {
 	// staging serialises the stagings while MaxVolumes is set, so that
 	// the count each one checks is exact.
 	staging sync.Mutex
+	// journal holds this node's records (node mode only).
+	journal *nodeJournal
 }
 
 // pluginNamePattern is the CSI spec's rule for plugin names.
@@ -125,6 +127,13 @@ func New(cfg Config) (*Driver, error) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("hostpath: create %s: %w", dir, err)
 		}
+	}
+	if cfg.Mode.node() {
+		j, err := openNodeJournal(d.nodeStateDir())
+		if err != nil {
+			return nil, err
+		}
+		d.journal = j
 	}
 	d.server = grpc.NewServer(grpc.ChainUnaryInterceptor(d.intercept))
 	d.Register(d.server)
@@ -202,6 +211,9 @@ func (d *Driver) Serve(l net.Listener) error {
 // the CSI spec wants them to outlive the plugin.
 func (d *Driver) Stop() {
 	d.server.GracefulStop()
+	if d.journal != nil {
+		d.journal.close()
+	}
 	d.log.Info("hostpath: stopped")
 }
 

@@ -22,12 +22,15 @@ import (
 //	state/volumes/<volume-id>.json         volumeRecord, written by the controller
 //	state/snapshots/<snapshot-id>.json     snapshotRecord, written by the controller
 //	state/nodes/<node-id>/                 made by a node plugin when it starts: the node exists
-//	state/nodes/<node-id>/<volume-id>.json nodeRecord, written by that node
+//	state/nodes/<node-id>/journal          nodeRecords, appended by that node (see nodeJournal)
 //
-// A record is written to a temporary file and renamed into place, so a killed
-// plugin leaves either the old record or the new one. The controller and the
-// nodes write disjoint files, so they can run as separate processes on one root.
-// Secrets are never written.
+// A controller record is written to a temporary file and swapped into place,
+// so a killed plugin leaves either the old record or the new one. A node
+// appends each change of its records to its journal, the changes of volumes
+// staged or published at once sharing one sync; a killed plugin loses no
+// change it acknowledged. The controller and the nodes write disjoint files,
+// so they can run as separate processes on one root; the controller reads a
+// node's journal to learn what the node uses. Secrets are never written.
 
 // volumeRecord is what the controller knows of a volume.
 type volumeRecord struct {
@@ -129,7 +132,6 @@ func (d *Driver) volumeDir(id string) string { return filepath.Join(d.volumesDir
 func (d *Driver) volumeFile(id string) string {
 	return filepath.Join(d.volumeStateDir(), id+recordSuffix)
 }
-func (d *Driver) nodeFile(id string) string { return filepath.Join(d.nodeStateDir(), id+recordSuffix) }
 
 // loadVolume reads the volume record of id; found is false if there is none.
 func (d *Driver) loadVolume(id string) (rec volumeRecord, found bool, err error) {
@@ -157,29 +159,27 @@ func (d *Driver) nodeExists(id string) (bool, error) {
 
 // nodeUses reports whether node stages or publishes volume id.
 func (d *Driver) nodeUses(node, id string) (bool, error) {
-	_, err := os.Stat(filepath.Join(d.nodesStateDir(), node, id+recordSuffix))
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
+	if node == d.cfg.NodeID && d.journal != nil {
+		rec := d.journal.get(id)
+		return !rec.empty(), nil
 	}
-	return false, fmt.Errorf("hostpath: check node %s: %w", node, err)
+	recs, err := readNodeRecords(filepath.Join(d.nodesStateDir(), node))
+	if err != nil {
+		return false, fmt.Errorf("hostpath: check node %s: %w", node, err)
+	}
+	_, ok := recs[id]
+	return ok, nil
 }
 
-// loadNode reads this node's record of volume id, or an empty one.
+// loadNode returns this node's record of volume id, or an empty one.
 func (d *Driver) loadNode(id string) (nodeRecord, error) {
-	rec := nodeRecord{VolumeID: id}
-	_, err := readJSON(d.nodeFile(id), &rec)
-	return rec, err
+	return d.journal.get(id), nil
 }
 
-// saveNode writes this node's record of a volume, or deletes it when empty.
+// saveNode makes this node's record of a volume durable, or forgets the
+// volume when the record is empty.
 func (d *Driver) saveNode(rec nodeRecord) error {
-	if rec.empty() {
-		return removeRecord(d.nodeFile(rec.VolumeID))
-	}
-	return writeJSON(d.nodeFile(rec.VolumeID), rec)
+	return d.journal.save(rec)
 }
 
 // volumeIDs lists the IDs of all volume records, sorted.
@@ -189,20 +189,12 @@ func (d *Driver) volumeIDs() ([]string, error) {
 
 // stagedCount counts the volumes staged on this node.
 func (d *Driver) stagedCount() (int64, error) {
-	ids, err := recordIDs(d.nodeStateDir())
-	if err != nil {
-		return 0, err
-	}
 	var n int64
-	for _, id := range ids {
-		rec, err := d.loadNode(id)
-		if err != nil {
-			return 0, err
-		}
+	d.journal.all(func(rec nodeRecord) {
 		if rec.StagingPath != "" {
 			n++
 		}
-	}
+	})
 	return n, nil
 }
 
