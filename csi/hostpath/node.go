@@ -157,7 +157,11 @@ func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, e
 		if err := os.MkdirAll(staging, 0o750); err != nil {
 			return false, internal(fmt.Errorf("hostpath: create staging path: %w", err))
 		}
-		rec.StagingPath, rec.StagingMounted = staging, false
+		// Recorded as mounted before it is: the bind mount that follows
+		// needs no second write, and a plugin killed in between leaves a
+		// record that NodeUnstageVolume cleans up, or a staging again
+		// mounts (the CO publishes nothing it did not see staged).
+		rec.StagingPath, rec.StagingMounted = staging, true
 		if err := d.saveNode(*rec); err != nil {
 			return false, internal(err)
 		}
@@ -185,7 +189,9 @@ func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, e
 			return !again, status.Error(codes.FailedPrecondition, needsRoot+"; run the plugin as root, or with -symlink-fallback")
 		}
 		d.log.Warn("hostpath: bind mount not permitted, staged without a mount (-symlink-fallback)", "staging_path", staging, "reason", needsRoot)
-		return !again, nil
+		changed = rec.StagingMounted
+		rec.StagingMounted = false
+		return changed, nil
 	}
 	if err != nil {
 		if !again {
@@ -193,8 +199,9 @@ func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, e
 		}
 		return true, internal(fmt.Errorf("hostpath: %w", err))
 	}
+	changed = !rec.StagingMounted
 	rec.StagingMounted = true
-	return true, nil
+	return changed, nil
 }
 
 // bindDenied reports whether a bind mount failed for want of privilege, and
@@ -315,12 +322,14 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 
 // publishRecorded records the publication, then makes it (record first: a
 // plugin killed in between leaves a record that NodeUnpublishVolume cleans
-// up, never a mount nobody knows about), then records how it was made.
+// up, never a mount nobody knows about), then records how it was made when
+// that is not what the first record says (a symlink, not a bind mount).
 func (d *Driver) publishRecorded(rec *nodeRecord, target string, want publication, again bool) (changed bool, err error) {
 	if rec.Targets == nil {
 		rec.Targets = map[string]publication{}
 	}
 	rec.Targets[target] = want
+	saved := want
 	if err := d.saveNode(*rec); err != nil {
 		return false, internal(err)
 	}
@@ -338,7 +347,7 @@ func (d *Driver) publishRecorded(rec *nodeRecord, target string, want publicatio
 		how = "symlink"
 	}
 	d.log.Info("hostpath: published volume", "volume_id", rec.VolumeID, "target_path", target, "readonly", want.Readonly, "how", how)
-	return true, nil
+	return want != saved, nil
 }
 
 // publishSource is what publications bind: the staging path where the

@@ -72,7 +72,8 @@ type nodeRecord struct {
 	VolumeID    string `json:"volume_id"`
 	StagingPath string `json:"staging_path,omitempty"`
 	// StagingMounted says the volume directory is bind-mounted on StagingPath
-	// (not when staged with SymlinkFallback and no privilege).
+	// (not when staged with SymlinkFallback and no privilege); it is
+	// recorded before the bind mount is made.
 	StagingMounted bool                   `json:"staging_mounted,omitempty"`
 	Targets        map[string]publication `json:"targets,omitempty"`
 }
