@@ -148,6 +148,8 @@ type node struct {
 	// when set, is called with each manager started.
 	current atomic.Pointer[volumes.Manager]
 	onStart func(*volumes.Manager)
+	// wrapBucket, when set, wraps the manager's bucket at each start.
+	wrapBucket func(storage.Bucket) storage.Bucket
 }
 
 // newNode starts a node with a volume manager; tune changes its config.
@@ -185,6 +187,9 @@ func (n *node) start() {
 	n.system = n.regSys
 	cfg := n.cfg
 	cfg.Bucket = bucket
+	if n.wrapBucket != nil {
+		cfg.Bucket = n.wrapBucket(bucket)
+	}
 	n.manager, err = volumes.Start(n.system, cfg)
 	require.NoError(n.t, err)
 	n.current.Store(n.manager)

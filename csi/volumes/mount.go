@@ -155,6 +155,7 @@ func (j *job) mountSteps(ctx context.Context, vol *Volume, pub *messages.VolumeP
 			return err
 		}
 	}
+	// publish writes the stage's done state with its own first record.
 	return j.publish(ctx, vol, pub)
 }
 
@@ -214,7 +215,10 @@ func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *Volu
 	return j.save()
 }
 
-// stage stages the volume at its one staging path on this node.
+// stage stages the volume at its one staging path on this node. Its done
+// state is written with the publish that follows it, in the record the
+// publish writes before its RPC: one durable write, not two, and until
+// then a crash leaves the stage "staging", which the way out undoes.
 func (j *job) stage(ctx context.Context, vol *Volume, socket string) error {
 	s := &messages.VolumeStage{State: stateStaging, StagingPath: j.env.paths.staging(vol.PluginID, j.key.namespace, j.key.id), NodeSocket: socket}
 	j.rec.Stage = s
@@ -226,7 +230,7 @@ func (j *job) stage(ctx context.Context, vol *Volume, socket string) error {
 		return err
 	}
 	s.State, s.LastError = stateStaged, ""
-	return j.save()
+	return nil
 }
 
 // nodeStage sends NodeStageVolume for s (idempotent, so reconcile sends it

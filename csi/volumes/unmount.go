@@ -31,7 +31,10 @@ func (j *job) unmount(ctx context.Context, alloc string) error {
 // it never reached publishing), then, when no other publish record remains
 // on the node, unstage and detach, then release a claim the mount made,
 // then remove the publish record. Each step is written before its RPC and
-// after it; a step that fails leaves its state and last error for the GC
+// after it, the write after one step being the next one's write before
+// its own where they follow each other (releasing and unstaging, the
+// stage removed and the detaching or the record's last write); a step
+// that fails leaves its state and last error for the GC
 // step to retry. It is also the rollback of a failed mount and the
 // reconcile of an unfinished one: every step is safe to repeat.
 func (j *job) takeDown(ctx context.Context, alloc string) error {
@@ -43,11 +46,19 @@ func (j *job) takeDown(ctx context.Context, alloc string) error {
 		}
 	}
 	pub.State, pub.LastError = stateReleasing, ""
-	if err := j.save(); err != nil {
-		return err
+	last := len(otherPublishes(j.rec, alloc)) == 0
+	// An unstage writes this state with its own first record: one
+	// durable write, not two (a crash before it leaves the publish
+	// "unpublishing", and NodeUnpublishVolume is sent again).
+	if !last || j.rec.GetStage() == nil {
+		if err := j.save(); err != nil {
+			return err
+		}
 	}
-	if len(otherPublishes(j.rec, alloc)) == 0 {
-		if err := j.unstage(ctx); err != nil {
+	if last {
+		// The stage's removal is written by the next write: detach's
+		// before its RPC, failed's, or the last one below.
+		if _, err := j.unstageUnsaved(ctx); err != nil {
 			return j.failed(pub, err)
 		}
 		if err := j.detach(ctx); err != nil {
@@ -118,25 +129,34 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 // and removes the stage from the record. Callers check first that no
 // publish record remains.
 func (j *job) unstage(ctx context.Context) error {
+	if removed, err := j.unstageUnsaved(ctx); err != nil || !removed {
+		return err
+	}
+	return j.save()
+}
+
+// unstageUnsaved is unstage but for the write after NodeUnstageVolume,
+// which the caller's next write makes (it must make one): removed says the
+// stage was removed from the record.
+func (j *job) unstageUnsaved(ctx context.Context) (removed bool, err error) {
 	s := j.rec.GetStage()
 	if s == nil {
-		return nil
+		return false, nil
 	}
 	if others := publishedAllocs(j.rec); len(others) > 1 {
-		return fmt.Errorf("volumes: internal error: unstage of %s with allocs %v published", j.key, others)
+		return false, fmt.Errorf("volumes: internal error: unstage of %s with allocs %v published", j.key, others)
 	}
 	s.State = stateUnstaging
 	if err := j.save(); err != nil {
-		return err
+		return false, err
 	}
-	err := j.nodeUnstage(ctx, s)
-	if err != nil {
+	if err := j.nodeUnstage(ctx, s); err != nil {
 		s.LastError = err.Error()
-		return err
+		return false, err
 	}
 	j.removeDir(s.GetStagingPath())
 	j.rec.Stage = nil
-	return j.save()
+	return true, nil
 }
 
 func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
