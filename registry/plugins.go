@@ -267,7 +267,7 @@ func (w *write) check() error {
 	if w.deregister {
 		return validateDeregister(w.ptype, w.name, w.allocID)
 	}
-	if err := ValidatePlugin(w.plugin); err != nil {
+	if err := validatePlugin(w.plugin); err != nil {
 		return err
 	}
 	w.ptype = w.plugin.GetType()
@@ -277,6 +277,9 @@ func (w *write) check() error {
 }
 
 func validateDeregister(ptype, name, allocID string) error {
+	if plainID(ptype) && plainID(name) && plainID(allocID) {
+		return nil
+	}
 	for _, err := range []error{
 		ValidateID("plugin type", ptype),
 		ValidateID("plugin name", name),

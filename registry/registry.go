@@ -10,7 +10,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/messages"
@@ -168,7 +167,7 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 	w := newCall()
-	w.plugin = proto.Clone(info).(*messages.PluginInfo)
+	w.plugin = copyPlugin(info)
 	if err := w.check(); err != nil {
 		return err
 	}
