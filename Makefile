@@ -115,14 +115,15 @@ bench-cluster: ## the cluster benchmarks: 3 members × 8 callers, and a fleet of
 # plugvisor's and raw protoactor in one run. The fixed-work benchmarks
 # (interleaved windows, a one-off measurement) run with -benchtime 1x in a
 # test process of their own. Each process runs Nomad's side and plugvisor's
-# side of a workload back to back; BENCH_COMPARE_COUNT rounds, and the
-# report takes the median. bench/cmd/report writes the table into
+# side of a workload back to back; BENCH_COMPARE_COUNT rounds, each noted
+# with its load average, and the report takes the median of each figure
+# and of each round's plugvisor / Nomad ratio. bench/cmd/report writes the table into
 # BENCHMARKS.md. A benchmark that fails or a process that dies (a loaded
 # machine) never stops the run: the failure is noted in the output, its
 # rows say "no figure", and the table is written all the same.
 BENCH_COMPARE_DIR   := $(BIN)/bench-compare
 BENCH_COMPARE_ONCE  := StuckSubscriber|MemoryPerPlugin
-BENCH_COMPARE_COUNT ?= 3
+BENCH_COMPARE_COUNT ?= 5
 .PHONY: bench-compare
 bench-compare: SHELL := /bin/bash
 bench-compare: .SHELLFLAGS := -eo pipefail -c
@@ -130,9 +131,11 @@ bench-compare: ## compare the registry with Nomad's and raw protoactor; table in
 	@mkdir -p $(BENCH_COMPARE_DIR)
 	cd bench && $(GO) test -c -o $(BENCH_COMPARE_DIR)/bench.test .
 	cd $(BENCH_COMPARE_DIR) && rm -f timed.txt once.txt && for i in $$(seq $(BENCH_COMPARE_COUNT)); do \
+		echo "bench-compare: round $$i, load average $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a timed.txt; \
 		./bench.test -test.run '^$$' -test.bench . -test.skip '$(BENCH_COMPARE_ONCE)' \
 			-test.benchtime 1s -test.benchmem -test.timeout 8m 2>&1 | tee -a timed.txt \
 			|| echo "bench-compare: round $$i: the timed benchmarks failed; the rows they lack say so" | tee -a timed.txt; \
+		echo "bench-compare: round $$i, load average $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a once.txt; \
 		./bench.test -test.run '^$$' -test.bench '$(BENCH_COMPARE_ONCE)' \
 			-test.benchtime 1x -test.timeout 8m 2>&1 | tee -a once.txt \
 			|| echo "bench-compare: round $$i: the one-off benchmarks failed; the rows they lack say so" | tee -a once.txt; \

@@ -139,7 +139,7 @@ func BenchmarkProtoactorRequestPipelined(b *testing.B) {
 // with no registry work) and the events delivered per second (until the
 // subscriber has the last one).
 func BenchmarkPipelinedRegistrations(b *testing.B) {
-	system, reg, counter := newCountedPlugvisor(b, memoryBucket(b))
+	system, reg, counter := newCountedPlugvisor(b, registry.Config{Memory: registry.NewMemoryStore()})
 	total := 2 * b.N
 
 	subscribed, delivered := make(chan struct{}), make(chan struct{})

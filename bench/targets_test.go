@@ -70,21 +70,19 @@ func nomadDurable(b *testing.B) workload.Target {
 // newPlugvisor starts plugvisor's registry on bucket in an actor system of
 // its own.
 func newPlugvisor(b *testing.B, bucket storage.Bucket) (*actor.ActorSystem, *registry.Registry) {
-	system, r, _ := newCountedPlugvisor(b, bucket)
+	system, r, _ := newCountedPlugvisor(b, registry.Config{Bucket: bucket})
 	return system, r
 }
 
-// newCountedPlugvisor is newPlugvisor with a counter of the registry's
-// batches.
-func newCountedPlugvisor(b *testing.B, bucket storage.Bucket) (*actor.ActorSystem, *registry.Registry, *workload.BatchCounter) {
+// newCountedPlugvisor starts plugvisor's registry with cfg's store in an
+// actor system of its own, with a counter of the registry's batches.
+func newCountedPlugvisor(b *testing.B, cfg registry.Config) (*actor.ActorSystem, *registry.Registry, *workload.BatchCounter) {
 	b.Helper()
 	system := probe.NewSystem(b)
 	counter := &workload.BatchCounter{}
-	r, err := registry.New(system, registry.Config{
-		Bucket:     bucket,
-		Metrics:    counter,
-		Dispensers: map[string]registry.Dispenser{workload.PluginType: func(*messages.PluginInfo) (any, error) { return nil, nil }},
-	})
+	cfg.Metrics = counter
+	cfg.Dispensers = map[string]registry.Dispenser{workload.PluginType: func(*messages.PluginInfo) (any, error) { return nil, nil }}
+	r, err := registry.New(system, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -92,22 +90,15 @@ func newCountedPlugvisor(b *testing.B, bucket storage.Bucket) (*actor.ActorSyste
 	return system, r, counter
 }
 
-func memoryBucket(b *testing.B) storage.Bucket {
-	b.Helper()
-	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return bucket
-}
-
+// plugvisorMemory keeps the registry in memory (registry.MemoryStore), as
+// Nomad's in-memory registry keeps its own.
 func plugvisorMemory(b *testing.B) workload.Target {
-	return workload.PlugvisorCounting(newCountedPlugvisor(b, memoryBucket(b)))
+	return workload.PlugvisorCounting(newCountedPlugvisor(b, registry.Config{Memory: registry.NewMemoryStore()}))
 }
 
 // plugvisorChannels is plugvisorMemory with channel subscribers.
 func plugvisorChannels(b *testing.B) workload.Target {
-	return workload.PlugvisorChannels(newCountedPlugvisor(b, memoryBucket(b)))
+	return workload.PlugvisorChannels(newCountedPlugvisor(b, registry.Config{Memory: registry.NewMemoryStore()}))
 }
 
 func plugvisorDurable(b *testing.B) workload.Target {
@@ -121,5 +112,5 @@ func plugvisorDurable(b *testing.B) workload.Target {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return workload.PlugvisorCounting(newCountedPlugvisor(b, bucket))
+	return workload.PlugvisorCounting(newCountedPlugvisor(b, registry.Config{Bucket: bucket}))
 }

@@ -119,4 +119,9 @@ func (w *storeWriter) write(root *actor.RootContext, notify *actor.PID, ops []st
 }
 
 // close lets the goroutine return once it has written what it was given.
-func (w *storeWriter) close() { w.once.Do(func() { close(w.batches) }) }
+// A nil storeWriter (a registry in memory) has nothing to close.
+func (w *storeWriter) close() {
+	if w != nil {
+		w.once.Do(func() { close(w.batches) })
+	}
+}

@@ -45,22 +45,27 @@ func memoryBucket(t *testing.T) storage.Bucket {
 // start runs a registry on bucket in system and shuts it down with the test.
 func start(t *testing.T, system *actor.ActorSystem, bucket storage.Bucket, dispensers map[string]registry.Dispenser) *registry.Registry {
 	t.Helper()
-	r, err := registry.New(system, registry.Config{
-		Bucket:     bucket,
-		Dispensers: dispensers,
-		Logger:     probe.Logger(t),
-		Name:       fmt.Sprintf("registry-%p", bucket),
-	})
+	return startWith(t, system, registry.Config{Bucket: bucket, Dispensers: dispensers, Name: fmt.Sprintf("registry-%p", bucket)})
+}
+
+// startWith runs a registry with cfg, logging to the test, in system and
+// shuts it down with the test.
+func startWith(t *testing.T, system *actor.ActorSystem, cfg registry.Config) *registry.Registry {
+	t.Helper()
+	cfg.Logger = probe.Logger(t)
+	r, err := registry.New(system, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
 	return r
 }
 
-// newRegistry is a registry on an in-memory store with an echo dispenser.
+// newRegistry is a registry kept in memory (registry.MemoryStore) with an
+// echo dispenser. The tests of a store that takes records (a bucket of
+// storage.Memory or storage.Bolt) use start.
 func newRegistry(t *testing.T) (*registry.Registry, *actor.ActorSystem) {
 	t.Helper()
 	system := probe.NewSystem(t)
-	return start(t, system, memoryBucket(t), echoDispensers()), system
+	return startWith(t, system, registry.Config{Memory: registry.NewMemoryStore(), Dispensers: echoDispensers()}), system
 }
 
 func echoDispensers() map[string]registry.Dispenser {

@@ -37,7 +37,8 @@ import (
 // commands queued since re-applied on top.
 type pluginsActor struct {
 	log       hclog.Logger
-	writer    *storeWriter
+	writer    *storeWriter // nil with memory
+	memory    *MemoryStore // Config.Memory: batches commit at once
 	published *atomic.Pointer[Snapshot]
 	metrics   Metrics
 	missingOK bool // Config.DeregisterMissingIsNil
@@ -117,6 +118,7 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 	return &pluginsActor{
 		log:       cfg.Logger,
 		writer:    writer,
+		memory:    cfg.Memory,
 		published: published,
 		metrics:   cfg.Metrics,
 		missingOK: cfg.DeregisterMissingIsNil,
@@ -246,7 +248,7 @@ func (a *pluginsActor) accept(ctx actor.Context, w *write) bool {
 func (a *pluginsActor) apply(w *write) error {
 	w.event, w.op, w.err = nil, storage.Op{}, nil
 	if !w.checked {
-		if err := w.check(); err != nil {
+		if err := w.check(a.memory == nil); err != nil {
 			return err
 		}
 	}
@@ -261,22 +263,28 @@ func (a *pluginsActor) apply(w *write) error {
 	return nil
 }
 
-// check validates w and encodes its record. The facade's callers run it
-// before handing w over; the actor runs it for commands sent to its PID.
-func (w *write) check() error {
+// check validates w and, for a store that takes records, encodes its
+// record. The facade's callers run it before handing w over; the actor
+// runs it for commands sent to its PID.
+func (w *write) check(encode bool) error {
 	if w.deregister {
 		return validateDeregister(w.ptype, w.name, w.allocID)
 	}
-	if err := ValidatePlugin(w.plugin); err != nil {
+	if err := validatePlugin(w.plugin); err != nil {
 		return err
 	}
 	w.ptype = w.plugin.GetType()
-	w.record = encodePlugin(w.plugin)
+	if encode {
+		w.record = encodePlugin(w.plugin)
+	}
 	w.checked = true
 	return nil
 }
 
 func validateDeregister(ptype, name, allocID string) error {
+	if plainID(ptype) && plainID(name) && plainID(allocID) {
+		return nil
+	}
 	for _, err := range []error{
 		ValidateID("plugin type", ptype),
 		ValidateID("plugin name", name),
@@ -312,7 +320,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 		updated := &allocation{info: p, order: old.order, changed: a.seq}
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
-		w.op = putOp(updated, w.record)
+		w.op = a.putOp(updated, w.record)
 		return
 	}
 	if err := a.limits.checkRoom(w.ptype, t.allocs.Len()); err != nil {
@@ -329,7 +337,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 	}
 	added := &allocation{info: p, order: order, changed: a.seq}
 	t.put(added)
-	w.op = putOp(added, w.record)
+	w.op = a.putOp(added, w.record)
 	if hasCurrent && current.order > order {
 		w.event = &messages.PluginUpdated{Plugin: p, IsCurrent: false, Sequence: a.seq}
 		return
@@ -381,7 +389,10 @@ func (a *pluginsActor) applyDeregister(w *write) {
 	} else {
 		event.Gone = true
 	}
-	w.event, w.op = event, deleteOp(old.info)
+	w.event = event
+	if a.memory == nil {
+		w.op = deleteOp(old.info)
+	}
 }
 
 // flush starts writing the queued commands as one batch, unless a batch is
@@ -414,10 +425,23 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 		a.finishShutdown(ctx)
 		return
 	}
+	a.pending = a.cut()
+	if a.memory != nil {
+		a.memory.keep(a.pending)
+		a.onBatchWritten(ctx, &batchWritten{})
+		return
+	}
 	ops = append(ops, sequenceOp(a.seq))
 	a.ops = ops
-	a.pending = a.cut()
 	a.writer.write(ctx.ActorSystem().Root, ctx.Self(), ops)
+}
+
+// putOp is the store's op for al; none with memory.
+func (a *pluginsActor) putOp(al *allocation, record []byte) storage.Op {
+	if a.memory != nil {
+		return storage.Op{}
+	}
+	return putOp(al, record)
 }
 
 // recycle keeps an answered batch's slice for a later queue.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/messages"
@@ -21,11 +20,14 @@ import (
 // of DispensePlugin uses to talk to it (a client, say).
 type Dispenser func(info *messages.PluginInfo) (any, error)
 
-// Config configures a registry. Only Bucket is required.
+// Config configures a registry. Bucket or Memory is required, not both.
 type Config struct {
 	// Bucket is where allocations are kept durable: a bucket of a
 	// storage.Bolt file in the agent, of a storage.Memory in tests.
 	Bucket storage.Bucket
+	// Memory keeps the allocations in memory only, as Go values, instead
+	// of a Bucket: see MemoryStore.
+	Memory *MemoryStore
 	// Dispensers gives DispensePlugin a dispenser per plugin type.
 	Dispensers map[string]Dispenser
 	// Logger receives the registry's log lines; nil discards them.
@@ -84,6 +86,8 @@ type Registry struct {
 	// write put before is answered; one after gets ErrShutdown without
 	// reaching the actor.
 	in *inbox
+	// encode: the store takes records, so callers encode theirs.
+	encode bool
 
 	// mu orders subscriptions against Shutdown.
 	mu     sync.RWMutex
@@ -100,11 +104,11 @@ type Registry struct {
 // system. Restoring emits no events. A record that cannot be decoded is an
 // error: the registry never starts silently empty.
 func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
-	if cfg.Bucket == nil {
-		return nil, fmt.Errorf("%w: config needs a storage bucket", ErrInvalid)
+	if (cfg.Bucket == nil) == (cfg.Memory == nil) {
+		return nil, fmt.Errorf("%w: config needs a storage bucket or a memory store (Config.Bucket or Config.Memory), one of them", ErrInvalid)
 	}
 	cfg = cfg.withDefaults()
-	tables, seq, err := load(cfg.Bucket)
+	tables, seq, err := restore(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +118,11 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		frozen[ptype] = t.clone()
 	}
 	published.Store(newSnapshot(frozen, seq))
-	dispatcher, writer := newOwnGoroutine(), newStoreWriter(cfg.Bucket)
+	dispatcher := newOwnGoroutine()
+	var writer *storeWriter // none with memory: the actor commits itself
+	if cfg.Memory == nil {
+		writer = newStoreWriter(cfg.Bucket)
+	}
 	// The subscribers are kept apart from the actor instance so that a
 	// restart after a panic keeps them (the watches live in protoactor's
 	// context and survive too).
@@ -140,9 +148,19 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		timeout:    cfg.RequestTimeout,
 		log:        cfg.Logger,
 		in:         in,
+		encode:     cfg.Memory == nil,
 		channels:   &slots{max: int64(cfg.Limits.Subscribers)},
 		done:       make(chan struct{}),
 	}, nil
+}
+
+// restore reads the state cfg's store holds.
+func restore(cfg Config) (map[string]*pluginTable, uint64, error) {
+	if cfg.Memory != nil {
+		tables, seq := cfg.Memory.restore()
+		return tables, seq, nil
+	}
+	return load(cfg.Bucket)
 }
 
 // PID is the registry actor's address, for actors that send it commands
@@ -168,8 +186,8 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 	w := newCall()
-	w.plugin = proto.Clone(info).(*messages.PluginInfo)
-	if err := w.check(); err != nil {
+	w.plugin = copyPlugin(info)
+	if err := w.check(r.encode); err != nil {
 		return err
 	}
 	return r.submit(w)

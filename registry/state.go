@@ -51,9 +51,16 @@ type pluginTable struct {
 	allocs *btree.BTreeG[*allocation]
 	newest *btree.BTreeG[*allocation]
 
-	// listed caches list() once the table is frozen in a snapshot; the
-	// actor's working tables never read it.
-	listed atomic.Pointer[[]*messages.PluginInfo]
+	// frozen caches list() and an index of it by name once the table is
+	// frozen in a snapshot; the actor's working tables never read it.
+	frozen atomic.Pointer[currentIndex]
+}
+
+// currentIndex is the current allocation of each name of a frozen table,
+// in name order and by name.
+type currentIndex struct {
+	list   []*messages.PluginInfo
+	byName map[string]*messages.PluginInfo
 }
 
 func newPluginTable() *pluginTable {
@@ -123,14 +130,26 @@ func (t *pluginTable) first(key *allocation) *allocation {
 }
 
 // eachCurrent calls fn with the current allocation of each name, in name
-// order: one search per name, however many older allocations each has.
+// order. It walks the newest-first tree in order while each item is a new
+// name, and skips the older allocations of a name with one search: one
+// step per name, however many older allocations each has.
 func (t *pluginTable) eachCurrent(fn func(*allocation)) {
 	key := borrowKey("", "", math.MaxUint64)
 	defer returnKey(key)
-	for top := t.first(key); top != nil; top = t.first(key) {
-		fn(top)
-		// The smallest name after top's: names hold no NUL.
-		key.info.Name = top.info.GetName() + "\x00"
+	last, started := "", false
+	for walking := true; walking; {
+		walking = false
+		t.newest.AscendGreaterOrEqual(key, func(a *allocation) bool {
+			name := a.info.GetName()
+			if started && name == last {
+				// The smallest name after last's: names hold no NUL.
+				key.info.Name, walking = name+"\x00", true
+				return false
+			}
+			fn(a)
+			last, started = name, true
+			return true
+		})
 	}
 }
 
@@ -155,17 +174,27 @@ func (t *pluginTable) list() []*messages.PluginInfo {
 	return out
 }
 
-// frozenList is list() for a table frozen in a snapshot: the first reader
-// walks the tree and keeps the result, later readers copy it. Each caller
-// gets a slice of its own.
-func (t *pluginTable) frozenList() []*messages.PluginInfo {
-	cached := t.listed.Load()
+// index returns the currentIndex of a table frozen in a snapshot: the
+// first reader walks the tree and keeps it, later readers share it. A
+// lookup by name is then one map read instead of a B-tree search, which
+// is what DispensePlugin costs.
+func (t *pluginTable) index() *currentIndex {
+	cached := t.frozen.Load()
 	if cached == nil {
 		l := t.list()
-		cached = &l
-		t.listed.Store(cached)
+		cached = &currentIndex{list: l, byName: make(map[string]*messages.PluginInfo, len(l))}
+		for _, p := range l {
+			cached.byName[p.GetName()] = p
+		}
+		t.frozen.Store(cached)
 	}
-	return slices.Clone(*cached)
+	return cached
+}
+
+// frozenList is list() for a table frozen in a snapshot. Each caller gets
+// a slice of its own.
+func (t *pluginTable) frozenList() []*messages.PluginInfo {
+	return slices.Clone(t.index().list)
 }
 
 // Snapshot is an immutable view of the registry's durable state, published
@@ -238,9 +267,8 @@ func (s *Snapshot) replay(ptype string) []Event {
 // Current returns the current allocation of the plugin (ptype, name).
 func (s *Snapshot) Current(ptype, name string) (*messages.PluginInfo, bool) {
 	if t, ok := s.tables[ptype]; ok {
-		if a, ok := t.currentOf(name); ok {
-			return a.info, true
-		}
+		p, ok := t.index().byName[name]
+		return p, ok
 	}
 	return nil, false
 }

@@ -1,0 +1,127 @@
+package registry
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
+)
+
+// The fast paths may only say "certainly valid": whatever they accept, the
+// full checks accept too, and the common case takes them.
+
+func TestPlainIDAcceptsOnlyWhatNamesCheckAccepts(t *testing.T) {
+	for _, v := range []string{"csi-node", "p0", "a-1.b_c", "x", "a.b", strings.Repeat("a", MaxIDLen)} {
+		require.True(t, plainID(v), v)
+		require.NoError(t, names.Check("id", v), v)
+	}
+	for _, v := range []string{"", ".", "..", "a..b", "a/b", `a\b`, "a\nb", "a\x00b", "a\x7fb", "é", "ev\u202Elif",
+		strings.Repeat("a", MaxIDLen+1)} {
+		require.False(t, plainID(v), "%q", v)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := "ab./\\\x00\x1f\x7f \u00e9\u202e"
+	for range 20000 {
+		v := randomString(rng, alphabet, 6)
+		if plainID(v) {
+			require.NoError(t, names.Check("id", v), "%q", v)
+		}
+	}
+}
+
+func TestPlainSocketPathAcceptsOnlyWhatCheckSocketPathAccepts(t *testing.T) {
+	for _, v := range []string{"/run/plugvisor/a0/csi.sock", "/a", "/a.b/c..d/.e"} {
+		require.True(t, plainSocketPath(v), v)
+		require.NoError(t, names.CheckSocketPath("socket path", v), v)
+	}
+	for _, v := range []string{"", "/", "a/b", "/a/", "//a", "/a//b", "/a/./b", "/a/../b", "/a/.", "/a/..", "/a\nb",
+		"/" + strings.Repeat("a", MaxSocketPathLen)} {
+		require.False(t, plainSocketPath(v), "%q", v)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		v := randomString(rng, "a./\x00\u202e", 7)
+		if plainSocketPath(v) {
+			require.NoError(t, names.CheckSocketPath("socket path", v), "%q", v)
+		}
+	}
+}
+
+func randomString(rng *rand.Rand, alphabet string, maxLen int) string {
+	runes := []rune(alphabet)
+	var b strings.Builder
+	for range rng.IntN(maxLen + 1) {
+		b.WriteRune(runes[rng.IntN(len(runes))])
+	}
+	return b.String()
+}
+
+func TestPlainPluginAcceptsOnlyValidPlugins(t *testing.T) {
+	ok := &messages.PluginInfo{Type: "csi-node", Name: "p", AllocId: "a0", Version: "1.0",
+		Connection: &messages.ConnectionInfo{SocketPath: "/run/a0/csi.sock"}, Options: map[string]string{"k": "v"}}
+	require.True(t, plainPlugin(ok))
+	require.NoError(t, ValidatePlugin(ok))
+	for name, change := range map[string]func(p *messages.PluginInfo){
+		"no connection":     func(p *messages.PluginInfo) { p.Connection = nil },
+		"an address":        func(p *messages.PluginInfo) { p.Connection = &messages.ConnectionInfo{Address: "tcp://h:1"} },
+		"an empty key":      func(p *messages.PluginInfo) { p.Options = map[string]string{"": "v"} },
+		"a long version":    func(p *messages.PluginInfo) { p.Version = strings.Repeat("v", MaxVersionLen+1) },
+		"a long registrant": func(p *messages.PluginInfo) { p.RegisteredBy = strings.Repeat("v", MaxVersionLen+1) },
+		"a bad name":        func(p *messages.PluginInfo) { p.Name = ".." },
+		"no type":           func(p *messages.PluginInfo) { p.Type = "" },
+	} {
+		p := proto.Clone(ok).(*messages.PluginInfo)
+		change(p)
+		require.False(t, plainPlugin(p), name)
+		// The full check decides, and says why, for each of these.
+		require.Equal(t, ValidatePlugin(p), validatePlugin(p), name)
+	}
+}
+
+// TestCopyPluginCopiesEveryField fills every field of PluginInfo and
+// ConnectionInfo: a field added to the messages and not to copyPlugin
+// fails here.
+func TestCopyPluginCopiesEveryField(t *testing.T) {
+	p := &messages.PluginInfo{}
+	fill(t, p.ProtoReflect())
+	p.Connection.Tls = nil // a TLS config takes proto.Clone
+	got := copyPlugin(p)
+	require.True(t, proto.Equal(p, got), "copy: %v\norig: %v", got, p)
+	require.NotSame(t, p.Connection, got.Connection)
+	got.Options["k"] = "changed"
+	require.NotEqual(t, "changed", p.Options["k"], "the options are copied, not shared")
+
+	withTLS := proto.Clone(p).(*messages.PluginInfo)
+	fill(t, withTLS.Connection.ProtoReflect())
+	require.True(t, proto.Equal(withTLS, copyPlugin(withTLS)))
+}
+
+// fill sets every scalar, map and message field of m (messages
+// recursively, for ConnectionInfo and PluginInfo).
+func fill(t *testing.T, m protoreflect.Message) {
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		switch {
+		case f.IsMap():
+			mp := m.Mutable(f).Map()
+			mp.Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
+		case f.Kind() == protoreflect.MessageKind:
+			fill(t, m.Mutable(f).Message())
+		case f.Kind() == protoreflect.StringKind:
+			m.Set(f, protoreflect.ValueOfString(string(f.Name())+"-value"))
+		case f.Kind() == protoreflect.BoolKind:
+			m.Set(f, protoreflect.ValueOfBool(true))
+		case f.IsList():
+			t.Fatalf("copyPlugin's test does not fill list field %s yet", f.FullName())
+		default:
+			t.Fatalf("copyPlugin's test does not fill field %s of kind %s yet", f.FullName(), f.Kind())
+		}
+	}
+}
