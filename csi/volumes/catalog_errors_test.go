@@ -20,7 +20,7 @@ type refusingCatalog struct {
 	err error
 }
 
-func (c refusingCatalog) Claim(context.Context, string, string, string, model.ClaimMode) error {
+func (c refusingCatalog) Claim(context.Context, string, string, string, csi.Usage) error {
 	return c.err
 }
 

@@ -83,14 +83,19 @@ func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*volumes.Vol
 	return out, nil
 }
 
-func (c *modelCatalog) Claim(_ context.Context, ns, id, alloc string, mode catalog.ClaimMode) error {
+func (c *modelCatalog) Claim(_ context.Context, ns, id, alloc string, use csi.Usage) error {
+	mode := catalog.ClaimModeWrite
+	if use.ReadOnly {
+		mode = catalog.ClaimModeRead
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.volumes[ns+"/"+id]
 	if !ok {
 		return volumes.ErrVolumeNotFound
 	}
-	if err := v.Claim(&catalog.Claim{AllocID: alloc, NodeID: "n1", Mode: mode, State: catalog.ClaimStateTaken}); err != nil {
+	if err := v.Claim(&catalog.Claim{AllocID: alloc, NodeID: "n1", Mode: mode, State: catalog.ClaimStateTaken,
+		AccessMode: use.AccessMode, AttachmentMode: use.AttachmentMode}); err != nil {
 		return fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
 	}
 	return nil
