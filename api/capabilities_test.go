@@ -78,6 +78,9 @@ func TestAVolumeRegistersWithSeveralCapabilitiesThePluginConfirms(t *testing.T) 
 		{name: "the volume", method: "GET", path: vol, status: 200, want: `"read_claims": [
     "web-1"
   ]`},
+		{name: "the plugin's volumes", method: "GET", path: "/v1/volumes?plugin=hp", status: 200, want: `"id": "` + id + `"`},
+		{name: "another plugin's volumes", method: "GET", path: "/v1/volumes?plugin=nfs", status: 200, want: `"volumes": []`},
+		{name: "a plugin name that cannot be one", method: "GET", path: "/v1/volumes?plugin=a%2Fb", status: 400, want: "plugin"},
 	})
 	rec, err := a.volumes.Status(ctx, "default", id)
 	require.NoError(t, err)

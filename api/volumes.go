@@ -84,7 +84,7 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 func (s *Server) volumeRoutes() []route {
 	return []route{
 		{"POST", "/v1/volumes", nil, s.registerVolume},
-		{"GET", "/v1/volumes", []string{"namespace"}, s.listVolumes},
+		{"GET", "/v1/volumes", []string{"namespace", "plugin"}, s.listVolumes},
 		{"GET", "/v1/volumes/{namespace}/{id}", nil, s.getVolume},
 		{"DELETE", "/v1/volumes/{namespace}/{id}", []string{"deregister_only"}, s.deregisterVolume},
 		{"POST", "/v1/volumes/{namespace}/{id}/claim", nil, s.claimVolume},
@@ -146,7 +146,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needVolumes(); err != nil {
 		return err
 	}
-	stubs, err := s.Catalog.ListVolumes(r.Context(), r.URL.Query().Get("namespace"))
+	stubs, err := s.Catalog.ListPluginVolumes(r.Context(), r.URL.Query().Get("namespace"), r.URL.Query().Get("plugin"))
 	if err != nil {
 		return err
 	}
