@@ -23,7 +23,9 @@ func (c *modelCatalog) setCapabilities(id string, caps ...catalog.RequestedCapab
 // mode and fs type given.
 func capabilityIs(access csipb.VolumeCapability_AccessMode_Mode, fsType string) gomock.Matcher {
 	return gomock.Cond(func(x any) bool {
-		r, ok := x.(interface{ GetVolumeCapability() *csipb.VolumeCapability })
+		r, ok := x.(interface {
+			GetVolumeCapability() *csipb.VolumeCapability
+		})
 		return ok && r.GetVolumeCapability().GetAccessMode().GetMode() == access && r.GetVolumeCapability().GetMount().GetFsType() == fsType
 	})
 }
