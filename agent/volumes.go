@@ -34,7 +34,7 @@ func (c volumeCatalog) GetVolume(ctx context.Context, namespace, id string) (*vo
 	}
 	out := &volumes.Volume{
 		Namespace: v.Namespace, ID: v.ID, ExternalID: v.PluginVolumeID(), PluginID: v.PluginID,
-		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode,
+		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, Capabilities: v.Capabilities(),
 		Context: maps.Clone(v.Context), Secrets: maps.Clone(map[string]string(v.Secrets)),
 		Claims: map[string]model.Claim{},
 	}
@@ -49,11 +49,8 @@ func (c volumeCatalog) GetVolume(ctx context.Context, namespace, id string) (*vo
 	return out, nil
 }
 
-func (c volumeCatalog) Claim(ctx context.Context, namespace, id, alloc string, mode model.ClaimMode) error {
-	err := c.catalog.Claim(ctx, csi.ClaimRequest{
-		Namespace: namespace, VolumeID: id, AllocID: alloc,
-		Usage: csi.Usage{ReadOnly: mode == model.ClaimModeRead},
-	})
+func (c volumeCatalog) Claim(ctx context.Context, namespace, id, alloc string, use csi.Usage) error {
+	err := c.catalog.Claim(ctx, csi.ClaimRequest{Namespace: namespace, VolumeID: id, AllocID: alloc, Usage: use})
 	return catalogError(err)
 }
 

@@ -51,8 +51,10 @@ func serveUntilCleanup(t *testing.T, l net.Listener, serve func(net.Listener) er
 
 // rpcCounter counts the RPCs a plugin served, by volume ID.
 type rpcCounter struct {
-	mu    sync.Mutex
-	calls map[string][]string // volume ID -> methods
+	// endpoint is the plugin's socket.
+	endpoint string
+	mu       sync.Mutex
+	calls    map[string][]string // volume ID -> methods
 }
 
 func (c *rpcCounter) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -83,6 +85,7 @@ func serveCountedHostpath(t *testing.T, b *backend, a csiParts, dir string, cfg 
 	l, err := d.Listen(filepath.Join(hostpathtest.TempDir(t), "csi.sock"))
 	require.NoError(t, err)
 	serveUntilCleanup(t, l, server.Serve, server.GracefulStop)
+	counter.endpoint = l.Addr().String()
 	registerHostpath(t, b, a, l.Addr().String())
 	return counter
 }

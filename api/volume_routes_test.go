@@ -9,12 +9,10 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
@@ -73,15 +71,7 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 	plugin := serveHostpath(t, b, a, dir)
 
 	ctx := context.Background()
-	client, err := csi.Dial(ctx, plugin.Endpoint, csi.Options{})
-	require.NoError(t, err)
-	created, err := client.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-	}}})
-	require.NoError(t, err)
-	require.NoError(t, client.Close())
-	id := created.GetVolume().GetVolumeId()
+	id := createdOnPlugin(t, plugin.Endpoint, "v")
 	vol := "/v1/volumes/default/" + id
 	volume := `{"id":"` + id + `","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`
 	run(t, b, []step{
@@ -127,7 +117,7 @@ func TestTheVolumeRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 			before: func(*backend) { require.NoError(t, a.catalog.Shutdown(ctx)) }},
 	})
 	require.NotEmpty(t, target, "the mount was a real mount")
-	_, err = os.Stat(target)
+	_, err := os.Stat(target)
 	require.ErrorIs(t, err, os.ErrNotExist, "the unmount removed the target")
 }
 

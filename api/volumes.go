@@ -12,6 +12,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -24,6 +25,9 @@ type VolumeBody struct {
 	AccessMode     string              `json:"access_mode"`
 	AttachmentMode string              `json:"attachment_mode"`
 	Topologies     []map[string]string `json:"topologies,omitempty"`
+	// Capabilities, when given, are the volume's capabilities (the first is
+	// its access and attachment modes, which are then left out).
+	Capabilities []CapabilityJSON `json:"capabilities,omitempty"`
 }
 
 // VolumeJSON is a volume as the API renders it.
@@ -34,6 +38,7 @@ type VolumeJSON struct {
 	AccessMode     string              `json:"access_mode"`
 	AttachmentMode string              `json:"attachment_mode"`
 	Topologies     []map[string]string `json:"topologies"`
+	Capabilities   []CapabilityJSON    `json:"capabilities,omitempty"`
 	Schedulable    bool                `json:"schedulable"`
 	NodesHealthy   int                 `json:"nodes_healthy"`
 	ReadClaims     []string            `json:"read_claims"`
@@ -57,7 +62,7 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 		ID: v.ID, Namespace: v.Namespace, PluginID: v.PluginID,
 		AccessMode: string(v.AccessMode), AttachmentMode: string(v.AttachmentMode),
 		Schedulable: v.Schedulable, NodesHealthy: v.NodesHealthy,
-		Topologies: []map[string]string{}, ReadClaims: []string{}, WriteClaims: []string{},
+		Topologies: []map[string]string{}, ReadClaims: []string{}, WriteClaims: []string{}, Capabilities: capabilitiesJSON(v),
 		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
 	}
 	for _, t := range v.Topologies {
@@ -79,7 +84,7 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 func (s *Server) volumeRoutes() []route {
 	return []route{
 		{"POST", "/v1/volumes", nil, s.registerVolume},
-		{"GET", "/v1/volumes", []string{"namespace"}, s.listVolumes},
+		{"GET", "/v1/volumes", []string{"namespace", "plugin"}, s.listVolumes},
 		{"GET", "/v1/volumes/{namespace}/{id}", nil, s.getVolume},
 		{"DELETE", "/v1/volumes/{namespace}/{id}", []string{"deregister_only"}, s.deregisterVolume},
 		{"POST", "/v1/volumes/{namespace}/{id}/claim", nil, s.claimVolume},
@@ -109,21 +114,25 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := s.notADockerPlugin(body.PluginID); err != nil {
 		return err
 	}
-	access, err := model.ParseAccessMode(body.AccessMode)
-	if err != nil {
-		return err
-	}
-	attach, err := model.ParseAttachmentMode(body.AttachmentMode)
+	caps, err := bodyCapabilities(body)
 	if err != nil {
 		return err
 	}
 	v := model.NewCSIVolume(body.ID, 0)
-	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode = body.Namespace, body.PluginID, access, attach
+	v.Namespace, v.PluginID = body.Namespace, body.PluginID
+	if len(body.Capabilities) > 0 {
+		v.SetCapabilities(caps)
+	} else {
+		v.AccessMode, v.AttachmentMode = caps[0].AccessMode, caps[0].AttachmentMode
+	}
 	if v.Namespace == "" {
 		v.Namespace = model.DefaultNamespace
 	}
 	for _, seg := range body.Topologies {
 		v.Topologies = append(v.Topologies, &model.Topology{Segments: seg})
+	}
+	if err := s.validateCapabilities(r.Context(), v); err != nil {
+		return err
 	}
 	got, err := s.Catalog.RegisterVolume(r.Context(), v)
 	if err != nil {
@@ -137,7 +146,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needVolumes(); err != nil {
 		return err
 	}
-	stubs, err := s.Catalog.ListVolumes(r.Context(), r.URL.Query().Get("namespace"))
+	stubs, err := s.Catalog.ListPluginVolumes(r.Context(), r.URL.Query().Get("namespace"), r.URL.Query().Get("plugin"))
 	if err != nil {
 		return err
 	}
@@ -221,6 +230,10 @@ type AllocBody struct {
 	AllocID  string `json:"alloc_id"`
 	ReadOnly bool   `json:"read_only"`
 	Force    bool   `json:"force,omitempty"`
+	// AccessMode and AttachmentMode choose the volume's capability a claim
+	// or a mount uses; either may be left out when one capability fits.
+	AccessMode     string `json:"access_mode,omitempty"`
+	AttachmentMode string `json:"attachment_mode,omitempty"`
 }
 
 // DetachBody names the plugin's node to detach a volume from:
@@ -319,6 +332,8 @@ func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request, op string)
 		return body, fmt.Errorf("%w: read_only means nothing to %s; leave it out", errBadBody, op)
 	case body.Force && op != "an unmount":
 		return body, fmt.Errorf("%w: force is for an unmount only; leave it out of %s", errBadBody, op)
+	case (body.AccessMode != "" || body.AttachmentMode != "") && op != "a claim" && op != "a mount":
+		return body, fmt.Errorf("%w: access_mode and attachment_mode choose a claim's capability; leave them out of %s", errBadBody, op)
 	}
 	return body, nil
 }
@@ -328,8 +343,12 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	use, err := bodyUsage(body)
+	if err != nil {
+		return err
+	}
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
-	if err := s.Volumes.Claim(r.Context(), ns, id, body.AllocID, body.ReadOnly); err != nil {
+	if err := s.Volumes.ClaimAs(r.Context(), ns, id, body.AllocID, use); err != nil {
 		return err
 	}
 	return s.writeVolume(w, r, ns, id)
@@ -362,7 +381,11 @@ func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.Volumes.Mount(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.AllocID, body.ReadOnly)
+	use, err := bodyUsage(body)
+	if err != nil {
+		return err
+	}
+	res, err := s.Volumes.MountAs(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.AllocID, use)
 	s.observeMount("mount", err)
 	if err != nil {
 		return err
@@ -456,14 +479,14 @@ var errorClasses = []struct {
 	errs   []error
 }{
 	{http.StatusBadRequest, []error{catalog.ErrCatalogInvalid, volumes.ErrInvalid, model.ErrInvalidVolume,
-		model.ErrInvalidClaim, model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode}},
+		model.ErrInvalidClaim, model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode, controller.ErrCapabilityRefused}},
 	{http.StatusGatewayTimeout, []error{volumes.ErrDeadline, csi.ErrDeadlineExceeded}},
 	{http.StatusNotFound, []error{catalog.ErrNodeNotFound, catalog.ErrVolumeNotFound, volumes.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted,
 		model.ErrClaimNotFound, csi.ErrNotFound}},
 	{http.StatusConflict, []error{catalog.ErrNodeDraining, csi.ErrClaimRefused, catalog.ErrVolumeInUse, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
 		volumes.ErrClaimRefused, volumes.ErrInUse, volumes.ErrTargetBusy,
 		model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims, model.ErrNodeConflict, model.ErrNodeVolumeLimit, model.ErrTopologyMismatch, model.ErrClaimModeConflict,
-		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch,
+		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch, model.ErrCapabilityConflict,
 		csi.ErrAlreadyExists, csi.ErrFailedPrecondition}},
 	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},
 	{http.StatusTooManyRequests, []error{catalog.ErrVolumeLimit}},

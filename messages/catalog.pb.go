@@ -80,9 +80,15 @@ type CatalogClaim struct {
 	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	// last_error says why a past claim is stuck in its state: the error of
 	// the step of the release that failed last. The GC step retries it.
-	LastError     string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// access_mode and attachment_mode are the capability of the volume the
+	// claim chose (one of the volume's capabilities); empty in a claim
+	// written before volumes had several, which means the volume's own
+	// access_mode and attachment_mode.
+	AccessMode     string `protobuf:"bytes,6,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
+	AttachmentMode string `protobuf:"bytes,7,opt,name=attachment_mode,json=attachmentMode,proto3" json:"attachment_mode,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CatalogClaim) Reset() {
@@ -146,6 +152,20 @@ func (x *CatalogClaim) GetState() string {
 func (x *CatalogClaim) GetLastError() string {
 	if x != nil {
 		return x.LastError
+	}
+	return ""
+}
+
+func (x *CatalogClaim) GetAccessMode() string {
+	if x != nil {
+		return x.AccessMode
+	}
+	return ""
+}
+
+func (x *CatalogClaim) GetAttachmentMode() string {
+	if x != nil {
+		return x.AttachmentMode
 	}
 	return ""
 }
@@ -290,7 +310,12 @@ type CatalogVolume struct {
 	// attachments are the volume's attachments to nodes, keyed by node ID, as
 	// a fleet records them (cluster mode); empty on a single node, whose
 	// volume manager keeps its own.
-	Attachments   map[string]*CatalogAttachment `protobuf:"bytes,23,rep,name=attachments,proto3" json:"attachments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Attachments map[string]*CatalogAttachment `protobuf:"bytes,23,rep,name=attachments,proto3" json:"attachments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// capabilities are the ways the volume can be used, as it was registered:
+	// each claim chooses one. The first is access_mode and attachment_mode.
+	// Empty in a record written before volumes had several, which means the
+	// one capability access_mode, attachment_mode (and mount_options.fs_type).
+	Capabilities  []*CatalogCapability `protobuf:"bytes,24,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,6 +511,76 @@ func (x *CatalogVolume) GetAttachments() map[string]*CatalogAttachment {
 	return nil
 }
 
+func (x *CatalogVolume) GetCapabilities() []*CatalogCapability {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+// CatalogCapability is one way a volume can be used: an access mode, an
+// attachment mode and, for a file system, its type (empty: the volume's
+// mount_options.fs_type, or the plugin's default).
+type CatalogCapability struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AccessMode     string                 `protobuf:"bytes,1,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
+	AttachmentMode string                 `protobuf:"bytes,2,opt,name=attachment_mode,json=attachmentMode,proto3" json:"attachment_mode,omitempty"`
+	FsType         string                 `protobuf:"bytes,3,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CatalogCapability) Reset() {
+	*x = CatalogCapability{}
+	mi := &file_messages_catalog_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogCapability) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogCapability) ProtoMessage() {}
+
+func (x *CatalogCapability) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogCapability.ProtoReflect.Descriptor instead.
+func (*CatalogCapability) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CatalogCapability) GetAccessMode() string {
+	if x != nil {
+		return x.AccessMode
+	}
+	return ""
+}
+
+func (x *CatalogCapability) GetAttachmentMode() string {
+	if x != nil {
+		return x.AttachmentMode
+	}
+	return ""
+}
+
+func (x *CatalogCapability) GetFsType() string {
+	if x != nil {
+		return x.FsType
+	}
+	return ""
+}
+
 // CatalogAttachment is a volume published to a node by its plugin's
 // controller: recorded before ControllerPublishVolume is sent, removed once
 // ControllerUnpublishVolume has succeeded.
@@ -504,7 +599,7 @@ type CatalogAttachment struct {
 
 func (x *CatalogAttachment) Reset() {
 	*x = CatalogAttachment{}
-	mi := &file_messages_catalog_proto_msgTypes[4]
+	mi := &file_messages_catalog_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +611,7 @@ func (x *CatalogAttachment) String() string {
 func (*CatalogAttachment) ProtoMessage() {}
 
 func (x *CatalogAttachment) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[4]
+	mi := &file_messages_catalog_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +624,7 @@ func (x *CatalogAttachment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogAttachment.ProtoReflect.Descriptor instead.
 func (*CatalogAttachment) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{4}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CatalogAttachment) GetNodeId() string {
@@ -564,7 +659,7 @@ type CatalogMountOptions struct {
 
 func (x *CatalogMountOptions) Reset() {
 	*x = CatalogMountOptions{}
-	mi := &file_messages_catalog_proto_msgTypes[5]
+	mi := &file_messages_catalog_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +671,7 @@ func (x *CatalogMountOptions) String() string {
 func (*CatalogMountOptions) ProtoMessage() {}
 
 func (x *CatalogMountOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[5]
+	mi := &file_messages_catalog_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +684,7 @@ func (x *CatalogMountOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogMountOptions.ProtoReflect.Descriptor instead.
 func (*CatalogMountOptions) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{5}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CatalogMountOptions) GetFsType() string {
@@ -619,7 +714,7 @@ type CatalogVolumeStub struct {
 
 func (x *CatalogVolumeStub) Reset() {
 	*x = CatalogVolumeStub{}
-	mi := &file_messages_catalog_proto_msgTypes[6]
+	mi := &file_messages_catalog_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +726,7 @@ func (x *CatalogVolumeStub) String() string {
 func (*CatalogVolumeStub) ProtoMessage() {}
 
 func (x *CatalogVolumeStub) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[6]
+	mi := &file_messages_catalog_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +739,7 @@ func (x *CatalogVolumeStub) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogVolumeStub.ProtoReflect.Descriptor instead.
 func (*CatalogVolumeStub) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{6}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CatalogVolumeStub) GetVolume() *CatalogVolume {
@@ -681,7 +776,7 @@ type CatalogControllerInfo struct {
 
 func (x *CatalogControllerInfo) Reset() {
 	*x = CatalogControllerInfo{}
-	mi := &file_messages_catalog_proto_msgTypes[7]
+	mi := &file_messages_catalog_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +788,7 @@ func (x *CatalogControllerInfo) String() string {
 func (*CatalogControllerInfo) ProtoMessage() {}
 
 func (x *CatalogControllerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[7]
+	mi := &file_messages_catalog_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +801,7 @@ func (x *CatalogControllerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogControllerInfo.ProtoReflect.Descriptor instead.
 func (*CatalogControllerInfo) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{7}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CatalogControllerInfo) GetCapabilities() []string {
@@ -738,7 +833,7 @@ type CatalogNodeInfo struct {
 
 func (x *CatalogNodeInfo) Reset() {
 	*x = CatalogNodeInfo{}
-	mi := &file_messages_catalog_proto_msgTypes[8]
+	mi := &file_messages_catalog_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +845,7 @@ func (x *CatalogNodeInfo) String() string {
 func (*CatalogNodeInfo) ProtoMessage() {}
 
 func (x *CatalogNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[8]
+	mi := &file_messages_catalog_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +858,7 @@ func (x *CatalogNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogNodeInfo.ProtoReflect.Descriptor instead.
 func (*CatalogNodeInfo) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{8}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CatalogNodeInfo) GetNodeId() string {
@@ -822,7 +917,7 @@ type CatalogInstance struct {
 
 func (x *CatalogInstance) Reset() {
 	*x = CatalogInstance{}
-	mi := &file_messages_catalog_proto_msgTypes[9]
+	mi := &file_messages_catalog_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +929,7 @@ func (x *CatalogInstance) String() string {
 func (*CatalogInstance) ProtoMessage() {}
 
 func (x *CatalogInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[9]
+	mi := &file_messages_catalog_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +942,7 @@ func (x *CatalogInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogInstance.ProtoReflect.Descriptor instead.
 func (*CatalogInstance) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{9}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CatalogInstance) GetPluginId() string {
@@ -940,7 +1035,7 @@ type CatalogPluginJob struct {
 
 func (x *CatalogPluginJob) Reset() {
 	*x = CatalogPluginJob{}
-	mi := &file_messages_catalog_proto_msgTypes[10]
+	mi := &file_messages_catalog_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1047,7 @@ func (x *CatalogPluginJob) String() string {
 func (*CatalogPluginJob) ProtoMessage() {}
 
 func (x *CatalogPluginJob) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[10]
+	mi := &file_messages_catalog_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1060,7 @@ func (x *CatalogPluginJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogPluginJob.ProtoReflect.Descriptor instead.
 func (*CatalogPluginJob) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{10}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CatalogPluginJob) GetId() string {
@@ -1010,7 +1105,7 @@ type CatalogPlugin struct {
 
 func (x *CatalogPlugin) Reset() {
 	*x = CatalogPlugin{}
-	mi := &file_messages_catalog_proto_msgTypes[11]
+	mi := &file_messages_catalog_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1117,7 @@ func (x *CatalogPlugin) String() string {
 func (*CatalogPlugin) ProtoMessage() {}
 
 func (x *CatalogPlugin) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[11]
+	mi := &file_messages_catalog_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1130,7 @@ func (x *CatalogPlugin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogPlugin.ProtoReflect.Descriptor instead.
 func (*CatalogPlugin) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{11}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CatalogPlugin) GetId() string {
@@ -1119,7 +1214,7 @@ type CatalogIndex struct {
 
 func (x *CatalogIndex) Reset() {
 	*x = CatalogIndex{}
-	mi := &file_messages_catalog_proto_msgTypes[12]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1226,7 @@ func (x *CatalogIndex) String() string {
 func (*CatalogIndex) ProtoMessage() {}
 
 func (x *CatalogIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[12]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1239,7 @@ func (x *CatalogIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogIndex.ProtoReflect.Descriptor instead.
 func (*CatalogIndex) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{12}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CatalogIndex) GetIndex() uint64 {
@@ -1169,7 +1264,7 @@ type CatalogError struct {
 
 func (x *CatalogError) Reset() {
 	*x = CatalogError{}
-	mi := &file_messages_catalog_proto_msgTypes[13]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1276,7 @@ func (x *CatalogError) String() string {
 func (*CatalogError) ProtoMessage() {}
 
 func (x *CatalogError) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[13]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1289,7 @@ func (x *CatalogError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogError.ProtoReflect.Descriptor instead.
 func (*CatalogError) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CatalogError) GetCode() ErrorCode {
@@ -1232,7 +1327,7 @@ type RegisterVolume struct {
 
 func (x *RegisterVolume) Reset() {
 	*x = RegisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1339,7 @@ func (x *RegisterVolume) String() string {
 func (*RegisterVolume) ProtoMessage() {}
 
 func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1352,7 @@ func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolume.ProtoReflect.Descriptor instead.
 func (*RegisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterVolume) GetVolume() *CatalogVolume {
@@ -1286,7 +1381,7 @@ type RegisterVolumeResponse struct {
 
 func (x *RegisterVolumeResponse) Reset() {
 	*x = RegisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1393,7 @@ func (x *RegisterVolumeResponse) String() string {
 func (*RegisterVolumeResponse) ProtoMessage() {}
 
 func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1406,7 @@ func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterVolumeResponse) GetError() *CatalogError {
@@ -1342,7 +1437,7 @@ type DeregisterVolume struct {
 
 func (x *DeregisterVolume) Reset() {
 	*x = DeregisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1449,7 @@ func (x *DeregisterVolume) String() string {
 func (*DeregisterVolume) ProtoMessage() {}
 
 func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1462,7 @@ func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolume.ProtoReflect.Descriptor instead.
 func (*DeregisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeregisterVolume) GetNamespace() string {
@@ -1401,7 +1496,7 @@ type DeregisterVolumeResponse struct {
 
 func (x *DeregisterVolumeResponse) Reset() {
 	*x = DeregisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1508,7 @@ func (x *DeregisterVolumeResponse) String() string {
 func (*DeregisterVolumeResponse) ProtoMessage() {}
 
 func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1521,7 @@ func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeregisterVolumeResponse) GetError() *CatalogError {
@@ -1450,7 +1545,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1557,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1570,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListVolumesRequest) GetNamespace() string {
@@ -1503,7 +1598,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1610,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1623,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
@@ -1558,7 +1653,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1665,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1678,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetVolumeRequest) GetNamespace() string {
@@ -1618,7 +1713,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1725,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1738,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetVolumeResponse) GetError() *CatalogError {
@@ -1687,7 +1782,7 @@ type ClaimVolume struct {
 
 func (x *ClaimVolume) Reset() {
 	*x = ClaimVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1794,7 @@ func (x *ClaimVolume) String() string {
 func (*ClaimVolume) ProtoMessage() {}
 
 func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1807,7 @@ func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolume.ProtoReflect.Descriptor instead.
 func (*ClaimVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimVolume) GetNamespace() string {
@@ -1790,7 +1885,7 @@ type ClaimVolumeResponse struct {
 
 func (x *ClaimVolumeResponse) Reset() {
 	*x = ClaimVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1897,7 @@ func (x *ClaimVolumeResponse) String() string {
 func (*ClaimVolumeResponse) ProtoMessage() {}
 
 func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1910,7 @@ func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ClaimVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClaimVolumeResponse) GetError() *CatalogError {
@@ -1853,7 +1948,7 @@ type ReleaseVolume struct {
 
 func (x *ReleaseVolume) Reset() {
 	*x = ReleaseVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1960,7 @@ func (x *ReleaseVolume) String() string {
 func (*ReleaseVolume) ProtoMessage() {}
 
 func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1973,7 @@ func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseVolume) GetNamespace() string {
@@ -1934,7 +2029,7 @@ type ReleaseVolumeResponse struct {
 
 func (x *ReleaseVolumeResponse) Reset() {
 	*x = ReleaseVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2041,7 @@ func (x *ReleaseVolumeResponse) String() string {
 func (*ReleaseVolumeResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2054,7 @@ func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseVolumeResponse) GetError() *CatalogError {
@@ -1992,7 +2087,7 @@ type MarkVolumeDeleting struct {
 
 func (x *MarkVolumeDeleting) Reset() {
 	*x = MarkVolumeDeleting{}
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2099,7 @@ func (x *MarkVolumeDeleting) String() string {
 func (*MarkVolumeDeleting) ProtoMessage() {}
 
 func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2112,7 @@ func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeleting.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeleting) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MarkVolumeDeleting) GetNamespace() string {
@@ -2053,7 +2148,7 @@ type MarkVolumeDeletingResponse struct {
 
 func (x *MarkVolumeDeletingResponse) Reset() {
 	*x = MarkVolumeDeletingResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2160,7 @@ func (x *MarkVolumeDeletingResponse) String() string {
 func (*MarkVolumeDeletingResponse) ProtoMessage() {}
 
 func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2173,7 @@ func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeletingResponse.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeletingResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MarkVolumeDeletingResponse) GetError() *CatalogError {
@@ -2111,7 +2206,7 @@ type RecordVolumeCapacity struct {
 
 func (x *RecordVolumeCapacity) Reset() {
 	*x = RecordVolumeCapacity{}
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2218,7 @@ func (x *RecordVolumeCapacity) String() string {
 func (*RecordVolumeCapacity) ProtoMessage() {}
 
 func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2231,7 @@ func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacity.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacity) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecordVolumeCapacity) GetNamespace() string {
@@ -2179,7 +2274,7 @@ type RecordVolumeCapacityResponse struct {
 
 func (x *RecordVolumeCapacityResponse) Reset() {
 	*x = RecordVolumeCapacityResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2286,7 @@ func (x *RecordVolumeCapacityResponse) String() string {
 func (*RecordVolumeCapacityResponse) ProtoMessage() {}
 
 func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2299,7 @@ func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacityResponse.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RecordVolumeCapacityResponse) GetError() *CatalogError {
@@ -2232,7 +2327,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2339,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2352,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -2281,7 +2376,7 @@ type ListCatalogPluginsResponse struct {
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2388,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2401,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -2336,7 +2431,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2443,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2456,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -2381,7 +2476,7 @@ type ShutdownCatalogResponse struct {
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2488,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2501,7 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ShutdownCatalogResponse) GetError() *CatalogError {
@@ -2425,21 +2520,24 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\bsegments\x18\x01 \x03(\v21.plugvisor.messages.CatalogTopology.SegmentsEntryR\bsegments\x1a;\n" +
 	"\rSegmentsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x01\n" +
 	"\fCatalogClaim\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\tR\x04mode\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x05 \x01(\tR\tlastError\"\x92\x02\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12\x1f\n" +
+	"\vaccess_mode\x18\x06 \x01(\tR\n" +
+	"accessMode\x12'\n" +
+	"\x0fattachment_mode\x18\a \x01(\tR\x0eattachmentMode\"\x92\x02\n" +
 	"\rCatalogHealth\x12 \n" +
 	"\vschedulable\x18\x01 \x01(\bR\vschedulable\x12/\n" +
 	"\x13controller_required\x18\x02 \x01(\bR\x12controllerRequired\x12/\n" +
 	"\x13controllers_healthy\x18\x03 \x01(\x03R\x12controllersHealthy\x121\n" +
 	"\x14controllers_expected\x18\x04 \x01(\x03R\x13controllersExpected\x12#\n" +
 	"\rnodes_healthy\x18\x05 \x01(\x03R\fnodesHealthy\x12%\n" +
-	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\xd7\x0e\n" +
+	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\xa2\x0f\n" +
 	"\rCatalogVolume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -2472,7 +2570,8 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x14requested_topologies\x18\x14 \x03(\v2#.plugvisor.messages.CatalogTopologyR\x13requestedTopologies\x12\x1a\n" +
 	"\bdeleting\x18\x15 \x01(\bR\bdeleting\x12\x18\n" +
 	"\acreated\x18\x16 \x01(\bR\acreated\x12T\n" +
-	"\vattachments\x18\x17 \x03(\v22.plugvisor.messages.CatalogVolume.AttachmentsEntryR\vattachments\x1a_\n" +
+	"\vattachments\x18\x17 \x03(\v22.plugvisor.messages.CatalogVolume.AttachmentsEntryR\vattachments\x12I\n" +
+	"\fcapabilities\x18\x18 \x03(\v2%.plugvisor.messages.CatalogCapabilityR\fcapabilities\x1a_\n" +
 	"\x0fReadClaimsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\x05value\x18\x02 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05value:\x028\x01\x1a`\n" +
@@ -2493,7 +2592,12 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1ae\n" +
 	"\x10AttachmentsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12;\n" +
-	"\x05value\x18\x02 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\x05value:\x028\x01\"v\n" +
+	"\x11CatalogCapability\x12\x1f\n" +
+	"\vaccess_mode\x18\x01 \x01(\tR\n" +
+	"accessMode\x12'\n" +
+	"\x0fattachment_mode\x18\x02 \x01(\tR\x0eattachmentMode\x12\x17\n" +
+	"\afs_type\x18\x03 \x01(\tR\x06fsType\"l\n" +
 	"\x11CatalogAttachment\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
 	"\x10external_node_id\x18\x02 \x01(\tR\x0eexternalNodeId\x12\x14\n" +
@@ -2659,122 +2763,124 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
 	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
 	(*CatalogHealth)(nil),                // 2: plugvisor.messages.CatalogHealth
 	(*CatalogVolume)(nil),                // 3: plugvisor.messages.CatalogVolume
-	(*CatalogAttachment)(nil),            // 4: plugvisor.messages.CatalogAttachment
-	(*CatalogMountOptions)(nil),          // 5: plugvisor.messages.CatalogMountOptions
-	(*CatalogVolumeStub)(nil),            // 6: plugvisor.messages.CatalogVolumeStub
-	(*CatalogControllerInfo)(nil),        // 7: plugvisor.messages.CatalogControllerInfo
-	(*CatalogNodeInfo)(nil),              // 8: plugvisor.messages.CatalogNodeInfo
-	(*CatalogInstance)(nil),              // 9: plugvisor.messages.CatalogInstance
-	(*CatalogPluginJob)(nil),             // 10: plugvisor.messages.CatalogPluginJob
-	(*CatalogPlugin)(nil),                // 11: plugvisor.messages.CatalogPlugin
-	(*CatalogIndex)(nil),                 // 12: plugvisor.messages.CatalogIndex
-	(*CatalogError)(nil),                 // 13: plugvisor.messages.CatalogError
-	(*RegisterVolume)(nil),               // 14: plugvisor.messages.RegisterVolume
-	(*RegisterVolumeResponse)(nil),       // 15: plugvisor.messages.RegisterVolumeResponse
-	(*DeregisterVolume)(nil),             // 16: plugvisor.messages.DeregisterVolume
-	(*DeregisterVolumeResponse)(nil),     // 17: plugvisor.messages.DeregisterVolumeResponse
-	(*ListVolumesRequest)(nil),           // 18: plugvisor.messages.ListVolumesRequest
-	(*ListVolumesResponse)(nil),          // 19: plugvisor.messages.ListVolumesResponse
-	(*GetVolumeRequest)(nil),             // 20: plugvisor.messages.GetVolumeRequest
-	(*GetVolumeResponse)(nil),            // 21: plugvisor.messages.GetVolumeResponse
-	(*ClaimVolume)(nil),                  // 22: plugvisor.messages.ClaimVolume
-	(*ClaimVolumeResponse)(nil),          // 23: plugvisor.messages.ClaimVolumeResponse
-	(*ReleaseVolume)(nil),                // 24: plugvisor.messages.ReleaseVolume
-	(*ReleaseVolumeResponse)(nil),        // 25: plugvisor.messages.ReleaseVolumeResponse
-	(*MarkVolumeDeleting)(nil),           // 26: plugvisor.messages.MarkVolumeDeleting
-	(*MarkVolumeDeletingResponse)(nil),   // 27: plugvisor.messages.MarkVolumeDeletingResponse
-	(*RecordVolumeCapacity)(nil),         // 28: plugvisor.messages.RecordVolumeCapacity
-	(*RecordVolumeCapacityResponse)(nil), // 29: plugvisor.messages.RecordVolumeCapacityResponse
-	(*ListCatalogPluginsRequest)(nil),    // 30: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil),   // 31: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),              // 32: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),      // 33: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                  // 34: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                  // 35: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                  // 36: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                  // 37: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                  // 38: plugvisor.messages.CatalogVolume.ParametersEntry
-	nil,                                  // 39: plugvisor.messages.CatalogVolume.SecretsEntry
-	nil,                                  // 40: plugvisor.messages.CatalogVolume.ContextEntry
-	nil,                                  // 41: plugvisor.messages.CatalogVolume.AttachmentsEntry
-	nil,                                  // 42: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                  // 43: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                  // 44: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),        // 45: google.protobuf.Timestamp
-	(ErrorCode)(0),                       // 46: plugvisor.messages.ErrorCode
-	(*actor.PID)(nil),                    // 47: actor.PID
+	(*CatalogCapability)(nil),            // 4: plugvisor.messages.CatalogCapability
+	(*CatalogAttachment)(nil),            // 5: plugvisor.messages.CatalogAttachment
+	(*CatalogMountOptions)(nil),          // 6: plugvisor.messages.CatalogMountOptions
+	(*CatalogVolumeStub)(nil),            // 7: plugvisor.messages.CatalogVolumeStub
+	(*CatalogControllerInfo)(nil),        // 8: plugvisor.messages.CatalogControllerInfo
+	(*CatalogNodeInfo)(nil),              // 9: plugvisor.messages.CatalogNodeInfo
+	(*CatalogInstance)(nil),              // 10: plugvisor.messages.CatalogInstance
+	(*CatalogPluginJob)(nil),             // 11: plugvisor.messages.CatalogPluginJob
+	(*CatalogPlugin)(nil),                // 12: plugvisor.messages.CatalogPlugin
+	(*CatalogIndex)(nil),                 // 13: plugvisor.messages.CatalogIndex
+	(*CatalogError)(nil),                 // 14: plugvisor.messages.CatalogError
+	(*RegisterVolume)(nil),               // 15: plugvisor.messages.RegisterVolume
+	(*RegisterVolumeResponse)(nil),       // 16: plugvisor.messages.RegisterVolumeResponse
+	(*DeregisterVolume)(nil),             // 17: plugvisor.messages.DeregisterVolume
+	(*DeregisterVolumeResponse)(nil),     // 18: plugvisor.messages.DeregisterVolumeResponse
+	(*ListVolumesRequest)(nil),           // 19: plugvisor.messages.ListVolumesRequest
+	(*ListVolumesResponse)(nil),          // 20: plugvisor.messages.ListVolumesResponse
+	(*GetVolumeRequest)(nil),             // 21: plugvisor.messages.GetVolumeRequest
+	(*GetVolumeResponse)(nil),            // 22: plugvisor.messages.GetVolumeResponse
+	(*ClaimVolume)(nil),                  // 23: plugvisor.messages.ClaimVolume
+	(*ClaimVolumeResponse)(nil),          // 24: plugvisor.messages.ClaimVolumeResponse
+	(*ReleaseVolume)(nil),                // 25: plugvisor.messages.ReleaseVolume
+	(*ReleaseVolumeResponse)(nil),        // 26: plugvisor.messages.ReleaseVolumeResponse
+	(*MarkVolumeDeleting)(nil),           // 27: plugvisor.messages.MarkVolumeDeleting
+	(*MarkVolumeDeletingResponse)(nil),   // 28: plugvisor.messages.MarkVolumeDeletingResponse
+	(*RecordVolumeCapacity)(nil),         // 29: plugvisor.messages.RecordVolumeCapacity
+	(*RecordVolumeCapacityResponse)(nil), // 30: plugvisor.messages.RecordVolumeCapacityResponse
+	(*ListCatalogPluginsRequest)(nil),    // 31: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 32: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 33: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 34: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 35: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 36: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 37: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 38: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 39: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 40: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 41: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 42: plugvisor.messages.CatalogVolume.AttachmentsEntry
+	nil,                                  // 43: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 44: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 45: plugvisor.messages.CatalogPlugin.NodesEntry
+	(*timestamppb.Timestamp)(nil),        // 46: google.protobuf.Timestamp
+	(ErrorCode)(0),                       // 47: plugvisor.messages.ErrorCode
+	(*actor.PID)(nil),                    // 48: actor.PID
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	34, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	35, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	35, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	36, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	37, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	36, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	37, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	38, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	45, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	38, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
-	39, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
-	40, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
-	5,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
+	46, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	39, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	40, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	41, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	6,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
 	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
-	41, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
-	3,  // 13: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
-	0,  // 14: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	45, // 15: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
-	7,  // 16: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
-	8,  // 17: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	42, // 18: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	43, // 19: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	44, // 20: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
-	2,  // 21: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
-	46, // 22: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
-	3,  // 23: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 24: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
-	13, // 25: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 26: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 27: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
-	13, // 28: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	47, // 29: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	6,  // 30: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	13, // 31: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
-	47, // 32: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	13, // 33: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 34: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 35: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	13, // 36: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 37: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 38: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	13, // 39: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 40: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 41: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
-	13, // 42: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 43: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 44: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
-	13, // 45: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 46: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 47: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	11, // 48: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	13, // 49: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
-	47, // 50: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	13, // 51: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
-	1,  // 52: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 53: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 54: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	4,  // 55: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
-	10, // 56: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	9,  // 57: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	9,  // 58: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	42, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
+	4,  // 13: plugvisor.messages.CatalogVolume.capabilities:type_name -> plugvisor.messages.CatalogCapability
+	3,  // 14: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
+	0,  // 15: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
+	46, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 17: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
+	9,  // 18: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
+	43, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	44, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	45, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	2,  // 22: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
+	47, // 23: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
+	3,  // 24: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	48, // 25: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	14, // 26: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 27: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	48, // 28: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	14, // 29: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	48, // 30: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	7,  // 31: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	14, // 32: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
+	48, // 33: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	14, // 34: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 35: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	48, // 36: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	14, // 37: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 38: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	48, // 39: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	14, // 40: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 41: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	48, // 42: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	14, // 43: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 44: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	48, // 45: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	14, // 46: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 47: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	48, // 48: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	12, // 49: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	14, // 50: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
+	48, // 51: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	14, // 52: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
+	1,  // 53: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 54: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 55: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	5,  // 56: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
+	11, // 57: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	10, // 58: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	10, // 59: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -2789,7 +2895,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

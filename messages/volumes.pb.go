@@ -502,14 +502,18 @@ func (x *VolumeError) GetMessage() string {
 // an alloc. The manager answers MountAllocVolumeResponse to reply_to once the
 // operation has finished or rolled back.
 type MountAllocVolume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
-	ReadOnly      bool                   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	ReplyTo       *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId  string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId   string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	ReadOnly  bool                   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	ReplyTo   *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// access_mode and attachment_mode name the volume's capability the
+	// claim chooses; empty means the volume's only one.
+	AccessMode     string `protobuf:"bytes,6,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
+	AttachmentMode string `protobuf:"bytes,7,opt,name=attachment_mode,json=attachmentMode,proto3" json:"attachment_mode,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MountAllocVolume) Reset() {
@@ -575,6 +579,20 @@ func (x *MountAllocVolume) GetReplyTo() *actor.PID {
 		return x.ReplyTo
 	}
 	return nil
+}
+
+func (x *MountAllocVolume) GetAccessMode() string {
+	if x != nil {
+		return x.AccessMode
+	}
+	return ""
+}
+
+func (x *MountAllocVolume) GetAttachmentMode() string {
+	if x != nil {
+		return x.AttachmentMode
+	}
+	return ""
 }
 
 // MountAllocVolumeResponse is the volume manager's answer to MountAllocVolume.
@@ -735,14 +753,18 @@ func (x *UnmountAllocVolume) GetForce() bool {
 // volume for an alloc without mounting it (read or write by read_only). It
 // answers VolumeOpResponse to reply_to.
 type ClaimAllocVolume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	VolumeId      string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
-	ReadOnly      bool                   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	ReplyTo       *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId  string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	AllocId   string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	ReadOnly  bool                   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	ReplyTo   *actor.PID             `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// access_mode and attachment_mode name the volume's capability the
+	// claim chooses; empty means the volume's only one.
+	AccessMode     string `protobuf:"bytes,6,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
+	AttachmentMode string `protobuf:"bytes,7,opt,name=attachment_mode,json=attachmentMode,proto3" json:"attachment_mode,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClaimAllocVolume) Reset() {
@@ -808,6 +830,20 @@ func (x *ClaimAllocVolume) GetReplyTo() *actor.PID {
 		return x.ReplyTo
 	}
 	return nil
+}
+
+func (x *ClaimAllocVolume) GetAccessMode() string {
+	if x != nil {
+		return x.AccessMode
+	}
+	return ""
+}
+
+func (x *ClaimAllocVolume) GetAttachmentMode() string {
+	if x != nil {
+		return x.AttachmentMode
+	}
+	return ""
 }
 
 // ReleaseAllocVolume is sent by the facade to the volume manager to release
@@ -1619,14 +1655,17 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\x05fence\x18\b \x01(\tR\x05fence\"=\n" +
 	"\vVolumeError\x12\x14\n" +
 	"\x05kinds\x18\x01 \x03(\tR\x05kinds\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xac\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xf6\x01\n" +
 	"\x10MountAllocVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
 	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12\x1b\n" +
 	"\tread_only\x18\x04 \x01(\bR\breadOnly\x12%\n" +
 	"\breply_to\x18\x05 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\xb2\x01\n" +
+	".actor.PIDR\areplyTo\x12\x1f\n" +
+	"\vaccess_mode\x18\x06 \x01(\tR\n" +
+	"accessMode\x12'\n" +
+	"\x0fattachment_mode\x18\a \x01(\tR\x0eattachmentMode\"\xb2\x01\n" +
 	"\x18MountAllocVolumeResponse\x125\n" +
 	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x12\x1f\n" +
 	"\vtarget_path\x18\x02 \x01(\tR\n" +
@@ -1639,14 +1678,17 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12%\n" +
 	"\breply_to\x18\x04 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\x12\x14\n" +
-	"\x05force\x18\x05 \x01(\bR\x05force\"\xac\x01\n" +
+	"\x05force\x18\x05 \x01(\bR\x05force\"\xf6\x01\n" +
 	"\x10ClaimAllocVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
 	"\balloc_id\x18\x03 \x01(\tR\aallocId\x12\x1b\n" +
 	"\tread_only\x18\x04 \x01(\bR\breadOnly\x12%\n" +
 	"\breply_to\x18\x05 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x91\x01\n" +
+	".actor.PIDR\areplyTo\x12\x1f\n" +
+	"\vaccess_mode\x18\x06 \x01(\tR\n" +
+	"accessMode\x12'\n" +
+	"\x0fattachment_mode\x18\a \x01(\tR\x0eattachmentMode\"\x91\x01\n" +
 	"\x12ReleaseAllocVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +

@@ -81,15 +81,21 @@ func (vf *volumeFlags) callShowing(cmd *cobra.Command, what, method, path string
 func newVolumeRegisterCmd() *cobra.Command {
 	var body api.VolumeBody
 	cmd, vf := newVolumeLeaf(&cobra.Command{
-		Use:   "register -id ID -plugin P -access-mode M",
+		Use:   "register -id ID -plugin P (-access-mode M | -capability access=M[,attachment=A][,fs=T]...)",
 		Short: "record a volume the plugin already has, by its ID",
 		Example: `  plugvisor volume register -id vol-1 -plugin hostpath -access-mode single-node-writer
-  plugvisor volume register -id vol-2 -plugin hostpath -access-mode multi-node-reader-only -namespace batch`,
+  plugvisor volume register -id vol-2 -plugin hostpath -access-mode multi-node-reader-only -namespace batch
+  plugvisor volume register -id vol-3 -plugin ebs -capability access=single-node-writer,fs=ext4 -capability access=multi-node-reader-only`,
 		Args: cmdline.Args("", "plugvisor volume register -id vol-1 -plugin hostpath -access-mode single-node-writer"),
 	})
 	var topologies topologyList
+	var caps capabilityList
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		body.Namespace, body.Topologies = vf.namespace, topologies
+		modeSet := cmd.Flags().Changed("access-mode") || cmd.Flags().Changed("attachment-mode")
+		if err := registerModes(&body, caps, modeSet); err != nil {
+			return err
+		}
 		var v api.VolumeJSON
 		if err := vf.client().call(cmd.Context(), "POST", "/v1/volumes", nil, body, &v); err != nil {
 			return err
@@ -101,7 +107,8 @@ func newVolumeRegisterCmd() *cobra.Command {
 	cmd.Flags().StringVar(&body.AccessMode, "access-mode", "", "access mode, e.g. single-node-writer")
 	cmd.Flags().StringVar(&body.AttachmentMode, "attachment-mode", "file-system", "file-system or block-device")
 	cmd.Flags().Var(&topologies, "topology", "a topology the volume can be reached from, KEY=VALUE[,KEY=VALUE] (repeatable; required by plugins with VOLUME_ACCESSIBILITY_CONSTRAINTS)")
-	cmdline.Require(cmd, "id", "plugin", "access-mode")
+	cmd.Flags().Var(&caps, "capability", "one of the volume's capabilities, access=MODE[,attachment=file-system|block-device][,fs=TYPE] (repeatable; each claim or mount chooses one with -access-mode); instead of -access-mode")
+	cmdline.Require(cmd, "id", "plugin")
 	return cmd
 }
 
@@ -109,11 +116,13 @@ func newVolumeListCmd() *cobra.Command {
 	cmd, vf := newVolumeLeaf(&cobra.Command{
 		Use:     "list",
 		Short:   "the volumes of a namespace",
-		Example: "  plugvisor volume list\n  plugvisor volume list -namespace batch -json",
+		Example: "  plugvisor volume list\n  plugvisor volume list -namespace batch -json\n  plugvisor volume list -plugin hostpath",
 		Args:    cmdline.Args("", "plugvisor volume list -namespace batch"),
 	})
+	var plugin string
+	cmd.Flags().StringVar(&plugin, "plugin", "", "only the volumes of this CSI plugin")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return volumeList(cmd.Context(), vf.client(), vf.common, vf.namespace, cmd.OutOrStdout())
+		return volumeList(cmd.Context(), vf.client(), vf.common, url.Values{"namespace": {vf.namespace}, "plugin": {plugin}}, cmd.OutOrStdout())
 	}
 	return cmd
 }
@@ -165,6 +174,8 @@ func newVolumeAllocCmd(sub, short, example string) *cobra.Command {
 	})
 	if sub == "claim" || sub == "mount" {
 		cmd.Flags().BoolVar(&body.ReadOnly, "read-only", false, "a read claim (and a read-only mount)")
+		cmd.Flags().StringVar(&body.AccessMode, "access-mode", "", "the volume's capability this "+sub+" uses, by its access mode (needed when the volume has several)")
+		cmd.Flags().StringVar(&body.AttachmentMode, "attachment-mode", "", "the capability's attachment mode, when its access mode names several")
 	}
 	if sub == "unmount" {
 		cmd.Flags().BoolVar(&body.Force, "force", false,
@@ -172,6 +183,9 @@ func newVolumeAllocCmd(sub, short, example string) *cobra.Command {
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		body.AllocID = args[1]
+		if err := checkUsageFlags(body); err != nil {
+			return err
+		}
 		var out map[string]any
 		what := fmt.Sprintf("%sing %s/%s for alloc %s", strings.TrimSuffix(sub, "e"), vf.namespace, args[0], body.AllocID)
 		if err := vf.callShowing(cmd, what, "POST", volumePath(vf.namespace, args[0], sub), nil, body, &out); err != nil {
@@ -264,6 +278,7 @@ func printVolume(w io.Writer, common commonFlags, v api.VolumeJSON, head string)
 	fmt.Fprintf(w, "%s\n  plugin %s, %s, %s, schedulable: %v (%d healthy nodes)\n  writers: %s\n  readers: %s\n",
 		head, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable, v.NodesHealthy,
 		orNone(v.WriteClaims), orNone(v.ReadClaims))
+	fmt.Fprint(w, capabilitiesLine(v.Capabilities))
 	for _, a := range v.Attachments {
 		fmt.Fprintf(w, "  attached to node %s (plugin node ID %s): %s\n", a.NodeID, a.ExternalNodeID, a.State)
 	}
@@ -277,11 +292,11 @@ func orNone(allocs []string) string {
 	return strings.Join(allocs, ", ")
 }
 
-func volumeList(ctx context.Context, c *client, common commonFlags, namespace string, stdout io.Writer) error {
+func volumeList(ctx context.Context, c *client, common commonFlags, query url.Values, stdout io.Writer) error {
 	var out struct {
 		Volumes []map[string]any `json:"volumes"`
 	}
-	if err := c.call(ctx, "GET", "/v1/volumes", url.Values{"namespace": {namespace}}, nil, &out); err != nil {
+	if err := c.call(ctx, "GET", "/v1/volumes", query, nil, &out); err != nil {
 		return err
 	}
 	if common.json {

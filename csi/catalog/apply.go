@@ -93,6 +93,8 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 		NodeID:  cmp.Or(cmd.GetNodeId(), a.nodeID),
 		Mode:    model.ClaimMode(cmd.GetMode()),
 		State:   model.ClaimStateTaken,
+		// The capability the claim chooses; the model fills it in.
+		AccessMode: model.AccessMode(cmd.GetAccessMode()), AttachmentMode: model.AttachmentMode(cmd.GetAttachmentMode()),
 	}
 	if err := cmp.Or(err, checkClaim(claim), checkUsage(cmd)); err != nil {
 		return change, err
@@ -164,16 +166,23 @@ func checkUsage(cmd *messages.ClaimVolume) error {
 }
 
 // usageConflict refuses a claim that reaches v through another plugin, or
-// asks for other modes than v's.
+// asks for modes that none of v's capabilities has. (Which capability a
+// claim that fits several chooses is the model's to decide.)
 func usageConflict(v *model.CSIVolume, cmd *messages.ClaimVolume) error {
-	if cmp.Or(cmd.GetPluginId(), v.PluginID) == v.PluginID &&
-		cmp.Or(cmd.GetAccessMode(), string(v.AccessMode)) == string(v.AccessMode) &&
-		cmp.Or(cmd.GetAttachmentMode(), string(v.AttachmentMode)) == string(v.AttachmentMode) {
+	fits := func(c model.RequestedCapability) bool {
+		return cmp.Or(cmd.GetAccessMode(), string(c.AccessMode)) == string(c.AccessMode) &&
+			cmp.Or(cmd.GetAttachmentMode(), string(c.AttachmentMode)) == string(c.AttachmentMode)
+	}
+	if cmp.Or(cmd.GetPluginId(), v.PluginID) == v.PluginID && slices.ContainsFunc(v.Capabilities(), fits) {
 		return nil
 	}
-	return catalogErrorf(csi.ErrClaimRefused, "volume %q in namespace %q is served by plugin %q as %s %s; alloc %s asked for it through plugin %q as %s %s",
-		v.ID, v.Namespace, v.PluginID, v.AttachmentMode, v.AccessMode,
-		cmd.GetAllocId(), cmd.GetPluginId(), cmd.GetAttachmentMode(), cmd.GetAccessMode())
+	var caps []string
+	for _, c := range v.Capabilities() {
+		caps = append(caps, string(c.AttachmentMode)+" "+string(c.AccessMode))
+	}
+	return catalogErrorf(csi.ErrClaimRefused, "volume %q in namespace %q is served by plugin %q as %s; alloc %s asked for it through plugin %q as %s %s",
+		v.ID, v.Namespace, v.PluginID, strings.Join(caps, " or "),
+		cmd.GetAllocId(), cmd.GetPluginId(), cmp.Or(cmd.GetAttachmentMode(), "any attachment"), cmp.Or(cmd.GetAccessMode(), "any access"))
 }
 
 func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume) (catalogChange, error) {

@@ -174,6 +174,8 @@ func fleetClaim(ctx context.Context, f Fleet, nodeID string, cmd *messages.Claim
 		NodeID:  cmp.Or(cmd.GetNodeId(), nodeID),
 		Mode:    model.ClaimMode(cmd.GetMode()),
 		State:   model.ClaimStateTaken,
+		// The capability the claim chooses; the model fills it in.
+		AccessMode: model.AccessMode(cmd.GetAccessMode()), AttachmentMode: model.AttachmentMode(cmd.GetAttachmentMode()),
 	}
 	if err := cmp.Or(checkClaim(claim), checkUsage(cmd)); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -35,6 +36,9 @@ type Volume struct {
 	Secrets    map[string]string
 	FSType     string
 	MountFlags []string
+	// Capabilities are the volume's capabilities (model.CSIVolume's
+	// Capabilities); empty means the one of AccessMode and AttachmentMode.
+	Capabilities []model.RequestedCapability
 	// Claims maps each alloc holding a claim (read or write, past claims
 	// included) to its claim: its mode and its node.
 	Claims map[string]model.Claim
@@ -63,7 +67,10 @@ type Release struct {
 // ErrClaimRefused. Releasing a claim that is not held returns nil.
 type Catalog interface {
 	GetVolume(ctx context.Context, namespace, id string) (*Volume, error)
-	Claim(ctx context.Context, namespace, id, alloc string, mode model.ClaimMode) error
+	// Claim claims the volume for alloc as use says: a read claim when
+	// use.ReadOnly, with the capability use's modes choose (none: the
+	// volume's only one).
+	Claim(ctx context.Context, namespace, id, alloc string, use csi.Usage) error
 	Release(ctx context.Context, r Release) error
 }
 

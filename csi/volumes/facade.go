@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -88,12 +89,22 @@ func (m *Manager) PID() *actor.PID { return m.pid }
 // read-only for a reader. Mounting again what alloc has mounted the same
 // way returns the same result. An empty namespace is the default one.
 func (m *Manager) Mount(ctx context.Context, namespace, id, alloc string, readOnly bool) (MountResult, error) {
+	return m.MountAs(ctx, namespace, id, alloc, csi.Usage{ReadOnly: readOnly})
+}
+
+// MountAs is Mount with the volume's capability use chooses (its access
+// and attachment modes; none: the volume's only one). The node stages and
+// publishes the volume with that capability; while the volume is mounted on
+// this node with another, the mount is refused (ErrInUse).
+func (m *Manager) MountAs(ctx context.Context, namespace, id, alloc string, use csi.Usage) (MountResult, error) {
+	readOnly := use.ReadOnly
 	namespace = defaultNamespace(namespace)
 	if err := checkIDs("namespace", namespace, "volume ID", id, "alloc ID", alloc); err != nil {
 		return MountResult{}, err
 	}
 	answer, err := m.call(ctx, "mount", func(replyTo *actor.PID) proto.Message {
-		return &messages.MountAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, ReadOnly: readOnly, ReplyTo: replyTo}
+		return &messages.MountAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, ReadOnly: readOnly, ReplyTo: replyTo,
+			AccessMode: string(use.AccessMode), AttachmentMode: string(use.AttachmentMode)}
 	})
 	if err != nil {
 		return MountResult{}, err
@@ -139,12 +150,18 @@ func (m *Manager) ForceUnmount(ctx context.Context, namespace, id, alloc string)
 // Claim claims the volume for alloc without mounting it: a read claim when
 // readOnly, a write claim otherwise. It stays until Release.
 func (m *Manager) Claim(ctx context.Context, namespace, id, alloc string, readOnly bool) error {
+	return m.ClaimAs(ctx, namespace, id, alloc, csi.Usage{ReadOnly: readOnly})
+}
+
+// ClaimAs is Claim with the volume's capability use chooses.
+func (m *Manager) ClaimAs(ctx context.Context, namespace, id, alloc string, use csi.Usage) error {
 	namespace = defaultNamespace(namespace)
 	if err := checkIDs("namespace", namespace, "volume ID", id, "alloc ID", alloc); err != nil {
 		return err
 	}
 	return m.op(ctx, "claim", func(replyTo *actor.PID) proto.Message {
-		return &messages.ClaimAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, ReadOnly: readOnly, ReplyTo: replyTo}
+		return &messages.ClaimAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, ReadOnly: use.ReadOnly, ReplyTo: replyTo,
+			AccessMode: string(use.AccessMode), AttachmentMode: string(use.AttachmentMode)}
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/csi"
 	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -73,7 +74,7 @@ func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*volumes.Vol
 		return nil, fmt.Errorf("%w: %s/%s", volumes.ErrVolumeNotFound, ns, id)
 	}
 	out := &volumes.Volume{Namespace: ns, ID: id, ExternalID: c.external[ns+"/"+id], PluginID: v.PluginID,
-		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, Context: map[string]string{"k": "v"},
+		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, Capabilities: v.Capabilities(), Context: map[string]string{"k": "v"},
 		Secrets: map[string]string{"password": "s3cret"}, Claims: map[string]catalog.Claim{}}
 	for _, m := range []map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims} {
 		for a, cl := range m {
@@ -83,14 +84,19 @@ func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*volumes.Vol
 	return out, nil
 }
 
-func (c *modelCatalog) Claim(_ context.Context, ns, id, alloc string, mode catalog.ClaimMode) error {
+func (c *modelCatalog) Claim(_ context.Context, ns, id, alloc string, use csi.Usage) error {
+	mode := catalog.ClaimModeWrite
+	if use.ReadOnly {
+		mode = catalog.ClaimModeRead
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.volumes[ns+"/"+id]
 	if !ok {
 		return volumes.ErrVolumeNotFound
 	}
-	if err := v.Claim(&catalog.Claim{AllocID: alloc, NodeID: "n1", Mode: mode, State: catalog.ClaimStateTaken}); err != nil {
+	if err := v.Claim(&catalog.Claim{AllocID: alloc, NodeID: "n1", Mode: mode, State: catalog.ClaimStateTaken,
+		AccessMode: use.AccessMode, AttachmentMode: use.AttachmentMode}); err != nil {
 		return fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
 	}
 	return nil

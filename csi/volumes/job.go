@@ -253,7 +253,7 @@ func capability(rec *messages.VolumeRecord, v *Volume) *csipb.VolumeCapability {
 	}
 	m := &csipb.VolumeCapability_MountVolume{}
 	if v != nil {
-		m.FsType, m.MountFlags = v.FSType, v.MountFlags
+		m.FsType, m.MountFlags = v.fsType(rec.GetAccessMode(), rec.GetAttachmentMode()), v.MountFlags
 	}
 	c.AccessType = &csipb.VolumeCapability_Mount{Mount: m}
 	return c

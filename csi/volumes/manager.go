@@ -71,11 +71,13 @@ func (m *manager) Receive(ctx actor.Context) {
 	case *actor.Started:
 		m.onStarted(ctx)
 	case *messages.MountAllocVolume:
-		m.onRequest(ctx, &op{kind: opMount, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+		m.onRequest(ctx, &op{kind: opMount, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo(),
+			access: model.AccessMode(msg.GetAccessMode()), attachment: model.AttachmentMode(msg.GetAttachmentMode())}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.UnmountAllocVolume:
 		m.onRequest(ctx, &op{kind: opUnmount, alloc: msg.GetAllocId(), force: msg.GetForce(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.ClaimAllocVolume:
-		m.onRequest(ctx, &op{kind: opClaim, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+		m.onRequest(ctx, &op{kind: opClaim, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo(),
+			access: model.AccessMode(msg.GetAccessMode()), attachment: model.AttachmentMode(msg.GetAttachmentMode())}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.ReleaseAllocVolume:
 		m.onRequest(ctx, &op{kind: opRelease, alloc: msg.GetAllocId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.DetachVolume:
@@ -196,14 +198,14 @@ func (m *manager) start(ctx actor.Context, o *op) {
 func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 	switch o.kind {
 	case opMount:
-		return j.mount(ctx, o.alloc, o.readOnly)
+		return j.mount(ctx, o.alloc, o.usage())
 	case opUnmount:
 		if o.force {
 			return MountResult{}, j.forceUnmount(ctx, o.alloc)
 		}
 		return MountResult{}, j.unmount(ctx, o.alloc)
 	case opClaim:
-		return MountResult{}, j.claimOnly(ctx, o.alloc, o.readOnly)
+		return MountResult{}, j.claimOnly(ctx, o.alloc, o.usage())
 	case opRelease:
 		return MountResult{}, j.release(ctx, o.alloc)
 	case opDetach:

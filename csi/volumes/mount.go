@@ -36,7 +36,8 @@ func (j *job) result(pub *messages.VolumePublish) MountResult {
 // not attached), stages (when the node stages and the volume is not staged)
 // and publishes the volume for alloc. A failure rolls back what this mount
 // did, and only that.
-func (j *job) mount(ctx context.Context, alloc string, readOnly bool) (MountResult, error) {
+func (j *job) mount(ctx context.Context, alloc string, use csi.Usage) (MountResult, error) {
+	readOnly := use.ReadOnly
 	if err := j.refused("mount"); err != nil {
 		return MountResult{}, err
 	}
@@ -44,7 +45,7 @@ func (j *job) mount(ctx context.Context, alloc string, readOnly bool) (MountResu
 	if err != nil {
 		return MountResult{}, err
 	}
-	if err := j.adopt(vol); err != nil {
+	if err := j.adoptAs(vol, use); err != nil {
 		return MountResult{}, err
 	}
 	if pub := j.rec.GetPublishes()[alloc]; pub != nil {
@@ -73,7 +74,7 @@ func (j *job) mount(ctx context.Context, alloc string, readOnly bool) (MountResu
 	if err := j.save(); err != nil {
 		return MountResult{}, err
 	}
-	if err := j.mountSteps(ctx, vol, pub); err != nil {
+	if err := j.mountSteps(ctx, vol, pub, use); err != nil {
 		rbCtx, cancel := j.rollbackContext()
 		defer cancel()
 		if rbErr := j.takeDown(rbCtx, alloc); rbErr != nil {
@@ -129,12 +130,9 @@ func lastErrorNote(e string) string {
 }
 
 // mountSteps runs the way in after the publish record is written.
-func (j *job) mountSteps(ctx context.Context, vol *Volume, pub *messages.VolumePublish) error {
-	mode := model.ClaimModeWrite
-	if pub.GetReadOnly() {
-		mode = model.ClaimModeRead
-	}
-	if err := j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, pub.GetAllocId(), mode); err != nil {
+func (j *job) mountSteps(ctx context.Context, vol *Volume, pub *messages.VolumePublish, use csi.Usage) error {
+	use.ReadOnly = pub.GetReadOnly()
+	if err := j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, pub.GetAllocId(), use); err != nil {
 		return err
 	}
 	node, err := j.client(ctx, pub.GetNodeSocket())
@@ -201,7 +199,7 @@ func (j *job) attach(ctx context.Context, vol *Volume, nodeSocket string) error 
 func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *Volume, a *messages.VolumeAttachment) error {
 	resp, err := ctrl.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), NodeId: a.GetNodeId(), VolumeCapability: capability(j.rec, vol),
-		Readonly: vol.AccessMode.ReadOnly(), Secrets: vol.Secrets, VolumeContext: vol.Context,
+		Readonly: model.AccessMode(j.rec.GetAccessMode()).ReadOnly(), Secrets: vol.Secrets, VolumeContext: vol.Context,
 	})
 	if err != nil {
 		a.LastError = err.Error()
@@ -288,18 +286,14 @@ func (j *job) nodePublish(ctx context.Context, vol *Volume, pub *messages.Volume
 }
 
 // claimOnly claims the volume for alloc without mounting it.
-func (j *job) claimOnly(ctx context.Context, alloc string, readOnly bool) error {
+func (j *job) claimOnly(ctx context.Context, alloc string, use csi.Usage) error {
 	if err := j.refused("claim"); err != nil {
 		return err
 	}
 	if _, err := j.volume(ctx); err != nil {
 		return err
 	}
-	mode := model.ClaimModeWrite
-	if readOnly {
-		mode = model.ClaimModeRead
-	}
-	return j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, alloc, mode)
+	return j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, alloc, use)
 }
 
 // release frees alloc's claim, unless alloc has the volume published here.

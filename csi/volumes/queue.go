@@ -2,6 +2,8 @@ package volumes
 
 import (
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // opKind is what an operation does to its volume.
@@ -28,6 +30,10 @@ type op struct {
 	key      volumeKey
 	alloc    string
 	readOnly bool
+	// access and attachment choose the volume's capability a mount or a
+	// claim uses (see csi.Usage).
+	access     model.AccessMode
+	attachment model.AttachmentMode
 	// force is an unmount's: see messages.UnmountAllocVolume.
 	force  bool
 	nodeID string

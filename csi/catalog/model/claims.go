@@ -25,7 +25,7 @@ func (v *CSIVolume) Claim(c *Claim) error {
 // nothing. An alloc that holds a write claim gets ErrClaimModeConflict, one
 // whose claim is being released ErrClaimReleasing. On error v is unchanged.
 func (v *CSIVolume) ClaimRead(c *Claim) error {
-	return asError(v.take(c, ClaimModeRead, v.readRefusal))
+	return asError(v.take(c, ClaimModeRead, func(AccessMode) *catalogError { return v.readRefusal() }))
 }
 
 // ClaimWrite grants c, a write claim in state taken, to its alloc, as
@@ -37,8 +37,9 @@ func (v *CSIVolume) ClaimWrite(c *Claim) error {
 }
 
 // take grants c, which must be a claim of the given mode in state taken,
-// unless refusal or the claims already held say no.
-func (v *CSIVolume) take(c *Claim, mode ClaimMode, refusal func() *catalogError) *catalogError {
+// unless its capability, refusal or the claims already held say no. The
+// claim granted carries the capability it chose.
+func (v *CSIVolume) take(c *Claim, mode ClaimMode, refusal func(AccessMode) *catalogError) *catalogError {
 	if err := v.checkClaimable(c); err != nil {
 		return err
 	}
@@ -54,7 +55,14 @@ func (v *CSIVolume) take(c *Claim, mode ClaimMode, refusal func() *catalogError)
 		// Claiming again what is held changes nothing.
 		return v.matchHeld(held, c)
 	}
-	if err := refusal(); err != nil {
+	c = c.Copy()
+	if err := v.chooseCapability(c); err != nil {
+		return err
+	}
+	if err := refusal(v.capabilityOf(c).AccessMode); err != nil {
+		return err
+	}
+	if err := v.capabilityConflict(c); err != nil {
 		return err
 	}
 	if err := v.nodeConflict(c); err != nil {
@@ -154,10 +162,10 @@ func (v *CSIVolume) matchHeld(held, c *Claim) *catalogError {
 	return nil
 }
 
-// nodeConflict refuses c when v's access mode is single-node and v is
-// claimed on another node.
+// nodeConflict refuses c when its capability or a held claim's is
+// single-node and v is claimed on another node.
 func (v *CSIVolume) nodeConflict(c *Claim) *catalogError {
-	if !v.AccessMode.SingleNode() {
+	if !v.capabilityOf(c).AccessMode.SingleNode() && v.singleNodeHeld() == nil {
 		return nil
 	}
 	for _, node := range v.claimNodes() {

@@ -75,6 +75,9 @@ var (
 	// ErrAttachConflict is returned when a volume with a single-node access
 	// mode is attached to a node while another node holds an attachment.
 	ErrAttachConflict = errors.New("catalog: volume is attached to another node")
+	// ErrCapabilityConflict is returned when a claim chose a capability
+	// whose attachment mode differs from the one the volume's claims use.
+	ErrCapabilityConflict = errors.New("catalog: claim's capability conflicts with the volume's claims")
 )
 
 // catalogError is an error with a package-prefixed message of its own that

@@ -188,12 +188,14 @@ func ClaimToProto(c *Claim) *messages.CatalogClaim {
 	if c == nil {
 		return &messages.CatalogClaim{}
 	}
-	return &messages.CatalogClaim{AllocId: c.AllocID, NodeId: c.NodeID, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError}
+	return &messages.CatalogClaim{AllocId: c.AllocID, NodeId: c.NodeID, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError,
+		AccessMode: string(c.AccessMode), AttachmentMode: string(c.AttachmentMode)}
 }
 
 // ClaimFromProto returns the claim m describes.
 func ClaimFromProto(m *messages.CatalogClaim) *Claim {
-	return &Claim{AllocID: m.GetAllocId(), NodeID: m.GetNodeId(), Mode: ClaimMode(m.GetMode()), State: ClaimState(m.GetState()), LastError: m.GetLastError()}
+	return &Claim{AllocID: m.GetAllocId(), NodeID: m.GetNodeId(), Mode: ClaimMode(m.GetMode()), State: ClaimState(m.GetState()), LastError: m.GetLastError(),
+		AccessMode: AccessMode(m.GetAccessMode()), AttachmentMode: AttachmentMode(m.GetAttachmentMode())}
 }
 
 // Proto returns h in its protobuf form.
@@ -248,6 +250,7 @@ func (v *CSIVolume) Proto() *messages.CatalogVolume {
 		Deleting:            v.Deleting,
 		Created:             v.Created,
 		Attachments:         mapTo(v.Attachments, AttachmentToProto),
+		Capabilities:        capabilitiesToProto(v.RequestedCapabilities),
 	}
 }
 
@@ -271,6 +274,7 @@ func VolumeFromProto(m *messages.CatalogVolume) *CSIVolume {
 		ModifyIndex:       m.GetModifyIndex(),
 	}
 	pluginSideFromProto(v, m)
+	v.RequestedCapabilities = capabilitiesFromProto(m.GetCapabilities())
 	v.ensureMaps()
 	return v
 }
@@ -421,6 +425,6 @@ func Sentinels() []error {
 		ErrUnknownPluginType, ErrInvalidVolume, ErrInvalidClaim, ErrInvalidPlugin, ErrPluginMismatch,
 		ErrVolumeUnschedulable, ErrWriteClaimRefused, ErrVolumeMaxClaims, ErrNodeConflict, ErrNodeVolumeLimit, ErrTopologyMismatch,
 		ErrClaimModeConflict, ErrClaimReleasing, ErrClaimNotFound,
-		ErrInvalidAttachment, ErrAttachRefused, ErrAttachConflict,
+		ErrInvalidAttachment, ErrAttachRefused, ErrAttachConflict, ErrCapabilityConflict,
 	}
 }

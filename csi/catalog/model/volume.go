@@ -27,6 +27,11 @@ type Claim struct {
 	// LastError says why a past claim is stuck in its state; empty for a
 	// held claim.
 	LastError string
+	// AccessMode and AttachmentMode are the volume's capability the claim
+	// chose. Empty in a new claim means the only one that fits; empty in a
+	// claim written before volumes had several means the volume's own modes.
+	AccessMode     AccessMode
+	AttachmentMode AttachmentMode
 }
 
 // Copy returns a copy of c; nil for nil.
@@ -61,6 +66,16 @@ func (c *Claim) check() *catalogError {
 	}
 	if err := c.State.check(); err != nil {
 		return err.within(ErrInvalidClaim, "claim by alloc %s", c.AllocID)
+	}
+	if c.AccessMode != "" {
+		if err := c.AccessMode.check(); err != nil {
+			return err.within(ErrInvalidClaim, "claim by alloc %s: access_mode", c.AllocID)
+		}
+	}
+	if c.AttachmentMode != "" {
+		if err := c.AttachmentMode.check(); err != nil {
+			return err.within(ErrInvalidClaim, "claim by alloc %s: attachment_mode", c.AllocID)
+		}
 	}
 	return nil
 }
@@ -118,6 +133,10 @@ type CSIVolume struct {
 	AccessMode AccessMode
 	// AttachmentMode fixes how the volume is handed to allocs.
 	AttachmentMode AttachmentMode
+	// RequestedCapabilities are the ways the volume can be used, each
+	// claim choosing one; the first is AccessMode and AttachmentMode. Nil
+	// means the one capability of those modes (see Capabilities).
+	RequestedCapabilities []RequestedCapability
 	// Topologies are where the volume can be reached; their order carries no
 	// meaning.
 	Topologies []*Topology
@@ -196,6 +215,7 @@ func (v *CSIVolume) Copy() *CSIVolume {
 	}
 	out := *v
 	out.Topologies = copyTopologies(v.Topologies)
+	out.RequestedCapabilities = slices.Clone(v.RequestedCapabilities)
 	out.ReadClaims = copyMap(v.ReadClaims, (*Claim).Copy)
 	out.WriteClaims = copyMap(v.WriteClaims, (*Claim).Copy)
 	out.PastClaims = copyMap(v.PastClaims, (*Claim).Copy)
@@ -217,6 +237,7 @@ func (v *CSIVolume) Equal(o *CSIVolume) bool {
 		v.PluginID == o.PluginID &&
 		v.AccessMode == o.AccessMode &&
 		v.AttachmentMode == o.AttachmentMode &&
+		slices.Equal(v.Capabilities(), o.Capabilities()) &&
 		topologySetsEqual(v.Topologies, o.Topologies) &&
 		v.equalPluginSide(o)
 }
@@ -235,7 +256,14 @@ func (v *CSIVolume) CanReadOnly() bool { return v.readRefusal() == nil }
 // can be read, its access mode allows writers, and it has fewer writers than
 // the mode allows. (A single-node volume also needs the claim to come from
 // the node it is claimed on.)
-func (v *CSIVolume) CanWrite() bool { return v.writeRefusal() == nil }
+func (v *CSIVolume) CanWrite() bool {
+	for _, c := range v.Capabilities() {
+		if v.writeRefusal(c.AccessMode) == nil {
+			return true
+		}
+	}
+	return false
+}
 
 // readRefusal says why no new read claim can be granted, or nil.
 func (v *CSIVolume) readRefusal() *catalogError {
@@ -255,15 +283,20 @@ func (v *CSIVolume) readRefusal() *catalogError {
 	return nil
 }
 
-// writeRefusal says why no new write claim can be granted, or nil.
-func (v *CSIVolume) writeRefusal() *catalogError {
+// writeRefusal says why no new write claim with access mode access can be
+// granted, or nil: the writers' limit is the fewest that any writer's
+// capability allows, the new one's included.
+func (v *CSIVolume) writeRefusal(access AccessMode) *catalogError {
 	if err := v.readRefusal(); err != nil {
 		return err
 	}
-	if v.AccessMode.ReadOnly() {
+	if access.ReadOnly() {
+		if len(v.RequestedCapabilities) > 1 {
+			return v.errorf(ErrWriteClaimRefused, "is read-only as %s: claim it with a writer capability", access)
+		}
 		return v.errorf(ErrWriteClaimRefused, "is read-only")
 	}
-	if len(v.WriteClaims) >= v.AccessMode.MaxWriters() {
+	if max, _ := v.writerLimit(&access); len(v.WriteClaims) >= max {
 		return v.errorf(ErrVolumeMaxClaims, "already has a writer (alloc %s)", joinKeys(v.WriteClaims))
 	}
 	return nil
@@ -347,6 +380,7 @@ func (v *CSIVolume) Validate() error {
 	}
 	within(v.AccessMode.check())
 	within(v.AttachmentMode.check())
+	v.checkCapabilities(bad)
 	for i, t := range v.Topologies {
 		if t == nil {
 			bad("topology %d is nil", i)
@@ -384,11 +418,18 @@ func (v *CSIVolume) checkClaimMaps(bad func(string, ...any), within func(*catalo
 			v.checkClaimPlace(m.name, c, bad)
 		}
 	}
-	if n, max := len(v.WriteClaims), v.AccessMode.MaxWriters(); n > max {
-		bad("has %d write claim(s) (allocs %s); %s allows %d", n, joinKeys(v.WriteClaims), v.AccessMode, max)
+	if max, by := v.writerLimit(nil); len(v.WriteClaims) > max {
+		n := len(v.WriteClaims)
+		bad("has %d write claim(s) (allocs %s); %s allows %d", n, joinKeys(v.WriteClaims), by, max)
 	}
-	if nodes := v.claimNodes(); v.AccessMode.SingleNode() && len(nodes) > 1 {
-		bad("is claimed on nodes %v; %s allows one node", nodes, v.AccessMode)
+	if nodes, h := v.claimNodes(), v.singleNodeHeld(); h != nil && len(nodes) > 1 {
+		bad("is claimed on nodes %v; %s allows one node", nodes, v.capabilityOf(h).AccessMode)
+	}
+	caps := v.Capabilities()
+	for _, h := range v.heldClaims() {
+		if c := v.capabilityOf(h); !slices.ContainsFunc(caps, c.same) {
+			bad("claim of alloc %s uses %s %s, not a capability of the volume", h.AllocID, c.AccessMode, c.AttachmentMode)
+		}
 	}
 }
 

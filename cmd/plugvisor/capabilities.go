@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+)
+
+// capabilityList is volume register's -capability, repeatable: each
+// "access=MODE[,attachment=MODE][,fs=TYPE]" one of the volume's
+// capabilities (attachment defaults to file-system).
+type capabilityList []api.CapabilityJSON
+
+func (c *capabilityList) String() string { return fmt.Sprint([]api.CapabilityJSON(*c)) }
+
+// Type names the flag's value in help.
+func (c *capabilityList) Type() string { return "access=MODE[,attachment=MODE][,fs=TYPE]" }
+
+// Set adds the capability v, whose modes must be known.
+func (c *capabilityList) Set(v string) error {
+	out := api.CapabilityJSON{AttachmentMode: string(model.AttachmentModeFileSystem)}
+	for _, part := range strings.Split(v, ",") {
+		key, value, ok := strings.Cut(part, "=")
+		if !ok || value == "" {
+			return fmt.Errorf("capability %q: %q is not KEY=VALUE (keys: access, attachment, fs)", v, part)
+		}
+		switch key {
+		case "access":
+			if _, err := model.ParseAccessMode(value); err != nil {
+				return fmt.Errorf("capability %q: access: %w", v, err)
+			}
+			out.AccessMode = value
+		case "attachment":
+			if _, err := model.ParseAttachmentMode(value); err != nil {
+				return fmt.Errorf("capability %q: attachment: %w", v, err)
+			}
+			out.AttachmentMode = value
+		case "fs":
+			out.FSType = value
+		default:
+			return fmt.Errorf("capability %q: unknown key %q (keys: access, attachment, fs)", v, key)
+		}
+	}
+	if out.AccessMode == "" {
+		return fmt.Errorf("capability %q: access=MODE is required", v)
+	}
+	*c = append(*c, out)
+	return nil
+}
+
+// registerModes checks that a registration names its modes one way: with
+// -access-mode (and -attachment-mode), or with -capability, and leaves
+// body's modes empty when it names capabilities.
+func registerModes(body *api.VolumeBody, caps capabilityList, modeSet bool) error {
+	switch {
+	case len(caps) == 0 && body.AccessMode == "":
+		return usageError("missing required flag -access-mode (or one -capability or more)")
+	case len(caps) > 0 && modeSet:
+		return usageError("-capability names the volume's modes: leave -access-mode and -attachment-mode out")
+	case len(caps) > 0:
+		body.AccessMode, body.AttachmentMode, body.Capabilities = "", "", caps
+	}
+	return nil
+}
+
+// capabilitiesLine is how volume register and status show a volume's
+// capabilities when it has more than one; empty otherwise.
+func capabilitiesLine(caps []api.CapabilityJSON) string {
+	if len(caps) < 2 {
+		return ""
+	}
+	parts := make([]string, len(caps))
+	for i, c := range caps {
+		parts[i] = c.AttachmentMode + " " + c.AccessMode
+		if c.FSType != "" {
+			parts[i] += " (" + c.FSType + ")"
+		}
+	}
+	return "  capabilities: " + strings.Join(parts, "; ") + "\n"
+}
+
+// checkUsageFlags checks a claim's or mount's -access-mode and
+// -attachment-mode before any request.
+func checkUsageFlags(body api.AllocBody) error {
+	if body.AccessMode != "" {
+		if _, err := model.ParseAccessMode(body.AccessMode); err != nil {
+			return usageError("-access-mode: %v", err)
+		}
+	}
+	if body.AttachmentMode != "" {
+		if _, err := model.ParseAttachmentMode(body.AttachmentMode); err != nil {
+			return usageError("-attachment-mode: %v", err)
+		}
+	}
+	return nil
+}
