@@ -7,13 +7,14 @@
 package messages
 
 import (
+	reflect "reflect"
+	sync "sync"
+	unsafe "unsafe"
+
 	actor "github.com/asynkron/protoactor-go/actor"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
-	reflect "reflect"
-	sync "sync"
-	unsafe "unsafe"
 )
 
 const (
@@ -1154,70 +1155,6 @@ func (x *CatalogIndex) GetIndex() uint64 {
 	return 0
 }
 
-// CatalogError is the failure half of every catalog answer; unset means
-// success. code and message are as in Error; kinds are the texts of every
-// sentinel error the failure matches (the csi package's and the catalog
-// model's), so that a Go caller can test it with errors.Is after the trip.
-type CatalogError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=plugvisor.messages.ErrorCode" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Kinds         []string               `protobuf:"bytes,3,rep,name=kinds,proto3" json:"kinds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CatalogError) Reset() {
-	*x = CatalogError{}
-	mi := &file_messages_catalog_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogError) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogError) ProtoMessage() {}
-
-func (x *CatalogError) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogError.ProtoReflect.Descriptor instead.
-func (*CatalogError) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *CatalogError) GetCode() ErrorCode {
-	if x != nil {
-		return x.Code
-	}
-	return ErrorCode_ERROR_CODE_UNSPECIFIED
-}
-
-func (x *CatalogError) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *CatalogError) GetKinds() []string {
-	if x != nil {
-		return x.Kinds
-	}
-	return nil
-}
-
 // RegisterVolume is sent by the agent's API or a Go caller to the catalog to
 // add a volume, or to change the description of one that has no claims.
 // Registering an identical description again changes nothing. The catalog
@@ -1232,7 +1169,7 @@ type RegisterVolume struct {
 
 func (x *RegisterVolume) Reset() {
 	*x = RegisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1181,7 @@ func (x *RegisterVolume) String() string {
 func (*RegisterVolume) ProtoMessage() {}
 
 func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[14]
+	mi := &file_messages_catalog_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1194,7 @@ func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolume.ProtoReflect.Descriptor instead.
 func (*RegisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterVolume) GetVolume() *CatalogVolume {
@@ -1278,7 +1215,7 @@ func (x *RegisterVolume) GetReplyTo() *actor.PID {
 // volume as registered (with its indexes and health).
 type RegisterVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1286,7 +1223,7 @@ type RegisterVolumeResponse struct {
 
 func (x *RegisterVolumeResponse) Reset() {
 	*x = RegisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1235,7 @@ func (x *RegisterVolumeResponse) String() string {
 func (*RegisterVolumeResponse) ProtoMessage() {}
 
 func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,10 +1248,10 @@ func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
 }
 
-func (x *RegisterVolumeResponse) GetError() *CatalogError {
+func (x *RegisterVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1342,7 +1279,7 @@ type DeregisterVolume struct {
 
 func (x *DeregisterVolume) Reset() {
 	*x = DeregisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1291,7 @@ func (x *DeregisterVolume) String() string {
 func (*DeregisterVolume) ProtoMessage() {}
 
 func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1304,7 @@ func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolume.ProtoReflect.Descriptor instead.
 func (*DeregisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeregisterVolume) GetNamespace() string {
@@ -1394,14 +1331,14 @@ func (x *DeregisterVolume) GetReplyTo() *actor.PID {
 // DeregisterVolumeResponse is the catalog's answer to DeregisterVolume.
 type DeregisterVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeregisterVolumeResponse) Reset() {
 	*x = DeregisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1350,7 @@ func (x *DeregisterVolumeResponse) String() string {
 func (*DeregisterVolumeResponse) ProtoMessage() {}
 
 func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,10 +1363,10 @@ func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *DeregisterVolumeResponse) GetError() *CatalogError {
+func (x *DeregisterVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1450,7 +1387,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1399,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1412,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListVolumesRequest) GetNamespace() string {
@@ -1496,14 +1433,14 @@ func (x *ListVolumesRequest) GetReplyTo() *actor.PID {
 type ListVolumesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volumes       []*CatalogVolumeStub   `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	Error         *CatalogError          `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1452,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1465,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
@@ -1538,7 +1475,7 @@ func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
 	return nil
 }
 
-func (x *ListVolumesResponse) GetError() *CatalogError {
+func (x *ListVolumesResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1558,7 +1495,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1507,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1520,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetVolumeRequest) GetNamespace() string {
@@ -1610,7 +1547,7 @@ func (x *GetVolumeRequest) GetReplyTo() *actor.PID {
 // GetVolumeResponse is the catalog's answer to GetVolumeRequest.
 type GetVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1618,7 +1555,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1567,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,10 +1580,10 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
 }
 
-func (x *GetVolumeResponse) GetError() *CatalogError {
+func (x *GetVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1687,7 +1624,7 @@ type ClaimVolume struct {
 
 func (x *ClaimVolume) Reset() {
 	*x = ClaimVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1636,7 @@ func (x *ClaimVolume) String() string {
 func (*ClaimVolume) ProtoMessage() {}
 
 func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1649,7 @@ func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolume.ProtoReflect.Descriptor instead.
 func (*ClaimVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ClaimVolume) GetNamespace() string {
@@ -1782,7 +1719,7 @@ func (x *ClaimVolume) GetAttachmentMode() string {
 // with the claim.
 type ClaimVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1790,7 +1727,7 @@ type ClaimVolumeResponse struct {
 
 func (x *ClaimVolumeResponse) Reset() {
 	*x = ClaimVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1739,7 @@ func (x *ClaimVolumeResponse) String() string {
 func (*ClaimVolumeResponse) ProtoMessage() {}
 
 func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,10 +1752,10 @@ func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ClaimVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
 }
 
-func (x *ClaimVolumeResponse) GetError() *CatalogError {
+func (x *ClaimVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1853,7 +1790,7 @@ type ReleaseVolume struct {
 
 func (x *ReleaseVolume) Reset() {
 	*x = ReleaseVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1802,7 @@ func (x *ReleaseVolume) String() string {
 func (*ReleaseVolume) ProtoMessage() {}
 
 func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1815,7 @@ func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseVolume) GetNamespace() string {
@@ -1926,7 +1863,7 @@ func (x *ReleaseVolume) GetLastError() string {
 // ReleaseVolumeResponse is the catalog's answer to ReleaseVolume.
 type ReleaseVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1934,7 +1871,7 @@ type ReleaseVolumeResponse struct {
 
 func (x *ReleaseVolumeResponse) Reset() {
 	*x = ReleaseVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +1883,7 @@ func (x *ReleaseVolumeResponse) String() string {
 func (*ReleaseVolumeResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,10 +1896,10 @@ func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
 }
 
-func (x *ReleaseVolumeResponse) GetError() *CatalogError {
+func (x *ReleaseVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1992,7 +1929,7 @@ type MarkVolumeDeleting struct {
 
 func (x *MarkVolumeDeleting) Reset() {
 	*x = MarkVolumeDeleting{}
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +1941,7 @@ func (x *MarkVolumeDeleting) String() string {
 func (*MarkVolumeDeleting) ProtoMessage() {}
 
 func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +1954,7 @@ func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeleting.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeleting) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MarkVolumeDeleting) GetNamespace() string {
@@ -2045,7 +1982,7 @@ func (x *MarkVolumeDeleting) GetReplyTo() *actor.PID {
 // the marked volume.
 type MarkVolumeDeletingResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2053,7 +1990,7 @@ type MarkVolumeDeletingResponse struct {
 
 func (x *MarkVolumeDeletingResponse) Reset() {
 	*x = MarkVolumeDeletingResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2002,7 @@ func (x *MarkVolumeDeletingResponse) String() string {
 func (*MarkVolumeDeletingResponse) ProtoMessage() {}
 
 func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,10 +2015,10 @@ func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeletingResponse.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeletingResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
 }
 
-func (x *MarkVolumeDeletingResponse) GetError() *CatalogError {
+func (x *MarkVolumeDeletingResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2111,7 +2048,7 @@ type RecordVolumeCapacity struct {
 
 func (x *RecordVolumeCapacity) Reset() {
 	*x = RecordVolumeCapacity{}
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2060,7 @@ func (x *RecordVolumeCapacity) String() string {
 func (*RecordVolumeCapacity) ProtoMessage() {}
 
 func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2073,7 @@ func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacity.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacity) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RecordVolumeCapacity) GetNamespace() string {
@@ -2171,7 +2108,7 @@ func (x *RecordVolumeCapacity) GetReplyTo() *actor.PID {
 // RecordVolumeCapacity: the volume with its new capacity.
 type RecordVolumeCapacityResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2179,7 +2116,7 @@ type RecordVolumeCapacityResponse struct {
 
 func (x *RecordVolumeCapacityResponse) Reset() {
 	*x = RecordVolumeCapacityResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2128,7 @@ func (x *RecordVolumeCapacityResponse) String() string {
 func (*RecordVolumeCapacityResponse) ProtoMessage() {}
 
 func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,10 +2141,10 @@ func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacityResponse.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
 }
 
-func (x *RecordVolumeCapacityResponse) GetError() *CatalogError {
+func (x *RecordVolumeCapacityResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2232,7 +2169,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2181,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2194,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -2274,14 +2211,14 @@ func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
 type ListCatalogPluginsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plugins       []*CatalogPlugin       `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
-	Error         *CatalogError          `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2230,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2243,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -2316,7 +2253,7 @@ func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
 	return nil
 }
 
-func (x *ListCatalogPluginsResponse) GetError() *CatalogError {
+func (x *ListCatalogPluginsResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2336,7 +2273,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2285,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2298,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -2374,14 +2311,14 @@ func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
 // ShutdownCatalogResponse is the catalog's answer to ShutdownCatalog.
 type ShutdownCatalogResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2330,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,10 +2343,10 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
 }
 
-func (x *ShutdownCatalogResponse) GetError() *CatalogError {
+func (x *ShutdownCatalogResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2557,39 +2494,35 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
 	"\x05value\x18\x02 \x01(\v2#.plugvisor.messages.CatalogInstanceR\x05value:\x028\x01\"$\n" +
 	"\fCatalogIndex\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"q\n" +
-	"\fCatalogError\x121\n" +
-	"\x04code\x18\x01 \x01(\x0e2\x1d.plugvisor.messages.ErrorCodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05kinds\x18\x03 \x03(\tR\x05kinds\"r\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"r\n" +
 	"\x0eRegisterVolume\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12%\n" +
 	"\breply_to\x18\x02 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x8b\x01\n" +
-	"\x16RegisterVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x84\x01\n" +
+	"\x16RegisterVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"t\n" +
 	"\x10DeregisterVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"R\n" +
-	"\x18DeregisterVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"Y\n" +
+	".actor.PIDR\areplyTo\"K\n" +
+	"\x18DeregisterVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"Y\n" +
 	"\x12ListVolumesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\breply_to\x18\x02 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x8e\x01\n" +
+	".actor.PIDR\areplyTo\"\x87\x01\n" +
 	"\x13ListVolumesResponse\x12?\n" +
-	"\avolumes\x18\x01 \x03(\v2%.plugvisor.messages.CatalogVolumeStubR\avolumes\x126\n" +
-	"\x05error\x18\x02 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"t\n" +
+	"\avolumes\x18\x01 \x03(\v2%.plugvisor.messages.CatalogVolumeStubR\avolumes\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"t\n" +
 	"\x10GetVolumeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x86\x01\n" +
-	"\x11GetVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x7f\n" +
+	"\x11GetVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\x9e\x02\n" +
 	"\vClaimVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -2602,9 +2535,9 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\tplugin_id\x18\a \x01(\tR\bpluginId\x12\x1f\n" +
 	"\vaccess_mode\x18\b \x01(\tR\n" +
 	"accessMode\x12'\n" +
-	"\x0fattachment_mode\x18\t \x01(\tR\x0eattachmentMode\"\x88\x01\n" +
-	"\x13ClaimVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	"\x0fattachment_mode\x18\t \x01(\tR\x0eattachmentMode\"\x81\x01\n" +
+	"\x13ClaimVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\xc1\x01\n" +
 	"\rReleaseVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -2614,38 +2547,38 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\breply_to\x18\x05 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x06 \x01(\tR\tlastError\"\x8a\x01\n" +
-	"\x15ReleaseVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\x83\x01\n" +
+	"\x15ReleaseVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"v\n" +
 	"\x12MarkVolumeDeleting\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x8f\x01\n" +
-	"\x1aMarkVolumeDeletingResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x88\x01\n" +
+	"\x1aMarkVolumeDeletingResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\x9f\x01\n" +
 	"\x14RecordVolumeCapacity\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x03 \x01(\x03R\rcapacityBytes\x12%\n" +
 	"\breply_to\x18\x04 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x91\x01\n" +
-	"\x1cRecordVolumeCapacityResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x8a\x01\n" +
+	"\x1cRecordVolumeCapacityResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"B\n" +
 	"\x19ListCatalogPluginsRequest\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x91\x01\n" +
+	".actor.PIDR\areplyTo\"\x8a\x01\n" +
 	"\x1aListCatalogPluginsResponse\x12;\n" +
-	"\aplugins\x18\x01 \x03(\v2!.plugvisor.messages.CatalogPluginR\aplugins\x126\n" +
-	"\x05error\x18\x02 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"8\n" +
+	"\aplugins\x18\x01 \x03(\v2!.plugvisor.messages.CatalogPluginR\aplugins\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"8\n" +
 	"\x0fShutdownCatalog\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"Q\n" +
-	"\x17ShutdownCatalogResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05errorB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	".actor.PIDR\areplyTo\"J\n" +
+	"\x17ShutdownCatalogResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05errorB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_catalog_proto_rawDescOnce sync.Once
@@ -2659,7 +2592,7 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
 	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
@@ -2674,107 +2607,105 @@ var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogPluginJob)(nil),             // 10: plugvisor.messages.CatalogPluginJob
 	(*CatalogPlugin)(nil),                // 11: plugvisor.messages.CatalogPlugin
 	(*CatalogIndex)(nil),                 // 12: plugvisor.messages.CatalogIndex
-	(*CatalogError)(nil),                 // 13: plugvisor.messages.CatalogError
-	(*RegisterVolume)(nil),               // 14: plugvisor.messages.RegisterVolume
-	(*RegisterVolumeResponse)(nil),       // 15: plugvisor.messages.RegisterVolumeResponse
-	(*DeregisterVolume)(nil),             // 16: plugvisor.messages.DeregisterVolume
-	(*DeregisterVolumeResponse)(nil),     // 17: plugvisor.messages.DeregisterVolumeResponse
-	(*ListVolumesRequest)(nil),           // 18: plugvisor.messages.ListVolumesRequest
-	(*ListVolumesResponse)(nil),          // 19: plugvisor.messages.ListVolumesResponse
-	(*GetVolumeRequest)(nil),             // 20: plugvisor.messages.GetVolumeRequest
-	(*GetVolumeResponse)(nil),            // 21: plugvisor.messages.GetVolumeResponse
-	(*ClaimVolume)(nil),                  // 22: plugvisor.messages.ClaimVolume
-	(*ClaimVolumeResponse)(nil),          // 23: plugvisor.messages.ClaimVolumeResponse
-	(*ReleaseVolume)(nil),                // 24: plugvisor.messages.ReleaseVolume
-	(*ReleaseVolumeResponse)(nil),        // 25: plugvisor.messages.ReleaseVolumeResponse
-	(*MarkVolumeDeleting)(nil),           // 26: plugvisor.messages.MarkVolumeDeleting
-	(*MarkVolumeDeletingResponse)(nil),   // 27: plugvisor.messages.MarkVolumeDeletingResponse
-	(*RecordVolumeCapacity)(nil),         // 28: plugvisor.messages.RecordVolumeCapacity
-	(*RecordVolumeCapacityResponse)(nil), // 29: plugvisor.messages.RecordVolumeCapacityResponse
-	(*ListCatalogPluginsRequest)(nil),    // 30: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil),   // 31: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),              // 32: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),      // 33: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                  // 34: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                  // 35: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                  // 36: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                  // 37: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                  // 38: plugvisor.messages.CatalogVolume.ParametersEntry
-	nil,                                  // 39: plugvisor.messages.CatalogVolume.SecretsEntry
-	nil,                                  // 40: plugvisor.messages.CatalogVolume.ContextEntry
-	nil,                                  // 41: plugvisor.messages.CatalogVolume.AttachmentsEntry
-	nil,                                  // 42: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                  // 43: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                  // 44: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),        // 45: google.protobuf.Timestamp
-	(ErrorCode)(0),                       // 46: plugvisor.messages.ErrorCode
-	(*actor.PID)(nil),                    // 47: actor.PID
+	(*RegisterVolume)(nil),               // 13: plugvisor.messages.RegisterVolume
+	(*RegisterVolumeResponse)(nil),       // 14: plugvisor.messages.RegisterVolumeResponse
+	(*DeregisterVolume)(nil),             // 15: plugvisor.messages.DeregisterVolume
+	(*DeregisterVolumeResponse)(nil),     // 16: plugvisor.messages.DeregisterVolumeResponse
+	(*ListVolumesRequest)(nil),           // 17: plugvisor.messages.ListVolumesRequest
+	(*ListVolumesResponse)(nil),          // 18: plugvisor.messages.ListVolumesResponse
+	(*GetVolumeRequest)(nil),             // 19: plugvisor.messages.GetVolumeRequest
+	(*GetVolumeResponse)(nil),            // 20: plugvisor.messages.GetVolumeResponse
+	(*ClaimVolume)(nil),                  // 21: plugvisor.messages.ClaimVolume
+	(*ClaimVolumeResponse)(nil),          // 22: plugvisor.messages.ClaimVolumeResponse
+	(*ReleaseVolume)(nil),                // 23: plugvisor.messages.ReleaseVolume
+	(*ReleaseVolumeResponse)(nil),        // 24: plugvisor.messages.ReleaseVolumeResponse
+	(*MarkVolumeDeleting)(nil),           // 25: plugvisor.messages.MarkVolumeDeleting
+	(*MarkVolumeDeletingResponse)(nil),   // 26: plugvisor.messages.MarkVolumeDeletingResponse
+	(*RecordVolumeCapacity)(nil),         // 27: plugvisor.messages.RecordVolumeCapacity
+	(*RecordVolumeCapacityResponse)(nil), // 28: plugvisor.messages.RecordVolumeCapacityResponse
+	(*ListCatalogPluginsRequest)(nil),    // 29: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 30: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 31: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 32: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 33: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 34: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 35: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 36: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 37: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 38: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 39: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 40: plugvisor.messages.CatalogVolume.AttachmentsEntry
+	nil,                                  // 41: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 42: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 43: plugvisor.messages.CatalogPlugin.NodesEntry
+	(*timestamppb.Timestamp)(nil),        // 44: google.protobuf.Timestamp
+	(*actor.PID)(nil),                    // 45: actor.PID
+	(*Error)(nil),                        // 46: plugvisor.messages.Error
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	34, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	33, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	35, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	36, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	37, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	34, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	35, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	36, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	45, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	38, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
-	39, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
-	40, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	44, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	37, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	38, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	39, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
 	5,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
 	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
-	41, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
+	40, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
 	3,  // 13: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
 	0,  // 14: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	45, // 15: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	44, // 15: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 16: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
 	8,  // 17: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	42, // 18: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	43, // 19: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	44, // 20: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	41, // 18: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	42, // 19: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	43, // 20: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
 	2,  // 21: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
-	46, // 22: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
-	3,  // 23: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 24: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
-	13, // 25: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 26: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 27: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
-	13, // 28: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	47, // 29: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	6,  // 30: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	13, // 31: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
-	47, // 32: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	13, // 33: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 34: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 35: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	13, // 36: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 37: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 38: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	13, // 39: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 40: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 41: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
-	13, // 42: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 43: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 44: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
-	13, // 45: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 46: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	47, // 47: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	11, // 48: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	13, // 49: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
-	47, // 50: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	13, // 51: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
-	1,  // 52: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 53: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 54: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	4,  // 55: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
-	10, // 56: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	9,  // 57: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	9,  // 58: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	3,  // 22: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 23: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	46, // 24: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 25: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 26: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	46, // 27: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	45, // 28: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	6,  // 29: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	46, // 30: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.Error
+	45, // 31: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	46, // 32: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 33: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 34: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	46, // 35: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 36: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 37: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	46, // 38: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 39: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 40: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	46, // 41: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 42: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 43: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	46, // 44: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 45: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	45, // 46: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	11, // 47: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	46, // 48: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.Error
+	45, // 49: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	46, // 50: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.Error
+	1,  // 51: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 52: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 53: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	4,  // 54: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
+	10, // 55: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	9,  // 56: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	9,  // 57: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -2789,7 +2720,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

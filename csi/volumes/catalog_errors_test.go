@@ -40,13 +40,13 @@ func TestTheCatalogsErrorsCrossBothActorBoundaries(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.sentinel.Error(), func(t *testing.T) {
-			wire := catalog.CatalogErrorToProto(catalog.FleetErrorf(c.sentinel, "the words of %s", c.sentinel))
+			wire := messages.ErrorToProto(catalog.FleetErrorf(c.sentinel, "the words of %s", c.sentinel))
 			require.Equal(t, c.code, wire.GetCode(), "its own wire code")
 			bytes, err := proto.Marshal(wire)
 			require.NoError(t, err)
-			var back messages.CatalogError
+			var back messages.Error
 			require.NoError(t, proto.Unmarshal(bytes, &back))
-			crossed := catalog.CatalogErrorFromProto(&back)
+			crossed := messages.ErrorFromProto(&back)
 			require.ErrorIs(t, crossed, c.sentinel, "across the catalog's answer")
 
 			n := newNode(t, nil)

@@ -99,7 +99,7 @@ func (m *Manager) Mount(ctx context.Context, namespace, id, alloc string, readOn
 		return MountResult{}, err
 	}
 	resp := answer.(*messages.MountAllocVolumeResponse)
-	if err := errorFromProto(resp.GetError()); err != nil {
+	if err := messages.ErrorFromProto(resp.GetError()); err != nil {
 		return MountResult{}, err
 	}
 	return MountResult{TargetPath: resp.GetTargetPath(), StagingPath: resp.GetStagingPath(), IsDevice: resp.GetIsDevice()}, nil
@@ -208,7 +208,7 @@ func (m *Manager) Status(ctx context.Context, namespace, id string) (Status, err
 		return Status{}, err
 	}
 	resp := answer.(*messages.VolumeStatusResponse)
-	if err := errorFromProto(resp.GetError()); err != nil {
+	if err := messages.ErrorFromProto(resp.GetError()); err != nil {
 		return Status{}, err
 	}
 	return Status{
@@ -230,7 +230,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return &messages.ShutdownVolumeManager{ReplyTo: replyTo}
 	})
 	if err == nil {
-		err = errorFromProto(answer.(*messages.VolumeOpResponse).GetError())
+		err = messages.ErrorFromProto(answer.(*messages.VolumeOpResponse).GetError())
 	}
 	if stopErr := m.system.Root.PoisonFuture(m.pid).Wait(); err == nil && stopErr != nil {
 		err = fmt.Errorf("volumes: stop actor: %w", stopErr)
@@ -246,7 +246,7 @@ func (m *Manager) op(ctx context.Context, what string, build func(replyTo *actor
 	if err != nil {
 		return err
 	}
-	return errorFromProto(answer.(*messages.VolumeOpResponse).GetError())
+	return messages.ErrorFromProto(answer.(*messages.VolumeOpResponse).GetError())
 }
 
 // call asks the actor, waiting at most the operation deadline.
