@@ -56,6 +56,7 @@ var mayImport = map[string][]string{
 	"internal/archtest":           nil,
 	"internal/testpki":            nil,
 	"internal/racelog":            nil,
+	"internal/errwalk":            nil,
 	"internal/slowclients":        nil,
 	"fleet/etcdtest":              {"fleet/embedded"},
 	"fleet/embedded":              {"names"},
