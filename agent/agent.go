@@ -33,6 +33,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/fleet/member"
 	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/messages"
@@ -183,10 +184,10 @@ func (c Config) withDefaults() Config {
 }
 
 // ErrAlreadyRunning: another agent holds the data dir.
-var ErrAlreadyRunning = errors.New("agent: another plugvisor agent is using this data dir")
+var ErrAlreadyRunning = errclass.New(errclass.Conflict, "another plugvisor agent is using this data dir")
 
 // ErrInvalidConfig: a setting is out of range or missing its partner.
-var ErrInvalidConfig = errors.New("agent: invalid config")
+var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
 
 // Agent is a running plugvisor agent.
 type Agent struct {
@@ -307,11 +308,11 @@ func start(cfg Config) (_ *Agent, err error) {
 
 func (a *Agent) openStore() error {
 	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("agent: data dir: %w", err)
+		return fmt.Errorf("data dir: %w", err)
 	}
 	for _, dir := range []string{a.PluginDir(), a.SpecDir()} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("agent: plugin dir: %w", err)
+			return fmt.Errorf("plugin dir: %w", err)
 		}
 	}
 	path := statePath(a.cfg.DataDir)
@@ -324,7 +325,7 @@ func (a *Agent) openStore() error {
 		return fmt.Errorf("%w: %s (%v)", ErrAlreadyRunning, a.cfg.DataDir, err)
 	}
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.store = store
 	a.stops = append(a.stops, func(context.Context) error { return store.Close() })
@@ -334,7 +335,7 @@ func (a *Agent) openStore() error {
 func (a *Agent) startRegistry() error {
 	bucket, err := a.store.Bucket(registry.BucketName)
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.registry, err = registry.New(a.system, registry.Config{
 		Bucket:  bucket,
@@ -344,7 +345,7 @@ func (a *Agent) startRegistry() error {
 			Subscribers: a.cfg.MaxSubscribers},
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.stops = append(a.stops, func(context.Context) error { return a.registry.Shutdown() })
 	return nil
@@ -365,7 +366,7 @@ func (a *Agent) startManagers() error {
 		Metrics:        csiMetrics{a.metrics},
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.docker = docker
 	a.stops = append(a.stops, func(context.Context) error { return docker.Shutdown() })
@@ -378,11 +379,11 @@ func (a *Agent) startManagers() error {
 		Metrics:        csiMetrics{a.metrics},
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	bucket, err := a.store.Bucket(catalog.CatalogBucket)
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.catalog, err = catalog.StartCatalog(a.system, catalog.CatalogConfig{
 		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log, MaxVolumes: a.cfg.MaxVolumes,
@@ -390,13 +391,13 @@ func (a *Agent) startManagers() error {
 	})
 	if err != nil {
 		_ = a.csi.Shutdown(context.Background())
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.stops = append(a.stops, a.csi.Shutdown, a.catalog.Shutdown, a.csi.StopInstances)
 
 	records, err := a.store.Bucket(volumes.Bucket)
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.volumes, err = volumes.Start(a.system, volumes.Config{
 		Bucket:   records,
@@ -410,7 +411,7 @@ func (a *Agent) startManagers() error {
 		OperationTimeout: a.cfg.VolumeOperationTimeout,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.stops = append(a.stops, a.volumes.Shutdown)
 	a.followStanding()
@@ -426,7 +427,7 @@ func (a *Agent) startManagers() error {
 		OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	return nil
 }
@@ -436,7 +437,7 @@ func (a *Agent) startManagers() error {
 func (a *Agent) startDockerVolumes() error {
 	bucket, err := a.store.Bucket(dockervolume.VolumesBucket)
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.dockerVolumes, err = dockervolume.StartVolumes(a.system, dockervolume.VolumesConfig{
 		Bucket:  bucket,
@@ -444,7 +445,7 @@ func (a *Agent) startDockerVolumes() error {
 		Logger:  a.log,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.stops = append(a.stops, func(context.Context) error { return a.dockerVolumes.Shutdown() })
 	return nil
@@ -467,7 +468,7 @@ func (a *Agent) startDiscovery() error {
 		Metrics:  a.metrics,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.disc = disc
 	a.metrics.reg.MustRegister(newDiscoveredCollector(a.Plugins))
@@ -569,7 +570,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	a.listeners = nil
 	for _, srv := range a.servers {
 		if err := srv.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("agent: API server: %w", err))
+			errs = append(errs, fmt.Errorf("API server: %w", err))
 		}
 	}
 	a.servers = nil

@@ -84,7 +84,7 @@ func (a *Agent) startCluster() error {
 		Address: c.Address, TLS: c.RemoteTLS, ClusterName: c.ClusterName,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: cluster mode: %w", err)
+		return fmt.Errorf("cluster mode: %w", err)
 	}
 	a.member = m
 	a.stops = append(a.stops, func(context.Context) error { return m.Stop() })
@@ -104,14 +104,14 @@ func (a *Agent) startGC() error {
 	}
 	gc, err := fleet.StartGC(a.member.Store(), fleet.GCConfig{Interval: c.GCInterval, Grace: c.GCGrace, Logger: a.log})
 	if err != nil {
-		return fmt.Errorf("agent: cluster mode: %w", err)
+		return fmt.Errorf("cluster mode: %w", err)
 	}
 	a.stops = append(a.stops, func(context.Context) error { gc.Stop(); return nil })
 	d, err := fleet.StartDetacher(a.member.Store(), fleet.DetacherConfig{
 		Interval: c.GCInterval, Controls: a.runsController, Detach: a.detachStranded, Logger: a.log,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: cluster mode: %w", err)
+		return fmt.Errorf("cluster mode: %w", err)
 	}
 	a.stops = append(a.stops, func(context.Context) error { d.Stop(); return nil })
 	return nil
@@ -126,7 +126,7 @@ func (a *Agent) startCompactor() error {
 	}
 	compactor, err := fleet.StartCompactor(a.member.Store(), fleet.CompactConfig{Interval: c.CompactInterval, Logger: a.log})
 	if err != nil {
-		return fmt.Errorf("agent: cluster mode: %w", err)
+		return fmt.Errorf("cluster mode: %w", err)
 	}
 	a.stops = append(a.stops, func(context.Context) error { compactor.Stop(); return nil })
 	return nil

@@ -26,7 +26,7 @@ func TestABadClusterConfigIsRefusedAndStartsNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := agent.Start(agent.Config{DataDir: dir, Cluster: &tc.cluster})
 			require.ErrorIs(t, err, member.ErrInvalidConfig)
-			require.ErrorContains(t, err, "agent: cluster mode: ")
+			require.ErrorContains(t, err, "cluster mode: ")
 			require.ErrorContains(t, err, tc.want)
 			require.Nil(t, a)
 		})

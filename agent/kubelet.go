@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/plugvisor/plugvisor/kubeletreg"
@@ -22,7 +21,7 @@ func (a *Agent) startKubeletRegistration() error {
 		Metrics:  a.metrics,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.kubelet = w
 	a.stops = append(a.stops, func(context.Context) error { return w.Shutdown() })

@@ -80,14 +80,14 @@ func (a *Agent) serveAPI() {
 func (a *Agent) listen() ([]served, error) {
 	socket := a.SocketPath()
 	if err := registry.ValidateSocketPath(socket); err != nil {
-		return nil, fmt.Errorf("agent: API socket: %w; use a shorter data dir", err)
+		return nil, fmt.Errorf("API socket: %w; use a shorter data dir", err)
 	}
 	// The state file's lock proves no other agent owns this dir: a socket
 	// file left here is stale.
 	_ = os.Remove(socket)
 	unixListener, err := listenUnix(socket)
 	if err != nil {
-		return nil, fmt.Errorf("agent: API socket: %w", err)
+		return nil, fmt.Errorf("API socket: %w", err)
 	}
 	// The socket's mode (0600) admits only the agent's user: no token.
 	// PeerListener names each caller by its uid in logs and events.

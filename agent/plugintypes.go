@@ -117,12 +117,12 @@ func (a *Agent) startPluginTypes() error {
 		err := t.Manager.Start(TypeEnv{Type: t.Name, System: a.system, Registry: a.registry, Logger: a.log.Named(t.Name),
 			ResyncInterval: a.cfg.ResyncInterval, HealthInterval: a.cfg.FingerprintInterval, Metrics: csiMetrics{a.metrics}})
 		if err != nil {
-			return fmt.Errorf("agent: plugin type %q: %w", t.Name, err)
+			return fmt.Errorf("plugin type %q: %w", t.Name, err)
 		}
 		name, stop := t.Name, t.Manager.Shutdown
 		a.stops = append(a.stops, func(ctx context.Context) error {
 			if err := stop(ctx); err != nil {
-				return fmt.Errorf("agent: plugin type %q: %w", name, err)
+				return fmt.Errorf("plugin type %q: %w", name, err)
 			}
 			return nil
 		})

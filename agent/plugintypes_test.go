@@ -118,7 +118,7 @@ func TestAPluginTypeThatFailsToStartStopsTheAgentsStartAndThoseBeforeIt(t *testi
 		{Name: "first", Manager: &fakeType{name: "first", log: log}},
 		{Name: "broken", Manager: &fakeType{name: "broken", log: log, failStart: errors.New("no devices")}},
 	}})
-	require.ErrorContains(t, err, `agent: plugin type "broken": no devices`)
+	require.ErrorContains(t, err, `plugin type "broken": no devices`)
 	require.Equal(t, []string{"start first registry:up", "stop first registry:up"}, log.all())
 	// The store was closed too: the same data dir starts again.
 	a, err := agent.Start(agent.Config{DataDir: dir, NodeID: "n1"})

@@ -14,7 +14,7 @@ import (
 
 // ErrUnprotectedHTTP: the TCP listener would serve the API without the
 // protection its address needs, and -http-insecure was not given.
-var ErrUnprotectedHTTP = errors.New("agent: refusing to serve the API on TCP unprotected")
+var ErrUnprotectedHTTP = errors.New("refusing to serve the API on TCP unprotected")
 
 // listenTCP opens the -http listener, refusing to serve it with less
 // protection than its address needs:
@@ -35,7 +35,7 @@ func (a *Agent) listenTCP() (served, error) {
 	var tokens *api.Tokens
 	if cfg.TokenFile != "" {
 		if tokens, err = api.LoadTokens(cfg.TokenFile); err != nil {
-			return served{}, fmt.Errorf("agent: -token-file: %w", err)
+			return served{}, fmt.Errorf("-token-file: %w", err)
 		}
 	}
 	// Refuse before binding, so that an unprotected address is never
@@ -47,7 +47,7 @@ func (a *Agent) listenTCP() (served, error) {
 	}
 	l, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return served{}, fmt.Errorf("agent: -http %s: %w", cfg.HTTPAddr, err)
+		return served{}, fmt.Errorf("-http %s: %w", cfg.HTTPAddr, err)
 	}
 	addr := l.Addr().(*net.TCPAddr)
 	if missing == "" && !addr.IP.IsLoopback() && tlsConfig == nil {
@@ -126,11 +126,11 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 	}
 	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
 	if err != nil {
-		return nil, fmt.Errorf("agent: -tls-cert %s, -tls-key %s: %w", c.TLSCert, c.TLSKey, err)
+		return nil, fmt.Errorf("-tls-cert %s, -tls-key %s: %w", c.TLSCert, c.TLSKey, err)
 	}
 	caPEM, err := os.ReadFile(c.TLSCA)
 	if err != nil {
-		return nil, fmt.Errorf("agent: -tls-ca: %w", err)
+		return nil, fmt.Errorf("-tls-ca: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {

@@ -14,6 +14,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -59,30 +60,29 @@ func (c volumeCatalog) Release(ctx context.Context, r volumes.Release) error {
 		return &messages.ReleaseVolume{Namespace: r.Namespace, VolumeId: r.ID, AllocId: r.AllocID, State: string(r.State), LastError: r.LastError, ReplyTo: replyTo}
 	})
 	if err != nil {
-		return fmt.Errorf("agent: release claim of alloc %s on volume %s/%s: %w", r.AllocID, r.Namespace, r.ID, err)
+		return fmt.Errorf("release claim of alloc %s on volume %s/%s: %w", r.AllocID, r.Namespace, r.ID, err)
 	}
 	resp, ok := answer.(*messages.ReleaseVolumeResponse)
 	if !ok {
-		return fmt.Errorf("agent: release: unexpected answer %T", answer)
+		return fmt.Errorf("release: unexpected answer %T", answer)
 	}
-	err = catalog.CatalogErrorFromProto(resp.GetError())
+	err = messages.ErrorFromProto(resp.GetError())
 	if errors.Is(err, catalog.ErrVolumeNotFound) {
 		return nil // an unknown volume holds no claim
 	}
 	return catalogError(err)
 }
 
-// catalogError adds the volume manager's sentinel to a catalog error.
+// catalogError adds the volume manager's sentinel to a catalog error,
+// whose text already says what happened.
 func catalogError(err error) error {
 	switch {
-	case err == nil:
-		return nil
 	case errors.Is(err, catalog.ErrVolumeNotFound):
-		return fmt.Errorf("%w: %w", volumes.ErrVolumeNotFound, err)
+		return errclass.Also(err, volumes.ErrVolumeNotFound)
 	case errors.Is(err, csi.ErrClaimRefused), errors.Is(err, catalog.ErrVolumeInUse), errors.Is(err, catalog.ErrVolumeDeleting):
-		return fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
+		return errclass.Also(err, volumes.ErrClaimRefused)
 	case errors.Is(err, catalog.ErrCatalogInvalid):
-		return fmt.Errorf("%w: %w", volumes.ErrInvalid, err)
+		return errclass.Also(err, volumes.ErrInvalid)
 	}
 	return err
 }

@@ -2,8 +2,9 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // Authenticated says whether r carries what l needs before any route is
@@ -20,7 +21,7 @@ func (l Listener) Authenticated(r *http.Request) bool {
 
 // ErrStreamLimit: a listener serves as many event streams as it may (the
 // agent's -http-max-streams). It answers 429.
-var ErrStreamLimit = errors.New("api: too many event streams")
+var ErrStreamLimit = errclass.New(errclass.Limit, "too many event streams")
 
 // OpenStream takes one of a listener's event stream slots, or refuses
 // with an error that matches ErrStreamLimit; release gives the slot back.

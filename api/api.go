@@ -12,6 +12,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -140,8 +142,8 @@ func (s *Server) mux() *http.ServeMux {
 }
 
 var (
-	errMethod   = errors.New("api: method not allowed")
-	errNotFound = errors.New("api: not found")
+	errMethod   = errors.New("method not allowed")
+	errNotFound = errclass.New(errclass.NotFound, "not found")
 )
 
 // statusOf maps an error to its HTTP status.
@@ -152,20 +154,10 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed
-	case errors.Is(err, errBadBody), errors.Is(err, errBadQuery), errors.Is(err, registry.ErrInvalid), isInvalid(err):
-		return http.StatusBadRequest
-	case errors.Is(err, errNotFound), errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoDispenser), isNotFound(err):
-		return http.StatusNotFound
-	case errors.Is(err, errTakeover):
-		return http.StatusConflict
-	case errors.Is(err, registry.ErrLimit), errors.Is(err, ErrStreamLimit):
-		return http.StatusTooManyRequests
-	case errors.Is(err, registry.ErrShutdown):
-		return http.StatusServiceUnavailable
-	case pluginStatus(err) != 0:
-		return pluginStatus(err)
-	case classOf(err) != 0:
-		return classOf(err)
+	case classStatus(err) != 0:
+		return classStatus(err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }

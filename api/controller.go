@@ -2,16 +2,12 @@ package api
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
 	"time"
 
-	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 )
@@ -297,36 +293,4 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id, "plugin_id": plugin})
 	return nil
-}
-
-// pluginStatuses map the controller operations' errors, and a plugin's
-// own gRPC answers, to HTTP statuses. A plugin that failed in itself
-// (Internal, Unknown, DataLoss, a malformed answer) is 502: the agent
-// worked, its upstream did not.
-var pluginStatuses = []struct {
-	status int
-	errs   []error
-}{
-	{http.StatusBadRequest, []error{controller.ErrInvalidRequest, csi.ErrInvalidArgument, csi.ErrOutOfRange}},
-	{http.StatusServiceUnavailable, []error{csi.ErrConnect, csi.ErrUnavailable, csi.ErrCanceled, csi.ErrClosed}},
-	{http.StatusGatewayTimeout, []error{csi.ErrDeadlineExceeded, context.DeadlineExceeded}},
-	{http.StatusNotFound, []error{csi.ErrNotFound, controller.ErrNoController}},
-	{http.StatusConflict, []error{controller.ErrVolumeExists, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
-		csi.ErrAlreadyExists, csi.ErrFailedPrecondition, csi.ErrAborted}},
-	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},
-	{http.StatusNotImplemented, []error{controller.ErrUnsupported, csi.ErrUnimplemented}},
-	{http.StatusForbidden, []error{csi.ErrPermissionDenied, csi.ErrUnauthenticated}},
-	{http.StatusBadGateway, []error{csi.ErrInternal, csi.ErrUnknown, csi.ErrDataLoss, csi.ErrInvalidResponse}},
-}
-
-// pluginStatus is the status of err by pluginStatuses, or 0.
-func pluginStatus(err error) int {
-	for _, c := range pluginStatuses {
-		for _, e := range c.errs {
-			if errors.Is(err, e) {
-				return c.status
-			}
-		}
-	}
-	return 0
 }

@@ -13,6 +13,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // This file holds the one decoder of every request: bodies (decodeBody)
@@ -21,8 +23,8 @@ import (
 // handler acts on any of it.
 
 var (
-	errBadBody  = errors.New("api: bad request body")
-	errBadQuery = errors.New("api: bad query parameter")
+	errBadBody  = errclass.New(errclass.Invalid, "bad request body")
+	errBadQuery = errclass.New(errclass.Invalid, "bad query parameter")
 )
 
 // decodeBody reads a size-limited JSON object into v, a pointer to one of

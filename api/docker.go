@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -10,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -72,7 +71,7 @@ func dockerVolumeJSON(v dockervolume.VolumeInfo) DockerVolumeJSON {
 }
 
 // errDockerPlugin: a CSI volume was asked of a Docker volume plugin.
-var errDockerPlugin = errors.New("api: plugin is a Docker volume plugin, not a CSI plugin")
+var errDockerPlugin = errclass.New(errclass.Invalid, "plugin is a Docker volume plugin, not a CSI plugin")
 
 // notADockerPlugin refuses a CSI volume on a plugin that is registered only
 // as a Docker volume plugin, which would register and then never mount.
@@ -248,22 +247,3 @@ type DockerPlugins interface {
 type DiscoveredPlugins interface {
 	Plugins() []*messages.DiscoveredPlugin
 }
-
-// dockerErrorClasses maps the Docker volume service's and discovery's
-// sentinels to HTTP statuses. A driver's own failure is a bad gateway.
-var dockerErrorClasses = []struct {
-	status int
-	errs   []error
-}{
-	{http.StatusBadRequest, []error{errDockerPlugin, dockervolume.ErrInvalidVolume, dockervolume.ErrInvalidArgument, discovery.ErrInvalidName}},
-	{http.StatusNotFound, []error{dockervolume.ErrNoSuchVolume, dockervolume.ErrNotMounted, discovery.ErrNotFound}},
-	{http.StatusConflict, []error{dockervolume.ErrVolumeInUse, dockervolume.ErrNameConflict, discovery.ErrDoesNotImplement}},
-	{http.StatusServiceUnavailable, []error{dockervolume.ErrVolumesShutDown, discovery.ErrUnreachable}},
-	{http.StatusGatewayTimeout, []error{discovery.ErrTimeout}},
-	{http.StatusBadGateway, []error{discovery.ErrPluginFailed, discovery.ErrBadResponse, discovery.ErrNotImplemented,
-		discovery.ErrNotAPlugin, dockervolume.ErrUnknownScope}},
-}
-
-// The Docker volume service's classes join the catalog's and the volume
-// manager's, so that statusOf knows them.
-func init() { errorClasses = append(errorClasses, dockerErrorClasses...) }

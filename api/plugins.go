@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -79,7 +80,7 @@ func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) error {
 
 // errTakeover refuses a registration that would replace a healthy
 // current allocation without force.
-var errTakeover = errors.New("api: not registered")
+var errTakeover = errclass.New(errclass.Conflict, "not registered")
 
 // checkTakeover refuses info when previous, the plugin's current
 // allocation, is another one that the agent found healthy, unless force:

@@ -80,7 +80,7 @@ func cmpZero(v, fallback int) int {
 }
 
 // errOverLimit is a body over one of Limits: 413.
-var errOverLimit = errors.New("api: request body is over a limit")
+var errOverLimit = errors.New("request body is over a limit")
 
 // bounded is a body whose maps and lists are checked against Limits once
 // it has decoded: their counts, and their keys by names.CheckKey.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -97,7 +98,7 @@ const MinTokenLength = 16
 
 // ErrInvalidTokens: a token file is malformed. The error names the line
 // and the fix, never the token.
-var ErrInvalidTokens = errors.New("api: invalid token file")
+var ErrInvalidTokens = errclass.New(errclass.Invalid, "invalid token file")
 
 // Tokens is a set of ACL tokens, each with its name and rights. It keeps
 // only the tokens' SHA-256 digests, and compares every one of them in

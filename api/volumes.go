@@ -9,11 +9,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/csi/controller"
-	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -471,41 +469,36 @@ func (s *Server) observeMount(op string, err error) {
 	}
 }
 
-// errorClasses maps the catalog's and the volume manager's sentinels, and
-// the plugin's own gRPC codes, to HTTP statuses. A plugin's answer is never
-// a 500: codes without a status of their own are 502 (bad gateway).
-var errorClasses = []struct {
+// classStatuses is the API's one error table: the HTTP status of each
+// error class (errclass). A plugin's answer is never a 500: a plugin that
+// failed in itself is 502 (bad gateway), as the agent worked and its
+// upstream did not. An error of no class is a 500.
+var classStatuses = []struct {
+	class  *errclass.Class
 	status int
-	errs   []error
 }{
-	{http.StatusBadRequest, []error{catalog.ErrCatalogInvalid, volumes.ErrInvalid, model.ErrInvalidVolume,
-		model.ErrInvalidClaim, model.ErrUnknownAccessMode, model.ErrUnknownAttachmentMode, model.ErrUnknownClaimMode, controller.ErrCapabilityRefused}},
-	{http.StatusGatewayTimeout, []error{volumes.ErrDeadline, csi.ErrDeadlineExceeded}},
-	{http.StatusNotFound, []error{catalog.ErrNodeNotFound, catalog.ErrVolumeNotFound, volumes.ErrVolumeNotFound, volumes.ErrPluginNotFound, volumes.ErrNotMounted,
-		model.ErrClaimNotFound, csi.ErrNotFound}},
-	{http.StatusConflict, []error{catalog.ErrNodeDraining, csi.ErrClaimRefused, catalog.ErrVolumeInUse, catalog.ErrVolumeConflict, catalog.ErrVolumeDeleting,
-		volumes.ErrClaimRefused, volumes.ErrInUse, volumes.ErrTargetBusy,
-		model.ErrWriteClaimRefused, model.ErrVolumeMaxClaims, model.ErrNodeConflict, model.ErrNodeVolumeLimit, model.ErrTopologyMismatch, model.ErrClaimModeConflict,
-		model.ErrClaimReleasing, model.ErrVolumeUnschedulable, model.ErrPluginMismatch, model.ErrCapabilityConflict,
-		csi.ErrAlreadyExists, csi.ErrFailedPrecondition}},
-	{http.StatusInsufficientStorage, []error{csi.ErrResourceExhausted}},
-	{http.StatusTooManyRequests, []error{catalog.ErrVolumeLimit}},
-	{http.StatusServiceUnavailable, []error{catalog.ErrCatalogShutdown, catalog.ErrFleetUnavailable, volumes.ErrShutDown, volumes.ErrFenced, csi.ErrUnavailable, csi.ErrConnect}},
-	{http.StatusBadGateway, []error{csi.ErrInvalidArgument, csi.ErrPermissionDenied, csi.ErrAborted, csi.ErrOutOfRange,
-		csi.ErrUnimplemented, csi.ErrInternal, csi.ErrUnknown, csi.ErrDataLoss, csi.ErrUnauthenticated, csi.ErrCanceled,
-		csi.ErrInvalidResponse}},
+	{errclass.Invalid, http.StatusBadRequest},
+	{errclass.Denied, http.StatusForbidden},
+	{errclass.NotFound, http.StatusNotFound},
+	{errclass.Conflict, http.StatusConflict},
+	{errclass.Limit, http.StatusTooManyRequests},
+	{errclass.Store, http.StatusInternalServerError},
+	{errclass.Corrupt, http.StatusInternalServerError},
+	{errclass.Unsupported, http.StatusNotImplemented},
+	{errclass.Upstream, http.StatusBadGateway},
+	{errclass.Unavailable, http.StatusServiceUnavailable},
+	{errclass.ShutDown, http.StatusServiceUnavailable},
+	{errclass.Deadline, http.StatusGatewayTimeout},
+	{errclass.Exhausted, http.StatusInsufficientStorage},
 }
 
-func classOf(err error) int {
-	for _, c := range errorClasses {
-		for _, e := range c.errs {
-			if errors.Is(err, e) {
-				return c.status
-			}
+// classStatus is the status of err's class, or 0 when it has none.
+func classStatus(err error) int {
+	class := errclass.Of(err)
+	for _, c := range classStatuses {
+		if c.class == class {
+			return c.status
 		}
 	}
 	return 0
 }
-
-func isInvalid(err error) bool  { return classOf(err) == http.StatusBadRequest }
-func isNotFound(err error) bool { return classOf(err) == http.StatusNotFound }

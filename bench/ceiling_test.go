@@ -177,7 +177,7 @@ func BenchmarkPipelinedRegistrations(b *testing.B) {
 	answer := func(ctx actor.Context, err *messages.Error) {
 		if err != nil {
 			select {
-			case failed <- registry.FromProto(err):
+			case failed <- messages.ErrorFromProto(err):
 			default:
 			}
 			return

@@ -35,11 +35,11 @@ func ValidateSocketPath(path string) error {
 	case err == nil:
 		return nil
 	case !filepath.IsAbs(path):
-		return fmt.Errorf("csi: %w: %w", ErrSocketPathNotAbsolute, err)
+		return fmt.Errorf("%w: %w", ErrSocketPathNotAbsolute, err)
 	case len(path) > MaxSocketPathLen:
-		return fmt.Errorf("csi: %w: %w", ErrSocketPathTooLong, err)
+		return fmt.Errorf("%w: %w", ErrSocketPathTooLong, err)
 	}
-	return fmt.Errorf("csi: %w", err)
+	return err
 }
 
 // Options tunes a [Client]. The zero value of a field means its default (see
@@ -218,10 +218,10 @@ func invoke[Req comparable, Resp any](
 	var zeroResp Resp
 	var nilReq Req
 	if req == nilReq {
-		return zeroResp, fmt.Errorf("csi: %s: %w: request must not be nil", rpc, ErrInvalidArgument)
+		return zeroResp, fmt.Errorf("%s: %w: request must not be nil", rpc, ErrInvalidArgument)
 	}
 	if c.closed.Load() {
-		return zeroResp, fmt.Errorf("csi: %s: %w", rpc, ErrClosed)
+		return zeroResp, fmt.Errorf("%s: %w", rpc, ErrClosed)
 	}
 	rpcCtx, cancel := context.WithTimeout(ctx, c.opts.RPCTimeout)
 	defer cancel()

@@ -229,11 +229,11 @@ func TestSocketPathsAreChecked(t *testing.T) {
 		{name: "absolute path of 108 bytes is too long", path: longest + "s",
 			wantErr: csi.ErrSocketPathTooLong, wantMsg: "is 108 bytes, over the unix limit of 107; use a shorter directory"},
 		{name: "relative path is refused", path: "plugins/csi.sock",
-			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `csi: socket path is not absolute: socket path "plugins/csi.sock" must be absolute`},
+			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `socket path is not absolute: socket path "plugins/csi.sock" must be absolute`},
 		{name: "empty path is refused", path: "",
-			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `csi: socket path is not absolute: socket path must not be empty`},
+			wantErr: csi.ErrSocketPathNotAbsolute, wantMsg: `socket path is not absolute: socket path must not be empty`},
 		{name: "unclean path is refused", path: "/run//csi.sock",
-			wantErr: names.ErrInvalid, wantMsg: `csi: socket path "/run//csi.sock" must be clean`},
+			wantErr: names.ErrInvalid, wantMsg: `socket path "/run//csi.sock" must be clean`},
 		{name: "path with a right-to-left override is refused", path: "/run/\u202ecsi.sock",
 			wantErr: names.ErrInvalid, wantMsg: "must not contain"},
 	}
@@ -345,7 +345,7 @@ func TestEveryRPCGivesUpAfterTheRPCTimeout(t *testing.T) {
 			r.expect(gomock.Any(), gomock.Any()).Do(block)
 			err := r.call(t.Context())
 			require.ErrorIs(t, err, csi.ErrDeadlineExceeded)
-			require.ErrorContains(t, err, "csi: "+r.name+": deadline exceeded")
+			require.ErrorContains(t, err, r.name+": deadline exceeded")
 		})
 	}
 }
@@ -357,7 +357,7 @@ func TestEveryRPCMapsThePluginsErrorAndKeepsItsMessage(t *testing.T) {
 			r.expect(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.NotFound, `volume "v1" does not exist`))
 			err := r.call(t.Context())
 			require.ErrorIs(t, err, csi.ErrNotFound)
-			require.EqualError(t, err, `csi: `+r.name+`: not found: volume "v1" does not exist`)
+			require.EqualError(t, err, r.name+`: not found: volume "v1" does not exist`)
 		})
 	}
 }
@@ -391,7 +391,7 @@ func TestStatusCodesBecomeSentinelErrors(t *testing.T) {
 			m.Node.EXPECT().NodeStageVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(tt.code, "plugin says why"))
 			_, err := c.NodeStageVolume(t.Context(), &csipb.NodeStageVolumeRequest{VolumeId: "v1"})
 			require.ErrorIs(t, err, tt.want)
-			require.EqualError(t, err, "csi: NodeStageVolume: "+tt.name+": plugin says why")
+			require.EqualError(t, err, "NodeStageVolume: "+tt.name+": plugin says why")
 		})
 	}
 
@@ -399,13 +399,13 @@ func TestStatusCodesBecomeSentinelErrors(t *testing.T) {
 		m.Node.EXPECT().NodeStageVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Code(42), "plugin says why"))
 		_, err := c.NodeStageVolume(t.Context(), &csipb.NodeStageVolumeRequest{VolumeId: "v1"})
 		require.ErrorIs(t, err, csi.ErrUnknown)
-		require.EqualError(t, err, "csi: NodeStageVolume: unknown error: plugin says why")
+		require.EqualError(t, err, "NodeStageVolume: unknown error: plugin says why")
 	})
 
 	t.Run("an empty message leaves just the code", func(t *testing.T) {
 		m.Identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Unavailable, ""))
 		_, err := c.Probe(t.Context())
-		require.EqualError(t, err, "csi: Probe: unavailable")
+		require.EqualError(t, err, "Probe: unavailable")
 	})
 }
 
@@ -457,7 +457,7 @@ func TestNonsenseAnswersAreErrors(t *testing.T) {
 					Return(&csipb.GetPluginInfoResponse{VendorVersion: "1.0"}, nil)
 			},
 			call:    noRequest(c.GetPluginInfo),
-			wantMsg: "csi: GetPluginInfo: invalid response: plugin name is empty",
+			wantMsg: "GetPluginInfo: invalid response: plugin name is empty",
 		},
 		{
 			name: "plugin info without a vendor version",
@@ -466,7 +466,7 @@ func TestNonsenseAnswersAreErrors(t *testing.T) {
 					Return(&csipb.GetPluginInfoResponse{Name: "disk.csi.example.com"}, nil)
 			},
 			call:    noRequest(c.GetPluginInfo),
-			wantMsg: `csi: GetPluginInfo: invalid response: vendor version of plugin "disk.csi.example.com" is empty`,
+			wantMsg: `GetPluginInfo: invalid response: vendor version of plugin "disk.csi.example.com" is empty`,
 		},
 		{
 			name: "node info without a node ID",
@@ -475,7 +475,7 @@ func TestNonsenseAnswersAreErrors(t *testing.T) {
 					Return(&csipb.NodeGetInfoResponse{MaxVolumesPerNode: 3}, nil)
 			},
 			call:    noRequest(c.NodeGetInfo),
-			wantMsg: "csi: NodeGetInfo: invalid response: node ID is empty",
+			wantMsg: "NodeGetInfo: invalid response: node ID is empty",
 		},
 		{
 			name: "node info with a negative volume limit",
@@ -484,7 +484,7 @@ func TestNonsenseAnswersAreErrors(t *testing.T) {
 					Return(&csipb.NodeGetInfoResponse{NodeId: "node-1", MaxVolumesPerNode: -1}, nil)
 			},
 			call:    noRequest(c.NodeGetInfo),
-			wantMsg: "csi: NodeGetInfo: invalid response: max volumes per node is negative (-1)",
+			wantMsg: "NodeGetInfo: invalid response: max volumes per node is negative (-1)",
 		},
 	}
 	for _, tt := range tests {
@@ -522,7 +522,7 @@ func TestNilRequestIsRefusedWithoutAnRPC(t *testing.T) {
 	_, c := servedMocks(t, testOptions) // no expectations: an RPC would fail the test
 	_, err := c.NodePublishVolume(t.Context(), nil)
 	require.ErrorIs(t, err, csi.ErrInvalidArgument)
-	require.EqualError(t, err, "csi: NodePublishVolume: invalid argument: request must not be nil")
+	require.EqualError(t, err, "NodePublishVolume: invalid argument: request must not be nil")
 }
 
 func TestClosedClientRefusesRPCs(t *testing.T) {
@@ -538,7 +538,7 @@ func TestClosedClientRefusesRPCs(t *testing.T) {
 	require.NoError(t, c.Close(), "a second Close is harmless")
 	_, err = c.Probe(t.Context())
 	require.ErrorIs(t, err, csi.ErrClosed)
-	require.EqualError(t, err, "csi: Probe: client is closed")
+	require.EqualError(t, err, "Probe: client is closed")
 }
 
 // each returns wrap(v) for every v in values.

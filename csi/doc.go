@@ -33,9 +33,9 @@
 // the Unknown fields and are never an error. Volume RPCs pass the CSI
 // request and response types through unchanged.
 //
-// Every error this package returns starts with "csi: ". Sentinels carry a
-// bare phrase ("not found") so that a wrapped error reads
-// `csi: NodeStageVolume: not found: volume "v1" does not exist`.
+// An RPC's error starts with the RPC's name. Sentinels carry a bare phrase
+// ("not found") and a class of errclass, so that a wrapped error reads
+// `NodeStageVolume: not found: volume "v1" does not exist`.
 package csi
 
 // Plugin types of CSI plugins in the registry. A monolith plugin registers

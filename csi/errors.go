@@ -1,53 +1,54 @@
 package csi
 
 import (
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // Sentinel errors for the gRPC status codes a plugin answers with. Every RPC
 // error of a [Client] wraps exactly one of them; ErrUnknown stands for
 // codes.Unknown and for any code gRPC may add later.
 var (
-	ErrCanceled           = errors.New("canceled")
-	ErrUnknown            = errors.New("unknown error")
-	ErrInvalidArgument    = errors.New("invalid argument")
-	ErrDeadlineExceeded   = errors.New("deadline exceeded")
-	ErrNotFound           = errors.New("not found")
-	ErrAlreadyExists      = errors.New("already exists")
-	ErrPermissionDenied   = errors.New("permission denied")
-	ErrResourceExhausted  = errors.New("resource exhausted")
-	ErrFailedPrecondition = errors.New("failed precondition")
-	ErrAborted            = errors.New("aborted")
-	ErrOutOfRange         = errors.New("out of range")
-	ErrUnimplemented      = errors.New("unimplemented")
-	ErrInternal           = errors.New("internal error")
-	ErrUnavailable        = errors.New("unavailable")
-	ErrDataLoss           = errors.New("data loss")
-	ErrUnauthenticated    = errors.New("unauthenticated")
+	ErrCanceled           = errclass.New(errclass.Unavailable, "canceled")
+	ErrUnknown            = errclass.New(errclass.Upstream, "unknown error")
+	ErrInvalidArgument    = errclass.New(errclass.Invalid, "invalid argument")
+	ErrDeadlineExceeded   = errclass.New(errclass.Deadline, "deadline exceeded")
+	ErrNotFound           = errclass.New(errclass.NotFound, "not found")
+	ErrAlreadyExists      = errclass.New(errclass.Conflict, "already exists")
+	ErrPermissionDenied   = errclass.New(errclass.Denied, "permission denied")
+	ErrResourceExhausted  = errclass.New(errclass.Exhausted, "resource exhausted")
+	ErrFailedPrecondition = errclass.New(errclass.Conflict, "failed precondition")
+	ErrAborted            = errclass.New(errclass.Conflict, "aborted")
+	ErrOutOfRange         = errclass.New(errclass.Invalid, "out of range")
+	ErrUnimplemented      = errclass.New(errclass.Unsupported, "unimplemented")
+	ErrInternal           = errclass.New(errclass.Upstream, "internal error")
+	ErrUnavailable        = errclass.New(errclass.Unavailable, "unavailable")
+	ErrDataLoss           = errclass.New(errclass.Upstream, "data loss")
+	ErrUnauthenticated    = errclass.New(errclass.Denied, "unauthenticated")
 )
 
 // Sentinel errors of the client itself.
 var (
 	// ErrInvalidResponse is returned when a plugin answers an RPC with a
 	// response the CSI spec forbids, such as GetPluginInfo without a name.
-	ErrInvalidResponse = errors.New("invalid response")
+	ErrInvalidResponse = errclass.New(errclass.Upstream, "invalid response")
 	// ErrSocketPathNotAbsolute is returned for an empty or relative socket path.
-	ErrSocketPathNotAbsolute = errors.New("socket path is not absolute")
+	ErrSocketPathNotAbsolute = errclass.New(errclass.Invalid, "socket path is not absolute")
 	// ErrSocketPathTooLong is returned for a socket path longer than
 	// [MaxSocketPathLen] bytes, which does not fit in sun_path.
-	ErrSocketPathTooLong = errors.New("socket path too long")
+	ErrSocketPathTooLong = errclass.New(errclass.Invalid, "socket path too long")
 	// ErrInvalidOptions is returned by [Dial] for negative or inconsistent [Options].
-	ErrInvalidOptions = errors.New("invalid options")
+	ErrInvalidOptions = errclass.New(errclass.Invalid, "invalid options")
 	// ErrConnect is returned by [Dial] when the connection did not become
 	// ready before the caller's context ended; the error also wraps the
 	// context's error.
-	ErrConnect = errors.New("cannot connect")
+	ErrConnect = errclass.New(errclass.Unavailable, "cannot connect")
 	// ErrClosed is returned by RPCs on a [Client] after Close.
-	ErrClosed = errors.New("client is closed")
+	ErrClosed = errclass.New(errclass.Unavailable, "client is closed")
 )
 
 // codeErrors maps each gRPC status code a plugin can answer with to its sentinel.
@@ -76,19 +77,19 @@ var codeErrors = map[codes.Code]error{
 func rpcError(rpc string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
-		return fmt.Errorf("csi: %s: %w", rpc, err)
+		return fmt.Errorf("%s: %w", rpc, err)
 	}
 	sentinel, known := codeErrors[st.Code()]
 	if !known {
 		sentinel = ErrUnknown
 	}
 	if st.Message() == "" {
-		return fmt.Errorf("csi: %s: %w", rpc, sentinel)
+		return fmt.Errorf("%s: %w", rpc, sentinel)
 	}
-	return fmt.Errorf("csi: %s: %w: %s", rpc, sentinel, st.Message())
+	return fmt.Errorf("%s: %w: %s", rpc, sentinel, st.Message())
 }
 
 // invalidResponse reports a plugin answer the CSI spec forbids.
 func invalidResponse(rpc, format string, args ...any) error {
-	return fmt.Errorf("csi: %s: %w: %s", rpc, ErrInvalidResponse, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %w: %s", rpc, ErrInvalidResponse, fmt.Sprintf(format, args...))
 }

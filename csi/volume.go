@@ -2,11 +2,11 @@ package csi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // The volume vocabulary that the volume manager (csi/volumes) and the
@@ -18,19 +18,19 @@ var (
 	// ErrInvalidVolumeRequest is returned for a malformed mount or unmount:
 	// an ID or namespace that cannot be a path segment, an unknown access or
 	// attachment mode, bad mount options. Nothing changed.
-	ErrInvalidVolumeRequest = errors.New("invalid volume request")
+	ErrInvalidVolumeRequest = errclass.New(errclass.Invalid, "invalid volume request")
 	// ErrClaimRefused is returned when the [Claimer] refuses the claim (a
 	// second writer on a single-writer volume, say), or the alloc already
 	// mounts the volume another way. No RPC was sent; nothing changed.
-	ErrClaimRefused = errors.New("claim refused")
+	ErrClaimRefused = errclass.New(errclass.Conflict, "claim refused")
 	// ErrFleetUnavailable is returned, in cluster mode, when etcd did not
 	// answer within the request timeout, so a change was refused rather
 	// than guessed. The catalog names it catalog.ErrFleetUnavailable.
-	ErrFleetUnavailable = errors.New("cluster-wide catalog unavailable")
+	ErrFleetUnavailable = errclass.New(errclass.Unavailable, "cluster-wide catalog unavailable")
 	// ErrVolumeLimit is returned when the catalog holds as many volumes as
 	// it may (agent flag -max-volumes), so a new one is refused. The
 	// catalog names it catalog.ErrVolumeLimit.
-	ErrVolumeLimit = errors.New("volume limit reached")
+	ErrVolumeLimit = errclass.New(errclass.Limit, "volume limit reached")
 )
 
 // Usage is how an alloc uses a volume: read-only or read-write, with which

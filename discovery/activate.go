@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // Media types of the Docker plugin protocol.
@@ -66,27 +68,27 @@ var dockerTypes = map[string]string{
 var (
 	// ErrInvalidCall: the candidate has no usable address, or the method
 	// name or the request cannot be sent.
-	ErrInvalidCall = errors.New("discovery: invalid plugin call")
+	ErrInvalidCall = errclass.New(errclass.Invalid, "invalid plugin call")
 	// ErrUnreachable: no connection to the plugin, or it broke before an
 	// answer (refused, no such socket, TLS handshake failed).
-	ErrUnreachable = errors.New("discovery: plugin unreachable")
+	ErrUnreachable = errclass.New(errclass.Unavailable, "plugin unreachable")
 	// ErrTimeout: the plugin did not answer before the deadline (also
 	// matches context.DeadlineExceeded).
-	ErrTimeout = errors.New("discovery: plugin did not answer in time")
+	ErrTimeout = errclass.New(errclass.Deadline, "plugin did not answer in time")
 	// ErrCanceled: the caller's context was canceled (also matches
 	// context.Canceled).
-	ErrCanceled = errors.New("discovery: plugin call canceled")
+	ErrCanceled = errclass.New(errclass.Unavailable, "plugin call canceled")
 	// ErrBadResponse: the plugin answered something that is not a Docker
 	// plugin response: invalid JSON, a wrong content type, a manifest
 	// without Implements.
-	ErrBadResponse = errors.New("discovery: bad response from plugin")
+	ErrBadResponse = errclass.New(errclass.Upstream, "bad response from plugin")
 	// ErrNotAPlugin: the endpoint answered 404 to Plugin.Activate.
-	ErrNotAPlugin = errors.New("discovery: not a Docker plugin")
+	ErrNotAPlugin = errclass.New(errclass.Upstream, "not a Docker plugin")
 	// ErrNotImplemented: the plugin answered 404 to a method.
-	ErrNotImplemented = errors.New("discovery: plugin does not implement the method")
+	ErrNotImplemented = errclass.New(errclass.Upstream, "plugin does not implement the method")
 	// ErrPluginFailed: the plugin answered with an error, an HTTP status
 	// other than 200 or a non-empty "Err" field; CallError.Message holds its text.
-	ErrPluginFailed = errors.New("discovery: plugin returned an error")
+	ErrPluginFailed = errclass.New(errclass.Upstream, "plugin returned an error")
 )
 
 // CallError reports a failed call to a plugin.

@@ -277,7 +277,7 @@ func requireCallError(t *testing.T, err, kind error, method string) {
 	require.Equal(t, method, ce.Method)
 	msg := err.Error()
 	require.True(t, strings.HasPrefix(msg, kind.Error()+`: plugin "`+ce.Plugin+`", `+method), msg)
-	require.Equal(t, 1, strings.Count(msg, "discovery:"), msg)
+	require.Equal(t, 1, strings.Count(msg, kind.Error()), msg)
 }
 
 // silentPlugin returns a plugin whose handler never answers until the test ends.
@@ -528,7 +528,7 @@ func TestCallFailures(t *testing.T) {
 func TestCallErrorMessageHoldsThePluginText(t *testing.T) {
 	plugin := fakePlugin(t, reply(http.StatusInternalServerError, MediaTypeV11, `{"Err": "no space left"}`))
 	err := Call(context.Background(), plugin, "VolumeDriver.Create", map[string]string{"Name": "v"}, nil)
-	require.EqualError(t, err, `discovery: plugin returned an error: plugin "fake", VolumeDriver.Create: no space left (HTTP 500)`)
+	require.EqualError(t, err, `plugin returned an error: plugin "fake", VolumeDriver.Create: no space left (HTTP 500)`)
 	var ce *CallError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "no space left", ce.Message)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -49,11 +50,11 @@ const DefaultCSITimeout = 5 * time.Second
 var (
 	// ErrUnknownProtocol: the socket answered neither the Docker plugin
 	// handshake nor the CSI Identity service.
-	ErrUnknownProtocol = errors.New("discovery: plugin answers neither the Docker plugin handshake nor the CSI Identity service")
+	ErrUnknownProtocol = errclass.New(errclass.Upstream, "plugin answers neither the Docker plugin handshake nor the CSI Identity service")
 	// ErrUnusable: the plugin answered, but what it said cannot be registered
 	// (a manifest implementing nothing, a CSI plugin with neither a
 	// controller nor a node service, a name the registry refuses).
-	ErrUnusable = errors.New("discovery: plugin cannot be registered")
+	ErrUnusable = errclass.New(errclass.Upstream, "plugin cannot be registered")
 )
 
 // AllocID returns the alloc ID discovery gives the plugin found in the
@@ -389,7 +390,7 @@ func registeredAs(s *registry.Snapshot, p *messages.PluginInfo) bool {
 
 func (a *activator) onRegistered(ctx actor.Context, msg *messages.RegisterPluginResponse) {
 	a.awaiting--
-	if err := registry.FromProto(msg.GetError()); err != nil {
+	if err := messages.ErrorFromProto(msg.GetError()); err != nil {
 		a.refused = errors.Join(a.refused, err)
 	}
 	if a.awaiting > 0 || a.running != nil {

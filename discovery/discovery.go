@@ -17,6 +17,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/actors/plugintype"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -29,11 +30,11 @@ const DefaultName = "discovery"
 var (
 	// ErrDoesNotImplement: Get found the plugin, registered under other
 	// types than the one asked for.
-	ErrDoesNotImplement = errors.New("discovery: does not implement")
+	ErrDoesNotImplement = errclass.New(errclass.Conflict, "does not implement")
 	// ErrInvalidConfig: Start was given a config it cannot use.
-	ErrInvalidConfig = errors.New("discovery: invalid config")
+	ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
 	// ErrShutdown: the Discovery is shut down.
-	ErrShutdown = errors.New("discovery: shut down")
+	ErrShutdown = errclass.New(errclass.ShutDown, "discovery shut down")
 )
 
 // DefaultLookupBackoff returns the waits of Get between lookups of a plugin

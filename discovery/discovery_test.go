@@ -493,7 +493,7 @@ func TestGetAndGetAll(t *testing.T) {
 		start := time.Now()
 		_, err := e.d.Get(ctx, "vol1", "NetworkDriver")
 		require.ErrorIs(t, err, ErrDoesNotImplement)
-		require.EqualError(t, err, `discovery: does not implement: plugin "vol1" does not implement NetworkDriver (docker-network); it is registered as docker-volume`)
+		require.EqualError(t, err, `does not implement: plugin "vol1" does not implement NetworkDriver (docker-network); it is registered as docker-volume`)
 		require.Less(t, time.Since(start), 20*time.Millisecond, "no retries: the answer will not change")
 	})
 	t.Run("a plugin nowhere is looked up again before it is not found", func(t *testing.T) {

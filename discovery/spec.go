@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
 )
@@ -33,27 +34,27 @@ const maxSpecFileSize = 64 << 10
 // as a *PluginError that matches one of these with errors.Is.
 var (
 	// ErrNotFound: no file in the configured directories names the plugin.
-	ErrNotFound = errors.New("discovery: plugin not found")
+	ErrNotFound = errclass.New(errclass.NotFound, "plugin not found")
 	// ErrInvalidName: the name is empty, too long, not UTF-8, holds a path
 	// separator, a control character, or is "." or "..".
-	ErrInvalidName = errors.New("discovery: invalid plugin name")
+	ErrInvalidName = errclass.New(errclass.Invalid, "invalid plugin name")
 	// ErrNotSocket: a <name>.sock file is not a unix socket.
-	ErrNotSocket = errors.New("discovery: not a unix socket")
+	ErrNotSocket = errclass.New(errclass.Invalid, "not a unix socket")
 	// ErrUnreadable: a plugin file or directory cannot be read (permission,
 	// a symlink loop, a dangling symlink).
-	ErrUnreadable = errors.New("discovery: unreadable plugin file or directory")
+	ErrUnreadable = errclass.New(errclass.Invalid, "unreadable plugin file or directory")
 	// ErrBadSpec: a .spec or .json file does not hold a usable specification.
-	ErrBadSpec = errors.New("discovery: bad spec file")
+	ErrBadSpec = errclass.New(errclass.Invalid, "bad spec file")
 	// ErrBadScheme: a spec gives an address with a scheme discovery cannot use.
-	ErrBadScheme = errors.New("discovery: unsupported address scheme")
+	ErrBadScheme = errclass.New(errclass.Invalid, "unsupported address scheme")
 	// ErrBadAddress: a spec gives an address that is not usable: a relative
 	// unix path, a network address without host or port, and the like.
-	ErrBadAddress = errors.New("discovery: bad plugin address")
+	ErrBadAddress = errclass.New(errclass.Invalid, "bad plugin address")
 	// ErrSocketPathTooLong: a unix socket path is longer than MaxSocketPathLen.
-	ErrSocketPathTooLong = errors.New("discovery: unix socket path too long")
+	ErrSocketPathTooLong = errclass.New(errclass.Invalid, "unix socket path too long")
 	// ErrTLSConfig: TLS settings cannot be used (a missing CA file, a bad
 	// key pair, a certificate without its key).
-	ErrTLSConfig = errors.New("discovery: unusable TLS settings")
+	ErrTLSConfig = errclass.New(errclass.Invalid, "unusable TLS settings")
 )
 
 // Kind says which kind of file a Candidate came from.

@@ -42,7 +42,7 @@ func TestValidateName(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, ErrInvalidName)
-			require.True(t, strings.HasPrefix(err.Error(), "discovery: "), err.Error())
+			require.True(t, strings.HasPrefix(err.Error(), ErrInvalidName.Error()+": "), err.Error())
 		})
 	}
 }
@@ -146,7 +146,7 @@ func requirePluginError(t *testing.T, err, kind error, name, path string) {
 	require.True(t, strings.HasPrefix(msg, kind.Error()+": "), msg)
 	require.Contains(t, msg, `plugin "`+name+`"`)
 	require.Contains(t, msg, path)
-	require.Equal(t, 1, strings.Count(msg, "discovery:"), "the prefix is not repeated: %s", msg)
+	require.Equal(t, 1, strings.Count(msg, kind.Error()), "the prefix is not repeated: %s", msg)
 }
 
 func TestConnectionInfoRoundTrip(t *testing.T) {
@@ -224,13 +224,13 @@ func TestTLSClientConfigRefusesBadSettings(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := tt.tls.ClientConfig()
 			require.ErrorIs(t, err, ErrTLSConfig)
-			require.Equal(t, 1, strings.Count(err.Error(), "discovery:"), err.Error())
+			require.Equal(t, 1, strings.Count(err.Error(), ErrTLSConfig.Error()), err.Error())
 		})
 	}
 }
 
 func TestPluginErrorWithoutPathOrDetails(t *testing.T) {
 	err := &PluginError{Name: "p", Kind: ErrNotFound}
-	require.Equal(t, `discovery: plugin not found: plugin "p"`, err.Error())
+	require.Equal(t, `plugin not found: plugin "p"`, err.Error())
 	require.True(t, errors.Is(err, ErrNotFound))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -37,11 +38,11 @@ const (
 // plugin's own text, discovery.ErrTimeout, ...).
 var (
 	// ErrInvalidArgument: the call was refused before anything was sent.
-	ErrInvalidArgument = errors.New("dockervolume: invalid argument")
+	ErrInvalidArgument = errclass.New(errclass.Invalid, "invalid argument")
 	// ErrNoSuchVolume: Get answered without a volume.
-	ErrNoSuchVolume = errors.New("dockervolume: no such volume")
+	ErrNoSuchVolume = errclass.New(errclass.NotFound, "no such volume")
 	// ErrUnknownScope: Capabilities gave a scope other than local or global.
-	ErrUnknownScope = errors.New("dockervolume: unknown scope")
+	ErrUnknownScope = errclass.New(errclass.Upstream, "unknown scope")
 )
 
 // Volume is a volume as a plugin describes it in Get and List.

@@ -360,7 +360,7 @@ func TestGetWithoutAVolume(t *testing.T) {
 	})
 	_, err := c.Get(context.Background(), "v")
 	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
-	require.EqualError(t, err, `dockervolume: no such volume: plugin "mem" has no volume "v"`)
+	require.EqualError(t, err, `no such volume: plugin "mem" has no volume "v"`)
 }
 
 func TestAnErrFieldInA200AnswerIsAnError(t *testing.T) {
@@ -369,7 +369,7 @@ func TestAnErrFieldInA200AnswerIsAnError(t *testing.T) {
 	})
 	_, err := c.Mount(context.Background(), "v", "c1")
 	require.ErrorIs(t, err, discovery.ErrPluginFailed)
-	require.EqualError(t, err, `dockervolume: mount volume "v": discovery: plugin returned an error: plugin "mem", VolumeDriver.Mount: device busy`)
+	require.EqualError(t, err, `dockervolume: mount volume "v": plugin returned an error: plugin "mem", VolumeDriver.Mount: device busy`)
 }
 
 func TestEmptyVolumeNamesAreRefusedBeforeSending(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/actors/plugintype"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -56,7 +57,7 @@ type ManagerMetrics interface {
 }
 
 // ErrInvalidManagerConfig: StartManager was given a config it cannot use.
-var ErrInvalidManagerConfig = errors.New("dockervolume: invalid manager config")
+var ErrInvalidManagerConfig = errclass.New(errclass.Invalid, "invalid manager config")
 
 // validate reports every problem with c, each naming its field.
 func (c ManagerConfig) validate() error {

@@ -3,12 +3,12 @@ package dockervolume
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"maps"
 	"time"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -17,7 +17,7 @@ const VolumesBucket = "docker-volumes"
 
 // ErrCorruptRecord: a record in the store fails its checksum or does not
 // decode; the service refuses to start rather than guess what is mounted.
-var ErrCorruptRecord = errors.New("dockervolume: corrupt volume record")
+var ErrCorruptRecord = errclass.New(errclass.Corrupt, "corrupt volume record")
 
 // record is the durable state of one volume: which driver serves it, and
 // who has it mounted. It is plain data; the service actor owns one copy of

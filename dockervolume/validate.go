@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -25,7 +26,7 @@ const (
 
 // ErrInvalidVolume: a volume name, mount ID, driver name or option was
 // refused before anything was sent or written.
-var ErrInvalidVolume = errors.New("dockervolume: invalid volume request")
+var ErrInvalidVolume = errclass.New(errclass.Invalid, "invalid volume request")
 
 // ValidateVolumeName reports why name cannot name a Docker volume, nil when
 // it can. The rule is the one dockerd's local driver applies to every name

@@ -17,6 +17,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -33,17 +34,17 @@ const DefaultOpTimeout = LongTimeout + 15*time.Second
 var (
 	// ErrVolumeInUse: the volume is mounted (or may be: a mount was under
 	// way when the agent stopped); unmount it first.
-	ErrVolumeInUse = errors.New("dockervolume: volume is in use")
+	ErrVolumeInUse = errclass.New(errclass.Conflict, "volume is in use")
 	// ErrNameConflict: a volume of that name exists with another driver.
-	ErrNameConflict = errors.New("dockervolume: volume name is taken by another driver")
+	ErrNameConflict = errclass.New(errclass.Conflict, "volume name is taken by another driver")
 	// ErrNotMounted: the mount ID does not hold the volume.
-	ErrNotMounted = errors.New("dockervolume: volume is not mounted by that ID")
+	ErrNotMounted = errclass.New(errclass.NotFound, "volume is not mounted by that ID")
 	// ErrStore: the durable write failed; nothing changed.
-	ErrStore = errors.New("dockervolume: cannot write the volume record")
+	ErrStore = errclass.New(errclass.Store, "cannot write the volume record")
 	// ErrVolumesShutDown: the service is shut down.
-	ErrVolumesShutDown = errors.New("dockervolume: the volume service is shut down")
+	ErrVolumesShutDown = errclass.New(errclass.ShutDown, "the volume service is shut down")
 	// ErrInvalidVolumesConfig: StartVolumes was given a config it cannot use.
-	ErrInvalidVolumesConfig = errors.New("dockervolume: invalid volume service config")
+	ErrInvalidVolumesConfig = errclass.New(errclass.Invalid, "invalid volume service config")
 )
 
 // Drivers finds the volume plugins (drivers) that serve volumes.

@@ -4,7 +4,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -36,9 +35,9 @@ func claimOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case catalog.CatalogErrorToProto(err).GetCode() == messages.ErrorCode_ERROR_CODE_CONFLICT:
+	case messages.ErrorToProto(err).GetCode() == messages.ErrorCode_ERROR_CODE_CONFLICT:
 		return "refused"
-	case catalog.CatalogErrorToProto(err).GetCode() == messages.ErrorCode_ERROR_CODE_UNAVAILABLE:
+	case messages.ErrorToProto(err).GetCode() == messages.ErrorCode_ERROR_CODE_UNAVAILABLE:
 		return "unavailable"
 	}
 	return "error"

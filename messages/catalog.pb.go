@@ -1249,70 +1249,6 @@ func (x *CatalogIndex) GetIndex() uint64 {
 	return 0
 }
 
-// CatalogError is the failure half of every catalog answer; unset means
-// success. code and message are as in Error; kinds are the texts of every
-// sentinel error the failure matches (the csi package's and the catalog
-// model's), so that a Go caller can test it with errors.Is after the trip.
-type CatalogError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=plugvisor.messages.ErrorCode" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Kinds         []string               `protobuf:"bytes,3,rep,name=kinds,proto3" json:"kinds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CatalogError) Reset() {
-	*x = CatalogError{}
-	mi := &file_messages_catalog_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogError) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogError) ProtoMessage() {}
-
-func (x *CatalogError) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogError.ProtoReflect.Descriptor instead.
-func (*CatalogError) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
-}
-
-func (x *CatalogError) GetCode() ErrorCode {
-	if x != nil {
-		return x.Code
-	}
-	return ErrorCode_ERROR_CODE_UNSPECIFIED
-}
-
-func (x *CatalogError) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *CatalogError) GetKinds() []string {
-	if x != nil {
-		return x.Kinds
-	}
-	return nil
-}
-
 // RegisterVolume is sent by the agent's API or a Go caller to the catalog to
 // add a volume, or to change the description of one that has no claims.
 // Registering an identical description again changes nothing. The catalog
@@ -1327,7 +1263,7 @@ type RegisterVolume struct {
 
 func (x *RegisterVolume) Reset() {
 	*x = RegisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1275,7 @@ func (x *RegisterVolume) String() string {
 func (*RegisterVolume) ProtoMessage() {}
 
 func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[15]
+	mi := &file_messages_catalog_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1288,7 @@ func (x *RegisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolume.ProtoReflect.Descriptor instead.
 func (*RegisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterVolume) GetVolume() *CatalogVolume {
@@ -1373,7 +1309,7 @@ func (x *RegisterVolume) GetReplyTo() *actor.PID {
 // volume as registered (with its indexes and health).
 type RegisterVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1381,7 +1317,7 @@ type RegisterVolumeResponse struct {
 
 func (x *RegisterVolumeResponse) Reset() {
 	*x = RegisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1329,7 @@ func (x *RegisterVolumeResponse) String() string {
 func (*RegisterVolumeResponse) ProtoMessage() {}
 
 func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[16]
+	mi := &file_messages_catalog_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,10 +1342,10 @@ func (x *RegisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{15}
 }
 
-func (x *RegisterVolumeResponse) GetError() *CatalogError {
+func (x *RegisterVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1437,7 +1373,7 @@ type DeregisterVolume struct {
 
 func (x *DeregisterVolume) Reset() {
 	*x = DeregisterVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1385,7 @@ func (x *DeregisterVolume) String() string {
 func (*DeregisterVolume) ProtoMessage() {}
 
 func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[17]
+	mi := &file_messages_catalog_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1398,7 @@ func (x *DeregisterVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolume.ProtoReflect.Descriptor instead.
 func (*DeregisterVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeregisterVolume) GetNamespace() string {
@@ -1489,14 +1425,14 @@ func (x *DeregisterVolume) GetReplyTo() *actor.PID {
 // DeregisterVolumeResponse is the catalog's answer to DeregisterVolume.
 type DeregisterVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeregisterVolumeResponse) Reset() {
 	*x = DeregisterVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1444,7 @@ func (x *DeregisterVolumeResponse) String() string {
 func (*DeregisterVolumeResponse) ProtoMessage() {}
 
 func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,10 +1457,10 @@ func (x *DeregisterVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{17}
 }
 
-func (x *DeregisterVolumeResponse) GetError() *CatalogError {
+func (x *DeregisterVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1545,7 +1481,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1493,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1506,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListVolumesRequest) GetNamespace() string {
@@ -1591,14 +1527,14 @@ func (x *ListVolumesRequest) GetReplyTo() *actor.PID {
 type ListVolumesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volumes       []*CatalogVolumeStub   `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	Error         *CatalogError          `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1546,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1559,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
@@ -1633,7 +1569,7 @@ func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
 	return nil
 }
 
-func (x *ListVolumesResponse) GetError() *CatalogError {
+func (x *ListVolumesResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1653,7 +1589,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1601,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1614,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetVolumeRequest) GetNamespace() string {
@@ -1705,7 +1641,7 @@ func (x *GetVolumeRequest) GetReplyTo() *actor.PID {
 // GetVolumeResponse is the catalog's answer to GetVolumeRequest.
 type GetVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1713,7 +1649,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1661,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,10 +1674,10 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
 }
 
-func (x *GetVolumeResponse) GetError() *CatalogError {
+func (x *GetVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1782,7 +1718,7 @@ type ClaimVolume struct {
 
 func (x *ClaimVolume) Reset() {
 	*x = ClaimVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1730,7 @@ func (x *ClaimVolume) String() string {
 func (*ClaimVolume) ProtoMessage() {}
 
 func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1743,7 @@ func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolume.ProtoReflect.Descriptor instead.
 func (*ClaimVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClaimVolume) GetNamespace() string {
@@ -1877,7 +1813,7 @@ func (x *ClaimVolume) GetAttachmentMode() string {
 // with the claim.
 type ClaimVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1885,7 +1821,7 @@ type ClaimVolumeResponse struct {
 
 func (x *ClaimVolumeResponse) Reset() {
 	*x = ClaimVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1833,7 @@ func (x *ClaimVolumeResponse) String() string {
 func (*ClaimVolumeResponse) ProtoMessage() {}
 
 func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,10 +1846,10 @@ func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ClaimVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
 }
 
-func (x *ClaimVolumeResponse) GetError() *CatalogError {
+func (x *ClaimVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1948,7 +1884,7 @@ type ReleaseVolume struct {
 
 func (x *ReleaseVolume) Reset() {
 	*x = ReleaseVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +1896,7 @@ func (x *ReleaseVolume) String() string {
 func (*ReleaseVolume) ProtoMessage() {}
 
 func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +1909,7 @@ func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseVolume) GetNamespace() string {
@@ -2021,7 +1957,7 @@ func (x *ReleaseVolume) GetLastError() string {
 // ReleaseVolumeResponse is the catalog's answer to ReleaseVolume.
 type ReleaseVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2029,7 +1965,7 @@ type ReleaseVolumeResponse struct {
 
 func (x *ReleaseVolumeResponse) Reset() {
 	*x = ReleaseVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +1977,7 @@ func (x *ReleaseVolumeResponse) String() string {
 func (*ReleaseVolumeResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,10 +1990,10 @@ func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
 }
 
-func (x *ReleaseVolumeResponse) GetError() *CatalogError {
+func (x *ReleaseVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2087,7 +2023,7 @@ type MarkVolumeDeleting struct {
 
 func (x *MarkVolumeDeleting) Reset() {
 	*x = MarkVolumeDeleting{}
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2035,7 @@ func (x *MarkVolumeDeleting) String() string {
 func (*MarkVolumeDeleting) ProtoMessage() {}
 
 func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2048,7 @@ func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeleting.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeleting) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MarkVolumeDeleting) GetNamespace() string {
@@ -2140,7 +2076,7 @@ func (x *MarkVolumeDeleting) GetReplyTo() *actor.PID {
 // the marked volume.
 type MarkVolumeDeletingResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2148,7 +2084,7 @@ type MarkVolumeDeletingResponse struct {
 
 func (x *MarkVolumeDeletingResponse) Reset() {
 	*x = MarkVolumeDeletingResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2096,7 @@ func (x *MarkVolumeDeletingResponse) String() string {
 func (*MarkVolumeDeletingResponse) ProtoMessage() {}
 
 func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,10 +2109,10 @@ func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeletingResponse.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeletingResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
 }
 
-func (x *MarkVolumeDeletingResponse) GetError() *CatalogError {
+func (x *MarkVolumeDeletingResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2206,7 +2142,7 @@ type RecordVolumeCapacity struct {
 
 func (x *RecordVolumeCapacity) Reset() {
 	*x = RecordVolumeCapacity{}
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2154,7 @@ func (x *RecordVolumeCapacity) String() string {
 func (*RecordVolumeCapacity) ProtoMessage() {}
 
 func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2167,7 @@ func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacity.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacity) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordVolumeCapacity) GetNamespace() string {
@@ -2266,7 +2202,7 @@ func (x *RecordVolumeCapacity) GetReplyTo() *actor.PID {
 // RecordVolumeCapacity: the volume with its new capacity.
 type RecordVolumeCapacityResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2274,7 +2210,7 @@ type RecordVolumeCapacityResponse struct {
 
 func (x *RecordVolumeCapacityResponse) Reset() {
 	*x = RecordVolumeCapacityResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2222,7 @@ func (x *RecordVolumeCapacityResponse) String() string {
 func (*RecordVolumeCapacityResponse) ProtoMessage() {}
 
 func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,10 +2235,10 @@ func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacityResponse.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
 }
 
-func (x *RecordVolumeCapacityResponse) GetError() *CatalogError {
+func (x *RecordVolumeCapacityResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2327,7 +2263,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2275,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2288,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -2369,14 +2305,14 @@ func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
 type ListCatalogPluginsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plugins       []*CatalogPlugin       `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
-	Error         *CatalogError          `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2324,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2337,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -2411,7 +2347,7 @@ func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
 	return nil
 }
 
-func (x *ListCatalogPluginsResponse) GetError() *CatalogError {
+func (x *ListCatalogPluginsResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2431,7 +2367,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2379,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2392,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -2469,14 +2405,14 @@ func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
 // ShutdownCatalogResponse is the catalog's answer to ShutdownCatalog.
 type ShutdownCatalogResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[34]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2424,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[34]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,10 +2437,10 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{34}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
 }
 
-func (x *ShutdownCatalogResponse) GetError() *CatalogError {
+func (x *ShutdownCatalogResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2661,39 +2597,35 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
 	"\x05value\x18\x02 \x01(\v2#.plugvisor.messages.CatalogInstanceR\x05value:\x028\x01\"$\n" +
 	"\fCatalogIndex\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"q\n" +
-	"\fCatalogError\x121\n" +
-	"\x04code\x18\x01 \x01(\x0e2\x1d.plugvisor.messages.ErrorCodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05kinds\x18\x03 \x03(\tR\x05kinds\"r\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"r\n" +
 	"\x0eRegisterVolume\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12%\n" +
 	"\breply_to\x18\x02 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x8b\x01\n" +
-	"\x16RegisterVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x84\x01\n" +
+	"\x16RegisterVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"t\n" +
 	"\x10DeregisterVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"R\n" +
-	"\x18DeregisterVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"Y\n" +
+	".actor.PIDR\areplyTo\"K\n" +
+	"\x18DeregisterVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"Y\n" +
 	"\x12ListVolumesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\breply_to\x18\x02 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x8e\x01\n" +
+	".actor.PIDR\areplyTo\"\x87\x01\n" +
 	"\x13ListVolumesResponse\x12?\n" +
-	"\avolumes\x18\x01 \x03(\v2%.plugvisor.messages.CatalogVolumeStubR\avolumes\x126\n" +
-	"\x05error\x18\x02 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"t\n" +
+	"\avolumes\x18\x01 \x03(\v2%.plugvisor.messages.CatalogVolumeStubR\avolumes\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"t\n" +
 	"\x10GetVolumeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x86\x01\n" +
-	"\x11GetVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x7f\n" +
+	"\x11GetVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\x9e\x02\n" +
 	"\vClaimVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -2706,9 +2638,9 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\tplugin_id\x18\a \x01(\tR\bpluginId\x12\x1f\n" +
 	"\vaccess_mode\x18\b \x01(\tR\n" +
 	"accessMode\x12'\n" +
-	"\x0fattachment_mode\x18\t \x01(\tR\x0eattachmentMode\"\x88\x01\n" +
-	"\x13ClaimVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	"\x0fattachment_mode\x18\t \x01(\tR\x0eattachmentMode\"\x81\x01\n" +
+	"\x13ClaimVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\xc1\x01\n" +
 	"\rReleaseVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -2718,38 +2650,38 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\breply_to\x18\x05 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x06 \x01(\tR\tlastError\"\x8a\x01\n" +
-	"\x15ReleaseVolumeResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\x83\x01\n" +
+	"\x15ReleaseVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"v\n" +
 	"\x12MarkVolumeDeleting\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x8f\x01\n" +
-	"\x1aMarkVolumeDeletingResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x88\x01\n" +
+	"\x1aMarkVolumeDeletingResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\x9f\x01\n" +
 	"\x14RecordVolumeCapacity\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x03 \x01(\x03R\rcapacityBytes\x12%\n" +
 	"\breply_to\x18\x04 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x91\x01\n" +
-	"\x1cRecordVolumeCapacityResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x129\n" +
+	".actor.PIDR\areplyTo\"\x8a\x01\n" +
+	"\x1cRecordVolumeCapacityResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"B\n" +
 	"\x19ListCatalogPluginsRequest\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x91\x01\n" +
+	".actor.PIDR\areplyTo\"\x8a\x01\n" +
 	"\x1aListCatalogPluginsResponse\x12;\n" +
-	"\aplugins\x18\x01 \x03(\v2!.plugvisor.messages.CatalogPluginR\aplugins\x126\n" +
-	"\x05error\x18\x02 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"8\n" +
+	"\aplugins\x18\x01 \x03(\v2!.plugvisor.messages.CatalogPluginR\aplugins\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"8\n" +
 	"\x0fShutdownCatalog\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"Q\n" +
-	"\x17ShutdownCatalogResponse\x126\n" +
-	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05errorB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	".actor.PIDR\areplyTo\"J\n" +
+	"\x17ShutdownCatalogResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05errorB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_catalog_proto_rawDescOnce sync.Once
@@ -2763,7 +2695,7 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
 	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
@@ -2779,108 +2711,106 @@ var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogPluginJob)(nil),             // 11: plugvisor.messages.CatalogPluginJob
 	(*CatalogPlugin)(nil),                // 12: plugvisor.messages.CatalogPlugin
 	(*CatalogIndex)(nil),                 // 13: plugvisor.messages.CatalogIndex
-	(*CatalogError)(nil),                 // 14: plugvisor.messages.CatalogError
-	(*RegisterVolume)(nil),               // 15: plugvisor.messages.RegisterVolume
-	(*RegisterVolumeResponse)(nil),       // 16: plugvisor.messages.RegisterVolumeResponse
-	(*DeregisterVolume)(nil),             // 17: plugvisor.messages.DeregisterVolume
-	(*DeregisterVolumeResponse)(nil),     // 18: plugvisor.messages.DeregisterVolumeResponse
-	(*ListVolumesRequest)(nil),           // 19: plugvisor.messages.ListVolumesRequest
-	(*ListVolumesResponse)(nil),          // 20: plugvisor.messages.ListVolumesResponse
-	(*GetVolumeRequest)(nil),             // 21: plugvisor.messages.GetVolumeRequest
-	(*GetVolumeResponse)(nil),            // 22: plugvisor.messages.GetVolumeResponse
-	(*ClaimVolume)(nil),                  // 23: plugvisor.messages.ClaimVolume
-	(*ClaimVolumeResponse)(nil),          // 24: plugvisor.messages.ClaimVolumeResponse
-	(*ReleaseVolume)(nil),                // 25: plugvisor.messages.ReleaseVolume
-	(*ReleaseVolumeResponse)(nil),        // 26: plugvisor.messages.ReleaseVolumeResponse
-	(*MarkVolumeDeleting)(nil),           // 27: plugvisor.messages.MarkVolumeDeleting
-	(*MarkVolumeDeletingResponse)(nil),   // 28: plugvisor.messages.MarkVolumeDeletingResponse
-	(*RecordVolumeCapacity)(nil),         // 29: plugvisor.messages.RecordVolumeCapacity
-	(*RecordVolumeCapacityResponse)(nil), // 30: plugvisor.messages.RecordVolumeCapacityResponse
-	(*ListCatalogPluginsRequest)(nil),    // 31: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil),   // 32: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),              // 33: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),      // 34: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                  // 35: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                  // 36: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                  // 37: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                  // 38: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                  // 39: plugvisor.messages.CatalogVolume.ParametersEntry
-	nil,                                  // 40: plugvisor.messages.CatalogVolume.SecretsEntry
-	nil,                                  // 41: plugvisor.messages.CatalogVolume.ContextEntry
-	nil,                                  // 42: plugvisor.messages.CatalogVolume.AttachmentsEntry
-	nil,                                  // 43: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                  // 44: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                  // 45: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),        // 46: google.protobuf.Timestamp
-	(ErrorCode)(0),                       // 47: plugvisor.messages.ErrorCode
-	(*actor.PID)(nil),                    // 48: actor.PID
+	(*RegisterVolume)(nil),               // 14: plugvisor.messages.RegisterVolume
+	(*RegisterVolumeResponse)(nil),       // 15: plugvisor.messages.RegisterVolumeResponse
+	(*DeregisterVolume)(nil),             // 16: plugvisor.messages.DeregisterVolume
+	(*DeregisterVolumeResponse)(nil),     // 17: plugvisor.messages.DeregisterVolumeResponse
+	(*ListVolumesRequest)(nil),           // 18: plugvisor.messages.ListVolumesRequest
+	(*ListVolumesResponse)(nil),          // 19: plugvisor.messages.ListVolumesResponse
+	(*GetVolumeRequest)(nil),             // 20: plugvisor.messages.GetVolumeRequest
+	(*GetVolumeResponse)(nil),            // 21: plugvisor.messages.GetVolumeResponse
+	(*ClaimVolume)(nil),                  // 22: plugvisor.messages.ClaimVolume
+	(*ClaimVolumeResponse)(nil),          // 23: plugvisor.messages.ClaimVolumeResponse
+	(*ReleaseVolume)(nil),                // 24: plugvisor.messages.ReleaseVolume
+	(*ReleaseVolumeResponse)(nil),        // 25: plugvisor.messages.ReleaseVolumeResponse
+	(*MarkVolumeDeleting)(nil),           // 26: plugvisor.messages.MarkVolumeDeleting
+	(*MarkVolumeDeletingResponse)(nil),   // 27: plugvisor.messages.MarkVolumeDeletingResponse
+	(*RecordVolumeCapacity)(nil),         // 28: plugvisor.messages.RecordVolumeCapacity
+	(*RecordVolumeCapacityResponse)(nil), // 29: plugvisor.messages.RecordVolumeCapacityResponse
+	(*ListCatalogPluginsRequest)(nil),    // 30: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 31: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 32: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 33: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 34: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 35: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 36: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 37: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 38: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 39: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 40: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 41: plugvisor.messages.CatalogVolume.AttachmentsEntry
+	nil,                                  // 42: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 43: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 44: plugvisor.messages.CatalogPlugin.NodesEntry
+	(*timestamppb.Timestamp)(nil),        // 45: google.protobuf.Timestamp
+	(*actor.PID)(nil),                    // 46: actor.PID
+	(*Error)(nil),                        // 47: plugvisor.messages.Error
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	35, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	34, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	36, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	37, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	38, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	35, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	36, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	37, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	46, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	39, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
-	40, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
-	41, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	45, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	38, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	39, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	40, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
 	6,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
 	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
-	42, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
+	41, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
 	4,  // 13: plugvisor.messages.CatalogVolume.capabilities:type_name -> plugvisor.messages.CatalogCapability
 	3,  // 14: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
 	0,  // 15: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	46, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	45, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 17: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
 	9,  // 18: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	43, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	44, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	45, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	42, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	43, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	44, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
 	2,  // 22: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
-	47, // 23: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
-	3,  // 24: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 25: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
-	14, // 26: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 27: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 28: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
-	14, // 29: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	48, // 30: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	7,  // 31: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	14, // 32: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
-	48, // 33: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	14, // 34: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 35: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 36: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	14, // 37: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 38: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 39: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	14, // 40: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 41: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 42: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
-	14, // 43: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 44: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 45: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
-	14, // 46: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 47: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 48: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	12, // 49: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	14, // 50: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
-	48, // 51: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	14, // 52: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
-	1,  // 53: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 54: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 55: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	5,  // 56: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
-	11, // 57: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	10, // 58: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	10, // 59: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	3,  // 23: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	46, // 24: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	47, // 25: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 26: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	46, // 27: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	47, // 28: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	46, // 29: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	7,  // 30: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	47, // 31: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.Error
+	46, // 32: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	47, // 33: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 34: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	46, // 35: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	47, // 36: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 37: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	46, // 38: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	47, // 39: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 40: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	46, // 41: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	47, // 42: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 43: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	46, // 44: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	47, // 45: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 46: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	46, // 47: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	12, // 48: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	47, // 49: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.Error
+	46, // 50: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	47, // 51: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.Error
+	1,  // 52: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 53: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 54: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	5,  // 55: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
+	11, // 56: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	10, // 57: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	10, // 58: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -2895,7 +2825,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -430,7 +430,7 @@ func (x *FleetDetachVolume) GetNodeId() string {
 type FleetVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *CatalogVolume         `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
-	Error         *CatalogError          `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	Member        string                 `protobuf:"bytes,3,opt,name=member,proto3" json:"member,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -473,7 +473,7 @@ func (x *FleetVolumeResponse) GetVolume() *CatalogVolume {
 	return nil
 }
 
-func (x *FleetVolumeResponse) GetError() *CatalogError {
+func (x *FleetVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -491,7 +491,7 @@ var File_messages_fleet_proto protoreflect.FileDescriptor
 
 const file_messages_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x14messages/fleet.proto\x12\x12plugvisor.messages\x1a\x16messages/catalog.proto\"J\n" +
+	"\x14messages/fleet.proto\x12\x12plugvisor.messages\x1a\x16messages/catalog.proto\x1a\x15messages/plugin.proto\"J\n" +
 	"\x10FleetClaimVolume\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05claim\"L\n" +
 	"\x12FleetReleaseVolume\x126\n" +
@@ -509,10 +509,10 @@ const file_messages_fleet_proto_rawDesc = "" +
 	"\x12FleetMarkDetaching\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\",\n" +
 	"\x11FleetDetachVolume\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xa0\x01\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x99\x01\n" +
 	"\x13FleetVolumeResponse\x129\n" +
-	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x126\n" +
-	"\x05error\x18\x02 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x16\n" +
 	"\x06member\x18\x03 \x01(\tR\x06memberB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
@@ -542,7 +542,7 @@ var file_messages_fleet_proto_goTypes = []any{
 	(*CatalogClaim)(nil),              // 10: plugvisor.messages.CatalogClaim
 	(*CatalogVolume)(nil),             // 11: plugvisor.messages.CatalogVolume
 	(*CatalogAttachment)(nil),         // 12: plugvisor.messages.CatalogAttachment
-	(*CatalogError)(nil),              // 13: plugvisor.messages.CatalogError
+	(*Error)(nil),                     // 13: plugvisor.messages.Error
 }
 var file_messages_fleet_proto_depIdxs = []int32{
 	10, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
@@ -550,7 +550,7 @@ var file_messages_fleet_proto_depIdxs = []int32{
 	11, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
 	12, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
 	11, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	13, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	13, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.Error
 	6,  // [6:6] is the sub-list for method output_type
 	6,  // [6:6] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -564,6 +564,7 @@ func file_messages_fleet_proto_init() {
 		return
 	}
 	file_messages_catalog_proto_init()
+	file_messages_plugin_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -25,7 +25,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ErrorCode classifies a failed command so Go callers can test it with errors.Is.
+// ErrorCode is the class of a failed command (errclass's classes, one
+// each), so Go callers can test it with errors.Is after the trip.
 type ErrorCode int32
 
 const (
@@ -45,19 +46,37 @@ const (
 	ErrorCode_ERROR_CODE_UNAVAILABLE ErrorCode = 6
 	// ERROR_CODE_LIMIT: a configured limit is reached; nothing changed.
 	ErrorCode_ERROR_CODE_LIMIT ErrorCode = 7
+	// ERROR_CODE_DENIED: the credentials are refused.
+	ErrorCode_ERROR_CODE_DENIED ErrorCode = 8
+	// ERROR_CODE_EXHAUSTED: a plugin is out of space or of another resource.
+	ErrorCode_ERROR_CODE_EXHAUSTED ErrorCode = 9
+	// ERROR_CODE_UNSUPPORTED: the plugin or the agent does not do this.
+	ErrorCode_ERROR_CODE_UNSUPPORTED ErrorCode = 10
+	// ERROR_CODE_UPSTREAM: a plugin failed in itself.
+	ErrorCode_ERROR_CODE_UPSTREAM ErrorCode = 11
+	// ERROR_CODE_DEADLINE: the operation did not finish in time.
+	ErrorCode_ERROR_CODE_DEADLINE ErrorCode = 12
+	// ERROR_CODE_CORRUPT: a stored record does not decode or is invalid.
+	ErrorCode_ERROR_CODE_CORRUPT ErrorCode = 13
 )
 
 // Enum value maps for ErrorCode.
 var (
 	ErrorCode_name = map[int32]string{
-		0: "ERROR_CODE_UNSPECIFIED",
-		1: "ERROR_CODE_INVALID_ARGUMENT",
-		2: "ERROR_CODE_NOT_FOUND",
-		3: "ERROR_CODE_SHUT_DOWN",
-		4: "ERROR_CODE_STORE",
-		5: "ERROR_CODE_CONFLICT",
-		6: "ERROR_CODE_UNAVAILABLE",
-		7: "ERROR_CODE_LIMIT",
+		0:  "ERROR_CODE_UNSPECIFIED",
+		1:  "ERROR_CODE_INVALID_ARGUMENT",
+		2:  "ERROR_CODE_NOT_FOUND",
+		3:  "ERROR_CODE_SHUT_DOWN",
+		4:  "ERROR_CODE_STORE",
+		5:  "ERROR_CODE_CONFLICT",
+		6:  "ERROR_CODE_UNAVAILABLE",
+		7:  "ERROR_CODE_LIMIT",
+		8:  "ERROR_CODE_DENIED",
+		9:  "ERROR_CODE_EXHAUSTED",
+		10: "ERROR_CODE_UNSUPPORTED",
+		11: "ERROR_CODE_UPSTREAM",
+		12: "ERROR_CODE_DEADLINE",
+		13: "ERROR_CODE_CORRUPT",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":      0,
@@ -68,6 +87,12 @@ var (
 		"ERROR_CODE_CONFLICT":         5,
 		"ERROR_CODE_UNAVAILABLE":      6,
 		"ERROR_CODE_LIMIT":            7,
+		"ERROR_CODE_DENIED":           8,
+		"ERROR_CODE_EXHAUSTED":        9,
+		"ERROR_CODE_UNSUPPORTED":      10,
+		"ERROR_CODE_UPSTREAM":         11,
+		"ERROR_CODE_DEADLINE":         12,
+		"ERROR_CODE_CORRUPT":          13,
 	}
 )
 
@@ -339,11 +364,15 @@ func (x *PluginInfo) GetRegisteredBy() string {
 	return ""
 }
 
-// Error is the failure half of every response. An unset Error means success.
+// Error is the failure half of every answer; unset means success. code is
+// the error's class, message its whole text, and sentinels the ID of every
+// sentinel error it matches ("csi/catalog: volume not found"), so that the
+// receiver's errors.Is matches them too (messages.ErrorFromProto).
 type Error struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=plugvisor.messages.ErrorCode" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Sentinels     []string               `protobuf:"bytes,3,rep,name=sentinels,proto3" json:"sentinels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +419,13 @@ func (x *Error) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Error) GetSentinels() []string {
+	if x != nil {
+		return x.Sentinels
+	}
+	return nil
 }
 
 // RegisterPlugin is sent by discovery, the API or a Go caller to the registry
@@ -1178,10 +1214,11 @@ const file_messages_plugin_proto_rawDesc = "" +
 	"\rregistered_by\x18\a \x01(\tR\fregisteredBy\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"T\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"r\n" +
 	"\x05Error\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.plugvisor.messages.ErrorCodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"o\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
+	"\tsentinels\x18\x03 \x03(\tR\tsentinels\"o\n" +
 	"\x0eRegisterPlugin\x126\n" +
 	"\x06plugin\x18\x01 \x01(\v2\x1e.plugvisor.messages.PluginInfoR\x06plugin\x12%\n" +
 	"\breply_to\x18\x02 \x01(\v2\n" +
@@ -1236,7 +1273,7 @@ const file_messages_plugin_proto_rawDesc = "" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\"K\n" +
 	"\x18ShutdownRegistryResponse\x12/\n" +
-	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error*\xdd\x01\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error*\xf4\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x18\n" +
@@ -1245,7 +1282,14 @@ const file_messages_plugin_proto_rawDesc = "" +
 	"\x10ERROR_CODE_STORE\x10\x04\x12\x17\n" +
 	"\x13ERROR_CODE_CONFLICT\x10\x05\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\x06\x12\x14\n" +
-	"\x10ERROR_CODE_LIMIT\x10\aB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	"\x10ERROR_CODE_LIMIT\x10\a\x12\x15\n" +
+	"\x11ERROR_CODE_DENIED\x10\b\x12\x18\n" +
+	"\x14ERROR_CODE_EXHAUSTED\x10\t\x12\x1a\n" +
+	"\x16ERROR_CODE_UNSUPPORTED\x10\n" +
+	"\x12\x17\n" +
+	"\x13ERROR_CODE_UPSTREAM\x10\v\x12\x17\n" +
+	"\x13ERROR_CODE_DEADLINE\x10\f\x12\x16\n" +
+	"\x12ERROR_CODE_CORRUPT\x10\rB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_plugin_proto_rawDescOnce sync.Once

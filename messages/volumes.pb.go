@@ -442,61 +442,6 @@ func (x *VolumePublish) GetFence() string {
 	return ""
 }
 
-// VolumeError is the failure half of the volume manager's answers. kinds
-// names each sentinel the error matches ("not_mounted", "csi_not_found", ...)
-// so that the facade gives back an error errors.Is recognises.
-type VolumeError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kinds         []string               `protobuf:"bytes,1,rep,name=kinds,proto3" json:"kinds,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *VolumeError) Reset() {
-	*x = VolumeError{}
-	mi := &file_messages_volumes_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *VolumeError) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*VolumeError) ProtoMessage() {}
-
-func (x *VolumeError) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use VolumeError.ProtoReflect.Descriptor instead.
-func (*VolumeError) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *VolumeError) GetKinds() []string {
-	if x != nil {
-		return x.Kinds
-	}
-	return nil
-}
-
-func (x *VolumeError) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
 // MountAllocVolume is sent by the volume manager's facade (or an actor) to
 // the volume manager to claim, attach, stage and publish a catalog volume for
 // an alloc. The manager answers MountAllocVolumeResponse to reply_to once the
@@ -518,7 +463,7 @@ type MountAllocVolume struct {
 
 func (x *MountAllocVolume) Reset() {
 	*x = MountAllocVolume{}
-	mi := &file_messages_volumes_proto_msgTypes[5]
+	mi := &file_messages_volumes_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +475,7 @@ func (x *MountAllocVolume) String() string {
 func (*MountAllocVolume) ProtoMessage() {}
 
 func (x *MountAllocVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[5]
+	mi := &file_messages_volumes_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +488,7 @@ func (x *MountAllocVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountAllocVolume.ProtoReflect.Descriptor instead.
 func (*MountAllocVolume) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{5}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MountAllocVolume) GetNamespace() string {
@@ -598,7 +543,7 @@ func (x *MountAllocVolume) GetAttachmentMode() string {
 // MountAllocVolumeResponse is the volume manager's answer to MountAllocVolume.
 type MountAllocVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	TargetPath    string                 `protobuf:"bytes,2,opt,name=target_path,json=targetPath,proto3" json:"target_path,omitempty"`
 	StagingPath   string                 `protobuf:"bytes,3,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
 	IsDevice      bool                   `protobuf:"varint,4,opt,name=is_device,json=isDevice,proto3" json:"is_device,omitempty"`
@@ -608,7 +553,7 @@ type MountAllocVolumeResponse struct {
 
 func (x *MountAllocVolumeResponse) Reset() {
 	*x = MountAllocVolumeResponse{}
-	mi := &file_messages_volumes_proto_msgTypes[6]
+	mi := &file_messages_volumes_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +565,7 @@ func (x *MountAllocVolumeResponse) String() string {
 func (*MountAllocVolumeResponse) ProtoMessage() {}
 
 func (x *MountAllocVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[6]
+	mi := &file_messages_volumes_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,10 +578,10 @@ func (x *MountAllocVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountAllocVolumeResponse.ProtoReflect.Descriptor instead.
 func (*MountAllocVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{6}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *MountAllocVolumeResponse) GetError() *VolumeError {
+func (x *MountAllocVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -686,7 +631,7 @@ type UnmountAllocVolume struct {
 
 func (x *UnmountAllocVolume) Reset() {
 	*x = UnmountAllocVolume{}
-	mi := &file_messages_volumes_proto_msgTypes[7]
+	mi := &file_messages_volumes_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +643,7 @@ func (x *UnmountAllocVolume) String() string {
 func (*UnmountAllocVolume) ProtoMessage() {}
 
 func (x *UnmountAllocVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[7]
+	mi := &file_messages_volumes_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +656,7 @@ func (x *UnmountAllocVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountAllocVolume.ProtoReflect.Descriptor instead.
 func (*UnmountAllocVolume) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{7}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UnmountAllocVolume) GetNamespace() string {
@@ -769,7 +714,7 @@ type ClaimAllocVolume struct {
 
 func (x *ClaimAllocVolume) Reset() {
 	*x = ClaimAllocVolume{}
-	mi := &file_messages_volumes_proto_msgTypes[8]
+	mi := &file_messages_volumes_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +726,7 @@ func (x *ClaimAllocVolume) String() string {
 func (*ClaimAllocVolume) ProtoMessage() {}
 
 func (x *ClaimAllocVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[8]
+	mi := &file_messages_volumes_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +739,7 @@ func (x *ClaimAllocVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimAllocVolume.ProtoReflect.Descriptor instead.
 func (*ClaimAllocVolume) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{8}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimAllocVolume) GetNamespace() string {
@@ -861,7 +806,7 @@ type ReleaseAllocVolume struct {
 
 func (x *ReleaseAllocVolume) Reset() {
 	*x = ReleaseAllocVolume{}
-	mi := &file_messages_volumes_proto_msgTypes[9]
+	mi := &file_messages_volumes_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +818,7 @@ func (x *ReleaseAllocVolume) String() string {
 func (*ReleaseAllocVolume) ProtoMessage() {}
 
 func (x *ReleaseAllocVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[9]
+	mi := &file_messages_volumes_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +831,7 @@ func (x *ReleaseAllocVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseAllocVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseAllocVolume) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{9}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReleaseAllocVolume) GetNamespace() string {
@@ -933,7 +878,7 @@ type DetachVolume struct {
 
 func (x *DetachVolume) Reset() {
 	*x = DetachVolume{}
-	mi := &file_messages_volumes_proto_msgTypes[10]
+	mi := &file_messages_volumes_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +890,7 @@ func (x *DetachVolume) String() string {
 func (*DetachVolume) ProtoMessage() {}
 
 func (x *DetachVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[10]
+	mi := &file_messages_volumes_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +903,7 @@ func (x *DetachVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetachVolume.ProtoReflect.Descriptor instead.
 func (*DetachVolume) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{10}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DetachVolume) GetNamespace() string {
@@ -993,14 +938,14 @@ func (x *DetachVolume) GetReplyTo() *actor.PID {
 // ClaimAllocVolume, ReleaseAllocVolume and DetachVolume.
 type VolumeOpResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeOpResponse) Reset() {
 	*x = VolumeOpResponse{}
-	mi := &file_messages_volumes_proto_msgTypes[11]
+	mi := &file_messages_volumes_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +957,7 @@ func (x *VolumeOpResponse) String() string {
 func (*VolumeOpResponse) ProtoMessage() {}
 
 func (x *VolumeOpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[11]
+	mi := &file_messages_volumes_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,10 +970,10 @@ func (x *VolumeOpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeOpResponse.ProtoReflect.Descriptor instead.
 func (*VolumeOpResponse) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{11}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{10}
 }
 
-func (x *VolumeOpResponse) GetError() *VolumeError {
+func (x *VolumeOpResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1048,7 +993,7 @@ type VolumeStatusRequest struct {
 
 func (x *VolumeStatusRequest) Reset() {
 	*x = VolumeStatusRequest{}
-	mi := &file_messages_volumes_proto_msgTypes[12]
+	mi := &file_messages_volumes_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1005,7 @@ func (x *VolumeStatusRequest) String() string {
 func (*VolumeStatusRequest) ProtoMessage() {}
 
 func (x *VolumeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[12]
+	mi := &file_messages_volumes_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1018,7 @@ func (x *VolumeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStatusRequest.ProtoReflect.Descriptor instead.
 func (*VolumeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{12}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VolumeStatusRequest) GetNamespace() string {
@@ -1101,7 +1046,7 @@ func (x *VolumeStatusRequest) GetReplyTo() *actor.PID {
 // record is unset when the node holds nothing of the volume.
 type VolumeStatusResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
-	Error  *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error  *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Record *VolumeRecord          `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
 	// busy is set while an operation runs on the volume.
 	Busy bool `protobuf:"varint,3,opt,name=busy,proto3" json:"busy,omitempty"`
@@ -1124,7 +1069,7 @@ type VolumeStatusResponse struct {
 
 func (x *VolumeStatusResponse) Reset() {
 	*x = VolumeStatusResponse{}
-	mi := &file_messages_volumes_proto_msgTypes[13]
+	mi := &file_messages_volumes_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1081,7 @@ func (x *VolumeStatusResponse) String() string {
 func (*VolumeStatusResponse) ProtoMessage() {}
 
 func (x *VolumeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[13]
+	mi := &file_messages_volumes_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,10 +1094,10 @@ func (x *VolumeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStatusResponse.ProtoReflect.Descriptor instead.
 func (*VolumeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{13}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *VolumeStatusResponse) GetError() *VolumeError {
+func (x *VolumeStatusResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1223,7 +1168,7 @@ type VolumeStats struct {
 
 func (x *VolumeStats) Reset() {
 	*x = VolumeStats{}
-	mi := &file_messages_volumes_proto_msgTypes[14]
+	mi := &file_messages_volumes_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1180,7 @@ func (x *VolumeStats) String() string {
 func (*VolumeStats) ProtoMessage() {}
 
 func (x *VolumeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[14]
+	mi := &file_messages_volumes_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1193,7 @@ func (x *VolumeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStats.ProtoReflect.Descriptor instead.
 func (*VolumeStats) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{14}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VolumeStats) GetVolumePath() string {
@@ -1285,7 +1230,7 @@ type VolumeUsage struct {
 
 func (x *VolumeUsage) Reset() {
 	*x = VolumeUsage{}
-	mi := &file_messages_volumes_proto_msgTypes[15]
+	mi := &file_messages_volumes_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1242,7 @@ func (x *VolumeUsage) String() string {
 func (*VolumeUsage) ProtoMessage() {}
 
 func (x *VolumeUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[15]
+	mi := &file_messages_volumes_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1255,7 @@ func (x *VolumeUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeUsage.ProtoReflect.Descriptor instead.
 func (*VolumeUsage) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{15}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *VolumeUsage) GetUnit() string {
@@ -1352,7 +1297,7 @@ type VolumeCondition struct {
 
 func (x *VolumeCondition) Reset() {
 	*x = VolumeCondition{}
-	mi := &file_messages_volumes_proto_msgTypes[16]
+	mi := &file_messages_volumes_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1309,7 @@ func (x *VolumeCondition) String() string {
 func (*VolumeCondition) ProtoMessage() {}
 
 func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[16]
+	mi := &file_messages_volumes_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1322,7 @@ func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCondition.ProtoReflect.Descriptor instead.
 func (*VolumeCondition) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{16}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VolumeCondition) GetAbnormal() bool {
@@ -1412,7 +1357,7 @@ type NodeExpandAllocVolume struct {
 
 func (x *NodeExpandAllocVolume) Reset() {
 	*x = NodeExpandAllocVolume{}
-	mi := &file_messages_volumes_proto_msgTypes[17]
+	mi := &file_messages_volumes_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1369,7 @@ func (x *NodeExpandAllocVolume) String() string {
 func (*NodeExpandAllocVolume) ProtoMessage() {}
 
 func (x *NodeExpandAllocVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[17]
+	mi := &file_messages_volumes_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1382,7 @@ func (x *NodeExpandAllocVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExpandAllocVolume.ProtoReflect.Descriptor instead.
 func (*NodeExpandAllocVolume) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{17}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeExpandAllocVolume) GetNamespace() string {
@@ -1473,7 +1418,7 @@ func (x *NodeExpandAllocVolume) GetReplyTo() *actor.PID {
 // volume is not published on this node (nothing to expand).
 type NodeExpandAllocVolumeResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
-	Error    *VolumeError           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error    *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Expanded bool                   `protobuf:"varint,2,opt,name=expanded,proto3" json:"expanded,omitempty"`
 	// capacity_bytes is the node plugin's answer (0 when it gave none).
 	CapacityBytes int64 `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
@@ -1486,7 +1431,7 @@ type NodeExpandAllocVolumeResponse struct {
 
 func (x *NodeExpandAllocVolumeResponse) Reset() {
 	*x = NodeExpandAllocVolumeResponse{}
-	mi := &file_messages_volumes_proto_msgTypes[18]
+	mi := &file_messages_volumes_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1443,7 @@ func (x *NodeExpandAllocVolumeResponse) String() string {
 func (*NodeExpandAllocVolumeResponse) ProtoMessage() {}
 
 func (x *NodeExpandAllocVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[18]
+	mi := &file_messages_volumes_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,10 +1456,10 @@ func (x *NodeExpandAllocVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExpandAllocVolumeResponse.ProtoReflect.Descriptor instead.
 func (*NodeExpandAllocVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{18}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{17}
 }
 
-func (x *NodeExpandAllocVolumeResponse) GetError() *VolumeError {
+func (x *NodeExpandAllocVolumeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -1563,7 +1508,7 @@ type ShutdownVolumeManager struct {
 
 func (x *ShutdownVolumeManager) Reset() {
 	*x = ShutdownVolumeManager{}
-	mi := &file_messages_volumes_proto_msgTypes[19]
+	mi := &file_messages_volumes_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1520,7 @@ func (x *ShutdownVolumeManager) String() string {
 func (*ShutdownVolumeManager) ProtoMessage() {}
 
 func (x *ShutdownVolumeManager) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_volumes_proto_msgTypes[19]
+	mi := &file_messages_volumes_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1533,7 @@ func (x *ShutdownVolumeManager) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownVolumeManager.ProtoReflect.Descriptor instead.
 func (*ShutdownVolumeManager) Descriptor() ([]byte, []int) {
-	return file_messages_volumes_proto_rawDescGZIP(), []int{19}
+	return file_messages_volumes_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ShutdownVolumeManager) GetReplyTo() *actor.PID {
@@ -1602,7 +1547,7 @@ var File_messages_volumes_proto protoreflect.FileDescriptor
 
 const file_messages_volumes_proto_rawDesc = "" +
 	"\n" +
-	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\"\x80\x05\n" +
+	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x15messages/plugin.proto\"\x80\x05\n" +
 	"\fVolumeRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1b\n" +
@@ -1652,10 +1597,7 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"nodeSocket\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\a \x01(\tR\tlastError\x12\x14\n" +
-	"\x05fence\x18\b \x01(\tR\x05fence\"=\n" +
-	"\vVolumeError\x12\x14\n" +
-	"\x05kinds\x18\x01 \x03(\tR\x05kinds\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xf6\x01\n" +
+	"\x05fence\x18\b \x01(\tR\x05fence\"\xf6\x01\n" +
 	"\x10MountAllocVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
@@ -1665,9 +1607,9 @@ const file_messages_volumes_proto_rawDesc = "" +
 	".actor.PIDR\areplyTo\x12\x1f\n" +
 	"\vaccess_mode\x18\x06 \x01(\tR\n" +
 	"accessMode\x12'\n" +
-	"\x0fattachment_mode\x18\a \x01(\tR\x0eattachmentMode\"\xb2\x01\n" +
-	"\x18MountAllocVolumeResponse\x125\n" +
-	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x12\x1f\n" +
+	"\x0fattachment_mode\x18\a \x01(\tR\x0eattachmentMode\"\xac\x01\n" +
+	"\x18MountAllocVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x1f\n" +
 	"\vtarget_path\x18\x02 \x01(\tR\n" +
 	"targetPath\x12!\n" +
 	"\fstaging_path\x18\x03 \x01(\tR\vstagingPath\x12\x1b\n" +
@@ -1700,16 +1642,16 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12%\n" +
 	"\breply_to\x18\x04 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"I\n" +
-	"\x10VolumeOpResponse\x125\n" +
-	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\"w\n" +
+	".actor.PIDR\areplyTo\"C\n" +
+	"\x10VolumeOpResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"w\n" +
 	"\x13VolumeStatusRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\xd3\x02\n" +
-	"\x14VolumeStatusResponse\x125\n" +
-	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x128\n" +
+	".actor.PIDR\areplyTo\"\xcd\x02\n" +
+	"\x14VolumeStatusResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x128\n" +
 	"\x06record\x18\x02 \x01(\v2 .plugvisor.messages.VolumeRecordR\x06record\x12\x12\n" +
 	"\x04busy\x18\x03 \x01(\bR\x04busy\x12%\n" +
 	"\x0elast_operation\x18\x04 \x01(\tR\rlastOperation\x12\x1d\n" +
@@ -1737,9 +1679,9 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x03 \x01(\x03R\rcapacityBytes\x12%\n" +
 	"\breply_to\x18\x04 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\xce\x01\n" +
-	"\x1dNodeExpandAllocVolumeResponse\x125\n" +
-	"\x05error\x18\x01 \x01(\v2\x1f.plugvisor.messages.VolumeErrorR\x05error\x12\x1a\n" +
+	".actor.PIDR\areplyTo\"\xc8\x01\n" +
+	"\x1dNodeExpandAllocVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x1a\n" +
 	"\bexpanded\x18\x02 \x01(\bR\bexpanded\x12%\n" +
 	"\x0ecapacity_bytes\x18\x03 \x01(\x03R\rcapacityBytes\x12\x1f\n" +
 	"\vvolume_path\x18\x04 \x01(\tR\n" +
@@ -1761,53 +1703,53 @@ func file_messages_volumes_proto_rawDescGZIP() []byte {
 	return file_messages_volumes_proto_rawDescData
 }
 
-var file_messages_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_messages_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_messages_volumes_proto_goTypes = []any{
 	(*VolumeRecord)(nil),                  // 0: plugvisor.messages.VolumeRecord
 	(*VolumeAttachment)(nil),              // 1: plugvisor.messages.VolumeAttachment
 	(*VolumeStage)(nil),                   // 2: plugvisor.messages.VolumeStage
 	(*VolumePublish)(nil),                 // 3: plugvisor.messages.VolumePublish
-	(*VolumeError)(nil),                   // 4: plugvisor.messages.VolumeError
-	(*MountAllocVolume)(nil),              // 5: plugvisor.messages.MountAllocVolume
-	(*MountAllocVolumeResponse)(nil),      // 6: plugvisor.messages.MountAllocVolumeResponse
-	(*UnmountAllocVolume)(nil),            // 7: plugvisor.messages.UnmountAllocVolume
-	(*ClaimAllocVolume)(nil),              // 8: plugvisor.messages.ClaimAllocVolume
-	(*ReleaseAllocVolume)(nil),            // 9: plugvisor.messages.ReleaseAllocVolume
-	(*DetachVolume)(nil),                  // 10: plugvisor.messages.DetachVolume
-	(*VolumeOpResponse)(nil),              // 11: plugvisor.messages.VolumeOpResponse
-	(*VolumeStatusRequest)(nil),           // 12: plugvisor.messages.VolumeStatusRequest
-	(*VolumeStatusResponse)(nil),          // 13: plugvisor.messages.VolumeStatusResponse
-	(*VolumeStats)(nil),                   // 14: plugvisor.messages.VolumeStats
-	(*VolumeUsage)(nil),                   // 15: plugvisor.messages.VolumeUsage
-	(*VolumeCondition)(nil),               // 16: plugvisor.messages.VolumeCondition
-	(*NodeExpandAllocVolume)(nil),         // 17: plugvisor.messages.NodeExpandAllocVolume
-	(*NodeExpandAllocVolumeResponse)(nil), // 18: plugvisor.messages.NodeExpandAllocVolumeResponse
-	(*ShutdownVolumeManager)(nil),         // 19: plugvisor.messages.ShutdownVolumeManager
-	nil,                                   // 20: plugvisor.messages.VolumeRecord.PublishesEntry
-	nil,                                   // 21: plugvisor.messages.VolumeAttachment.PublishContextEntry
-	(*actor.PID)(nil),                     // 22: actor.PID
+	(*MountAllocVolume)(nil),              // 4: plugvisor.messages.MountAllocVolume
+	(*MountAllocVolumeResponse)(nil),      // 5: plugvisor.messages.MountAllocVolumeResponse
+	(*UnmountAllocVolume)(nil),            // 6: plugvisor.messages.UnmountAllocVolume
+	(*ClaimAllocVolume)(nil),              // 7: plugvisor.messages.ClaimAllocVolume
+	(*ReleaseAllocVolume)(nil),            // 8: plugvisor.messages.ReleaseAllocVolume
+	(*DetachVolume)(nil),                  // 9: plugvisor.messages.DetachVolume
+	(*VolumeOpResponse)(nil),              // 10: plugvisor.messages.VolumeOpResponse
+	(*VolumeStatusRequest)(nil),           // 11: plugvisor.messages.VolumeStatusRequest
+	(*VolumeStatusResponse)(nil),          // 12: plugvisor.messages.VolumeStatusResponse
+	(*VolumeStats)(nil),                   // 13: plugvisor.messages.VolumeStats
+	(*VolumeUsage)(nil),                   // 14: plugvisor.messages.VolumeUsage
+	(*VolumeCondition)(nil),               // 15: plugvisor.messages.VolumeCondition
+	(*NodeExpandAllocVolume)(nil),         // 16: plugvisor.messages.NodeExpandAllocVolume
+	(*NodeExpandAllocVolumeResponse)(nil), // 17: plugvisor.messages.NodeExpandAllocVolumeResponse
+	(*ShutdownVolumeManager)(nil),         // 18: plugvisor.messages.ShutdownVolumeManager
+	nil,                                   // 19: plugvisor.messages.VolumeRecord.PublishesEntry
+	nil,                                   // 20: plugvisor.messages.VolumeAttachment.PublishContextEntry
+	(*actor.PID)(nil),                     // 21: actor.PID
+	(*Error)(nil),                         // 22: plugvisor.messages.Error
 }
 var file_messages_volumes_proto_depIdxs = []int32{
 	1,  // 0: plugvisor.messages.VolumeRecord.attachment:type_name -> plugvisor.messages.VolumeAttachment
 	2,  // 1: plugvisor.messages.VolumeRecord.stage:type_name -> plugvisor.messages.VolumeStage
-	20, // 2: plugvisor.messages.VolumeRecord.publishes:type_name -> plugvisor.messages.VolumeRecord.PublishesEntry
-	21, // 3: plugvisor.messages.VolumeAttachment.publish_context:type_name -> plugvisor.messages.VolumeAttachment.PublishContextEntry
-	22, // 4: plugvisor.messages.MountAllocVolume.reply_to:type_name -> actor.PID
-	4,  // 5: plugvisor.messages.MountAllocVolumeResponse.error:type_name -> plugvisor.messages.VolumeError
-	22, // 6: plugvisor.messages.UnmountAllocVolume.reply_to:type_name -> actor.PID
-	22, // 7: plugvisor.messages.ClaimAllocVolume.reply_to:type_name -> actor.PID
-	22, // 8: plugvisor.messages.ReleaseAllocVolume.reply_to:type_name -> actor.PID
-	22, // 9: plugvisor.messages.DetachVolume.reply_to:type_name -> actor.PID
-	4,  // 10: plugvisor.messages.VolumeOpResponse.error:type_name -> plugvisor.messages.VolumeError
-	22, // 11: plugvisor.messages.VolumeStatusRequest.reply_to:type_name -> actor.PID
-	4,  // 12: plugvisor.messages.VolumeStatusResponse.error:type_name -> plugvisor.messages.VolumeError
+	19, // 2: plugvisor.messages.VolumeRecord.publishes:type_name -> plugvisor.messages.VolumeRecord.PublishesEntry
+	20, // 3: plugvisor.messages.VolumeAttachment.publish_context:type_name -> plugvisor.messages.VolumeAttachment.PublishContextEntry
+	21, // 4: plugvisor.messages.MountAllocVolume.reply_to:type_name -> actor.PID
+	22, // 5: plugvisor.messages.MountAllocVolumeResponse.error:type_name -> plugvisor.messages.Error
+	21, // 6: plugvisor.messages.UnmountAllocVolume.reply_to:type_name -> actor.PID
+	21, // 7: plugvisor.messages.ClaimAllocVolume.reply_to:type_name -> actor.PID
+	21, // 8: plugvisor.messages.ReleaseAllocVolume.reply_to:type_name -> actor.PID
+	21, // 9: plugvisor.messages.DetachVolume.reply_to:type_name -> actor.PID
+	22, // 10: plugvisor.messages.VolumeOpResponse.error:type_name -> plugvisor.messages.Error
+	21, // 11: plugvisor.messages.VolumeStatusRequest.reply_to:type_name -> actor.PID
+	22, // 12: plugvisor.messages.VolumeStatusResponse.error:type_name -> plugvisor.messages.Error
 	0,  // 13: plugvisor.messages.VolumeStatusResponse.record:type_name -> plugvisor.messages.VolumeRecord
-	14, // 14: plugvisor.messages.VolumeStatusResponse.stats:type_name -> plugvisor.messages.VolumeStats
-	15, // 15: plugvisor.messages.VolumeStats.usage:type_name -> plugvisor.messages.VolumeUsage
-	16, // 16: plugvisor.messages.VolumeStats.condition:type_name -> plugvisor.messages.VolumeCondition
-	22, // 17: plugvisor.messages.NodeExpandAllocVolume.reply_to:type_name -> actor.PID
-	4,  // 18: plugvisor.messages.NodeExpandAllocVolumeResponse.error:type_name -> plugvisor.messages.VolumeError
-	22, // 19: plugvisor.messages.ShutdownVolumeManager.reply_to:type_name -> actor.PID
+	13, // 14: plugvisor.messages.VolumeStatusResponse.stats:type_name -> plugvisor.messages.VolumeStats
+	14, // 15: plugvisor.messages.VolumeStats.usage:type_name -> plugvisor.messages.VolumeUsage
+	15, // 16: plugvisor.messages.VolumeStats.condition:type_name -> plugvisor.messages.VolumeCondition
+	21, // 17: plugvisor.messages.NodeExpandAllocVolume.reply_to:type_name -> actor.PID
+	22, // 18: plugvisor.messages.NodeExpandAllocVolumeResponse.error:type_name -> plugvisor.messages.Error
+	21, // 19: plugvisor.messages.ShutdownVolumeManager.reply_to:type_name -> actor.PID
 	3,  // 20: plugvisor.messages.VolumeRecord.PublishesEntry.value:type_name -> plugvisor.messages.VolumePublish
 	21, // [21:21] is the sub-list for method output_type
 	21, // [21:21] is the sub-list for method input_type
@@ -1821,13 +1763,14 @@ func file_messages_volumes_proto_init() {
 	if File_messages_volumes_proto != nil {
 		return
 	}
+	file_messages_plugin_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_volumes_proto_rawDesc), len(file_messages_volumes_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

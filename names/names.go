@@ -9,16 +9,17 @@
 // bidirectional and zero-width characters that make a name look like
 // another one on screen.
 //
-// It imports nothing of plugvisor's, so every package can use it.
+// It imports only errclass, so every package can use it.
 package names
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // MaxLen is the longest name or ID, in bytes. It leaves room for an
@@ -32,13 +33,14 @@ const MaxSocketPathLen = 107
 
 // ErrInvalid is matched, with errors.Is, by every error of Check and
 // CheckSocketPath.
-var ErrInvalid = errors.New("names: invalid")
+var ErrInvalid = errclass.New(errclass.Invalid, "invalid name")
 
 // Error is one refused name: which field, the value (quoted safely) and why.
 type Error struct {
 	Field  string
 	Value  string
 	Reason string
+	kind   error // a second sentinel it matches (ErrNotSocket), or nil
 }
 
 func (e *Error) Error() string {
@@ -48,8 +50,13 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s %s %s", e.Field, quote(e.Value), e.Reason)
 }
 
-// Unwrap makes the error match ErrInvalid.
-func (e *Error) Unwrap() error { return ErrInvalid }
+// Unwrap makes the error match ErrInvalid (and ErrNotSocket when it is one).
+func (e *Error) Unwrap() []error {
+	if e.kind == nil {
+		return []error{ErrInvalid}
+	}
+	return []error{ErrInvalid, e.kind}
+}
 
 // remedy ends every refusal of a name's characters: it says what to use.
 const remedy = "; use letters, digits, '-', '_' and single dots"

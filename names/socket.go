@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // ErrNotSocket is matched by CheckSocketFile's error when something other
 // than a unix socket sits at the path.
-var ErrNotSocket = errors.New("names: not a unix socket")
+var ErrNotSocket = errclass.New(errclass.Invalid, "not a unix socket")
 
 // CheckSocketFile checks path with CheckSocketPath, then refuses it when
 // something that is not a unix socket exists there (a regular file, a
@@ -25,10 +27,14 @@ func CheckSocketFile(field, path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("%w: %s %s cannot be checked: %v", ErrInvalid, field, quote(path), err)
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) {
+			err = pathErr.Err
+		}
+		return &Error{Field: field, Value: path, Reason: "cannot be checked: " + err.Error()}
 	case info.Mode().Type()&fs.ModeSocket == 0:
-		return fmt.Errorf("%w: %w: %s %s is %s, not a socket; give the path of the plugin's unix socket",
-			ErrInvalid, ErrNotSocket, field, quote(path), DescribeMode(info.Mode()))
+		return &Error{Field: field, Value: path, kind: ErrNotSocket,
+			Reason: "is " + DescribeMode(info.Mode()) + ", not a socket; give the path of the plugin's unix socket"}
 	}
 	return nil
 }

@@ -68,8 +68,8 @@ func TestABatchWithOneInvalidCommandAnswersItAndAppliesTheRest(t *testing.T) {
 	// The command bad on its face is answered at once, before the batch
 	// is written.
 	refused := probe.Expect[*messages.RegisterPluginResponse](t, caller, timeout)
-	require.ErrorIs(t, registry.FromProto(refused.GetError()), registry.ErrInvalid)
-	require.ErrorContains(t, registry.FromProto(refused.GetError()), "name")
+	require.ErrorIs(t, messages.ErrorFromProto(refused.GetError()), registry.ErrInvalid)
+	require.ErrorContains(t, messages.ErrorFromProto(refused.GetError()), "name")
 
 	bucket.gate <- struct{}{} // the first batch
 	require.NoError(t, <-first)
@@ -77,10 +77,10 @@ func TestABatchWithOneInvalidCommandAnswersItAndAppliesTheRest(t *testing.T) {
 	require.Equal(t, 3, <-metrics.sizes, "a, the unknown deregistration and b share one batch")
 	bucket.gate <- struct{}{}
 
-	require.NoError(t, registry.FromProto(probe.Expect[*messages.RegisterPluginResponse](t, caller, timeout).GetError()))
+	require.NoError(t, messages.ErrorFromProto(probe.Expect[*messages.RegisterPluginResponse](t, caller, timeout).GetError()))
 	missing := probe.Expect[*messages.DeregisterPluginResponse](t, caller, timeout)
-	require.ErrorIs(t, registry.FromProto(missing.GetError()), registry.ErrNotFound)
-	require.NoError(t, registry.FromProto(probe.Expect[*messages.RegisterPluginResponse](t, caller, timeout).GetError()))
+	require.ErrorIs(t, messages.ErrorFromProto(missing.GetError()), registry.ErrNotFound)
+	require.NoError(t, messages.ErrorFromProto(probe.Expect[*messages.RegisterPluginResponse](t, caller, timeout).GetError()))
 
 	got := []string{}
 	for range 3 {

@@ -532,9 +532,9 @@ func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
 		w.done <- err // buffered: never blocks
 	case w.replyTo == nil:
 	case w.deregister:
-		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: toProto(err)})
+		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: messages.ErrorToProto(err)})
 	default:
-		ctx.Send(w.replyTo, &messages.RegisterPluginResponse{Error: toProto(err)})
+		ctx.Send(w.replyTo, &messages.RegisterPluginResponse{Error: messages.ErrorToProto(err)})
 	}
 }
 

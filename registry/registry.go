@@ -300,7 +300,7 @@ func (r *Registry) Shutdown() error {
 
 	res, err := r.system.Root.RequestFuture(r.pid, &messages.ShutdownRegistry{}, r.timeout).Result()
 	if err == nil {
-		err = FromProto(res.(*messages.ShutdownRegistryResponse).GetError())
+		err = messages.ErrorFromProto(res.(*messages.ShutdownRegistryResponse).GetError())
 	} else {
 		err = r.futureError(err)
 	}

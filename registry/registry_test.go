@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -492,7 +493,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			err := r.RegisterPlugin(tc.info)
 			require.ErrorIs(t, err, registry.ErrInvalid)
 			require.Contains(t, err.Error(), tc.want)
-			require.True(t, strings.HasPrefix(err.Error(), "registry: "), err.Error())
+			require.True(t, strings.HasPrefix(err.Error(), "invalid argument: "), err.Error())
 		})
 	}
 	t.Run("socket path of exactly 107 bytes is fine", func(t *testing.T) {
@@ -516,11 +517,11 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 }
 
 func TestErrorsSurviveTheActorBoundary(t *testing.T) {
-	err := registry.FromProto(&messages.Error{Code: messages.ErrorCode_ERROR_CODE_STORE, Message: "registry: durable store failed: disk full"})
+	err := messages.ErrorFromProto(messages.ErrorToProto(fmt.Errorf("%w: disk full", registry.ErrStore)))
 	require.ErrorIs(t, err, registry.ErrStore)
-	require.EqualError(t, err, "registry: durable store failed: disk full")
-	require.NoError(t, registry.FromProto(nil))
-	require.False(t, errors.Is(registry.FromProto(&messages.Error{Message: "x"}), registry.ErrStore))
+	require.EqualError(t, err, "durable store failed: disk full")
+	require.NoError(t, messages.ErrorFromProto(nil))
+	require.False(t, errors.Is(messages.ErrorFromProto(&messages.Error{Message: "x"}), registry.ErrStore))
 }
 
 // panickyMetrics panics in the registry actor the first time a register is

@@ -146,7 +146,7 @@ func ValidateRegistration(p *messages.PluginInfo) error {
 			"give socket_path, or put the address in a spec file in a watched directory", truncate(c.GetAddress()))
 	}
 	if err := names.CheckSocketFile("socket path", c.GetSocketPath()); err != nil {
-		return errorf(ErrInvalid, "%v", err)
+		return errorf(ErrInvalid, "%w", err)
 	}
 	return nil
 }
@@ -157,7 +157,7 @@ func ValidateRegistration(p *messages.PluginInfo) error {
 // characters). field names it in the error, which matches ErrInvalid.
 func ValidateID(field, v string) error {
 	if err := names.Check(field, v); err != nil {
-		return errorf(ErrInvalid, "%v", err)
+		return errorf(ErrInvalid, "%w", err)
 	}
 	return nil
 }
@@ -181,7 +181,7 @@ func validateRegisteredBy(v string) error {
 // bytes), no NUL or invisible characters.
 func ValidateSocketPath(path string) error {
 	if err := names.CheckSocketPath("socket path", path); err != nil {
-		return errorf(ErrInvalid, "%v", err)
+		return errorf(ErrInvalid, "%w", err)
 	}
 	return nil
 }
@@ -204,7 +204,7 @@ func validateConnection(c *messages.ConnectionInfo) error {
 func validateAddress(addr string) error {
 	u, err := url.Parse(addr)
 	if err != nil {
-		return errorf(ErrInvalid, "address %q: %v", addr, err)
+		return errorf(ErrInvalid, "address %q: %w", addr, err)
 	}
 	switch u.Scheme {
 	case "tcp", "http", "https":

@@ -127,7 +127,7 @@ func TestBoltRefusesUnusableFiles(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, storage.ErrCorrupt)
-			require.ErrorContains(t, err, "storage: state file is corrupt: "+path)
+			require.ErrorContains(t, err, "state file is corrupt: "+path)
 			require.ErrorContains(t, err, "-reset-corrupt-state flag (BoltOptions.MoveAsideCorrupt) moves it aside")
 		})
 	}
@@ -321,7 +321,7 @@ func snapshot(t *testing.T, path string) string {
 func requireLocked(t *testing.T, err error, path string) {
 	t.Helper()
 	require.ErrorIs(t, err, storage.ErrLocked)
-	require.ErrorContains(t, err, "storage: state file is locked: "+path)
+	require.ErrorContains(t, err, "state file is locked: "+path)
 	require.ErrorContains(t, err, "stop the other plugvisor agent")
 }
 

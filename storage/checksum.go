@@ -96,7 +96,7 @@ func readFormat(tx *bolt.Tx) (int, error) {
 }
 
 // errNewerFormat is a file this code must not touch; it is not corrupt.
-var errNewerFormat = errors.New("storage: state file is from a newer version")
+var errNewerFormat = errors.New("state file is from a newer version")
 
 // verify checks the checksum of every record of a sealed file; an unsealed
 // file has none to check.

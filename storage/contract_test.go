@@ -92,7 +92,7 @@ var contract = []struct {
 			err := b.Apply([]storage.Op{put("new", "1"), bad.op})
 			require.ErrorIs(t, err, storage.ErrInvalid, bad.name)
 			require.ErrorContains(t, err, bad.want, bad.name)
-			require.ErrorContains(t, err, `storage: invalid input: bucket "registry"`, bad.name)
+			require.ErrorContains(t, err, `invalid input: bucket "registry"`, bad.name)
 		}
 		require.Equal(t, []record{{"kept", "1"}}, load(t, b))
 	}},
@@ -179,7 +179,7 @@ var contract = []struct {
 		require.ErrorIs(t, b.Apply([]storage.Op{put("b", "2")}), storage.ErrClosed)
 		require.ErrorIs(t, b.Apply(nil), storage.ErrClosed)
 		require.ErrorIs(t, b.Load(func(key, value []byte) error { return nil }), storage.ErrClosed)
-		require.EqualError(t, storage.ErrClosed, "storage: store is closed")
+		require.EqualError(t, storage.ErrClosed, "store is closed")
 	}},
 	{"Close can be called again", func(t *testing.T, s storage.Store) {
 		require.NoError(t, s.Close())

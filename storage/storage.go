@@ -20,11 +20,12 @@
 package storage
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // Op is one change in a batch: Value nil deletes Key; any other Value,
@@ -91,15 +92,15 @@ const (
 var (
 	// ErrLocked means another process, or another open store in this one,
 	// holds the file.
-	ErrLocked = errors.New("storage: state file is locked")
+	ErrLocked = errclass.New(errclass.Unavailable, "state file is locked")
 	// ErrCorrupt means the file's contents cannot be trusted: it does not
 	// open, or it fails the consistency check run at open.
-	ErrCorrupt = errors.New("storage: state file is corrupt")
+	ErrCorrupt = errclass.New(errclass.Corrupt, "state file is corrupt")
 	// ErrClosed means the store was used after Close.
-	ErrClosed = errors.New("storage: store is closed")
+	ErrClosed = errclass.New(errclass.ShutDown, "store is closed")
 	// ErrInvalid means a bucket name, key or value was refused; nothing was
 	// changed.
-	ErrInvalid = errors.New("storage: invalid input")
+	ErrInvalid = errclass.New(errclass.Invalid, "invalid input")
 )
 
 // validateBucketName checks the rules of Store.Bucket.

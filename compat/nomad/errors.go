@@ -1,8 +1,9 @@
 package nomad
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // Sentinel errors, checked with errors.Is. Where Nomad's registry refuses
@@ -12,15 +13,15 @@ import (
 var (
 	// ErrInvalid: Nomad's registry refuses the arguments (an empty type or
 	// name, no connection info), or they are beyond plugvisor's limits.
-	ErrInvalid = errors.New("invalid plugin arguments")
+	ErrInvalid = errclass.New(errclass.Invalid, "invalid plugin arguments")
 	// ErrNoPluginsForType: no plugin of the type was ever registered.
-	ErrNoPluginsForType = errors.New("no plugins registered for type")
+	ErrNoPluginsForType = errclass.New(errclass.NotFound, "no plugins registered for type")
 	// ErrPluginNotFound: no current allocation of the plugin.
-	ErrPluginNotFound = errors.New("plugin not found")
+	ErrPluginNotFound = errclass.New(errclass.NotFound, "plugin not found")
 	// ErrAllocNotFound: the plugin has no such allocation.
-	ErrAllocNotFound = errors.New("no plugin for that allocation")
+	ErrAllocNotFound = errclass.New(errclass.NotFound, "no plugin for that allocation")
 	// ErrNoDispenser: no dispenser was given for the type.
-	ErrNoDispenser = errors.New("no plugin dispenser found")
+	ErrNoDispenser = errclass.New(errclass.NotFound, "no plugin dispenser found")
 )
 
 // nomadError reads as Nomad's error and matches its sentinel.

@@ -289,7 +289,7 @@ func (a *catalogActor) reply(ctx actor.Context, w *catalogWrite, err error) {
 	if err == nil && w.volume != nil {
 		volume = w.volume.Proto()
 	}
-	answer := catalogErrorToProto(err)
+	answer := messages.ErrorToProto(err)
 	var resp proto.Message
 	switch cmd := w.cmd.(type) {
 	case *messages.RegisterVolume:
@@ -335,7 +335,7 @@ func (a *catalogActor) onListVolumes(ctx actor.Context, msg *messages.ListVolume
 	resp := &messages.ListVolumesResponse{}
 	if ns := msg.GetNamespace(); ns != "" {
 		if err := names.Check("namespace", ns); err != nil {
-			resp.Error = catalogErrorToProto(catalogWrap(ErrCatalogInvalid, err))
+			resp.Error = messages.ErrorToProto(catalogWrap(ErrCatalogInvalid, err))
 		}
 	}
 	for _, key := range a.committed.sortedVolumeKeys() {
@@ -358,7 +358,7 @@ func (a *catalogActor) onGetVolume(ctx actor.Context, msg *messages.GetVolumeReq
 			resp.Volume = v.Proto()
 		}
 	}
-	resp.Error = catalogErrorToProto(err)
+	resp.Error = messages.ErrorToProto(err)
 	a.answer(ctx, msg.GetReplyTo(), resp)
 }
 

@@ -85,18 +85,18 @@ func (f *catFixture) feed(fps ...*messages.CSIFingerprint) {
 func (f *catFixture) settle() {
 	f.t.Helper()
 	resp := probe.Ask[*messages.DeregisterVolumeResponse](f.t, f.manager, f.cat.PID(), &messages.DeregisterVolume{VolumeId: "no-such-volume"}, catWait)
-	require.ErrorIs(f.t, catalog.CatalogErrorFromProto(resp.GetError()), catalog.ErrVolumeNotFound)
+	require.ErrorIs(f.t, messages.ErrorFromProto(resp.GetError()), catalog.ErrVolumeNotFound)
 }
 
 // catAsk sends msg to the catalog from the manager probe and returns the
 // answer, an R, with the error it carries.
 func catAsk[R interface {
 	proto.Message
-	GetError() *messages.CatalogError
+	GetError() *messages.Error
 }](f *catFixture, msg proto.Message) (R, error) {
 	f.t.Helper()
 	resp := probe.Ask[R](f.t, f.manager, f.cat.PID(), msg, catWait)
-	return resp, catalog.CatalogErrorFromProto(resp.GetError())
+	return resp, messages.ErrorFromProto(resp.GetError())
 }
 
 func (f *catFixture) volume(namespace, id string) *model.CSIVolume {
@@ -456,9 +456,9 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 	send := func(msg proto.Message) func() error {
 		return func() error {
 			f.manager.Send(f.cat.PID(), msg)
-			resp, ok := probe.Expect[proto.Message](t, f.manager, catWait).(interface{ GetError() *messages.CatalogError })
+			resp, ok := probe.Expect[proto.Message](t, f.manager, catWait).(interface{ GetError() *messages.Error })
 			require.True(t, ok, "the answer carries an error")
-			return catalog.CatalogErrorFromProto(resp.GetError())
+			return messages.ErrorFromProto(resp.GetError())
 		}
 	}
 	fingerprint := func(change func(fp *messages.CSIFingerprint)) func() error {
@@ -544,7 +544,7 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 				require.ErrorIs(t, err, want)
 			}
 			if err != nil {
-				require.True(t, strings.HasPrefix(err.Error(), "csi: catalog: "), "package-prefixed: %q", err)
+				require.True(t, strings.HasPrefix(err.Error(), tt.wantErr[0].Error()+": "), "prefixed by its sentinel, once: %q", err)
 			}
 			f.settle()
 			require.Equal(t, before, f.dump())
@@ -701,7 +701,7 @@ func TestCatalogShutdownFinishesAcceptedWritesAndRefusesLaterOnes(t *testing.T) 
 	require.Less(t, slices.Index(order, "accepted"), slices.Index(order, "ShutdownCatalogResponse"),
 		"the shutdown is answered once the accepted write is durable")
 	refused := answers["RegisterVolumeResponse"].(*messages.RegisterVolumeResponse)
-	require.ErrorIs(t, catalog.CatalogErrorFromProto(refused.GetError()), catalog.ErrCatalogShutdown)
+	require.ErrorIs(t, messages.ErrorFromProto(refused.GetError()), catalog.ErrCatalogShutdown)
 	require.Equal(t, "db", f.volume("", "db").ID, "queries still answer until the actor stops")
 
 	require.NoError(t, f.cat.Shutdown(ctx))

@@ -144,7 +144,7 @@ func fleetQuery(f Fleet, cmd proto.Message) func(context.Context) proto.Message 
 	case *messages.ListVolumesRequest:
 		return func(ctx context.Context) proto.Message {
 			stubs, err := f.ListVolumes(ctx, cmd.GetNamespace())
-			resp := &messages.ListVolumesResponse{Error: catalogErrorToProto(err)}
+			resp := &messages.ListVolumesResponse{Error: messages.ErrorToProto(err)}
 			for _, s := range stubs {
 				resp.Volumes = append(resp.Volumes, stubProto(s))
 			}
@@ -155,7 +155,7 @@ func fleetQuery(f Fleet, cmd proto.Message) func(context.Context) proto.Message 
 			plugins, err := f.Plugins(ctx)
 			resp := &messages.ListCatalogPluginsResponse{}
 			if err != nil {
-				resp.Error = catalogErrorToProto(err)
+				resp.Error = messages.ErrorToProto(err)
 			}
 			for _, p := range plugins {
 				resp.Plugins = append(resp.Plugins, p.Proto())
@@ -196,7 +196,7 @@ func fleetClaim(ctx context.Context, f Fleet, nodeID string, cmd *messages.Claim
 
 // fleetResponse is the answer to cmd carrying v or err.
 func fleetResponse(cmd proto.Message, v *model.CSIVolume, err error) proto.Message {
-	answer := catalogErrorToProto(err)
+	answer := messages.ErrorToProto(err)
 	var volume *messages.CatalogVolume
 	if err == nil && v != nil {
 		volume = v.Proto()

@@ -75,7 +75,7 @@ func TestCatalogsInClusterModeShareOneCatalog(t *testing.T) {
 	require.ErrorIs(t, err, csi.ErrClaimRefused, "the facade on node b sees node a's writer")
 	resp := probe.Ask[*messages.ClaimVolumeResponse](t, b.manager, b.cat.PID(),
 		&messages.ClaimVolume{VolumeId: "db", AllocId: "alloc-c", Mode: string(model.ClaimModeRead)}, catWait)
-	require.ErrorIs(t, catalog.CatalogErrorFromProto(resp.GetError()), model.ErrNodeConflict,
+	require.ErrorIs(t, messages.ErrorFromProto(resp.GetError()), model.ErrNodeConflict,
 		"a ClaimVolume message on node b reaches the fleet too")
 	err = b.cat.Claim(ctx, csi.ClaimRequest{VolumeID: "db", AllocID: "alloc-d", Plugin: "other"})
 	require.ErrorIs(t, err, csi.ErrClaimRefused, "a claim through another plugin is refused as on one node")
@@ -159,7 +159,7 @@ func TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight(t *testing.T) {
 	sender.Send(cat.PID(), &messages.ShutdownCatalog{ReplyTo: sender.PID()})
 	require.Eventually(t, func() bool {
 		resp := probe.Ask[*messages.GetVolumeResponse](t, sender, cat.PID(), &messages.GetVolumeRequest{VolumeId: "db"}, catWait)
-		err := catalog.CatalogErrorFromProto(resp.GetError())
+		err := messages.ErrorFromProto(resp.GetError())
 		if !errors.Is(err, catalog.ErrVolumeNotFound) && !errors.Is(err, catalog.ErrCatalogShutdown) {
 			t.Errorf("unexpected answer: %v", err)
 		}

@@ -331,8 +331,8 @@ func catalogAsk[R proto.Message](ctx context.Context, c *Catalog, build func(rep
 	if !ok {
 		return none, fmt.Errorf("csi: catalog: unexpected answer %T", answer)
 	}
-	if failed, ok := any(resp).(interface{ GetError() *messages.CatalogError }); ok {
-		return resp, CatalogErrorFromProto(failed.GetError())
+	if failed, ok := any(resp).(interface{ GetError() *messages.Error }); ok {
+		return resp, messages.ErrorFromProto(failed.GetError())
 	}
 	return resp, nil
 }

@@ -3,7 +3,6 @@ package catalog
 import (
 	"cmp"
 	"context"
-	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
 )
@@ -57,10 +57,10 @@ type Fleet interface {
 var (
 	// ErrNodeNotFound: the fleet knows no such node: it is not up, is not
 	// draining, and holds no claim and no attachment.
-	ErrNodeNotFound = errors.New("fleet: node not found")
+	ErrNodeNotFound = errclass.New(errclass.NotFound, "node not found")
 	// ErrNodeDraining: the node is draining already (a drain), or is not
 	// draining (a forced free of its claims).
-	ErrNodeDraining = errors.New("fleet: node drain state")
+	ErrNodeDraining = errclass.New(errclass.Conflict, "node drain state")
 )
 
 // DrainRefusal is the refusal, matching csi.ErrClaimRefused, of a new

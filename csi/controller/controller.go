@@ -32,6 +32,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -182,20 +183,20 @@ func (c *Controller) connect(ctx context.Context, plugin, what string, need ...c
 // the catalog's (catalog.ErrVolumeInUse, ...).
 var (
 	// ErrInvalidConfig: New was given a bad Config.
-	ErrInvalidConfig = errors.New("controller: invalid config")
+	ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
 	// ErrInvalidRequest: the request was malformed; the error names the
 	// field. Nothing was sent and nothing changed.
-	ErrInvalidRequest = errors.New("invalid request")
+	ErrInvalidRequest = errclass.New(errclass.Invalid, "invalid request")
 	// ErrNoController: the plugin has no csi-controller allocation in the
 	// registry. Nothing changed.
-	ErrNoController = errors.New("no controller plugin")
+	ErrNoController = errclass.New(errclass.NotFound, "no controller plugin")
 	// ErrUnsupported: the plugin's controller does not advertise the
 	// capability the operation needs. Nothing changed.
-	ErrUnsupported = errors.New("not supported by the plugin")
+	ErrUnsupported = errclass.New(errclass.Unsupported, "not supported by the plugin")
 	// ErrVolumeExists: a create names a volume that the catalog holds with
 	// another plugin or other modes, or that was registered rather than
 	// created. Nothing changed.
-	ErrVolumeExists = errors.New("volume exists")
+	ErrVolumeExists = errclass.New(errclass.Conflict, "volume exists")
 )
 
 // invalid returns an error matching ErrInvalidRequest for each problem,

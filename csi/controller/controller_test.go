@@ -571,7 +571,7 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := controller.New(cfg)
 			require.ErrorIs(t, err, controller.ErrInvalidConfig)
-			require.True(t, strings.HasPrefix(err.Error(), "controller: "))
+			require.True(t, strings.HasPrefix(err.Error(), "invalid config: "))
 		})
 	}
 }

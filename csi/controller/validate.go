@@ -8,11 +8,12 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // ErrCapabilityRefused: the plugin's ValidateVolumeCapabilities did not
 // confirm the capabilities a volume is registered with. Nothing changed.
-var ErrCapabilityRefused = errors.New("capability refused by the plugin")
+var ErrCapabilityRefused = errclass.New(errclass.Invalid, "capability refused by the plugin")
 
 // ValidateCapabilities asks the controller of v's plugin, with
 // ValidateVolumeCapabilities, whether it supports every capability v is

@@ -250,7 +250,7 @@ func (p *prober) describe(rpc string, err error) error {
 	if errors.Is(err, csi.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: deadline exceeded after %v", rpc, p.opts.RPCTimeout)
 	}
-	text := strings.TrimPrefix(err.Error(), "csi: ")
+	text := err.Error()
 	if !strings.HasPrefix(text, rpc+": ") {
 		text = rpc + ": " + text
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -153,7 +152,7 @@ func (a *instance) onStarted(ctx actor.Context) {
 		// Waiting will not make the path usable: say so once and stay idle.
 		a.log.Error("plugin instance cannot reach its plugin", "error", err)
 		fp := baseFingerprint(a.cfg.Plugin)
-		fp.HealthDescription = strings.TrimPrefix(err.Error(), "csi: ")
+		fp.HealthDescription = err.Error()
 		a.report(ctx, fp, false)
 		return
 	}

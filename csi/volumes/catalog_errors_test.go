@@ -3,6 +3,8 @@ package volumes_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,6 +14,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -21,7 +24,7 @@ type refusingCatalog struct {
 	err error
 }
 
-func (c refusingCatalog) Claim(context.Context, string, string, string, csi.Usage) error {
+func (c *refusingCatalog) Claim(context.Context, string, string, string, csi.Usage) error {
 	return c.err
 }
 
@@ -41,22 +44,52 @@ func TestTheCatalogsErrorsCrossBothActorBoundaries(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.sentinel.Error(), func(t *testing.T) {
-			wire := catalog.CatalogErrorToProto(catalog.FleetErrorf(c.sentinel, "the words of %s", c.sentinel))
+			wire := messages.ErrorToProto(catalog.FleetErrorf(c.sentinel, "the words of %s", c.sentinel))
 			require.Equal(t, c.code, wire.GetCode(), "its own wire code")
 			bytes, err := proto.Marshal(wire)
 			require.NoError(t, err)
-			var back messages.CatalogError
+			var back messages.Error
 			require.NoError(t, proto.Unmarshal(bytes, &back))
-			crossed := catalog.CatalogErrorFromProto(&back)
+			crossed := messages.ErrorFromProto(&back)
 			require.ErrorIs(t, crossed, c.sentinel, "across the catalog's answer")
 
 			n := newNode(t, nil)
 			n.catalog.add("v", "ext-v", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
-			n.restartWith(func(cfg *volumes.Config) { cfg.Catalog = refusingCatalog{n.catalog, crossed} })
+			n.restartWith(func(cfg *volumes.Config) { cfg.Catalog = &refusingCatalog{n.catalog, crossed} })
 			err = n.manager.Claim(ctx, "default", "v", "a1", false)
 			require.ErrorIs(t, err, c.sentinel, "across the volume manager's answer")
 			require.ErrorContains(t, err, "the words of "+c.sentinel.Error())
 			require.False(t, errors.Is(err, volumes.ErrStore), "and nothing else")
 		})
 	}
+}
+
+// TestEveryCatalogSentinelCrossesTheVolumeManagersActor sends each
+// sentinel of the catalog, its model and the csi package, as the catalog's
+// answer carries it (through proto), across the volume manager's actor:
+// the facade's error matches the sentinel and its class, and keeps its
+// text.
+func TestEveryCatalogSentinelCrossesTheVolumeManagersActor(t *testing.T) {
+	n := newNode(t, nil)
+	n.catalog.add("v", "ext-v", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
+	refusing := &refusingCatalog{modelCatalog: n.catalog}
+	n.restartWith(func(cfg *volumes.Config) { cfg.Catalog = refusing })
+	count := 0
+	for _, s := range errclass.Sentinels() {
+		id := errclass.ID(s)
+		if !strings.HasPrefix(id, "csi: ") && !strings.HasPrefix(id, "csi/catalog: ") && !strings.HasPrefix(id, "csi/catalog/model: ") {
+			continue
+		}
+		count++
+		bytes, err := proto.Marshal(messages.ErrorToProto(fmt.Errorf("volume %q: %w", "v", s)))
+		require.NoError(t, err)
+		var back messages.Error
+		require.NoError(t, proto.Unmarshal(bytes, &back))
+		refusing.err = messages.ErrorFromProto(&back)
+		err = n.manager.Claim(ctx, "default", "v", "a1", false)
+		require.ErrorIs(t, err, s, id)
+		require.ErrorIs(t, err, errclass.Of(s), id)
+		require.ErrorContains(t, err, s.Error())
+	}
+	require.Greater(t, count, 40, "the csi, catalog and model sentinels")
 }

@@ -48,7 +48,7 @@ func (m *Manager) NodeExpand(ctx context.Context, namespace, id string, capacity
 		return NodeExpandResult{}, err
 	}
 	resp := answer.(*messages.NodeExpandAllocVolumeResponse)
-	if err := errorFromProto(resp.GetError()); err != nil {
+	if err := messages.ErrorFromProto(resp.GetError()); err != nil {
 		return NodeExpandResult{}, err
 	}
 	return NodeExpandResult{Expanded: resp.GetExpanded(), CapacityBytes: resp.GetCapacityBytes(),

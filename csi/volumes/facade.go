@@ -110,7 +110,7 @@ func (m *Manager) MountAs(ctx context.Context, namespace, id, alloc string, use 
 		return MountResult{}, err
 	}
 	resp := answer.(*messages.MountAllocVolumeResponse)
-	if err := errorFromProto(resp.GetError()); err != nil {
+	if err := messages.ErrorFromProto(resp.GetError()); err != nil {
 		return MountResult{}, err
 	}
 	return MountResult{TargetPath: resp.GetTargetPath(), StagingPath: resp.GetStagingPath(), IsDevice: resp.GetIsDevice()}, nil
@@ -225,7 +225,7 @@ func (m *Manager) Status(ctx context.Context, namespace, id string) (Status, err
 		return Status{}, err
 	}
 	resp := answer.(*messages.VolumeStatusResponse)
-	if err := errorFromProto(resp.GetError()); err != nil {
+	if err := messages.ErrorFromProto(resp.GetError()); err != nil {
 		return Status{}, err
 	}
 	return Status{
@@ -247,7 +247,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return &messages.ShutdownVolumeManager{ReplyTo: replyTo}
 	})
 	if err == nil {
-		err = errorFromProto(answer.(*messages.VolumeOpResponse).GetError())
+		err = messages.ErrorFromProto(answer.(*messages.VolumeOpResponse).GetError())
 	}
 	if stopErr := m.system.Root.PoisonFuture(m.pid).Wait(); err == nil && stopErr != nil {
 		err = fmt.Errorf("volumes: stop actor: %w", stopErr)
@@ -263,7 +263,7 @@ func (m *Manager) op(ctx context.Context, what string, build func(replyTo *actor
 	if err != nil {
 		return err
 	}
-	return errorFromProto(answer.(*messages.VolumeOpResponse).GetError())
+	return messages.ErrorFromProto(answer.(*messages.VolumeOpResponse).GetError())
 }
 
 // call asks the actor, waiting at most the operation deadline.

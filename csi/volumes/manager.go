@@ -293,10 +293,10 @@ func (m *manager) answer(ctx actor.Context, o *op, res MountResult, err error) {
 		return
 	}
 	if o.kind != opMount {
-		ctx.Send(o.replyTo, &messages.VolumeOpResponse{Error: errorToProto(err)})
+		ctx.Send(o.replyTo, &messages.VolumeOpResponse{Error: messages.ErrorToProto(err)})
 		return
 	}
-	resp := &messages.MountAllocVolumeResponse{Error: errorToProto(err)}
+	resp := &messages.MountAllocVolumeResponse{Error: messages.ErrorToProto(err)}
 	if err == nil {
 		resp.TargetPath, resp.StagingPath, resp.IsDevice = res.TargetPath, res.StagingPath, res.IsDevice
 	}
@@ -308,7 +308,7 @@ func (m *manager) answerExpand(ctx actor.Context, o *op, res NodeExpandResult, e
 	if o.replyTo == nil {
 		return
 	}
-	resp := &messages.NodeExpandAllocVolumeResponse{Error: errorToProto(err)}
+	resp := &messages.NodeExpandAllocVolumeResponse{Error: messages.ErrorToProto(err)}
 	if err == nil {
 		resp.Expanded, resp.CapacityBytes, resp.VolumePath, resp.Note = res.Expanded, res.CapacityBytes, res.VolumePath, res.Note
 	}
@@ -319,7 +319,7 @@ func (m *manager) onStatus(ctx actor.Context, msg *messages.VolumeStatusRequest)
 	to := replyTo(ctx, msg.GetReplyTo())
 	key := volumeKey{msg.GetNamespace(), msg.GetVolumeId()}
 	if err := checkIDs("namespace", key.namespace, "volume ID", key.id); err != nil {
-		ctx.Send(to, &messages.VolumeStatusResponse{Error: errorToProto(err)})
+		ctx.Send(to, &messages.VolumeStatusResponse{Error: messages.ErrorToProto(err)})
 		return
 	}
 	resp := &messages.VolumeStatusResponse{Busy: m.busy(key)}

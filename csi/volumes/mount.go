@@ -90,8 +90,8 @@ func (j *job) mount(ctx context.Context, alloc string, use csi.Usage) (MountResu
 // adopt fills a new record from the catalog's volume, or checks that the
 // record still describes it.
 func (j *job) adopt(vol *Volume) error {
-	if msg := checkID("plugin ID", vol.PluginID); msg != "" {
-		return invalid("volume " + j.key.String() + ": " + msg)
+	if err := checkID("plugin ID", vol.PluginID); err != nil {
+		return fmt.Errorf("%w: volume %s: %w", ErrInvalid, j.key, err)
 	}
 	if holdsNothing(j.rec) {
 		if j.rec.GetExternalId() != vol.externalID() {

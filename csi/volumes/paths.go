@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Directory names under a node plugin's directory in the volume manager's root.
@@ -22,31 +22,40 @@ const (
 )
 
 // checkID says what is wrong with v as one path segment and storage key
-// part: registry.ValidateID's rules, and not ".". It returns "" when v is
-// fine; field names it.
-func checkID(field, v string) string {
-	if err := registry.ValidateID(field, v); err != nil {
-		return strings.TrimPrefix(err.Error(), registry.ErrInvalid.Error()+": ")
+// part: names.Check's rules, and not "."; nil when v is fine. field names
+// it.
+func checkID(field, v string) error {
+	if err := names.Check(field, v); err != nil {
+		return err
 	}
 	if v == "." {
-		return fmt.Sprintf("%s must not be %q", field, v)
+		return fmt.Errorf("%s must not be %q", field, v)
 	}
-	return ""
+	return nil
 }
 
 // checkIDs checks pairs of (field, value) and returns one ErrInvalid error
-// naming every problem, or nil.
+// naming every problem (and wrapping each, a *names.Error most), or nil.
 func checkIDs(pairs ...string) error {
-	var problems []string
+	var problems []error
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if p := checkID(pairs[i], pairs[i+1]); p != "" {
-			problems = append(problems, p)
+		if err := checkID(pairs[i], pairs[i+1]); err != nil {
+			problems = append(problems, err)
 		}
 	}
 	if len(problems) == 0 {
 		return nil
 	}
-	return invalid(problems...)
+	format := "%w: %w" + strings.Repeat("; %w", len(problems)-1)
+	return fmt.Errorf(format, append([]any{ErrInvalid}, errorsAsAny(problems)...)...)
+}
+
+func errorsAsAny(errs []error) []any {
+	out := make([]any, len(errs))
+	for i, err := range errs {
+		out[i] = err
+	}
+	return out
 }
 
 // paths lays out the directories under the volume manager's root.

@@ -113,12 +113,12 @@ func loadRecords(bucket storage.Bucket) (map[volumeKey]*messages.VolumeRecord, e
 // checkRecord says what is wrong with a loaded record, if anything.
 func checkRecord(rec *messages.VolumeRecord) error {
 	var problems []string
-	for _, p := range []string{
+	for _, err := range []error{
 		checkID("namespace", rec.GetNamespace()), checkID("volume ID", rec.GetVolumeId()),
 		checkID("plugin ID", rec.GetPluginId()),
 	} {
-		if p != "" {
-			problems = append(problems, p)
+		if err != nil {
+			problems = append(problems, err.Error())
 		}
 	}
 	if rec.GetExternalId() == "" {
@@ -131,7 +131,7 @@ func checkRecord(rec *messages.VolumeRecord) error {
 		problems = append(problems, fmt.Sprintf("stage state %q is unknown", s.GetState()))
 	}
 	for alloc, p := range rec.GetPublishes() {
-		if msg := checkID("alloc ID", alloc); msg != "" || p.GetAllocId() != alloc {
+		if checkID("alloc ID", alloc) != nil || p.GetAllocId() != alloc {
 			problems = append(problems, fmt.Sprintf("publish of alloc %q is filed under %q", p.GetAllocId(), alloc))
 		}
 		if !slices.Contains(publishStates, p.GetState()) {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -71,7 +70,7 @@ func New(root string, log hclog.Logger) (*Driver, error) {
 // the driver never touches anything outside one volume's directory.
 func (d *Driver) path(name string) (string, error) {
 	if err := dockervolume.ValidateVolumeName(name); err != nil {
-		return "", fmt.Errorf("localvolume: %s", strings.TrimPrefix(err.Error(), dockervolume.ErrInvalidVolume.Error()+": "))
+		return "", fmt.Errorf("localvolume: %w", err)
 	}
 	p := filepath.Join(d.root, name)
 	if filepath.Dir(p) != d.root || filepath.Base(p) != name {

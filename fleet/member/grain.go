@@ -173,7 +173,7 @@ func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 	if err != nil {
 		g.log.Debug("volume request refused", "volume", volumeIdentity(g.namespace, g.id), "error", err)
 	}
-	answer := &messages.FleetVolumeResponse{Error: catalog.CatalogErrorToProto(err), Member: g.member}
+	answer := &messages.FleetVolumeResponse{Error: messages.ErrorToProto(err), Member: g.member}
 	if v != nil {
 		answer.Volume = v.Proto()
 	}

@@ -75,7 +75,7 @@ func TestTwoActivationsOfOneVolumeNeverGiveTwoWriters(t *testing.T) {
 			if answer.GetError() == nil {
 				won++
 			} else {
-				require.ErrorIs(t, catalog.CatalogErrorFromProto(answer.GetError()), model.ErrVolumeMaxClaims)
+				require.ErrorIs(t, messages.ErrorFromProto(answer.GetError()), model.ErrVolumeMaxClaims)
 			}
 		}
 		require.Equal(t, 1, won, "round %d: exactly one activation's claim wins", round)
@@ -121,7 +121,7 @@ func TestAGrainRunsItsVolumesRequestsInOrderAndRefusesAnotherVolume(t *testing.T
 	other.AccessMode, other.AttachmentMode = model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	res, err := system.Root.RequestFuture(grain, &messages.FleetRegisterVolume{Volume: other.Proto()}, grainTimeout).Result()
 	require.NoError(t, err)
-	require.ErrorIs(t, catalog.CatalogErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, messages.ErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), catalog.ErrCatalogInvalid)
 	_, err = st.GetVolume(ctx, model.DefaultNamespace, "other")
 	require.ErrorIs(t, err, catalog.ErrVolumeNotFound, "the grain of vol registered nothing else")
 }
@@ -143,9 +143,9 @@ func TestAGrainRecordsAndRemovesAttachments(t *testing.T) {
 		require.NoError(t, err)
 		answer := res.(*messages.FleetVolumeResponse)
 		if answer.GetVolume() == nil {
-			return nil, catalog.CatalogErrorFromProto(answer.GetError())
+			return nil, messages.ErrorFromProto(answer.GetError())
 		}
-		return model.VolumeFromProto(answer.GetVolume()), catalog.CatalogErrorFromProto(answer.GetError())
+		return model.VolumeFromProto(answer.GetVolume()), messages.ErrorFromProto(answer.GetError())
 	}
 	attach := func(node string) *messages.FleetAttachVolume {
 		return &messages.FleetAttachVolume{Attachment: model.AttachmentToProto(

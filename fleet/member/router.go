@@ -210,7 +210,7 @@ func (r *Router) send(ctx context.Context, identity string, msg proto.Message, t
 
 // answered turns a grain's answer into the result of a change.
 func answered(answer *messages.FleetVolumeResponse, msg proto.Message, attempt int) (*model.CSIVolume, error) {
-	err := catalog.CatalogErrorFromProto(answer.GetError())
+	err := messages.ErrorFromProto(answer.GetError())
 	if _, ok := msg.(*messages.FleetDeregisterVolume); ok && attempt > 1 && errors.Is(err, catalog.ErrVolumeNotFound) {
 		err = nil
 	}

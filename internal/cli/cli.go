@@ -25,8 +25,15 @@ var ErrUsage = errors.New("usage")
 
 // Usagef returns a usage error with the message format makes.
 func Usagef(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+	return usageError{fmt.Errorf(format, args...)}
 }
+
+// usageError is a usage error: its text is its cause's alone, and it
+// matches ErrUsage as well as what its cause matches.
+type usageError struct{ cause error }
+
+func (e usageError) Error() string   { return e.cause.Error() }
+func (e usageError) Unwrap() []error { return []error{ErrUsage, e.cause} }
 
 // failure is an error a command's run returned that is not a usage error:
 // exit code 1.
@@ -62,7 +69,7 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, st
 	}
 	code, exit, msg := CodeFailed, 1, err.Error()
 	if f := (*failure)(nil); !errors.As(err, &f) {
-		code, exit, msg = CodeUsage, 2, strings.TrimPrefix(msg, ErrUsage.Error()+": ")
+		code, exit = CodeUsage, 2
 	}
 	if c := Coder(nil); errors.As(err, &c) {
 		code = c.Code()
@@ -105,7 +112,7 @@ func Run(ctx context.Context, root *cobra.Command, args []string, stdout, stderr
 		return f.err
 	}
 	if err != nil && !errors.Is(err, ErrUsage) {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+		return usageError{err}
 	}
 	return err
 }

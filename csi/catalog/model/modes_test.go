@@ -20,7 +20,7 @@ func TestParseAccessModeTakesExactlyTheFiveSpellings(t *testing.T) {
 		m, err := ParseAccessMode(s)
 		require.ErrorIs(t, err, ErrUnknownAccessMode, s)
 		require.Empty(t, m)
-		require.ErrorContains(t, err, `catalog: unknown access mode "`+s+`" (want one of single-node-reader-only,`)
+		require.ErrorContains(t, err, `unknown access mode "`+s+`" (want one of single-node-reader-only,`)
 		require.ErrorIs(t, AccessMode(s).Validate(), ErrUnknownAccessMode)
 	}
 }
@@ -34,7 +34,7 @@ func TestParseAttachmentModeTakesExactlyTheTwoSpellings(t *testing.T) {
 	}
 	m, err := ParseAttachmentMode("filesystem")
 	require.Empty(t, m)
-	require.EqualError(t, err, `catalog: unknown attachment mode "filesystem" (want one of block-device, file-system)`)
+	require.EqualError(t, err, `unknown attachment mode "filesystem" (want one of block-device, file-system)`)
 	require.ErrorIs(t, err, ErrUnknownAttachmentMode)
 	require.ErrorIs(t, AttachmentMode("").Validate(), ErrUnknownAttachmentMode)
 }

@@ -314,7 +314,7 @@ func (v *CSIVolume) UpdateHealth(p *CSIPlugin) error {
 	return nil
 }
 
-// errorf returns an error about v matching kind: "catalog: volume "ID"
+// errorf returns an error about v matching kind: "volume "ID"
 // (access mode) " followed by the formatted detail.
 func (v *CSIVolume) errorf(kind error, format string, args ...any) *catalogError {
 	return errorf(kind, "volume %q (%s) "+format, append([]any{v.ID, v.AccessMode}, args...)...)

@@ -95,20 +95,20 @@ func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 	err := v.Validate()
 	require.ErrorIs(t, err, ErrInvalidVolume)
 	want := []string{
-		`catalog: volume "": ID must not be empty`,
-		`catalog: volume "": namespace must not be empty`,
-		`catalog: volume "": plugin ID must not be empty`,
-		`catalog: volume "": unknown access mode "rw" (want one of ` + allAccessModes + `)`,
-		`catalog: volume "": unknown attachment mode "" (want one of block-device, file-system)`,
-		`catalog: volume "": topology 0 is nil`,
-		`catalog: volume "": topologies[1] segment key must not be empty`,
-		`catalog: volume "": alloc a1 holds both a read and a write claim`,
-		`catalog: volume "": read claim filed under alloc a2 belongs to alloc other`,
-		`catalog: volume "": read claim of alloc a3 is a write claim in state taken`,
-		`catalog: volume "": read claim filed under alloc a4: claim is nil`,
-		`catalog: volume "": past claim of alloc a1 is in state ready-to-free`,
-		`catalog: volume "": past claim of alloc a5 has no read or write claim`,
-		`catalog: volume "": has 1 write claim(s) (allocs a1); rw allows 0`,
+		`volume "": ID must not be empty`,
+		`volume "": namespace must not be empty`,
+		`volume "": plugin ID must not be empty`,
+		`volume "": unknown access mode "rw" (want one of ` + allAccessModes + `)`,
+		`volume "": unknown attachment mode "" (want one of block-device, file-system)`,
+		`volume "": topology 0 is nil`,
+		`volume "": topologies[1] segment key must not be empty`,
+		`volume "": alloc a1 holds both a read and a write claim`,
+		`volume "": read claim filed under alloc a2 belongs to alloc other`,
+		`volume "": read claim of alloc a3 is a write claim in state taken`,
+		`volume "": read claim filed under alloc a4: claim is nil`,
+		`volume "": past claim of alloc a1 is in state ready-to-free`,
+		`volume "": past claim of alloc a5 has no read or write claim`,
+		`volume "": has 1 write claim(s) (allocs a1); rw allows 0`,
 	}
 	require.Equal(t, want, strings.Split(err.Error(), "\n"))
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
@@ -125,18 +125,18 @@ func TestValidateChecksClaimsAgainstTheAccessMode(t *testing.T) {
 		{"two writers on a single writer volume", func(v *CSIVolume) {
 			v.AccessMode = AccessModeMultiNodeSingleWriter
 			v.WriteClaims["a1"], v.WriteClaims["a2"] = writeClaim("a1", "n1"), writeClaim("a2", "n2")
-		}, `catalog: volume "db": has 2 write claim(s) (allocs a1, a2); multi-node-single-writer allows 1`},
+		}, `volume "db": has 2 write claim(s) (allocs a1, a2); multi-node-single-writer allows 1`},
 		{"claims on two nodes of a single-node volume", func(v *CSIVolume) {
 			v.AccessMode = AccessModeSingleNodeReader
 			v.ReadClaims["a1"], v.ReadClaims["a2"] = readClaim("a1", "n1"), readClaim("a2", "n2")
-		}, `catalog: volume "db": is claimed on nodes [n1 n2]; single-node-reader-only allows one node`},
+		}, `volume "db": is claimed on nodes [n1 n2]; single-node-reader-only allows one node`},
 		{"a past claim that differs from the held claim", func(v *CSIVolume) {
 			v.ReadClaims["a1"] = readClaim("a1", "n1")
 			v.PastClaims["a1"] = moved(readClaim("a1", "n2"), ClaimStateUnpublishing)
-		}, `catalog: volume "db": past claim of alloc a1 (read on n2) differs from its held claim (read on n1)`},
+		}, `volume "db": past claim of alloc a1 (read on n2) differs from its held claim (read on n1)`},
 		{"a held claim not in state taken", func(v *CSIVolume) {
 			v.WriteClaims["a1"] = moved(writeClaim("a1", "n1"), ClaimStateNodeDetached)
-		}, `catalog: volume "db": write claim of alloc a1 is a write claim in state node-detached`},
+		}, `volume "db": write claim of alloc a1 is a write claim in state node-detached`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
