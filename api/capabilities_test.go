@@ -39,7 +39,7 @@ func TestAVolumeRegistersWithSeveralCapabilitiesThePluginConfirms(t *testing.T) 
 
 	run(t, b, []step{
 		{name: "an unknown capability", method: "POST", path: "/v1/volumes", status: 400,
-			body: register(writer + `,{"access_mode":"sometimes","attachment_mode":"file-system"}`), want: `capabilities[1].access_mode: catalog: unknown access mode "sometimes"`},
+			body: register(writer + `,{"access_mode":"sometimes","attachment_mode":"file-system"}`), want: `capabilities[1].access_mode: unknown access mode "sometimes"`},
 		{name: "a capability twice", method: "POST", path: "/v1/volumes", status: 400,
 			body: register(writer + "," + writer), want: "capabilities[1] repeats capabilities[0]"},
 		{name: "modes and capabilities both", method: "POST", path: "/v1/volumes", status: 400,
@@ -67,7 +67,7 @@ func TestAVolumeRegistersWithSeveralCapabilitiesThePluginConfirms(t *testing.T) 
 		{name: "a mount that names no capability", method: "POST", path: vol + "/mount", body: `{"alloc_id":"web-0","read_only":true}`,
 			status: 400, want: "has 2 capabilities that fit the claim by alloc web-0"},
 		{name: "a claim with an unknown access mode", method: "POST", path: vol + "/claim", body: `{"alloc_id":"web-0","access_mode":"often"}`,
-			status: 400, want: "access_mode: catalog: unknown access mode"},
+			status: 400, want: "access_mode: unknown access mode"},
 		{name: "an unmount that names a capability", method: "POST", path: vol + "/unmount", body: `{"alloc_id":"web-0","access_mode":"single-node-writer"}`,
 			status: 400, want: "leave them out of an unmount"},
 	})
