@@ -8,11 +8,11 @@ import (
 )
 
 // VolumeCache is what the one writer of a volume (its grain) keeps of the
-// volume between two of its claims and releases: the record and its mod
+// volume between two of its registrations, claims and releases: the record and its mod
 // revision as the last one wrote or read them, with the fingerprints of
 // the volume's plugin as read in the same transaction.
 //
-// A claim or release that starts from it makes its change on the cached
+// A registration, claim or release that starts from it makes its change on the cached
 // record and writes it in one round trip, guarded, as every write is, on
 // the record's mod revision, and on the claim node's fingerprint and drain
 // key. When someone else wrote meanwhile (the GC, a drain, the detacher,
@@ -51,7 +51,7 @@ func (c *VolumeCache) keep(ns, id string, st *state) {
 }
 
 // Cached is the Store as the one writer of a volume sees it through
-// cache: its Claim and Release start from what cache holds (see
+// cache: its RegisterVolume, Claim and Release start from what cache holds (see
 // VolumeCache); its other methods are the Store's.
 func (s *Store) Cached(cache *VolumeCache) catalog.Fleet { return cachedStore{Store: s, cache: cache} }
 
@@ -69,4 +69,9 @@ func (c cachedStore) Claim(ctx context.Context, namespace, id string, claim *mod
 // Release is Store.Release, from the cache.
 func (c cachedStore) Release(ctx context.Context, namespace, id string, claim *model.Claim) (*model.CSIVolume, error) {
 	return c.changeClaims(ctx, "release", namespace, id, claim, catalog.ReleaseOn, via{cache: c.cache})
+}
+
+// RegisterVolume is Store.RegisterVolume, from the cache.
+func (c cachedStore) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
+	return c.register(ctx, v, via{cache: c.cache})
 }

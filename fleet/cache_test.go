@@ -51,6 +51,28 @@ func TestAWriteByAnotherPathBetweenTwoCachedClaimsIsKept(t *testing.T) {
 	require.Equal(t, []string{"web-2"}, claimsOf(stored))
 }
 
+// TestARegistrationThroughTheCacheKeepsWhatOthersWriteAfter registers a
+// volume through a grain's cache, has another path record its capacity,
+// and claims from the cache: the claim keeps the capacity.
+func TestARegistrationThroughTheCacheKeepsWhatOthersWriteAfter(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := open(t, srv, "node-a")
+	healthyNode(t, a)
+	ctx := testCtx(t)
+	grain := a.Cached(&fleet.VolumeCache{})
+	_, err := grain.RegisterVolume(ctx, volume("db", model.AccessModeSingleNodeWriter))
+	require.NoError(t, err)
+	_, err = a.RecordVolumeCapacity(ctx, "", "db", 1<<30)
+	require.NoError(t, err)
+	v, err := grain.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1<<30, v.CapacityBytes)
+	stored, err := a.GetVolume(ctx, "", "db")
+	require.NoError(t, err)
+	require.EqualValues(t, 1<<30, stored.CapacityBytes)
+	require.Equal(t, []string{"web-1"}, claimsOf(stored))
+}
+
 // TestAStaleCacheNeverGivesTwoWriters: a grain's cache says the writer
 // slot of a single-node-writer volume is free, another path has since
 // given it to node b: the grain's claim for node a is refused. And the

@@ -17,6 +17,11 @@ import (
 // claims, by the catalog's rules (catalog.RegisterOver), and returns the
 // volume as registered. Its indexes are etcd's revisions of the record.
 func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
+	return s.register(ctx, v, via{})
+}
+
+// register is RegisterVolume, reading as how says.
+func (s *Store) register(ctx context.Context, v *model.CSIVolume, how via) (*model.CSIVolume, error) {
 	if v == nil {
 		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "volume must not be nil")
 	}
@@ -24,9 +29,9 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.update(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume) (*model.CSIVolume, error) {
+	out, err := s.updateSeeing(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume, _ sideRead) (*model.CSIVolume, error) {
 		return catalog.RegisterOver(old, v)
-	}, nil)
+	}, nil, how)
 	if err != nil {
 		return nil, err
 	}

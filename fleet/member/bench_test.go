@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -148,7 +149,7 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 		v := model.NewCSIVolume(c.volumes[i], 0)
 		v.PluginID, v.AccessMode, v.AttachmentMode = "ebs", model.AccessModeMultiNodeMultiWriter, model.AttachmentModeFileSystem
 		m := c.members[i%n]
-		if _, err := m.Router().RegisterVolume(context.Background(), v); err != nil {
+		if err := register(m, v); err != nil {
 			return fmt.Errorf("member %s, which sees %d members: %w", m.ID(), len(m.Members()), err)
 		}
 		return nil
@@ -156,6 +157,19 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 	c.registered = time.Since(t0)
 	benchClusters[name] = c
 	return c
+}
+
+// register registers v through m, again when it lost the race for a
+// count shard to the other registrations until its time ran out, as on a
+// machine loaded enough (the error says "try again"): the setup is not
+// what the benchmark measures.
+func register(m *member.Member, v *model.CSIVolume) error {
+	for try := 1; ; try++ {
+		_, err := m.Router().RegisterVolume(context.Background(), v)
+		if err == nil || try == 5 || !errors.Is(err, catalog.ErrCatalogStore) {
+			return err
+		}
+	}
 }
 
 // parallel runs f(0..n-1) on workers goroutines and requires every call to
@@ -309,8 +323,7 @@ func races(b *testing.B, c *benchCluster, n int) (int, int) {
 	parallel(b, n, 32, func(i int) error {
 		v := model.NewCSIVolume(fmt.Sprintf("race-%d", i), 0)
 		v.PluginID, v.AccessMode, v.AttachmentMode = "ebs", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
-		_, err := c.members[i%len(c.members)].Router().RegisterVolume(context.Background(), v)
-		return err
+		return register(c.members[i%len(c.members)], v)
 	})
 	var one atomic.Int64
 	parallel(b, n, 20, func(i int) error {
