@@ -160,13 +160,13 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 }
 
 // register registers v through m, again when it lost the race for a
-// count shard to the other registrations until its time ran out, as on a
-// machine loaded enough (the error says "try again"): the setup is not
-// what the benchmark measures.
+// count shard to the other registrations until its time ran out, or etcd
+// did not answer in time, as on a machine loaded enough (both errors say
+// to try again): the setup is not what the benchmark measures.
 func register(m *member.Member, v *model.CSIVolume) error {
 	for try := 1; ; try++ {
 		_, err := m.Router().RegisterVolume(context.Background(), v)
-		if err == nil || try == 5 || !errors.Is(err, catalog.ErrCatalogStore) {
+		if err == nil || try == 5 || !errors.Is(err, catalog.ErrCatalogStore) && !errors.Is(err, catalog.ErrFleetUnavailable) {
 			return err
 		}
 	}
