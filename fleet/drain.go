@@ -248,20 +248,17 @@ func drainingError(node string, since time.Time) error {
 		catalog.ErrNodeDraining, node, since.Format(time.RFC3339), node)
 }
 
-// drainGuard refuses the claim c when its node is draining, and returns
-// the compare that keeps the node's drain absent until the claim's write:
-// a drain that begins between the two makes the write lose, and its next
-// attempt sees the drain and refuses.
-func (s *Store) drainGuard(ctx context.Context, c *model.Claim) ([]clientv3.Cmp, error) {
-	key := s.keys.drain(c.NodeID)
-	resp, err := s.client.Get(ctx, key)
-	if err != nil {
-		return nil, etcdErr(err)
+// drainGuard refuses a claim on node when the attempt read node's drain
+// key (seen) and found it, and returns the compare that keeps the drain
+// absent until the claim's write: a drain that begins in between (or
+// since the cache the attempt started from) makes the write lose, and its
+// next attempt, on what the losing transaction read, sees the drain and
+// refuses.
+func (s *Store) drainGuard(node string, seen sideRead) ([]clientv3.Cmp, error) {
+	if seen.drainRead && seen.drain != nil {
+		return nil, catalog.DrainRefusal(node, drainedSince(seen.drain.Value))
 	}
-	if len(resp.Kvs) > 0 {
-		return nil, catalog.DrainRefusal(c.NodeID, drainedSince(resp.Kvs[0].Value))
-	}
-	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, nil
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.drain(node)), "=", 0)}, nil
 }
 
 // freeClaimsOf frees every claim of node's allocs on v: it returns the

@@ -23,12 +23,19 @@ import (
 // the claim's transaction. Claiming again what the alloc holds changes
 // nothing and writes nothing.
 func (s *Store) Claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	v, err := s.claim(ctx, namespace, id, c)
+	return s.claimVia(ctx, namespace, id, c, nil)
+}
+
+// claimVia is Claim, starting from cache when it holds the volume.
+func (s *Store) claimVia(ctx context.Context, namespace, id string, c *model.Claim, cache *VolumeCache) (*model.CSIVolume, error) {
+	v, err := s.claim(ctx, namespace, id, c, cache)
 	s.cfg.Metrics.Claimed(claimOutcome(err))
 	return v, err
 }
 
-func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
+// claim reads the drain key of the claim's node with the record, in one
+// round trip, and writes in a second one; from a cache, it writes in one.
+func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim, cache *VolumeCache) (*model.CSIVolume, error) {
 	if c == nil {
 		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "claim: claim must not be nil")
 	}
@@ -36,25 +43,25 @@ func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim)
 	if err != nil {
 		return nil, err
 	}
-	var guards []clientv3.Cmp // what this attempt's node fit read
-	return s.updateSeeing(ctx, "claim", ns, id, func(v *model.CSIVolume, seen pluginRead) (*model.CSIVolume, error) {
+	var guards []clientv3.Cmp // what this attempt read: the drain, the node fit
+	return s.updateSeeing(ctx, "claim", ns, id, func(v *model.CSIVolume, seen sideRead) (*model.CSIVolume, error) {
 		guards = nil
 		if v == nil {
 			return nil, catalog.NotFound(ns, id)
 		}
 		next, err := catalog.ClaimOn(v, c)
-		if err != nil || next == v || v.ClaimedOn(c.NodeID) {
+		if err != nil || next == v {
 			return next, err
 		}
-		guards, err = s.nodeFit(ctx, v, c, seen)
-		return next, err
-	}, func(ctx context.Context, _ *model.CSIVolume) ([]clientv3.Cmp, error) {
-		drain, err := s.drainGuard(ctx, c)
-		if err != nil {
-			return nil, err
+		if guards, err = s.drainGuard(c.NodeID, seen); err != nil || v.ClaimedOn(c.NodeID) {
+			return next, err
 		}
-		return append(drain, guards...), nil
-	})
+		fit, err := s.nodeFit(ctx, v, c, seen)
+		guards = append(guards, fit...)
+		return next, err
+	}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) {
+		return guards, nil
+	}, via{cache: cache, drainOf: c.NodeID})
 }
 
 // nodeFit checks the claim against the fingerprint of v's node plugin on
@@ -65,9 +72,9 @@ func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim)
 // among them. It returns the compares that hold the claim's write to what
 // it read: the fingerprint unchanged and, where the plugin limits the
 // node, no claim index key of the node written since.
-func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim, seen pluginRead) ([]clientv3.Cmp, error) {
+func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim, seen sideRead) ([]clientv3.Cmp, error) {
 	fpKey := s.keys.pluginFingerprint(v.PluginID, c.NodeID, csi.TypeNode)
-	guards := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fpKey), "<", seen.rev+1)}
+	guards := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fpKey), "=", seen.modRevision(fpKey))}
 	node := seen.plugin.NodeOn(c.NodeID)
 	if node == nil || node.MaxVolumes == 0 {
 		return guards, catalog.NodeFitOn(v, c, node, nil)

@@ -20,7 +20,7 @@ import (
 // attempt is etcd's silence; after lost races, etcd answered, and the
 // error says the races were lost.
 func TestAWriteWhoseTimeRanOutSaysWhy(t *testing.T) {
-	s, ctx := withVolume(t, 500*time.Millisecond, model.AccessModeMultiNodeReader)
+	s, ctx := withVolume(t, 2*time.Second, model.AccessModeMultiNodeReader)
 
 	for _, lost := range []int{0, 3} {
 		calls := 0

@@ -13,6 +13,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -23,11 +24,15 @@ const VolumeKind = "volume"
 // Neither part can hold a "/" (names.Check refuses separators).
 func volumeIdentity(namespace, id string) string { return namespace + "/" + id }
 
-// volumeGrain is the grain of one volume. It owns no volume state: it runs
-// the requests for its volume one at a time, each on a goroutine that reads
-// the volume from etcd and changes it with a transaction (fleet.Store), and
-// answers when that returns. Requests that arrive meanwhile wait in its
-// queue, in order.
+// volumeGrain is the grain of one volume. It runs the requests for its
+// volume one at a time, each on a goroutine that changes the volume with a
+// transaction in etcd (fleet.Store), and answers when that returns.
+// Requests that arrive meanwhile wait in its queue, in order. It keeps the
+// volume's record as its last claim or release wrote or read it
+// (fleet.VolumeCache), so that the next one writes in one round trip,
+// guarded on the record's mod revision: etcd stays the volume's truth, and
+// a write by anyone else in between makes the guard fail and the change
+// start again from what etcd holds.
 //
 // A grain that has had no request for its idle timeout, with none queued
 // or in flight, stops (passivates): a member's grains follow the volumes
@@ -36,7 +41,7 @@ func volumeIdentity(namespace, id string) string { return namespace + "/" + id }
 // request sent in the instant the grain stops is not answered; its
 // caller sends it again, as below.
 //
-// What it keeps: the queue and the request in flight, nothing else. When
+// What it keeps: the queue, the request in flight and the cache. When
 // the topology changes, disthash may briefly run a second activation of the
 // same volume on another member; both then go to etcd, whose transactions
 // on the volume's mod revision let only one of two conflicting changes
@@ -53,6 +58,9 @@ type volumeGrain struct {
 	namespace, id string
 	queue         []grainRequest
 	busy          bool
+	// cache is used by the goroutine of the request in flight only: the
+	// next starts after the last ended (grainDone).
+	cache fleet.VolumeCache
 }
 
 // grainRequest is a request waiting for its turn, with whom to answer.
@@ -143,13 +151,17 @@ func (g *volumeGrain) next(ctx actor.Context) {
 }
 
 // apply runs one request against etcd. It reads only fields that do not
-// change after Started, so it is safe on its goroutine.
+// change after Started, and the cache, which no other goroutine uses
+// meanwhile, so it is safe on its goroutine.
 func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	var v *model.CSIVolume
 	var err error
 	store := g.store()
+	if c, ok := store.(cacher); ok {
+		store = c.Cached(&g.cache)
+	}
 	switch m := msg.(type) {
 	case *messages.FleetClaimVolume:
 		v, err = store.Claim(ctx, g.namespace, g.id, model.ClaimFromProto(m.GetClaim()))
@@ -189,6 +201,12 @@ func (g *volumeGrain) register(ctx context.Context, store catalog.Fleet, m *mess
 			"member: the grain of volume %s was sent the volume %s", volumeIdentity(g.namespace, g.id), volumeIdentity(v.Namespace, v.ID))
 	}
 	return store.RegisterVolume(ctx, v)
+}
+
+// cacher is a catalog.Fleet whose changes of a volume can start from what
+// the volume's grain keeps of it (fleet.Store).
+type cacher interface {
+	Cached(*fleet.VolumeCache) catalog.Fleet
 }
 
 // describe names a request in errors and logs.

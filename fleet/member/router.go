@@ -155,17 +155,21 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 		ctx, cancel = context.WithTimeout(ctx, r.budget)
 		defer cancel()
 	}
-	start, wait := time.Now(), 20*time.Millisecond
+	start, wait := time.Now(), firstWait
 	for attempt := 1; ; attempt++ {
 		deadline, _ := ctx.Deadline()
-		res, err := r.send(ctx, identity, msg, min(r.attempt, time.Until(deadline)))
+		changed := r.member.topologyChanged()
+		res, err := r.send(ctx, identity, msg, min(r.attempt, time.Until(deadline)), changed)
 		if answer, ok := res.(*messages.FleetVolumeResponse); ok {
 			return answered(answer, msg, attempt)
 		}
 		if err == nil {
 			err = fmt.Errorf("an answer of type %T", res)
 		}
-		if !sleep(ctx, wait) {
+		if errors.Is(err, errTopologyChanged) {
+			wait = firstWait // the grain has a new place: no reason to wait long
+		}
+		if !pause(ctx, wait, changed) {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return nil, fmt.Errorf("member: %s of volume %s: %w", describe(msg), identity, ctx.Err())
 			}
@@ -177,20 +181,39 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 	}
 }
 
+// firstWait is the pause of a Router before it sends a request again.
+const firstWait = 20 * time.Millisecond
+
+// pause waits d, or less when the topology changes meanwhile (changed
+// closes): a request that waits for a dead member to leave goes to the
+// grain's new member as soon as the others see it leave, not at the end
+// of its pause. It reports whether ctx is still live.
+func pause(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-changed:
+		return true
+	case <-t.C:
+		return true
+	}
+}
+
 // errTopologyChanged: the topology changed while a request was out; it is
 // sent again to whichever member hosts the grain now.
 var errTopologyChanged = errors.New("the cluster's topology changed")
 
 // send sends msg to the grain once. It gives up on the answer when the
-// topology changes meanwhile: the grain's member may be the one that left,
+// topology changes meanwhile (changed closes): the grain's member may be the one that left,
 // and it would not answer before the timeout. The request goes on, to end
 // at its own timeout, which the member's Stop waits for.
-func (r *Router) send(ctx context.Context, identity string, msg proto.Message, timeout time.Duration) (any, error) {
+func (r *Router) send(ctx context.Context, identity string, msg proto.Message, timeout time.Duration, changed <-chan struct{}) (any, error) {
 	type result struct {
 		res any
 		err error
 	}
-	changed := r.member.topologyChanged()
 	done := make(chan result, 1)
 	r.sending.Add(1)
 	go func() {
