@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -132,7 +133,7 @@ type Config struct {
 	// Clock drives the GC step; nil means the real clock.
 	Clock supervisor.Clock
 	// MountInfoPath is the mount table read at start (default
-	// DefaultMountInfoPath).
+	// /proc/self/mountinfo).
 	MountInfoPath string
 	// Logger receives what the manager does; nil discards it.
 	Logger hclog.Logger
@@ -193,7 +194,7 @@ func (c Config) withDefaults() Config {
 		c.Clock = realClock{}
 	}
 	if c.MountInfoPath == "" {
-		c.MountInfoPath = DefaultMountInfoPath
+		c.MountInfoPath = mountinfo.DefaultPath
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

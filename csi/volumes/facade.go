@@ -13,6 +13,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -48,7 +49,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := MountPointsUnder(cfg.MountInfoPath, cfg.Root)
+	mounts, err := mountinfo.PointsUnder(cfg.MountInfoPath, cfg.Root)
 	if err != nil {
 		cfg.Logger.Warn("cannot read the mount table: orphan mounts are not looked for", "error", err)
 	}

@@ -36,7 +36,7 @@ var mayImport = map[string][]string{
 	"csi/catalog/model":           {"names", "messages"},
 	"csi":                         {"csi/catalog/model", "names", "messages"},
 	"csi/manager":                 {"csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
-	"csi/volumes":                 {"csi", "csi/catalog/model", "registry", "storage", "supervisor", "actors", "messages"},
+	"csi/volumes":                 {"csi", "csi/catalog/model", "internal/mountinfo", "registry", "storage", "supervisor", "actors", "messages"},
 	"csi/catalog":                 {"csi", "csi/catalog/model", "names", "storage", "actors", "messages"},
 	"csi/controller":              {"csi", "csi/catalog", "csi/catalog/model", "registry", "names"},
 	"csi/csitest":                 {"csi"},
@@ -60,6 +60,7 @@ var mayImport = map[string][]string{
 	"fleet/embedded":              {"names"},
 	"internal/cli":                nil,
 	"internal/hclogslog":          nil,
+	"internal/mountinfo":          nil,
 	"fleet":                       {"csi", "csi/catalog", "csi/catalog/model", "names", "messages"},
 	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "names", "actors", "messages"},
 }
