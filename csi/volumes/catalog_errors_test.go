@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -20,7 +21,7 @@ type refusingCatalog struct {
 	err error
 }
 
-func (c refusingCatalog) Claim(context.Context, string, string, string, model.ClaimMode) error {
+func (c refusingCatalog) Claim(context.Context, csi.ClaimRequest) error {
 	return c.err
 }
 

@@ -31,6 +31,7 @@ type Manager struct {
 	// conns are the jobs' plugin connections, closed once they have ended.
 	conns  *connections
 	closed atomic.Bool
+	feed   *eventFeed
 }
 
 // Start checks cfg, creates cfg.Root, loads the mount records, reads the
@@ -57,9 +58,9 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	m := &manager{
 		cfg: cfg, log: cfg.Logger, cancel: cancel, workers: &sync.WaitGroup{},
 		env: &env{
-			bucket: cfg.Bucket, catalog: cfg.Catalog, registry: cfg.Registry, paths: paths{root: cfg.Root},
+			bucket: cfg.Bucket, catalog: cfg.Catalog, fleet: cfg.Attachments, registry: cfg.Registry, paths: paths{root: cfg.Root},
 			mountInfo: cfg.MountInfoPath, rpcTimeout: cfg.RPCTimeout, opTimeout: cfg.OperationTimeout,
-			base: base, log: cfg.Logger, nodeID: cfg.NodeID, onEvent: cfg.OnEvent,
+			base: base, log: cfg.Logger, nodeID: cfg.NodeID, onEvent: cfg.OnEvent, feed: &eventFeed{},
 		},
 		records: records, queues: map[volumeKey]*queue{}, outcomes: map[volumeKey]outcome{},
 		retries: map[volumeKey]*retry{}, orphans: orphans(cfg.Root, mounts, records), startMounts: mounts,
@@ -77,7 +78,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		cancel()
 		return nil, fmt.Errorf("volumes: start actor %q: %w", cfg.Name, err)
 	}
-	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns}, nil
+	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns, feed: m.env.feed}, nil
 }
 
 // PID is the actor's address, for actors that send it requests.
