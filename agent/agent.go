@@ -209,8 +209,6 @@ type Agent struct {
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
-	// volumeEvents hands the volume manager's events to the API's streams.
-	volumeEvents eventFeed
 	// listeners are bound at start, before any actor, and served once
 	// every part runs; Shutdown closes those not served yet.
 	listeners []served
@@ -400,13 +398,14 @@ func (a *Agent) startManagers() error {
 		return err
 	}
 	a.volumes, err = volumes.Start(a.system, volumes.Config{
-		Bucket:   records,
-		Catalog:  a.volumeCatalog(),
-		Registry: a.registry,
-		Root:     filepath.Join(a.cfg.DataDir, "csi"),
-		Logger:   a.log,
-		NodeID:   a.cfg.NodeID,
-		OnEvent:  a.onEvent,
+		Bucket:      records,
+		Catalog:     VolumeCatalog(a.catalog),
+		Attachments: a.volumeAttachments(),
+		Registry:    a.registry,
+		Root:        filepath.Join(a.cfg.DataDir, "csi"),
+		Logger:      a.log,
+		NodeID:      a.cfg.NodeID,
+		OnEvent:     a.onEvent,
 
 		OperationTimeout: a.cfg.VolumeOperationTimeout,
 	})

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -56,7 +55,6 @@ func (a *Agent) followStanding() {
 // in the fleet changed (volumes.Config.OnEvent).
 func (a *Agent) onEvent(ev volumes.Event) {
 	a.metrics.fences.WithLabelValues(string(ev.Kind)).Inc()
-	a.volumeEvents.publish(ev)
 	args := []any{"kind", ev.Kind, "namespace", ev.Namespace, "volume", ev.VolumeID, "alloc", ev.AllocID,
 		"target_path", ev.TargetPath, "read_only", ev.ReadOnly, "detail", ev.Detail}
 	switch ev.Kind {
@@ -70,47 +68,5 @@ func (a *Agent) onEvent(ev volumes.Event) {
 		a.log.Error("mount fence: the alloc must stop using this volume", args...)
 	default:
 		a.log.Warn("mount fence: the alloc's claim is not vouched for", args...)
-	}
-}
-
-// eventFeed hands the fence events to the API's event streams
-// (api.VolumeEventFeed). A subscriber whose buffer is full is dropped, its
-// channel closed, so that no stream holds up the volume manager or the
-// others.
-type eventFeed struct {
-	mu   sync.Mutex
-	subs map[chan volumes.Event]bool
-}
-
-// eventFeedBuffer is how many fence events a stream may fall behind.
-const eventFeedBuffer = 256
-
-// SubscribeVolumeEvents gives the fence events from now on, until cancel.
-func (f *eventFeed) SubscribeVolumeEvents() (<-chan volumes.Event, func()) {
-	c := make(chan volumes.Event, eventFeedBuffer)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.subs == nil {
-		f.subs = map[chan volumes.Event]bool{}
-	}
-	f.subs[c] = true
-	return c, func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		delete(f.subs, c)
-	}
-}
-
-// publish hands ev to every subscriber, dropping those that are full.
-func (f *eventFeed) publish(ev volumes.Event) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for c := range f.subs {
-		select {
-		case c <- ev:
-		default:
-			close(c)
-			delete(f.subs, c)
-		}
 	}
 }

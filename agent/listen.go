@@ -44,7 +44,7 @@ func (a *Agent) serveAPI() {
 		DockerVolumes: a.dockerVolumes,
 		DockerPlugins: a.docker,
 		Discovery:     a,
-		VolumeEvents:  &a.volumeEvents,
+		VolumeEvents:  a.volumes,
 	}
 	if s := a.fleetStore(); s != nil {
 		apiServer.Fleet = fleetNodes{s}

@@ -4,73 +4,58 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
-	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
-	"github.com/plugvisor/plugvisor/messages"
 )
 
-// volumeCatalog is the CSI catalog as the volume manager's Catalog: the
-// catalog's sentinels become the volume manager's, and a release carries
-// its claim state to the catalog's past claims.
-type volumeCatalog struct {
-	system  *actor.ActorSystem
-	catalog *catalog.Catalog
+// volumeCatalog is the catalog's facade as the volume manager's Catalog,
+// which it satisfies: it only adds the volume manager's sentinels to the
+// catalog's errors (catalogError).
+type volumeCatalog struct{ c volumes.Catalog }
+
+func (v volumeCatalog) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	vol, err := v.c.GetVolume(ctx, namespace, id)
+	return vol, catalogError(err)
 }
 
-var _ volumes.Catalog = volumeCatalog{}
-
-func (c volumeCatalog) GetVolume(ctx context.Context, namespace, id string) (*volumes.Volume, error) {
-	v, err := c.catalog.GetVolume(ctx, namespace, id)
-	if err != nil {
-		return nil, catalogError(err)
-	}
-	out := &volumes.Volume{
-		Namespace: v.Namespace, ID: v.ID, ExternalID: v.PluginVolumeID(), PluginID: v.PluginID,
-		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, Capabilities: v.Capabilities(),
-		Context: maps.Clone(v.Context), Secrets: maps.Clone(map[string]string(v.Secrets)),
-		Claims: map[string]model.Claim{},
-	}
-	if o := v.MountOptions; o != nil {
-		out.FSType, out.MountFlags = o.FSType, slices.Clone(o.MountFlags)
-	}
-	for _, claims := range []map[string]*model.Claim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
-		for alloc, claim := range claims {
-			out.Claims[alloc] = *claim
-		}
-	}
-	return out, nil
+func (v volumeCatalog) Claim(ctx context.Context, req csi.ClaimRequest) error {
+	return catalogError(v.c.Claim(ctx, req))
 }
 
-func (c volumeCatalog) Claim(ctx context.Context, namespace, id, alloc string, use csi.Usage) error {
-	err := c.catalog.Claim(ctx, csi.ClaimRequest{Namespace: namespace, VolumeID: id, AllocID: alloc, Usage: use})
-	return catalogError(err)
+func (v volumeCatalog) ReleaseClaim(ctx context.Context, namespace, id string, c *model.Claim) error {
+	return catalogError(v.c.ReleaseClaim(ctx, namespace, id, c))
 }
 
-func (c volumeCatalog) Release(ctx context.Context, r volumes.Release) error {
-	answer, err := actors.Ask(ctx, c.system, c.catalog.PID(), func(replyTo *actor.PID) any {
-		return &messages.ReleaseVolume{Namespace: r.Namespace, VolumeId: r.ID, AllocId: r.AllocID, State: string(r.State), LastError: r.LastError, ReplyTo: replyTo}
-	})
-	if err != nil {
-		return fmt.Errorf("release claim of alloc %s on volume %s/%s: %w", r.AllocID, r.Namespace, r.ID, err)
+// volumeAttachments is the fleet as the volume manager's Attachments,
+// which it satisfies: it only adds the volume manager's sentinels to the
+// fleet's errors.
+type volumeAttachments struct{ f volumes.Attachments }
+
+func (v volumeAttachments) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	vol, err := v.f.GetVolume(ctx, namespace, id)
+	return vol, catalogError(err)
+}
+
+func (v volumeAttachments) Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error) {
+	vol, err := v.f.Attach(ctx, namespace, id, a)
+	return vol, catalogError(err)
+}
+
+func (v volumeAttachments) Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
+	vol, err := v.f.Detach(ctx, namespace, id, node)
+	return vol, catalogError(err)
+}
+
+func (v volumeAttachments) MarkDetaching(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
+	vol, err := v.f.MarkDetaching(ctx, namespace, id, node)
+	if errors.Is(err, catalog.ErrVolumeInUse) {
+		return nil, fmt.Errorf("%w: %w", volumes.ErrInUse, err)
 	}
-	resp, ok := answer.(*messages.ReleaseVolumeResponse)
-	if !ok {
-		return fmt.Errorf("release: unexpected answer %T", answer)
-	}
-	err = messages.ErrorFromProto(resp.GetError())
-	if errors.Is(err, catalog.ErrVolumeNotFound) {
-		return nil // an unknown volume holds no claim
-	}
-	return catalogError(err)
+	return vol, catalogError(err)
 }
 
 // catalogError adds the volume manager's sentinel to a catalog error,
@@ -90,15 +75,24 @@ func catalogError(err error) error {
 // VolumeCatalog is the catalog c as the volume manager's Catalog, as the
 // agent wires them: for embedders and tests that start the parts
 // themselves.
-func VolumeCatalog(system *actor.ActorSystem, c *catalog.Catalog) volumes.Catalog {
-	return volumeCatalog{system: system, catalog: c}
+func VolumeCatalog(c *catalog.Catalog) volumes.Catalog { return volumeCatalog{c} }
+
+// VolumeAttachments is the fleet f as the volume manager's Attachments, as
+// the agent wires them in cluster mode.
+func VolumeAttachments(f catalog.Fleet) volumes.Attachments { return volumeAttachments{f} }
+
+// volumeAttachments is the volume manager's Attachments: the fleet's, in
+// cluster mode; none on a single node.
+func (a *Agent) volumeAttachments() volumes.Attachments {
+	if f := a.fleet(); f != nil {
+		return VolumeAttachments(f)
+	}
+	return nil
 }
 
-// volumeCatalog is the volume manager's Catalog: in cluster mode, with the
-// fleet's attachments.
-func (a *Agent) volumeCatalog() volumes.Catalog {
-	if f := a.fleet(); f != nil {
-		return FleetVolumeCatalog(a.system, a.catalog, f, a.cfg.NodeID)
-	}
-	return VolumeCatalog(a.system, a.catalog)
-}
+// The catalog's facade and the fleet satisfy the volume manager's
+// interfaces as they are.
+var (
+	_ volumes.Catalog     = (*catalog.Catalog)(nil)
+	_ volumes.Attachments = catalog.Fleet(nil)
+)

@@ -63,7 +63,7 @@ func newAPIFixture(t *testing.T) *apiFixture {
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
 	volBucket, err := mem.Bucket(volumes.Bucket)
 	require.NoError(t, err)
-	vols, err := volumes.Start(system, volumes.Config{Bucket: volBucket, Catalog: agent.VolumeCatalog(system, cat),
+	vols, err := volumes.Start(system, volumes.Config{Bucket: volBucket, Catalog: agent.VolumeCatalog(cat),
 		Registry: reg, Root: t.TempDir(), Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, vols.Shutdown(context.Background())) })

@@ -1,7 +1,6 @@
 package csi
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -19,7 +18,7 @@ var (
 	// an ID or namespace that cannot be a path segment, an unknown access or
 	// attachment mode, bad mount options. Nothing changed.
 	ErrInvalidVolumeRequest = errclass.New(errclass.Invalid, "invalid volume request")
-	// ErrClaimRefused is returned when the [Claimer] refuses the claim (a
+	// ErrClaimRefused is returned when the catalog refuses the claim (a
 	// second writer on a single-writer volume, say), or the alloc already
 	// mounts the volume another way. No RPC was sent; nothing changed.
 	ErrClaimRefused = errclass.New(errclass.Conflict, "claim refused")
@@ -93,7 +92,7 @@ func errorsAsAny(errs []error) []any {
 }
 
 // ClaimRequest is one alloc's claim on a volume, as the volume manager
-// hands it to its [Claimer].
+// hands it to the catalog.
 type ClaimRequest struct {
 	Plugin    string
 	Namespace string
@@ -108,21 +107,4 @@ func (r ClaimRequest) Mode() model.ClaimMode {
 		return model.ClaimModeRead
 	}
 	return model.ClaimModeWrite
-}
-
-// Claimer decides whether an alloc may claim a volume, and hears when it
-// lets go. The volume manager calls Claim before it stages or publishes
-// anything, and Release once the volume is unpublished (and unstaged, if
-// this was the last mount of its usage) or when a mount failed after the
-// claim. It calls them from its worker goroutines: concurrently for
-// different volumes, never concurrently for one volume of one plugin. ctx
-// ends when the volume manager shuts down. A refusal should wrap
-// ErrClaimRefused; any other error is reported as a refusal too.
-//
-// The catalog's facade (csi/catalog.Catalog) implements it by message; the
-// volume manager's default, volumes.LocalClaimer, keeps the claims of this
-// agent in memory.
-type Claimer interface {
-	Claim(ctx context.Context, req ClaimRequest) error
-	Release(ctx context.Context, req ClaimRequest) error
 }

@@ -15,26 +15,12 @@ import (
 )
 
 // pluginsActor owns every plugin's allocations: type → name → allocations,
-// newest first. It is the only writer of that state.
-//
-// Writes arrive in two ways: the facade's callers leave them in the inbox
-// and send one drainInbox per batch, and actors send RegisterPlugin and
-// DeregisterPlugin to the PID. Either way the actor applies each write to
-// the working tables at once, so the next command sees it, and queues it.
-// A command from an actor queues a note to self, so the commands already
-// in the mailbox join the same batch; a drainInbox takes every write the
-// facade's callers left.
-//
-// One batch is written at a time, off the actor's goroutine, as one store
-// transaction with one snapshot cut; while it is written the next commands
-// queue up and go to disk together in the next batch (group commit). Only
-// once a batch is durable does the actor publish its snapshot, send its
-// events (one message per batched subscriber) and answer its callers, each
-// caller's commands in the order it sent them. A command that is bad on its
-// face, or refused against the state, gets its error and the rest of its
-// batch goes ahead. If the store fails, the batch's callers get ErrStore
-// and the working tables roll back to the last durable snapshot, with the
-// commands queued since re-applied on top.
+// newest first. It is the only writer of that state. It promises that a
+// write is answered only once durable, and only then shows in the
+// published snapshot and the events; writes arrive from the facade's inbox
+// (one drainInbox per batch) and as RegisterPlugin and DeregisterPlugin
+// from actors, and go to disk in batches, as ARCHITECTURE.md's
+// "Durability before acknowledgement (group commit)" says.
 type pluginsActor struct {
 	log       hclog.Logger
 	writer    *storeWriter // nil with memory

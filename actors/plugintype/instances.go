@@ -6,33 +6,17 @@
 // plugvisor: a manager actor that embeds an *Instances (New), hands it
 // every message first, and implements Type for the part only it knows:
 // what an instance is, and what to say when one is replaced, fails or is
-// gone. Its instances and reports may be plain Go structs or its own
-// protobuf messages; nothing in plugvisor's messages changes. The example
-// is a whole type.
+// gone. The supervision is the manager's (actor.WithSupervisor with a
+// supervisor.Strategy); Instances reads the *messages.ChildSupervised
+// events the strategy sends. examples/deviceplugin is a whole type, and
+// dockervolume and csi/manager embed it.
 //
-// Instances subscribes to the registry for its types, with a replay of the
-// current plugins; starts one instance per (type, name), serving the
-// plugin's current allocation, under a child name of its own (type, name,
-// alloc ID and a counter, so a replacement never collides with an instance
-// still terminating); stops it and starts another when a newer allocation
-// becomes current (takeover) or the current one changes; stops it when the
-// plugin is gone; and compares its instances with a registry snapshot every
-// ResyncInterval, correcting any difference. An instance that gives up
-// under its supervision, or stops by itself, is reported failed and not
-// started again until the registry says something new about its plugin.
-// Close stops every instance for the manager's shutdown: a stop, not a
-// correction, after which nothing starts an instance again. A bare stop or
-// a restart of the manager stops its instances too (protoactor does): from
-// then on nothing starts an instance either, and one that ends is not
-// reported failed.
-//
-// The supervision itself is the manager's: give its props
-// actor.WithSupervisor(strategy) (a supervisor.Strategy), and Instances
-// reads the *messages.ChildSupervised events the strategy sends the parent.
-//
-// This package imports only messages and actors, so any plugin type can
-// use it: dockervolume and csi/manager embed it, keeping what only they
-// know (health checks, fingerprints, their subscribers) in their Type hooks.
+// Instances keeps one instance per (type, name) serving the plugin's
+// current allocation: it takes over for a newer allocation, stops the
+// instance of a plugin that is gone, corrects any difference from a
+// registry snapshot every ResyncInterval, and reports an instance that
+// gives up as failed. The whole contract (names, takeover, Close) is in
+// ARCHITECTURE.md ("Plugin instances").
 package plugintype
 
 import (

@@ -27,6 +27,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -486,7 +487,7 @@ func (d *demo) unmountAndDelete(ctx context.Context) error {
 			d.say("      unmounted %s for %s (unpublish, unstage, release its claim), the last alloc on this node\n", demoVolume, alloc)
 		}
 	}
-	mounted, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, d.dir)
+	mounted, err := mountinfo.PointsUnder(mountinfo.DefaultPath, d.dir)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/api"
-	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 )
 
 func TestRegisterThroughTheCLIShowsInListAndEvents(t *testing.T) {
@@ -310,7 +310,7 @@ func TestTheDemoShowsAVolumesWholeLifeAndLeavesNothingBehind(t *testing.T) {
 
 	dir := regexp.MustCompile(`a tour in (\S+)`).FindStringSubmatch(stdout)
 	require.Len(t, dir, 2, "the demo names its temp dir")
-	mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir[1])
+	mounts, err := mountinfo.PointsUnder(mountinfo.DefaultPath, dir[1])
 	require.NoError(t, err)
 	require.Empty(t, mounts, "nothing the demo mounted stays mounted")
 	require.NoDirExists(t, dir[1], "the demo removes its temp dir")

@@ -19,7 +19,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
-	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/internal/racelog"
 )
 
@@ -83,7 +83,7 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 				if neg || len(args) != 1 {
 					ts.Fatalf("usage: nomounts DIR")
 				}
-				mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, args[0])
+				mounts, err := mountinfo.PointsUnder(mountinfo.DefaultPath, args[0])
 				ts.Check(err)
 				if len(mounts) > 0 {
 					ts.Fatalf("still mounted under %s: %v", args[0], mounts)
@@ -254,7 +254,7 @@ func wantPattern(want string) string {
 // unmountAllUnder lazily unmounts whatever is mounted under dir.
 func unmountAllUnder(dir string) error {
 	for {
-		mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir)
+		mounts, err := mountinfo.PointsUnder(mountinfo.DefaultPath, dir)
 		if err != nil || len(mounts) == 0 {
 			return err
 		}

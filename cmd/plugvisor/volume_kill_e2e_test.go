@@ -17,6 +17,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 )
 
 // TestAVolumeMountedBeforeAKill9IsUnmountedAfterTheRestart mounts a volume
@@ -70,7 +71,7 @@ func TestAVolumeMountedBeforeAKill9IsUnmountedAfterTheRestart(t *testing.T) {
 
 // mountPoints lists the kernel's mounts under dir.
 func mountPoints(t *testing.T, dir string) []string {
-	mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir)
+	mounts, err := mountinfo.PointsUnder(mountinfo.DefaultPath, dir)
 	require.NoError(t, err)
 	return slices.Collect(maps.Keys(mounts))
 }

@@ -19,37 +19,11 @@ import (
 
 // catalogActor owns the CSI catalog of this node: the volumes with their
 // claims, the plugins with the fingerprints of their instances and their
-// health counts, and the index counter. It is the only writer of that state.
-//
-// Fed by the CSI manager: at start it subscribes with replay, and each
-// CSIPluginFingerprinted becomes CSIPlugin.AddPlugin under the catalog's
-// node ID. The manager's word is taken in the order it comes: the latest
-// fingerprint of a plugin's controller (or node) service on this node
-// replaces the one before, whatever its alloc, and a final unhealthy
-// fingerprint counts as unhealthy; but the final fingerprint of an alloc
-// that another one has replaced on the node is ignored (the manager
-// publishes it too, possibly after the new instance's first). Every
-// volume's health follows its plugin's counts (a volume whose plugin was
-// never seen is unschedulable).
-//
-// Writes (RegisterVolume, DeregisterVolume, ClaimVolume, ReleaseVolume,
-// MarkVolumeDeleting, RecordVolumeCapacity, fingerprints) are applied at
-// once to the working state, so the next command sees them, and written
-// to the store in batches: one batch in flight, off the actor's goroutine,
-// while the next commands queue up for the one after (group commit, as the
-// registry does). A write is answered only once its batch is durable, in
-// the order the writes came. A refusal that is bad on its face is answered
-// at once; one that depends on the state is answered in order with the
-// writes. Queries are answered at once
-// from the last durable state, so they never show a change that might
-// still be lost. If the store fails, the batch's writes are answered
-// ErrCatalogStore and the working state rolls back to the last durable one,
-// with the writes queued since applied again; fingerprints in the failed
-// batch are lost until the plugin's next fingerprint or the next start.
-//
-// Indexes only grow: every write that changes anything takes the next
-// index, which becomes the ModifyIndex of all it changes (and the
-// CreateIndex of what it creates), and the counter is kept on disk.
+// health counts, and the index counter, which only grows. It is the only
+// writer of that state; it answers a write only once durable and a query
+// from the last durable state, and takes the CSI manager's fingerprints in
+// the order they come (see ARCHITECTURE.md, "Catalog" and "Durability
+// before acknowledgement").
 type catalogActor struct {
 	log     hclog.Logger
 	bucket  storage.Bucket

@@ -1,38 +1,22 @@
 // Package catalog is the CSI catalog of this node: the actor that owns the
 // volumes with their claims and the plugins with their fingerprints and
-// health counts, its durable store, its errors as they cross the wire, and
-// its Go facade ([Catalog]). The rules themselves (claims, access modes,
-// health counts) are the pure model in csi/catalog/model.
+// health counts, its durable store, and its Go facade ([Catalog]). The
+// rules themselves are the pure model in csi/catalog/model.
 //
-// An embedder starts it with StartCatalog, on its actor system and the CSI
-// manager, and registers, claims and releases volumes through the Catalog
-// facade; a claim is granted or refused by the volume's access mode and its
-// plugin's health.
+//	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{
+//		Bucket: bucket, NodeID: "n1", Manager: csiManager.PID()})
+//	_, err = cat.RegisterVolume(ctx, vol)
+//	err = cat.Claim(ctx, csi.ClaimRequest{VolumeID: "db", AllocID: "a1"})
 //
-// State it owns: the working, the pending and the last durable state of
-// the catalog (volumes, plugins, the index counter), the queue of writes
-// waiting for the next batch and the batch in flight, and its shutdown.
-// The records live in [CatalogBucket] of the agent's store.
+// A claim is granted or refused by the volume's access mode and its
+// plugin's health; every write is answered once durable, every read from
+// the last durable state. [Catalog] satisfies the volume manager's Catalog
+// interface as it is. In cluster mode ([CatalogConfig].Fleet set) the actor
+// defers volumes, claims and the plugin listing to the [Fleet] and
+// forwards this node's fingerprints to it; the rules for one volume
+// (RegisterOver, ClaimOn, ReleaseOn, ...) are exported so that a Fleet
+// decides as this actor does.
 //
-// Messages it takes: RegisterVolume, DeregisterVolume, ClaimVolume and
-// ReleaseVolume (answered once durable), ListVolumesRequest,
-// GetVolumeRequest and ListCatalogPluginsRequest (answered at once from the
-// last durable state), ShutdownCatalog, and CSIPluginFingerprinted from the
-// CSI manager, to which it subscribes by PID (SubscribeCSI, with replay) and
-// which it watches until it shuts down (the agent stops the catalog before
-// the manager actor). It sends only answers.
-//
-// In cluster mode ([CatalogConfig].Fleet set) the actor defers volumes,
-// claims and the plugin listing to the [Fleet], the cluster-wide catalog,
-// and forwards this node's fingerprints to it (see cluster.go). The
-// catalog's rules for one volume (RegisterOver, ClaimOn, ReleaseOn, ...)
-// are exported as pure functions so that a Fleet decides as this actor does.
-//
-// [Catalog] is the volume manager's [csi.Claimer]: the volume manager
-// reaches the catalog through that interface and never imports this
-// package, nor does this package import the volume manager or the CSI
-// manager.
-//
-// Imports: csi, csi/catalog/model, names (ID validation), storage,
-// actors, messages.
+// What the actor owns, takes and sends, and how it batches its writes, are
+// in ARCHITECTURE.md ("Catalog").
 package catalog

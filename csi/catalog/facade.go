@@ -84,7 +84,8 @@ func (cfg CatalogConfig) withDefaults() CatalogConfig {
 }
 
 // Catalog is the Go facade over the catalog actor, for callers that are not
-// actors, and the volume manager's [Claimer]. Its methods are safe for
+// actors; it satisfies the volume manager's Catalog (csi/volumes), which
+// takes the model's own types. Its methods are safe for
 // concurrent use; each waits for the actor's answer or for its ctx to end.
 // Writes return once durable; reads answer from the last durable state.
 // Actors talk to the catalog directly at PID.
@@ -103,8 +104,6 @@ type Catalog struct {
 	mu     sync.RWMutex
 	closed bool
 }
-
-var _ csi.Claimer = (*Catalog)(nil)
 
 // StartCatalog restores the catalog from cfg.Bucket and starts its actor in
 // system. A record that cannot be restored is an error matching
@@ -225,8 +224,8 @@ func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*model.C
 }
 
 // Claim claims req's volume for req's alloc on this node: a read claim for
-// a read-only usage, a write claim otherwise. It implements [Claimer]: the
-// volume manager calls it before staging or publishing. The claim is
+// a read-only usage, a write claim otherwise. The volume manager calls it
+// before staging or publishing. The claim is
 // refused with ErrClaimRefused (and the catalog model's sentinel, such as
 // model.ErrVolumeMaxClaims for a second writer) when the volume's claims
 // or health do not allow it, or when req names another plugin or other
@@ -249,15 +248,24 @@ func (c *Catalog) Claim(ctx context.Context, req csi.ClaimRequest) error {
 	return err
 }
 
-// Release frees the claim of req's alloc on req's volume. It implements
-// [Claimer]: the volume manager calls it once the volume is unpublished, and
-// retries a failed unmount until it succeeds, so releasing is idempotent: a
-// claim that is not held, or a volume the catalog does not know (it cannot
-// hold claims), changes nothing and returns nil. (ReleaseVolume sent as a
-// message is stricter: an unknown volume is ErrVolumeNotFound.)
+// Release frees the claim of req's alloc on req's volume, as ReleaseClaim
+// does with the state ready-to-free.
 func (c *Catalog) Release(ctx context.Context, req csi.ClaimRequest) error {
+	return c.ReleaseClaim(ctx, req.Namespace, req.VolumeID, &model.Claim{AllocID: req.AllocID})
+}
+
+// ReleaseClaim moves the claim of claim.AllocID on the volume (namespace,
+// id) to claim.State: ready-to-free (or empty) frees it, an earlier state
+// records a release that is stuck there, with claim.LastError. The volume
+// manager calls it once the volume is unpublished, and retries a failed
+// unmount until it succeeds, so releasing is idempotent: a claim that is
+// not held, or a volume the catalog does not know (it cannot hold claims),
+// changes nothing and returns nil. (ReleaseVolume sent as a message is
+// stricter: an unknown volume is ErrVolumeNotFound.)
+func (c *Catalog) ReleaseClaim(ctx context.Context, namespace, id string, claim *model.Claim) error {
 	_, err := catalogCall[*messages.ReleaseVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
-		return &messages.ReleaseVolume{Namespace: req.Namespace, VolumeId: req.VolumeID, AllocId: req.AllocID, ReplyTo: replyTo}
+		return &messages.ReleaseVolume{Namespace: namespace, VolumeId: id, AllocId: claim.AllocID,
+			State: string(claim.State), LastError: claim.LastError, ReplyTo: replyTo}
 	})
 	if errors.Is(err, ErrVolumeNotFound) {
 		return nil

@@ -58,16 +58,9 @@ func describeInstance(p *messages.PluginInfo) string {
 // managerActor is the CSI manager. plugintype.Instances keeps which
 // instance serves which plugin; the manager keeps what each instance
 // reported, the latest fingerprint of each plugin, and who hears of them.
-//
-// Event contract for SubscribeCSI subscribers: each gets, in the order the
-// manager learned them, CSIPluginFingerprinted for every fingerprint of
-// every instance (the final "plugin instance stopped" of a replaced one
-// included), CSIPluginHealthChanged right after the fingerprint that
-// changed an instance's health (its first fingerprint counts), and
-// CSIPluginFailed when an instance gave up. Nothing is lost while the
-// subscriber lives (mailboxes have no bound); a slow subscriber delays
-// nobody; a subscriber that terminates is dropped. The messages are
-// shared: treat them as read-only.
+// Its SubscribeCSI subscribers get every fingerprint and health change in
+// order, none lost while they live (ARCHITECTURE.md, "Event ordering"); the
+// messages are shared: treat them as read-only.
 type managerActor struct {
 	cfg       ManagerConfig
 	log       hclog.Logger

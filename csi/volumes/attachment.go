@@ -1,6 +1,7 @@
 package volumes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -77,24 +79,56 @@ func (j *job) checkAttachment(ctx context.Context) error {
 	return j.controllerPublish(ctx, ctrl, vol, a)
 }
 
-// recordAttachment records attachment a, as far as it has come, in the
-// fleet's catalog (cluster mode); on a single node the record is enough.
+// recordAttachment records attachment a, as far as it has come, under
+// this node's ID in the fleet (cluster mode), with the plugin's node ID;
+// on a single node the record is enough.
 func (j *job) recordAttachment(ctx context.Context, a *messages.VolumeAttachment) error {
-	fleet, ok := j.env.catalog.(Attachments)
-	if !ok {
+	if j.env.fleet == nil {
 		return nil
 	}
-	return fleet.RecordAttachment(ctx, j.key.namespace, j.key.id, a.GetNodeId(), a.GetState() == stateAttached)
+	state := model.AttachmentStateAttaching
+	if a.GetState() == stateAttached {
+		state = model.AttachmentStateAttached
+	}
+	_, err := j.env.fleet.Attach(ctx, j.key.namespace, j.key.id, &model.Attachment{NodeID: j.env.nodeID, ExternalNodeID: a.GetNodeId(), State: state})
+	return err
 }
 
-// forgetAttachment removes this node's attachment from the fleet's
-// catalog (cluster mode), once the controller has unpublished it.
-func (j *job) forgetAttachment(ctx context.Context) error {
-	fleet, ok := j.env.catalog.(Attachments)
-	if !ok {
+// forgetAttachment removes the attachment of the fleet node node (this one
+// when empty) from the fleet (cluster mode), once the controller has
+// unpublished it; a volume that is gone holds none.
+func (j *job) forgetAttachment(ctx context.Context, node string) error {
+	if j.env.fleet == nil {
 		return nil
 	}
-	return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, "")
+	_, err := j.env.fleet.Detach(ctx, j.key.namespace, j.key.id, cmp.Or(node, j.env.nodeID))
+	if errors.Is(err, ErrVolumeNotFound) {
+		return nil
+	}
+	return err
+}
+
+// detachTarget is the plugin node ID an operator's detach of the volume
+// from node sends to the controller. For a node of the fleet with a
+// recorded attachment (named by its node ID or its plugin node ID), it is
+// the recorded plugin node ID, with that fleet node as recorded, marked
+// detaching in the fleet: that holds only while the node is down and
+// claims nothing (ErrInUse otherwise), so a node that comes back keeps its
+// attachment, and cannot attach again until the detach is done. Any other
+// name is taken as a plugin node ID, and recorded is empty.
+func (j *job) detachTarget(ctx context.Context, node string) (target, recorded string, err error) {
+	v, err := j.env.fleet.GetVolume(ctx, j.key.namespace, j.key.id)
+	if err != nil {
+		return "", "", err
+	}
+	a := v.AttachmentNamed(node)
+	if a == nil {
+		return node, "", nil
+	}
+	if _, err := j.env.fleet.MarkDetaching(ctx, j.key.namespace, j.key.id, a.NodeID); err != nil {
+		return "", "", err
+	}
+	return a.ExternalNodeID, a.NodeID, nil
 }
 
 // noteAttachment records want as the attachment's last error, clearing

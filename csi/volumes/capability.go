@@ -14,21 +14,12 @@ func (o *op) usage() csi.Usage {
 	return csi.Usage{ReadOnly: o.readOnly, AccessMode: o.access, AttachmentMode: o.attachment}
 }
 
-// capabilities are v's capabilities: the one of its modes when it names
-// none.
-func (v *Volume) capabilities() []model.RequestedCapability {
-	if len(v.Capabilities) > 0 {
-		return v.Capabilities
-	}
-	return []model.RequestedCapability{{AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode}}
-}
-
 // choose returns the one capability of v that fits the modes use names,
 // and false when none or several do (the catalog's claim then refuses,
 // naming them, before any RPC).
-func (v *Volume) choose(use csi.Usage) (model.RequestedCapability, bool) {
+func choose(v *model.CSIVolume, use csi.Usage) (model.RequestedCapability, bool) {
 	var fit []model.RequestedCapability
-	for _, c := range v.capabilities() {
+	for _, c := range v.Capabilities() {
 		if (use.AccessMode == "" || use.AccessMode == c.AccessMode) && (use.AttachmentMode == "" || use.AttachmentMode == c.AttachmentMode) {
 			fit = append(fit, c)
 		}
@@ -41,26 +32,30 @@ func (v *Volume) choose(use csi.Usage) (model.RequestedCapability, bool) {
 
 // fsType is the file system of v's capability of the given modes: the
 // capability's own, else the volume's.
-func (v *Volume) fsType(access, attachment string) string {
-	i := slices.IndexFunc(v.capabilities(), func(c model.RequestedCapability) bool {
+func fsType(v *model.CSIVolume, access, attachment string) string {
+	caps := v.Capabilities()
+	i := slices.IndexFunc(caps, func(c model.RequestedCapability) bool {
 		return string(c.AccessMode) == access && string(c.AttachmentMode) == attachment
 	})
-	if i >= 0 && v.capabilities()[i].FSType != "" {
-		return v.capabilities()[i].FSType
+	if i >= 0 && caps[i].FSType != "" {
+		return caps[i].FSType
 	}
-	return v.FSType
+	if v.MountOptions != nil {
+		return v.MountOptions.FSType
+	}
+	return ""
 }
 
 // adoptAs is adopt for a mount that uses the volume as use says: a record
 // that holds nothing takes the capability use chooses (stage and publish
 // send it), and one that holds the volume on this node refuses a mount that
 // chooses another (ErrInUse): the volume is staged one way at a time.
-func (j *job) adoptAs(vol *Volume, use csi.Usage) error {
+func (j *job) adoptAs(vol *model.CSIVolume, use csi.Usage) error {
 	fresh := holdsNothing(j.rec)
 	if err := j.adopt(vol); err != nil {
 		return err
 	}
-	chosen, ok := vol.choose(use)
+	chosen, ok := choose(vol, use)
 	if fresh {
 		j.rec.AccessMode, j.rec.AttachmentMode = string(chosen.AccessMode), string(chosen.AttachmentMode)
 		return nil

@@ -24,7 +24,7 @@ type refusingCatalog struct {
 	err error
 }
 
-func (c *refusingCatalog) Claim(context.Context, string, string, string, csi.Usage) error {
+func (c *refusingCatalog) Claim(context.Context, csi.ClaimRequest) error {
 	return c.err
 }
 

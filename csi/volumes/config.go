@@ -11,6 +11,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -22,83 +23,40 @@ const (
 	ControllerPluginType = "csi-controller"
 )
 
-// Volume is what the volume manager needs of a catalog volume.
-type Volume struct {
-	Namespace, ID string
-	// ExternalID is the plugin's volume ID; empty means ID.
-	ExternalID     string
-	PluginID       string
-	AccessMode     model.AccessMode
-	AttachmentMode model.AttachmentMode
-	// Context is the volume_context sent to the plugin.
-	Context map[string]string
-	// Secrets are sent to the plugin; never logged nor returned.
-	Secrets    map[string]string
-	FSType     string
-	MountFlags []string
-	// Capabilities are the volume's capabilities (model.CSIVolume's
-	// Capabilities); empty means the one of AccessMode and AttachmentMode.
-	Capabilities []model.RequestedCapability
-	// Claims maps each alloc holding a claim (read or write, past claims
-	// included) to its claim: its mode and its node.
-	Claims map[string]model.Claim
-}
-
-// externalID is the plugin's volume ID.
-func (v *Volume) externalID() string {
-	if v.ExternalID != "" {
-		return v.ExternalID
-	}
-	return v.ID
-}
-
-// Release is how far a claim's release has come, as the catalog records it
-// in the volume's past claims.
-type Release struct {
-	Namespace, ID, AllocID string
-	// State is model.ClaimStateReadyToFree to free the claim, or an
-	// earlier state to record a release that is stuck (with LastError).
-	State     model.ClaimState
-	LastError string
-}
-
-// Catalog is the part of the CSI catalog the volume manager uses. Errors
-// for an unknown volume match ErrVolumeNotFound, refused claims
-// ErrClaimRefused. Releasing a claim that is not held returns nil.
+// Catalog is the part of the CSI catalog the volume manager uses, in the
+// catalog's own types: the catalog's facade (csi/catalog.Catalog)
+// satisfies it. Errors for an unknown volume match ErrVolumeNotFound,
+// refused claims ErrClaimRefused; releasing a claim that is not held, or
+// of a volume the catalog does not know, returns nil.
 type Catalog interface {
-	GetVolume(ctx context.Context, namespace, id string) (*Volume, error)
-	// Claim claims the volume for alloc as use says: a read claim when
-	// use.ReadOnly, with the capability use's modes choose (none: the
-	// volume's only one).
-	Claim(ctx context.Context, namespace, id, alloc string, use csi.Usage) error
-	Release(ctx context.Context, r Release) error
+	GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
+	// Claim claims req's volume for req's alloc on this node.
+	Claim(ctx context.Context, req csi.ClaimRequest) error
+	// ReleaseClaim moves the claim of c.AllocID to c.State (ready-to-free
+	// frees it; an earlier state records a release that is stuck, with
+	// c.LastError).
+	ReleaseClaim(ctx context.Context, namespace, id string, c *model.Claim) error
 }
 
-// Attachments is what a Catalog that records attachments for a fleet of
-// nodes offers (cluster mode); the volume manager uses it when its Catalog
-// implements it. An attachment is recorded before ControllerPublishVolume
-// is sent and forgotten only after ControllerUnpublishVolume has
-// succeeded, so a node that may hold the volume always has one, and the
-// plugin's node ID is kept with it, so that any node that runs the
-// controller can detach the volume from a node that is down.
+// Attachments is the fleet's record of every node's attachments (cluster
+// mode; the fleet's catalog, csi/catalog.Fleet, satisfies it). An
+// attachment is recorded before ControllerPublishVolume is sent and
+// forgotten only after ControllerUnpublishVolume has succeeded, so a node
+// that may hold the volume always has one, and the plugin's node ID is
+// kept with it, so that any node that runs the controller can detach the
+// volume from a node that is down. Errors match the sentinels Catalog's
+// do; a refused attachment (another node holds that of a single-node
+// volume) ErrClaimRefused, and a detach from a node that is up or holds a
+// claim ErrInUse.
 type Attachments interface {
-	// RecordAttachment records that this node, whose plugin node ID is
-	// externalNodeID, is attaching the volume (attached false) or has
-	// attached it. A refusal (another node holds the attachment of a
-	// single-node volume) matches ErrClaimRefused.
-	RecordAttachment(ctx context.Context, namespace, id, externalNodeID string, attached bool) error
-	// ForgetAttachment records that the volume is detached from the fleet
-	// node node: this one when node is empty, or the one DetachTarget
-	// named.
-	ForgetAttachment(ctx context.Context, namespace, id, node string) error
-	// DetachTarget is the plugin node ID an operator's detach of the
-	// volume from node sends to the controller. For a node of the fleet
-	// with a recorded attachment (named by its node ID or its plugin node
-	// ID), it is the recorded plugin node ID, with that fleet node as
-	// recorded, once the node is down and holds no claim on the volume
-	// (ErrInUse while it is up or holds one); any other name is taken as a
-	// plugin node ID, and recorded is empty.
-	DetachTarget(ctx context.Context, namespace, id, node string) (target, recorded string, err error)
+	GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
+	// Attach records a (a.NodeID is the attaching node).
+	Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error)
+	// Detach forgets the attachment to node.
+	Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error)
+	// MarkDetaching marks the attachment to node, a node that is down and
+	// holds no claim on the volume, as being detached by this node.
+	MarkDetaching(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error)
 }
 
 // Defaults of Config.
@@ -123,6 +81,9 @@ type Config struct {
 	Bucket storage.Bucket
 	// Catalog grants and releases claims and describes volumes.
 	Catalog Catalog
+	// Attachments records attachments in the fleet (cluster mode); nil on
+	// a single node, where the volume's record is enough.
+	Attachments Attachments
 	// Registry gives the current allocation, and so the socket, of each
 	// csi-node and csi-controller plugin.
 	Registry *registry.Registry
@@ -139,7 +100,7 @@ type Config struct {
 	// Clock drives the GC step; nil means the real clock.
 	Clock supervisor.Clock
 	// MountInfoPath is the mount table read at start (default
-	// DefaultMountInfoPath).
+	// /proc/self/mountinfo).
 	MountInfoPath string
 	// Logger receives what the manager does; nil discards it.
 	Logger hclog.Logger
@@ -200,7 +161,7 @@ func (c Config) withDefaults() Config {
 		c.Clock = realClock{}
 	}
 	if c.MountInfoPath == "" {
-		c.MountInfoPath = DefaultMountInfoPath
+		c.MountInfoPath = mountinfo.DefaultPath
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -80,7 +80,7 @@ func (j *job) nodeExpand(ctx context.Context, capacityBytes int64) (NodeExpandRe
 
 // pendExpand records that the volume, not published here, needs a node
 // expansion to capacityBytes at its next mount on this node.
-func (j *job) pendExpand(vol *Volume, capacityBytes int64) (NodeExpandResult, error) {
+func (j *job) pendExpand(vol *model.CSIVolume, capacityBytes int64) (NodeExpandResult, error) {
 	if err := j.adopt(vol); err != nil {
 		return NodeExpandResult{}, err
 	}
@@ -98,7 +98,7 @@ func (j *job) pendExpand(vol *Volume, capacityBytes int64) (NodeExpandResult, er
 // right after a mount published the volume at pub. A failure fails not
 // the mount (the volume is usable, at its old size) but keeps the
 // expansion pending, with its error, for the next mount.
-func (j *job) finishPendingExpand(ctx context.Context, vol *Volume, pub *messages.VolumePublish) {
+func (j *job) finishPendingExpand(ctx context.Context, vol *model.CSIVolume, pub *messages.VolumePublish) {
 	want := j.rec.GetPendingExpandBytes()
 	if want == 0 {
 		return
@@ -116,7 +116,7 @@ func (j *job) finishPendingExpand(ctx context.Context, vol *Volume, pub *message
 }
 
 // expandAt sends NodeExpandVolume for the volume at pub's target path.
-func (j *job) expandAt(ctx context.Context, vol *Volume, pub *messages.VolumePublish, capacityBytes int64) (NodeExpandResult, error) {
+func (j *job) expandAt(ctx context.Context, vol *model.CSIVolume, pub *messages.VolumePublish, capacityBytes int64) (NodeExpandResult, error) {
 	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
 	if err != nil {
 		return NodeExpandResult{}, err

@@ -14,6 +14,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -31,6 +32,7 @@ type Manager struct {
 	// conns are the jobs' plugin connections, closed once they have ended.
 	conns  *connections
 	closed atomic.Bool
+	feed   *eventFeed
 }
 
 // Start checks cfg, creates cfg.Root, loads the mount records, reads the
@@ -49,7 +51,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := MountPointsUnder(cfg.MountInfoPath, cfg.Root)
+	mounts, err := mountinfo.PointsUnder(cfg.MountInfoPath, cfg.Root)
 	if err != nil {
 		cfg.Logger.Warn("cannot read the mount table: orphan mounts are not looked for", "error", err)
 	}
@@ -57,9 +59,9 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	m := &manager{
 		cfg: cfg, log: cfg.Logger, cancel: cancel, workers: &sync.WaitGroup{},
 		env: &env{
-			bucket: cfg.Bucket, catalog: cfg.Catalog, registry: cfg.Registry, paths: paths{root: cfg.Root},
+			bucket: cfg.Bucket, catalog: cfg.Catalog, fleet: cfg.Attachments, registry: cfg.Registry, paths: paths{root: cfg.Root},
 			mountInfo: cfg.MountInfoPath, rpcTimeout: cfg.RPCTimeout, opTimeout: cfg.OperationTimeout,
-			base: base, log: cfg.Logger, nodeID: cfg.NodeID, onEvent: cfg.OnEvent,
+			base: base, log: cfg.Logger, nodeID: cfg.NodeID, onEvent: cfg.OnEvent, feed: &eventFeed{},
 		},
 		records: records, queues: map[volumeKey]*queue{}, outcomes: map[volumeKey]outcome{},
 		retries: map[volumeKey]*retry{}, orphans: orphans(cfg.Root, mounts, records), startMounts: mounts,
@@ -77,7 +79,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		cancel()
 		return nil, fmt.Errorf("volumes: start actor %q: %w", cfg.Name, err)
 	}
-	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns}, nil
+	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns, feed: m.env.feed}, nil
 }
 
 // PID is the actor's address, for actors that send it requests.

@@ -146,13 +146,14 @@ func mayBeWritable(pub *messages.VolumePublish) bool {
 	return false
 }
 
-// emit tells OnEvent, if set.
+// emit tells OnEvent, if set, and the Manager's subscribers.
 func (e *env) emit(kind EventKind, key volumeKey, pub *messages.VolumePublish, detail string) {
-	if e.onEvent == nil {
-		return
+	ev := Event{Kind: kind, Namespace: key.namespace, VolumeID: key.id, AllocID: pub.GetAllocId(),
+		TargetPath: pub.GetTargetPath(), ReadOnly: pub.GetReadOnly(), Detail: detail}
+	if e.onEvent != nil {
+		e.onEvent(ev)
 	}
-	e.onEvent(Event{Kind: kind, Namespace: key.namespace, VolumeID: key.id, AllocID: pub.GetAllocId(),
-		TargetPath: pub.GetTargetPath(), ReadOnly: pub.GetReadOnly(), Detail: detail})
+	e.feed.publish(ev)
 }
 
 // fence keeps every writer's target of the volume read-only while this
@@ -210,8 +211,8 @@ func (j *job) claimHolders(ctx context.Context) (map[string]string, error) {
 		return nil, err
 	}
 	out := map[string]string{}
-	for alloc, c := range vol.Claims {
-		out[alloc] = c.NodeID
+	for _, c := range vol.AllClaims() {
+		out[c.AllocID] = c.NodeID
 	}
 	return out, nil
 }

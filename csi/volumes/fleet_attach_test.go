@@ -54,7 +54,7 @@ func newFleetNodeAt(t *testing.T, endpoints []string, id string, tune func(*volu
 	cat, err := csicatalog.StartCatalog(system, csicatalog.CatalogConfig{Bucket: bucket, NodeID: id, Fleet: store, Name: "catalog-" + id})
 	require.NoError(t, err)
 	n := newNode(t, func(c *volumes.Config) {
-		c.Catalog, c.NodeID = agent.FleetVolumeCatalog(system, cat, store, id), id
+		c.Catalog, c.Attachments, c.NodeID = agent.VolumeCatalog(cat), agent.VolumeAttachments(store), id
 		if tune != nil {
 			tune(c)
 		}

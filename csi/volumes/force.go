@@ -55,7 +55,7 @@ func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 		}
 	}
 	if pub.GetClaimedByMount() {
-		err := j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: model.ClaimStateReadyToFree})
+		err := j.releaseClaim(ctx, alloc, model.ClaimStateReadyToFree, "")
 		if err != nil {
 			return j.failed(pub, err)
 		}

@@ -42,8 +42,8 @@ type modelCatalog struct {
 	mu       sync.Mutex
 	volumes  map[string]*catalog.CSIVolume
 	external map[string]string
-	// releases records every Release, in order.
-	releases []volumes.Release
+	// releases records every ReleaseClaim, in order.
+	releases []catalog.Claim
 }
 
 func newModelCatalog() *modelCatalog {
@@ -66,47 +66,38 @@ func (c *modelCatalog) addIn(ns, id, external, plugin string, access catalog.Acc
 	c.external[ns+"/"+id] = external
 }
 
-func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*volumes.Volume, error) {
+func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*catalog.CSIVolume, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.volumes[ns+"/"+id]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s/%s", volumes.ErrVolumeNotFound, ns, id)
 	}
-	out := &volumes.Volume{Namespace: ns, ID: id, ExternalID: c.external[ns+"/"+id], PluginID: v.PluginID,
-		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, Capabilities: v.Capabilities(), Context: map[string]string{"k": "v"},
-		Secrets: map[string]string{"password": "s3cret"}, Claims: map[string]catalog.Claim{}}
-	for _, m := range []map[string]*catalog.Claim{v.ReadClaims, v.WriteClaims} {
-		for a, cl := range m {
-			out.Claims[a] = *cl
-		}
-	}
+	out := v.Copy()
+	out.ExternalID, out.PastClaims = c.external[ns+"/"+id], nil
+	out.Context, out.Secrets = map[string]string{"k": "v"}, catalog.Secrets{"password": "s3cret"}
 	return out, nil
 }
 
-func (c *modelCatalog) Claim(_ context.Context, ns, id, alloc string, use csi.Usage) error {
-	mode := catalog.ClaimModeWrite
-	if use.ReadOnly {
-		mode = catalog.ClaimModeRead
-	}
+func (c *modelCatalog) Claim(_ context.Context, req csi.ClaimRequest) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.volumes[ns+"/"+id]
+	v, ok := c.volumes[req.Namespace+"/"+req.VolumeID]
 	if !ok {
 		return volumes.ErrVolumeNotFound
 	}
-	if err := v.Claim(&catalog.Claim{AllocID: alloc, NodeID: "n1", Mode: mode, State: catalog.ClaimStateTaken,
-		AccessMode: use.AccessMode, AttachmentMode: use.AttachmentMode}); err != nil {
+	if err := v.Claim(&catalog.Claim{AllocID: req.AllocID, NodeID: "n1", Mode: req.Mode(), State: catalog.ClaimStateTaken,
+		AccessMode: req.Usage.AccessMode, AttachmentMode: req.Usage.AttachmentMode}); err != nil {
 		return fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
 	}
 	return nil
 }
 
-func (c *modelCatalog) Release(_ context.Context, r volumes.Release) error {
+func (c *modelCatalog) ReleaseClaim(_ context.Context, ns, id string, r *catalog.Claim) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.releases = append(c.releases, r)
-	v, ok := c.volumes[r.Namespace+"/"+r.ID]
+	c.releases = append(c.releases, *r)
+	v, ok := c.volumes[ns+"/"+id]
 	if !ok {
 		return nil
 	}

@@ -25,6 +25,7 @@ import (
 type env struct {
 	bucket     storage.Bucket
 	catalog    Catalog
+	fleet      Attachments
 	registry   *registry.Registry
 	paths      paths
 	mountInfo  string
@@ -36,6 +37,8 @@ type env struct {
 	// nodeID and onEvent are Config's.
 	nodeID  string
 	onEvent func(Event)
+	// feed hands every event to the Manager's subscribers.
+	feed *eventFeed
 	// conns are the plugin connections the jobs share.
 	conns connections
 	// refuse is set while this node's lease in the fleet is not held, and
@@ -59,7 +62,7 @@ type job struct {
 	// job sends no RPC, since the record could not say it was sent.
 	broken  error
 	clients map[string]*sharedConn
-	vol     *Volume
+	vol     *model.CSIVolume
 	log     hclog.Logger
 	// note says more of the outcome than its error (what a forced unmount
 	// forced); the volume's status shows it with the operation.
@@ -104,7 +107,7 @@ func (j *job) save() error {
 }
 
 // volume returns the catalog's volume, asked once per job.
-func (j *job) volume(ctx context.Context) (*Volume, error) {
+func (j *job) volume(ctx context.Context) (*model.CSIVolume, error) {
 	if j.vol != nil {
 		return j.vol, nil
 	}
@@ -114,6 +117,19 @@ func (j *job) volume(ctx context.Context) (*Volume, error) {
 	}
 	j.vol = v
 	return v, nil
+}
+
+// claim claims the volume for alloc on this node.
+func (j *job) claim(ctx context.Context, alloc string, use csi.Usage) error {
+	return j.env.catalog.Claim(ctx, csi.ClaimRequest{
+		Namespace: j.key.namespace, VolumeID: j.key.id, AllocID: alloc, Usage: use,
+	})
+}
+
+// releaseClaim moves alloc's claim to state (ready-to-free frees it),
+// with the error that holds it there.
+func (j *job) releaseClaim(ctx context.Context, alloc string, state model.ClaimState, lastError string) error {
+	return j.env.catalog.ReleaseClaim(ctx, j.key.namespace, j.key.id, &model.Claim{AllocID: alloc, State: state, LastError: lastError})
 }
 
 // secrets are the volume's secrets, when the catalog still knows it: the
@@ -243,7 +259,7 @@ func (j *job) attachRequired(ctx context.Context, c *csi.Client) (bool, error) {
 
 // capability is the CSI volume capability of the volume: its access mode,
 // and a block or mount access type with its mount options.
-func capability(rec *messages.VolumeRecord, v *Volume) *csipb.VolumeCapability {
+func capability(rec *messages.VolumeRecord, v *model.CSIVolume) *csipb.VolumeCapability {
 	c := &csipb.VolumeCapability{
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: accessModes[model.AccessMode(rec.GetAccessMode())]},
 	}
@@ -253,7 +269,10 @@ func capability(rec *messages.VolumeRecord, v *Volume) *csipb.VolumeCapability {
 	}
 	m := &csipb.VolumeCapability_MountVolume{}
 	if v != nil {
-		m.FsType, m.MountFlags = v.fsType(rec.GetAccessMode(), rec.GetAttachmentMode()), v.MountFlags
+		m.FsType = fsType(v, rec.GetAccessMode(), rec.GetAttachmentMode())
+		if v.MountOptions != nil {
+			m.MountFlags = v.MountOptions.MountFlags
+		}
 	}
 	c.AccessType = &csipb.VolumeCapability_Mount{Mount: m}
 	return c

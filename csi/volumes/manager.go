@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -214,7 +215,7 @@ func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 	mounts := o.mounts
 	if mounts == nil {
 		var err error
-		if mounts, err = MountPointsUnder(j.env.mountInfo, j.env.paths.root); err != nil {
+		if mounts, err = mountinfo.PointsUnder(j.env.mountInfo, j.env.paths.root); err != nil {
 			j.log.Warn("cannot read the mount table: published volumes are not checked", "error", err)
 		}
 	}

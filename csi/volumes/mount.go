@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -62,7 +63,7 @@ func (j *job) mount(ctx context.Context, alloc string, use csi.Usage) (MountResu
 	if err != nil {
 		return MountResult{}, err
 	}
-	_, held := vol.Claims[alloc]
+	held := slices.Contains(vol.Claimants(), alloc)
 	pub := &messages.VolumePublish{
 		AllocId: alloc, State: stateClaiming, ReadOnly: readOnly, ClaimedByMount: !held, NodeSocket: socket,
 		TargetPath: j.env.paths.target(vol.PluginID, alloc, j.key.namespace, j.key.id),
@@ -89,23 +90,23 @@ func (j *job) mount(ctx context.Context, alloc string, use csi.Usage) (MountResu
 
 // adopt fills a new record from the catalog's volume, or checks that the
 // record still describes it.
-func (j *job) adopt(vol *Volume) error {
+func (j *job) adopt(vol *model.CSIVolume) error {
 	if err := checkID("plugin ID", vol.PluginID); err != nil {
 		return fmt.Errorf("%w: volume %s: %w", ErrInvalid, j.key, err)
 	}
 	if holdsNothing(j.rec) {
-		if j.rec.GetExternalId() != vol.externalID() {
+		if j.rec.GetExternalId() != vol.PluginVolumeID() {
 			// A pending node expansion of another plugin volume of this
 			// ID (deleted since) is void.
 			j.rec.PendingExpandBytes, j.rec.PendingExpandError = 0, ""
 		}
-		j.rec.PluginId, j.rec.ExternalId = vol.PluginID, vol.externalID()
+		j.rec.PluginId, j.rec.ExternalId = vol.PluginID, vol.PluginVolumeID()
 		j.rec.AccessMode, j.rec.AttachmentMode = string(vol.AccessMode), string(vol.AttachmentMode)
 		return nil
 	}
-	if j.rec.GetPluginId() != vol.PluginID || j.rec.GetExternalId() != vol.externalID() {
+	if j.rec.GetPluginId() != vol.PluginID || j.rec.GetExternalId() != vol.PluginVolumeID() {
 		return fmt.Errorf("%w: volume %s is held on this node as plugin %q volume %q, and the catalog now says plugin %q volume %q; unmount its allocs %v first",
-			ErrInUse, j.key, j.rec.GetPluginId(), j.rec.GetExternalId(), vol.PluginID, vol.externalID(), publishedAllocs(j.rec))
+			ErrInUse, j.key, j.rec.GetPluginId(), j.rec.GetExternalId(), vol.PluginID, vol.PluginVolumeID(), publishedAllocs(j.rec))
 	}
 	return nil
 }
@@ -130,9 +131,9 @@ func lastErrorNote(e string) string {
 }
 
 // mountSteps runs the way in after the publish record is written.
-func (j *job) mountSteps(ctx context.Context, vol *Volume, pub *messages.VolumePublish, use csi.Usage) error {
+func (j *job) mountSteps(ctx context.Context, vol *model.CSIVolume, pub *messages.VolumePublish, use csi.Usage) error {
 	use.ReadOnly = pub.GetReadOnly()
-	if err := j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, pub.GetAllocId(), use); err != nil {
+	if err := j.claim(ctx, pub.GetAllocId(), use); err != nil {
 		return err
 	}
 	node, err := j.client(ctx, pub.GetNodeSocket())
@@ -159,7 +160,7 @@ func (j *job) mountSteps(ctx context.Context, vol *Volume, pub *messages.VolumeP
 
 // attach publishes the volume to this node through the controller, when
 // the controller says it must.
-func (j *job) attach(ctx context.Context, vol *Volume, nodeSocket string) error {
+func (j *job) attach(ctx context.Context, vol *model.CSIVolume, nodeSocket string) error {
 	ctrl, socket, err := j.controllerClient(ctx, "")
 	if err != nil {
 		return err
@@ -196,7 +197,7 @@ func (j *job) attach(ctx context.Context, vol *Volume, nodeSocket string) error 
 // controllerPublish sends ControllerPublishVolume for attachment a (it is
 // idempotent, so a reconcile sends it again where the controller lost the
 // attachment) and records the answer.
-func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *Volume, a *messages.VolumeAttachment) error {
+func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *model.CSIVolume, a *messages.VolumeAttachment) error {
 	resp, err := ctrl.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), NodeId: a.GetNodeId(), VolumeCapability: capability(j.rec, vol),
 		Readonly: model.AccessMode(j.rec.GetAccessMode()).ReadOnly(), Secrets: vol.Secrets, VolumeContext: vol.Context,
@@ -217,7 +218,7 @@ func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *Volu
 // state is written with the publish that follows it, in the record the
 // publish writes before its RPC: one durable write, not two, and until
 // then a crash leaves the stage "staging", which the way out undoes.
-func (j *job) stage(ctx context.Context, vol *Volume, socket string) error {
+func (j *job) stage(ctx context.Context, vol *model.CSIVolume, socket string) error {
 	s := &messages.VolumeStage{State: stateStaging, StagingPath: j.env.paths.staging(vol.PluginID, j.key.namespace, j.key.id), NodeSocket: socket}
 	j.rec.Stage = s
 	if err := j.save(); err != nil {
@@ -233,7 +234,7 @@ func (j *job) stage(ctx context.Context, vol *Volume, socket string) error {
 
 // nodeStage sends NodeStageVolume for s (idempotent, so reconcile sends it
 // again where the kernel lost a mount).
-func (j *job) nodeStage(ctx context.Context, vol *Volume, s *messages.VolumeStage) error {
+func (j *job) nodeStage(ctx context.Context, vol *model.CSIVolume, s *messages.VolumeStage) error {
 	node, err := j.nodeClient(ctx, s.GetNodeSocket())
 	if err != nil {
 		return err
@@ -250,7 +251,7 @@ func (j *job) nodeStage(ctx context.Context, vol *Volume, s *messages.VolumeStag
 }
 
 // publish publishes the volume at pub's target, read-only for a reader.
-func (j *job) publish(ctx context.Context, vol *Volume, pub *messages.VolumePublish) error {
+func (j *job) publish(ctx context.Context, vol *model.CSIVolume, pub *messages.VolumePublish) error {
 	pub.State = statePublishing
 	if err := j.save(); err != nil {
 		return err
@@ -268,7 +269,7 @@ func (j *job) publish(ctx context.Context, vol *Volume, pub *messages.VolumePubl
 
 // nodePublish sends NodePublishVolume for pub. It creates the target's
 // parent; the plugin creates the target itself (CSI spec).
-func (j *job) nodePublish(ctx context.Context, vol *Volume, pub *messages.VolumePublish) error {
+func (j *job) nodePublish(ctx context.Context, vol *model.CSIVolume, pub *messages.VolumePublish) error {
 	node, err := j.nodeClient(ctx, pub.GetNodeSocket())
 	if err != nil {
 		return err
@@ -293,7 +294,7 @@ func (j *job) claimOnly(ctx context.Context, alloc string, use csi.Usage) error 
 	if _, err := j.volume(ctx); err != nil {
 		return err
 	}
-	return j.env.catalog.Claim(ctx, j.key.namespace, j.key.id, alloc, use)
+	return j.claim(ctx, alloc, use)
 }
 
 // release frees alloc's claim, unless alloc has the volume published here.
@@ -305,7 +306,7 @@ func (j *job) release(ctx context.Context, alloc string) error {
 	if _, err := j.volume(ctx); err != nil {
 		return err
 	}
-	return j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: model.ClaimStateReadyToFree})
+	return j.releaseClaim(ctx, alloc, model.ClaimStateReadyToFree, "")
 }
 
 // forceDetach is an operator's detach of the volume from nodeID. It is
@@ -314,10 +315,9 @@ func (j *job) release(ctx context.Context, alloc string) error {
 // other node's own.
 func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 	own := j.rec.GetAttachment() != nil && j.rec.GetAttachment().GetNodeId() == nodeID
-	fleet, inFleet := j.env.catalog.(Attachments)
 	another := "" // the fleet node whose recorded attachment this is
-	if inFleet && !own {
-		target, recorded, err := fleet.DetachTarget(ctx, j.key.namespace, j.key.id, nodeID)
+	if j.env.fleet != nil && !own {
+		target, recorded, err := j.detachTarget(ctx, nodeID)
 		if err != nil {
 			return err
 		}
@@ -346,14 +346,14 @@ func (j *job) forceDetach(ctx context.Context, nodeID string) error {
 		return err
 	}
 	_, err = ctrl.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
-		VolumeId: vol.externalID(), NodeId: nodeID, Secrets: vol.Secrets,
+		VolumeId: vol.PluginVolumeID(), NodeId: nodeID, Secrets: vol.Secrets,
 	})
 	if err != nil && !errors.Is(err, csi.ErrNotFound) {
 		return err
 	}
 	j.log.Info("volume detached from another node", "node_id", nodeID, "fleet_node", another)
 	if another != "" {
-		return fleet.ForgetAttachment(ctx, j.key.namespace, j.key.id, another)
+		return j.forgetAttachment(ctx, another)
 	}
 	return nil
 }

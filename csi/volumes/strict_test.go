@@ -23,6 +23,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 )
 
 // strictPlugin is the reference hostpath plugin served from a gRPC server
@@ -353,7 +354,7 @@ func (p *strictPlugin) state() (attached []string, published []string, violation
 // mountsUnder lists, sorted, the kernel's mounts at or below dir.
 func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
-	mounts, err := volumes.MountPointsUnder(volumes.DefaultMountInfoPath, dir)
+	mounts, err := mountinfo.PointsUnder(mountinfo.DefaultPath, dir)
 	require.NoError(t, err)
 	return slices.Sorted(maps.Keys(mounts))
 }

@@ -69,7 +69,7 @@ func (j *job) takeDown(ctx context.Context, alloc string) error {
 		}
 	}
 	if pub.GetClaimedByMount() {
-		err := j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: model.ClaimStateReadyToFree})
+		err := j.releaseClaim(ctx, alloc, model.ClaimStateReadyToFree, "")
 		if err != nil {
 			return j.failed(pub, err)
 		}
@@ -91,7 +91,7 @@ func (j *job) failed(pub *messages.VolumePublish, err error) error {
 // as state and why it is stuck there; the alloc keeps its claim (and its
 // writer slot) until the GC step frees it.
 func (j *job) stuckClaim(ctx context.Context, alloc string, state model.ClaimState, cause error) {
-	err := j.env.catalog.Release(ctx, Release{Namespace: j.key.namespace, ID: j.key.id, AllocID: alloc, State: state, LastError: cause.Error()})
+	err := j.releaseClaim(ctx, alloc, state, cause.Error())
 	if err != nil {
 		j.log.Warn("could not record a stuck claim in the catalog", "alloc_id", alloc, "error", err)
 	}
@@ -201,7 +201,7 @@ func (j *job) detach(ctx context.Context) error {
 	}
 	err := j.controllerUnpublish(ctx, a)
 	if err == nil || j.goneAlready("ControllerUnpublishVolume", err) {
-		err = j.forgetAttachment(ctx)
+		err = j.forgetAttachment(ctx, "")
 	}
 	if err != nil {
 		a.LastError = err.Error()

@@ -130,6 +130,18 @@ func (v *CSIVolume) Detach(node string) bool {
 
 // checkAttachments reports, through bad and within, what is wrong with v's
 // attachments.
+// AttachmentNamed is v's attachment to node, named by its node ID or by
+// its plugin node ID (the first by node ID when several share one), or
+// nil.
+func (v *CSIVolume) AttachmentNamed(node string) *Attachment {
+	for _, n := range slices.Sorted(maps.Keys(v.Attachments)) {
+		if a := v.Attachments[n]; a.NodeID == node || a.ExternalNodeID == node {
+			return a
+		}
+	}
+	return nil
+}
+
 func (v *CSIVolume) checkAttachments(bad func(string, ...any), within func(*catalogError)) {
 	for _, node := range slices.Sorted(maps.Keys(v.Attachments)) {
 		a := v.Attachments[node]

@@ -1,11 +1,9 @@
-package agent
+package volumes
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
 // TestAFenceSubscriberThatFallsBehindIsDroppedAndTheOthersGoOn: the feed
@@ -13,12 +11,12 @@ import (
 // is closed after what it had buffered, the others get every event.
 func TestAFenceSubscriberThatFallsBehindIsDroppedAndTheOthersGoOn(t *testing.T) {
 	var f eventFeed
-	slow, _ := f.SubscribeVolumeEvents()
-	fast, cancel := f.SubscribeVolumeEvents()
+	slow, _ := f.subscribe()
+	fast, cancel := f.subscribe()
 	defer cancel()
 	got := 0
 	for i := range eventFeedBuffer + 10 {
-		f.publish(volumes.Event{Kind: volumes.EventClaimLost, AllocID: string(rune('a' + i%26))})
+		f.publish(Event{Kind: EventClaimLost, AllocID: string(rune('a' + i%26))})
 		<-fast
 		got++
 	}

@@ -1,4 +1,4 @@
-package volumes
+package mountinfo
 
 import (
 	"bufio"
@@ -11,11 +11,11 @@ import (
 	"strings"
 )
 
-// DefaultMountInfoPath is the kernel's mount table of this process.
-const DefaultMountInfoPath = "/proc/self/mountinfo"
+// DefaultPath is the kernel's mount table of this process.
+const DefaultPath = "/proc/self/mountinfo"
 
-// MountInfo is one line of /proc/<pid>/mountinfo (proc(5)).
-type MountInfo struct {
+// Mount is one line of /proc/<pid>/mountinfo (proc(5)).
+type Mount struct {
 	ID, ParentID int
 	// Root is the path within the source file system that is mounted.
 	Root string
@@ -27,11 +27,11 @@ type MountInfo struct {
 	Source  string
 }
 
-// ParseMountInfo reads a mountinfo table. A line that does not have the
+// Parse reads a mountinfo table. A line that does not have the
 // fields proc(5) describes is an error naming its line number; octal
 // escapes (\040 for a space, ...) in paths are decoded.
-func ParseMountInfo(r io.Reader) ([]MountInfo, error) {
-	var out []MountInfo
+func Parse(r io.Reader) ([]Mount, error) {
+	var out []Mount
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for n := 1; sc.Scan(); n++ {
@@ -41,17 +41,17 @@ func ParseMountInfo(r io.Reader) ([]MountInfo, error) {
 		}
 		m, err := parseMountInfoLine(string(line))
 		if err != nil {
-			return nil, fmt.Errorf("volumes: mountinfo line %d: %w", n, err)
+			return nil, fmt.Errorf("mountinfo line %d: %w", n, err)
 		}
 		out = append(out, m)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("volumes: read mountinfo: %w", err)
+		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
 	return out, nil
 }
 
-func parseMountInfoLine(line string) (MountInfo, error) {
+func parseMountInfoLine(line string) (Mount, error) {
 	fields := strings.Split(line, " ")
 	sep := -1
 	for i := 6; i < len(fields); i++ {
@@ -61,21 +61,21 @@ func parseMountInfoLine(line string) (MountInfo, error) {
 		}
 	}
 	if len(fields) < 10 || sep < 0 || len(fields) < sep+4 {
-		return MountInfo{}, fmt.Errorf("want at least 10 space-separated fields with a \"-\" separator after the 6th, got %d", len(fields))
+		return Mount{}, fmt.Errorf("want at least 10 space-separated fields with a \"-\" separator after the 6th, got %d", len(fields))
 	}
 	id, err := strconv.Atoi(fields[0])
 	if err != nil {
-		return MountInfo{}, fmt.Errorf("mount ID %q is not a number", fields[0])
+		return Mount{}, fmt.Errorf("mount ID %q is not a number", fields[0])
 	}
 	parent, err := strconv.Atoi(fields[1])
 	if err != nil {
-		return MountInfo{}, fmt.Errorf("parent ID %q is not a number", fields[1])
+		return Mount{}, fmt.Errorf("parent ID %q is not a number", fields[1])
 	}
-	m := MountInfo{ID: id, ParentID: parent, Options: fields[5], FSType: unescapeOctal(fields[sep+1]), Source: unescapeOctal(fields[sep+2])}
+	m := Mount{ID: id, ParentID: parent, Options: fields[5], FSType: unescapeOctal(fields[sep+1]), Source: unescapeOctal(fields[sep+2])}
 	m.Root = unescapeOctal(fields[3])
 	m.MountPoint = unescapeOctal(fields[4])
 	if !strings.HasPrefix(m.MountPoint, "/") {
-		return MountInfo{}, fmt.Errorf("mount point %q is not absolute", m.MountPoint)
+		return Mount{}, fmt.Errorf("mount point %q is not absolute", m.MountPoint)
 	}
 	return m, nil
 }
@@ -103,15 +103,15 @@ func unescapeOctal(s string) string {
 
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
-// MountPointsUnder returns the set of mount points in the mount table at
-// path (DefaultMountInfoPath for this process's) that are at or below root.
-func MountPointsUnder(path, root string) (map[string]bool, error) {
+// PointsUnder returns the set of mount points in the mount table at
+// path (DefaultPath for this process's) that are at or below root.
+func PointsUnder(path, root string) (map[string]bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("volumes: read mount table: %w", err)
+		return nil, fmt.Errorf("read mount table: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	mounts, err := ParseMountInfo(f)
+	mounts, err := Parse(f)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package volumes_test
+package mountinfo_test
 
 import (
 	"strings"
@@ -6,30 +6,30 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/mountinfo"
 )
 
 func TestParseMountInfo(t *testing.T) {
 	cases := []struct {
 		name  string
 		table string
-		want  []volumes.MountInfo
+		want  []mountinfo.Mount
 		err   string
 	}{
 		{
 			name:  "a line of proc(5)'s example",
 			table: "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n",
-			want:  []volumes.MountInfo{{ID: 36, ParentID: 35, Root: "/mnt1", MountPoint: "/mnt2", Options: "rw,noatime", FSType: "ext3", Source: "/dev/root"}},
+			want:  []mountinfo.Mount{{ID: 36, ParentID: 35, Root: "/mnt1", MountPoint: "/mnt2", Options: "rw,noatime", FSType: "ext3", Source: "/dev/root"}},
 		},
 		{
 			name:  "no optional fields, and escaped spaces, tabs and backslashes",
 			table: "1 0 0:1 / /a\\040b\\011c\\134d rw - tmpfs none rw\n",
-			want:  []volumes.MountInfo{{ID: 1, Root: "/", MountPoint: "/a b\tc\\d", Options: "rw", FSType: "tmpfs", Source: "none"}},
+			want:  []mountinfo.Mount{{ID: 1, Root: "/", MountPoint: "/a b\tc\\d", Options: "rw", FSType: "tmpfs", Source: "none"}},
 		},
 		{
 			name:  "several optional fields and blank lines",
 			table: "\n2 1 0:2 / /x rw shared:1 master:2 propagate_from:3 - bind /src rw\n\n",
-			want:  []volumes.MountInfo{{ID: 2, ParentID: 1, Root: "/", MountPoint: "/x", Options: "rw", FSType: "bind", Source: "/src"}},
+			want:  []mountinfo.Mount{{ID: 2, ParentID: 1, Root: "/", MountPoint: "/x", Options: "rw", FSType: "bind", Source: "/src"}},
 		},
 		{name: "too few fields", table: "1 0 0:1 / /x rw\n", err: "line 1"},
 		{name: "no separator", table: "1 0 0:1 / /x rw a b c d\n", err: "separator"},
@@ -38,7 +38,7 @@ func TestParseMountInfo(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := volumes.ParseMountInfo(strings.NewReader(c.table))
+			got, err := mountinfo.Parse(strings.NewReader(c.table))
 			if c.err != "" {
 				require.ErrorContains(t, err, c.err)
 				return
@@ -56,7 +56,7 @@ func FuzzParseMountInfo(f *testing.F) {
 	f.Add("1 0 0:1 / /a\\040b rw - tmpfs none rw\n")
 	f.Add("1 0 0:1 / /a\\7 rw - - - -\n")
 	f.Fuzz(func(t *testing.T, table string) {
-		mounts, err := volumes.ParseMountInfo(strings.NewReader(table))
+		mounts, err := mountinfo.Parse(strings.NewReader(table))
 		if err != nil {
 			return
 		}
@@ -70,5 +70,7 @@ func FuzzParseMountInfo(f *testing.F) {
 
 // TestTheKernelsOwnTableParses reads this process's mount table.
 func TestTheKernelsOwnTableParses(t *testing.T) {
-	require.NotEmpty(t, mountsUnder(t, "/"))
+	mounts, err := mountinfo.PointsUnder(mountinfo.DefaultPath, "/")
+	require.NoError(t, err)
+	require.NotEmpty(t, mounts)
 }
