@@ -242,7 +242,7 @@ func Start(cfg Config) (*Agent, error) {
 
 // isCorrupt reports a start that failed on a record of the state file.
 func isCorrupt(err error) bool {
-	return errors.Is(err, storage.ErrCorrupt) || errors.Is(err, catalog.ErrCatalogCorrupt)
+	return errors.Is(err, storage.ErrCorrupt) || errors.Is(err, catalog.ErrCorrupt)
 }
 
 // statePath is the state file of the agent of dataDir.
@@ -369,7 +369,7 @@ func (a *Agent) startManagers() error {
 	a.docker = docker
 	a.stops = append(a.stops, func(context.Context) error { return docker.Shutdown() })
 
-	a.csi, err = manager.StartManager(a.system, manager.ManagerConfig{
+	a.csi, err = manager.Start(a.system, manager.Config{
 		Registry:       a.registry,
 		Logger:         a.log,
 		ResyncInterval: a.cfg.ResyncInterval,
@@ -379,11 +379,11 @@ func (a *Agent) startManagers() error {
 	if err != nil {
 		return err
 	}
-	bucket, err := a.store.Bucket(catalog.CatalogBucket)
+	bucket, err := a.store.Bucket(catalog.Bucket)
 	if err != nil {
 		return err
 	}
-	a.catalog, err = catalog.StartCatalog(a.system, catalog.CatalogConfig{
+	a.catalog, err = catalog.Start(a.system, catalog.Config{
 		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log, MaxVolumes: a.cfg.MaxVolumes,
 		Fleet: a.fleet(),
 	})

@@ -66,7 +66,7 @@ var damage = []struct {
 		prepare: func(t *testing.T, dir string) {
 			s, err := storage.OpenBolt(filepath.Join(dir, "state.db"), storage.BoltOptions{})
 			require.NoError(t, err)
-			b, err := s.Bucket(catalog.CatalogBucket)
+			b, err := s.Bucket(catalog.Bucket)
 			require.NoError(t, err)
 			require.NoError(t, b.Apply([]storage.Op{storage.Put([]byte("volume/default/db"), []byte{0xff, 0xff, 0xff})}))
 			require.NoError(t, s.Close())

@@ -66,7 +66,7 @@ func catalogError(err error) error {
 		return errclass.Also(err, volumes.ErrVolumeNotFound)
 	case errors.Is(err, csi.ErrClaimRefused), errors.Is(err, catalog.ErrVolumeInUse), errors.Is(err, catalog.ErrVolumeDeleting):
 		return errclass.Also(err, volumes.ErrClaimRefused)
-	case errors.Is(err, catalog.ErrCatalogInvalid):
+	case errors.Is(err, catalog.ErrInvalid):
 		return errclass.Also(err, volumes.ErrInvalid)
 	}
 	return err

@@ -10,7 +10,7 @@ import (
 // FleetNodes are the node commands of a fleet (cluster mode), as the
 // agent offers them from its fleet.Store. Refusals match
 // catalog.ErrNodeNotFound, catalog.ErrNodeDraining or
-// catalog.ErrCatalogInvalid.
+// catalog.ErrInvalid.
 type FleetNodes interface {
 	// Nodes lists every node the fleet knows, sorted by ID.
 	Nodes(ctx context.Context) ([]NodeJSON, error)

@@ -38,12 +38,12 @@ func newCSIBackend(t *testing.T, dir string) (*backend, csiParts) {
 	system := probe.NewSystem(t)
 	p := csiParts{system: system}
 	var err error
-	p.manager, err = manager.StartManager(system, manager.ManagerConfig{Registry: b.registry, Logger: probe.Logger(t),
+	p.manager, err = manager.Start(system, manager.Config{Registry: b.registry, Logger: probe.Logger(t),
 		ResyncInterval: time.Second, Fingerprint: manager.FingerprintOptions{Interval: 50 * time.Millisecond}})
 	require.NoError(t, err)
-	bucket, err := storage.NewMemory().Bucket(catalog.CatalogBucket)
+	bucket, err := storage.NewMemory().Bucket(catalog.Bucket)
 	require.NoError(t, err)
-	p.catalog, err = catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: "n1", Manager: p.manager.PID(),
+	p.catalog, err = catalog.Start(system, catalog.Config{Bucket: bucket, NodeID: "n1", Manager: p.manager.PID(),
 		Logger: probe.Logger(t)})
 	require.NoError(t, err)
 	volBucket, err := storage.NewMemory().Bucket(volumes.Bucket)

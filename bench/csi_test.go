@@ -30,7 +30,7 @@ import (
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// The CSI side: the CSI manager (manager.StartManager) and its plugin instance
+// The CSI side: the CSI manager (manager.Start) and its plugin instance
 // actors, with 10,000 csi-node plugins registered. Nomad has no
 // counterpart here: its csimanager does not run without a Nomad client
 // around it, so these rows have no Nomad figure.
@@ -275,7 +275,7 @@ func csiMemory() csiUsage {
 // BenchmarkCSIMemoryPerPlugin starts the CSI manager with a fleet of
 // plugins registered and reports, for the same start:
 //
-//   - ms-until-current: from StartManager until every plugin's instance
+//   - ms-until-current: from manager.Start until every plugin's instance
 //     runs and the manager has recorded its first fingerprint (idle: the
 //     first fingerprint, unhealthy, "socket ...: no such file or
 //     directory"; connected: the first healthy one, after a dial and five
@@ -388,7 +388,7 @@ func benchCSIFleet(b testing.TB, plugins int, connected bool, report func(value 
 	before := csiMemory()
 
 	start := time.Now()
-	mgr, err := manager.StartManager(f.system, manager.ManagerConfig{
+	mgr, err := manager.Start(f.system, manager.Config{
 		Registry:        f.registry,
 		ResyncInterval:  time.Hour, // resyncs only when told
 		ShutdownTimeout: 30 * time.Second,

@@ -74,7 +74,7 @@ func TestAnAttachmentHoldsASingleNodeVolumeUntilItIsDetached(t *testing.T) {
 	_, err = b.Detach(ctx, "", "db", "node-a")
 	require.NoError(t, err, "detaching what is detached changes nothing")
 	_, err = b.Detach(ctx, "", "db", "../a")
-	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, err, catalog.ErrInvalid)
 	require.NoError(t, b.DeregisterVolume(ctx, "", "db"))
 }
 

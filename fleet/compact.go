@@ -52,7 +52,7 @@ type Compactor struct {
 // at cfg.Interval while it leads, until Stop.
 func StartCompactor(s *Store, cfg CompactConfig) (*Compactor, error) {
 	if cfg.Interval < 0 {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid,
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid,
 			"fleet: compactor: Interval is %v: give a positive duration, or 0 for the default %v", cfg.Interval, DefaultCompactInterval)
 	}
 	log := cfg.Logger

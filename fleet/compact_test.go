@@ -91,7 +91,7 @@ func TestOneMemberCompactsTheFleetsEtcdAndAnotherTakesOver(t *testing.T) {
 
 func TestStartCompactorRefusesANegativeInterval(t *testing.T) {
 	_, err := fleet.StartCompactor(nil, fleet.CompactConfig{Interval: -time.Second})
-	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, err, catalog.ErrInvalid)
 	require.Contains(t, err.Error(), "Interval")
 }
 

@@ -88,7 +88,7 @@ func (cfg Config) validate() error {
 		bad("MaxAttempts is %d: give a positive number, or 0 for the default %d", cfg.MaxAttempts, DefaultMaxAttempts)
 	}
 	if len(problems) > 0 {
-		return catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: config: %s", strings.Join(problems, "; "))
+		return catalog.FleetErrorf(catalog.ErrInvalid, "fleet: config: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }

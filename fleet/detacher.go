@@ -55,7 +55,7 @@ type Detacher struct {
 // StartDetacher starts the Detacher of s until Stop.
 func StartDetacher(s *Store, cfg DetacherConfig) (*Detacher, error) {
 	if cfg.Controls == nil || cfg.Detach == nil || cfg.Interval < 0 {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid,
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid,
 			"fleet: detacher: Controls and Detach are required, and Interval (%v) must not be negative (0: the default %v)",
 			cfg.Interval, DefaultDetachInterval)
 	}

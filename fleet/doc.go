@@ -4,7 +4,7 @@
 // follow.
 //
 //	s, err := fleet.Open(ctx, fleet.Config{Endpoints: eps, NodeID: "n1"})
-//	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Fleet: s, ...})
+//	cat, err := catalog.Start(system, catalog.Config{Fleet: s, ...})
 //
 // A [Store] is a catalog.Fleet and a plain type, safe for concurrent use:
 // etcd decides, by transactions, and the Store keeps in memory only this

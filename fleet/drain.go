@@ -133,7 +133,7 @@ func drainedSince(value []byte) time.Time {
 // catalog.ErrNodeDraining; Undrain ends the drain.
 func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: drain: %v", err)
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "fleet: drain: %v", err)
 	}
 	var out *Node
 	err := s.call(ctx, "drain a node", func(ctx context.Context) error {
@@ -175,7 +175,7 @@ func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 // it was draining (a node that was not stays as it is).
 func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return false, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: eligibility: %v", err)
+		return false, catalog.FleetErrorf(catalog.ErrInvalid, "fleet: eligibility: %v", err)
 	}
 	var deleted bool
 	err := s.call(ctx, "end a node's drain", func(ctx context.Context) error {
@@ -196,7 +196,7 @@ func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 // returns the claims it freed.
 func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: free claims: %v", err)
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "fleet: free claims: %v", err)
 	}
 	var nodes map[string]*Node
 	if err := s.call(ctx, "list nodes", func(ctx context.Context) (err error) { nodes, err = s.readNodes(ctx); return err }); err != nil {

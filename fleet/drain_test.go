@@ -60,7 +60,7 @@ func TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing(t *testing.T) {
 	require.ErrorIs(t, err, catalog.ErrNodeNotFound)
 	require.ErrorContains(t, err, `the fleet knows no node "node-x" (known: node-a)`)
 	_, err = a.Drain(ctx, "../a")
-	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, err, catalog.ErrInvalid)
 	require.ErrorContains(t, err, "node ID")
 	_, err = a.Drain(ctx, "node-a")
 	require.NoError(t, err)

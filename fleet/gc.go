@@ -80,7 +80,7 @@ type GC struct {
 // fleet's GC election: the leader runs until Stop.
 func StartGC(s *Store, cfg GCConfig) (*GC, error) {
 	if cfg.Interval < 0 || cfg.Grace < 0 {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid,
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid,
 			"fleet: GC: Interval (%v) and Grace (%v) must not be negative; 0 means no GC run by itself and the default grace %v",
 			cfg.Interval, cfg.Grace, DefaultGCGrace)
 	}

@@ -222,7 +222,7 @@ func TestAStrandedAttachmentIsDetachedOnceByANodeThatRunsTheController(t *testin
 
 func TestStartDetacherRefusesAConfigWithoutItsFuncs(t *testing.T) {
 	_, err := fleet.StartDetacher(nil, fleet.DetacherConfig{Detach: func(context.Context, fleet.Stranded) error { return nil }})
-	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, err, catalog.ErrInvalid)
 	require.ErrorContains(t, err, "Controls and Detach are required")
 }
 

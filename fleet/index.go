@@ -198,7 +198,7 @@ func (s *Store) counts(got map[string]*mvccpb.KeyValue) (counts []int64, total i
 		kv := got[s.keys.volumeCount(k)]
 		if kv == nil {
 			return nil, 0, nil, fmt.Errorf("%w: etcd key %q, a shard of the fleet's volume count, is missing; restart an agent: it counts the volumes again when it starts",
-				catalog.ErrCatalogCorrupt, s.keys.volumeCount(k))
+				catalog.ErrCorrupt, s.keys.volumeCount(k))
 		}
 		if counts[k], err = s.decodeCount(kv); err != nil {
 			return nil, 0, nil, err

@@ -129,7 +129,7 @@ func TestConcurrentRegistrationsWaitTheirTurnAndNeverSayEtcdIsAway(t *testing.T)
 			if err != nil {
 				lost++
 				require.NotErrorIs(t, err, catalog.ErrFleetUnavailable)
-				require.ErrorIs(t, err, catalog.ErrCatalogStore)
+				require.ErrorIs(t, err, catalog.ErrStore)
 				require.ErrorContains(t, err, "lost the race to other writers 1 times")
 			}
 		}

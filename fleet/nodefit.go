@@ -37,7 +37,7 @@ func (s *Store) claimVia(ctx context.Context, namespace, id string, c *model.Cla
 // round trip, and writes in a second one; from a cache, it writes in one.
 func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim, cache *VolumeCache) (*model.CSIVolume, error) {
 	if c == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "claim: claim must not be nil")
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "claim: claim must not be nil")
 	}
 	ns, err := catalog.VolumeKey(namespace, id)
 	if err != nil {

@@ -83,7 +83,7 @@ func TestABadFingerprintIsRefusedAndChangesNothing(t *testing.T) {
 	s := open(t, srv, "node-a")
 	healthyNode(t, s)
 	err := s.PutFingerprints(testCtx(t), []*messages.CSIFingerprint{nodePlugin("ebs", "p9", false), {Type: "csi-node", Name: "../x", AllocId: "a"}})
-	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, err, catalog.ErrInvalid)
 	require.Equal(t, counts{0, 1}, countsOf(t, s, "ebs"))
 }
 
@@ -165,7 +165,7 @@ func TestGCLeavesTheClaimsOfANodeThatCameBack(t *testing.T) {
 
 func TestStartGCRefusesNegativeDurations(t *testing.T) {
 	_, err := fleet.StartGC(nil, fleet.GCConfig{Grace: -time.Second})
-	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, err, catalog.ErrInvalid)
 	require.Contains(t, err.Error(), "Grace")
 }
 

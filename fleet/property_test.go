@@ -29,7 +29,7 @@ import (
 //   - the volume never has more writers than its access mode allows, nor
 //     claims on two nodes under a single-node mode;
 //   - a refused claim is a refusal of the catalog (ErrClaimRefused or
-//     ErrCatalogInvalid), never a failure;
+//     catalog.ErrInvalid), never a failure;
 //   - GC frees only claims of a node down for at least the grace period,
 //     and frees every claim of a node it has seen down for that long.
 
@@ -131,7 +131,7 @@ func (m *fleetMachine) claim() {
 	}
 	_, err := m.nodes[node].Claim(context.Background(), "", "db", c)
 	if err != nil {
-		if !errors.Is(err, csi.ErrClaimRefused) && !errors.Is(err, catalog.ErrCatalogInvalid) {
+		if !errors.Is(err, csi.ErrClaimRefused) && !errors.Is(err, catalog.ErrInvalid) {
 			m.t.Fatalf("claim of %s on %s failed rather than being refused: %v", alloc, node, err)
 		}
 		return

@@ -34,7 +34,7 @@ func recordSum(key string, body []byte) uint32 {
 func encodeRecord(key string, m proto.Message) (string, error) {
 	body, err := proto.Marshal(m)
 	if err != nil {
-		return "", catalog.FleetErrorf(catalog.ErrCatalogInvalid, "fleet: %s cannot be stored: %v", key, err)
+		return "", catalog.FleetErrorf(catalog.ErrInvalid, "fleet: %s cannot be stored: %v", key, err)
 	}
 	out := make([]byte, sumLen, sumLen+len(body))
 	binary.BigEndian.PutUint32(out, recordSum(key, body))
@@ -42,7 +42,7 @@ func encodeRecord(key string, m proto.Message) (string, error) {
 }
 
 // decodeRecord checks the value of key against its checksum and decodes
-// it into m. A bad record is an error matching catalog.ErrCatalogCorrupt
+// it into m. A bad record is an error matching catalog.ErrCorrupt
 // that names the key.
 func decodeRecord(key string, value []byte, m proto.Message) error {
 	if len(value) < sumLen {
@@ -61,5 +61,5 @@ func decodeRecord(key string, value []byte, m proto.Message) error {
 // corrupt is the error of a record under key that cannot be used.
 func corrupt(key string, cause error) error {
 	return fmt.Errorf("%w: %w: etcd key %q: %w; delete the key (etcdctl del %q) or put a good record back, then retry",
-		catalog.ErrCatalogCorrupt, errCorruptRecord, key, cause, key)
+		catalog.ErrCorrupt, errCorruptRecord, key, cause, key)
 }

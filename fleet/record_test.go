@@ -26,7 +26,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		var m messages.CatalogVolume
 		err := decodeRecord(fuzzKey, value, &m)
 		if err != nil {
-			require.ErrorIs(t, err, catalog.ErrCatalogCorrupt)
+			require.ErrorIs(t, err, catalog.ErrCorrupt)
 			require.Contains(t, err.Error(), fuzzKey)
 			return
 		}
@@ -56,7 +56,7 @@ func TestARecordIsBoundToItsKeyAndItsBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var m messages.CatalogVolume
 			err := decodeRecord(tt.key, tt.value, &m)
-			require.ErrorIs(t, err, catalog.ErrCatalogCorrupt)
+			require.ErrorIs(t, err, catalog.ErrCorrupt)
 			require.Contains(t, err.Error(), tt.key)
 		})
 	}

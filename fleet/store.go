@@ -43,7 +43,7 @@ var _ catalog.Fleet = (*Store)(nil)
 // Open connects to etcd, grants this node's lease and puts its liveness
 // key under it, and starts keeping the lease alive. It fails with
 // catalog.ErrFleetUnavailable when etcd does not answer within the request
-// timeout, and with catalog.ErrCatalogInvalid on a bad config. Close
+// timeout, and with catalog.ErrInvalid on a bad config. Close
 // releases what it started.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {

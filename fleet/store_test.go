@@ -88,11 +88,11 @@ func TestErrorsKeepTheCatalogsSentinels(t *testing.T) {
 		{"getting an unknown volume is not found",
 			second(s.GetVolume(ctx, "", "nope")), catalog.ErrVolumeNotFound},
 		{"listing an unsafe namespace is invalid",
-			second(s.ListVolumes(ctx, "a/b")), catalog.ErrCatalogInvalid},
+			second(s.ListVolumes(ctx, "a/b")), catalog.ErrInvalid},
 		{"an unsafe volume ID is invalid",
-			second(s.GetVolume(ctx, "", "../etc")), catalog.ErrCatalogInvalid},
+			second(s.GetVolume(ctx, "", "../etc")), catalog.ErrInvalid},
 		{"a claim with an unsafe alloc ID is invalid",
-			second(s.Claim(ctx, "", "db", writeClaim("a/b", "node-a"))), catalog.ErrCatalogInvalid},
+			second(s.Claim(ctx, "", "db", writeClaim("a/b", "node-a"))), catalog.ErrInvalid},
 		{"a new description of a claimed volume is in use",
 			second(s.RegisterVolume(ctx, volume("db", model.AccessModeMultiNodeReader))), catalog.ErrVolumeInUse},
 		{"deregistering a claimed volume is in use",
@@ -100,11 +100,11 @@ func TestErrorsKeepTheCatalogsSentinels(t *testing.T) {
 		{"marking a claimed volume deleting is in use",
 			second(s.MarkVolumeDeleting(ctx, "", "db")), catalog.ErrVolumeInUse},
 		{"a negative capacity is invalid",
-			second(s.RecordVolumeCapacity(ctx, "", "db", -1)), catalog.ErrCatalogInvalid},
+			second(s.RecordVolumeCapacity(ctx, "", "db", -1)), catalog.ErrInvalid},
 		{"a second writer on the same node is refused by the model",
 			second(s.Claim(ctx, "", "db", writeClaim("alloc-2", "node-a"))), model.ErrVolumeMaxClaims},
 		{"a release to state taken is invalid",
-			second(s.Release(ctx, "", "db", writeClaim("alloc-1", "node-a"))), catalog.ErrCatalogInvalid},
+			second(s.Release(ctx, "", "db", writeClaim("alloc-1", "node-a"))), catalog.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,7 +178,7 @@ func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := fleet.Open(testCtx(t), tt.cfg)
-			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+			require.ErrorIs(t, err, catalog.ErrInvalid)
 			require.Contains(t, err.Error(), tt.field)
 		})
 	}

@@ -43,7 +43,7 @@ func TestAWriteWhoseTimeRanOutSaysWhy(t *testing.T) {
 			continue
 		}
 		require.NotErrorIs(t, err, catalog.ErrFleetUnavailable)
-		require.ErrorIs(t, err, catalog.ErrCatalogStore)
+		require.ErrorIs(t, err, catalog.ErrStore)
 		require.ErrorContains(t, err, "lost the race to other writers 3 times in a row")
 	}
 }

@@ -23,7 +23,7 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 // register is RegisterVolume, reading as how says.
 func (s *Store) register(ctx context.Context, v *model.CSIVolume, how via) (*model.CSIVolume, error) {
 	if v == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "volume must not be nil")
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "volume must not be nil")
 	}
 	ns, err := catalog.VolumeKey(v.Namespace, v.ID)
 	if err != nil {
@@ -140,7 +140,7 @@ func (s *Store) Detach(ctx context.Context, namespace, id, node string) (*model.
 // marked, cannot attach the volume again until Detach.
 func (s *Store) MarkDetaching(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%v", err)
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "%v", err)
 	}
 	nodeKey := s.keys.node(node)
 	nodeGone := clientv3.Compare(clientv3.CreateRevision(nodeKey), "=", 0)
@@ -163,7 +163,7 @@ func (s *Store) MarkDetaching(ctx context.Context, namespace, id, node string) (
 func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c *model.Claim,
 	rule func(*model.CSIVolume, *model.Claim) (*model.CSIVolume, error), how via) (*model.CSIVolume, error) {
 	if c == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%s: claim must not be nil", what)
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "%s: claim must not be nil", what)
 	}
 	return s.changeVolumeVia(ctx, what, namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return rule(v, c) }, how)
 }
@@ -218,7 +218,7 @@ func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSI
 	prefix := s.keys.volumes()
 	if namespace != "" {
 		if err := names.Check("namespace", namespace); err != nil {
-			return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "%v", err)
+			return nil, catalog.FleetErrorf(catalog.ErrInvalid, "%v", err)
 		}
 		prefix = s.keys.namespace(namespace)
 	}

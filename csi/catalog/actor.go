@@ -63,7 +63,7 @@ type catalogWrite struct {
 // catalogBatchWritten is sent to the catalog by the goroutine that wrote a batch.
 type catalogBatchWritten struct{ err error }
 
-func newCatalogActor(cfg CatalogConfig, durable *atomic.Pointer[catalogState]) *catalogActor {
+func newCatalogActor(cfg Config, durable *atomic.Pointer[catalogState]) *catalogActor {
 	committed := durable.Load()
 	a := &catalogActor{
 		log:        cfg.Logger,
@@ -140,7 +140,7 @@ func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *ac
 	}
 	w := &catalogWrite{cmd: cmd, replyTo: cmp.Or(replyTo, ctx.Sender())}
 	if a.closing {
-		a.reply(ctx, w, catalogErrorf(ErrCatalogShutdown, "the catalog is shutting down"))
+		a.reply(ctx, w, catalogErrorf(ErrShutdown, "the catalog is shutting down"))
 		return
 	}
 	a.enqueue(ctx, w)
@@ -228,7 +228,7 @@ func (a *catalogActor) onBatchWritten(ctx actor.Context, msg *catalogBatchWritte
 	a.inflight = nil
 	if msg.err != nil {
 		a.log.Error("durable write failed: refusing the batch and rolling back", "writes", len(batch), "error", msg.err)
-		err := catalogErrorf(ErrCatalogStore, "%v", msg.err)
+		err := catalogErrorf(ErrStore, "%v", msg.err)
 		for _, w := range batch {
 			a.reply(ctx, w, err)
 		}
@@ -281,7 +281,7 @@ func (a *catalogActor) reply(ctx actor.Context, w *catalogWrite, err error) {
 	case *messages.CSIPluginFingerprinted:
 		fp := cmd.GetFingerprint()
 		switch {
-		case errors.Is(err, ErrCatalogShutdown):
+		case errors.Is(err, ErrShutdown):
 		case err != nil:
 			a.log.Warn("fingerprint not recorded", "type", fp.GetType(), "plugin", fp.GetName(), "alloc", fp.GetAllocId(), "error", err)
 		case len(w.ops) > 0:
@@ -309,7 +309,7 @@ func (a *catalogActor) onListVolumes(ctx actor.Context, msg *messages.ListVolume
 	resp := &messages.ListVolumesResponse{}
 	if ns := msg.GetNamespace(); ns != "" {
 		if err := names.Check("namespace", ns); err != nil {
-			resp.Error = messages.ErrorToProto(catalogWrap(ErrCatalogInvalid, err))
+			resp.Error = messages.ErrorToProto(catalogWrap(ErrInvalid, err))
 		}
 	}
 	for _, key := range a.committed.sortedVolumeKeys() {

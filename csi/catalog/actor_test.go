@@ -56,7 +56,7 @@ func startCatFixture(t *testing.T, bucket storage.Bucket) *catFixture {
 // startCat starts a catalog and shuts it down when the test ends.
 func startCat(t *testing.T, system *actor.ActorSystem, bucket storage.Bucket, manager *actor.PID) *catalog.Catalog {
 	t.Helper()
-	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Manager: manager, Logger: probe.Logger(t)})
+	cat, err := catalog.Start(system, catalog.Config{Bucket: bucket, NodeID: catNode, Manager: manager, Logger: probe.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
 	return cat
@@ -64,7 +64,7 @@ func startCat(t *testing.T, system *actor.ActorSystem, bucket storage.Bucket, ma
 
 func catMemoryBucket(t *testing.T) storage.Bucket {
 	t.Helper()
-	bucket, err := storage.NewMemory().Bucket(catalog.CatalogBucket)
+	bucket, err := storage.NewMemory().Bucket(catalog.Bucket)
 	require.NoError(t, err)
 	return bucket
 }
@@ -485,35 +485,35 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 		do      func() error
 		wantErr []error // none for fingerprints: nobody is answered
 	}{
-		{"a volume with an empty ID", register(func(v *model.CSIVolume) { v.ID = "" }), []error{catalog.ErrCatalogInvalid}},
-		{"a volume ID with a path separator", register(func(v *model.CSIVolume) { v.ID = "a/b" }), []error{catalog.ErrCatalogInvalid}},
-		{"a volume ID that climbs out", register(func(v *model.CSIVolume) { v.ID = ".." }), []error{catalog.ErrCatalogInvalid}},
-		{"a namespace that climbs out", register(func(v *model.CSIVolume) { v.Namespace = "../etc" }), []error{catalog.ErrCatalogInvalid}},
-		{"a volume ID that is not UTF-8", register(func(v *model.CSIVolume) { v.ID = "vol\xff" }), []error{catalog.ErrCatalogInvalid}},
-		{"a volume without a plugin", register(func(v *model.CSIVolume) { v.PluginID = "" }), []error{catalog.ErrCatalogInvalid}},
-		{"a plugin ID with a path separator", register(func(v *model.CSIVolume) { v.PluginID = "host/path" }), []error{catalog.ErrCatalogInvalid}},
+		{"a volume with an empty ID", register(func(v *model.CSIVolume) { v.ID = "" }), []error{catalog.ErrInvalid}},
+		{"a volume ID with a path separator", register(func(v *model.CSIVolume) { v.ID = "a/b" }), []error{catalog.ErrInvalid}},
+		{"a volume ID that climbs out", register(func(v *model.CSIVolume) { v.ID = ".." }), []error{catalog.ErrInvalid}},
+		{"a namespace that climbs out", register(func(v *model.CSIVolume) { v.Namespace = "../etc" }), []error{catalog.ErrInvalid}},
+		{"a volume ID that is not UTF-8", register(func(v *model.CSIVolume) { v.ID = "vol\xff" }), []error{catalog.ErrInvalid}},
+		{"a volume without a plugin", register(func(v *model.CSIVolume) { v.PluginID = "" }), []error{catalog.ErrInvalid}},
+		{"a plugin ID with a path separator", register(func(v *model.CSIVolume) { v.PluginID = "host/path" }), []error{catalog.ErrInvalid}},
 		{"an unknown access mode", register(func(v *model.CSIVolume) { v.AccessMode = "single-node-admin" }),
-			[]error{catalog.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
+			[]error{catalog.ErrInvalid, model.ErrUnknownAccessMode}},
 		{"an unknown attachment mode", register(func(v *model.CSIVolume) { v.AttachmentMode = "floppy" }),
-			[]error{catalog.ErrCatalogInvalid, model.ErrUnknownAttachmentMode}},
+			[]error{catalog.ErrInvalid, model.ErrUnknownAttachmentMode}},
 		{"a registration that carries claims", register(func(v *model.CSIVolume) {
 			v.WriteClaims["a9"] = &model.Claim{AllocID: "a9", NodeID: catNode, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
-		}), []error{catalog.ErrCatalogInvalid}},
-		{"a registration message without a volume", send(&messages.RegisterVolume{}), []error{catalog.ErrCatalogInvalid}},
+		}), []error{catalog.ErrInvalid}},
+		{"a registration message without a volume", send(&messages.RegisterVolume{}), []error{catalog.ErrInvalid}},
 		{"a new description for a claimed volume", register(func(v *model.CSIVolume) {
 			v.ID, v.AccessMode = "db", model.AccessModeMultiNodeMultiWriter
 		}), []error{catalog.ErrVolumeInUse}},
 
-		{"deregistering an empty ID", send(&messages.DeregisterVolume{}), []error{catalog.ErrCatalogInvalid}},
-		{"deregistering in a namespace that climbs out", send(&messages.DeregisterVolume{Namespace: "..", VolumeId: "db"}), []error{catalog.ErrCatalogInvalid}},
+		{"deregistering an empty ID", send(&messages.DeregisterVolume{}), []error{catalog.ErrInvalid}},
+		{"deregistering in a namespace that climbs out", send(&messages.DeregisterVolume{Namespace: "..", VolumeId: "db"}), []error{catalog.ErrInvalid}},
 		{"deregistering an unknown volume", send(&messages.DeregisterVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
 		{"deregistering a claimed volume", send(&messages.DeregisterVolume{VolumeId: "db"}), []error{catalog.ErrVolumeInUse}},
 
-		{"a claim with an empty alloc ID", send(&messages.ClaimVolume{VolumeId: "db", Mode: "read"}), []error{catalog.ErrCatalogInvalid}},
-		{"a claim by an alloc ID that climbs out", claim(&messages.ClaimVolume{AllocId: "../a1"}), []error{catalog.ErrCatalogInvalid}},
-		{"a claim on a node ID with a separator", claim(&messages.ClaimVolume{NodeId: "n/1"}), []error{catalog.ErrCatalogInvalid}},
-		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{catalog.ErrCatalogInvalid, model.ErrUnknownClaimMode}},
-		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{catalog.ErrCatalogInvalid, model.ErrUnknownAccessMode}},
+		{"a claim with an empty alloc ID", send(&messages.ClaimVolume{VolumeId: "db", Mode: "read"}), []error{catalog.ErrInvalid}},
+		{"a claim by an alloc ID that climbs out", claim(&messages.ClaimVolume{AllocId: "../a1"}), []error{catalog.ErrInvalid}},
+		{"a claim on a node ID with a separator", claim(&messages.ClaimVolume{NodeId: "n/1"}), []error{catalog.ErrInvalid}},
+		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{catalog.ErrInvalid, model.ErrUnknownClaimMode}},
+		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{catalog.ErrInvalid, model.ErrUnknownAccessMode}},
 		{"a claim on an unknown volume", claim(&messages.ClaimVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
 		{"a write claim by an alloc that holds a read claim", claim(&messages.ClaimVolume{AllocId: "a2", Mode: "write"}),
 			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
@@ -521,15 +521,15 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{"a second writer", claim(&messages.ClaimVolume{AllocId: "a3", Mode: "write"}), []error{csi.ErrClaimRefused, model.ErrVolumeMaxClaims}},
 
-		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{catalog.ErrCatalogInvalid}},
-		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{catalog.ErrCatalogInvalid, model.ErrUnknownClaimState}},
-		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{catalog.ErrCatalogInvalid}},
+		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{catalog.ErrInvalid}},
+		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{catalog.ErrInvalid, model.ErrUnknownClaimState}},
+		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{catalog.ErrInvalid}},
 		{"a release on an unknown volume", release(&messages.ReleaseVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
 		{"moving a claim that is not held to unpublishing", release(&messages.ReleaseVolume{AllocId: "a7", State: "unpublishing"}),
 			[]error{csi.ErrClaimRefused, model.ErrClaimNotFound}},
 
-		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{catalog.ErrCatalogInvalid}},
-		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{catalog.ErrCatalogInvalid}},
+		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{catalog.ErrInvalid}},
+		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{catalog.ErrInvalid}},
 
 		{"a fingerprint of another plugin type", fingerprint(func(fp *messages.CSIFingerprint) { fp.Type = "docker-volume" }), nil},
 		{"a fingerprint without a plugin name", fingerprint(func(fp *messages.CSIFingerprint) { fp.Name = "" }), nil},
@@ -564,7 +564,7 @@ func TestCatalogComesBackFromItsBoltFileAfterARestart(t *testing.T) {
 		store, err := storage.OpenBolt(path, storage.BoltOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		bucket, err := store.Bucket(catalog.CatalogBucket)
+		bucket, err := store.Bucket(catalog.Bucket)
 		require.NoError(t, err)
 		return bucket
 	}
@@ -641,13 +641,13 @@ func TestCatalogRefusesToStartFromACorruptRecord(t *testing.T) {
 			store, err := storage.OpenBolt(filepath.Join(t.TempDir(), "state.db"), storage.BoltOptions{})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, store.Close()) })
-			bucket, err := store.Bucket(catalog.CatalogBucket)
+			bucket, err := store.Bucket(catalog.Bucket)
 			require.NoError(t, err)
 			require.NoError(t, bucket.Apply([]storage.Op{storage.Put([]byte(tt.key), tt.value)}))
 
 			system := probe.NewSystem(t)
-			_, err = catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t)})
-			require.ErrorIs(t, err, catalog.ErrCatalogCorrupt)
+			_, err = catalog.Start(system, catalog.Config{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t)})
+			require.ErrorIs(t, err, catalog.ErrCorrupt)
 			require.ErrorIs(t, err, storage.ErrCorrupt, "the store's one kind of corruption, with its one remedy")
 			require.Contains(t, err.Error(), `bucket "csi.catalog", record "`+tt.key+`"`)
 			require.Contains(t, err.Error(), tt.wantDetail)
@@ -666,9 +666,9 @@ func TestCatalogRollsBackWhenTheStoreFails(t *testing.T) {
 
 	bucket.Failing.Store(true)
 	_, err := f.cat.RegisterVolume(ctx, catVolume("web", "hostpath", model.AccessModeSingleNodeWriter))
-	require.ErrorIs(t, err, catalog.ErrCatalogStore)
+	require.ErrorIs(t, err, catalog.ErrStore)
 	require.Contains(t, err.Error(), storagetest.ErrNoSpace.Error())
-	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), catalog.ErrCatalogStore)
+	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), catalog.ErrStore)
 	require.Equal(t, before, f.dump(), "nothing that failed to be stored is shown")
 
 	bucket.Failing.Store(false)
@@ -701,31 +701,31 @@ func TestCatalogShutdownFinishesAcceptedWritesAndRefusesLaterOnes(t *testing.T) 
 	require.Less(t, slices.Index(order, "accepted"), slices.Index(order, "ShutdownCatalogResponse"),
 		"the shutdown is answered once the accepted write is durable")
 	refused := answers["RegisterVolumeResponse"].(*messages.RegisterVolumeResponse)
-	require.ErrorIs(t, messages.ErrorFromProto(refused.GetError()), catalog.ErrCatalogShutdown)
+	require.ErrorIs(t, messages.ErrorFromProto(refused.GetError()), catalog.ErrShutdown)
 	require.Equal(t, "db", f.volume("", "db").ID, "queries still answer until the actor stops")
 
 	require.NoError(t, f.cat.Shutdown(ctx))
 	require.NoError(t, f.cat.Shutdown(ctx), "a second shutdown is a no-op")
 	_, err := f.cat.GetVolume(ctx, "", "db")
-	require.ErrorIs(t, err, catalog.ErrCatalogShutdown)
-	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), catalog.ErrCatalogShutdown)
+	require.ErrorIs(t, err, catalog.ErrShutdown)
+	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), catalog.ErrShutdown)
 }
 
 func TestCatalogStartRefusesABadConfig(t *testing.T) {
 	system := probe.NewSystem(t)
 	tests := []struct {
 		name string
-		cfg  catalog.CatalogConfig
+		cfg  catalog.Config
 	}{
-		{"no bucket", catalog.CatalogConfig{NodeID: catNode}},
-		{"no node ID", catalog.CatalogConfig{Bucket: catMemoryBucket(t)}},
-		{"a node ID that climbs out", catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: "../node"}},
-		{"a negative volume limit", catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: catNode, MaxVolumes: -1}},
+		{"no bucket", catalog.Config{NodeID: catNode}},
+		{"no node ID", catalog.Config{Bucket: catMemoryBucket(t)}},
+		{"a node ID that climbs out", catalog.Config{Bucket: catMemoryBucket(t), NodeID: "../node"}},
+		{"a negative volume limit", catalog.Config{Bucket: catMemoryBucket(t), NodeID: catNode, MaxVolumes: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := catalog.StartCatalog(system, tt.cfg)
-			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+			_, err := catalog.Start(system, tt.cfg)
+			require.ErrorIs(t, err, catalog.ErrInvalid)
 		})
 	}
 }
@@ -734,7 +734,7 @@ func TestCatalogRefusesANewVolumeBeyondItsLimitAndChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	bucket := catMemoryBucket(t)
 	system := probe.NewSystem(t)
-	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t), MaxVolumes: 2})
+	cat, err := catalog.Start(system, catalog.Config{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t), MaxVolumes: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(ctx)) })
 	f := &catFixture{t: t, system: system, cat: cat}

@@ -51,13 +51,13 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 // IDs, known modes, well-formed topologies, and no claims.
 func checkRegistration(v *model.CSIVolume) error {
 	if err := names.Check("plugin ID", v.PluginID); err != nil {
-		return catalogWrap(ErrCatalogInvalid, err)
+		return catalogWrap(ErrInvalid, err)
 	}
 	if v.InUse() || len(v.PastClaims) > 0 {
-		return catalogErrorf(ErrCatalogInvalid, "volume %q: a registration carries no claims (allocs claim with ClaimVolume)", v.ID)
+		return catalogErrorf(ErrInvalid, "volume %q: a registration carries no claims (allocs claim with ClaimVolume)", v.ID)
 	}
 	if err := v.Validate(); err != nil {
-		return catalogWrap(ErrCatalogInvalid, err)
+		return catalogWrap(ErrInvalid, err)
 	}
 	return nil
 }
@@ -138,10 +138,10 @@ func (a *catalogActor) nodeFit(v *model.CSIVolume, c *model.Claim) error {
 // checkClaim checks a claim's alloc, node and mode on their face.
 func checkClaim(c *model.Claim) error {
 	if err := cmp.Or(names.Check("alloc ID", c.AllocID), names.Check("node ID", c.NodeID)); err != nil {
-		return catalogWrap(ErrCatalogInvalid, err)
+		return catalogWrap(ErrInvalid, err)
 	}
 	if err := cmp.Or(c.Mode.Validate(), c.State.Validate()); err != nil {
-		return catalogWrap(ErrCatalogInvalid, err)
+		return catalogWrap(ErrInvalid, err)
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func checkUsage(cmd *messages.ClaimVolume) error {
 		problems = append(problems, model.AttachmentMode(cmd.GetAttachmentMode()).Validate())
 	}
 	if err := cmp.Or(problems...); err != nil {
-		return catalogWrap(ErrCatalogInvalid, err)
+		return catalogWrap(ErrInvalid, err)
 	}
 	return nil
 }
@@ -199,7 +199,7 @@ func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume
 		return change, err
 	}
 	if claim.State == model.ClaimStateTaken {
-		return change, catalogErrorf(ErrCatalogInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
+		return change, catalogErrorf(ErrInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
 			claim.AllocID, claim.State)
 	}
 	v, err := a.state.volume(key)
@@ -234,7 +234,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 		err = names.Check("plugin name", info.PluginID)
 	}
 	if err != nil {
-		return change, catalogWrap(ErrCatalogInvalid, err)
+		return change, catalogWrap(ErrInvalid, err)
 	}
 	old := a.state.plugins[info.PluginID]
 	if lateWord(old, a.nodeID, info) {
@@ -245,7 +245,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 		p = model.NewCSIPlugin(info.PluginID, 0)
 	}
 	if err := p.AddPlugin(a.nodeID, info); err != nil {
-		return change, catalogWrap(ErrCatalogInvalid, err)
+		return change, catalogWrap(ErrInvalid, err)
 	}
 	if reflect.DeepEqual(old, p) {
 		return change, nil // the same fingerprint again

@@ -38,7 +38,7 @@ func TestCatalogClaimsChooseOneOfAVolumesCapabilitiesAndKeepItAcrossARestart(t *
 		store, err := storage.OpenBolt(path, storage.BoltOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		bucket, err := store.Bucket(catalog.CatalogBucket)
+		bucket, err := store.Bucket(catalog.Bucket)
 		require.NoError(t, err)
 		return bucket
 	}
@@ -85,7 +85,7 @@ func TestCatalogRefusesARegistrationWithBadCapabilitiesNamingTheField(t *testing
 		v.RequestedCapabilities[1])
 	before := f.dump()
 	_, err := f.cat.RegisterVolume(context.Background(), v)
-	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, err, catalog.ErrInvalid)
 	require.ErrorContains(t, err, `capabilities[2].access_mode: unknown access mode "many-writers"`)
 	require.ErrorContains(t, err, "capabilities[3] repeats capabilities[1]")
 	require.Equal(t, before, f.dump())

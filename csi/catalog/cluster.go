@@ -16,7 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/names"
 )
 
-// In cluster mode (CatalogConfig.Fleet set), the catalog actor defers every
+// In cluster mode (Config.Fleet set), the catalog actor defers every
 // command and query on volumes and claims, and the plugin listing, to the
 // Fleet: each runs on a goroutine and its answer comes back to the actor
 // as a fleetAnswered, which the actor sends on. Nothing is answered from
@@ -71,7 +71,7 @@ func (a *catalogActor) deferToFleet(ctx actor.Context, cmd proto.Message, replyT
 	}
 	replyTo = cmp.Or(replyTo, ctx.Sender())
 	if a.closing {
-		a.fleetReply(ctx, replyTo, fleetResponse(cmd, nil, catalogErrorf(ErrCatalogShutdown, "the catalog is shutting down")))
+		a.fleetReply(ctx, replyTo, fleetResponse(cmd, nil, catalogErrorf(ErrShutdown, "the catalog is shutting down")))
 		return true
 	}
 	a.cluster.calls++

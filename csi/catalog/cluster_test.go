@@ -39,7 +39,7 @@ func startClusterNode(t *testing.T, srv *etcdtest.Server, node string, change ..
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	system := probe.NewSystem(t)
 	manager := probe.New(t, system)
-	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: node, Manager: manager.PID(),
+	cat, err := catalog.Start(system, catalog.Config{Bucket: catMemoryBucket(t), NodeID: node, Manager: manager.PID(),
 		Logger: probe.Logger(t), Fleet: store})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
@@ -149,7 +149,7 @@ func TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight(t *testing.T) {
 	system := probe.NewSystem(t)
 	sender := probe.New(t, system)
 	f := &heldFleet{entered: make(chan struct{}), release: make(chan struct{})}
-	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{Bucket: catMemoryBucket(t), NodeID: catNode, Logger: probe.Logger(t), Fleet: f})
+	cat, err := catalog.Start(system, catalog.Config{Bucket: catMemoryBucket(t), NodeID: catNode, Logger: probe.Logger(t), Fleet: f})
 	require.NoError(t, err)
 	claimed := make(chan error, 1)
 	go func() { claimed <- cat.Claim(context.Background(), catClaim("db", "alloc-1", false)) }()
@@ -160,10 +160,10 @@ func TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight(t *testing.T) {
 	require.Eventually(t, func() bool {
 		resp := probe.Ask[*messages.GetVolumeResponse](t, sender, cat.PID(), &messages.GetVolumeRequest{VolumeId: "db"}, catWait)
 		err := messages.ErrorFromProto(resp.GetError())
-		if !errors.Is(err, catalog.ErrVolumeNotFound) && !errors.Is(err, catalog.ErrCatalogShutdown) {
+		if !errors.Is(err, catalog.ErrVolumeNotFound) && !errors.Is(err, catalog.ErrShutdown) {
 			t.Errorf("unexpected answer: %v", err)
 		}
-		return errors.Is(err, catalog.ErrCatalogShutdown)
+		return errors.Is(err, catalog.ErrShutdown)
 	}, catWait, 10*time.Millisecond, "the actor takes the shutdown")
 	close(f.release)
 	require.NoError(t, <-claimed, "the claim in flight is answered from the Fleet")

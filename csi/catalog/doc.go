@@ -3,7 +3,7 @@
 // health counts, its durable store, and its Go facade ([Catalog]). The
 // rules themselves are the pure model in csi/catalog/model.
 //
-//	cat, err := catalog.StartCatalog(system, catalog.CatalogConfig{
+//	cat, err := catalog.Start(system, catalog.Config{
 //		Bucket: bucket, NodeID: "n1", Manager: csiManager.PID()})
 //	_, err = cat.RegisterVolume(ctx, vol)
 //	err = cat.Claim(ctx, csi.ClaimRequest{VolumeID: "db", AllocID: "a1"})
@@ -11,7 +11,7 @@
 // A claim is granted or refused by the volume's access mode and its
 // plugin's health; every write is answered once durable, every read from
 // the last durable state. [Catalog] satisfies the volume manager's Catalog
-// interface as it is. In cluster mode ([CatalogConfig].Fleet set) the actor
+// interface as it is. In cluster mode ([Config].Fleet set) the actor
 // defers volumes, claims and the plugin listing to the [Fleet] and
 // forwards this node's fingerprints to it; the rules for one volume
 // (RegisterOver, ClaimOn, ReleaseOn, ...) are exported so that a Fleet

@@ -16,9 +16,9 @@ import (
 // (say model.ErrVolumeMaxClaims behind ErrClaimRefused), on both sides of
 // the actor boundary.
 var (
-	// ErrCatalogInvalid: the request was malformed (an empty or unsafe ID,
+	// ErrInvalid: the request was malformed (an empty or unsafe ID,
 	// an unknown mode); nothing changed.
-	ErrCatalogInvalid = errclass.New(errclass.Invalid, "invalid catalog request")
+	ErrInvalid = errclass.New(errclass.Invalid, "invalid catalog request")
 	// ErrVolumeNotFound: no volume has that namespace and ID; nothing changed.
 	ErrVolumeNotFound = errclass.New(errclass.NotFound, "volume not found")
 	// ErrVolumeInUse: the volume has claims, so it cannot be deregistered or
@@ -30,18 +30,18 @@ var (
 	// ErrVolumeDeleting: the volume is being deleted, so it takes no claim
 	// and no new description; nothing changed.
 	ErrVolumeDeleting = errclass.New(errclass.Conflict, "volume is being deleted")
-	// ErrVolumeLimit: the catalog holds CatalogConfig.MaxVolumes volumes
+	// ErrVolumeLimit: the catalog holds Config.MaxVolumes volumes
 	// (agent flag -max-volumes), so a new one is refused; nothing changed.
 	// It is csi.ErrVolumeLimit, which the volume manager carries too.
 	ErrVolumeLimit = csi.ErrVolumeLimit
-	// ErrCatalogShutdown: the catalog is shut down; nothing changed.
-	ErrCatalogShutdown = errclass.New(errclass.ShutDown, "catalog shut down")
-	// ErrCatalogStore: the durable store failed; the change was not made.
-	ErrCatalogStore = errclass.New(errclass.Store, "catalog store failed")
-	// ErrCatalogCorrupt: a stored record does not decode or is invalid, so
+	// ErrShutdown: the catalog is shut down; nothing changed.
+	ErrShutdown = errclass.New(errclass.ShutDown, "catalog shut down")
+	// ErrStore: the durable store failed; the change was not made.
+	ErrStore = errclass.New(errclass.Store, "catalog store failed")
+	// ErrCorrupt: a stored record does not decode or is invalid, so
 	// the catalog does not start. The error also matches storage.ErrCorrupt
 	// and names the remedy, -reset-corrupt-state.
-	ErrCatalogCorrupt = errclass.New(errclass.Corrupt, "catalog record corrupt")
+	ErrCorrupt = errclass.New(errclass.Corrupt, "catalog record corrupt")
 	// ErrFleetUnavailable: in cluster mode, etcd did not answer within the
 	// request timeout, so the change was refused rather than guessed; the
 	// error names the endpoints. Claims are refused until etcd answers. It
@@ -73,11 +73,11 @@ func catalogWrap(sentinel, err error) error {
 }
 
 // catalogModelError classifies an error of the catalog model: bad input is
-// ErrCatalogInvalid; every refusal that depends on the volume's claims or
+// ErrInvalid; every refusal that depends on the volume's claims or
 // health (a missing claim to release included) is ErrClaimRefused.
 func catalogModelError(err error) error {
 	if errors.Is(err, errclass.Invalid) {
-		return catalogWrap(ErrCatalogInvalid, err)
+		return catalogWrap(ErrInvalid, err)
 	}
 	return catalogWrap(csi.ErrClaimRefused, err)
 }

@@ -21,16 +21,16 @@ import (
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// DefaultCatalogName is the catalog actor's name.
-const DefaultCatalogName = "csi-catalog"
+// DefaultName is the catalog actor's name.
+const DefaultName = "csi-catalog"
 
 // DefaultMaxVolumes bounds the volumes of the catalog, every namespace
-// together, unless CatalogConfig.MaxVolumes says otherwise.
+// together, unless Config.MaxVolumes says otherwise.
 const DefaultMaxVolumes = 16384
 
-// CatalogConfig configures the catalog. Bucket and NodeID are required.
-type CatalogConfig struct {
-	// Bucket is where the catalog keeps its records: the CatalogBucket of
+// Config configures the catalog. Bucket and NodeID are required.
+type Config struct {
+	// Bucket is where the catalog keeps its records: the Bucket of
 	// the agent's storage.Bolt file, or a bucket of a storage.Memory in tests.
 	Bucket storage.Bucket
 	// NodeID is this node: the node of the fingerprints the catalog takes
@@ -41,7 +41,7 @@ type CatalogConfig struct {
 	Manager *actor.PID
 	// Logger receives the catalog's log lines; nil discards them.
 	Logger hclog.Logger
-	// Name is the actor's name in the actor system (default DefaultCatalogName).
+	// Name is the actor's name in the actor system (default DefaultName).
 	Name string
 	// MaxVolumes bounds the volumes of the catalog, every namespace
 	// together (default DefaultMaxVolumes; negative is refused). Registering
@@ -59,26 +59,26 @@ type CatalogConfig struct {
 }
 
 // validate checks the raw config: zero means a default, negative is an error.
-func (cfg CatalogConfig) validate() error {
+func (cfg Config) validate() error {
 	if cfg.Bucket == nil {
-		return catalogErrorf(ErrCatalogInvalid, "config needs a storage bucket")
+		return catalogErrorf(ErrInvalid, "config needs a storage bucket")
 	}
 	if err := names.Check("node ID", cfg.NodeID); err != nil {
-		return catalogWrap(ErrCatalogInvalid, err)
+		return catalogWrap(ErrInvalid, err)
 	}
 	if cfg.MaxVolumes < 0 {
-		return catalogErrorf(ErrCatalogInvalid, "MaxVolumes (agent flag -max-volumes) is %d; give a positive number, or 0 for the default %d",
+		return catalogErrorf(ErrInvalid, "MaxVolumes (agent flag -max-volumes) is %d; give a positive number, or 0 for the default %d",
 			cfg.MaxVolumes, DefaultMaxVolumes)
 	}
 	return nil
 }
 
-func (cfg CatalogConfig) withDefaults() CatalogConfig {
+func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	cfg.Logger = cfg.Logger.Named("catalog")
-	cfg.Name = cmp.Or(cfg.Name, DefaultCatalogName)
+	cfg.Name = cmp.Or(cfg.Name, DefaultName)
 	cfg.MaxVolumes = cmp.Or(cfg.MaxVolumes, DefaultMaxVolumes)
 	return cfg
 }
@@ -96,23 +96,23 @@ type Catalog struct {
 	// durable is the actor's last durable state, read by CheckRoom.
 	durable    *atomic.Pointer[catalogState]
 	maxVolumes int
-	// fleet is CatalogConfig.Fleet: in cluster mode, CheckRoom asks it.
+	// fleet is Config.Fleet: in cluster mode, CheckRoom asks it.
 	fleet Fleet
 
 	// mu orders calls against Shutdown: a call made before Shutdown is
-	// answered; one after it gets ErrCatalogShutdown without reaching the actor.
+	// answered; one after it gets ErrShutdown without reaching the actor.
 	mu     sync.RWMutex
 	closed bool
 }
 
-// StartCatalog restores the catalog from cfg.Bucket and starts its actor in
+// Start restores the catalog from cfg.Bucket and starts its actor in
 // system. A record that cannot be restored is an error matching
-// ErrCatalogCorrupt and storage.ErrCorrupt that names the record and the
+// ErrCorrupt and storage.ErrCorrupt that names the record and the
 // agent's -reset-corrupt-state: the catalog never starts silently empty. Health is not
 // trusted across a restart: every fingerprint restored as healthy is made
 // unhealthy (durably, under a new index) until the CSI manager fingerprints
 // the plugin again, so no claim is granted on a plugin that may be gone.
-func StartCatalog(system *actor.ActorSystem, cfg CatalogConfig) (*Catalog, error) {
+func Start(system *actor.ActorSystem, cfg Config) (*Catalog, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func StartCatalog(system *actor.ActorSystem, cfg CatalogConfig) (*Catalog, error
 		err = cfg.Bucket.Apply(append(ops, catalogIndexOp(state.index)))
 	}
 	if err != nil {
-		return nil, catalogErrorf(ErrCatalogStore, "start: %v", err)
+		return nil, catalogErrorf(ErrStore, "start: %v", err)
 	}
 	durable := &atomic.Pointer[catalogState]{}
 	durable.Store(state)
@@ -181,7 +181,7 @@ func (c *Catalog) PID() *actor.PID { return c.pid }
 // refused with ErrVolumeDeleting.
 func (c *Catalog) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
 	if v == nil {
-		return nil, catalogErrorf(ErrCatalogInvalid, "volume must not be nil")
+		return nil, catalogErrorf(ErrInvalid, "volume must not be nil")
 	}
 	resp, err := catalogCall[*messages.RegisterVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.RegisterVolume{Volume: v.Proto(), ReplyTo: replyTo}
@@ -292,7 +292,7 @@ func (c *Catalog) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
 }
 
 // Shutdown lets the writes already accepted become durable, then stops the
-// catalog actor. Later calls return ErrCatalogShutdown at once; a second
+// catalog actor. Later calls return ErrShutdown at once; a second
 // Shutdown returns nil. It does not close the store, which its owner shares.
 func (c *Catalog) Shutdown(ctx context.Context) error {
 	c.mu.Lock()
@@ -319,7 +319,7 @@ func catalogCall[R proto.Message](ctx context.Context, c *Catalog, build func(re
 	defer c.mu.RUnlock()
 	if c.closed {
 		var none R
-		return none, catalogErrorf(ErrCatalogShutdown, "the catalog is shut down")
+		return none, catalogErrorf(ErrShutdown, "the catalog is shut down")
 	}
 	return catalogAsk[R](ctx, c, build)
 }
@@ -331,7 +331,7 @@ func catalogAsk[R proto.Message](ctx context.Context, c *Catalog, build func(rep
 	answer, err := actors.Ask(ctx, c.system, c.pid, func(replyTo *actor.PID) any { return build(replyTo) })
 	switch {
 	case errors.Is(err, actors.ErrTargetGone):
-		return none, catalogErrorf(ErrCatalogShutdown, "the catalog actor is gone")
+		return none, catalogErrorf(ErrShutdown, "the catalog actor is gone")
 	case err != nil:
 		return none, fmt.Errorf("csi: catalog: waiting for the catalog's answer: %w", err)
 	}

@@ -77,7 +77,7 @@ func FleetErrorf(sentinel error, format string, args ...any) error {
 }
 
 // VolumeKey checks a namespace (empty means the default one) and a volume
-// ID, and returns the namespace to use; bad ones are ErrCatalogInvalid.
+// ID, and returns the namespace to use; bad ones are ErrInvalid.
 func VolumeKey(namespace, id string) (string, error) {
 	key, err := catalogVolumeKey(namespace, id)
 	return key.namespace, err
@@ -90,7 +90,7 @@ func NotFound(namespace, id string) error {
 
 // RegisterOver is the registration of v over old (nil when the volume is
 // new) by the catalog's rules: v is checked on its face (safe IDs, known
-// modes, no claims: ErrCatalogInvalid); a volume being deleted is
+// modes, no claims: ErrInvalid); a volume being deleted is
 // ErrVolumeDeleting; a plain registration over a volume created through
 // the controller is ErrVolumeConflict; the same description again returns
 // old itself; a new description of a volume in use is ErrVolumeInUse. It
@@ -130,7 +130,7 @@ func RegisterOver(old, v *model.CSIVolume) (*model.CSIVolume, error) {
 }
 
 // ClaimOn applies c, a claim in state taken, to v by the catalog's rules:
-// c is checked on its face (ErrCatalogInvalid), a volume being deleted is
+// c is checked on its face (ErrInvalid), a volume being deleted is
 // ErrVolumeDeleting, and a refusal of the model is ErrClaimRefused with the
 // model's sentinel. It returns a changed copy of v, or v itself when the
 // claim changes nothing (the alloc holds it already); v is never changed.
@@ -160,7 +160,7 @@ func NodeFitOn(v *model.CSIVolume, c *model.Claim, node *model.NodeInfo, onNode 
 // ReleaseOn moves the claim of c.AllocID on v to c.State (empty means
 // ready-to-free, which removes it) by the catalog's rules: the node and
 // mode are the held claim's (c need not name them), freeing a claim not
-// held changes nothing, and a release to state taken is ErrCatalogInvalid. It returns a changed copy
+// held changes nothing, and a release to state taken is ErrInvalid. It returns a changed copy
 // of v, or v itself when nothing changes; v is never changed.
 func ReleaseOn(v *model.CSIVolume, c *model.Claim) (*model.CSIVolume, error) {
 	claim := c.Copy()
@@ -179,7 +179,7 @@ func ReleaseOn(v *model.CSIVolume, c *model.Claim) (*model.CSIVolume, error) {
 		claim.NodeID, claim.Mode = held.NodeID, held.Mode
 	case claim.State == model.ClaimStateReadyToFree:
 		if err := names.Check("alloc ID", claim.AllocID); err != nil {
-			return nil, catalogWrap(ErrCatalogInvalid, err)
+			return nil, catalogWrap(ErrInvalid, err)
 		}
 		return v, nil // nothing to free
 	}
@@ -187,7 +187,7 @@ func ReleaseOn(v *model.CSIVolume, c *model.Claim) (*model.CSIVolume, error) {
 		return nil, err
 	}
 	if claim.State == model.ClaimStateTaken {
-		return nil, catalogErrorf(ErrCatalogInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
+		return nil, catalogErrorf(ErrInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
 			claim.AllocID, claim.State)
 	}
 	return changedClaims(v, func(v *model.CSIVolume) error { return v.ClaimRelease(claim) })
@@ -209,14 +209,14 @@ func changedClaims(v *model.CSIVolume, op func(*model.CSIVolume) error) (*model.
 }
 
 // AttachOn records a, the attachment of v to a.NodeID, by the catalog's
-// rules: a is checked on its face (ErrCatalogInvalid); a node that holds no
+// rules: a is checked on its face (ErrInvalid); a node that holds no
 // claim on v, and a second node's attachment of a single-node volume, are
 // refused with ErrClaimRefused and the model's sentinel (ErrAttachRefused,
 // ErrAttachConflict). It returns a changed copy of v, or v itself when the
 // attachment is recorded already; v is never changed.
 func AttachOn(v *model.CSIVolume, a *model.Attachment) (*model.CSIVolume, error) {
 	if a == nil {
-		return nil, catalogErrorf(ErrCatalogInvalid, "attachment must not be nil")
+		return nil, catalogErrorf(ErrInvalid, "attachment must not be nil")
 	}
 	if reflect.DeepEqual(v.Attachments[a.NodeID], a) {
 		return v, nil
@@ -229,11 +229,11 @@ func AttachOn(v *model.CSIVolume, a *model.Attachment) (*model.CSIVolume, error)
 }
 
 // DetachOn removes the attachment of v to node, by the catalog's rules: a
-// bad node ID is ErrCatalogInvalid. It returns a changed copy of v, or v
+// bad node ID is ErrInvalid. It returns a changed copy of v, or v
 // itself when v has no attachment to node; v is never changed.
 func DetachOn(v *model.CSIVolume, node string) (*model.CSIVolume, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, catalogWrap(ErrCatalogInvalid, err)
+		return nil, catalogWrap(ErrInvalid, err)
 	}
 	if _, ok := v.Attachments[node]; !ok {
 		return v, nil

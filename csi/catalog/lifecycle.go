@@ -73,7 +73,7 @@ func (a *catalogActor) applyMarkDeleting(w *catalogWrite, cmd *messages.MarkVolu
 func (a *catalogActor) applyRecordCapacity(w *catalogWrite, cmd *messages.RecordVolumeCapacity) (catalogChange, error) {
 	var faceErr error
 	if cmd.GetCapacityBytes() < 0 {
-		faceErr = catalogErrorf(ErrCatalogInvalid, "volume %s/%s: capacity %d bytes is negative", cmp.Or(cmd.GetNamespace(), model.DefaultNamespace),
+		faceErr = catalogErrorf(ErrInvalid, "volume %s/%s: capacity %d bytes is negative", cmp.Or(cmd.GetNamespace(), model.DefaultNamespace),
 			cmd.GetVolumeId(), cmd.GetCapacityBytes())
 	}
 	return a.changeVolume(w, cmd.GetNamespace(), cmd.GetVolumeId(), faceErr, func(v *model.CSIVolume) (*model.CSIVolume, error) {
@@ -117,12 +117,12 @@ func MarkDeletingOn(v *model.CSIVolume) (*model.CSIVolume, error) {
 }
 
 // RecordCapacityOn records the capacity the plugin reported for v by the
-// catalog's rules: negative is ErrCatalogInvalid, a volume being deleted
+// catalog's rules: negative is ErrInvalid, a volume being deleted
 // ErrVolumeDeleting; the same capacity returns v itself. v is never changed.
 func RecordCapacityOn(v *model.CSIVolume, capacityBytes int64) (*model.CSIVolume, error) {
 	switch {
 	case capacityBytes < 0:
-		return nil, catalogErrorf(ErrCatalogInvalid, "volume %s/%s: capacity %d bytes is negative", v.Namespace, v.ID, capacityBytes)
+		return nil, catalogErrorf(ErrInvalid, "volume %s/%s: capacity %d bytes is negative", v.Namespace, v.ID, capacityBytes)
 	case v.Deleting:
 		return nil, deletingError(volumeKey{v.Namespace, v.ID})
 	case v.CapacityBytes == capacityBytes:

@@ -65,7 +65,7 @@ func TestCatalogRefusesATopologySegmentWithABadKeyNamingTheField(t *testing.T) {
 			v.Topologies = []*model.Topology{{Segments: map[string]string{tt.segment: "a"}}}
 			before := f.dump()
 			_, err := f.cat.RegisterVolume(context.Background(), v)
-			require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+			require.ErrorIs(t, err, catalog.ErrInvalid)
 			require.ErrorContains(t, err, tt.want)
 			require.Equal(t, before, f.dump(), "the refused registration changed nothing")
 		})

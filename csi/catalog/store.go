@@ -16,9 +16,9 @@ import (
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// CatalogBucket is the storage bucket the agent gives the catalog, in the
+// Bucket is the storage bucket the agent gives the catalog, in the
 // same file as the registry's.
-const CatalogBucket = "csi.catalog"
+const Bucket = "csi.catalog"
 
 // Keys of the catalog's records: "index", "plugin/<id>" and
 // "volume/<namespace>/<id>". IDs and namespaces never hold a "/"
@@ -51,7 +51,7 @@ func catalogVolumeKey(namespace, id string) (volumeKey, error) {
 		namespace = model.DefaultNamespace
 	}
 	if err := cmp.Or(names.Check("namespace", namespace), names.Check("volume ID", id)); err != nil {
-		return volumeKey{}, catalogWrap(ErrCatalogInvalid, err)
+		return volumeKey{}, catalogWrap(ErrInvalid, err)
 	}
 	return volumeKey{namespace, id}, nil
 }
@@ -96,7 +96,7 @@ func (s *catalogState) checkRoom(key volumeKey, limit int) error {
 // volume (namespace, id) by a catalog that holds held volumes, its limit:
 // the catalog's, and a fleet's.
 func VolumeLimitError(namespace, id string, held int) error {
-	return catalogErrorf(ErrVolumeLimit, "volume %s: the catalog holds %d volumes, the limit (catalog.CatalogConfig.MaxVolumes, agent flag -max-volumes); "+
+	return catalogErrorf(ErrVolumeLimit, "volume %s: the catalog holds %d volumes, the limit (catalog.Config.MaxVolumes, agent flag -max-volumes); "+
 		"deregister or delete volumes, or raise the limit", volumeKey{namespace, id}, held)
 }
 
@@ -141,7 +141,7 @@ func (c *catalogChange) followHealth(s *catalogState) {
 // CreateIndex, everything it changes as its ModifyIndex. It returns the
 // storage ops of c, without the index record (the batch adds that once). A
 // record that does not encode (a string that is not UTF-8) refuses the
-// whole change with ErrCatalogInvalid and leaves s unchanged. An empty
+// whole change with ErrInvalid and leaves s unchanged. An empty
 // change does nothing.
 func (s *catalogState) commit(c catalogChange) ([]storage.Op, error) {
 	if len(c.volumes) == 0 && len(c.plugins) == 0 {
@@ -188,7 +188,7 @@ func (s *catalogState) commit(c catalogChange) ([]storage.Op, error) {
 func catalogRecord(key string, m proto.Message) (storage.Op, error) {
 	value, err := proto.Marshal(m)
 	if err != nil {
-		return storage.Op{}, catalogErrorf(ErrCatalogInvalid, "%s cannot be stored: %v", key, err)
+		return storage.Op{}, catalogErrorf(ErrInvalid, "%s cannot be stored: %v", key, err)
 	}
 	return storage.Put([]byte(key), value), nil
 }
@@ -205,7 +205,7 @@ func catalogIndexOp(index uint64) storage.Op {
 // loadCatalog rebuilds the catalog from bucket. A record that does not
 // decode, is invalid, sits under the wrong key or is not a catalog record
 // at all is corruption (storage.CorruptRecord): the error matches both
-// storage.ErrCorrupt and ErrCatalogCorrupt, names the record and the
+// storage.ErrCorrupt and ErrCorrupt, names the record and the
 // remedy (-reset-corrupt-state). The catalog never starts silently empty
 // or half restored.
 func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
@@ -227,7 +227,7 @@ func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
 			err = errors.New("it is not a catalog record")
 		}
 		if err != nil {
-			return storage.CorruptRecord(CatalogBucket, rawKey, fmt.Errorf("csi: catalog: %w: restore: %w", ErrCatalogCorrupt, err))
+			return storage.CorruptRecord(Bucket, rawKey, fmt.Errorf("csi: catalog: %w: restore: %w", ErrCorrupt, err))
 		}
 		return nil
 	})

@@ -83,19 +83,19 @@ func (e *fakeExpander) ExpandOnNodes(_ context.Context, _ *model.CSIVolume, capa
 
 func newFixture(t *testing.T, tune func(*controller.Config)) *fixture {
 	t.Helper()
-	return newFixtureWithCatalog(t, catalog.CatalogConfig{}, tune)
+	return newFixtureWithCatalog(t, catalog.Config{}, tune)
 }
 
 // newFixtureWithCatalog is newFixture with a catalog of catCfg (its
 // bucket, node and logger filled in).
-func newFixtureWithCatalog(t *testing.T, catCfg catalog.CatalogConfig, tune func(*controller.Config)) *fixture {
+func newFixtureWithCatalog(t *testing.T, catCfg catalog.Config, tune func(*controller.Config)) *fixture {
 	t.Helper()
 	system := probe.NewSystem(t)
 	mem := storage.NewMemory()
-	catBucket, err := mem.Bucket(catalog.CatalogBucket)
+	catBucket, err := mem.Bucket(catalog.Bucket)
 	require.NoError(t, err)
 	catCfg.Bucket, catCfg.NodeID, catCfg.Logger = catBucket, "node-1", probe.Logger(t)
-	cat, err := catalog.StartCatalog(system, catCfg)
+	cat, err := catalog.Start(system, catCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
 	regBucket, err := mem.Bucket(registry.BucketName)
@@ -493,7 +493,7 @@ func TestCreateOverARegisteredVolumeIsRefusedBeforeAnyRPC(t *testing.T) {
 }
 
 func TestCreateBeyondTheVolumeLimitIsRefusedBeforeAnyRPC(t *testing.T) {
-	f := newFixtureWithCatalog(t, catalog.CatalogConfig{MaxVolumes: 1}, nil)
+	f := newFixtureWithCatalog(t, catalog.Config{MaxVolumes: 1}, nil)
 	f.serveMocks() // no RPC is expected
 	before := f.registerVolume("web")
 	_, err := f.ctl.Create(context.Background(), createRequest())

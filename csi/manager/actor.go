@@ -62,7 +62,7 @@ func describeInstance(p *messages.PluginInfo) string {
 // order, none lost while they live (ARCHITECTURE.md, "Event ordering"); the
 // messages are shared: treat them as read-only.
 type managerActor struct {
-	cfg       ManagerConfig
+	cfg       Config
 	log       hclog.Logger
 	published *atomic.Pointer[fingerprints]
 
@@ -86,7 +86,7 @@ type shutdownTimedOut struct{}
 
 // newManagerActor makes the manager's state anew; subscribers are passed
 // in so that they outlive a restart after a panic.
-func newManagerActor(cfg ManagerConfig, published *atomic.Pointer[fingerprints], subscribers *plugintype.Subscribers) *managerActor {
+func newManagerActor(cfg Config, published *atomic.Pointer[fingerprints], subscribers *plugintype.Subscribers) *managerActor {
 	a := &managerActor{
 		cfg:         cfg,
 		log:         cfg.Logger,

@@ -4,7 +4,7 @@
 // itself, and fingerprinting (what an instance asks its plugin, and how
 // often).
 //
-//	m, err := manager.StartManager(system, manager.ManagerConfig{Registry: reg})
+//	m, err := manager.Start(system, manager.Config{Registry: reg})
 //	plugins := m.Plugins() // each plugin's latest fingerprints and health
 //
 // From then on every CSI plugin registered gets an instance, supervised,

@@ -21,21 +21,21 @@ import (
 	"github.com/plugvisor/plugvisor/supervisor"
 )
 
-// Default values of [ManagerConfig].
+// Default values of [Config].
 const (
 	DefaultResyncInterval  = plugintype.DefaultResyncInterval
 	DefaultShutdownTimeout = 10 * time.Second
-	DefaultManagerName     = "csi-manager"
+	DefaultName            = "csi-manager"
 )
 
-// ManagerMetrics counts what the manager's supervision decides.
-type ManagerMetrics interface {
+// Metrics counts what the manager's supervision decides.
+type Metrics interface {
 	InstanceRestarting(plugin *messages.PluginInfo)
 	InstanceGaveUp(plugin *messages.PluginInfo)
 }
 
-// ManagerConfig configures the CSI manager. Only Registry is required.
-type ManagerConfig struct {
+// Config configures the CSI manager. Only Registry is required.
+type Config struct {
 	// Registry is where the manager learns which plugins run.
 	Registry *registry.Registry
 	// Logger receives the manager's and its instances' log lines; nil
@@ -59,16 +59,16 @@ type ManagerConfig struct {
 	// Metrics, when set, hears of every restart an instance's supervisor
 	// schedules and of every instance that gives up. It is called on the
 	// manager's goroutine and must not block.
-	Metrics ManagerMetrics
+	Metrics Metrics
 	// Clock sets the instances' timers, the shutdown timer and the
 	// supervisor's backoff (default: the real clock). The resync timer
 	// always runs on the real clock.
 	Clock supervisor.Clock
-	// Name is the manager actor's name (default DefaultManagerName).
+	// Name is the manager actor's name (default DefaultName).
 	Name string
 }
 
-func (c ManagerConfig) validate() error {
+func (c Config) validate() error {
 	var problems []error
 	if c.Registry == nil {
 		problems = append(problems, fmt.Errorf("csi: %w: the CSI manager needs a registry", csi.ErrInvalidOptions))
@@ -87,7 +87,7 @@ func (c ManagerConfig) validate() error {
 	return errors.Join(append(problems, c.Fingerprint.validate())...)
 }
 
-func (c ManagerConfig) withDefaults() ManagerConfig {
+func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -102,7 +102,7 @@ func (c ManagerConfig) withDefaults() ManagerConfig {
 		c.Clock = systemClock{}
 	}
 	if c.Name == "" {
-		c.Name = DefaultManagerName
+		c.Name = DefaultName
 	}
 	c.Fingerprint = c.Fingerprint.withDefaults()
 	return c
@@ -123,12 +123,12 @@ type Manager struct {
 	err       error
 }
 
-// StartManager starts the CSI manager actor in system. The manager
+// Start starts the CSI manager actor in system. The manager
 // subscribes to the registry's csi-controller and csi-node plugins, with a
 // replay of the current ones, and runs one supervised plugin instance actor
 // per (type, name), serving the plugin's current allocation (the
 // bookkeeping is plugintype.Instances').
-func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error) {
+func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func BenchmarkManagerStartsAThousandPlugins(b *testing.B) {
 		f := newFleet(b, true)
 		b.StartTimer()
 		start := time.Now()
-		f.start(b, func(c *manager.ManagerConfig) { c.Fingerprint = benchFingerprints })
+		f.start(b, func(c *manager.Config) { c.Fingerprint = benchFingerprints })
 		f.awaitFleetHealth(b, true)
 		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms-until-all-healthy")
 	}
@@ -104,7 +104,7 @@ func BenchmarkManagerTakeover(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		f := newFleet(b, true)
-		f.start(b, func(c *manager.ManagerConfig) { c.Fingerprint = benchFingerprints })
+		f.start(b, func(c *manager.Config) { c.Fingerprint = benchFingerprints })
 		f.awaitFleetHealth(b, true)
 		b.StartTimer()
 		latencies := make([]time.Duration, 0, takeovers)
@@ -134,7 +134,7 @@ func BenchmarkInstanceMemory(b *testing.B) {
 				f := newFleet(b, served)
 				b.StartTimer()
 				before := memory()
-				f.start(b, func(c *manager.ManagerConfig) { c.Fingerprint = benchFingerprints })
+				f.start(b, func(c *manager.Config) { c.Fingerprint = benchFingerprints })
 				f.awaitFleetHealth(b, served)
 				after := memory()
 				b.ReportMetric(float64(after.heap-before.heap)/fleetSize, "heap-B/instance")
@@ -171,7 +171,7 @@ func BenchmarkFingerprintCycles(b *testing.B) {
 		b.StopTimer()
 		f := newFleet(b, true)
 		clock := &gateClock{}
-		f.start(b, func(c *manager.ManagerConfig) {
+		f.start(b, func(c *manager.Config) {
 			c.Fingerprint = manager.FingerprintOptions{Interval: time.Millisecond, RPCTimeout: 30 * time.Second}
 			c.Clock = clock
 		})

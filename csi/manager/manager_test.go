@@ -98,7 +98,7 @@ type harness struct {
 
 // startManager starts a harness whose manager fingerprints fast and
 // resyncs only when told; change adjusts the manager's config.
-func startManager(t testing.TB, change func(*manager.ManagerConfig)) *harness {
+func startManager(t testing.TB, change func(*manager.Config)) *harness {
 	t.Helper()
 	h := newHarness(t)
 	h.start(t, change)
@@ -119,9 +119,9 @@ func newHarness(t testing.TB) *harness {
 }
 
 // start starts the harness's manager and subscribes its probe.
-func (h *harness) start(t testing.TB, change func(*manager.ManagerConfig)) {
+func (h *harness) start(t testing.TB, change func(*manager.Config)) {
 	t.Helper()
-	cfg := manager.ManagerConfig{
+	cfg := manager.Config{
 		Registry:       h.registry,
 		Logger:         probe.Logger(t),
 		ResyncInterval: time.Hour,
@@ -131,7 +131,7 @@ func (h *harness) start(t testing.TB, change func(*manager.ManagerConfig)) {
 		change(&cfg)
 	}
 	var err error
-	h.manager, err = manager.StartManager(h.system, cfg)
+	h.manager, err = manager.Start(h.system, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if !h.shutDown {
@@ -487,14 +487,14 @@ func TestManagerResyncStopsExtraInstancesAndStartsMissingOnes(t *testing.T) {
 }
 
 func TestManagerResyncsOnItsTimer(t *testing.T) {
-	h := startManager(t, func(c *manager.ManagerConfig) { c.ResyncInterval = 20 * time.Millisecond })
+	h := startManager(t, func(c *manager.Config) { c.ResyncInterval = 20 * time.Millisecond })
 	h.events.Send(h.registry.PID(), &messages.Unsubscribe{Type: csi.TypeNode, Subscriber: h.manager.PID()})
 	socket, _ := h.serve(t)
 	h.register(t, csi.TypeNode, "missing", "a1", socket)
 	awaitHealth(t, h.events, nodeHealthy("missing", "a1"))
 }
 
-// supervisionCounts is a manager.ManagerMetrics that counts, by plugin name.
+// supervisionCounts is a manager.Metrics that counts, by plugin name.
 type supervisionCounts struct {
 	mu                 sync.Mutex
 	restarting, gaveUp map[string]int
@@ -516,7 +516,7 @@ func TestManagerRestartsAPanickingInstanceWithBackoffAndGivesUp(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	var flaky string
 	counts := &supervisionCounts{restarting: map[string]int{}, gaveUp: map[string]int{}}
-	h := startManager(t, func(c *manager.ManagerConfig) {
+	h := startManager(t, func(c *manager.Config) {
 		c.Metrics = counts
 		c.Clock = clock
 		c.Supervision = supervisor.Spec{MaxRestarts: 2, Within: time.Minute, InitialDelay: time.Second, Multiplier: 2}
@@ -610,7 +610,7 @@ func TestManagerShutdownNamesTheInstancesThatDidNotStop(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	var stuck string
 	var shutdownErr error
-	h := startManager(t, func(c *manager.ManagerConfig) {
+	h := startManager(t, func(c *manager.Config) {
 		c.Fingerprint.Dial = func(ctx context.Context, path string, opts csi.Options) (manager.Plugin, error) {
 			if path == stuck {
 				entered <- struct{}{}
@@ -649,18 +649,18 @@ func TestStartManagerRefusesABadConfig(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, reg.Shutdown()) })
 	cases := []struct {
 		name   string
-		config manager.ManagerConfig
+		config manager.Config
 		want   string
 	}{
-		{"without a registry", manager.ManagerConfig{}, "needs a registry"},
-		{"escalating on give-up", manager.ManagerConfig{Registry: reg, Supervision: supervisor.Spec{OnGiveUp: supervisor.Escalate}}, "OnGiveUp is escalate"},
-		{"with a restart window of a bare number", manager.ManagerConfig{Registry: reg, Supervision: supervisor.Spec{Within: 1000}}, "Within is 1µs"},
-		{"with a negative resync interval", manager.ManagerConfig{Registry: reg, ResyncInterval: -time.Second}, "must not be negative"},
-		{"with a negative fingerprint interval", manager.ManagerConfig{Registry: reg, Fingerprint: manager.FingerprintOptions{Interval: -1}}, "must not be negative"},
+		{"without a registry", manager.Config{}, "needs a registry"},
+		{"escalating on give-up", manager.Config{Registry: reg, Supervision: supervisor.Spec{OnGiveUp: supervisor.Escalate}}, "OnGiveUp is escalate"},
+		{"with a restart window of a bare number", manager.Config{Registry: reg, Supervision: supervisor.Spec{Within: 1000}}, "Within is 1µs"},
+		{"with a negative resync interval", manager.Config{Registry: reg, ResyncInterval: -time.Second}, "must not be negative"},
+		{"with a negative fingerprint interval", manager.Config{Registry: reg, Fingerprint: manager.FingerprintOptions{Interval: -1}}, "must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := manager.StartManager(system, tc.config)
+			_, err := manager.Start(system, tc.config)
 			require.ErrorIs(t, err, csi.ErrInvalidOptions)
 			require.ErrorContains(t, err, tc.want)
 		})

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // mountedOnStrict is a node with volume "vol" of the strict attaching
@@ -15,7 +15,7 @@ func mountedOnStrict(t *testing.T) (*node, *strictPlugin, string) {
 	t.Helper()
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	ext := p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	ext := p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
 	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
 	require.NoError(t, err)
 	return n, p, ext

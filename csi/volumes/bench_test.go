@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -53,7 +53,7 @@ func BenchmarkMountUnmount100Volumes(b *testing.B) {
 			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 		}}})
 		require.NoError(b, err)
-		n.catalog.add(fmt.Sprintf("v%d", i), resp.GetVolume().GetVolumeId(), "hp", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+		n.catalog.add(fmt.Sprintf("v%d", i), resp.GetVolume().GetVolumeId(), "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	}
 	require.NoError(b, c.Close())
 

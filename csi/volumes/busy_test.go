@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -26,7 +26,7 @@ import (
 // do, across the actor boundary, and the publish stays recorded.
 func TestAPluginThatLeavesItsTargetBusyIsErrTargetBusy(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, false, false)
 	m.nodeCaps().AnyTimes()
 	m.controllerCaps().AnyTimes()
@@ -54,7 +54,7 @@ func TestAPluginThatLeavesItsTargetBusyIsErrTargetBusy(t *testing.T) {
 // API maps to its status (a lost kind would be a 500).
 func TestEveryCodeAPluginAnswersComesBackAsItsSentinel(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, false, false)
 	m.nodeCaps().AnyTimes()
 	m.controllerCaps().AnyTimes()

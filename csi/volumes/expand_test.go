@@ -14,7 +14,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
@@ -34,7 +34,7 @@ type expandFixture struct {
 
 func newExpandFixture(t *testing.T, caps ...csipb.NodeServiceCapability_RPC_Type) *expandFixture {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "ext-vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "ext-vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	f := &expandFixture{
 		n: n, m: newMockPlugin(t, n, true, false),
 		staging:    filepath.Join(n.root, "mock", "staging", "default", "vol"),
@@ -130,7 +130,7 @@ func TestNodeExpansionOfAVolumeNotPublishedHereWaitsForItsNextMount(t *testing.T
 	require.NoError(t, err)
 	require.False(t, res.Expanded)
 	require.Contains(t, res.Note, "NodeExpandVolume is sent at its next mount here")
-	expanded, err := f.n.manager.ExpandOnNodes(ctx, &catalog.CSIVolume{Namespace: "default", ID: "vol"}, 8<<20)
+	expanded, err := f.n.manager.ExpandOnNodes(ctx, &model.CSIVolume{Namespace: "default", ID: "vol"}, 8<<20)
 	require.NoError(t, err)
 	require.False(t, expanded)
 

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -28,7 +28,7 @@ import (
 // without the caller, and the status shows the outcome.
 func TestAHangingNodeStageIsAnsweredAtTheDeadlineAndRolledBack(t *testing.T) {
 	n := newNode(t, func(c *volumes.Config) { c.OperationTimeout = 500 * time.Millisecond })
-	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, true, false)
 	gomock.InOrder(
 		m.nodeCaps(), m.controllerCaps(),
@@ -63,7 +63,7 @@ func TestADetachThatFailsKeepsTheClaimUntilTheGCStepDetachesWithTheStoredNodeID(
 		c.Clock = clock
 		c.Retry = supervisor.Spec{MaxRestarts: 10, Within: time.Hour, InitialDelay: time.Second, MaxDelay: time.Second, Multiplier: 1}
 	})
-	n.catalog.add("vol", "ext", "p", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "ext", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	ctrl := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "ctrl"), attach: true}
 	ctrl.Serve(t, ctrl.socket)
 	node := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "node"), stage: true}
@@ -98,7 +98,7 @@ func TestADetachThatFailsKeepsTheClaimUntilTheGCStepDetachesWithTheStoredNodeID(
 	require.ErrorIs(t, err, csi.ErrUnavailable)
 	writers, _, past := n.catalog.claims("vol")
 	require.Equal(t, []string{"web-1"}, writers, "the writer slot stays held until the detach goes through")
-	require.Equal(t, catalog.ClaimStateNodeDetached, past["web-1"], "the claim is a past claim with its state")
+	require.Equal(t, model.ClaimStateNodeDetached, past["web-1"], "the claim is a past claim with its state")
 	rec := n.status("vol").Record
 	require.Equal(t, "detaching", rec.GetAttachment().GetState())
 	require.Contains(t, rec.GetAttachment().GetLastError(), "controller is down")
@@ -121,9 +121,9 @@ func TestADetachThatFailsKeepsTheClaimUntilTheGCStepDetachesWithTheStoredNodeID(
 // neither the record nor the claims changed.
 func TestBadRequestsAreRefusedAndChangeNothing(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
-	n.catalog.add("ghost", "ghost", "ghost-plugin", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
-	n.catalog.add("bad-plugin", "bad-plugin", "..", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
+	n.catalog.add("ghost", "ghost", "ghost-plugin", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
+	n.catalog.add("bad-plugin", "bad-plugin", "..", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, true, false)
 	m.nodeCaps().AnyTimes()
 	m.controllerCaps().AnyTimes()
@@ -189,7 +189,7 @@ func TestBadRequestsAreRefusedAndChangeNothing(t *testing.T) {
 func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
 	n := newNode(t, func(c *volumes.Config) { c.Clock = clock; c.RPCTimeout = 500 * time.Millisecond })
-	n.catalog.add("vol", "vol", "p", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	old := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "old")}
 	server := csitest.Serve(t, old.socket, old.Services())
 	n.register(volumes.NodePluginType, "p", "a1", old.socket)
@@ -220,7 +220,7 @@ func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.
 // once, the mount goes on and completes, and the status says so.
 func TestACallerThatGoesAwayDoesNotStopItsMount(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, false, false)
 	reached, release := make(chan struct{}), make(chan struct{})
 	gomock.InOrder(

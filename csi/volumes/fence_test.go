@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -192,7 +192,7 @@ func TestARestartedNodeTakesDownAMountWhoseClaimTheFleetGaveAway(t *testing.T) {
 				require.NoError(t, unix.Unmount(res.TargetPath, 0))
 			}
 			f.proxy.Heal()
-			require.Eventually(t, func() bool { return f.n2.store.Standing(time.Now()) == catalog.StandingHeld }, wait, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return f.n2.store.Standing(time.Now()) == model.StandingHeld }, wait, 10*time.Millisecond)
 
 			f.n2.start()
 			st := f.n2.settle("db")

@@ -13,7 +13,7 @@ import (
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi"
 	csicatalog "github.com/plugvisor/plugvisor/csi/catalog"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -49,9 +49,9 @@ func newFleetNodeAt(t *testing.T, endpoints []string, id string, tune func(*volu
 	store, err := fleet.Open(ctx, fleet.Config{Endpoints: endpoints, NodeID: id, LeaseTTL: 3 * time.Second, RequestTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	system := probe.NewSystem(t)
-	bucket, err := storage.NewMemory().Bucket(csicatalog.CatalogBucket)
+	bucket, err := storage.NewMemory().Bucket(csicatalog.Bucket)
 	require.NoError(t, err)
-	cat, err := csicatalog.StartCatalog(system, csicatalog.CatalogConfig{Bucket: bucket, NodeID: id, Fleet: store, Name: "catalog-" + id})
+	cat, err := csicatalog.Start(system, csicatalog.Config{Bucket: bucket, NodeID: id, Fleet: store, Name: "catalog-" + id})
 	require.NoError(t, err)
 	n := newNode(t, func(c *volumes.Config) {
 		c.Catalog, c.Attachments, c.NodeID = agent.VolumeCatalog(cat), agent.VolumeAttachments(store), id
@@ -95,7 +95,7 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 	n2.register(volumes.ControllerPluginType, "hp", "a1", n2All.Endpoint)
 
 	createSingleWriter(t, n2, n2All.Endpoint, "db")
-	attachments := func() map[string]*catalog.Attachment {
+	attachments := func() map[string]*model.Attachment {
 		v, err := n2.store.GetVolume(ctx, "default", "db")
 		require.NoError(t, err)
 		return v.Attachments
@@ -103,7 +103,7 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 
 	_, err := n1.manager.Mount(ctx, "", "db", "web-1", false)
 	require.NoError(t, err)
-	require.Equal(t, map[string]*catalog.Attachment{"n1": {NodeID: "n1", ExternalNodeID: "n1", State: catalog.AttachmentStateAttached}},
+	require.Equal(t, map[string]*model.Attachment{"n1": {NodeID: "n1", ExternalNodeID: "n1", State: model.AttachmentStateAttached}},
 		attachments(), "the fleet records the attachment with the plugin's node ID")
 
 	err = n2.manager.Detach(ctx, "", "db", "n1")
@@ -147,7 +147,7 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 	res, err := n2.manager.Mount(ctx, "", "db", "web-2", false)
 	require.NoError(t, err)
 	require.DirExists(t, res.TargetPath)
-	require.Equal(t, map[string]*catalog.Attachment{"n2": {NodeID: "n2", ExternalNodeID: "n2", State: catalog.AttachmentStateAttached}}, attachments())
+	require.Equal(t, map[string]*model.Attachment{"n2": {NodeID: "n2", ExternalNodeID: "n2", State: model.AttachmentStateAttached}}, attachments())
 	mounted := revision()
 	require.Equal(t, uint64(3), mounted-before, "a mount writes etcd three times: the claim, the attachment before ControllerPublishVolume, and after")
 	require.NoError(t, n2.manager.Unmount(ctx, "", "db", "web-2"))
@@ -161,7 +161,7 @@ func TestADeadNodesAttachmentIsDetachedFromAnotherNode(t *testing.T) {
 // and publishes do not stand in its way (nor are they touched).
 func TestADeadNodesAttachmentOfAVolumeInUseHereIsDetachedFromHere(t *testing.T) {
 	storageSys, n1, n2 := twoNodes(t)
-	v := n2.createAndRegister(t, "mw", catalog.AccessModeMultiNodeMultiWriter)
+	v := n2.createAndRegister(t, "mw", model.AccessModeMultiNodeMultiWriter)
 	_, err := n1.manager.Mount(ctx, "", "mw", "web-1", false)
 	require.NoError(t, err)
 	res, err := n2.manager.Mount(ctx, "", "mw", "web-2", false)
@@ -206,7 +206,7 @@ func TestARestartRecordsAnAttachmentTheFleetLost(t *testing.T) {
 	srv := etcdtest.Start(t)
 	storageSys := newStorageSystem(t)
 	n1 := newLifecycleNode(t, srv, storageSys, "n1")
-	n1.createAndRegister(t, "db", catalog.AccessModeSingleNodeWriter)
+	n1.createAndRegister(t, "db", model.AccessModeSingleNodeWriter)
 	_, err := n1.manager.Mount(ctx, "", "db", "web-1", false)
 	require.NoError(t, err)
 	lost, err := n1.store.Detach(ctx, "", "db", "n1")
@@ -216,18 +216,18 @@ func TestARestartRecordsAnAttachmentTheFleetLost(t *testing.T) {
 	n1.restart()
 	require.Eventually(t, func() bool {
 		got, err := n1.store.GetVolume(ctx, "default", "db")
-		return err == nil && got.Attachments["n1"] != nil && got.Attachments["n1"].State == catalog.AttachmentStateAttached
+		return err == nil && got.Attachments["n1"] != nil && got.Attachments["n1"].State == model.AttachmentStateAttached
 	}, wait, 20*time.Millisecond, "the reconcile at start records the attachment again")
 	require.NoError(t, n1.manager.Unmount(ctx, "", "db", "web-1"))
 }
 
 // createAndRegister creates volume id with n's plugin and registers it in
 // the fleet, of plugin "hp", with access mode mode.
-func (n *lifecycleNode) createAndRegister(t *testing.T, id string, mode catalog.AccessMode) *catalog.CSIVolume {
+func (n *lifecycleNode) createAndRegister(t *testing.T, id string, mode model.AccessMode) *model.CSIVolume {
 	t.Helper()
-	v := catalog.NewCSIVolume(id, 0)
+	v := model.NewCSIVolume(id, 0)
 	v.PluginID, v.ExternalID = "hp", n.plugin.createVolume(id)
-	v.AccessMode, v.AttachmentMode = mode, catalog.AttachmentModeFileSystem
+	v.AccessMode, v.AttachmentMode = mode, model.AttachmentModeFileSystem
 	_, err := n.store.RegisterVolume(ctx, v)
 	require.NoError(t, err)
 	return v
@@ -240,19 +240,19 @@ func (n *lifecycleNode) createAndRegister(t *testing.T, id string, mode catalog.
 // volume to this node through the controller a second time.
 func TestARestartDoesNotAttachAgainWhatAnotherNodeNowHolds(t *testing.T) {
 	storageSys, n1, n2 := twoNodes(t)
-	v := n1.createAndRegister(t, "db", catalog.AccessModeSingleNodeWriter)
+	v := n1.createAndRegister(t, "db", model.AccessModeSingleNodeWriter)
 	_, err := n1.manager.Mount(ctx, "", "db", "web-1", false)
 	require.NoError(t, err)
 	// While n1 was away: its claim freed, its attachment detached, and n2
 	// holding the volume.
-	_, err = n2.store.Release(ctx, "", "db", &catalog.Claim{AllocID: "web-1", State: catalog.ClaimStateReadyToFree})
+	_, err = n2.store.Release(ctx, "", "db", &model.Claim{AllocID: "web-1", State: model.ClaimStateReadyToFree})
 	require.NoError(t, err)
 	_, err = n2.store.Detach(ctx, "", "db", "n1")
 	require.NoError(t, err)
 	storageSys.detach(v.ExternalID, "n1")
-	_, err = n2.store.Claim(ctx, "", "db", &catalog.Claim{AllocID: "web-2", NodeID: "n2", Mode: catalog.ClaimModeWrite, State: catalog.ClaimStateTaken})
+	_, err = n2.store.Claim(ctx, "", "db", &model.Claim{AllocID: "web-2", NodeID: "n2", Mode: model.ClaimModeWrite, State: model.ClaimStateTaken})
 	require.NoError(t, err)
-	_, err = n2.store.Attach(ctx, "", "db", &catalog.Attachment{NodeID: "n2", ExternalNodeID: "n2", State: catalog.AttachmentStateAttached})
+	_, err = n2.store.Attach(ctx, "", "db", &model.Attachment{NodeID: "n2", ExternalNodeID: "n2", State: model.AttachmentStateAttached})
 	require.NoError(t, err)
 
 	n1.restart()
@@ -284,9 +284,9 @@ func createSingleWriter(t *testing.T, n *fleetNode, endpoint, name string) {
 	}}})
 	require.NoError(t, c.Close())
 	require.NoError(t, err)
-	v := catalog.NewCSIVolume(name, 0)
+	v := model.NewCSIVolume(name, 0)
 	v.PluginID, v.ExternalID = "hp", created.GetVolume().GetVolumeId()
-	v.AccessMode, v.AttachmentMode = catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem
+	v.AccessMode, v.AttachmentMode = model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	_, err = n.store.RegisterVolume(ctx, v)
 	require.NoError(t, err)
 }

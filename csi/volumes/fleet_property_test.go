@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -40,7 +40,7 @@ func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSys
 	// across its restarts.
 	n.onStart = func(m *volumes.Manager) { m.SetStanding(n.store.Standing(time.Now())) }
 	n.onStart(n.manager)
-	stop := n.store.WatchStanding(func(s catalog.Standing) {
+	stop := n.store.WatchStanding(func(s model.Standing) {
 		if m := n.current.Load(); m != nil {
 			m.SetStanding(s)
 		}
@@ -110,7 +110,7 @@ func readOnly(target string) bool {
 // checkWritableMounts checks that every target under n's root that the
 // kernel has mounted writable is a publish of n whose alloc holds a write
 // claim on n in etcd: no writable mount without its claim.
-func checkWritableMounts(rt *rapid.T, n *lifecycleNode, inFleet map[string]*catalog.CSIVolume) {
+func checkWritableMounts(rt *rapid.T, n *lifecycleNode, inFleet map[string]*model.CSIVolume) {
 	owner := map[string]fleetKey{}
 	for vol := range inFleet {
 		st, err := n.manager.Status(ctx, "", vol)
@@ -273,15 +273,15 @@ func newLifecycle(t *testing.T) *lifecycle {
 	for _, id := range []string{"n1", "n2", "n3"} {
 		l.nodes = append(l.nodes, newLifecycleNode(t, l.srv, l.storageSys, id))
 	}
-	access := map[string]catalog.AccessMode{
-		"sw": catalog.AccessModeSingleNodeWriter, "ro": catalog.AccessModeSingleNodeReader, "mw": catalog.AccessModeMultiNodeMultiWriter,
+	access := map[string]model.AccessMode{
+		"sw": model.AccessModeSingleNodeWriter, "ro": model.AccessModeSingleNodeReader, "mw": model.AccessModeMultiNodeMultiWriter,
 	}
 	l.vols = slices.Sorted(maps.Keys(access))
 	for _, vol := range l.vols {
 		l.external[vol] = l.nodes[0].plugin.createVolume(vol)
-		v := catalog.NewCSIVolume(vol, 0)
-		v.Namespace, v.PluginID, v.ExternalID = catalog.DefaultNamespace, "hp", l.external[vol]
-		v.AccessMode, v.AttachmentMode = access[vol], catalog.AttachmentModeFileSystem
+		v := model.NewCSIVolume(vol, 0)
+		v.Namespace, v.PluginID, v.ExternalID = model.DefaultNamespace, "hp", l.external[vol]
+		v.AccessMode, v.AttachmentMode = access[vol], model.AttachmentModeFileSystem
 		_, err := l.nodes[0].store.RegisterVolume(ctx, v)
 		require.NoError(t, err)
 	}
@@ -495,10 +495,10 @@ func (l *lifecycle) checkCut(rt *rapid.T, n *lifecycleNode) {
 }
 
 // fleetVolumes reads vols from etcd, through n's store.
-func fleetVolumes(rt *rapid.T, n *lifecycleNode, vols []string) map[string]*catalog.CSIVolume {
+func fleetVolumes(rt *rapid.T, n *lifecycleNode, vols []string) map[string]*model.CSIVolume {
 	read, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	out := map[string]*catalog.CSIVolume{}
+	out := map[string]*model.CSIVolume{}
 	for _, vol := range vols {
 		v, err := n.store.GetVolume(read, "", vol)
 		if err != nil {
@@ -511,8 +511,8 @@ func fleetVolumes(rt *rapid.T, n *lifecycleNode, vols []string) map[string]*cata
 
 // claimsOn is what the fleet holds of node's claims: for each volume, its
 // allocs holding a write claim, and those holding a read claim, on node.
-func claimsOn(inFleet map[string]*catalog.CSIVolume, node string) func(vol string) (writers, readers []string) {
-	on := func(claims map[string]*catalog.Claim) []string {
+func claimsOn(inFleet map[string]*model.CSIVolume, node string) func(vol string) (writers, readers []string) {
+	on := func(claims map[string]*model.Claim) []string {
 		var allocs []string
 		for alloc, c := range claims {
 			if c.NodeID == node {
@@ -531,28 +531,28 @@ func claimsOn(inFleet map[string]*catalog.CSIVolume, node string) func(vol strin
 // claims against the model's, and the single-writer and single-node rules
 // against etcd's claims, the nodes' records, the plugins' publishes and
 // the storage system's attachments.
-func checkFleet(rt *rapid.T, nodes []*lifecycleNode, inFleet map[string]*catalog.CSIVolume, external map[string]string, model fleetModel) {
+func checkFleet(rt *rapid.T, nodes []*lifecycleNode, inFleet map[string]*model.CSIVolume, external map[string]string, fm fleetModel) {
 	for vol, v := range inFleet {
 		if len(v.PastClaims) > 0 {
 			rt.Fatalf("volume %s: releases stuck in the fleet: %v", vol, v.PastClaims)
 		}
 		held := map[fleetKey]bool{}
 		claimNodes := map[string]bool{}
-		for _, claims := range []map[string]*catalog.Claim{v.WriteClaims, v.ReadClaims} {
+		for _, claims := range []map[string]*model.Claim{v.WriteClaims, v.ReadClaims} {
 			for alloc, c := range claims {
 				k := fleetKey{c.NodeID, vol, alloc}
-				if _, ok := model.byMount[k]; !ok {
+				if _, ok := fm.byMount[k]; !ok {
 					rt.Fatalf("volume %s: alloc %s holds a claim on %s that neither a mount nor a claim of the model made", vol, alloc, c.NodeID)
 				}
 				held[k], claimNodes[c.NodeID] = true, true
 			}
 		}
-		for k := range model.byMount {
+		for k := range fm.byMount {
 			if k.volume == vol && !held[k] {
 				rt.Fatalf("volume %s: the claim of alloc %s on %s is not in the fleet", vol, k.alloc, k.node)
 			}
 		}
-		single := v.AccessMode == catalog.AccessModeSingleNodeWriter || v.AccessMode == catalog.AccessModeSingleNodeReader
+		single := v.AccessMode == model.AccessModeSingleNodeWriter || v.AccessMode == model.AccessModeSingleNodeReader
 		if single && len(v.WriteClaims) > 1 {
 			rt.Fatalf("volume %s: two writers in the fleet: %v", vol, slices.Sorted(maps.Keys(v.WriteClaims)))
 		}
@@ -567,14 +567,14 @@ func checkFleet(rt *rapid.T, nodes []*lifecycleNode, inFleet map[string]*catalog
 // single-node volume on one node at most, with one read-write publish at
 // most; and the storage system attaches it to exactly the nodes whose
 // records say it is attached, which the fleet's attachments say too.
-func checkFleetUse(rt *rapid.T, nodes []*lifecycleNode, v *catalog.CSIVolume, external string, single bool) {
+func checkFleetUse(rt *rapid.T, nodes []*lifecycleNode, v *model.CSIVolume, external string, single bool) {
 	vol := v.ID
 	var using []string
 	writers := 0
 	attachedTo := nodes[0].plugin.storage.nodes(external)
 	var inFleet []string
 	for node, a := range v.Attachments {
-		if a.State != catalog.AttachmentStateAttached || a.ExternalNodeID != node {
+		if a.State != model.AttachmentStateAttached || a.ExternalNodeID != node {
 			rt.Fatalf("volume %s: the fleet's attachment to %s is %+v", vol, node, *a)
 		}
 		inFleet = append(inFleet, node)

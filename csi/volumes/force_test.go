@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood(t *testing.T) {
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
 	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
 	require.NoError(t, err)
 	require.ErrorIs(t, n.manager.ForceUnmount(ctx, "", "vol", "web-2"), volumes.ErrNotMounted)

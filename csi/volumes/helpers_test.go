@@ -18,7 +18,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
@@ -40,33 +40,33 @@ var ctx = context.Background()
 // (csi/catalog) over volumes held in memory, on node "n1".
 type modelCatalog struct {
 	mu       sync.Mutex
-	volumes  map[string]*catalog.CSIVolume
+	volumes  map[string]*model.CSIVolume
 	external map[string]string
 	// releases records every ReleaseClaim, in order.
-	releases []catalog.Claim
+	releases []model.Claim
 }
 
 func newModelCatalog() *modelCatalog {
-	return &modelCatalog{volumes: map[string]*catalog.CSIVolume{}, external: map[string]string{}}
+	return &modelCatalog{volumes: map[string]*model.CSIVolume{}, external: map[string]string{}}
 }
 
 // add registers a volume of the default namespace with the plugin's
 // volume ID external.
-func (c *modelCatalog) add(id, external, plugin string, access catalog.AccessMode, attach catalog.AttachmentMode) {
+func (c *modelCatalog) add(id, external, plugin string, access model.AccessMode, attach model.AttachmentMode) {
 	c.addIn("default", id, external, plugin, access, attach)
 }
 
 // addIn registers a volume of namespace ns.
-func (c *modelCatalog) addIn(ns, id, external, plugin string, access catalog.AccessMode, attach catalog.AttachmentMode) {
+func (c *modelCatalog) addIn(ns, id, external, plugin string, access model.AccessMode, attach model.AttachmentMode) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v := catalog.NewCSIVolume(id, 1)
+	v := model.NewCSIVolume(id, 1)
 	v.Namespace, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable = ns, plugin, access, attach, true
 	c.volumes[ns+"/"+id] = v
 	c.external[ns+"/"+id] = external
 }
 
-func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*catalog.CSIVolume, error) {
+func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*model.CSIVolume, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.volumes[ns+"/"+id]
@@ -75,7 +75,7 @@ func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*catalog.CSI
 	}
 	out := v.Copy()
 	out.ExternalID, out.PastClaims = c.external[ns+"/"+id], nil
-	out.Context, out.Secrets = map[string]string{"k": "v"}, catalog.Secrets{"password": "s3cret"}
+	out.Context, out.Secrets = map[string]string{"k": "v"}, model.Secrets{"password": "s3cret"}
 	return out, nil
 }
 
@@ -86,14 +86,14 @@ func (c *modelCatalog) Claim(_ context.Context, req csi.ClaimRequest) error {
 	if !ok {
 		return volumes.ErrVolumeNotFound
 	}
-	if err := v.Claim(&catalog.Claim{AllocID: req.AllocID, NodeID: "n1", Mode: req.Mode(), State: catalog.ClaimStateTaken,
+	if err := v.Claim(&model.Claim{AllocID: req.AllocID, NodeID: "n1", Mode: req.Mode(), State: model.ClaimStateTaken,
 		AccessMode: req.Usage.AccessMode, AttachmentMode: req.Usage.AttachmentMode}); err != nil {
 		return fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
 	}
 	return nil
 }
 
-func (c *modelCatalog) ReleaseClaim(_ context.Context, ns, id string, r *catalog.Claim) error {
+func (c *modelCatalog) ReleaseClaim(_ context.Context, ns, id string, r *model.Claim) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.releases = append(c.releases, *r)
@@ -115,11 +115,11 @@ func (c *modelCatalog) ReleaseClaim(_ context.Context, ns, id string, r *catalog
 
 // claims returns the sorted writers and readers of a volume, and its past
 // claims' states.
-func (c *modelCatalog) claims(id string) (writers, readers []string, past map[string]catalog.ClaimState) {
+func (c *modelCatalog) claims(id string) (writers, readers []string, past map[string]model.ClaimState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := c.volumes["default/"+id]
-	past = map[string]catalog.ClaimState{}
+	past = map[string]model.ClaimState{}
 	for a, cl := range v.PastClaims {
 		past[a] = cl.State
 	}

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -27,7 +27,7 @@ import (
 // the volume in "unstaging" with its writer's claim held for good.
 func TestAVolumeThePluginDoesNotKnowRollsBackAndFreesItsClaim(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "unknown-to-the-driver", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "unknown-to-the-driver", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, true, false)
 	gomock.InOrder(
 		m.nodeCaps(), m.controllerCaps(),
@@ -47,7 +47,7 @@ func TestAVolumeThePluginDoesNotKnowRollsBackAndFreesItsClaim(t *testing.T) {
 // already undid it) complete their steps, and the claim is released.
 func TestAnUnmountThePluginAnswersNotFoundCompletes(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, true, false)
 	gomock.InOrder(
 		m.nodeCaps(), m.controllerCaps(),
@@ -71,7 +71,7 @@ func TestAnUnmountThePluginAnswersNotFoundCompletes(t *testing.T) {
 func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T) {
 	n := newNode(t, func(c *volumes.Config) { c.RPCTimeout = time.Minute })
 	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
 	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
 	require.NoError(t, err)
 
@@ -111,7 +111,7 @@ func TestTheWayOutGoesToTheAllocationThatMountedWhileItIsRegistered(t *testing.T
 			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 		}}})
 		require.NoError(t, err)
-		n.catalog.add(name, created.GetVolume().GetVolumeId(), "hp", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+		n.catalog.add(name, created.GetVolume().GetVolumeId(), "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	}
 	_, err = n.manager.Mount(ctx, "", "vol", "web-1", false)
 	require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -26,8 +26,8 @@ import (
 func TestRandomLifecyclesKeepTheInvariants(t *testing.T) {
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "sw", "hp", catalog.AccessModeSingleNodeWriter)
-	p.create(n, "ro", "hp", catalog.AccessModeSingleNodeReader)
+	p.create(n, "sw", "hp", model.AccessModeSingleNodeWriter)
+	p.create(n, "ro", "hp", model.AccessModeSingleNodeReader)
 	vols := []string{"sw", "ro"}
 	// Each run mounts for real and restarts bbolt and the plugin.
 	rapidChecks(t, 20)

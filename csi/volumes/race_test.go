@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -18,7 +18,7 @@ import (
 func TestWritersRacingForOneSingleWriterVolumeLeaveExactlyOneMounted(t *testing.T) {
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
 
 	allocs := []string{"w-0", "w-1", "w-2", "w-3", "w-4", "w-5"}
 	errs := make([]error, len(allocs))

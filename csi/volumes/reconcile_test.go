@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -20,7 +20,7 @@ import (
 func TestAPublishedVolumeTheKernelLostIsPublishedAgainAtStart(t *testing.T) {
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
 	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
 	require.NoError(t, err)
 	n.stop()
@@ -78,8 +78,8 @@ func TestACorruptRecordStopsTheStart(t *testing.T) {
 func TestTwoNamespacesKeepTheirOwnPaths(t *testing.T) {
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	p.createIn(n, "ns1", "data", "data-1", "hp", catalog.AccessModeSingleNodeWriter)
-	p.createIn(n, "ns2", "data", "data-2", "hp", catalog.AccessModeSingleNodeWriter)
+	p.createIn(n, "ns1", "data", "data-1", "hp", model.AccessModeSingleNodeWriter)
+	p.createIn(n, "ns2", "data", "data-2", "hp", model.AccessModeSingleNodeWriter)
 	one, err := n.manager.Mount(ctx, "ns1", "data", "web", false)
 	require.NoError(t, err)
 	two, err := n.manager.Mount(ctx, "ns2", "data", "web", false)

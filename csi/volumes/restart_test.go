@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -41,7 +41,7 @@ func TestAnAgentKilledAtAnyStepRecoversAtRestart(t *testing.T) {
 func killedAt(t *testing.T, unmount bool, method string, after bool) {
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
 
 	if unmount {
 		_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
@@ -94,7 +94,7 @@ func killedAt(t *testing.T, unmount bool, method string, after bool) {
 func TestAWriterKilledWhileUnmountingLeavesTheReaderMounted(t *testing.T) {
 	n := newNode(t, nil)
 	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", catalog.AccessModeSingleNodeWriter)
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
 	_, err := n.manager.Mount(ctx, "", "vol", "writer", false)
 	require.NoError(t, err)
 	reader, err := n.manager.Mount(ctx, "", "vol", "reader", true)

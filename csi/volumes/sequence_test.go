@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
@@ -97,11 +97,11 @@ func TestMountAndUnmountSendExactlyTheRPCsTheCapabilitiesCallFor(t *testing.T) {
 
 func exactSequence(t *testing.T, stage, attach, block, readOnly bool) {
 	n := newNode(t, nil)
-	attachment := catalog.AttachmentModeFileSystem
+	attachment := model.AttachmentModeFileSystem
 	if block {
-		attachment = catalog.AttachmentModeBlockDevice
+		attachment = model.AttachmentModeBlockDevice
 	}
-	n.catalog.add("vol", "ext-vol", "mock", catalog.AccessModeSingleNodeWriter, attachment)
+	n.catalog.add("vol", "ext-vol", "mock", model.AccessModeSingleNodeWriter, attachment)
 	m := newMockPlugin(t, n, stage, attach)
 
 	capability := capabilityOf(csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, block)
@@ -186,7 +186,7 @@ func exactSequence(t *testing.T, stage, attach, block, readOnly bool) {
 // unpublish.
 func TestAReaderJoinsAWriterOnOneStage(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "ext-vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "ext-vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, true, true)
 	capability := capabilityOf(csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
 	staging := filepath.Join(n.root, "mock", "staging", "default", "vol")
@@ -237,7 +237,7 @@ func TestAReaderJoinsAWriterOnOneStage(t *testing.T) {
 // carries no secret.
 func TestSecretsNeverReachTheStatus(t *testing.T) {
 	n := newNode(t, nil)
-	n.catalog.add("vol", "vol", "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	n.catalog.add("vol", "vol", "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	m := newMockPlugin(t, n, true, false)
 	m.nodeCaps().AnyTimes()
 	m.controllerCaps().AnyTimes()

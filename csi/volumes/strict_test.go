@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plugvisor/plugvisor/csi"
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -309,16 +309,16 @@ func onOneHost(c *csipb.VolumeCapability) {
 
 // create creates a volume on the plugin and registers it in the catalog's
 // default namespace; it returns the plugin's volume ID.
-func (p *strictPlugin) create(n *node, id, plugin string, access catalog.AccessMode) string {
+func (p *strictPlugin) create(n *node, id, plugin string, access model.AccessMode) string {
 	p.t.Helper()
 	return p.createIn(n, "default", id, id, plugin, access)
 }
 
 // createIn creates the plugin volume name and registers it as ns/id.
-func (p *strictPlugin) createIn(n *node, ns, id, name, plugin string, access catalog.AccessMode) string {
+func (p *strictPlugin) createIn(n *node, ns, id, name, plugin string, access model.AccessMode) string {
 	p.t.Helper()
 	external := p.createVolume(name)
-	n.catalog.addIn(ns, id, external, plugin, access, catalog.AttachmentModeFileSystem)
+	n.catalog.addIn(ns, id, external, plugin, access, model.AttachmentModeFileSystem)
 	return external
 }
 

@@ -166,7 +166,7 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 func register(m *member.Member, v *model.CSIVolume) error {
 	for try := 1; ; try++ {
 		_, err := m.Router().RegisterVolume(context.Background(), v)
-		if err == nil || try == 5 || !errors.Is(err, catalog.ErrCatalogStore) && !errors.Is(err, catalog.ErrFleetUnavailable) {
+		if err == nil || try == 5 || !errors.Is(err, catalog.ErrStore) && !errors.Is(err, catalog.ErrFleetUnavailable) {
 			return err
 		}
 	}

@@ -121,7 +121,7 @@ func TestAGrainRunsItsVolumesRequestsInOrderAndRefusesAnotherVolume(t *testing.T
 	other.AccessMode, other.AttachmentMode = model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	res, err := system.Root.RequestFuture(grain, &messages.FleetRegisterVolume{Volume: other.Proto()}, grainTimeout).Result()
 	require.NoError(t, err)
-	require.ErrorIs(t, messages.ErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), catalog.ErrCatalogInvalid)
+	require.ErrorIs(t, messages.ErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), catalog.ErrInvalid)
 	_, err = st.GetVolume(ctx, model.DefaultNamespace, "other")
 	require.ErrorIs(t, err, catalog.ErrVolumeNotFound, "the grain of vol registered nothing else")
 }

@@ -154,7 +154,7 @@ type Member struct {
 // Start opens the fleet's state in etcd and joins the cluster. It returns
 // when the member is registered in etcd and sees the members registered
 // before it; protoactor's start-up takes about a second more than that.
-// A bad Config is ErrInvalidConfig (or catalog.ErrCatalogInvalid from
+// A bad Config is ErrInvalidConfig (or catalog.ErrInvalid from
 // fleet.Open); an etcd that does not answer is catalog.ErrFleetUnavailable.
 // With TLS, the member first shakes hands with up to five members already
 // there, and does not join (ErrPeerTLS) when some refuse its certificate,

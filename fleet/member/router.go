@@ -86,7 +86,7 @@ func (r *Router) RecordVolumeCapacity(ctx context.Context, namespace, id string,
 // Attach records the attachment a through the volume's grain.
 func (r *Router) Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error) {
 	if a == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrCatalogInvalid, "attach: attachment must not be nil")
+		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "attach: attachment must not be nil")
 	}
 	return r.change(ctx, namespace, id, &messages.FleetAttachVolume{Attachment: model.AttachmentToProto(a)})
 }
