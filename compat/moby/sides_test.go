@@ -52,6 +52,8 @@ type plugin struct {
 	scope string
 	// removeErr, when set, is the plugin's own answer to every Remove.
 	removeErr string
+	// stopped, when set, stops every copy once closed: the plugin is gone.
+	stopped chan struct{}
 }
 
 // memDriver is an in-memory Docker volume plugin.
@@ -121,23 +123,65 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-// serve serves d on a new socket in dir until the test ends, and returns
-// the socket's path.
-func serve(t *testing.T, dir, name string, d volume.Driver) string {
+// serve serves d on a new socket in dir until the test ends, or until
+// stopped (when not nil) is closed, and returns the socket's path.
+func serve(t *testing.T, dir, name string, d volume.Driver, stopped chan struct{}) string {
 	t.Helper()
 	socket := filepath.Join(dir, name+".sock")
-	l, err := net.Listen("unix", socket)
+	ul, err := net.Listen("unix", socket)
 	require.NoError(t, err)
-	done := make(chan struct{})
+	l := &closingListener{Listener: ul}
+	done, end := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = volume.NewHandler(d).Serve(l)
 	}()
+	go func() {
+		select {
+		case <-stopped:
+		case <-end:
+		}
+		l.Close() // the socket and its connections are gone
+	}()
 	t.Cleanup(func() {
-		l.Close()
+		close(end)
 		<-done
 	})
 	return socket
+}
+
+// closingListener closes the connections it accepted when it is closed:
+// a client's idle keep-alive connection would reach a plugin otherwise gone.
+type closingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+func (l *closingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns = append(l.conns, c)
+	return c, nil
+}
+
+func (l *closingListener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, c := range l.conns {
+		c.Close()
+	}
+	return l.Listener.Close()
 }
 
 // servePlugins serves a copy of each plugin and returns their sockets by name.
@@ -146,7 +190,7 @@ func servePlugins(t *testing.T, ps []plugin) map[string]string {
 	dir := shortDir(t)
 	sockets := map[string]string{}
 	for _, p := range ps {
-		sockets[p.name] = serve(t, dir, p.name, &memDriver{plugin: p, dir: filepath.Join(dir, p.name), vols: map[string]bool{}})
+		sockets[p.name] = serve(t, dir, p.name, &memDriver{plugin: p, dir: filepath.Join(dir, p.name), vols: map[string]bool{}}, p.stopped)
 	}
 	return sockets
 }
@@ -279,7 +323,7 @@ func newPlugvisor(t *testing.T, ps ...plugin) *plugvisor {
 	sockets := servePlugins(t, ps)
 	local, err := localvolume.New(t.TempDir(), hclog.NewNullLogger())
 	require.NoError(t, err)
-	sockets["local"] = serve(t, shortDir(t), "local", local)
+	sockets["local"] = serve(t, shortDir(t), "local", local, nil)
 	for name, socket := range sockets {
 		require.NoError(t, reg.RegisterPlugin(&messages.PluginInfo{Type: dockervolume.PluginType, Name: name,
 			AllocId: "a1", Connection: &messages.ConnectionInfo{SocketPath: socket}}))

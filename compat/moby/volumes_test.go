@@ -1,9 +1,11 @@
 package moby_test
 
 import (
+	"context"
 	"errors"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -186,4 +188,29 @@ func TestTheCreateAnswerHasTheDriversScopeOnBoth(t *testing.T) {
 	}, global)
 	require.Equal(t, []string{"global", "global", "local"}, d, "dockerd")
 	require.Equal(t, d, p, "plugvisor")
+}
+
+// Row "inspect while the volume's driver is gone" (a driver that stops
+// answering once it served): both try it again with moby's backoff, 1, 2,
+// 4 and 8 s, until the next wait would end past 30 s (pkg/plugins' client,
+// and dockervolume.Client); then dockerd fails, and plugvisor answers the
+// record with the driver's error in it.
+func TestInspectWhileTheDriverIsGoneFailsInDockerdAndAnswersTheRecordInPlugvisor(t *testing.T) {
+	gone := plugin{name: "gone", scope: "local", stopped: make(chan struct{})}
+	d, p := newDockerd(t, gone), newPlugvisor(t, gone)
+	created(t, d, "data", "gone")
+	created(t, p, "data", "gone")
+	close(gone.stopped)
+
+	var dockerdErr, plugvisorErr error
+	var info dockervolume.VolumeInfo
+	var both sync.WaitGroup
+	both.Go(func() { _, dockerdErr = d.inspect("data") })
+	both.Go(func() { info, plugvisorErr = p.volumes.Inspect(context.Background(), "data") })
+	both.Wait()
+	require.ErrorContains(t, dockerdErr, `error while checking if volume "data" exists in driver "gone"`, "dockerd")
+	require.NoError(t, plugvisorErr, "plugvisor")
+	require.Equal(t, "gone", info.Driver)
+	require.True(t, info.Known, "the record")
+	require.Contains(t, info.Error, "unreachable", "with the driver's error")
 }
