@@ -43,7 +43,9 @@ const (
 	childAddressEnv = "PLUGVISOR_MEMBER_ADDRESS"
 	// childIdleEnv is the grains' idle timeout (default the member's).
 	childIdleEnv = "PLUGVISOR_MEMBER_GRAIN_IDLE"
-	childTTL     = 2 * time.Second
+	// childTTL is the members' lease: 5 s, so that a loaded machine's slow
+	// keep-alives do not lose it while a member starts.
+	childTTL = 5 * time.Second
 	// timeout is generous: the machine is shared and protoactor's start-up
 	// alone takes a second per member.
 	timeout = 60 * time.Second
