@@ -48,6 +48,13 @@ examples: ## vet and test the examples/ module (a plugin type from outside) unde
 compat-nomad: ## test compat/nomad, the drop-in for Nomad's dynamic plugin registry, against Nomad's own CSI manager
 	cd compat/nomad && $(GO) vet ./... && $(GO) test -race -count=1 $(TEST_FLAGS) ./...
 
+# compat/moby is a module of its own, so that the main module never builds
+# moby's daemon packages: its tests run dockerd's volume service (moby
+# v28.5.2, volume/service) beside plugvisor's on the same inputs.
+.PHONY: compat-moby
+compat-moby: ## test plugvisor's Docker volume service against dockerd's own, side by side (docs/docker.md's differences)
+	cd compat/moby && $(GO) vet ./... && $(GO) test -race -count=1 $(TEST_FLAGS) ./...
+
 # The command blocks of the README and docs/*.md run as testscript files
 # (cmd/plugvisor/testdata/readme) against a real agent; make test runs
 # them too.

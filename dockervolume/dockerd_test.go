@@ -95,7 +95,7 @@ func TestTheCreateAnswerHasTheDriversScope(t *testing.T) {
 	require.Equal(t, dockervolume.ScopeGlobal, again.Scope, "and so has the answer about an existing one")
 }
 
-func TestForceRemoveDropsTheRecordWhateverTheDriverSaysButNotAVolumeInUse(t *testing.T) {
+func TestForceRemoveDropsTheRecordAndAnswersTheDriversErrorButKeepsAVolumeInUse(t *testing.T) {
 	e := newVolumesEnv(t)
 	ctx := context.Background()
 	require.NoError(t, e.volumes.ForceRemove(ctx, "never"), "no such volume is no error")
@@ -112,7 +112,8 @@ func TestForceRemoveDropsTheRecordWhateverTheDriverSaysButNotAVolumeInUse(t *tes
 
 	stop() // the driver is gone
 	require.ErrorIs(t, e.volumes.Remove(ctx, "data"), discovery.ErrUnreachable, "without force the record stays")
-	require.NoError(t, e.volumes.ForceRemove(ctx, "data"))
+	require.ErrorIs(t, e.volumes.ForceRemove(ctx, "data"), discovery.ErrUnreachable,
+		"the driver's error is answered, as dockerd answers it")
 	_, err = e.volumes.Inspect(ctx, "data")
 	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
 

@@ -274,8 +274,8 @@ func (v *Volumes) Remove(ctx context.Context, name string) error {
 
 // ForceRemove removes volume name as dockerd's "volume rm -f" does: a volume
 // that does not exist is no error, and a driver that fails to remove it (or
-// is gone) does not keep its record, which is dropped. A volume in use is
-// still ErrVolumeInUse.
+// is gone) does not keep its record, which is dropped; the driver's error
+// is returned all the same. A volume in use is still ErrVolumeInUse.
 func (v *Volumes) ForceRemove(ctx context.Context, name string) error {
 	if err := ValidateVolumeName(name); err != nil {
 		return err

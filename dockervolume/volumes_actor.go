@@ -263,7 +263,8 @@ func scopeOf(ctx context.Context, client *Client) string {
 }
 
 // forceRemove is remove as dockerd's "rm -f": no volume is no error, and
-// the record goes whatever its driver says (dockerd's purge on error).
+// the record goes whatever its driver says (dockerd's purge on error);
+// the driver's error is still the answer, as dockerd's is.
 func (a *volumesActor) forceRemove(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
 	if rec == nil {
 		found, err := a.find(ctx, req.name)
@@ -284,12 +285,13 @@ func (a *volumesActor) forceRemove(ctx context.Context, req *volumeRequest, rec 
 	} else {
 		driverErr = client.Remove(ctx, req.name)
 	}
+	if err := save(a.cfg.Bucket, req.name, nil); err != nil {
+		return failed(err), false, nil
+	}
 	if driverErr != nil {
 		a.log.Warn("volume removed from the records although its driver did not remove it", "volume", req.name,
 			"driver", rec.Driver, "error", driverErr)
-	}
-	if err := save(a.cfg.Bucket, req.name, nil); err != nil {
-		return failed(err), false, nil
+		return failed(driverErr), true, nil
 	}
 	return &volumeReply{volume: rec.info()}, true, nil
 }

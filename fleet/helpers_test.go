@@ -25,9 +25,11 @@ func testCtx(t testing.TB) context.Context {
 }
 
 // open opens a Store of node on srv with a 2 s lease, closed with the test.
+// Its requests have 10 s, twice the default: on a loaded machine etcd can
+// take seconds to answer, and a test not about an outage must not see one.
 func open(t testing.TB, srv *etcdtest.Server, node string, change ...func(*fleet.Config)) *fleet.Store {
 	t.Helper()
-	cfg := fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: 2 * time.Second}
+	cfg := fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL, RequestTimeout: 10 * time.Second}
 	for _, c := range change {
 		c(&cfg)
 	}

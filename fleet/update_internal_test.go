@@ -20,7 +20,9 @@ import (
 // attempt is etcd's silence; after lost races, etcd answered, and the
 // error says the races were lost.
 func TestAWriteWhoseTimeRanOutSaysWhy(t *testing.T) {
-	s, ctx := withVolume(t, 2*time.Second, model.AccessModeMultiNodeReader)
+	// The request's time is the first attempt's wait, and must hold three
+	// lost races on a loaded machine.
+	s, ctx := withVolume(t, 5*time.Second, model.AccessModeMultiNodeReader)
 
 	for _, lost := range []int{0, 3} {
 		calls := 0

@@ -75,6 +75,15 @@ func TestEveryCommandsHelpShowsTheUsageOnceWithAnExample(t *testing.T) {
 	require.Contains(t, stdout, "plugvisor volume mount ID ALLOC [flags]")
 }
 
+// The API registers unix sockets only; plugin register offers nothing else.
+func TestPluginRegisterOffersTheUnixSocketOnly(t *testing.T) {
+	stdout, stderr, code := runHere("plugin", "register", "-h")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, "-socket string")
+	require.NotContains(t, stdout, "-address")
+	require.NotContains(t, stdout, "tcp://")
+}
+
 func TestVersionPrintsTheBuild(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"-version"}, {"--version"}} {
 		stdout, stderr, code := runHere(args...)
@@ -133,7 +142,7 @@ func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
 		{"volume mount without the alloc", []string{"volume", "mount", "db"}, "mount needs ID ALLOC, e.g. plugvisor volume mount db web-1"},
 		{"plugin register without -alloc", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-socket", "/run/csi/hp.sock"}, "missing required flag -alloc (allocation ID"},
 		{"plugin register without an address", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1"}, "register needs -socket PATH"},
-		{"plugin register with two addresses", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1", "-socket", "/s", "-address", "tcp://h:1"}, "not both"},
+		{"plugin register with a network address", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1", "-address", "tcp://h:1"}, "unknown flag: -address"},
 		{"plugin deregister without the alloc", []string{"plugin", "deregister", "csi-node", "hp"}, "deregister needs TYPE NAME ALLOC"},
 		{"plugin wait without a name", []string{"plugin", "wait", "csi-node"}, "wait needs TYPE NAME"},
 		{"snapshot list without a plugin or volume", []string{"snapshot", "list"}, "list needs -plugin P or -volume ID"},

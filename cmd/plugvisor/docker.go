@@ -142,7 +142,7 @@ func newDockerVolumeCmd(use, short, want, example string, aliases ...string) *co
 		cmd.Flags().StringVar(&body.Driver, "driver", "", `the Docker volume plugin that serves the volume (default "local", when it is registered)`)
 		cmd.Flags().Var(&opts, "opt", "a driver option KEY=VALUE (repeatable)")
 	case "rm":
-		cmd.Flags().BoolVarP(&force, "force", "f", false, "as docker volume rm -f: no such volume is no error, and the record goes even when the driver fails to remove the volume (a mounted one is still refused)")
+		cmd.Flags().BoolVarP(&force, "force", "f", false, "as docker volume rm -f: no such volume is no error, and the record goes even when the driver fails to remove the volume, whose error is still shown (a mounted one is still refused)")
 	}
 	return cmd
 }

@@ -76,7 +76,7 @@ func newPluginStatusCmd() *cobra.Command {
 func newPluginRegisterCmd() *cobra.Command {
 	var common commonFlags
 	var p pluginJSON
-	var socket, address string
+	var socket string
 	var options stringList
 	var force bool
 	cmd := &cobra.Command{
@@ -91,16 +91,10 @@ only with -force: a socket nobody serves would replace a working plugin.`,
   plugvisor plugin register -type csi-node -name ebs -alloc a2 -socket /run/csi/ebs-a2.sock -version 1.2.0 -force`,
 		Args: cmdline.Args("", "plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if (socket == "") == (address == "") {
-				return usageError("register needs -socket PATH (the plugin's unix socket), or -address tcp://host:port, not both")
+			if socket == "" {
+				return usageError("register needs -socket PATH (the plugin's unix socket)")
 			}
-			p.Connection = map[string]any{}
-			if socket != "" {
-				p.Connection["socket_path"] = socket
-			}
-			if address != "" {
-				p.Connection["address"] = address
-			}
+			p.Connection = map[string]any{"socket_path": socket}
 			for _, o := range options {
 				k, v, ok := strings.Cut(o, "=")
 				if !ok {
@@ -121,7 +115,6 @@ only with -force: a socket nobody serves would replace a working plugin.`,
 	fs.StringVar(&p.AllocID, "alloc", "", "allocation ID of this running copy")
 	fs.StringVar(&p.Version, "version", "", "plugin version")
 	fs.StringVar(&socket, "socket", "", "absolute unix socket path, at most 107 bytes")
-	fs.StringVar(&address, "address", "", "network address tcp://host:port (instead of -socket)")
 	fs.Var(&options, "option", "key=value option (repeatable)")
 	fs.BoolVar(&force, "force", false, "register even when it replaces a healthy current allocation")
 	cmdline.Require(cmd, "type", "name", "alloc")

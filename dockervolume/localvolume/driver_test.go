@@ -3,6 +3,7 @@ package localvolume_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,20 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// waitServing waits until the plugin accepts connections on socket. The
+// socket file appears at bind, before listen, so its existence is not
+// enough: a connection then is refused.
+func waitServing(t *testing.T, socket string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("unix", socket)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the plugin serves on %s", socket)
+}
+
 func TestThePluginServesDockersVolumeProtocol(t *testing.T) {
 	dir, err := os.MkdirTemp("", "pvlv")
 	require.NoError(t, err)
@@ -33,7 +48,7 @@ func TestThePluginServesDockersVolumeProtocol(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 
-	require.Eventually(t, func() bool { _, err := os.Stat(socket); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	waitServing(t, socket)
 	candidate, err := discovery.Lookup(discovery.Dirs{Sockets: []string{dir}}, "local")
 	require.NoError(t, err)
 	manifest, err := discovery.Activate(ctx, candidate, discovery.ActivateOptions{})

@@ -29,7 +29,7 @@ func serve(t *testing.T) (*http.Client, string) {
 	done := make(chan error, 1)
 	go func() { done <- localvolume.Run(ctx, []string{"-socket", socket, "-root", root}, io.Discard) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	require.Eventually(t, func() bool { _, err := os.Stat(socket); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	waitServing(t, socket)
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}

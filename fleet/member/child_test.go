@@ -43,7 +43,9 @@ const (
 	childAddressEnv = "PLUGVISOR_MEMBER_ADDRESS"
 	// childIdleEnv is the grains' idle timeout (default the member's).
 	childIdleEnv = "PLUGVISOR_MEMBER_GRAIN_IDLE"
-	childTTL     = 2 * time.Second
+	// childTTL is the members' lease: 5 s, so that a loaded machine's slow
+	// keep-alives do not lose it while a member starts.
+	childTTL = 5 * time.Second
 	// timeout is generous: the machine is shared and protoactor's start-up
 	// alone takes a second per member.
 	timeout = 60 * time.Second
@@ -117,12 +119,13 @@ func runChild() int {
 
 // leaked is goleak's verdict on the child after its member stopped. A
 // connection to a dead member closes after protoactor's fixed two seconds
-// of wait after its failed dial, so it asks for up to ten seconds.
+// of wait after its failed dial, so it asks for up to thirty seconds (a
+// loaded machine's ten).
 // protoactor's throttles keep a goroutine for one window (up to a minute)
 // after they count an event, then it ends by itself: those are ignored.
 func leaked() error {
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		err = goleak.Find(
 			goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.NewGossipActor.NewThrottleWithLogger.func2.1"),
 			goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"),

@@ -53,10 +53,12 @@ func TestTwoActivationsOfOneVolumeNeverGiveTwoWriters(t *testing.T) {
 	s := etcdtest.Start(t)
 	a, b := openStore(t, s, "a"), openStore(t, s, "b")
 	system := probe.NewSystem(t)
-	ctx, cancel := context.WithTimeout(context.Background(), grainTimeout)
-	defer cancel()
 
 	for round := range 200 {
+		// A deadline per round, not one for all of them: a loaded machine
+		// makes the two hundred slow, not any one of them.
+		ctx, cancel := context.WithTimeout(context.Background(), grainTimeout)
+		defer cancel()
 		id := fmt.Sprintf("vol-%d", round)
 		registerVolume(ctx, t, a, id, model.AccessModeSingleNodeWriter)
 
