@@ -64,6 +64,7 @@ type CreateBody struct {
 	MountOptions   *MountOptionsJSON `json:"mount_options,omitempty"`
 	Topology       TopologyJSON      `json:"topology"`
 	SnapshotID     string            `json:"snapshot_id,omitempty"`
+	CloneFrom      string            `json:"clone_from,omitempty"`
 }
 
 // ExpandBody grows a volume: POST /v1/volumes/{namespace}/{id}/expand.
@@ -181,7 +182,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 	req := controller.CreateRequest{
 		Namespace: r.PathValue("namespace"), ID: r.PathValue("id"), PluginID: body.PluginID, Name: body.Name,
 		RequiredBytes: body.Capacity.RequiredBytes, LimitBytes: body.Capacity.LimitBytes,
-		Parameters: body.Parameters, Secrets: body.Secrets, SnapshotID: body.SnapshotID,
+		Parameters: body.Parameters, Secrets: body.Secrets, SnapshotID: body.SnapshotID, CloneFrom: body.CloneFrom,
 		AccessMode:     model.AccessMode(body.AccessMode),
 		AttachmentMode: model.AttachmentMode(cmp.Or(body.AttachmentMode, string(model.AttachmentModeFileSystem))),
 	}
