@@ -161,6 +161,7 @@ func (s *Server) controllerRoutes() []route {
 		{"POST", "/v1/snapshots", nil, s.createSnapshot},
 		{"GET", "/v1/snapshots", []string{"plugin_id", "namespace", "volume_id", "snapshot_id"}, s.listSnapshots},
 		{"DELETE", "/v1/snapshots/{plugin_id}/{snapshot_id}", nil, s.deleteSnapshot},
+		{"GET", "/v1/csi/plugins/{name}/capacity", []string{"capability", "parameter", "topology"}, s.pluginCapacity},
 	}
 }
 

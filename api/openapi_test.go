@@ -294,6 +294,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("GET", "/v1/plugins/csi-node/nope", "", 404)
 	c.waitFor("/v1/csi/plugins", `"node_id": "n1"`)
 	c.do("GET", "/v1/csi/plugins", "", 200)
+	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=single-node-writer&parameter=k%3Dv&topology=topology.hostpath.csi.plugvisor.io%2Fnode%3Dn1", "", 200)
+	c.do("GET", "/v1/csi/plugins/hp/capacity?topology=a%3D1&topology=b%3D2", "", 400)
+	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=everyone", "", 400)
 	c.refuse("GET", "/v1/events?replay=maybe", "")
 	c.stream("/v1/events?replay=true", 3, func() {
 		c.do("POST", "/v1/plugins", `{"type":"csi-test","name":"x","alloc_id":"a1","connection":{"socket_path":"/run/x.sock"}}`, 200)

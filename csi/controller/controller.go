@@ -141,6 +141,7 @@ var (
 	capSnapshots    = capability{"CREATE_DELETE_SNAPSHOT", func(c csi.ControllerCapabilities) bool { return c.CreateDeleteSnapshot }}
 	capList         = capability{"LIST_SNAPSHOTS", func(c csi.ControllerCapabilities) bool { return c.ListSnapshots }}
 	capClone        = capability{"CLONE_VOLUME", func(c csi.ControllerCapabilities) bool { return c.CloneVolume }}
+	capCapacity     = capability{"GET_CAPACITY", func(c csi.ControllerCapabilities) bool { return c.GetCapacity }}
 )
 
 // connect dials the current csi-controller allocation of plugin and checks

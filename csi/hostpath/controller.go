@@ -21,7 +21,7 @@ type controllerServer struct {
 
 // ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, LIST_VOLUMES,
 // LIST_VOLUMES_PUBLISHED_NODES, GET_VOLUME, GET_VOLUME_HEALTH, EXPAND_VOLUME,
-// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and CLONE_VOLUME, and with AttachRequired also
+// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME and GET_CAPACITY, and with AttachRequired also
 // PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY.
 func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	types := []csi.ControllerServiceCapability_RPC_Type{
@@ -34,6 +34,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 	}
 	if s.d.cfg.AttachRequired {
 		types = append(types,
