@@ -158,6 +158,7 @@ func (s *Server) controllerRoutes() []route {
 	return []route{
 		{"POST", "/v1/volumes/{namespace}/{id}/create", nil, s.createVolume},
 		{"POST", "/v1/volumes/{namespace}/{id}/expand", nil, s.expandVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/modify", nil, s.modifyVolume},
 		{"POST", "/v1/snapshots", nil, s.createSnapshot},
 		{"GET", "/v1/snapshots", []string{"plugin_id", "namespace", "volume_id", "snapshot_id"}, s.listSnapshots},
 		{"DELETE", "/v1/snapshots/{plugin_id}/{snapshot_id}", nil, s.deleteSnapshot},

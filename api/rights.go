@@ -45,6 +45,7 @@ var routeRights = map[string]Rights{
 	"POST /v1/volumes/{namespace}/{id}/detach":       Volumes,
 	"POST /v1/volumes/{namespace}/{id}/create":       Volumes,
 	"POST /v1/volumes/{namespace}/{id}/expand":       Volumes,
+	"POST /v1/volumes/{namespace}/{id}/modify":       Volumes,
 	"POST /v1/snapshots":                             Volumes,
 	"DELETE /v1/snapshots/{plugin_id}/{snapshot_id}": Volumes,
 	"POST /v1/docker/volumes":                        Volumes,

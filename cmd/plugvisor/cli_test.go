@@ -127,6 +127,8 @@ func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
 		{"plugin register with two addresses", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1", "-socket", "/s", "-address", "tcp://h:1"}, "not both"},
 		{"plugin deregister without the alloc", []string{"plugin", "deregister", "csi-node", "hp"}, "deregister needs TYPE NAME ALLOC"},
 		{"plugin wait without a name", []string{"plugin", "wait", "csi-node"}, "wait needs TYPE NAME"},
+		{"volume modify without -param", []string{"volume", "modify", "db"}, "missing required flag -param"},
+		{"volume modify with a param that is not KEY=VALUE", []string{"volume", "modify", "-param", "tier", "db"}, `"tier" is not KEY=VALUE`},
 		{"plugin capacity without a plugin", []string{"plugin", "capacity"}, "capacity needs PLUGIN, e.g. plugvisor plugin capacity hostpath"},
 		{"plugin capacity with an unknown access mode", []string{"plugin", "capacity", "-capability", "everyone", "hp"}, `access mode of "everyone"`},
 		{"plugin capacity with an unknown attachment mode", []string{"plugin", "capacity", "-capability", "single-node-writer/floppy", "hp"}, `attachment mode of "single-node-writer/floppy"`},

@@ -36,10 +36,12 @@ func hostpathCLI(t *testing.T) (dir string, run func(want int, args ...string) s
 	return dir, run
 }
 
-// TestCloneAndCapacityFromTheCLI: plugin capacity answers the reference
-// plugin's room; volume create -clone-from makes a copy of a volume's
-// files; a clone of an unknown volume is refused naming clone_from.
-func TestCloneAndCapacityFromTheCLI(t *testing.T) {
+// TestCloneCapacityAndModifyFromTheCLI: plugin capacity answers the
+// reference plugin's room; volume create -clone-from makes a copy of a
+// volume's files; a clone of an unknown volume is refused naming
+// clone_from; volume modify sets the plugin's mutable parameters, and an
+// unknown key is refused by the plugin, changing nothing.
+func TestCloneCapacityAndModifyFromTheCLI(t *testing.T) {
 	dir, run := hostpathCLI(t)
 	require.Regexp(t, `plugin hp: [1-9][0-9]* bytes available, largest volume`, run(0, "plugin", "capacity", "-capability", "single-node-writer", "hp"))
 	var capacity struct {
@@ -64,5 +66,15 @@ func TestCloneAndCapacityFromTheCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(data))
 	require.Contains(t, run(1, "volume", "create", "-plugin", "hp", "-access-mode", "single-node-writer", "-clone-from", "nope", "x"), "clone_from")
+
+	require.Contains(t, run(0, "volume", "modify", "-param", "tier=fast", "-param", "label=nightly", "db"), "modified volume default/db: 2 mutable parameters set")
+	require.Contains(t, run(1, "volume", "modify", "-param", "iops=5000", "db"), `unknown mutable parameter "iops"`)
+	var rec struct {
+		MutableParameters map[string]string `json:"mutable_parameters"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "hp", "state", "volumes", db.ExternalID+".json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rec))
+	require.Equal(t, map[string]string{"tier": "fast", "label": "nightly"}, rec.MutableParameters, "the refused modify changed nothing")
 	require.False(t, strings.Contains(run(0, "volume", "list"), " x "), "nothing was created")
 }

@@ -142,6 +142,7 @@ var (
 	capList         = capability{"LIST_SNAPSHOTS", func(c csi.ControllerCapabilities) bool { return c.ListSnapshots }}
 	capClone        = capability{"CLONE_VOLUME", func(c csi.ControllerCapabilities) bool { return c.CloneVolume }}
 	capCapacity     = capability{"GET_CAPACITY", func(c csi.ControllerCapabilities) bool { return c.GetCapacity }}
+	capModify       = capability{"MODIFY_VOLUME", func(c csi.ControllerCapabilities) bool { return c.ModifyVolume }}
 )
 
 // connect dials the current csi-controller allocation of plugin and checks

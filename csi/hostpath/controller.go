@@ -21,7 +21,7 @@ type controllerServer struct {
 
 // ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, LIST_VOLUMES,
 // LIST_VOLUMES_PUBLISHED_NODES, GET_VOLUME, GET_VOLUME_HEALTH, EXPAND_VOLUME,
-// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME and GET_CAPACITY, and with AttachRequired also
+// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME, GET_CAPACITY and MODIFY_VOLUME, and with AttachRequired also
 // PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY.
 func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	types := []csi.ControllerServiceCapability_RPC_Type{
@@ -35,6 +35,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	}
 	if s.d.cfg.AttachRequired {
 		types = append(types,
@@ -66,8 +67,8 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 	if err != nil {
 		return nil, err
 	}
-	if len(req.GetMutableParameters()) > 0 {
-		return nil, invalidArgument(errors.New("hostpath: mutable parameters are not supported"))
+	if err := checkMutable(req.GetMutableParameters()); err != nil {
+		return nil, invalidArgument(err)
 	}
 	capacity, err := capacityFor(req.GetCapacityRange())
 	if err != nil {
@@ -91,7 +92,8 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		}
 		return &csi.CreateVolumeResponse{Volume: rec.volume()}, nil
 	}
-	rec = volumeRecord{ID: id, Name: name, CapacityBytes: capacity, Parameters: req.GetParameters(), NodeID: d.cfg.NodeID, SourceSnapshotID: snapshotID, SourceVolumeID: sourceVolumeID}
+	rec = volumeRecord{ID: id, Name: name, CapacityBytes: capacity, Parameters: req.GetParameters(), NodeID: d.cfg.NodeID, SourceSnapshotID: snapshotID, SourceVolumeID: sourceVolumeID,
+		MutableParameters: req.GetMutableParameters()}
 	if err := d.fillFromSnapshot(&rec, req.GetCapacityRange()); err != nil {
 		return nil, err
 	}

@@ -41,6 +41,8 @@ type volumeRecord struct {
 	SourceSnapshotID string `json:"source_snapshot_id,omitempty"`
 	// SourceVolumeID is the volume it was cloned from, if any.
 	SourceVolumeID string `json:"source_volume_id,omitempty"`
+	// MutableParameters are those of CreateVolume and ControllerModifyVolume.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
 	// Attachments are the ControllerPublishVolume calls in force, by node ID
 	// (only with Config.AttachRequired).
 	Attachments map[string]attachment `json:"attachments,omitempty"`

@@ -288,6 +288,7 @@ func TestCapabilitiesOfEachMode(t *testing.T) {
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	}
 	attach := append([]csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
