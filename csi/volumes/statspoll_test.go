@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
 
+	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/storage"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -153,4 +154,45 @@ func TestABadStatsConfigIsRefusedNamingTheField(t *testing.T) {
 		require.ErrorIs(t, err, volumes.ErrInvalid)
 		require.ErrorContains(t, err, field)
 	}
+}
+
+// TestPeriodicStatsKeepAtMostStatsConcurrencyRPCsInFlight mounts three
+// volumes and answers no stats RPC until two are in flight: with
+// StatsConcurrency 2 the third waits for one of them to answer, and every
+// volume gets its sample.
+func TestPeriodicStatsKeepAtMostStatsConcurrencyRPCsInFlight(t *testing.T) {
+	f := newExpandFixture(t, statsCap)
+	clock, _ := withStats(f, &fenceEvents{}, true)
+	f.n.restartWith(func(c *volumes.Config) { c.StatsConcurrency = 2 })
+	for _, id := range []string{"vol2", "vol3"} {
+		f.n.catalog.add(id, "ext-"+id, "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+	}
+	f.m.nodeCapsWith(statsCap).AnyTimes()
+	f.m.controllerCaps().AnyTimes()
+	f.m.Node.EXPECT().NodeStageVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodeStageVolumeResponse{}, nil).AnyTimes()
+	f.publish(nil).AnyTimes()
+	var inFlight, most atomic.Int32
+	release := make(chan struct{})
+	f.m.Node.EXPECT().NodeGetVolumeStats(gomock.Any(), gomock.Any()).DoAndReturn(
+		func(ctx context.Context, _ *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return &csipb.NodeGetVolumeStatsResponse{Usage: usage()}, nil
+		}).AnyTimes()
+	for _, id := range []string{"vol", "vol2", "vol3"} {
+		_, err := f.n.manager.Mount(ctx, "", id, "web-1", false)
+		require.NoError(t, err)
+	}
+	clock.fire()
+	require.Eventually(t, func() bool { return inFlight.Load() == 2 }, wait, time.Millisecond)
+	close(release)
+	require.Eventually(t, func() bool { return len(f.n.manager.VolumeStats()) == 3 }, wait, 5*time.Millisecond)
+	require.Equal(t, int32(2), most.Load(), "never more than StatsConcurrency RPCs at once")
+	f.n.stop() // the volumes stay published; the mocks expect nothing more
 }
