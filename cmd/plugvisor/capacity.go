@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -23,34 +22,50 @@ given. A plugin that does not advertise GET_CAPACITY is refused, and is not
 asked.`
 
 const pluginCapacityExample = `  plugvisor plugin capacity hostpath
-  plugvisor plugin capacity -capability single-node-writer hostpath
-  plugvisor plugin capacity -capability single-node-reader-only/block-device -parameter tier=fast ebs
+  plugvisor plugin capacity -capability access=single-node-writer hostpath
+  plugvisor plugin capacity -capability access=single-node-reader-only,attachment=block-device -parameter tier=fast ebs
   plugvisor plugin capacity -topology topology.hostpath.csi.plugvisor.io/node=n1 -json hostpath`
 
-// capabilityList is a repeatable ACCESS_MODE[/ATTACHMENT_MODE] flag.
-type capabilityList []string
+// capacityCapabilities is plugin capacity's -capability, repeatable, in
+// volume register's syntax, "access=MODE[,attachment=MODE]" (attachment
+// defaults to file-system); each is kept as the API's query value,
+// ACCESS_MODE/ATTACHMENT_MODE.
+type capacityCapabilities []string
 
-func (c *capabilityList) String() string { return strings.Join(*c, " ") }
+func (c *capacityCapabilities) String() string { return strings.Join(*c, " ") }
 
 // Type names the flag's value in help.
-func (c *capabilityList) Type() string { return "ACCESS_MODE[/ATTACHMENT_MODE]" }
+func (c *capacityCapabilities) Type() string { return "access=MODE[,attachment=MODE]" }
 
 // Set adds v once its modes are known ones.
-func (c *capabilityList) Set(v string) error {
-	access, attach, _ := strings.Cut(v, "/")
+func (c *capacityCapabilities) Set(v string) error {
+	access, attach := "", string(model.AttachmentModeFileSystem)
+	for _, part := range strings.Split(v, ",") {
+		key, value, ok := strings.Cut(part, "=")
+		switch {
+		case !ok || value == "":
+			return fmt.Errorf("capability %q: %q is not KEY=VALUE (keys: access, attachment)", v, part)
+		case key == "access":
+			access = value
+		case key == "attachment":
+			attach = value
+		default:
+			return fmt.Errorf("capability %q: unknown key %q (keys: access, attachment)", v, key)
+		}
+	}
 	if err := model.AccessMode(access).Validate(); err != nil {
-		return fmt.Errorf("access mode of %q: %w", v, err)
+		return fmt.Errorf("capability %q: access: %w", v, err)
 	}
-	if err := model.AttachmentMode(cmp.Or(attach, string(model.AttachmentModeFileSystem))).Validate(); err != nil {
-		return fmt.Errorf("attachment mode of %q: %w", v, err)
+	if err := model.AttachmentMode(attach).Validate(); err != nil {
+		return fmt.Errorf("capability %q: attachment: %w", v, err)
 	}
-	*c = append(*c, v)
+	*c = append(*c, access+"/"+attach)
 	return nil
 }
 
 func newPluginCapacityCmd() *cobra.Command {
 	var common commonFlags
-	var caps capabilityList
+	var caps capacityCapabilities
 	var params keyValues
 	var topology topologyList
 	cmd := &cobra.Command{
@@ -78,7 +93,7 @@ func newPluginCapacityCmd() *cobra.Command {
 		},
 	}
 	common.register(cmd.Flags())
-	cmd.Flags().Var(&caps, "capability", "a capability the volumes would have, e.g. single-node-writer or multi-node-reader-only/block-device (repeatable)")
+	cmd.Flags().Var(&caps, "capability", "a capability the volumes would have, e.g. access=single-node-writer or access=multi-node-reader-only,attachment=block-device (repeatable)")
 	cmd.Flags().Var(&params, "parameter", "a creation parameter KEY=VALUE (repeatable)")
 	cmd.Flags().Var(&topology, "topology", "where the volumes would be reachable, KEY=VALUE[,KEY=VALUE]")
 	return cmd

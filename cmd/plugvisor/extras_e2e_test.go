@@ -43,11 +43,11 @@ func hostpathCLI(t *testing.T) (dir string, run func(want int, args ...string) s
 // unknown key is refused by the plugin, changing nothing.
 func TestCloneCapacityAndModifyFromTheCLI(t *testing.T) {
 	dir, run := hostpathCLI(t)
-	require.Regexp(t, `plugin hp: [1-9][0-9]* bytes available, largest volume`, run(0, "plugin", "capacity", "-capability", "single-node-writer", "hp"))
+	require.Regexp(t, `plugin hp: [1-9][0-9]* bytes available, largest volume`, run(0, "plugin", "capacity", "-capability", "access=single-node-writer", "hp"))
 	var capacity struct {
 		AvailableBytes int64 `json:"available_bytes"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(run(0, "plugin", "capacity", "-json", "-capability", "multi-node-multi-writer", "hp")), &capacity))
+	require.NoError(t, json.Unmarshal([]byte(run(0, "plugin", "capacity", "-json", "-capability", "access=multi-node-multi-writer", "hp")), &capacity))
 	require.Zero(t, capacity.AvailableBytes, "the reference plugin makes no multi-node volume")
 	require.Contains(t, run(2, "plugin", "capacity", "-parameter", "=x", "hp"), `"=x" is not KEY=VALUE`)
 

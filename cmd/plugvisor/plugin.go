@@ -29,7 +29,7 @@ const pluginExample = `  plugvisor plugin list -type csi-node
   plugvisor plugin status -json csi-node hostpath
   plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock
   plugvisor plugin deregister csi-node ebs a1
-  plugvisor plugin capacity -capability single-node-writer hostpath`
+  plugvisor plugin capacity -capability access=single-node-writer hostpath`
 
 func newPluginCmd() *cobra.Command {
 	cmd := &cobra.Command{
