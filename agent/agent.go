@@ -106,6 +106,11 @@ type Config struct {
 	// and how long its caller waits; zero means the default (2 minutes),
 	// negative is refused.
 	VolumeOperationTimeout time.Duration
+	// VolumeStatsInterval is how often each published volume's node plugin
+	// is asked NodeGetVolumeStats, when it advertises GET_VOLUME_STATS:
+	// the plugvisor_volume_stats_* series and the volume's condition
+	// events follow it. Zero asks never; negative is refused.
+	VolumeStatsInterval time.Duration
 	// MaxPluginsPerType bounds the allocations of one plugin type
 	// (default registry.DefaultPluginsPerType).
 	MaxPluginsPerType int
@@ -408,10 +413,12 @@ func (a *Agent) startManagers() error {
 		OnEvent:     a.onEvent,
 
 		OperationTimeout: a.cfg.VolumeOperationTimeout,
+		StatsInterval:    a.cfg.VolumeStatsInterval, StatsSupported: a.nodeSupportsStats,
 	})
 	if err != nil {
 		return err
 	}
+	a.metrics.reg.MustRegister(newVolumeStatsCollector(a.volumes.VolumeStats))
 	a.stops = append(a.stops, a.volumes.Shutdown)
 	a.followStanding()
 	if err := a.startGC(); err != nil {

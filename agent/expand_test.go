@@ -12,10 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/api"
-	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/hostpath"
-	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
-	"github.com/plugvisor/plugvisor/messages"
 )
 
 // TestExpandingAMountedVolumeExpandsItOnTheNodeToo creates a volume with
@@ -26,12 +22,7 @@ import (
 func TestExpandingAMountedVolumeExpandsItOnTheNodeToo(t *testing.T) {
 	dir := dataDir(t)
 	a := startAgent(t, dir)
-	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
-		Mode: hostpath.ModeMonolith, SymlinkFallback: true})
-	for _, ptype := range []string{csi.TypeController, csi.TypeNode} {
-		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: "a1",
-			Connection: &messages.ConnectionInfo{SocketPath: plugin.Endpoint}}))
-	}
+	registerHostpath(t, a, dir)
 	c := unixClient(t, a)
 	do := func(method, path, body string, want int, out any) {
 		t.Helper()

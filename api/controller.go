@@ -60,6 +60,7 @@ type CreateBody struct {
 	MountOptions   *MountOptionsJSON `json:"mount_options,omitempty"`
 	Topology       TopologyJSON      `json:"topology"`
 	SnapshotID     string            `json:"snapshot_id,omitempty"`
+	CloneFrom      string            `json:"clone_from,omitempty"`
 }
 
 // ExpandBody grows a volume: POST /v1/volumes/{namespace}/{id}/expand.
@@ -153,9 +154,11 @@ func (s *Server) controllerRoutes() []route {
 	return []route{
 		{"POST", "/v1/volumes/{namespace}/{id}/create", nil, s.createVolume},
 		{"POST", "/v1/volumes/{namespace}/{id}/expand", nil, s.expandVolume},
+		{"POST", "/v1/volumes/{namespace}/{id}/modify", nil, s.modifyVolume},
 		{"POST", "/v1/snapshots", nil, s.createSnapshot},
 		{"GET", "/v1/snapshots", []string{"plugin_id", "namespace", "volume_id", "snapshot_id"}, s.listSnapshots},
 		{"DELETE", "/v1/snapshots/{plugin_id}/{snapshot_id}", nil, s.deleteSnapshot},
+		{"GET", "/v1/csi/plugins/{name}/capacity", []string{"capability", "parameter", "topology"}, s.pluginCapacity},
 	}
 }
 
@@ -177,7 +180,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 	req := controller.CreateRequest{
 		Namespace: r.PathValue("namespace"), ID: r.PathValue("id"), PluginID: body.PluginID, Name: body.Name,
 		RequiredBytes: body.Capacity.RequiredBytes, LimitBytes: body.Capacity.LimitBytes,
-		Parameters: body.Parameters, Secrets: body.Secrets, SnapshotID: body.SnapshotID,
+		Parameters: body.Parameters, Secrets: body.Secrets, SnapshotID: body.SnapshotID, CloneFrom: body.CloneFrom,
 		AccessMode:     model.AccessMode(body.AccessMode),
 		AttachmentMode: model.AttachmentMode(cmp.Or(body.AttachmentMode, string(model.AttachmentModeFileSystem))),
 	}

@@ -109,6 +109,7 @@ func newAgentCmd() *cobra.Command {
 	fs.DurationVar(&cfg.ResyncInterval, "resync-interval", 30*time.Second, "how often plugin managers resync with the registry")
 	fs.DurationVar(&cfg.FingerprintInterval, "fingerprint-interval", 30*time.Second, "how often plugins are fingerprinted")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID in the CSI catalog (default: host name)")
+	fs.DurationVar(&cfg.VolumeStatsInterval, "volume-stats-interval", time.Minute, "how often each published volume whose node plugin advertises GET_VOLUME_STATS is asked NodeGetVolumeStats (jittered by a tenth), for the plugvisor_volume_stats_* metrics and condition events; 0 never")
 	fs.DurationVar(&cfg.VolumeOperationTimeout, "volume-op-timeout", 2*time.Minute, "deadline of a whole volume operation (mount, unmount, create, delete, expand, snapshot ...): the API answers within it")
 	fs.BoolVar(&cfg.ResetCorruptState, "reset-corrupt-state", false, "move a corrupt state file aside and start empty")
 	fs.IntVar(&cfg.MaxPluginsPerType, "max-plugins-per-type", registry.DefaultPluginsPerType, "most allocations one plugin type may hold")

@@ -32,7 +32,8 @@ shown. On a terminal it shows progress while the plugin works.`
 const volumeCreateExample = `  plugvisor volume create -plugin hostpath -access-mode single-node-writer -size 1GiB db
   plugvisor volume create -plugin hostpath -access-mode single-node-writer -size 1GiB \
     -parameter tier=fast -secrets-file ./db-secrets.json db
-  plugvisor volume create -plugin hostpath -access-mode single-node-writer -snapshot SNAPSHOT_ID db-restored`
+  plugvisor volume create -plugin hostpath -access-mode single-node-writer -snapshot SNAPSHOT_ID db-restored
+  plugvisor volume create -plugin hostpath -access-mode single-node-writer -clone-from db db-copy`
 
 const snapshotLong = `Snapshots live on the plugin: create takes one of a volume through its
 plugin's controller, list asks the plugin, delete removes one. Create a
@@ -173,6 +174,7 @@ func newVolumeCreateCmd() *cobra.Command {
 	fs.Var(&params, "parameter", "plugin parameter KEY=VALUE (repeatable)")
 	fs.StringVar(&secretsFile, "secrets-file", "", "JSON file with the plugin's secrets (never shown)")
 	fs.StringVar(&body.SnapshotID, "snapshot", "", "snapshot ID to create the volume from")
+	fs.StringVar(&body.CloneFrom, "clone-from", "", "volume of the namespace (and plugin) to clone, when the controller advertises CLONE_VOLUME")
 	fs.StringVar(&fsType, "fs-type", "", "file system type, e.g. ext4")
 	fs.Var(&flags, "mount-flag", "mount flag (repeatable)")
 	fs.Var(&requisite, "requisite", "required topology KEY=VALUE[,KEY=VALUE] (repeatable)")

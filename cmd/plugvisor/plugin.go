@@ -28,7 +28,8 @@ const pluginExample = `  plugvisor plugin list -type csi-node
   plugvisor plugin wait csi-node hostpath
   plugvisor plugin status -json csi-node hostpath
   plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock
-  plugvisor plugin deregister csi-node ebs a1`
+  plugvisor plugin deregister csi-node ebs a1
+  plugvisor plugin capacity -capability access=single-node-writer hostpath`
 
 func newPluginCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -37,7 +38,8 @@ func newPluginCmd() *cobra.Command {
 		Long:    pluginLong,
 		Example: pluginExample,
 	}
-	cmd.AddCommand(newPluginListCmd(), newPluginStatusCmd(), newPluginRegisterCmd(), newPluginDeregisterCmd(), newPluginWaitCmd())
+	cmd.AddCommand(newPluginListCmd(), newPluginStatusCmd(), newPluginRegisterCmd(), newPluginDeregisterCmd(), newPluginWaitCmd(),
+		newPluginCapacityCmd())
 	return cmd
 }
 

@@ -44,7 +44,7 @@ func newVolumeCmd() *cobra.Command {
 		Long:    volumeLong,
 		Example: volumeExample,
 	}
-	cmd.AddCommand(newVolumeCreateCmd(), newVolumeDeleteCmd(false), newVolumeDeleteCmd(true), newVolumeExpandCmd(),
+	cmd.AddCommand(newVolumeCreateCmd(), newVolumeDeleteCmd(false), newVolumeDeleteCmd(true), newVolumeExpandCmd(), newVolumeModifyCmd(),
 		newVolumeRegisterCmd(), newVolumeListCmd(), newVolumeStatusCmd(), newVolumeDetachCmd(),
 		newVolumeAllocCmd("claim", "claim a volume for an alloc, without mounting it", "  plugvisor volume claim db batch-1\n  plugvisor volume claim -read-only db report-1"),
 		newVolumeAllocCmd("release", "release a claim made with claim", "  plugvisor volume release db batch-1"),

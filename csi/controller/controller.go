@@ -141,6 +141,9 @@ var (
 	capExpand       = capability{"EXPAND_VOLUME", func(c csi.ControllerCapabilities) bool { return c.ExpandVolume }}
 	capSnapshots    = capability{"CREATE_DELETE_SNAPSHOT", func(c csi.ControllerCapabilities) bool { return c.CreateDeleteSnapshot }}
 	capList         = capability{"LIST_SNAPSHOTS", func(c csi.ControllerCapabilities) bool { return c.ListSnapshots }}
+	capClone        = capability{"CLONE_VOLUME", func(c csi.ControllerCapabilities) bool { return c.CloneVolume }}
+	capCapacity     = capability{"GET_CAPACITY", func(c csi.ControllerCapabilities) bool { return c.GetCapacity }}
+	capModify       = capability{"MODIFY_VOLUME", func(c csi.ControllerCapabilities) bool { return c.ModifyVolume }}
 )
 
 // connect dials the current csi-controller allocation of plugin and checks

@@ -44,6 +44,9 @@ type CreateRequest struct {
 	Requisite, Preferred []*model.Topology
 	// SnapshotID, when set, is the snapshot the volume is made from.
 	SnapshotID string
+	// CloneFrom, when set, is the catalog volume (of the same namespace
+	// and plugin) the volume is cloned from; not with SnapshotID.
+	CloneFrom string
 }
 
 // Validate reports every problem of r at once, each matching
@@ -89,6 +92,7 @@ func (r CreateRequest) Validate() error {
 			problems = append(problems, "snapshot_id "+id)
 		}
 	}
+	problems = append(problems, r.checkClone()...)
 	// The catalog checks the mount options with the rest of the volume;
 	// check them here too, so that nothing reaches the plugin.
 	if err := r.volume("probe").Validate(); err != nil && len(problems) == 0 {
@@ -179,12 +183,24 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 	if req.SnapshotID != "" {
 		need = append(need, capSnapshots)
 	}
+	source, err := c.cloneSource(ctx, what, req)
+	if err != nil {
+		return nil, err
+	}
+	if source != "" {
+		need = append(need, capClone)
+	}
 	client, err := c.connect(ctx, req.PluginID, what, need...)
 	if err != nil {
 		return nil, err
 	}
 	defer client.Close()
-	resp, err := client.CreateVolume(ctx, c.createVolumeRequest(req))
+	cvr := c.createVolumeRequest(req)
+	if source != "" {
+		cvr.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Volume{
+			Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: source}}}
+	}
+	resp, err := client.CreateVolume(ctx, cvr)
 	if err != nil {
 		return nil, fmt.Errorf("controller: %s: %w", what, err)
 	}

@@ -21,7 +21,7 @@ type controllerServer struct {
 
 // ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, LIST_VOLUMES,
 // LIST_VOLUMES_PUBLISHED_NODES, GET_VOLUME, GET_VOLUME_HEALTH, EXPAND_VOLUME,
-// CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS, and with AttachRequired also
+// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME, GET_CAPACITY and MODIFY_VOLUME, and with AttachRequired also
 // PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY.
 func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	types := []csi.ControllerServiceCapability_RPC_Type{
@@ -33,6 +33,9 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	}
 	if s.d.cfg.AttachRequired {
 		types = append(types,
@@ -46,12 +49,12 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 }
 
 // CreateVolume creates the volume directory and its record, empty or filled
-// with a copy of a snapshot's files. The volume ID is derived from the name,
+// with a copy of a snapshot's or a volume's files (cloning). The volume ID is derived from the name,
 // so a repeated request finds the volume it created: it succeeds if the
 // volume's capacity fits the requested range and the parameters and source
 // are the same, and fails with AlreadyExists otherwise. An unknown source
-// snapshot fails with NotFound, a source volume (cloning) with
-// InvalidArgument. Secrets are accepted and neither kept nor logged.
+// snapshot or volume fails with NotFound, a source larger than the
+// requested range with OutOfRange. Secrets are accepted and neither kept nor logged.
 func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	name := req.GetName()
 	if name == "" {
@@ -60,12 +63,12 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return nil, invalidArgument(err)
 	}
-	snapshotID, err := sourceSnapshot(req.GetVolumeContentSource())
+	snapshotID, sourceVolumeID, err := contentSource(req.GetVolumeContentSource())
 	if err != nil {
 		return nil, err
 	}
-	if len(req.GetMutableParameters()) > 0 {
-		return nil, invalidArgument(errors.New("hostpath: mutable parameters are not supported"))
+	if err := checkMutable(req.GetMutableParameters()); err != nil {
+		return nil, invalidArgument(err)
 	}
 	capacity, err := capacityFor(req.GetCapacityRange())
 	if err != nil {
@@ -84,13 +87,17 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		return nil, internal(err)
 	}
 	if found {
-		if err := rec.compatible(name, req.GetCapacityRange(), req.GetParameters(), snapshotID); err != nil {
+		if err := rec.compatible(name, req.GetCapacityRange(), req.GetParameters(), snapshotID, sourceVolumeID); err != nil {
 			return nil, err
 		}
 		return &csi.CreateVolumeResponse{Volume: rec.volume()}, nil
 	}
-	rec = volumeRecord{ID: id, Name: name, CapacityBytes: capacity, Parameters: req.GetParameters(), NodeID: d.cfg.NodeID, SourceSnapshotID: snapshotID}
+	rec = volumeRecord{ID: id, Name: name, CapacityBytes: capacity, Parameters: req.GetParameters(), NodeID: d.cfg.NodeID, SourceSnapshotID: snapshotID, SourceVolumeID: sourceVolumeID,
+		MutableParameters: req.GetMutableParameters()}
 	if err := d.fillFromSnapshot(&rec, req.GetCapacityRange()); err != nil {
+		return nil, err
+	}
+	if err := d.fillFromVolume(&rec, req.GetCapacityRange()); err != nil {
 		return nil, err
 	}
 	// The directory first, the record last: the record is what makes the
@@ -102,32 +109,19 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		return nil, internal(err)
 	}
 	d.log.Info("hostpath: created volume", "volume_id", id, "name", name, "capacity_bytes", rec.CapacityBytes,
-		"path", d.volumeDir(id), "source_snapshot_id", snapshotID)
+		"path", d.volumeDir(id), "source_snapshot_id", snapshotID, "source_volume_id", sourceVolumeID)
 	return &csi.CreateVolumeResponse{Volume: rec.volume()}, nil
 }
 
-// sourceSnapshot returns the snapshot ID of a content source, "" for none.
-// Cloning a volume is not supported (no CLONE_VOLUME).
-func sourceSnapshot(src *csi.VolumeContentSource) (string, error) {
-	switch t := src.GetType().(type) {
-	case nil:
-		return "", nil
-	case *csi.VolumeContentSource_Snapshot:
-		id := t.Snapshot.GetSnapshotId()
-		if err := checkID("snapshot", id); err != nil {
-			return "", invalidArgument(err)
-		}
-		return id, nil
-	}
-	return "", invalidArgument(errors.New("hostpath: volume content source must be a snapshot: cloning a volume is not supported"))
-}
-
 // makeVolumeDir creates the volume's directory, empty or, for a volume made
-// from a snapshot, as a copy of the snapshot's files. A copy left half done
-// by a killed plugin is replaced.
+// from a snapshot or a volume, as a copy of its files. A copy left half
+// done by a killed plugin is replaced.
 func (d *Driver) makeVolumeDir(rec volumeRecord) error {
-	dir := d.volumeDir(rec.ID)
-	if rec.SourceSnapshotID == "" {
+	dir, source := d.volumeDir(rec.ID), d.snapshotDir(rec.SourceSnapshotID)
+	if rec.SourceVolumeID != "" {
+		source = d.volumeDir(rec.SourceVolumeID)
+	}
+	if rec.SourceSnapshotID == "" && rec.SourceVolumeID == "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return internal(fmt.Errorf("hostpath: create volume directory: %w", err))
 		}
@@ -136,7 +130,7 @@ func (d *Driver) makeVolumeDir(rec volumeRecord) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return internal(fmt.Errorf("hostpath: remove half-made volume directory: %w", err))
 	}
-	if err := copyTree(d.snapshotDir(rec.SourceSnapshotID), dir); err != nil {
+	if err := copyTree(source, dir); err != nil {
 		return internal(err)
 	}
 	return nil
@@ -160,7 +154,7 @@ func capacityFor(r *csi.CapacityRange) (int64, error) {
 
 // compatible reports, as an AlreadyExists error, why an existing volume does
 // not satisfy a repeated CreateVolume.
-func (rec volumeRecord) compatible(name string, r *csi.CapacityRange, params map[string]string, snapshotID string) error {
+func (rec volumeRecord) compatible(name string, r *csi.CapacityRange, params map[string]string, snapshotID, sourceVolumeID string) error {
 	if rec.Name != name {
 		return status.Errorf(codes.AlreadyExists, "hostpath: volume ID %s is taken by volume %q (hash collision with %q)", rec.ID, rec.Name, name)
 	}
@@ -173,6 +167,9 @@ func (rec volumeRecord) compatible(name string, r *csi.CapacityRange, params map
 	}
 	if rec.SourceSnapshotID != snapshotID {
 		return status.Errorf(codes.AlreadyExists, "hostpath: volume %q exists with source snapshot %q, not %q", name, rec.SourceSnapshotID, snapshotID)
+	}
+	if rec.SourceVolumeID != sourceVolumeID {
+		return status.Errorf(codes.AlreadyExists, "hostpath: volume %q exists with source volume %q, not %q", name, rec.SourceVolumeID, sourceVolumeID)
 	}
 	return nil
 }
@@ -192,6 +189,10 @@ func (rec volumeRecord) volume() *csi.Volume {
 	if rec.SourceSnapshotID != "" {
 		v.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: rec.SourceSnapshotID}}}
+	}
+	if rec.SourceVolumeID != "" {
+		v.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: rec.SourceVolumeID}}}
 	}
 	return v
 }

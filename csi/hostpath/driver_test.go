@@ -331,9 +331,20 @@ func TestBadInput(t *testing.T) {
 			req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "s"}}}
 			return call(p.ctrl.CreateVolume(ctx, req))
 		}, codes.NotFound},
-		{"create a volume as a clone of another, which the driver does not do", func(ctx context.Context) error {
+		{"create a volume as a clone of a volume that does not exist", func(ctx context.Context) error {
 			req := createReq("new", 0)
+			req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "nope"}}}
+			return call(p.ctrl.CreateVolume(ctx, req))
+		}, codes.NotFound},
+		{"create a clone smaller than its source", func(ctx context.Context) error {
+			req := createReq("new", 0)
+			req.CapacityRange.LimitBytes = 1
 			req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
+			return call(p.ctrl.CreateVolume(ctx, req))
+		}, codes.OutOfRange},
+		{"create a clone of a volume whose id climbs out of the root", func(ctx context.Context) error {
+			req := createReq("new", 0)
+			req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "../x"}}}
 			return call(p.ctrl.CreateVolume(ctx, req))
 		}, codes.InvalidArgument},
 		{"create a volume only on another node", func(ctx context.Context) error {

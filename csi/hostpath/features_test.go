@@ -18,11 +18,7 @@ import (
 
 func TestAVolumeCreatedFromASnapshotHasTheSnapshotsFiles(t *testing.T) {
 	p := serve(t, config(t))
-	source := p.create(t, "source")
-	dir, err := p.srv.Driver.VolumePath(source)
-	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "data"), []byte("before"), 0o644))
+	source, dir := p.createWithData(t, "source", "before")
 
 	snapReq := &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: source}
 	snap, err := p.ctrl.CreateSnapshot(t.Context(), snapReq)

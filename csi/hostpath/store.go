@@ -42,6 +42,10 @@ type volumeRecord struct {
 	NodeID string `json:"node_id"`
 	// SourceSnapshotID is the snapshot the volume was created from, if any.
 	SourceSnapshotID string `json:"source_snapshot_id,omitempty"`
+	// SourceVolumeID is the volume it was cloned from, if any.
+	SourceVolumeID string `json:"source_volume_id,omitempty"`
+	// MutableParameters are those of CreateVolume and ControllerModifyVolume.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
 	// Attachments are the ControllerPublishVolume calls in force, by node ID
 	// (only with Config.AttachRequired).
 	Attachments map[string]attachment `json:"attachments,omitempty"`

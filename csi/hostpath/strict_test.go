@@ -286,6 +286,9 @@ func TestCapabilitiesOfEachMode(t *testing.T) {
 		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	}
 	attach := append([]csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,

@@ -64,6 +64,8 @@ const (
 	DefaultRPCTimeout       = time.Minute
 	DefaultOperationTimeout = 2 * time.Minute
 	DefaultName             = "csi-volume-manager"
+	// DefaultStatsConcurrency is Config.StatsConcurrency's default.
+	DefaultStatsConcurrency = 4
 )
 
 // DefaultRetry is the GC step's backoff for a volume whose operation failed:
@@ -115,6 +117,20 @@ type Config struct {
 	// gone. It is called from the manager's goroutines, one at a time per
 	// volume, and must not block.
 	OnEvent func(Event)
+	// StatsInterval is how often NodeGetVolumeStats is asked of each
+	// published volume whose node plugin advertises GET_VOLUME_STATS, each
+	// round jittered by a tenth; zero asks never (the default). Its
+	// answers are VolumeStats' samples, and a change of the volume's
+	// condition is recorded and told to OnEvent.
+	StatsInterval time.Duration
+	// StatsConcurrency bounds the stats RPCs in flight at once (default
+	// DefaultStatsConcurrency).
+	StatsConcurrency int
+	// StatsSupported says whether the node plugin named plugin advertises
+	// GET_VOLUME_STATS, from what is known of it without an RPC (its latest
+	// fingerprint): the periodic stats ask only those, so a plugin without
+	// the capability costs nothing. Nil asks none.
+	StatsSupported func(plugin string) bool
 }
 
 // validate refuses a config that cannot work.
@@ -132,8 +148,11 @@ func (c Config) validate() error {
 	if !filepath.IsAbs(c.Root) {
 		problems = append(problems, fmt.Sprintf("Root %q must be an absolute path", c.Root))
 	}
-	if c.RPCTimeout < 0 || c.OperationTimeout < 0 {
-		problems = append(problems, "RPCTimeout and OperationTimeout must not be negative (durations are time.Duration: write 2 * time.Minute)")
+	if c.RPCTimeout < 0 || c.OperationTimeout < 0 || c.StatsInterval < 0 {
+		problems = append(problems, "RPCTimeout, OperationTimeout and StatsInterval must not be negative (durations are time.Duration: write 2 * time.Minute)")
+	}
+	if c.StatsConcurrency < 0 {
+		problems = append(problems, "StatsConcurrency must not be negative (0 means its default)")
 	}
 	if err := c.Retry.Validate(); c.Retry.Within != 0 && err != nil {
 		problems = append(problems, "Retry: "+err.Error())
@@ -152,6 +171,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OperationTimeout == 0 {
 		c.OperationTimeout = DefaultOperationTimeout
+	}
+	if c.StatsConcurrency == 0 {
+		c.StatsConcurrency = DefaultStatsConcurrency
 	}
 	if c.Retry.Within == 0 {
 		c.Retry = DefaultRetry

@@ -33,6 +33,8 @@ type Manager struct {
 	conns  *connections
 	closed atomic.Bool
 	feed   *eventFeed
+	// samples are the periodic stats' latest, as the actor published them.
+	samples *atomic.Pointer[[]VolumeStatsSample]
 }
 
 // Start checks cfg, creates cfg.Root, loads the mount records, reads the
@@ -66,6 +68,9 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		records: records, queues: map[volumeKey]*queue{}, outcomes: map[volumeKey]outcome{},
 		retries: map[volumeKey]*retry{}, orphans: orphans(cfg.Root, mounts, records), startMounts: mounts,
 	}
+	samples := &atomic.Pointer[[]VolumeStatsSample]{}
+	m.stats = statsPoll{inFlight: map[volumeKey]bool{}, samples: map[volumeKey]VolumeStatsSample{},
+		published: func(s []VolumeStatsSample) { samples.Store(&s) }}
 	for _, o := range m.orphans {
 		cfg.Logger.Warn("mount under the volume root that no record explains", "path", o)
 	}
@@ -79,7 +84,19 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		cancel()
 		return nil, fmt.Errorf("volumes: start actor %q: %w", cfg.Name, err)
 	}
-	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns, feed: m.env.feed}, nil
+	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns, feed: m.env.feed, samples: samples}, nil
+}
+
+// VolumeStats returns the latest sample of the periodic stats of every
+// volume published on this node whose node plugin advertises
+// GET_VOLUME_STATS (see Config.StatsInterval), sorted by namespace and
+// volume. A volume leaves it when it is no longer published. It never
+// waits for the actor.
+func (m *Manager) VolumeStats() []VolumeStatsSample {
+	if p := m.samples.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // PID is the actor's address, for actors that send it requests.

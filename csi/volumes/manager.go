@@ -42,6 +42,8 @@ type manager struct {
 	shutdown []*actor.PID
 	// standing is this node's standing in its fleet (SetStanding).
 	standing model.Standing
+	// stats is the periodic stats' state (statspoll.go).
+	stats statsPoll
 }
 
 // outcome is how a volume's latest operation ended.
@@ -93,6 +95,10 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onJobDone(ctx, msg)
 	case *retryDue:
 		m.onRetryDue(ctx, msg)
+	case *statsDue:
+		m.onStatsDue(ctx)
+	case *statsPolled:
+		m.onStatsPolled(ctx, msg)
 	case *messages.Subscribed:
 	case *messages.PluginRegistered:
 		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
@@ -114,6 +120,7 @@ func (m *manager) onStarted(ctx actor.Context) {
 		return
 	}
 	m.started = true
+	m.scheduleStats(ctx)
 	// A volume left unsettled because its plugin was gone is reconciled as
 	// soon as the plugin registers, not only at its next GC retry. The
 	// registry drops this subscription when the actor stops.
@@ -211,6 +218,8 @@ func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 		return MountResult{}, j.release(ctx, o.alloc)
 	case opDetach:
 		return MountResult{}, j.forceDetach(ctx, o.nodeID)
+	case opCondition:
+		return MountResult{}, j.recordCondition(o.condition, o.target)
 	}
 	mounts := o.mounts
 	if mounts == nil {
@@ -223,6 +232,9 @@ func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 }
 
 func (m *manager) onRecordSaved(msg *recordSaved) {
+	if firstPublished(msg.rec) == nil {
+		m.dropSample(msg.key)
+	}
 	if recordEmpty(msg.rec) {
 		delete(m.records, msg.key)
 		return
@@ -232,6 +244,10 @@ func (m *manager) onRecordSaved(msg *recordSaved) {
 
 func (m *manager) onJobDone(ctx actor.Context, msg *jobDone) {
 	o := msg.op
+	if o.kind == opCondition {
+		m.onConditionDone(ctx, msg)
+		return
+	}
 	m.running--
 	errText := ""
 	if msg.err != nil {
@@ -343,6 +359,7 @@ func (m *manager) onStatus(ctx actor.Context, msg *messages.VolumeStatusRequest)
 // answers once they have ended.
 func (m *manager) onShutdown(ctx actor.Context, msg *messages.ShutdownVolumeManager) {
 	m.closing = true
+	m.stopStats()
 	m.shutdown = append(m.shutdown, replyTo(ctx, msg.GetReplyTo()))
 	for _, o := range m.drain() {
 		m.answer(ctx, o, MountResult{}, fmt.Errorf("%w: %s of volume %s was waiting", ErrShutDown, o, o.key))
@@ -366,6 +383,7 @@ func (m *manager) finishShutdown(ctx actor.Context) {
 
 func (m *manager) onStopped() {
 	m.cancel()
+	m.stopStats()
 	for key := range m.retries {
 		m.forgetRetry(key)
 	}

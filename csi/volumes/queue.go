@@ -17,11 +17,13 @@ const (
 	opDetach
 	opReconcile
 	opNodeExpand
+	// opCondition records the condition the periodic stats found.
+	opCondition
 )
 
 var opNames = map[opKind]string{
 	opMount: "mount", opUnmount: "unmount", opClaim: "claim", opRelease: "release",
-	opDetach: "detach", opReconcile: "reconcile", opNodeExpand: "node expand",
+	opDetach: "detach", opReconcile: "reconcile", opNodeExpand: "node expand", opCondition: "condition",
 }
 
 // op is one operation waiting for, or holding, its volume.
@@ -42,6 +44,9 @@ type op struct {
 	// mounts is the mount table a reconcile starts from; nil makes it
 	// read the table itself.
 	mounts map[string]bool
+	// condition is what a condition job records, if the volume is still
+	// published at target.
+	condition, target string
 	// replyTo is the requester; nil for the manager's own reconciles.
 	replyTo *actor.PID
 }

@@ -119,16 +119,10 @@ func (j *job) checkCondition(ctx context.Context) error {
 		return nil
 	}
 	stats, err := j.volumeStats(ctx, pub)
-	if errors.Is(err, csi.ErrNotFound) {
-		stats, err = &messages.VolumeStats{Condition: &messages.VolumeCondition{Abnormal: true, Message: err.Error()}}, nil
-	}
-	if err != nil {
+	want, known := conditionOf(stats, err)
+	if !known {
 		j.log.Warn("NodeGetVolumeStats failed: the volume's condition is unknown", "target_path", pub.GetTargetPath(), "error", err)
 		return nil
-	}
-	want := ""
-	if c := stats.GetCondition(); c.GetAbnormal() {
-		want = cmp.Or(c.GetMessage(), "abnormal (the plugin gave no message)")
 	}
 	stale := strings.HasPrefix(pub.GetLastError(), conditionPrefix)
 	if j.rec.GetCondition() == want && !stale {
@@ -137,21 +131,45 @@ func (j *job) checkCondition(ctx context.Context) error {
 	if stale {
 		pub.LastError = ""
 	}
-	if j.rec.GetCondition() != want {
-		kind := EventConditionNormal
-		if want != "" {
-			kind = EventConditionAbnormal
-			j.log.Warn("the node plugin reports the volume abnormal", "target_path", pub.GetTargetPath(), "condition", want)
-		} else {
-			j.log.Info("the node plugin reports the volume normal again", "target_path", pub.GetTargetPath())
-		}
-		j.rec.Condition = want
-		j.env.emit(kind, j.key, pub, cmp.Or(want, "normal"))
-	}
+	j.noteCondition(pub, want)
 	if err := j.save(); err != nil {
 		j.log.Warn("could not record the volume's condition", "error", err)
 	}
 	return nil
+}
+
+// conditionOf is the condition a NodeGetVolumeStats answer (or error)
+// gives a volume: empty when normal, the plugin's message when abnormal,
+// the error when the plugin says the volume is not found; known is false
+// when the plugin could not say.
+func conditionOf(stats *messages.VolumeStats, err error) (want string, known bool) {
+	if errors.Is(err, csi.ErrNotFound) {
+		return err.Error(), true
+	}
+	if err != nil {
+		return "", false
+	}
+	if c := stats.GetCondition(); c.GetAbnormal() {
+		return cmp.Or(c.GetMessage(), "abnormal (the plugin gave no message)"), true
+	}
+	return "", true
+}
+
+// noteCondition sets the record's condition to want, logging and telling
+// OnEvent when it changes; the caller saves the record.
+func (j *job) noteCondition(pub *messages.VolumePublish, want string) {
+	if j.rec.GetCondition() == want {
+		return
+	}
+	kind := EventConditionNormal
+	if want != "" {
+		kind = EventConditionAbnormal
+		j.log.Warn("the node plugin reports the volume abnormal", "target_path", pub.GetTargetPath(), "condition", want)
+	} else {
+		j.log.Info("the node plugin reports the volume normal again", "target_path", pub.GetTargetPath())
+	}
+	j.rec.Condition = want
+	j.env.emit(kind, j.key, pub, cmp.Or(want, "normal"))
 }
 
 // answerStatus sends resp to to, with the node plugin's stats of the
@@ -165,7 +183,20 @@ func (m *manager) answerStatus(ctx actor.Context, to *actor.PID, key volumeKey, 
 		return
 	}
 	root := ctx.ActorSystem().Root
-	j := newJob(m.env, key, resp.GetRecord(), func(*messages.VolumeRecord) {})
+	m.askStats(key, resp.GetRecord(), pub, func(stats *messages.VolumeStats, err error) {
+		if err != nil {
+			resp.StatsError = err.Error()
+		}
+		resp.Stats = stats
+		root.Send(to, resp)
+	})
+}
+
+// askStats asks the node plugin for the stats of pub, the publish of
+// rec, on a goroutine, outside the volume's queue, within one RPC
+// timeout, and hands the answer to done (on that goroutine).
+func (m *manager) askStats(key volumeKey, rec *messages.VolumeRecord, pub *messages.VolumePublish, done func(*messages.VolumeStats, error)) {
+	j := newJob(m.env, key, rec, func(*messages.VolumeRecord) {})
 	m.workers.Add(1)
 	go func() {
 		defer m.workers.Done()
@@ -173,10 +204,6 @@ func (m *manager) answerStatus(ctx actor.Context, to *actor.PID, key volumeKey, 
 		defer cancel()
 		stats, err := j.volumeStats(rpcCtx, pub)
 		j.close(err)
-		if err != nil {
-			resp.StatsError = err.Error()
-		}
-		resp.Stats = stats
-		root.Send(to, resp)
+		done(stats, err)
 	}()
 }

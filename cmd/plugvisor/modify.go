@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plugvisor/plugvisor/api"
+	cmdline "github.com/plugvisor/plugvisor/internal/cli"
+)
+
+func newVolumeModifyCmd() *cobra.Command {
+	var params keyValues
+	cmd, vf := newVolumeLeaf(&cobra.Command{
+		Use:   "modify -param KEY=VALUE ID",
+		Short: "change a volume's mutable parameters with the plugin's controller",
+		Long: `Changes a volume's mutable parameters with the plugin's controller
+(ControllerModifyVolume), when it advertises MODIFY_VOLUME; otherwise the
+modify is refused and the plugin is not asked. The plugin checks the keys
+and values: a strict one refuses a key it does not know.`,
+		Example: "  plugvisor volume modify -param tier=fast db\n  plugvisor volume modify -param tier=standard -param label=nightly db",
+		Args:    cmdline.Args("ID", "plugvisor volume modify -param tier=fast db"),
+	})
+	cmd.Flags().Var(&params, "param", "a mutable parameter KEY=VALUE to set (repeatable)")
+	cmdline.Require(cmd, "param")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var out struct {
+			Volume api.ManagedVolumeJSON `json:"volume"`
+		}
+		what := fmt.Sprintf("modifying volume %s/%s", vf.namespace, args[0])
+		if err := vf.callShowing(cmd, what, "POST", volumePath(vf.namespace, args[0], "modify"), nil,
+			api.ModifyBody{MutableParameters: params}, &out); err != nil {
+			return err
+		}
+		if vf.common.json {
+			return printJSON(cmd.OutOrStdout(), out)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "modified volume %s/%s: %d mutable parameters set\n", vf.namespace, args[0], len(params))
+		return nil
+	}
+	return cmd
+}

@@ -1,0 +1,50 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// checkClone says what is wrong with a create's clone_from.
+func (r CreateRequest) checkClone() []string {
+	if r.CloneFrom == "" {
+		return nil
+	}
+	var problems []string
+	if err := registry.ValidateID("clone_from", r.CloneFrom); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if r.SnapshotID != "" {
+		problems = append(problems, "clone_from and snapshot_id are both set: a volume is made from a snapshot or cloned from a volume, give one")
+	}
+	if r.CloneFrom == r.ID {
+		problems = append(problems, fmt.Sprintf("clone_from names the volume being created (%s): name another volume", r.ID))
+	}
+	return problems
+}
+
+// cloneSource is the plugin's ID of the volume req clones, "" when it
+// clones none. The source is a catalog volume of req's namespace and of
+// req's plugin: one of another plugin is refused, naming both, before any
+// RPC, and an unknown one is catalog.ErrVolumeNotFound naming clone_from.
+func (c *Controller) cloneSource(ctx context.Context, what string, req CreateRequest) (string, error) {
+	if req.CloneFrom == "" {
+		return "", nil
+	}
+	src, err := c.cfg.Catalog.GetVolume(ctx, req.Namespace, req.CloneFrom)
+	switch {
+	case errors.Is(err, catalog.ErrVolumeNotFound):
+		return "", fmt.Errorf("controller: %s: clone_from: %w: %s/%s; name a volume of the namespace", what, err, nsOrDefault(req.Namespace), req.CloneFrom)
+	case err != nil:
+		return "", fmt.Errorf("controller: %s: clone_from: %w", what, err)
+	case src.PluginID != req.PluginID:
+		return "", invalid("create", []string{fmt.Sprintf(
+			"clone_from: volume %s/%s is of plugin %q, and the new volume of plugin %q: a plugin clones only its own volumes",
+			src.Namespace, src.ID, src.PluginID, req.PluginID)})
+	}
+	return src.PluginVolumeID(), nil
+}

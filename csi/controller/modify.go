@@ -1,0 +1,55 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+)
+
+// Modify changes a volume's mutable parameters with ControllerModifyVolume,
+// which the plugin must advertise (MODIFY_VOLUME): a plugin without it, or
+// bad parameters, get no ControllerModifyVolume. The plugin checks the
+// keys and values (a strict one refuses an unknown key with
+// InvalidArgument). It returns the volume as the catalog holds it: the
+// catalog does not record mutable parameters yet.
+func (c *Controller) Modify(ctx context.Context, namespace, id string, params map[string]string) (*model.CSIVolume, error) {
+	var problems []string
+	checkVolumeKey(namespace, id, &problems)
+	if len(params) == 0 {
+		problems = append(problems, "mutable_parameters must not be empty: give the KEY=VALUE pairs to change")
+	}
+	if _, ok := params[""]; ok {
+		problems = append(problems, "mutable_parameters has an empty key")
+	}
+	if err := invalid("modify", problems); err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.operation(ctx)
+	defer cancel()
+	what := fmt.Sprintf("modify %s/%s", nsOrDefault(namespace), id)
+	v, err := c.cfg.Catalog.GetVolume(ctx, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %s: %w", what, err)
+	}
+	if v.Deleting {
+		return nil, fmt.Errorf("controller: %s: %w", what, catalog.ErrVolumeDeleting)
+	}
+	client, err := c.connect(ctx, v.PluginID, what, capModify)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	if _, err := client.ControllerModifyVolume(ctx, &csipb.ControllerModifyVolumeRequest{
+		VolumeId: v.PluginVolumeID(), Secrets: maps.Clone(v.Secrets), MutableParameters: maps.Clone(params),
+	}); err != nil {
+		return nil, fmt.Errorf("controller: %s: %w", what, err)
+	}
+	c.log.Info("volume modified", "namespace", v.Namespace, "volume_id", v.ID, "plugin", v.PluginID, "keys", slices.Sorted(maps.Keys(params)))
+	return v, nil
+}

@@ -1,0 +1,67 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/mock/gomock"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/controller"
+	"github.com/plugvisor/plugvisor/csi/csitest"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
+)
+
+const modifyCap = csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME
+
+func TestModifySendsTheExactControllerModifyVolume(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.serveMocks()
+	v := f.created(m)
+	gomock.InOrder(
+		expectCaps(m, modifyCap),
+		m.Controller.EXPECT().ControllerModifyVolume(gomock.Any(), csitest.ProtoEq(&csipb.ControllerModifyVolumeRequest{
+			VolumeId: "pv-123", Secrets: map[string]string{"token": secretValue}, MutableParameters: map[string]string{"iops": "5000"},
+		})).Return(&csipb.ControllerModifyVolumeResponse{}, nil),
+	)
+	got, err := f.ctl.Modify(context.Background(), "", "db", map[string]string{"iops": "5000"})
+	require.NoError(t, err)
+	require.Equal(t, v.ID, got.ID)
+}
+
+// TestModifyIsRefusedWithoutModifyVolumeOrWithBadFieldsAndSendsNothing:
+// a plugin without MODIFY_VOLUME gets no ControllerModifyVolume; no
+// parameters, an empty key or an unknown volume are refused naming them.
+func TestModifyIsRefusedWithoutModifyVolumeOrWithBadFieldsAndSendsNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.serveMocks() // ControllerModifyVolume is never expected
+	f.created(m)
+	expectCaps(m, createDelete)
+	_, err := f.ctl.Modify(context.Background(), "", "db", map[string]string{"iops": "5000"})
+	require.ErrorIs(t, err, controller.ErrUnsupported)
+	require.ErrorContains(t, err, `plugin "disk" does not advertise MODIFY_VOLUME`)
+	for field, params := range map[string]map[string]string{
+		"mutable_parameters must not be empty": nil,
+		"mutable_parameters has an empty key":  {"": "x"},
+	} {
+		_, err := f.ctl.Modify(context.Background(), "", "db", params)
+		require.ErrorIs(t, err, controller.ErrInvalidRequest)
+		require.ErrorContains(t, err, field)
+	}
+	_, err = f.ctl.Modify(context.Background(), "", "", map[string]string{"iops": "1"})
+	require.ErrorContains(t, err, "volume ID")
+}
+
+func TestModifyOnTheHostpathPluginIsStrict(t *testing.T) {
+	f, _ := hostpathFixture(t)
+	ctx := context.Background()
+	_, err := f.ctl.Create(ctx, hostpathCreate("", "db"))
+	require.NoError(t, err)
+	_, err = f.ctl.Modify(ctx, "", "db", map[string]string{hostpath.MutableTier: "fast"})
+	require.NoError(t, err)
+	_, err = f.ctl.Modify(ctx, "", "db", map[string]string{"iops": "5000"})
+	require.ErrorIs(t, err, csi.ErrInvalidArgument)
+	require.ErrorContains(t, err, `unknown mutable parameter "iops"`)
+}

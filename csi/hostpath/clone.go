@@ -1,0 +1,54 @@
+package hostpath
+
+import (
+	"errors"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// contentSource returns the snapshot ID or the volume ID (cloning) of a
+// content source; both empty for none. A source without an ID, or of a
+// type CSI does not define, is InvalidArgument.
+func contentSource(src *csi.VolumeContentSource) (snapshotID, volumeID string, err error) {
+	switch t := src.GetType().(type) {
+	case nil:
+		return "", "", nil
+	case *csi.VolumeContentSource_Snapshot:
+		id := t.Snapshot.GetSnapshotId()
+		if err := checkID("snapshot", id); err != nil {
+			return "", "", invalidArgument(err)
+		}
+		return id, "", nil
+	case *csi.VolumeContentSource_Volume:
+		id := t.Volume.GetVolumeId()
+		if err := checkID("source volume", id); err != nil {
+			return "", "", invalidArgument(err)
+		}
+		return "", id, nil
+	}
+	return "", "", invalidArgument(errors.New("hostpath: volume content source must be a snapshot or a volume"))
+}
+
+// fillFromVolume checks the source volume of a clone, as the spec asks:
+// NotFound when it does not exist, OutOfRange when it is larger than the
+// range allows; the clone is at least as large as its source. The caller
+// holds d.mu.
+func (d *Driver) fillFromVolume(rec *volumeRecord, r *csi.CapacityRange) error {
+	if rec.SourceVolumeID == "" {
+		return nil
+	}
+	src, found, err := d.loadVolume(rec.SourceVolumeID)
+	if err != nil {
+		return internal(err)
+	}
+	if !found {
+		return status.Errorf(codes.NotFound, "hostpath: source volume %s does not exist", rec.SourceVolumeID)
+	}
+	if limit := r.GetLimitBytes(); limit > 0 && limit < src.CapacityBytes {
+		return status.Errorf(codes.OutOfRange, "hostpath: limit bytes %d are less than the %d bytes of source volume %s", limit, src.CapacityBytes, src.ID)
+	}
+	rec.CapacityBytes = max(rec.CapacityBytes, src.CapacityBytes)
+	return nil
+}
