@@ -323,7 +323,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 		w.op = a.putOp(updated, w.record)
 		return
 	}
-	if err := a.limits.checkRoom(w.ptype, t.allocs.Len()); err != nil {
+	if err := a.limits.checkRoom(w.ptype, t.len()); err != nil {
 		w.err = err
 		return
 	}
