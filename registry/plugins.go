@@ -100,6 +100,9 @@ const concurrentMemory = 16
 // batchWritten is sent to the actor by the goroutine that wrote a batch.
 type batchWritten struct{ err error }
 
+// inMemory is the batchWritten of every batch with Config.Memory.
+var inMemory = batchWritten{}
+
 // flushQueued is the actor's note to itself to write the commands queued
 // from its mailbox, once the commands before the note have joined them.
 type flushQueued struct{}
@@ -403,10 +406,10 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 		return
 	}
 	a.inflight, a.queue, a.spare = a.queue, a.spare[:0], nil
-	ops := a.ops[:0]
+	changes := 0
 	for _, w := range a.inflight {
 		if w.event != nil {
-			ops = append(ops, w.op)
+			changes++
 		}
 	}
 	a.metrics.Batch(len(a.inflight))
@@ -415,7 +418,7 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 	} else if a.concurrent > 0 {
 		a.concurrent--
 	}
-	if len(ops) == 0 {
+	if changes == 0 {
 		batch := a.inflight
 		a.inflight = nil
 		for _, w := range batch {
@@ -428,12 +431,17 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 	a.pending = a.cut()
 	if a.memory != nil {
 		a.memory.keep(a.pending)
-		a.onBatchWritten(ctx, &batchWritten{})
+		a.onBatchWritten(ctx, &inMemory)
 		return
 	}
-	ops = append(ops, sequenceOp(a.seq))
-	a.ops = ops
-	a.writer.write(ctx.ActorSystem().Root, ctx.Self(), ops)
+	ops := a.ops[:0]
+	for _, w := range a.inflight {
+		if w.event != nil {
+			ops = append(ops, w.op)
+		}
+	}
+	a.ops = append(ops, sequenceOp(a.seq))
+	a.writer.write(ctx.ActorSystem().Root, ctx.Self(), a.ops)
 }
 
 // putOp is the store's op for al; none with memory.
@@ -490,7 +498,7 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 
 func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 	a.committed = a.pending
-	close(a.published.Swap(a.committed).next)
+	a.published.Swap(a.committed).supersede()
 	// The slice goes to subscribers in batches: a fresh one per batch.
 	events := make([]Event, 0, len(batch))
 	for _, w := range batch {

@@ -244,19 +244,46 @@ func (t *pluginTable) frozenList() []*messages.PluginInfo {
 type Snapshot struct {
 	tables   map[string]*pluginTable
 	sequence uint64
-	// next is closed when a newer snapshot replaces this one.
-	next chan struct{}
+	// next is closed when a newer snapshot replaces this one. It is made
+	// by the first reader that asks for it (most snapshots are replaced
+	// before anyone waits on one): whichever of that reader and the
+	// publisher comes second closes it, once.
+	next       atomic.Pointer[chan struct{}]
+	superseded atomic.Bool
+	closeNext  sync.Once
 }
 
 func newSnapshot(tables map[string]*pluginTable, sequence uint64) *Snapshot {
-	return &Snapshot{tables: tables, sequence: sequence, next: make(chan struct{})}
+	return &Snapshot{tables: tables, sequence: sequence}
 }
 
 // Sequence is the sequence number of the last event this snapshot includes.
 func (s *Snapshot) Sequence() uint64 { return s.sequence }
 
 // Changed is closed once a newer snapshot has been published.
-func (s *Snapshot) Changed() <-chan struct{} { return s.next }
+func (s *Snapshot) Changed() <-chan struct{} {
+	if next := s.next.Load(); next != nil {
+		return *next
+	}
+	ch := make(chan struct{})
+	if !s.next.CompareAndSwap(nil, &ch) {
+		return *s.next.Load()
+	}
+	if s.superseded.Load() {
+		s.close()
+	}
+	return ch
+}
+
+// supersede marks s replaced by a newer snapshot, closing Changed.
+func (s *Snapshot) supersede() {
+	s.superseded.Store(true)
+	if s.next.Load() != nil {
+		s.close()
+	}
+}
+
+func (s *Snapshot) close() { s.closeNext.Do(func() { close(*s.next.Load()) }) }
 
 // Types lists the plugin types that have ever had a registration, sorted.
 func (s *Snapshot) Types() []string {
