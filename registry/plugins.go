@@ -58,33 +58,15 @@ type pluginsActor struct {
 	stopped func() // called when the actor has stopped: ends its goroutines
 }
 
-// write is one command on its way to disk: from the facade, with done and
-// timer and its validation and encoding already done by the caller, or
-// from an actor, with replyTo.
-type write struct {
-	deregister bool
-	plugin     *messages.PluginInfo // register: the allocation
-	ptype      string
-	name       string // deregister
-	allocID    string // deregister
-	record     []byte // register: the plugin field of its record (encodePlugin)
-	checked    bool   // validated, and record made
-
-	replyTo *actor.PID  // an actor's command
-	done    chan error  // a facade call's answer
-	timer   *time.Timer // a facade call's request timeout
-	arrived time.Time   // when the actor took it
-	event   Event       // nil when the command changed nothing
-	op      storage.Op  // the change, when event is not nil
-	err     error       // a refusal decided against the working state
-}
-
 // concurrentMemory is how many batches of one write in a row it takes to
 // decide that callers no longer write concurrently.
 const concurrentMemory = 16
 
 // batchWritten is sent to the actor by the goroutine that wrote a batch.
 type batchWritten struct{ err error }
+
+// inMemory is the batchWritten of every batch with Config.Memory.
+var inMemory = batchWritten{}
 
 // flushQueued is the actor's note to itself to write the commands queued
 // from its mailbox, once the commands before the note have joined them.
@@ -249,40 +231,6 @@ func (a *pluginsActor) apply(w *write) error {
 	return nil
 }
 
-// check validates w and, for a store that takes records, encodes its
-// record. The facade's callers run it before handing w over; the actor
-// runs it for commands sent to its PID.
-func (w *write) check(encode bool) error {
-	if w.deregister {
-		return validateDeregister(w.ptype, w.name, w.allocID)
-	}
-	if err := validatePlugin(w.plugin); err != nil {
-		return err
-	}
-	w.ptype = w.plugin.GetType()
-	if encode {
-		w.record = encodePlugin(w.plugin)
-	}
-	w.checked = true
-	return nil
-}
-
-func validateDeregister(ptype, name, allocID string) error {
-	if plainID(ptype) && plainID(name) && plainID(allocID) {
-		return nil
-	}
-	for _, err := range []error{
-		ValidateID("plugin type", ptype),
-		ValidateID("plugin name", name),
-		ValidateID("alloc ID", allocID),
-	} {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (a *pluginsActor) table(ptype string) *pluginTable {
 	t, ok := a.tables[ptype]
 	if !ok {
@@ -309,7 +257,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 		w.op = a.putOp(updated, w.record)
 		return
 	}
-	if err := a.limits.checkRoom(w.ptype, t.allocs.Len()); err != nil {
+	if err := a.limits.checkRoom(w.ptype, t.len()); err != nil {
 		w.err = err
 		return
 	}
@@ -389,10 +337,10 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 		return
 	}
 	a.inflight, a.queue, a.spare = a.queue, a.spare[:0], nil
-	ops := a.ops[:0]
+	changes := 0
 	for _, w := range a.inflight {
 		if w.event != nil {
-			ops = append(ops, w.op)
+			changes++
 		}
 	}
 	a.metrics.Batch(len(a.inflight))
@@ -401,7 +349,7 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 	} else if a.concurrent > 0 {
 		a.concurrent--
 	}
-	if len(ops) == 0 {
+	if changes == 0 {
 		batch := a.inflight
 		a.inflight = nil
 		for _, w := range batch {
@@ -414,12 +362,17 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 	a.pending = a.cut()
 	if a.memory != nil {
 		a.memory.keep(a.pending)
-		a.onBatchWritten(ctx, &batchWritten{})
+		a.onBatchWritten(ctx, &inMemory)
 		return
 	}
-	ops = append(ops, sequenceOp(a.seq))
-	a.ops = ops
-	a.writer.write(ctx.ActorSystem().Root, ctx.Self(), ops)
+	ops := a.ops[:0]
+	for _, w := range a.inflight {
+		if w.event != nil {
+			ops = append(ops, w.op)
+		}
+	}
+	a.ops = append(ops, sequenceOp(a.seq))
+	a.writer.write(ctx.ActorSystem().Root, ctx.Self(), a.ops)
 }
 
 // putOp is the store's op for al; none with memory.
@@ -476,7 +429,7 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 
 func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 	a.committed = a.pending
-	close(a.published.Swap(a.committed).next)
+	a.published.Swap(a.committed).supersede()
 	// The slice goes to subscribers in batches: a fresh one per batch.
 	events := make([]Event, 0, len(batch))
 	for _, w := range batch {

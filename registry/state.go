@@ -41,13 +41,19 @@ func byNameThenNewest(a, b *allocation) bool {
 
 const treeDegree = 16
 
-// pluginTable holds the allocations of one plugin type in two B-trees: by
-// (name, alloc) for lookups, and by (name, newest first), whose first item
-// of a name is that name's current allocation. Every change costs O(log n)
-// whatever the number of older allocations of a name, and clone is O(1):
-// the trees share nodes copy-on-write, so a clone handed to readers never
-// changes under them.
+// pluginTable holds the allocations of one plugin type: up to smallMax in
+// one sorted slice (see smallSet), and past that in two B-trees: by (name,
+// alloc) for lookups, and by (name, newest first), whose first item of a
+// name is that name's current allocation. Every change of a large table
+// costs O(log n) whatever the number of older allocations of a name, and
+// clone is O(1) either way: the trees share nodes copy-on-write and the
+// slice is copied on the first change after a clone, so a clone handed to
+// readers never changes under them.
 type pluginTable struct {
+	small smallSet // nil once allocs and newest hold the table
+	// owned is set on a working table that has copied small since its
+	// last clone, and so may change it in place.
+	owned  bool
 	allocs *btree.BTreeG[*allocation]
 	newest *btree.BTreeG[*allocation]
 
@@ -63,16 +69,29 @@ type currentIndex struct {
 	byName map[string]*messages.PluginInfo
 }
 
-func newPluginTable() *pluginTable {
-	return &pluginTable{
-		allocs: btree.NewG(treeDegree, byNameThenAlloc),
-		newest: btree.NewG(treeDegree, byNameThenNewest),
-	}
+func newPluginTable() *pluginTable { return &pluginTable{} }
+
+func newTrees() (allocs, newest *btree.BTreeG[*allocation]) {
+	return btree.NewG(treeDegree, byNameThenAlloc), btree.NewG(treeDegree, byNameThenNewest)
 }
 
 // clone returns a copy that shares nodes until either side changes.
 func (t *pluginTable) clone() *pluginTable {
+	if t.allocs == nil {
+		if t.owned {
+			t.owned = false // a table frozen in a snapshot is never written
+		}
+		return &pluginTable{small: t.small}
+	}
 	return &pluginTable{allocs: t.allocs.Clone(), newest: t.newest.Clone()}
+}
+
+// len is how many allocations the table holds.
+func (t *pluginTable) len() int {
+	if t.allocs == nil {
+		return len(t.small)
+	}
+	return t.allocs.Len()
 }
 
 func probe(name, alloc string) *allocation {
@@ -104,11 +123,17 @@ func returnKey(key *allocation) {
 }
 
 func (t *pluginTable) get(name, alloc string) (*allocation, bool) {
+	if t.allocs == nil {
+		return t.small.get(name, alloc)
+	}
 	return lookup(t.allocs, name, alloc)
 }
 
 // currentOf returns the current allocation of name: its newest.
 func (t *pluginTable) currentOf(name string) (*allocation, bool) {
+	if t.allocs == nil {
+		return t.small.current(name)
+	}
 	key := borrowKey(name, "", math.MaxUint64)
 	defer returnKey(key)
 	top := t.first(key)
@@ -134,6 +159,10 @@ func (t *pluginTable) first(key *allocation) *allocation {
 // name, and skips the older allocations of a name with one search: one
 // step per name, however many older allocations each has.
 func (t *pluginTable) eachCurrent(fn func(*allocation)) {
+	if t.allocs == nil {
+		t.small.each(fn)
+		return
+	}
 	key := borrowKey("", "", math.MaxUint64)
 	defer returnKey(key)
 	last, started := "", false
@@ -156,6 +185,10 @@ func (t *pluginTable) eachCurrent(fn func(*allocation)) {
 // put adds a or replaces the allocation with the same name and alloc ID.
 // A replacement must keep its order.
 func (t *pluginTable) put(a *allocation) {
+	if t.allocs == nil {
+		t.putSmall(a)
+		return
+	}
 	t.allocs.ReplaceOrInsert(a)
 	t.newest.ReplaceOrInsert(a)
 }
@@ -163,6 +196,12 @@ func (t *pluginTable) put(a *allocation) {
 // remove deletes a; the next newest allocation of its name, if any,
 // becomes current.
 func (t *pluginTable) remove(a *allocation) {
+	if t.allocs == nil {
+		if _, ok := t.small.get(a.info.GetName(), a.info.GetAllocId()); ok {
+			t.small, _ = t.mutable().without(a)
+		}
+		return
+	}
 	t.allocs.Delete(a)
 	t.newest.Delete(a)
 }
@@ -205,19 +244,46 @@ func (t *pluginTable) frozenList() []*messages.PluginInfo {
 type Snapshot struct {
 	tables   map[string]*pluginTable
 	sequence uint64
-	// next is closed when a newer snapshot replaces this one.
-	next chan struct{}
+	// next is closed when a newer snapshot replaces this one. It is made
+	// by the first reader that asks for it (most snapshots are replaced
+	// before anyone waits on one): whichever of that reader and the
+	// publisher comes second closes it, once.
+	next       atomic.Pointer[chan struct{}]
+	superseded atomic.Bool
+	closeNext  sync.Once
 }
 
 func newSnapshot(tables map[string]*pluginTable, sequence uint64) *Snapshot {
-	return &Snapshot{tables: tables, sequence: sequence, next: make(chan struct{})}
+	return &Snapshot{tables: tables, sequence: sequence}
 }
 
 // Sequence is the sequence number of the last event this snapshot includes.
 func (s *Snapshot) Sequence() uint64 { return s.sequence }
 
 // Changed is closed once a newer snapshot has been published.
-func (s *Snapshot) Changed() <-chan struct{} { return s.next }
+func (s *Snapshot) Changed() <-chan struct{} {
+	if next := s.next.Load(); next != nil {
+		return *next
+	}
+	ch := make(chan struct{})
+	if !s.next.CompareAndSwap(nil, &ch) {
+		return *s.next.Load()
+	}
+	if s.superseded.Load() {
+		s.close()
+	}
+	return ch
+}
+
+// supersede marks s replaced by a newer snapshot, closing Changed.
+func (s *Snapshot) supersede() {
+	s.superseded.Store(true)
+	if s.next.Load() != nil {
+		s.close()
+	}
+}
+
+func (s *Snapshot) close() { s.closeNext.Do(func() { close(*s.next.Load()) }) }
 
 // Types lists the plugin types that have ever had a registration, sorted.
 func (s *Snapshot) Types() []string {
@@ -288,7 +354,12 @@ func (s *Snapshot) ForAlloc(ptype, name, allocID string) (*messages.PluginInfo, 
 // (current) first.
 func (s *Snapshot) Allocations(ptype, name string) []*messages.PluginInfo {
 	var out []*messages.PluginInfo
-	if t, ok := s.tables[ptype]; ok {
+	if t, ok := s.tables[ptype]; ok && t.allocs == nil {
+		from, to := t.small.run(name)
+		for _, a := range t.small[from:to] {
+			out = append(out, a.info)
+		}
+	} else if ok {
 		t.newest.AscendGreaterOrEqual(&allocation{info: &messages.PluginInfo{Name: name}, order: math.MaxUint64},
 			func(a *allocation) bool {
 				if a.info.GetName() != name {

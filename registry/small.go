@@ -1,0 +1,114 @@
+package registry
+
+import (
+	"cmp"
+	"slices"
+)
+
+// smallMax is how many allocations a table keeps in one sorted slice
+// before it moves them into B-trees.
+//
+// A small table is the common case (a node has a few plugins of a type)
+// and the slice makes it cheap to freeze: a snapshot shares the slice, and
+// the working table copies it on its first change after the cut, then
+// changes its copy in place until the next cut. That is one allocation per
+// batch and type, where the two B-trees took a clone of each (three
+// allocations apiece) and a copy of every node on the path of each change.
+const smallMax = 32
+
+// smallSet is the allocations of a small table, sorted by name, newest
+// first within a name (byNameThenNewest): the first of a name is current.
+// A slice shared with a snapshot is never changed; see pluginTable.owned.
+type smallSet []*allocation
+
+func compareNewest(a, b *allocation) int {
+	if c := cmp.Compare(a.info.GetName(), b.info.GetName()); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.order, a.order)
+}
+
+// run returns the bounds of name's allocations.
+func (s smallSet) run(name string) (from, to int) {
+	from, _ = slices.BinarySearchFunc(s, name, func(a *allocation, n string) int { return cmp.Compare(a.info.GetName(), n) })
+	to = from
+	for to < len(s) && s[to].info.GetName() == name {
+		to++
+	}
+	return from, to
+}
+
+// get finds the allocation alloc of name.
+func (s smallSet) get(name, alloc string) (*allocation, bool) {
+	from, to := s.run(name)
+	for _, a := range s[from:to] {
+		if a.info.GetAllocId() == alloc {
+			return a, true
+		}
+	}
+	return nil, false
+}
+
+// current returns name's newest allocation.
+func (s smallSet) current(name string) (*allocation, bool) {
+	from, to := s.run(name)
+	if from == to {
+		return nil, false
+	}
+	return s[from], true
+}
+
+// each calls fn with the current allocation of each name, in name order.
+func (s smallSet) each(fn func(*allocation)) {
+	for i, a := range s {
+		if i == 0 || s[i-1].info.GetName() != a.info.GetName() {
+			fn(a)
+		}
+	}
+}
+
+// without returns s less the allocation with a's name and alloc ID, and
+// whether it held one. It changes s in place.
+func (s smallSet) without(a *allocation) (smallSet, bool) {
+	from, to := s.run(a.info.GetName())
+	for i := from; i < to; i++ {
+		if s[i].info.GetAllocId() == a.info.GetAllocId() {
+			return slices.Delete(s, i, i+1), true
+		}
+	}
+	return s, false
+}
+
+// with returns s with a in its place, replacing the allocation with the
+// same name and alloc ID. It changes s in place.
+func (s smallSet) with(a *allocation) smallSet {
+	s, _ = s.without(a)
+	i, _ := slices.BinarySearchFunc(s, a, compareNewest)
+	return slices.Insert(s, i, a)
+}
+
+// mutable returns the table's slice, copied first unless the working
+// table already owns it (it has changed it since the last cut).
+func (t *pluginTable) mutable() smallSet {
+	if !t.owned {
+		s := make(smallSet, len(t.small), max(len(t.small)+1, 4))
+		copy(s, t.small)
+		t.small, t.owned = s, true
+	}
+	return t.small
+}
+
+// putSmall is put for a small table, moving it into B-trees once it
+// grows past smallMax.
+func (t *pluginTable) putSmall(a *allocation) {
+	t.small = t.mutable().with(a)
+	if len(t.small) <= smallMax {
+		return
+	}
+	t.allocs, t.newest = newTrees()
+	for _, x := range t.small {
+		t.allocs.ReplaceOrInsert(x)
+		t.newest.ReplaceOrInsert(x)
+	}
+	t.small, t.owned = nil, false
+}

@@ -1,0 +1,96 @@
+package registry
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// TestSmallTableFrozenAndGrown: a table changes the same way as a small
+// slice and once past smallMax in B-trees, and a clone taken at any point
+// (what a snapshot holds) keeps what it saw while the working table goes on.
+func TestSmallTableFrozenAndGrown(t *testing.T) {
+	work := newPluginTable()
+	type frozen struct {
+		table *pluginTable
+		want  string
+	}
+	var clones []frozen
+	seen := func(tb *pluginTable) string {
+		s := ""
+		tb.eachCurrent(func(a *allocation) { s += fmt.Sprintf("%s=%s ", a.info.GetName(), a.info.GetAllocId()) })
+		return s + fmt.Sprint(tb.len())
+	}
+	for i := 1; i <= 2*smallMax; i++ {
+		name := fmt.Sprintf("p%d", i%5)
+		a := &allocation{info: &messages.PluginInfo{Name: name, AllocId: fmt.Sprintf("a%02d", i)}, order: uint64(i)}
+		work.put(a)
+		if cur, ok := work.currentOf(name); !ok || cur != a {
+			t.Fatalf("after put %d: current of %s is %v, want the new allocation", i, name, cur)
+		}
+		if i%3 == 0 {
+			old, ok := work.get(name, fmt.Sprintf("a%02d", i-5))
+			if i > 5 && !ok {
+				t.Fatalf("after put %d: allocation a%02d of %s not found", i, i-5, name)
+			}
+			if ok {
+				work.remove(old)
+				if _, still := work.get(name, old.info.GetAllocId()); still {
+					t.Fatalf("after remove %s: still found", old.info.GetAllocId())
+				}
+			}
+		}
+		c := work.clone()
+		clones = append(clones, frozen{c, seen(c)})
+	}
+	if work.allocs == nil {
+		t.Fatalf("a table of %d allocations is still a slice; want B-trees past smallMax=%d", work.len(), smallMax)
+	}
+	for i, c := range clones {
+		if got := seen(c.table); got != c.want {
+			t.Errorf("clone %d changed after later writes: %q, was %q", i, got, c.want)
+		}
+	}
+}
+
+// TestSnapshotChangedClosesWhenAskedBeforeOrAfter: Changed is made on
+// demand; it closes once the snapshot is replaced whether a reader asked
+// for it before, after or while the publisher replaced it.
+func TestSnapshotChangedClosesWhenAskedBeforeOrAfter(t *testing.T) {
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	before := newSnapshot(nil, 1)
+	ch := before.Changed()
+	if closed(ch) {
+		t.Fatal("Changed is closed before the snapshot was replaced")
+	}
+	before.supersede()
+	if !closed(ch) || !closed(before.Changed()) {
+		t.Fatal("Changed asked before the replacement did not close")
+	}
+	after := newSnapshot(nil, 1)
+	after.supersede()
+	if !closed(after.Changed()) {
+		t.Fatal("Changed asked after the replacement is not closed")
+	}
+	for range 200 {
+		s := newSnapshot(nil, 1)
+		got := make(chan (<-chan struct{}), 4)
+		for range 4 {
+			go func() { got <- s.Changed() }()
+		}
+		s.supersede()
+		for range 4 {
+			if c := <-got; !closed(c) {
+				<-c // must close by now: a hang here fails the test
+			}
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package registry
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/storage"
+)
+
+// write is one command on its way to disk: from the facade, with done and
+// timer and its validation and encoding already done by the caller, or
+// from an actor, with replyTo.
+type write struct {
+	deregister bool
+	plugin     *messages.PluginInfo // register: the allocation
+	ptype      string
+	name       string // deregister
+	allocID    string // deregister
+	record     []byte // register: the plugin field of its record (encodePlugin)
+	checked    bool   // validated, and record made
+
+	replyTo *actor.PID  // an actor's command
+	done    chan error  // a facade call's answer
+	timer   *time.Timer // a facade call's request timeout
+	arrived time.Time   // when the actor took it
+	event   Event       // nil when the command changed nothing
+	op      storage.Op  // the change, when event is not nil
+	err     error       // a refusal decided against the working state
+}
+
+// check validates w and, for a store that takes records, encodes its
+// record. The facade's callers run it before handing w over; the actor
+// runs it for commands sent to its PID.
+func (w *write) check(encode bool) error {
+	if w.deregister {
+		return validateDeregister(w.ptype, w.name, w.allocID)
+	}
+	if err := validatePlugin(w.plugin); err != nil {
+		return err
+	}
+	w.ptype = w.plugin.GetType()
+	if encode {
+		w.record = encodePlugin(w.plugin)
+	}
+	w.checked = true
+	return nil
+}
+
+func validateDeregister(ptype, name, allocID string) error {
+	if plainID(ptype) && plainID(name) && plainID(allocID) {
+		return nil
+	}
+	for _, err := range []error{
+		ValidateID("plugin type", ptype),
+		ValidateID("plugin name", name),
+		ValidateID("alloc ID", allocID),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
