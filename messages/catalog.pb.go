@@ -1531,6 +1531,227 @@ func (x *DeregisterVolumeResponse) GetError() *CatalogError {
 	return nil
 }
 
+// RegisterVolumes is sent by the agent's API or a Go caller to the catalog
+// to register several volumes at once (Nomad's Volumes[]): all of them, in
+// one durable write, or none. A refusal names the item (its index in
+// volumes and its ID). At most catalog.MaxBatch volumes, with distinct
+// namespace and ID. The catalog answers RegisterVolumesResponse once durable.
+type RegisterVolumes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volumes       []*CatalogVolume       `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterVolumes) Reset() {
+	*x = RegisterVolumes{}
+	mi := &file_messages_catalog_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterVolumes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterVolumes) ProtoMessage() {}
+
+func (x *RegisterVolumes) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterVolumes.ProtoReflect.Descriptor instead.
+func (*RegisterVolumes) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RegisterVolumes) GetVolumes() []*CatalogVolume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *RegisterVolumes) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// RegisterVolumesResponse is the catalog's answer to RegisterVolumes: the
+// volumes as registered, in the order asked.
+type RegisterVolumesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Volumes       []*CatalogVolume       `protobuf:"bytes,2,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterVolumesResponse) Reset() {
+	*x = RegisterVolumesResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterVolumesResponse) ProtoMessage() {}
+
+func (x *RegisterVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterVolumesResponse.ProtoReflect.Descriptor instead.
+func (*RegisterVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RegisterVolumesResponse) GetError() *CatalogError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RegisterVolumesResponse) GetVolumes() []*CatalogVolume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// DeregisterVolumes is sent by the agent's API or a Go caller to the
+// catalog to forget several volumes of one namespace at once (Nomad's
+// VolumeIDs[]): all of them, in one durable write, or none. A refusal names
+// the item. At most catalog.MaxBatch distinct IDs. The catalog answers
+// DeregisterVolumesResponse once durable.
+type DeregisterVolumes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeIds     []string               `protobuf:"bytes,2,rep,name=volume_ids,json=volumeIds,proto3" json:"volume_ids,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterVolumes) Reset() {
+	*x = DeregisterVolumes{}
+	mi := &file_messages_catalog_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterVolumes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterVolumes) ProtoMessage() {}
+
+func (x *DeregisterVolumes) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterVolumes.ProtoReflect.Descriptor instead.
+func (*DeregisterVolumes) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeregisterVolumes) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DeregisterVolumes) GetVolumeIds() []string {
+	if x != nil {
+		return x.VolumeIds
+	}
+	return nil
+}
+
+func (x *DeregisterVolumes) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// DeregisterVolumesResponse is the catalog's answer to DeregisterVolumes.
+type DeregisterVolumesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *CatalogError          `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterVolumesResponse) Reset() {
+	*x = DeregisterVolumesResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterVolumesResponse) ProtoMessage() {}
+
+func (x *DeregisterVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterVolumesResponse.ProtoReflect.Descriptor instead.
+func (*DeregisterVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeregisterVolumesResponse) GetError() *CatalogError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // ListVolumesRequest is sent by the agent's API or a Go caller to the
 // catalog for the stubs of the volumes of namespace (every namespace when
 // empty), sorted by namespace then ID. A namespace that cannot exist (say
@@ -1545,7 +1766,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1778,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1791,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListVolumesRequest) GetNamespace() string {
@@ -1598,7 +1819,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1831,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1844,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
@@ -1653,7 +1874,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1886,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1899,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetVolumeRequest) GetNamespace() string {
@@ -1713,7 +1934,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1946,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1959,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetVolumeResponse) GetError() *CatalogError {
@@ -1782,7 +2003,7 @@ type ClaimVolume struct {
 
 func (x *ClaimVolume) Reset() {
 	*x = ClaimVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2015,7 @@ func (x *ClaimVolume) String() string {
 func (*ClaimVolume) ProtoMessage() {}
 
 func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2028,7 @@ func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolume.ProtoReflect.Descriptor instead.
 func (*ClaimVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ClaimVolume) GetNamespace() string {
@@ -1885,7 +2106,7 @@ type ClaimVolumeResponse struct {
 
 func (x *ClaimVolumeResponse) Reset() {
 	*x = ClaimVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2118,7 @@ func (x *ClaimVolumeResponse) String() string {
 func (*ClaimVolumeResponse) ProtoMessage() {}
 
 func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2131,7 @@ func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ClaimVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClaimVolumeResponse) GetError() *CatalogError {
@@ -1948,7 +2169,7 @@ type ReleaseVolume struct {
 
 func (x *ReleaseVolume) Reset() {
 	*x = ReleaseVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2181,7 @@ func (x *ReleaseVolume) String() string {
 func (*ReleaseVolume) ProtoMessage() {}
 
 func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2194,7 @@ func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseVolume) GetNamespace() string {
@@ -2029,7 +2250,7 @@ type ReleaseVolumeResponse struct {
 
 func (x *ReleaseVolumeResponse) Reset() {
 	*x = ReleaseVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2262,7 @@ func (x *ReleaseVolumeResponse) String() string {
 func (*ReleaseVolumeResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2275,7 @@ func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReleaseVolumeResponse) GetError() *CatalogError {
@@ -2087,7 +2308,7 @@ type MarkVolumeDeleting struct {
 
 func (x *MarkVolumeDeleting) Reset() {
 	*x = MarkVolumeDeleting{}
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2320,7 @@ func (x *MarkVolumeDeleting) String() string {
 func (*MarkVolumeDeleting) ProtoMessage() {}
 
 func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2333,7 @@ func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeleting.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeleting) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MarkVolumeDeleting) GetNamespace() string {
@@ -2148,7 +2369,7 @@ type MarkVolumeDeletingResponse struct {
 
 func (x *MarkVolumeDeletingResponse) Reset() {
 	*x = MarkVolumeDeletingResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2381,7 @@ func (x *MarkVolumeDeletingResponse) String() string {
 func (*MarkVolumeDeletingResponse) ProtoMessage() {}
 
 func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2394,7 @@ func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeletingResponse.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeletingResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MarkVolumeDeletingResponse) GetError() *CatalogError {
@@ -2206,7 +2427,7 @@ type RecordVolumeCapacity struct {
 
 func (x *RecordVolumeCapacity) Reset() {
 	*x = RecordVolumeCapacity{}
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2439,7 @@ func (x *RecordVolumeCapacity) String() string {
 func (*RecordVolumeCapacity) ProtoMessage() {}
 
 func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2452,7 @@ func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacity.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacity) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RecordVolumeCapacity) GetNamespace() string {
@@ -2274,7 +2495,7 @@ type RecordVolumeCapacityResponse struct {
 
 func (x *RecordVolumeCapacityResponse) Reset() {
 	*x = RecordVolumeCapacityResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2507,7 @@ func (x *RecordVolumeCapacityResponse) String() string {
 func (*RecordVolumeCapacityResponse) ProtoMessage() {}
 
 func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2520,7 @@ func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacityResponse.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RecordVolumeCapacityResponse) GetError() *CatalogError {
@@ -2327,7 +2548,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2560,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2573,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -2376,7 +2597,7 @@ type ListCatalogPluginsResponse struct {
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2609,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2622,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -2431,7 +2652,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2664,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2677,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -2476,7 +2697,7 @@ type ShutdownCatalogResponse struct {
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[34]
+	mi := &file_messages_catalog_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2709,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[34]
+	mi := &file_messages_catalog_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2722,7 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{34}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ShutdownCatalogResponse) GetError() *CatalogError {
@@ -2679,6 +2900,21 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\"R\n" +
 	"\x18DeregisterVolumeResponse\x126\n" +
+	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"u\n" +
+	"\x0fRegisterVolumes\x12;\n" +
+	"\avolumes\x18\x01 \x03(\v2!.plugvisor.messages.CatalogVolumeR\avolumes\x12%\n" +
+	"\breply_to\x18\x02 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x8e\x01\n" +
+	"\x17RegisterVolumesResponse\x126\n" +
+	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\x12;\n" +
+	"\avolumes\x18\x02 \x03(\v2!.plugvisor.messages.CatalogVolumeR\avolumes\"w\n" +
+	"\x11DeregisterVolumes\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\n" +
+	"volume_ids\x18\x02 \x03(\tR\tvolumeIds\x12%\n" +
+	"\breply_to\x18\x03 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"S\n" +
+	"\x19DeregisterVolumesResponse\x126\n" +
 	"\x05error\x18\x01 \x01(\v2 .plugvisor.messages.CatalogErrorR\x05error\"Y\n" +
 	"\x12ListVolumesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
@@ -2763,7 +2999,7 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
 	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
@@ -2784,103 +3020,113 @@ var file_messages_catalog_proto_goTypes = []any{
 	(*RegisterVolumeResponse)(nil),       // 16: plugvisor.messages.RegisterVolumeResponse
 	(*DeregisterVolume)(nil),             // 17: plugvisor.messages.DeregisterVolume
 	(*DeregisterVolumeResponse)(nil),     // 18: plugvisor.messages.DeregisterVolumeResponse
-	(*ListVolumesRequest)(nil),           // 19: plugvisor.messages.ListVolumesRequest
-	(*ListVolumesResponse)(nil),          // 20: plugvisor.messages.ListVolumesResponse
-	(*GetVolumeRequest)(nil),             // 21: plugvisor.messages.GetVolumeRequest
-	(*GetVolumeResponse)(nil),            // 22: plugvisor.messages.GetVolumeResponse
-	(*ClaimVolume)(nil),                  // 23: plugvisor.messages.ClaimVolume
-	(*ClaimVolumeResponse)(nil),          // 24: plugvisor.messages.ClaimVolumeResponse
-	(*ReleaseVolume)(nil),                // 25: plugvisor.messages.ReleaseVolume
-	(*ReleaseVolumeResponse)(nil),        // 26: plugvisor.messages.ReleaseVolumeResponse
-	(*MarkVolumeDeleting)(nil),           // 27: plugvisor.messages.MarkVolumeDeleting
-	(*MarkVolumeDeletingResponse)(nil),   // 28: plugvisor.messages.MarkVolumeDeletingResponse
-	(*RecordVolumeCapacity)(nil),         // 29: plugvisor.messages.RecordVolumeCapacity
-	(*RecordVolumeCapacityResponse)(nil), // 30: plugvisor.messages.RecordVolumeCapacityResponse
-	(*ListCatalogPluginsRequest)(nil),    // 31: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil),   // 32: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),              // 33: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),      // 34: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                  // 35: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                  // 36: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                  // 37: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                  // 38: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                  // 39: plugvisor.messages.CatalogVolume.ParametersEntry
-	nil,                                  // 40: plugvisor.messages.CatalogVolume.SecretsEntry
-	nil,                                  // 41: plugvisor.messages.CatalogVolume.ContextEntry
-	nil,                                  // 42: plugvisor.messages.CatalogVolume.AttachmentsEntry
-	nil,                                  // 43: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                  // 44: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                  // 45: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),        // 46: google.protobuf.Timestamp
-	(ErrorCode)(0),                       // 47: plugvisor.messages.ErrorCode
-	(*actor.PID)(nil),                    // 48: actor.PID
+	(*RegisterVolumes)(nil),              // 19: plugvisor.messages.RegisterVolumes
+	(*RegisterVolumesResponse)(nil),      // 20: plugvisor.messages.RegisterVolumesResponse
+	(*DeregisterVolumes)(nil),            // 21: plugvisor.messages.DeregisterVolumes
+	(*DeregisterVolumesResponse)(nil),    // 22: plugvisor.messages.DeregisterVolumesResponse
+	(*ListVolumesRequest)(nil),           // 23: plugvisor.messages.ListVolumesRequest
+	(*ListVolumesResponse)(nil),          // 24: plugvisor.messages.ListVolumesResponse
+	(*GetVolumeRequest)(nil),             // 25: plugvisor.messages.GetVolumeRequest
+	(*GetVolumeResponse)(nil),            // 26: plugvisor.messages.GetVolumeResponse
+	(*ClaimVolume)(nil),                  // 27: plugvisor.messages.ClaimVolume
+	(*ClaimVolumeResponse)(nil),          // 28: plugvisor.messages.ClaimVolumeResponse
+	(*ReleaseVolume)(nil),                // 29: plugvisor.messages.ReleaseVolume
+	(*ReleaseVolumeResponse)(nil),        // 30: plugvisor.messages.ReleaseVolumeResponse
+	(*MarkVolumeDeleting)(nil),           // 31: plugvisor.messages.MarkVolumeDeleting
+	(*MarkVolumeDeletingResponse)(nil),   // 32: plugvisor.messages.MarkVolumeDeletingResponse
+	(*RecordVolumeCapacity)(nil),         // 33: plugvisor.messages.RecordVolumeCapacity
+	(*RecordVolumeCapacityResponse)(nil), // 34: plugvisor.messages.RecordVolumeCapacityResponse
+	(*ListCatalogPluginsRequest)(nil),    // 35: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 36: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 37: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 38: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 39: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 40: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 41: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 42: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 43: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 44: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 45: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 46: plugvisor.messages.CatalogVolume.AttachmentsEntry
+	nil,                                  // 47: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 48: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 49: plugvisor.messages.CatalogPlugin.NodesEntry
+	(*timestamppb.Timestamp)(nil),        // 50: google.protobuf.Timestamp
+	(ErrorCode)(0),                       // 51: plugvisor.messages.ErrorCode
+	(*actor.PID)(nil),                    // 52: actor.PID
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	35, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	39, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	36, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	37, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	38, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	40, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	41, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	42, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	46, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	39, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
-	40, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
-	41, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	50, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	43, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	44, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	45, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
 	6,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
 	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
-	42, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
+	46, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
 	4,  // 13: plugvisor.messages.CatalogVolume.capabilities:type_name -> plugvisor.messages.CatalogCapability
 	3,  // 14: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
 	0,  // 15: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	46, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	50, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 17: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
 	9,  // 18: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	43, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	44, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	45, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	47, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	48, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	49, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
 	2,  // 22: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
-	47, // 23: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
+	51, // 23: plugvisor.messages.CatalogError.code:type_name -> plugvisor.messages.ErrorCode
 	3,  // 24: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 25: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	52, // 25: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
 	14, // 26: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
 	3,  // 27: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 28: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	52, // 28: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
 	14, // 29: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	48, // 30: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	7,  // 31: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	14, // 32: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
-	48, // 33: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	14, // 34: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 35: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 36: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	14, // 37: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 38: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 39: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	14, // 40: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 41: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 42: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
-	14, // 43: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 44: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 45: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
-	14, // 46: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
-	3,  // 47: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	48, // 48: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	12, // 49: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	14, // 50: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
-	48, // 51: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	14, // 52: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
-	1,  // 53: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 54: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 55: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	5,  // 56: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
-	11, // 57: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	10, // 58: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	10, // 59: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	3,  // 30: plugvisor.messages.RegisterVolumes.volumes:type_name -> plugvisor.messages.CatalogVolume
+	52, // 31: plugvisor.messages.RegisterVolumes.reply_to:type_name -> actor.PID
+	14, // 32: plugvisor.messages.RegisterVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 33: plugvisor.messages.RegisterVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolume
+	52, // 34: plugvisor.messages.DeregisterVolumes.reply_to:type_name -> actor.PID
+	14, // 35: plugvisor.messages.DeregisterVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
+	52, // 36: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	7,  // 37: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	14, // 38: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.CatalogError
+	52, // 39: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	14, // 40: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 41: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	52, // 42: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	14, // 43: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 44: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	52, // 45: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	14, // 46: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 47: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	52, // 48: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	14, // 49: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 50: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	52, // 51: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	14, // 52: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.CatalogError
+	3,  // 53: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	52, // 54: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	12, // 55: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	14, // 56: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.CatalogError
+	52, // 57: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	14, // 58: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.CatalogError
+	1,  // 59: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 60: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 61: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	5,  // 62: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
+	11, // 63: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	10, // 64: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	10, // 65: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -2895,7 +3141,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -32,7 +32,7 @@ import (
 // volume's health follows its plugin's counts (a volume whose plugin was
 // never seen is unschedulable).
 //
-// Writes (RegisterVolume, DeregisterVolume, ClaimVolume, ReleaseVolume,
+// Writes (RegisterVolume, DeregisterVolume, their batches, ClaimVolume, ReleaseVolume,
 // MarkVolumeDeleting, RecordVolumeCapacity, fingerprints) are applied at
 // once to the working state, so the next command sees them, and written
 // to the store in batches: one batch in flight, off the actor's goroutine,
@@ -82,6 +82,8 @@ type catalogWrite struct {
 	cmd     proto.Message
 	replyTo *actor.PID
 	volume  *model.CSIVolume // the volume the answer carries
+	// volumes are the volumes a RegisterVolumes answer carries.
+	volumes []*model.CSIVolume
 	ops     []storage.Op
 	err     error // a refusal decided against the working state
 }
@@ -116,6 +118,10 @@ func (a *catalogActor) Receive(ctx actor.Context) {
 	case *messages.RegisterVolume:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.DeregisterVolume:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.RegisterVolumes:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.DeregisterVolumes:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.ClaimVolume:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
@@ -196,7 +202,7 @@ func (a *catalogActor) enqueue(ctx actor.Context, w *catalogWrite) {
 // for input that is bad on its face; refusals that depend on the state are
 // kept in w.err. Either way nothing changes.
 func (a *catalogActor) apply(w *catalogWrite) error {
-	w.volume, w.ops, w.err = nil, nil, nil
+	w.volume, w.volumes, w.ops, w.err = nil, nil, nil, nil
 	var change catalogChange
 	var err error
 	switch cmd := w.cmd.(type) {
@@ -204,6 +210,10 @@ func (a *catalogActor) apply(w *catalogWrite) error {
 		change, err = a.applyRegister(w, cmd)
 	case *messages.DeregisterVolume:
 		change, err = a.applyDeregister(w, cmd)
+	case *messages.RegisterVolumes:
+		change, err = a.applyRegisterBatch(w, cmd)
+	case *messages.DeregisterVolumes:
+		change, err = a.applyDeregisterBatch(w, cmd)
 	case *messages.ClaimVolume:
 		change, err = a.applyClaim(w, cmd)
 	case *messages.ReleaseVolume:
@@ -296,6 +306,10 @@ func (a *catalogActor) reply(ctx actor.Context, w *catalogWrite, err error) {
 		resp = &messages.RegisterVolumeResponse{Error: answer, Volume: volume}
 	case *messages.DeregisterVolume:
 		resp = &messages.DeregisterVolumeResponse{Error: answer}
+	case *messages.RegisterVolumes:
+		resp = registerVolumesResponse(w.volumes, err)
+	case *messages.DeregisterVolumes:
+		resp = &messages.DeregisterVolumesResponse{Error: answer}
 	case *messages.ClaimVolume:
 		resp = &messages.ClaimVolumeResponse{Error: answer, Volume: volume}
 	case *messages.ReleaseVolume:

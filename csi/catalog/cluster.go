@@ -96,6 +96,9 @@ func (a *catalogActor) fleetReply(ctx actor.Context, replyTo *actor.PID, resp pr
 // the Fleet does not take cmd.
 func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.Message {
 	f, nodeID := a.cluster.fleet, a.nodeID
+	if call := batchFleetCall(f, cmd); call != nil {
+		return call
+	}
 	switch cmd := cmd.(type) {
 	case *messages.RegisterVolume:
 		return func(ctx context.Context) proto.Message {
@@ -206,6 +209,10 @@ func fleetResponse(cmd proto.Message, v *model.CSIVolume, err error) proto.Messa
 		return &messages.RegisterVolumeResponse{Error: answer, Volume: volume}
 	case *messages.DeregisterVolume:
 		return &messages.DeregisterVolumeResponse{Error: answer}
+	case *messages.RegisterVolumes:
+		return &messages.RegisterVolumesResponse{Error: answer}
+	case *messages.DeregisterVolumes:
+		return &messages.DeregisterVolumesResponse{Error: answer}
 	case *messages.ClaimVolume:
 		return &messages.ClaimVolumeResponse{Error: answer, Volume: volume}
 	case *messages.ReleaseVolume:
