@@ -149,6 +149,9 @@ func (s *Server) volumeFromBody(ctx context.Context, body VolumeBody) (*model.CS
 	for _, seg := range body.Topologies {
 		v.Topologies = append(v.Topologies, &model.Topology{Segments: seg})
 	}
+	if err := s.Catalog.CheckTopologyRequired(v, false); err != nil {
+		return nil, err
+	}
 	if err := s.validateCapabilities(ctx, v); err != nil {
 		return nil, err
 	}

@@ -144,3 +144,29 @@ func TestABatchPastTheVolumeLimitRegistersNoneOfIt(t *testing.T) {
 	_, err = cat.RegisterVolumes(ctx, catBatch("v", 2))
 	require.NoError(t, err, "a batch that fits is taken")
 }
+
+func TestCatalogRefusesAVolumeWithoutTopologyOfAPluginThatRequiresOne(t *testing.T) {
+	ctx := context.Background()
+	f := startCatFixture(t, catMemoryBucket(t))
+	fp := catNodeFingerprint("zonal", "p1", true)
+	fp.Capabilities.Plugin = []string{"VOLUME_ACCESSIBILITY_CONSTRAINTS"}
+	f.feed(fp, catNodeFingerprint("hostpath", "p2", true))
+	require.True(t, f.plugin("zonal").TopologyRequired(), "recorded from the fingerprint")
+	require.False(t, f.plugin("hostpath").TopologyRequired())
+	before := f.dump()
+
+	_, err := f.cat.RegisterVolume(ctx, catVolume("db", "zonal", model.AccessModeSingleNodeWriter))
+	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorIs(t, err, catalog.ErrCatalogInvalid)
+	require.ErrorContains(t, err, `volume default/db: topologies: plugin "zonal" advertises VOLUME_ACCESSIBILITY_CONSTRAINTS`)
+	require.ErrorContains(t, err, "volume register -topology KEY=VALUE", "the remedy")
+	_, err = f.cat.RegisterVolumes(ctx, []*model.CSIVolume{catVolume("a", "hostpath", model.AccessModeSingleNodeWriter), catVolume("b", "zonal", model.AccessModeSingleNodeWriter)})
+	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorContains(t, err, `volumes[1] (volume "b")`)
+	require.Equal(t, before, f.dump(), "nothing changed")
+
+	placed := catVolume("db", "zonal", model.AccessModeSingleNodeWriter)
+	placed.Topologies = []*model.Topology{{Segments: map[string]string{"zone": "a"}}}
+	f.register(placed)
+	f.register(catVolume("free", "hostpath", model.AccessModeSingleNodeWriter)) // a plugin without the capability needs none
+}

@@ -37,6 +37,11 @@ var (
 	// (agent flag -max-volumes), so a new one is refused; nothing changed.
 	// It is csi.ErrVolumeLimit, which the volume manager carries too.
 	ErrVolumeLimit = csi.ErrVolumeLimit
+	// ErrTopologyRequired: the volume has no topology, and its plugin
+	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes
+	// needs one (Nomad's TODO, enforced); it also matches
+	// ErrCatalogInvalid. Nothing changed and no RPC was sent.
+	ErrTopologyRequired = errors.New("topology required")
 	// ErrCatalogShutdown: the catalog is shut down; nothing changed.
 	ErrCatalogShutdown = errors.New("catalog shut down")
 	// ErrCatalogStore: the durable store failed; the change was not made.
@@ -58,6 +63,7 @@ var catalogSentinels = []struct {
 	code messages.ErrorCode
 }{
 	{ErrCatalogInvalid, messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT},
+	{ErrTopologyRequired, messages.ErrorCode_ERROR_CODE_INVALID_ARGUMENT},
 	{ErrVolumeNotFound, messages.ErrorCode_ERROR_CODE_NOT_FOUND},
 	{ErrVolumeInUse, messages.ErrorCode_ERROR_CODE_CONFLICT},
 	{ErrVolumeConflict, messages.ErrorCode_ERROR_CODE_CONFLICT},
