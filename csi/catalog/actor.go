@@ -167,8 +167,14 @@ func (a *catalogActor) onStarted(ctx actor.Context) {
 }
 
 func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) {
-	if a.cluster != nil && a.deferToFleet(ctx, cmd, replyTo) {
-		return
+	if a.cluster != nil {
+		if err := a.topologyRefusal(cmd); err != nil {
+			a.fleetReply(ctx, cmp.Or(replyTo, ctx.Sender()), fleetResponse(cmd, nil, err))
+			return
+		}
+		if a.deferToFleet(ctx, cmd, replyTo) {
+			return
+		}
 	}
 	w := &catalogWrite{cmd: cmd, replyTo: cmp.Or(replyTo, ctx.Sender())}
 	if a.closing {

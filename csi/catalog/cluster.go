@@ -62,6 +62,32 @@ func newFleetState(f Fleet) *fleetState {
 	return &fleetState{fleet: f, ctx: ctx, cancel: cancel, fps: map[string]*messages.CSIFingerprint{}}
 }
 
+// topologyRefusal is, in cluster mode, the refusal of a registration
+// (single or batch) of a volume without topology whose plugin, as this
+// node has fingerprinted it, requires one (TopologyRequiredOf); nil for
+// any other command. The Fleet is not asked.
+func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
+	var vs []*messages.CatalogVolume
+	_, batch := cmd.(*messages.RegisterVolumes)
+	switch cmd := cmd.(type) {
+	case *messages.RegisterVolume:
+		vs = []*messages.CatalogVolume{cmd.GetVolume()}
+	case *messages.RegisterVolumes:
+		vs = cmd.GetVolumes()
+	}
+	for i, m := range vs {
+		v := model.VolumeFromProto(m)
+		err := TopologyRequiredOf(v, a.state.plugins[v.PluginID], v.Created)
+		if err != nil && batch {
+			return BatchItemError(i, v.ID, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // deferToFleet runs cmd against the Fleet on a goroutine; it reports
 // whether cmd is one the Fleet takes.
 func (a *catalogActor) deferToFleet(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) bool {
