@@ -335,6 +335,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	// A CSI volume registered by hand, then forgotten.
 	c.do("POST", "/v1/volumes", `{"id":"vol-2","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`, 200)
 	c.do("DELETE", "/v1/volumes/default/vol-2?deregister_only=true", "", 200)
+	c.do("POST", "/v1/volumes:batch", `{"volumes":[{"id":"vol-3","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"},`+
+		`{"id":"vol-4","plugin_id":"hp","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]}]}`, 200)
+	c.do("POST", "/v1/volumes:deregister", `{"volume_ids":["vol-3","vol-4"]}`, 200)
 
 	// Docker volumes, on the Docker plugin that discovery found.
 	c.waitFor("/v1/docker/plugins", `"healthy": true`)

@@ -37,6 +37,8 @@ var routeRights = map[string]Rights{
 	"POST /v1/plugins":                               Plugins,
 	"DELETE /v1/plugins/{type}/{name}/{alloc}":       Plugins,
 	"POST /v1/volumes":                               Volumes,
+	"POST /v1/volumes:batch":                         Volumes,
+	"POST /v1/volumes:deregister":                    Volumes,
 	"DELETE /v1/volumes/{namespace}/{id}":            Volumes,
 	"POST /v1/volumes/{namespace}/{id}/claim":        Volumes,
 	"POST /v1/volumes/{namespace}/{id}/release":      Volumes,

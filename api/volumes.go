@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +83,8 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 func (s *Server) volumeRoutes() []route {
 	return []route{
 		{"POST", "/v1/volumes", nil, s.registerVolume},
+		{"POST", "/v1/volumes:batch", nil, s.registerVolumes},
+		{"POST", "/v1/volumes:deregister", nil, s.deregisterVolumes},
 		{"GET", "/v1/volumes", []string{"namespace", "plugin"}, s.listVolumes},
 		{"GET", "/v1/volumes/{namespace}/{id}", nil, s.getVolume},
 		{"DELETE", "/v1/volumes/{namespace}/{id}", []string{"deregister_only"}, s.deregisterVolume},
@@ -109,12 +112,27 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &body, false); err != nil {
 		return err
 	}
-	if err := s.notADockerPlugin(body.PluginID); err != nil {
+	v, err := s.volumeFromBody(r.Context(), body)
+	if err != nil {
 		return err
+	}
+	got, err := s.Catalog.RegisterVolume(r.Context(), v)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, volumeJSON(got))
+	return nil
+}
+
+// volumeFromBody is the volume a registration body describes, its
+// capabilities checked with the plugin's controller where it can.
+func (s *Server) volumeFromBody(ctx context.Context, body VolumeBody) (*model.CSIVolume, error) {
+	if err := s.notADockerPlugin(body.PluginID); err != nil {
+		return nil, err
 	}
 	caps, err := bodyCapabilities(body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	v := model.NewCSIVolume(body.ID, 0)
 	v.Namespace, v.PluginID = body.Namespace, body.PluginID
@@ -129,15 +147,13 @@ func (s *Server) registerVolume(w http.ResponseWriter, r *http.Request) error {
 	for _, seg := range body.Topologies {
 		v.Topologies = append(v.Topologies, &model.Topology{Segments: seg})
 	}
-	if err := s.validateCapabilities(r.Context(), v); err != nil {
-		return err
+	if err := s.Catalog.CheckTopologyRequired(v, false); err != nil {
+		return nil, err
 	}
-	got, err := s.Catalog.RegisterVolume(r.Context(), v)
-	if err != nil {
-		return err
+	if err := s.validateCapabilities(ctx, v); err != nil {
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, volumeJSON(got))
-	return nil
+	return v, nil
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {

@@ -38,7 +38,10 @@ type Store struct {
 	closeErr  error
 }
 
-var _ catalog.Fleet = (*Store)(nil)
+var (
+	_ catalog.Fleet      = (*Store)(nil)
+	_ catalog.BatchFleet = (*Store)(nil)
+)
 
 // Open connects to etcd, grants this node's lease and puts its liveness
 // key under it, and starts keeping the lease alive. It fails with

@@ -1467,6 +1467,227 @@ func (x *DeregisterVolumeResponse) GetError() *Error {
 	return nil
 }
 
+// RegisterVolumes is sent by the agent's API or a Go caller to the catalog
+// to register several volumes at once (Nomad's Volumes[]): all of them, in
+// one durable write, or none. A refusal names the item (its index in
+// volumes and its ID). At most catalog.MaxBatch volumes, with distinct
+// namespace and ID. The catalog answers RegisterVolumesResponse once durable.
+type RegisterVolumes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volumes       []*CatalogVolume       `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterVolumes) Reset() {
+	*x = RegisterVolumes{}
+	mi := &file_messages_catalog_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterVolumes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterVolumes) ProtoMessage() {}
+
+func (x *RegisterVolumes) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterVolumes.ProtoReflect.Descriptor instead.
+func (*RegisterVolumes) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RegisterVolumes) GetVolumes() []*CatalogVolume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *RegisterVolumes) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// RegisterVolumesResponse is the catalog's answer to RegisterVolumes: the
+// volumes as registered, in the order asked.
+type RegisterVolumesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Volumes       []*CatalogVolume       `protobuf:"bytes,2,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterVolumesResponse) Reset() {
+	*x = RegisterVolumesResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterVolumesResponse) ProtoMessage() {}
+
+func (x *RegisterVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterVolumesResponse.ProtoReflect.Descriptor instead.
+func (*RegisterVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RegisterVolumesResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RegisterVolumesResponse) GetVolumes() []*CatalogVolume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// DeregisterVolumes is sent by the agent's API or a Go caller to the
+// catalog to forget several volumes of one namespace at once (Nomad's
+// VolumeIDs[]): all of them, in one durable write, or none. A refusal names
+// the item. At most catalog.MaxBatch distinct IDs. The catalog answers
+// DeregisterVolumesResponse once durable.
+type DeregisterVolumes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeIds     []string               `protobuf:"bytes,2,rep,name=volume_ids,json=volumeIds,proto3" json:"volume_ids,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterVolumes) Reset() {
+	*x = DeregisterVolumes{}
+	mi := &file_messages_catalog_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterVolumes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterVolumes) ProtoMessage() {}
+
+func (x *DeregisterVolumes) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterVolumes.ProtoReflect.Descriptor instead.
+func (*DeregisterVolumes) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeregisterVolumes) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DeregisterVolumes) GetVolumeIds() []string {
+	if x != nil {
+		return x.VolumeIds
+	}
+	return nil
+}
+
+func (x *DeregisterVolumes) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// DeregisterVolumesResponse is the catalog's answer to DeregisterVolumes.
+type DeregisterVolumesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterVolumesResponse) Reset() {
+	*x = DeregisterVolumesResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterVolumesResponse) ProtoMessage() {}
+
+func (x *DeregisterVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterVolumesResponse.ProtoReflect.Descriptor instead.
+func (*DeregisterVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeregisterVolumesResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // ListVolumesRequest is sent by the agent's API or a Go caller to the
 // catalog for the stubs of the volumes of namespace (every namespace when
 // empty), sorted by namespace then ID. A namespace that cannot exist (say
@@ -1481,7 +1702,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1714,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[18]
+	mi := &file_messages_catalog_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1727,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{18}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListVolumesRequest) GetNamespace() string {
@@ -1534,7 +1755,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1767,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[19]
+	mi := &file_messages_catalog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1780,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{19}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*CatalogVolumeStub {
@@ -1589,7 +1810,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1822,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[20]
+	mi := &file_messages_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1835,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{20}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetVolumeRequest) GetNamespace() string {
@@ -1649,7 +1870,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1882,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[21]
+	mi := &file_messages_catalog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1895,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{21}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetVolumeResponse) GetError() *Error {
@@ -1718,7 +1939,7 @@ type ClaimVolume struct {
 
 func (x *ClaimVolume) Reset() {
 	*x = ClaimVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1951,7 @@ func (x *ClaimVolume) String() string {
 func (*ClaimVolume) ProtoMessage() {}
 
 func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[22]
+	mi := &file_messages_catalog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1964,7 @@ func (x *ClaimVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolume.ProtoReflect.Descriptor instead.
 func (*ClaimVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{22}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClaimVolume) GetNamespace() string {
@@ -1821,7 +2042,7 @@ type ClaimVolumeResponse struct {
 
 func (x *ClaimVolumeResponse) Reset() {
 	*x = ClaimVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2054,7 @@ func (x *ClaimVolumeResponse) String() string {
 func (*ClaimVolumeResponse) ProtoMessage() {}
 
 func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[23]
+	mi := &file_messages_catalog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2067,7 @@ func (x *ClaimVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ClaimVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{23}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ClaimVolumeResponse) GetError() *Error {
@@ -1884,7 +2105,7 @@ type ReleaseVolume struct {
 
 func (x *ReleaseVolume) Reset() {
 	*x = ReleaseVolume{}
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2117,7 @@ func (x *ReleaseVolume) String() string {
 func (*ReleaseVolume) ProtoMessage() {}
 
 func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[24]
+	mi := &file_messages_catalog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2130,7 @@ func (x *ReleaseVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolume.ProtoReflect.Descriptor instead.
 func (*ReleaseVolume) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{24}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseVolume) GetNamespace() string {
@@ -1965,7 +2186,7 @@ type ReleaseVolumeResponse struct {
 
 func (x *ReleaseVolumeResponse) Reset() {
 	*x = ReleaseVolumeResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2198,7 @@ func (x *ReleaseVolumeResponse) String() string {
 func (*ReleaseVolumeResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[25]
+	mi := &file_messages_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2211,7 @@ func (x *ReleaseVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{25}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseVolumeResponse) GetError() *Error {
@@ -2023,7 +2244,7 @@ type MarkVolumeDeleting struct {
 
 func (x *MarkVolumeDeleting) Reset() {
 	*x = MarkVolumeDeleting{}
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2256,7 @@ func (x *MarkVolumeDeleting) String() string {
 func (*MarkVolumeDeleting) ProtoMessage() {}
 
 func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[26]
+	mi := &file_messages_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2269,7 @@ func (x *MarkVolumeDeleting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeleting.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeleting) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{26}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MarkVolumeDeleting) GetNamespace() string {
@@ -2084,7 +2305,7 @@ type MarkVolumeDeletingResponse struct {
 
 func (x *MarkVolumeDeletingResponse) Reset() {
 	*x = MarkVolumeDeletingResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2317,7 @@ func (x *MarkVolumeDeletingResponse) String() string {
 func (*MarkVolumeDeletingResponse) ProtoMessage() {}
 
 func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[27]
+	mi := &file_messages_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2330,7 @@ func (x *MarkVolumeDeletingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkVolumeDeletingResponse.ProtoReflect.Descriptor instead.
 func (*MarkVolumeDeletingResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{27}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MarkVolumeDeletingResponse) GetError() *Error {
@@ -2142,7 +2363,7 @@ type RecordVolumeCapacity struct {
 
 func (x *RecordVolumeCapacity) Reset() {
 	*x = RecordVolumeCapacity{}
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2375,7 @@ func (x *RecordVolumeCapacity) String() string {
 func (*RecordVolumeCapacity) ProtoMessage() {}
 
 func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[28]
+	mi := &file_messages_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2388,7 @@ func (x *RecordVolumeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacity.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacity) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{28}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RecordVolumeCapacity) GetNamespace() string {
@@ -2210,7 +2431,7 @@ type RecordVolumeCapacityResponse struct {
 
 func (x *RecordVolumeCapacityResponse) Reset() {
 	*x = RecordVolumeCapacityResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2443,7 @@ func (x *RecordVolumeCapacityResponse) String() string {
 func (*RecordVolumeCapacityResponse) ProtoMessage() {}
 
 func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[29]
+	mi := &file_messages_catalog_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2456,7 @@ func (x *RecordVolumeCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordVolumeCapacityResponse.ProtoReflect.Descriptor instead.
 func (*RecordVolumeCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{29}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RecordVolumeCapacityResponse) GetError() *Error {
@@ -2263,7 +2484,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2496,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[30]
+	mi := &file_messages_catalog_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2509,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{30}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -2312,7 +2533,7 @@ type ListCatalogPluginsResponse struct {
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2545,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[31]
+	mi := &file_messages_catalog_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2558,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{31}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -2367,7 +2588,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2600,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[32]
+	mi := &file_messages_catalog_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2613,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{32}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -2412,7 +2633,7 @@ type ShutdownCatalogResponse struct {
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2645,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[33]
+	mi := &file_messages_catalog_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2658,7 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{33}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ShutdownCatalogResponse) GetError() *Error {
@@ -2611,6 +2832,21 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\breply_to\x18\x03 \x01(\v2\n" +
 	".actor.PIDR\areplyTo\"K\n" +
 	"\x18DeregisterVolumeResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"u\n" +
+	"\x0fRegisterVolumes\x12;\n" +
+	"\avolumes\x18\x01 \x03(\v2!.plugvisor.messages.CatalogVolumeR\avolumes\x12%\n" +
+	"\breply_to\x18\x02 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x87\x01\n" +
+	"\x17RegisterVolumesResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12;\n" +
+	"\avolumes\x18\x02 \x03(\v2!.plugvisor.messages.CatalogVolumeR\avolumes\"w\n" +
+	"\x11DeregisterVolumes\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\n" +
+	"volume_ids\x18\x02 \x03(\tR\tvolumeIds\x12%\n" +
+	"\breply_to\x18\x03 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"L\n" +
+	"\x19DeregisterVolumesResponse\x12/\n" +
 	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"Y\n" +
 	"\x12ListVolumesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
@@ -2695,7 +2931,7 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
 	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
@@ -2715,102 +2951,112 @@ var file_messages_catalog_proto_goTypes = []any{
 	(*RegisterVolumeResponse)(nil),       // 15: plugvisor.messages.RegisterVolumeResponse
 	(*DeregisterVolume)(nil),             // 16: plugvisor.messages.DeregisterVolume
 	(*DeregisterVolumeResponse)(nil),     // 17: plugvisor.messages.DeregisterVolumeResponse
-	(*ListVolumesRequest)(nil),           // 18: plugvisor.messages.ListVolumesRequest
-	(*ListVolumesResponse)(nil),          // 19: plugvisor.messages.ListVolumesResponse
-	(*GetVolumeRequest)(nil),             // 20: plugvisor.messages.GetVolumeRequest
-	(*GetVolumeResponse)(nil),            // 21: plugvisor.messages.GetVolumeResponse
-	(*ClaimVolume)(nil),                  // 22: plugvisor.messages.ClaimVolume
-	(*ClaimVolumeResponse)(nil),          // 23: plugvisor.messages.ClaimVolumeResponse
-	(*ReleaseVolume)(nil),                // 24: plugvisor.messages.ReleaseVolume
-	(*ReleaseVolumeResponse)(nil),        // 25: plugvisor.messages.ReleaseVolumeResponse
-	(*MarkVolumeDeleting)(nil),           // 26: plugvisor.messages.MarkVolumeDeleting
-	(*MarkVolumeDeletingResponse)(nil),   // 27: plugvisor.messages.MarkVolumeDeletingResponse
-	(*RecordVolumeCapacity)(nil),         // 28: plugvisor.messages.RecordVolumeCapacity
-	(*RecordVolumeCapacityResponse)(nil), // 29: plugvisor.messages.RecordVolumeCapacityResponse
-	(*ListCatalogPluginsRequest)(nil),    // 30: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil),   // 31: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),              // 32: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),      // 33: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                  // 34: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                  // 35: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                  // 36: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                  // 37: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                  // 38: plugvisor.messages.CatalogVolume.ParametersEntry
-	nil,                                  // 39: plugvisor.messages.CatalogVolume.SecretsEntry
-	nil,                                  // 40: plugvisor.messages.CatalogVolume.ContextEntry
-	nil,                                  // 41: plugvisor.messages.CatalogVolume.AttachmentsEntry
-	nil,                                  // 42: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                  // 43: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                  // 44: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),        // 45: google.protobuf.Timestamp
-	(*actor.PID)(nil),                    // 46: actor.PID
-	(*Error)(nil),                        // 47: plugvisor.messages.Error
+	(*RegisterVolumes)(nil),              // 18: plugvisor.messages.RegisterVolumes
+	(*RegisterVolumesResponse)(nil),      // 19: plugvisor.messages.RegisterVolumesResponse
+	(*DeregisterVolumes)(nil),            // 20: plugvisor.messages.DeregisterVolumes
+	(*DeregisterVolumesResponse)(nil),    // 21: plugvisor.messages.DeregisterVolumesResponse
+	(*ListVolumesRequest)(nil),           // 22: plugvisor.messages.ListVolumesRequest
+	(*ListVolumesResponse)(nil),          // 23: plugvisor.messages.ListVolumesResponse
+	(*GetVolumeRequest)(nil),             // 24: plugvisor.messages.GetVolumeRequest
+	(*GetVolumeResponse)(nil),            // 25: plugvisor.messages.GetVolumeResponse
+	(*ClaimVolume)(nil),                  // 26: plugvisor.messages.ClaimVolume
+	(*ClaimVolumeResponse)(nil),          // 27: plugvisor.messages.ClaimVolumeResponse
+	(*ReleaseVolume)(nil),                // 28: plugvisor.messages.ReleaseVolume
+	(*ReleaseVolumeResponse)(nil),        // 29: plugvisor.messages.ReleaseVolumeResponse
+	(*MarkVolumeDeleting)(nil),           // 30: plugvisor.messages.MarkVolumeDeleting
+	(*MarkVolumeDeletingResponse)(nil),   // 31: plugvisor.messages.MarkVolumeDeletingResponse
+	(*RecordVolumeCapacity)(nil),         // 32: plugvisor.messages.RecordVolumeCapacity
+	(*RecordVolumeCapacityResponse)(nil), // 33: plugvisor.messages.RecordVolumeCapacityResponse
+	(*ListCatalogPluginsRequest)(nil),    // 34: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 35: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 36: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 37: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 38: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 39: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 40: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 41: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 42: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 43: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 44: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 45: plugvisor.messages.CatalogVolume.AttachmentsEntry
+	nil,                                  // 46: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 47: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 48: plugvisor.messages.CatalogPlugin.NodesEntry
+	(*timestamppb.Timestamp)(nil),        // 49: google.protobuf.Timestamp
+	(*actor.PID)(nil),                    // 50: actor.PID
+	(*Error)(nil),                        // 51: plugvisor.messages.Error
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	34, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	38, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	35, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	36, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	37, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	39, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	40, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	41, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	45, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	38, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
-	39, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
-	40, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	49, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	42, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	43, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	44, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
 	6,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
 	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
-	41, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
+	45, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
 	4,  // 13: plugvisor.messages.CatalogVolume.capabilities:type_name -> plugvisor.messages.CatalogCapability
 	3,  // 14: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
 	0,  // 15: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	45, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	49, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 17: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
 	9,  // 18: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	42, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	43, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	44, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	46, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	47, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	48, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
 	2,  // 22: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
 	3,  // 23: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	46, // 24: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
-	47, // 25: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	50, // 24: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	51, // 25: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.Error
 	3,  // 26: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	46, // 27: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
-	47, // 28: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.Error
-	46, // 29: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	7,  // 30: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	47, // 31: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.Error
-	46, // 32: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	47, // 33: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 34: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	46, // 35: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	47, // 36: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 37: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	46, // 38: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	47, // 39: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 40: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	46, // 41: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
-	47, // 42: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 43: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	46, // 44: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
-	47, // 45: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 46: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	46, // 47: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	12, // 48: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	47, // 49: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.Error
-	46, // 50: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	47, // 51: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.Error
-	1,  // 52: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 53: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 54: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	5,  // 55: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
-	11, // 56: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	10, // 57: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	10, // 58: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	50, // 27: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	51, // 28: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 29: plugvisor.messages.RegisterVolumes.volumes:type_name -> plugvisor.messages.CatalogVolume
+	50, // 30: plugvisor.messages.RegisterVolumes.reply_to:type_name -> actor.PID
+	51, // 31: plugvisor.messages.RegisterVolumesResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 32: plugvisor.messages.RegisterVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolume
+	50, // 33: plugvisor.messages.DeregisterVolumes.reply_to:type_name -> actor.PID
+	51, // 34: plugvisor.messages.DeregisterVolumesResponse.error:type_name -> plugvisor.messages.Error
+	50, // 35: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	7,  // 36: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	51, // 37: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.Error
+	50, // 38: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	51, // 39: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 40: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	50, // 41: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	51, // 42: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 43: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	50, // 44: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	51, // 45: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 46: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	50, // 47: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	51, // 48: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 49: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	50, // 50: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	51, // 51: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 52: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	50, // 53: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	12, // 54: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	51, // 55: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.Error
+	50, // 56: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	51, // 57: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.Error
+	1,  // 58: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 59: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 60: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	5,  // 61: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
+	11, // 62: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	10, // 63: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	10, // 64: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -2825,7 +3071,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

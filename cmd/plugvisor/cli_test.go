@@ -116,6 +116,8 @@ func emptyDataDir(t *testing.T) string {
 
 func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
 	dir := emptyDataDir(t)
+	notAList := filepath.Join(t.TempDir(), "volume.json")
+	require.NoError(t, os.WriteFile(notAList, []byte(`{"id":"db"}`), 0o600))
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -137,6 +139,10 @@ func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
 			`unknown key "colour" (keys: access, attachment, fs)`},
 		{"volume register with -capability and -access-mode", []string{"volume", "register", "-id", "db", "-plugin", "hp", "-access-mode", "single-node-writer",
 			"-capability", "access=multi-node-reader-only"}, "leave -access-mode and -attachment-mode out"},
+		{"volume register -f with -id", []string{"volume", "register", "-f", "volumes.json", "-id", "db"}, "-f FILE describes the volumes: leave -id out"},
+		{"volume register -f of a missing file", []string{"volume", "register", "-f", filepath.Join(dir, "none.json")}, "-f: open "},
+		{"volume register -f of a file that is no list", []string{"volume", "register", "-f", notAList}, "not a JSON list of volumes"},
+		{"volume register without -id or -f", []string{"volume", "register", "-access-mode", "single-node-writer"}, "missing required flags -id (the volume's ID, as the plugin knows it), -plugin"},
 		{"volume mount with an unknown access mode", []string{"volume", "mount", "-access-mode", "often", "db", "web-1"}, `-access-mode: unknown access mode "often"`},
 		{"volume expand without -size", []string{"volume", "expand", "db"}, "missing required flag -size"},
 		{"volume mount without the alloc", []string{"volume", "mount", "db"}, "mount needs ID ALLOC, e.g. plugvisor volume mount db web-1"},

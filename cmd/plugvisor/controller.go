@@ -211,10 +211,12 @@ than created, or any volume with -deregister-only, is only forgotten.`,
 		Args:    cmdline.Args("ID", "plugvisor volume delete db"),
 	}
 	if deregister {
-		c.Use, c.Short, c.Example = "deregister ID", "forget a volume and leave it on its plugin", "  plugvisor volume deregister legacy"
-		c.Long = `Forgets a volume and leaves it on its plugin: "volume delete
--deregister-only". A volume with claims is refused, naming the allocs.`
-		c.Args = cmdline.Args("ID", "plugvisor volume deregister legacy")
+		c.Use, c.Short, c.Example = "deregister ID [ID...]", "forget volumes and leave them on their plugin", "  plugvisor volume deregister legacy\n  plugvisor volume deregister old-1 old-2 old-3"
+		c.Long = `Forgets volumes and leaves them on their plugin: "volume delete
+-deregister-only". A volume with claims is refused, naming the allocs.
+Several IDs (at most 25, of one namespace) are forgotten all or none: one
+refusal names its volume and forgets none.`
+		c.Args = cmdline.MinArgs("ID", "plugvisor volume deregister legacy")
 	}
 	cmd, vf := newVolumeLeaf(c)
 	only := deregister
@@ -222,6 +224,9 @@ than created, or any volume with -deregister-only, is only forgotten.`,
 		cmd.Flags().BoolVar(&only, "deregister-only", false, "only forget the volume; leave it on the plugin")
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return deregisterBatch(cmd, vf, args)
+		}
 		var query url.Values
 		if only {
 			query = url.Values{"deregister_only": {"true"}}

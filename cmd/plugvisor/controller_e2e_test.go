@@ -65,6 +65,24 @@ func TestVolumesAndSnapshotsThroughTheControllerFromTheCLI(t *testing.T) {
 	require.Contains(t, run(0, "volume", "register", "-id", "legacy", "-plugin", "hp", "-access-mode", "single-node-writer"), "legacy")
 	require.Contains(t, run(0, "volume", "deregister", "legacy"), "deregistered volume default/legacy (left on its plugin)")
 	require.Contains(t, run(2, "volume", "deregister"), "deregister needs ID, e.g. plugvisor volume deregister")
+
+	// A batch, all or none.
+	batch := filepath.Join(t.TempDir(), "volumes.json")
+	writeBatch := func(modes ...string) {
+		var items []string
+		for i, mode := range modes {
+			items = append(items, `{"id":"b`+string(rune('0'+i))+`","plugin_id":"hp","access_mode":"`+mode+`","attachment_mode":"file-system"}`)
+		}
+		require.NoError(t, os.WriteFile(batch, []byte("["+strings.Join(items, ",")+"]"), 0o600))
+	}
+	writeBatch("single-node-writer", "sometimes")
+	require.Contains(t, run(1, "volume", "register", "-f", batch), `volumes[1] (volume "b1"): access_mode`)
+	require.NotContains(t, run(0, "volume", "list"), "b0", "the refused batch registered nothing")
+	writeBatch("single-node-writer", "multi-node-reader-only")
+	require.Contains(t, run(0, "volume", "register", "-f", batch), "registered volume default/b1 on plugin hp")
+	require.Contains(t, run(1, "volume", "deregister", "b0", "nope", "b1"), `volumes[1] (volume "nope")`)
+	require.Contains(t, run(0, "volume", "list"), "b0", "the refused batch forgot nothing")
+	require.Contains(t, run(0, "volume", "deregister", "b0", "b1"), "deregistered volume default/b1 (left on its plugin)")
 	require.Contains(t, run(0, "volume", "delete", "db"), "deleted volume default/db on its plugin")
 	require.Contains(t, run(0, "volume", "list"), "no volumes registered")
 	for _, out := range outputs {

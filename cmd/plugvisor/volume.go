@@ -81,16 +81,24 @@ func (vf *volumeFlags) callShowing(cmd *cobra.Command, what, method, path string
 func newVolumeRegisterCmd() *cobra.Command {
 	var body api.VolumeBody
 	cmd, vf := newVolumeLeaf(&cobra.Command{
-		Use:   "register -id ID -plugin P (-access-mode M | -capability access=M[,attachment=A][,fs=T]...)",
+		Use:   "register (-id ID -plugin P (-access-mode M | -capability access=M[,attachment=A][,fs=T]...) | -f VOLUMES.json)",
 		Short: "record a volume the plugin already has, by its ID",
 		Example: `  plugvisor volume register -id vol-1 -plugin hostpath -access-mode single-node-writer
   plugvisor volume register -id vol-2 -plugin hostpath -access-mode multi-node-reader-only -namespace batch
-  plugvisor volume register -id vol-3 -plugin ebs -capability access=single-node-writer,fs=ext4 -capability access=multi-node-reader-only`,
+  plugvisor volume register -id vol-3 -plugin ebs -capability access=single-node-writer,fs=ext4 -capability access=multi-node-reader-only
+  plugvisor volume register -f volumes.json`,
 		Args: cmdline.Args("", "plugvisor volume register -id vol-1 -plugin hostpath -access-mode single-node-writer"),
 	})
 	var topologies topologyList
 	var caps capabilityList
+	var file string
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if file != "" {
+			return registerBatch(cmd, vf, file)
+		}
+		if err := cmdline.Missing(cmd, "id", "plugin"); err != nil {
+			return err
+		}
 		body.Namespace, body.Topologies = vf.namespace, topologies
 		modeSet := cmd.Flags().Changed("access-mode") || cmd.Flags().Changed("attachment-mode")
 		if err := registerModes(&body, caps, modeSet); err != nil {
@@ -108,7 +116,7 @@ func newVolumeRegisterCmd() *cobra.Command {
 	cmd.Flags().StringVar(&body.AttachmentMode, "attachment-mode", "file-system", "file-system or block-device")
 	cmd.Flags().Var(&topologies, "topology", "a topology the volume can be reached from, KEY=VALUE[,KEY=VALUE] (repeatable; required by plugins with VOLUME_ACCESSIBILITY_CONSTRAINTS)")
 	cmd.Flags().Var(&caps, "capability", "one of the volume's capabilities, access=MODE[,attachment=file-system|block-device][,fs=TYPE] (repeatable; each claim or mount chooses one with -access-mode); instead of -access-mode")
-	cmdline.Require(cmd, "id", "plugin")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "register a batch instead, all or none: a JSON list of volumes as POST /v1/volumes takes them (id, plugin_id, access_mode ... ; namespace defaults to -namespace); at most 25")
 	return cmd
 }
 

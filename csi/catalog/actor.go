@@ -56,6 +56,8 @@ type catalogWrite struct {
 	cmd     proto.Message
 	replyTo *actor.PID
 	volume  *model.CSIVolume // the volume the answer carries
+	// volumes are the volumes a RegisterVolumes answer carries.
+	volumes []*model.CSIVolume
 	ops     []storage.Op
 	err     error // a refusal decided against the working state
 }
@@ -90,6 +92,10 @@ func (a *catalogActor) Receive(ctx actor.Context) {
 	case *messages.RegisterVolume:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.DeregisterVolume:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.RegisterVolumes:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.DeregisterVolumes:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.ClaimVolume:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
@@ -135,8 +141,14 @@ func (a *catalogActor) onStarted(ctx actor.Context) {
 }
 
 func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) {
-	if a.cluster != nil && a.deferToFleet(ctx, cmd, replyTo) {
-		return
+	if a.cluster != nil {
+		if err := a.topologyRefusal(cmd); err != nil {
+			a.fleetReply(ctx, cmp.Or(replyTo, ctx.Sender()), fleetResponse(cmd, nil, err))
+			return
+		}
+		if a.deferToFleet(ctx, cmd, replyTo) {
+			return
+		}
 	}
 	w := &catalogWrite{cmd: cmd, replyTo: cmp.Or(replyTo, ctx.Sender())}
 	if a.closing {
@@ -170,7 +182,7 @@ func (a *catalogActor) enqueue(ctx actor.Context, w *catalogWrite) {
 // for input that is bad on its face; refusals that depend on the state are
 // kept in w.err. Either way nothing changes.
 func (a *catalogActor) apply(w *catalogWrite) error {
-	w.volume, w.ops, w.err = nil, nil, nil
+	w.volume, w.volumes, w.ops, w.err = nil, nil, nil, nil
 	var change catalogChange
 	var err error
 	switch cmd := w.cmd.(type) {
@@ -178,6 +190,10 @@ func (a *catalogActor) apply(w *catalogWrite) error {
 		change, err = a.applyRegister(w, cmd)
 	case *messages.DeregisterVolume:
 		change, err = a.applyDeregister(w, cmd)
+	case *messages.RegisterVolumes:
+		change, err = a.applyRegisterBatch(w, cmd)
+	case *messages.DeregisterVolumes:
+		change, err = a.applyDeregisterBatch(w, cmd)
 	case *messages.ClaimVolume:
 		change, err = a.applyClaim(w, cmd)
 	case *messages.ReleaseVolume:
@@ -270,6 +286,10 @@ func (a *catalogActor) reply(ctx actor.Context, w *catalogWrite, err error) {
 		resp = &messages.RegisterVolumeResponse{Error: answer, Volume: volume}
 	case *messages.DeregisterVolume:
 		resp = &messages.DeregisterVolumeResponse{Error: answer}
+	case *messages.RegisterVolumes:
+		resp = registerVolumesResponse(w.volumes, err)
+	case *messages.DeregisterVolumes:
+		resp = &messages.DeregisterVolumesResponse{Error: answer}
 	case *messages.ClaimVolume:
 		resp = &messages.ClaimVolumeResponse{Error: answer, Volume: volume}
 	case *messages.ReleaseVolume:

@@ -26,6 +26,9 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	if err == nil {
 		err = checkRegistration(v)
 	}
+	if err == nil && !v.Created { // a created volume has the topology its plugin gave it
+		err = TopologyRequiredOf(v, a.state.plugins[v.PluginID], false)
+	}
 	if err != nil {
 		return change, err
 	}

@@ -62,6 +62,32 @@ func newFleetState(f Fleet) *fleetState {
 	return &fleetState{fleet: f, ctx: ctx, cancel: cancel, fps: map[string]*messages.CSIFingerprint{}}
 }
 
+// topologyRefusal is, in cluster mode, the refusal of a registration
+// (single or batch) of a volume without topology whose plugin, as this
+// node has fingerprinted it, requires one (TopologyRequiredOf); nil for
+// any other command. The Fleet is not asked.
+func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
+	var vs []*messages.CatalogVolume
+	_, batch := cmd.(*messages.RegisterVolumes)
+	switch cmd := cmd.(type) {
+	case *messages.RegisterVolume:
+		vs = []*messages.CatalogVolume{cmd.GetVolume()}
+	case *messages.RegisterVolumes:
+		vs = cmd.GetVolumes()
+	}
+	for i, m := range vs {
+		v := model.VolumeFromProto(m)
+		err := TopologyRequiredOf(v, a.state.plugins[v.PluginID], v.Created)
+		if err != nil && batch {
+			return BatchItemError(i, v.ID, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // deferToFleet runs cmd against the Fleet on a goroutine; it reports
 // whether cmd is one the Fleet takes.
 func (a *catalogActor) deferToFleet(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) bool {
@@ -96,6 +122,9 @@ func (a *catalogActor) fleetReply(ctx actor.Context, replyTo *actor.PID, resp pr
 // the Fleet does not take cmd.
 func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.Message {
 	f, nodeID := a.cluster.fleet, a.nodeID
+	if call := batchFleetCall(f, cmd); call != nil {
+		return call
+	}
 	switch cmd := cmd.(type) {
 	case *messages.RegisterVolume:
 		return func(ctx context.Context) proto.Message {
@@ -206,6 +235,10 @@ func fleetResponse(cmd proto.Message, v *model.CSIVolume, err error) proto.Messa
 		return &messages.RegisterVolumeResponse{Error: answer, Volume: volume}
 	case *messages.DeregisterVolume:
 		return &messages.DeregisterVolumeResponse{Error: answer}
+	case *messages.RegisterVolumes:
+		return &messages.RegisterVolumesResponse{Error: answer}
+	case *messages.DeregisterVolumes:
+		return &messages.DeregisterVolumesResponse{Error: answer}
 	case *messages.ClaimVolume:
 		return &messages.ClaimVolumeResponse{Error: answer, Volume: volume}
 	case *messages.ReleaseVolume:

@@ -186,3 +186,36 @@ func TestCatalogInClusterModeChecksTheFleetsRoom(t *testing.T) {
 	require.ErrorIs(t, err, catalog.ErrVolumeLimit, "node b sees node a's volume fill the fleet")
 	require.ErrorContains(t, err, "the catalog holds 1 volumes, the limit")
 }
+
+// TestCatalogInClusterModeTakesBatchesWholeAndRequiresTopologyWhereThePluginDoes
+// sends batches through a node's catalog to the fleet, and registrations
+// without topology of a plugin this node fingerprinted as requiring one.
+func TestCatalogInClusterModeTakesBatchesWholeAndRequiresTopologyWhereThePluginDoes(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := startClusterNode(t, srv, "node-a")
+	ctx := context.Background()
+	fp := catNodeFingerprint("zonal", "p1", true)
+	fp.Capabilities.Plugin = []string{"VOLUME_ACCESSIBILITY_CONSTRAINTS"}
+	a.manager.Send(a.cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: fp})
+	require.Eventually(t, func() bool {
+		plugins, err := a.cat.Plugins(ctx)
+		return err == nil && len(plugins) == 1
+	}, catWait, 20*time.Millisecond)
+
+	got, err := a.cat.RegisterVolumes(ctx, catBatch("v", 3))
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	err = a.cat.DeregisterVolumes(ctx, "", []string{"v-0", "gone"})
+	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorContains(t, err, `volumes[1] (volume "gone")`)
+
+	_, err = a.cat.RegisterVolumes(ctx, []*model.CSIVolume{catVolume("w", "hostpath", model.AccessModeSingleNodeWriter), catVolume("z", "zonal", model.AccessModeSingleNodeWriter)})
+	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorContains(t, err, `volumes[1] (volume "z")`)
+	_, err = a.cat.RegisterVolume(ctx, catVolume("z", "zonal", model.AccessModeSingleNodeWriter))
+	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	stubs, err := a.cat.ListVolumes(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"default/v-0", "default/v-1", "default/v-2"}, catStubNames(stubs), "the refusals changed nothing")
+	require.NoError(t, a.cat.DeregisterVolumes(ctx, "", []string{"v-0", "v-2"}))
+}

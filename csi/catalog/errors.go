@@ -34,6 +34,11 @@ var (
 	// (agent flag -max-volumes), so a new one is refused; nothing changed.
 	// It is csi.ErrVolumeLimit, which the volume manager carries too.
 	ErrVolumeLimit = csi.ErrVolumeLimit
+	// ErrTopologyRequired: the volume has no topology, and its plugin
+	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes
+	// needs one (Nomad's TODO, enforced); it also matches ErrInvalid.
+	// Nothing changed and no RPC was sent.
+	ErrTopologyRequired = errclass.New(errclass.Invalid, "topology required")
 	// ErrShutdown: the catalog is shut down; nothing changed.
 	ErrShutdown = errclass.New(errclass.ShutDown, "catalog shut down")
 	// ErrStore: the durable store failed; the change was not made.

@@ -3,6 +3,7 @@ package catalog
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -174,4 +175,28 @@ func (c *Catalog) RecordVolumeCapacity(ctx context.Context, namespace, id string
 		return &messages.RecordVolumeCapacity{Namespace: namespace, VolumeId: id, CapacityBytes: capacityBytes, ReplyTo: replyTo}
 	})
 	return volumeAnswer(resp, err)
+}
+
+// TopologyRequiredOf refuses v, a volume to register or create, when it
+// names no topology (topologies, or a create's requirements, as
+// withRequirements says) and its plugin p advertises
+// VOLUME_ACCESSIBILITY_CONSTRAINTS: ErrTopologyRequired and
+// ErrInvalid, naming the field and the remedy.
+func TopologyRequiredOf(v *model.CSIVolume, p *model.CSIPlugin, withRequirements bool) error {
+	if !p.TopologyRequired() || len(v.Topologies) > 0 || withRequirements {
+		return nil
+	}
+	return &catalogError{
+		text: fmt.Sprintf("csi: catalog: %v: %v: volume %s/%s: topologies: plugin %q advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes needs a topology: "+
+			"give one (volume register -topology KEY=VALUE, the API's topologies; volume create -requisite or -preferred)",
+			ErrInvalid, ErrTopologyRequired, cmp.Or(v.Namespace, model.DefaultNamespace), v.ID, v.PluginID),
+		kinds: []error{ErrInvalid, ErrTopologyRequired},
+	}
+}
+
+// CheckTopologyRequired is TopologyRequiredOf against the plugin as this
+// node's catalog last recorded it durably (its fingerprints are this
+// node's own, in a fleet too): the edge's look before any RPC.
+func (c *Catalog) CheckTopologyRequired(v *model.CSIVolume, withRequirements bool) error {
+	return TopologyRequiredOf(v, c.durable.Load().plugins[v.PluginID], withRequirements)
 }

@@ -151,6 +151,13 @@ func (r CreateRequest) volume(externalID string) *model.CSIVolume {
 	return v
 }
 
+// topologyChecker is a Catalog that refuses, before any RPC, a volume
+// without a topology of a plugin that advertises
+// VOLUME_ACCESSIBILITY_CONSTRAINTS (*catalog.Catalog is one).
+type topologyChecker interface {
+	CheckTopologyRequired(v *model.CSIVolume, withRequirements bool) error
+}
+
 // Create creates a volume with the plugin's controller (CreateVolume, which
 // needs CREATE_DELETE_VOLUME, and CREATE_DELETE_SNAPSHOT for a snapshot
 // source) and registers it in the catalog with the plugin's volume ID,
@@ -165,7 +172,9 @@ func (r CreateRequest) volume(externalID string) *model.CSIVolume {
 // A catalog volume that exists with another plugin or other modes, or that
 // was registered rather than created, is refused with ErrVolumeExists
 // before any RPC, and so is a new volume beyond the catalog's limit (with
-// catalog.ErrVolumeLimit).
+// catalog.ErrVolumeLimit), and one without requisite or preferred topology
+// of a plugin that advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (with
+// catalog.ErrTopologyRequired).
 func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIVolume, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -178,6 +187,11 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 	}
 	if err := c.cfg.Catalog.CheckRoom(req.Namespace, req.ID); err != nil {
 		return nil, fmt.Errorf("controller: %s: %w", what, err)
+	}
+	if tc, ok := c.cfg.Catalog.(topologyChecker); ok {
+		if err := tc.CheckTopologyRequired(req.volume(""), len(req.Requisite)+len(req.Preferred) > 0); err != nil {
+			return nil, fmt.Errorf("controller: %s: %w", what, err)
+		}
 	}
 	need := []capability{capCreateDelete}
 	if req.SnapshotID != "" {

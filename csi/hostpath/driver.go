@@ -74,6 +74,12 @@ type Config struct {
 	// attached it to that node and with the publish context it returned. Off
 	// by default. The controller and the nodes sharing a root must agree on it.
 	AttachRequired bool
+	// Topology makes the driver advertise VOLUME_ACCESSIBILITY_CONSTRAINTS
+	// (its volumes stay on their node, topology.hostpath.csi.plugvisor.io/node),
+	// so that a container orchestrator requires a topology on each of its
+	// volumes. Off by default: NodeGetInfo and CreateVolume report the
+	// node's topology either way.
+	Topology bool
 	// Logger receives what the driver does (default: discard).
 	Logger hclog.Logger
 }

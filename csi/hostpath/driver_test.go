@@ -237,10 +237,15 @@ func TestIdentity(t *testing.T) {
 
 	caps, err := p.id.GetPluginCapabilities(t.Context(), &csi.GetPluginCapabilitiesRequest{})
 	require.NoError(t, err)
+	require.ElementsMatch(t, []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_CONTROLLER_SERVICE}, serviceTypes(caps),
+		"no VOLUME_ACCESSIBILITY_CONSTRAINTS without -topology")
+	cfg.Topology = true
+	zonal, err := serve(t, cfg).id.GetPluginCapabilities(t.Context(), &csi.GetPluginCapabilitiesRequest{})
+	require.NoError(t, err)
 	require.ElementsMatch(t, []csi.PluginCapability_Service_Type{
 		csi.PluginCapability_Service_CONTROLLER_SERVICE,
 		csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
-	}, serviceTypes(caps))
+	}, serviceTypes(zonal), "with -topology")
 
 	require.Equal(t, csi.PluginCapability_VolumeExpansion_ONLINE, caps.GetCapabilities()[len(caps.GetCapabilities())-1].GetVolumeExpansion().GetType())
 
@@ -273,7 +278,7 @@ func TestModesServeTheirServicesOnly(t *testing.T) {
 
 	caps, err := node.id.GetPluginCapabilities(t.Context(), &csi.GetPluginCapabilitiesRequest{})
 	require.NoError(t, err)
-	require.Equal(t, []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}, serviceTypes(caps))
+	require.Empty(t, serviceTypes(caps), "a node serves no controller and, without -topology, advertises no constraints")
 	_, err = node.ctrl.CreateVolume(t.Context(), createReq("v", 0))
 	requireCode(t, codes.Unimplemented, err)
 	_, err = controller.node.NodeGetInfo(t.Context(), &csi.NodeGetInfoRequest{})

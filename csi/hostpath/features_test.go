@@ -181,7 +181,7 @@ func TestSecretsAreNeverLoggedOrKept(t *testing.T) {
 
 func TestArgsParseBackIntoTheSameConfig(t *testing.T) {
 	want := hostpath.Config{Name: "hp.example.com", Version: "2.0.0", NodeID: "n7", Root: "/var/lib/hp",
-		Mode: hostpath.ModeNode, MaxVolumes: 5, SymlinkFallback: true, AttachRequired: true}
+		Mode: hostpath.ModeNode, MaxVolumes: 5, SymlinkFallback: true, AttachRequired: true, Topology: true}
 	var got hostpath.Config
 	fs := flag.NewFlagSet("hostpath-csi", flag.ContinueOnError)
 	got.RegisterFlags(fs)

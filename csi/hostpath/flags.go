@@ -15,10 +15,11 @@ const (
 	flagMaxVolumes      = "max-volumes"
 	flagSymlinkFallback = "symlink-fallback"
 	flagAttachRequired  = "attach-required"
+	flagTopology        = "topology"
 )
 
 // RegisterFlags defines the flags -name, -version, -node-id, -root, -mode,
-// -max-volumes, -symlink-fallback and -attach-required on fs, storing into c. The current
+// -max-volumes, -symlink-fallback, -attach-required and -topology on fs, storing into c. The current
 // values of c are the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Name, flagName, c.Name, "CSI plugin name reported by GetPluginInfo")
@@ -30,6 +31,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SymlinkFallback, flagSymlinkFallback, c.SymlinkFallback, "publish with a symlink when a bind mount is not permitted (not root) instead of failing")
 	fs.BoolVar(&c.AttachRequired, flagAttachRequired, c.AttachRequired, "require ControllerPublishVolume to a node before it stages or publishes, "+
 		"and its publish_context on NodeStageVolume and NodePublishVolume, as drivers of network disks do")
+	fs.BoolVar(&c.Topology, flagTopology, c.Topology, "advertise VOLUME_ACCESSIBILITY_CONSTRAINTS, as drivers of zonal disks do: "+
+		"the agent then requires a topology on every volume of the plugin (volume register -topology, volume create -requisite or -preferred)")
 }
 
 // Args returns the command-line flags that make the hostpath-csi binary
@@ -54,6 +57,9 @@ func (c Config) Args() []string {
 	}
 	if c.AttachRequired {
 		add(flagAttachRequired, "true")
+	}
+	if c.Topology {
+		add(flagTopology, "true")
 	}
 	return args
 }

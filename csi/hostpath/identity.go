@@ -27,10 +27,13 @@ func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 }
 
 // GetPluginCapabilities advertises the controller service (when this driver
-// serves it), volume accessibility constraints (volumes stay on their node)
-// and online volume expansion (a volume grows while published).
+// serves it), volume accessibility constraints (with Config.Topology) and
+// online volume expansion (a volume grows while published).
 func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	services := []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}
+	var services []csi.PluginCapability_Service_Type
+	if s.d.cfg.Topology {
+		services = append(services, csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS)
+	}
 	if s.d.cfg.Mode.controller() {
 		services = append(services, csi.PluginCapability_Service_CONTROLLER_SERVICE)
 	}

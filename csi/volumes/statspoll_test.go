@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
 
-	catalog "github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/storage"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -165,7 +165,7 @@ func TestPeriodicStatsKeepAtMostStatsConcurrencyRPCsInFlight(t *testing.T) {
 	clock, _ := withStats(f, &fenceEvents{}, true)
 	f.n.restartWith(func(c *volumes.Config) { c.StatsConcurrency = 2 })
 	for _, id := range []string{"vol2", "vol3"} {
-		f.n.catalog.add(id, "ext-"+id, "mock", catalog.AccessModeSingleNodeWriter, catalog.AttachmentModeFileSystem)
+		f.n.catalog.add(id, "ext-"+id, "mock", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	}
 	f.m.nodeCapsWith(statsCap).AnyTimes()
 	f.m.controllerCaps().AnyTimes()

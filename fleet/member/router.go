@@ -38,7 +38,10 @@ type Router struct {
 	sending sync.WaitGroup
 }
 
-var _ catalog.Fleet = (*Router)(nil)
+var (
+	_ catalog.Fleet      = (*Router)(nil)
+	_ catalog.BatchFleet = (*Router)(nil)
+)
 
 // newRouter gives one request to a grain more time than the grain gives
 // the Store (twice the request timeout), so that the grain's answer, an
@@ -71,6 +74,19 @@ func (r *Router) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model
 func (r *Router) DeregisterVolume(ctx context.Context, namespace, id string) error {
 	_, err := r.change(ctx, namespace, id, &messages.FleetDeregisterVolume{})
 	return err
+}
+
+// RegisterVolumes registers a batch in one transaction of the fleet.Store,
+// not through the volumes' grains: the grains own no volume state, and the
+// transaction is guarded on each volume's record as a grain's change is.
+func (r *Router) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*model.CSIVolume, error) {
+	return r.member.store.Load().RegisterVolumes(ctx, vs)
+}
+
+// DeregisterVolumes removes a batch in one transaction of the fleet.Store,
+// as RegisterVolumes does.
+func (r *Router) DeregisterVolumes(ctx context.Context, namespace string, ids []string) error {
+	return r.member.store.Load().DeregisterVolumes(ctx, namespace, ids)
 }
 
 // MarkVolumeDeleting marks the volume as being deleted through its grain.

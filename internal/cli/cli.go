@@ -227,6 +227,23 @@ func checkRequired(c *cobra.Command) error {
 			missing = append(missing, fmt.Sprintf("-%s (%s)", f.Name, f.Usage))
 		}
 	})
+	return missingError(missing)
+}
+
+// Missing is the usage error that names those of the flags names that the
+// command line of c does not set, as a flag marked with Require is named;
+// nil when it sets them all. It is for flags required only in some uses.
+func Missing(c *cobra.Command, names ...string) error {
+	var missing []string
+	for _, name := range names {
+		if f := c.Flags().Lookup(name); !f.Changed {
+			missing = append(missing, fmt.Sprintf("-%s (%s)", f.Name, f.Usage))
+		}
+	}
+	return missingError(missing)
+}
+
+func missingError(missing []string) error {
 	switch len(missing) {
 	case 0:
 		return nil
@@ -246,6 +263,17 @@ func Args(names, example string) cobra.PositionalArgs {
 		}
 		if want == 0 {
 			return Usagef("%s takes no arguments, got %q", c.Name(), args)
+		}
+		return Usagef("%s needs %s, e.g. %s", c.Name(), names, example)
+	}
+}
+
+// MinArgs checks that a command gets one argument or more, as names
+// ("ID") says; the error shows an example command line.
+func MinArgs(names, example string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return nil
 		}
 		return Usagef("%s needs %s, e.g. %s", c.Name(), names, example)
 	}

@@ -181,6 +181,23 @@ func NewCSIPlugin(id string, index uint64) *CSIPlugin {
 }
 
 // ensureMaps makes the plugin's maps before a write to them.
+// TopologyRequired reports whether an instance of p, controller or node,
+// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (CSIInfo.RequiresTopologies):
+// then every volume of p needs a topology. False for nil.
+func (p *CSIPlugin) TopologyRequired() bool {
+	if p == nil {
+		return false
+	}
+	for _, entries := range []map[string]*CSIInfo{p.Controllers, p.Nodes} {
+		for _, info := range entries {
+			if info.RequiresTopologies {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (p *CSIPlugin) ensureMaps() {
 	if p.Jobs == nil {
 		p.Jobs = map[string]PluginJob{}
