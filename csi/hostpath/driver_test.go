@@ -162,6 +162,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			require.ErrorIs(t, err, hostpath.ErrInvalidConfig)
 			require.ErrorContains(t, err, tt.want)
 			require.True(t, strings.HasPrefix(err.Error(), "hostpath: "))
+			require.Equal(t, 1, strings.Count(err.Error(), "hostpath: "), "the package is named once: %v", err)
+			require.Equal(t, 1, strings.Count(err.Error(), "invalid"), "the refusal says invalid once: %v", err)
 		})
 	}
 	_, err := os.Stat(filepath.Join(root, "r"))
