@@ -404,8 +404,8 @@ func (a *Agent) startManagers() error {
 	}
 	a.volumes, err = volumes.Start(a.system, volumes.Config{
 		Bucket:      records,
-		Catalog:     VolumeCatalog(a.catalog),
-		Attachments: a.volumeAttachments(),
+		Catalog:     a.catalog,
+		Attachments: a.fleet(),
 		Registry:    a.registry,
 		Root:        filepath.Join(a.cfg.DataDir, "csi"),
 		Logger:      a.log,

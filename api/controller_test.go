@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
-	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
@@ -63,7 +62,7 @@ func newAPIFixture(t *testing.T) *apiFixture {
 	t.Cleanup(func() { require.NoError(t, cat.Shutdown(context.Background())) })
 	volBucket, err := mem.Bucket(volumes.Bucket)
 	require.NoError(t, err)
-	vols, err := volumes.Start(system, volumes.Config{Bucket: volBucket, Catalog: agent.VolumeCatalog(cat),
+	vols, err := volumes.Start(system, volumes.Config{Bucket: volBucket, Catalog: cat,
 		Registry: reg, Root: t.TempDir(), Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, vols.Shutdown(context.Background())) })

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
-	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
@@ -48,7 +47,7 @@ func newCSIBackend(t *testing.T, dir string) (*backend, csiParts) {
 	require.NoError(t, err)
 	volBucket, err := storage.NewMemory().Bucket(volumes.Bucket)
 	require.NoError(t, err)
-	p.volumes, err = volumes.Start(system, volumes.Config{Bucket: volBucket, Catalog: agent.VolumeCatalog(p.catalog),
+	p.volumes, err = volumes.Start(system, volumes.Config{Bucket: volBucket, Catalog: p.catalog,
 		Registry: b.registry, Root: filepath.Join(dir, "csi"), Logger: probe.Logger(t)})
 	require.NoError(t, err)
 	// The agent's order: volumes, then the manager, whose final
@@ -171,7 +170,7 @@ func TestAStuckReleaseShowsItsLastErrorInTheStatus(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := agent.VolumeCatalog(a.catalog).ReleaseClaim(ctx, "default", "db", &model.Claim{
+	err := a.catalog.ReleaseClaim(ctx, "default", "db", &model.Claim{
 		AllocID: "web-1", State: model.ClaimStateNodeDetached,
 		LastError: "ControllerUnpublishVolume: unavailable: controller is down"})
 	require.NoError(t, err)

@@ -109,7 +109,7 @@ func (e *CallError) Error() string {
 	case e.Message != "":
 		b.WriteString(": " + e.Message)
 	case e.Err != nil:
-		b.WriteString(": " + trimSentinel(e.Err, e.Kind))
+		b.WriteString(": " + detail(e.Err, e.Kind).Error())
 	}
 	if e.StatusCode != 0 && e.StatusCode != http.StatusOK {
 		fmt.Fprintf(&b, " (HTTP %d)", e.StatusCode)

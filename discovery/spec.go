@@ -89,24 +89,24 @@ func (t TLSConfig) ClientConfig() (*tls.Config, error) {
 	if t.CAFile != "" && !t.InsecureSkipVerify {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: read CA file: %w", ErrTLSConfig, err)
+			return nil, kindErrorf(ErrTLSConfig, "read CA file: %w", err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrTLSConfig, t.CAFile)
+			return nil, kindErrorf(ErrTLSConfig, "CA file %s holds no PEM certificate", t.CAFile)
 		}
 		cfg.RootCAs = pool
 	}
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, fmt.Errorf("%w: CertFile and KeyFile must be given together", ErrTLSConfig)
+		return nil, kindErrorf(ErrTLSConfig, "CertFile and KeyFile must be given together")
 	}
 	if t.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: load client certificate: %w", ErrTLSConfig, err)
+			return nil, kindErrorf(ErrTLSConfig, "load client certificate: %w", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
@@ -192,7 +192,7 @@ func FromConnectionInfo(name string, ci *messages.ConnectionInfo) (Candidate, er
 // can.
 func ValidateName(name string) error {
 	if err := names.Check("plugin name", name); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidName, err)
+		return &kindError{kind: ErrInvalidName, detail: err}
 	}
 	return nil
 }
@@ -216,20 +216,32 @@ func (e *PluginError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("%v: plugin %q%s", e.Kind, e.Name, where)
 	}
-	return fmt.Sprintf("%v: plugin %q%s: %v", e.Kind, e.Name, where, trimSentinel(e.Err, e.Kind))
+	return fmt.Sprintf("%v: plugin %q%s: %v", e.Kind, e.Name, where, detail(e.Err, e.Kind))
 }
 
 // Unwrap returns Kind and Err.
 func (e *PluginError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
-// trimSentinel drops the leading "<sentinel>: " from err's text when err
-// wraps the same sentinel, so that messages do not repeat it.
-func trimSentinel(err, kind error) string {
-	s := err.Error()
-	if kind != nil && errors.Is(err, kind) {
-		s = strings.TrimPrefix(s, kind.Error()+": ")
+// detail is err's text without kind when err is a *kindError of kind,
+// which says kind itself: so that messages do not repeat it.
+func detail(err, kind error) error {
+	if k, ok := err.(*kindError); ok && k.kind == kind {
+		return k.detail
 	}
-	return s
+	return err
+}
+
+// kindError is an error of the package's sentinel kind, caused by detail:
+// it reads "<kind>: <detail>" and matches both, and a *PluginError or
+// *CallError of the same Kind says only its detail.
+type kindError struct{ kind, detail error }
+
+func (e *kindError) Error() string   { return e.kind.Error() + ": " + e.detail.Error() }
+func (e *kindError) Unwrap() []error { return []error{e.kind, e.detail} }
+
+// kindErrorf returns a *kindError of kind whose detail is fmt.Errorf(format, args...).
+func kindErrorf(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, detail: fmt.Errorf(format, args...)}
 }
 
 // parseSpecFile reads the .spec or .json file at path and returns the
@@ -371,7 +383,7 @@ func (c *Candidate) setTCPAddr(u *url.URL, t *TLSConfig) error {
 // checkSocketPath checks the length of a unix socket path.
 func checkSocketPath(path string) error {
 	if len(path) > MaxSocketPathLen {
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrSocketPathTooLong, len(path), MaxSocketPathLen)
+		return kindErrorf(ErrSocketPathTooLong, "%d bytes, more than %d", len(path), MaxSocketPathLen)
 	}
 	return nil
 }

@@ -9,11 +9,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
-	"strings"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugvisor/plugvisor/errclass"
+	"github.com/plugvisor/plugvisor/names"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -154,14 +155,14 @@ func (c Config) check() error {
 	if !pluginNamePattern.MatchString(c.Name) {
 		return fmt.Errorf("%w: name %q must be at most 63 characters of [A-Za-z0-9._-], beginning and ending with an alphanumeric", ErrInvalidConfig, c.Name)
 	}
-	if err := checkID("node", c.NodeID); err != nil {
-		return configError{err}
+	if err := names.Check("node id", c.NodeID); err != nil {
+		return errclass.Also(fmt.Errorf("%w: %w", ErrInvalidConfig, err), ErrInvalidID)
 	}
 	if !filepath.IsAbs(c.Root) {
 		return fmt.Errorf("%w: root %q must be an absolute path", ErrInvalidConfig, c.Root)
 	}
 	if err := c.Mode.check(); err != nil {
-		return configError{err}
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.MaxVolumes < 0 {
 		return fmt.Errorf("%w: max volumes %d must not be negative", ErrInvalidConfig, c.MaxVolumes)
@@ -169,22 +170,12 @@ func (c Config) check() error {
 	return nil
 }
 
-// configError is ErrInvalidConfig caused by another error of this package,
-// with the package prefix said once.
-type configError struct{ cause error }
-
-func (e configError) Error() string {
-	return ErrInvalidConfig.Error() + ": " + strings.TrimPrefix(e.cause.Error(), "hostpath: ")
-}
-
-func (e configError) Unwrap() []error { return []error{ErrInvalidConfig, e.cause} }
-
 func (m Mode) check() error {
 	switch m {
 	case ModeController, ModeNode, ModeMonolith:
 		return nil
 	}
-	return fmt.Errorf("hostpath: mode %q must be %s, %s or %s", string(m), ModeController, ModeNode, ModeMonolith)
+	return fmt.Errorf("mode %q must be %s, %s or %s", string(m), ModeController, ModeNode, ModeMonolith)
 }
 
 func (m Mode) controller() bool { return m == ModeController || m == ModeMonolith }

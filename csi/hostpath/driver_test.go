@@ -162,6 +162,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			require.ErrorIs(t, err, hostpath.ErrInvalidConfig)
 			require.ErrorContains(t, err, tt.want)
 			require.True(t, strings.HasPrefix(err.Error(), "hostpath: "))
+			require.Equal(t, 1, strings.Count(err.Error(), "hostpath: "), "the package is named once: %v", err)
+			require.Equal(t, 1, strings.Count(err.Error(), "invalid"), "the refusal says invalid once: %v", err)
+			if strings.HasPrefix(tt.name, "node id") || tt.name == "empty node id" {
+				require.ErrorIs(t, err, hostpath.ErrInvalidID)
+			}
 		})
 	}
 	_, err := os.Stat(filepath.Join(root, "r"))

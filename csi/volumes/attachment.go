@@ -91,7 +91,7 @@ func (j *job) recordAttachment(ctx context.Context, a *messages.VolumeAttachment
 		state = model.AttachmentStateAttached
 	}
 	_, err := j.env.fleet.Attach(ctx, j.key.namespace, j.key.id, &model.Attachment{NodeID: j.env.nodeID, ExternalNodeID: a.GetNodeId(), State: state})
-	return err
+	return catalogError(err, ErrClaimRefused)
 }
 
 // forgetAttachment removes the attachment of the fleet node node (this one
@@ -102,6 +102,7 @@ func (j *job) forgetAttachment(ctx context.Context, node string) error {
 		return nil
 	}
 	_, err := j.env.fleet.Detach(ctx, j.key.namespace, j.key.id, cmp.Or(node, j.env.nodeID))
+	err = catalogError(err, ErrClaimRefused)
 	if errors.Is(err, ErrVolumeNotFound) {
 		return nil
 	}
@@ -119,14 +120,14 @@ func (j *job) forgetAttachment(ctx context.Context, node string) error {
 func (j *job) detachTarget(ctx context.Context, node string) (target, recorded string, err error) {
 	v, err := j.env.fleet.GetVolume(ctx, j.key.namespace, j.key.id)
 	if err != nil {
-		return "", "", err
+		return "", "", catalogError(err, ErrClaimRefused)
 	}
 	a := v.AttachmentNamed(node)
 	if a == nil {
 		return node, "", nil
 	}
 	if _, err := j.env.fleet.MarkDetaching(ctx, j.key.namespace, j.key.id, a.NodeID); err != nil {
-		return "", "", err
+		return "", "", catalogError(err, ErrInUse)
 	}
 	return a.ExternalNodeID, a.NodeID, nil
 }

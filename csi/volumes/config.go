@@ -25,9 +25,12 @@ const (
 
 // Catalog is the part of the CSI catalog the volume manager uses, in the
 // catalog's own types: the catalog's facade (csi/catalog.Catalog)
-// satisfies it. Errors for an unknown volume match ErrVolumeNotFound,
-// refused claims ErrClaimRefused; releasing a claim that is not held, or
-// of a volume the catalog does not know, returns nil.
+// satisfies it. Its errors have their classes (errclass): the volume
+// manager adds its own sentinel of the class, so an unknown volume
+// (errclass.NotFound) matches ErrVolumeNotFound, a refused claim
+// (errclass.Conflict) ErrClaimRefused, bad input ErrInvalid. Releasing a
+// claim that is not held, or of a volume the catalog does not know,
+// returns nil.
 type Catalog interface {
 	GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
 	// Claim claims req's volume for req's alloc on this node.
@@ -44,10 +47,10 @@ type Catalog interface {
 // forgotten only after ControllerUnpublishVolume has succeeded, so a node
 // that may hold the volume always has one, and the plugin's node ID is
 // kept with it, so that any node that runs the controller can detach the
-// volume from a node that is down. Errors match the sentinels Catalog's
-// do; a refused attachment (another node holds that of a single-node
-// volume) ErrClaimRefused, and a detach from a node that is up or holds a
-// claim ErrInUse.
+// volume from a node that is down. Its errors are classed as Catalog's
+// are; a refused attachment (another node holds that of a single-node
+// volume) matches ErrClaimRefused, and a detach from a node that is up or
+// holds a claim (errclass.Conflict) ErrInUse.
 type Attachments interface {
 	GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
 	// Attach records a (a.NodeID is the attaching node).

@@ -1,6 +1,7 @@
 package volumes
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -60,4 +61,24 @@ var (
 // invalid returns an ErrInvalid error naming each problem.
 func invalid(problems ...string) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
+}
+
+// catalogError adds the volume manager's sentinel of its class to an error
+// of the Catalog or the Attachments, whose text already says what
+// happened: a volume not found is ErrVolumeNotFound, bad input ErrInvalid,
+// and a conflict with the volume's claims or state is conflict
+// (ErrClaimRefused, or ErrInUse for a detach). Other errors (the fleet
+// unavailable, the volume limit, a store) keep their own sentinels.
+func catalogError(err, conflict error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errclass.NotFound):
+		return errclass.Also(err, ErrVolumeNotFound)
+	case errors.Is(err, errclass.Conflict):
+		return errclass.Also(err, conflict)
+	case errors.Is(err, errclass.Invalid):
+		return errclass.Also(err, ErrInvalid)
+	}
+	return err
 }

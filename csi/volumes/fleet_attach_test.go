@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
-	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi"
 	csicatalog "github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -54,7 +53,7 @@ func newFleetNodeAt(t *testing.T, endpoints []string, id string, tune func(*volu
 	cat, err := csicatalog.Start(system, csicatalog.Config{Bucket: bucket, NodeID: id, Fleet: store, Name: "catalog-" + id})
 	require.NoError(t, err)
 	n := newNode(t, func(c *volumes.Config) {
-		c.Catalog, c.Attachments, c.NodeID = agent.VolumeCatalog(cat), agent.VolumeAttachments(store), id
+		c.Catalog, c.Attachments, c.NodeID = cat, store, id
 		if tune != nil {
 			tune(c)
 		}

@@ -113,7 +113,7 @@ func (j *job) volume(ctx context.Context) (*model.CSIVolume, error) {
 	}
 	v, err := j.env.catalog.GetVolume(ctx, j.key.namespace, j.key.id)
 	if err != nil {
-		return nil, err
+		return nil, catalogError(err, ErrClaimRefused)
 	}
 	j.vol = v
 	return v, nil
@@ -121,15 +121,16 @@ func (j *job) volume(ctx context.Context) (*model.CSIVolume, error) {
 
 // claim claims the volume for alloc on this node.
 func (j *job) claim(ctx context.Context, alloc string, use csi.Usage) error {
-	return j.env.catalog.Claim(ctx, csi.ClaimRequest{
+	return catalogError(j.env.catalog.Claim(ctx, csi.ClaimRequest{
 		Namespace: j.key.namespace, VolumeID: j.key.id, AllocID: alloc, Usage: use,
-	})
+	}), ErrClaimRefused)
 }
 
 // releaseClaim moves alloc's claim to state (ready-to-free frees it),
 // with the error that holds it there.
 func (j *job) releaseClaim(ctx context.Context, alloc string, state model.ClaimState, lastError string) error {
-	return j.env.catalog.ReleaseClaim(ctx, j.key.namespace, j.key.id, &model.Claim{AllocID: alloc, State: state, LastError: lastError})
+	return catalogError(j.env.catalog.ReleaseClaim(ctx, j.key.namespace, j.key.id,
+		&model.Claim{AllocID: alloc, State: state, LastError: lastError}), ErrClaimRefused)
 }
 
 // secrets are the volume's secrets, when the catalog still knows it: the
