@@ -86,7 +86,8 @@ func TestADockerVolumeCommandShowsProgressWhileItWaitsOnATerminal(t *testing.T) 
 	fakeTerminal(t, &stderr)
 	require.Equal(t, 1, run([]string{"docker", "volume", "inspect", "db", "-data-dir", dir}, &stdout, &stderr))
 	line, _, _ := strings.Cut(stderr.String(), "plugvisor docker volume inspect:")
-	require.Regexp(t, `^\r\033\[K- docker volume inspect db: waiting for the agent and the driver \(\d+s\)\r\033\[K$`, line)
+	require.Regexp(t, `^(\r\033\[K[-\\|/] docker volume inspect db: waiting for the agent and the driver \(\d+s\))+\r\033\[K$`, line,
+		"one frame or more (a loaded machine draws several), then the line is cleared")
 
 	stderr.Reset()
 	require.Equal(t, 1, run([]string{"docker", "volume", "inspect", "db", "-json", "-data-dir", dir}, &stdout, &stderr))
