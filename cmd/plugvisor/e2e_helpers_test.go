@@ -110,10 +110,10 @@ func (a *agentProc) stop(t *testing.T) {
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		_ = a.cmd.Process.Kill()
 		<-a.done
-		t.Errorf("agent did not stop on SIGTERM within 30s")
+		t.Errorf("agent did not stop on SIGTERM within 60s")
 	}
 }
 
