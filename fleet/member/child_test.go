@@ -149,6 +149,8 @@ func childCommand(m *member.Member, args []string) string {
 		return ""
 	}
 	switch args[0] {
+	case "id":
+		return m.ID()
 	case "members":
 		return strings.Join(m.Members(), ",")
 	case "grains":

@@ -6,8 +6,12 @@ package member
 // fleet.Store closes normally: the node leaves the health counts at once.)
 func (m *Member) Crash() {
 	m.stopped.Do(func() {
-		m.provider.abandon()
-		m.stopCluster()
+		m.endRejoins()
+		inc := m.current.Load()
+		inc.stopOnce.Do(func() {
+			inc.provider.abandon()
+			inc.stopCluster()
+		})
 		if s := m.store.Load(); s != nil {
 			_ = s.Close()
 		}

@@ -129,13 +129,23 @@ func (c Config) withDefaults() Config {
 // with its remote, the cluster's gossip and identity lookup (disthash), the
 // membership provider on etcd, the fleet.Store its grains and Router use,
 // and the volume grains that the rendezvous hash gives it.
+//
+// When etcd expires the member's lease, protoactor has blocked its ID for
+// good, so the member joins again as a new incarnation: a new actor system
+// (a new ID), remote, cluster and provider, on the same address and store.
 type Member struct {
-	cfg      Config
-	log      hclog.Logger
-	system   *actor.ActorSystem
-	cluster  *cluster.Cluster
-	provider *provider
-	router   *Router
+	cfg    Config
+	log    hclog.Logger
+	router *Router
+	// current is the member's incarnation now; rejoin replaces it.
+	current atomic.Pointer[incarnation]
+	// rejoining guards stopping; rejoins counts the rejoins running,
+	// which quit ends.
+	rejoining sync.Mutex
+	stopping  bool
+	rejoins   sync.WaitGroup
+	quit      context.Context
+	cancel    context.CancelFunc
 	// store is set once etcd answers, before the member registers, so
 	// before any grain can start; grains read it from their goroutines.
 	store atomic.Pointer[fleet.Store]
@@ -144,11 +154,24 @@ type Member struct {
 	topology atomic.Pointer[[]*cluster.Member]
 	// changed is closed, and replaced, at each change of the topology.
 	changed atomic.Pointer[chan struct{}]
-	// peers are the addresses of every other member ever in the
-	// topology, whose connections Stop closes.
-	peers   sync.Map
 	stopped sync.Once
 	stopErr error
+}
+
+// incarnation is one join of the member to the cluster, under the ID of
+// its actor system.
+type incarnation struct {
+	system   *actor.ActorSystem
+	cluster  *cluster.Cluster
+	provider *provider
+	// peers are the addresses of every other member ever in the
+	// topology, whose connections stop closes.
+	peers sync.Map
+	// retired is set when a rejoin replaces the incarnation: its
+	// topology is no longer the member's.
+	retired  atomic.Bool
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Start opens the fleet's state in etcd and joins the cluster. It returns
@@ -164,12 +187,31 @@ type Member struct {
 // Start the member before any other gRPC of the process where the race
 // detector runs: protoactor's remote sets gRPC's global logger, without a
 // lock, when it starts.
-func Start(cfg Config) (m *Member, err error) {
+func Start(cfg Config) (*Member, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	log := cfg.Fleet.Logger.Named("member")
+	m := &Member{cfg: cfg, log: cfg.Fleet.Logger.Named("member")}
+	m.quit, m.cancel = context.WithCancel(context.Background())
+	m.router = newRouter(m)
+	m.topology.Store(&[]*cluster.Member{})
+	m.changed.Store(new(make(chan struct{})))
+	inc := m.newIncarnation()
+	inc.provider.joined = m.openStore
+	m.current.Store(inc)
+	if err := inc.start(cfg.Address); err != nil {
+		_ = m.stopAll()
+		return nil, err
+	}
+	m.log.Info("joined the cluster", "cluster", cfg.ClusterName, "member", inc.system.ID, "address", inc.system.Address())
+	return m, nil
+}
+
+// newIncarnation builds an actor system, its remote and cluster, and a
+// provider, all unstarted.
+func (m *Member) newIncarnation() *incarnation {
+	cfg, log := m.cfg, m.log
 	host, portText, _ := net.SplitHostPort(cfg.Address)
 	port, _ := strconv.Atoi(portText)
 
@@ -178,6 +220,7 @@ func Start(cfg Config) (m *Member, err error) {
 		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
 	}
 	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
+	p.lost = m.rejoin
 	if cfg.TLS != nil {
 		p.check = tlsPeerCheck(cfg.TLS.Client, cfg.Fleet.RequestTimeout)
 	}
@@ -190,7 +233,7 @@ func Start(cfg Config) (m *Member, err error) {
 	// which then redials forever: a dead peer gets one attempt, whose
 	// connection is closed with its writer.
 	rc.MaxRetryCount = 1
-	m = &Member{cfg: cfg, log: log, system: system, provider: p}
+	inc := &incarnation{system: system, provider: p}
 	// A grain gives the Store twice its request timeout, so that an etcd
 	// that does not answer fails the Store's own call first, as
 	// catalog.ErrFleetUnavailable, rather than the grain's deadline.
@@ -205,34 +248,73 @@ func Start(cfg Config) (m *Member, err error) {
 		cluster.WithHeartbeatExpiration(time.Hour),
 	)
 	cc.GossipInterval = time.Second
-	m.cluster = cluster.New(system, cc)
-	m.router = newRouter(m)
-	m.topology.Store(&[]*cluster.Member{})
-	m.changed.Store(new(make(chan struct{})))
+	inc.cluster = cluster.New(system, cc)
 	system.EventStream.Subscribe(func(ev any) {
 		if t, ok := ev.(*cluster.ClusterTopology); ok {
 			members := slices.Clone(t.Members)
-			m.topology.Store(&members)
 			for _, mem := range members {
 				if mem.Id != system.ID {
-					m.peers.Store(mem.Address(), true)
+					inc.peers.Store(mem.Address(), true)
 				}
 			}
+			if inc.retired.Load() {
+				return
+			}
+			m.topology.Store(&members)
 			close(*m.changed.Swap(new(make(chan struct{}))))
 		}
 	})
-	p.joined = m.openStore
+	return inc
+}
+
+// start joins the cluster: it registers the incarnation in etcd.
+func (inc *incarnation) start(address string) (err error) {
 	defer func() {
 		// protoactor panics when the remote cannot listen or the provider
 		// fails to start.
 		if r := recover(); r != nil {
-			_ = m.stopAll()
-			m, err = nil, recovered(cfg.Address, r)
+			err = recovered(address, r)
 		}
 	}()
-	m.cluster.StartMember()
-	log.Info("joined the cluster", "cluster", cfg.ClusterName, "member", system.ID, "address", system.Address())
-	return m, nil
+	inc.cluster.StartMember()
+	return nil
+}
+
+// rejoin, which the provider calls when etcd expired the member's lease,
+// retires the member's incarnation and joins again under a new ID,
+// retrying until it is in or the member stops. The old incarnation stops
+// first: the new one listens on the same address. Its grains are gone;
+// the next request of each activates it again, from etcd. (The new remote
+// sets gRPC's global logger again, while the etcd clients run: protoactor
+// leaves no way around that race.)
+func (m *Member) rejoin() {
+	m.rejoining.Lock()
+	defer m.rejoining.Unlock()
+	if m.stopping {
+		return
+	}
+	m.rejoins.Add(1)
+	go func() {
+		defer m.rejoins.Done()
+		old := m.current.Load()
+		old.retired.Store(true)
+		_ = old.stop()
+		for m.quit.Err() == nil {
+			inc := m.newIncarnation()
+			m.current.Store(inc)
+			err := inc.start(m.cfg.Address)
+			if err == nil {
+				m.log.Info("joined the cluster again", "member", inc.system.ID, "was", old.system.ID, "address", inc.system.Address())
+				return
+			}
+			m.log.Warn("cannot join the cluster again; retrying", "error", err)
+			inc.retired.Store(true)
+			_ = inc.stop()
+			if !sleep(m.quit, inc.provider.retryDelay()) {
+				return
+			}
+		}
+	}()
 }
 
 // recovered is the error of a panic of protoactor's start-up: the error it
@@ -269,14 +351,15 @@ func remoteOptions(t *RemoteTLS) []remote.ConfigOption {
 	}
 }
 
-// ID is the member's ID in the cluster (its actor system's ID).
-func (m *Member) ID() string { return m.system.ID }
+// ID is the member's ID in the cluster (its actor system's ID); a new one
+// after each rejoin.
+func (m *Member) ID() string { return m.current.Load().system.ID }
 
 // Address is the address the member's remote listens on.
-func (m *Member) Address() string { return m.system.Address() }
+func (m *Member) Address() string { return m.current.Load().system.Address() }
 
 // Cluster is the protoactor cluster, to send grain requests with.
-func (m *Member) Cluster() *cluster.Cluster { return m.cluster }
+func (m *Member) Cluster() *cluster.Cluster { return m.current.Load().cluster }
 
 // Members are the IDs of the members this member sees, itself included,
 // in order.
@@ -292,7 +375,7 @@ func (m *Member) Members() []string {
 
 // Grains is how many volume grains run on this member now.
 func (m *Member) Grains() int {
-	if kind := m.cluster.GetClusterKind(VolumeKind); kind != nil {
+	if kind := m.Cluster().GetClusterKind(VolumeKind); kind != nil {
 		return int(kind.Count())
 	}
 	return 0
@@ -318,23 +401,42 @@ func (m *Member) Router() *Router { return m.router }
 func (m *Member) Stop() error {
 	m.stopped.Do(func() {
 		m.stopErr = m.stopAll()
-		m.log.Info("left the cluster", "member", m.system.ID)
+		m.log.Info("left the cluster", "member", m.ID())
 	})
 	return m.stopErr
 }
 
-// stopAll stops the provider (revoking the member's lease), protoactor's
-// parts, and the store, and waits for the Router's requests still out
-// (each ends within its timeout). It is safe after a start that failed
-// half-way.
+// stopAll ends a rejoin under way, stops the incarnation (revoking the
+// member's lease), and the store, and waits for the Router's requests
+// still out (each ends within its timeout). It is safe after a start that
+// failed half-way.
 func (m *Member) stopAll() error {
-	err := m.provider.Shutdown(true)
-	m.stopCluster()
+	m.endRejoins()
+	err := m.current.Load().stop()
 	if s := m.store.Load(); s != nil {
 		err = errors.Join(err, s.Close())
 	}
 	m.router.sending.Wait()
 	return err
+}
+
+// endRejoins ends the rejoins and keeps new ones from starting.
+func (m *Member) endRejoins() {
+	m.rejoining.Lock()
+	m.stopping = true
+	m.rejoining.Unlock()
+	m.cancel()
+	m.rejoins.Wait()
+}
+
+// stop stops the provider (revoking the lease) and protoactor's parts,
+// once.
+func (inc *incarnation) stop() error {
+	inc.stopOnce.Do(func() {
+		inc.stopErr = inc.provider.Shutdown(true)
+		inc.stopCluster()
+	})
+	return inc.stopErr
 }
 
 // stopCluster stops what protoactor started: the grains and the placement
@@ -347,8 +449,8 @@ func (m *Member) stopAll() error {
 // graceful remote shutdown races with a member leaving at the same moment
 // (endpointManager.stop clears the connection map that the handler of a
 // lost connection reads, without a lock).
-func (m *Member) stopCluster() {
-	c := m.cluster
+func (inc *incarnation) stopCluster() {
+	c := inc.cluster
 	if c.IdentityLookup != nil {
 		c.IdentityLookup.Shutdown()
 	}
@@ -357,14 +459,14 @@ func (m *Member) stopCluster() {
 	}
 	// A remote that failed to listen has no server to stop: its actor
 	// system kept protoactor's placeholder address.
-	if c.Remote != nil && m.system.Address() != unstartedAddress {
-		m.peers.Range(func(address, _ any) bool {
-			m.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address.(string)})
+	if c.Remote != nil && inc.system.Address() != unstartedAddress {
+		inc.peers.Range(func(address, _ any) bool {
+			inc.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address.(string)})
 			return true
 		})
 		c.Remote.Shutdown(false)
 	}
-	m.system.Shutdown()
+	inc.system.Shutdown()
 }
 
 // quietLogger gives protoactor a logger that writes warnings and errors

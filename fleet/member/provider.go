@@ -42,6 +42,9 @@ type provider struct {
 	// joined runs once the etcd client is up, before the member registers:
 	// what it starts is in place before another member can route to this one.
 	joined func(*clientv3.Client) error
+	// lost runs, once, when etcd says the member's lease expired: the
+	// member must join again under a new ID (see keepAlive).
+	lost func()
 	// check, when set (the remote runs TLS), checks the members already
 	// there before this one registers (see checkPeers).
 	check peerCheck
@@ -192,9 +195,11 @@ func (p *provider) register(ctx context.Context) error {
 // keepAlive renews the lease until ctx ends. The client stops renewing
 // when etcd has not answered for a TTL; the lease itself may well live on
 // (etcd extends every lease when it restarts), so the member keeps it when
-// etcd still has it, and registers under a new lease only when etcd says
-// the old one expired. That matters: protoactor blocks, for good, a member
-// whose key it once saw deleted.
+// etcd still has it. When etcd says the lease expired, the member's key
+// went with it, and protoactor blocks, for good, a member whose key it once
+// saw deleted (every member, this one included, and gossip spreads the
+// block): registering the same ID again would leave the member out of
+// every topology, so keepAlive hands the loss to lost and ends.
 func (p *provider) keepAlive(ctx context.Context) {
 	defer p.done.Done()
 	for ctx.Err() == nil {
@@ -207,8 +212,9 @@ func (p *provider) keepAlive(ctx context.Context) {
 		for ctx.Err() == nil {
 			alive, err := p.leaseAlive(ctx)
 			if err == nil && !alive {
-				p.log.Warn("the member's lease expired; registering again (the other members may have dropped this one for good)", "key", p.key)
-				err = p.register(ctx)
+				p.log.Warn("the member's lease expired; joining the cluster again under a new member ID", "key", p.key)
+				p.lost()
+				return
 			}
 			if err == nil {
 				break

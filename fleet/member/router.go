@@ -146,7 +146,7 @@ func (r *Router) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerp
 // Owner is the ID of the member whose grain answers for the volume now
 // (starting the grain if none runs), or "" when no member does.
 func (r *Router) Owner(namespace, id string) string {
-	pid := r.member.cluster.Get(volumeIdentity(cmp.Or(namespace, model.DefaultNamespace), id), VolumeKind)
+	pid := r.member.Cluster().Get(volumeIdentity(cmp.Or(namespace, model.DefaultNamespace), id), VolumeKind)
 	if pid == nil {
 		return ""
 	}
@@ -234,7 +234,7 @@ func (r *Router) send(ctx context.Context, identity string, msg proto.Message, t
 	r.sending.Add(1)
 	go func() {
 		defer r.sending.Done()
-		res, err := r.member.cluster.Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout))
+		res, err := r.member.Cluster().Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout))
 		done <- result{res, err}
 	}()
 	select {
