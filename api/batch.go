@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"net/http"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
@@ -34,14 +33,14 @@ func (s *Server) registerVolumes(w http.ResponseWriter, r *http.Request) error {
 	for i, b := range body.Volumes {
 		named[i] = &model.CSIVolume{ID: b.ID, Namespace: b.Namespace}
 	}
-	if err := catalog.CheckRegisterBatch(named); err != nil {
+	if err := model.CheckRegisterBatch(named); err != nil {
 		return err
 	}
 	vs := make([]*model.CSIVolume, len(body.Volumes))
 	for i, b := range body.Volumes {
 		v, err := s.volumeFromBody(r.Context(), b)
 		if err != nil {
-			return catalog.BatchItemError(i, b.ID, err)
+			return model.BatchItemError(i, b.ID, err)
 		}
 		vs[i] = v
 	}

@@ -21,15 +21,17 @@ var (
 	// ErrClaimRefused is returned when the catalog refuses the claim (a
 	// second writer on a single-writer volume, say), or the alloc already
 	// mounts the volume another way. No RPC was sent; nothing changed.
-	ErrClaimRefused = errclass.New(errclass.Conflict, "claim refused")
+	// It is model.ErrClaimRefused, which the catalog's rules return.
+	ErrClaimRefused = model.ErrClaimRefused
 	// ErrFleetUnavailable is returned, in cluster mode, when etcd did not
 	// answer within the request timeout, so a change was refused rather
-	// than guessed. The catalog names it catalog.ErrFleetUnavailable.
-	ErrFleetUnavailable = errclass.New(errclass.Unavailable, "cluster-wide catalog unavailable")
+	// than guessed. It is model.ErrFleetUnavailable; the catalog names it
+	// catalog.ErrFleetUnavailable.
+	ErrFleetUnavailable = model.ErrFleetUnavailable
 	// ErrVolumeLimit is returned when the catalog holds as many volumes as
 	// it may (agent flag -max-volumes), so a new one is refused. The
-	// catalog names it catalog.ErrVolumeLimit.
-	ErrVolumeLimit = errclass.New(errclass.Limit, "volume limit reached")
+	// catalog names it catalog.ErrVolumeLimit. It is model.ErrVolumeLimit.
+	ErrVolumeLimit = model.ErrVolumeLimit
 )
 
 // Usage is how an alloc uses a volume: read-only or read-write, with which

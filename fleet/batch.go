@@ -7,11 +7,10 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
-// Batches (catalog.BatchFleet): the volumes of a batch change in one
+// Batches (model.BatchFleet): the volumes of a batch change in one
 // transaction, guarded on each volume's record, each plugin volume entry
 // concerned and each count shard it writes, as a single registration's is
 // (index.go). The count shards are read once and counted for the whole
@@ -26,9 +25,9 @@ const etcdMaxTxnOps = 128
 // holder of a stale entry.
 const batchCmpsPerVolume = 4
 
-// A batch of catalog.MaxBatch volumes fits one transaction: this does not
+// A batch of model.MaxBatch volumes fits one transaction: this does not
 // compile when it would not.
-const _ = uint(etcdMaxTxnOps - countShards - batchCmpsPerVolume*catalog.MaxBatch)
+const _ = uint(etcdMaxTxnOps - countShards - batchCmpsPerVolume*model.MaxBatch)
 
 // batchItem is one volume of a batch: its key, the volume as read (nil
 // when absent) with its mod revision, and what it becomes.
@@ -47,24 +46,24 @@ func (b *batchItem) changed() bool { return b.next != b.old }
 // counted reports whether the item creates or removes its volume.
 func (b *batchItem) counted() bool { return (b.old == nil) != (b.next == nil) }
 
-// RegisterVolumes registers vs by the catalog's rules (catalog.RegisterOver,
+// RegisterVolumes registers vs by the catalog's rules (model.RegisterOver,
 // the plugin volumes' uniqueness, the volume limit), all of them or none,
 // in one transaction, and returns them as registered, in order. A refusal
-// names its item (catalog.BatchItemError).
+// names its item (model.BatchItemError).
 func (s *Store) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*model.CSIVolume, error) {
-	if err := catalog.CheckRegisterBatch(vs); err != nil {
+	if err := model.CheckRegisterBatch(vs); err != nil {
 		return nil, err
 	}
 	items := make([]*batchItem, len(vs))
 	for i, v := range vs {
-		ns, err := catalog.VolumeKey(v.Namespace, v.ID)
+		ns, err := model.VolumeKey(v.Namespace, v.ID)
 		if err != nil {
-			return nil, catalog.BatchItemError(i, v.ID, err)
+			return nil, model.BatchItemError(i, v.ID, err)
 		}
 		items[i] = &batchItem{ns: ns, id: v.ID}
 	}
 	err := s.updateBatch(ctx, "register volumes", items, func(i int, old *model.CSIVolume) (*model.CSIVolume, error) {
-		return catalog.RegisterOver(old, vs[i])
+		return model.RegisterOver(old, vs[i])
 	})
 	if err != nil {
 		return nil, err
@@ -90,25 +89,25 @@ func (s *Store) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*
 }
 
 // DeregisterVolumes forgets the volumes ids of namespace by the catalog's
-// rules (catalog.DeregisterOf), all of them or none, in one transaction. A
+// rules (model.DeregisterOf), all of them or none, in one transaction. A
 // refusal names its item.
 func (s *Store) DeregisterVolumes(ctx context.Context, namespace string, ids []string) error {
-	if err := catalog.CheckDeregisterBatch(namespace, ids); err != nil {
+	if err := model.CheckDeregisterBatch(namespace, ids); err != nil {
 		return err
 	}
 	items := make([]*batchItem, len(ids))
 	for i, id := range ids {
-		ns, err := catalog.VolumeKey(namespace, id)
+		ns, err := model.VolumeKey(namespace, id)
 		if err != nil {
-			return catalog.BatchItemError(i, id, err)
+			return model.BatchItemError(i, id, err)
 		}
 		items[i] = &batchItem{ns: ns, id: id}
 	}
 	return s.updateBatch(ctx, "deregister volumes", items, func(i int, old *model.CSIVolume) (*model.CSIVolume, error) {
 		if old == nil {
-			return nil, catalog.NotFound(items[i].ns, items[i].id)
+			return nil, model.NotFound(items[i].ns, items[i].id)
 		}
-		return nil, catalog.DeregisterOf(old)
+		return nil, model.DeregisterOf(old)
 	})
 }
 
@@ -203,7 +202,7 @@ func (s *Store) readBatch(ctx context.Context, items []*batchItem, rule func(int
 			b.oldKey = s.keys.pluginVolume(b.old.PluginID, b.old.PluginVolumeID())
 		}
 		if b.next, err = rule(i, b.old); err != nil {
-			return catalog.BatchItemError(i, b.id, err)
+			return model.BatchItemError(i, b.id, err)
 		}
 		if b.next != nil {
 			b.newKey = s.keys.pluginVolume(b.next.PluginID, b.next.PluginVolumeID())
@@ -227,7 +226,7 @@ func (s *Store) readBatchIndexes(ctx context.Context, items []*batchItem) (map[s
 				continue
 			}
 			if j, ok := touched[key]; ok && j != i {
-				return nil, catalog.BatchItemError(i, b.id, batchMeetError(items[j], b))
+				return nil, model.BatchItemError(i, b.id, batchMeetError(items[j], b))
 			}
 			touched[key] = i
 			reads = append(reads, clientv3.OpGet(key))
@@ -250,9 +249,9 @@ func (s *Store) readBatchIndexes(ctx context.Context, items []*batchItem) (map[s
 // its batch, before it, takes or gives up.
 func batchMeetError(before, b *batchItem) error {
 	if before.next != nil && b.next != nil && before.newKey == b.newKey {
-		return catalog.PluginVolumeTaken(b.next, []*model.CSIVolume{before.next})
+		return model.PluginVolumeTaken(b.next, []*model.CSIVolume{before.next})
 	}
-	return catalog.FleetErrorf(catalog.ErrVolumeConflict,
+	return model.Refusef(model.ErrVolumeConflict,
 		"its plugin volume moves to or from volume %s/%s of the same batch; register the two in separate batches", before.ns, before.id)
 }
 
@@ -282,7 +281,7 @@ func (s *Store) indexBatch(ctx context.Context, w *indexChange, items []*batchIt
 			err = s.takePluginVolume(ctx, w, b.next, got[b.newKey], shard)
 		}
 		if err != nil {
-			return catalog.BatchItemError(i, b.id, err)
+			return model.BatchItemError(i, b.id, err)
 		}
 	}
 	for shard := range countShards {
@@ -307,7 +306,7 @@ func (s *Store) countInBatch(counts []int64, next *model.CSIVolume) (int, error)
 		}
 	}
 	if len(room) == 0 {
-		return -1, catalog.VolumeLimitError(next.Namespace, next.ID, int(total))
+		return -1, model.VolumeLimitError(next.Namespace, next.ID, int(total))
 	}
 	shard := room[rand.N(len(room))]
 	counts[shard]++

@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
@@ -53,7 +52,7 @@ func (c *VolumeCache) keep(ns, id string, st *state) {
 // Cached is the Store as the one writer of a volume sees it through
 // cache: its RegisterVolume, Claim and Release start from what cache holds (see
 // VolumeCache); its other methods are the Store's.
-func (s *Store) Cached(cache *VolumeCache) catalog.Fleet { return cachedStore{Store: s, cache: cache} }
+func (s *Store) Cached(cache *VolumeCache) model.Fleet { return cachedStore{Store: s, cache: cache} }
 
 // cachedStore is a Store whose claims and releases go through a cache.
 type cachedStore struct {
@@ -68,7 +67,7 @@ func (c cachedStore) Claim(ctx context.Context, namespace, id string, claim *mod
 
 // Release is Store.Release, from the cache.
 func (c cachedStore) Release(ctx context.Context, namespace, id string, claim *model.Claim) (*model.CSIVolume, error) {
-	return c.changeClaims(ctx, "release", namespace, id, claim, catalog.ReleaseOn, via{cache: c.cache})
+	return c.changeClaims(ctx, "release", namespace, id, claim, model.ReleaseOn, via{cache: c.cache})
 }
 
 // RegisterVolume is Store.RegisterVolume, from the cache.

@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/plugvisor/plugvisor/csi/catalog"
 )
 
 // DefaultCompactInterval is how often the fleet compacts etcd's revision
@@ -52,7 +51,7 @@ type Compactor struct {
 // at cfg.Interval while it leads, until Stop.
 func StartCompactor(s *Store, cfg CompactConfig) (*Compactor, error) {
 	if cfg.Interval < 0 {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid,
+		return nil, model.Refusef(model.ErrInvalid,
 			"fleet: compactor: Interval is %v: give a positive duration, or 0 for the default %v", cfg.Interval, DefaultCompactInterval)
 	}
 	log := cfg.Logger

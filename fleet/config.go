@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -51,8 +51,8 @@ type Config struct {
 	// request timeout bounds them too.
 	MaxAttempts int
 	// MaxVolumes bounds the fleet's volumes, every namespace together
-	// (default catalog.DefaultMaxVolumes): registering a new volume beyond
-	// it is refused with catalog.ErrVolumeLimit (agent flag -max-volumes).
+	// (default model.DefaultMaxVolumes): registering a new volume beyond
+	// it is refused with model.ErrVolumeLimit (agent flag -max-volumes).
 	MaxVolumes int
 	// Logger receives the fleet's log lines; nil discards them.
 	Logger hclog.Logger
@@ -82,13 +82,13 @@ func (cfg Config) validate() error {
 		bad("RequestTimeout is %v: give a positive duration, or 0 for the default %v", cfg.RequestTimeout, DefaultRequestTimeout)
 	}
 	if cfg.MaxVolumes < 0 {
-		bad("MaxVolumes is %d: give a positive number, or 0 for the default %d", cfg.MaxVolumes, catalog.DefaultMaxVolumes)
+		bad("MaxVolumes is %d: give a positive number, or 0 for the default %d", cfg.MaxVolumes, model.DefaultMaxVolumes)
 	}
 	if cfg.MaxAttempts < 0 {
 		bad("MaxAttempts is %d: give a positive number, or 0 for the default %d", cfg.MaxAttempts, DefaultMaxAttempts)
 	}
 	if len(problems) > 0 {
-		return catalog.FleetErrorf(catalog.ErrInvalid, "fleet: config: %s", strings.Join(problems, "; "))
+		return model.Refusef(model.ErrInvalid, "fleet: config: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
@@ -105,6 +105,6 @@ func (cfg Config) withDefaults() Config {
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
-	cfg.MaxVolumes = cmp.Or(cfg.MaxVolumes, catalog.DefaultMaxVolumes)
+	cfg.MaxVolumes = cmp.Or(cfg.MaxVolumes, model.DefaultMaxVolumes)
 	return cfg
 }

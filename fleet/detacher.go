@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/plugvisor/plugvisor/csi/catalog"
 )
 
 // DefaultDetachInterval is how often a Detacher looks again at the down
@@ -55,7 +54,7 @@ type Detacher struct {
 // StartDetacher starts the Detacher of s until Stop.
 func StartDetacher(s *Store, cfg DetacherConfig) (*Detacher, error) {
 	if cfg.Controls == nil || cfg.Detach == nil || cfg.Interval < 0 {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid,
+		return nil, model.Refusef(model.ErrInvalid,
 			"fleet: detacher: Controls and Detach are required, and Interval (%v) must not be negative (0: the default %v)",
 			cfg.Interval, DefaultDetachInterval)
 	}

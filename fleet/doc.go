@@ -6,7 +6,7 @@
 //	s, err := fleet.Open(ctx, fleet.Config{Endpoints: eps, NodeID: "n1"})
 //	cat, err := catalog.Start(system, catalog.Config{Fleet: s, ...})
 //
-// A [Store] is a catalog.Fleet and a plain type, safe for concurrent use:
+// A [Store] is a model.Fleet and a plain type, safe for concurrent use:
 // etcd decides, by transactions, and the Store keeps in memory only this
 // node's own fingerprints, to put them again under a new lease. A node
 // whose lease expired is down; [GC] frees its claims after a grace, each
@@ -14,7 +14,7 @@
 // etcd's history bounded; [SaveSnapshot] and [Defragment] are an
 // operator's (docs/fleet-operations.md). When etcd does not answer within
 // the request timeout, every call fails with an error matching
-// catalog.ErrFleetUnavailable; nothing is answered from memory.
+// model.ErrFleetUnavailable; nothing is answered from memory.
 //
 // The key layout and its transactions are in ARCHITECTURE.md ("Fleet
 // store").

@@ -10,7 +10,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/names"
 )
@@ -129,11 +128,11 @@ func drainedSince(value []byte) time.Time {
 // returns, every claim by an alloc of node that is not held already is
 // refused (csi.ErrClaimRefused), in the claim's own transaction; releases
 // go on as before. It returns the node as Nodes would list it. A node the
-// fleet does not know is catalog.ErrNodeNotFound, one draining already
-// catalog.ErrNodeDraining; Undrain ends the drain.
+// fleet does not know is model.ErrNodeNotFound, one draining already
+// model.ErrNodeDraining; Undrain ends the drain.
 func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "fleet: drain: %v", err)
+		return nil, model.Refusef(model.ErrInvalid, "fleet: drain: %v", err)
 	}
 	var out *Node
 	err := s.call(ctx, "drain a node", func(ctx context.Context) error {
@@ -175,7 +174,7 @@ func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 // it was draining (a node that was not stays as it is).
 func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return false, catalog.FleetErrorf(catalog.ErrInvalid, "fleet: eligibility: %v", err)
+		return false, model.Refusef(model.ErrInvalid, "fleet: eligibility: %v", err)
 	}
 	var deleted bool
 	err := s.call(ctx, "end a node's drain", func(ctx context.Context) error {
@@ -192,11 +191,11 @@ func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 // FreeNodeClaims frees every claim of node's allocs, held or being
 // released, on every volume, as the GC frees a dead node's: what a drain
 // with -force does once its deadline has passed. The node must be
-// draining (catalog.ErrNodeDraining otherwise), in each volume's transaction. It
+// draining (model.ErrNodeDraining otherwise), in each volume's transaction. It
 // returns the claims it freed.
 func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "fleet: free claims: %v", err)
+		return nil, model.Refusef(model.ErrInvalid, "fleet: free claims: %v", err)
 	}
 	var nodes map[string]*Node
 	if err := s.call(ctx, "list nodes", func(ctx context.Context) (err error) { nodes, err = s.readNodes(ctx); return err }); err != nil {
@@ -204,7 +203,7 @@ func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error
 	}
 	n := nodes[node]
 	if n == nil || n.DrainingSince.IsZero() {
-		return nil, fmt.Errorf("%w: node %q is not draining: drain it first (plugvisor node drain %s)", catalog.ErrNodeDraining, node, node)
+		return nil, fmt.Errorf("%w: node %q is not draining: drain it first (plugvisor node drain %s)", model.ErrNodeDraining, node, node)
 	}
 	draining := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.drain(node)), ">", 0)}
 	var out []Freed
@@ -239,13 +238,13 @@ func nodeNotFound(node string, nodes map[string]*Node) error {
 	if len(nodes) > 0 {
 		known = strings.Join(slices.Sorted(maps.Keys(nodes)), ", ")
 	}
-	return fmt.Errorf("%w: node: the fleet knows no node %q (known: %s); see plugvisor node list", catalog.ErrNodeNotFound, node, known)
+	return fmt.Errorf("%w: node: the fleet knows no node %q (known: %s); see plugvisor node list", model.ErrNodeNotFound, node, known)
 }
 
 // drainingError is the refusal of a drain of a node draining since since.
 func drainingError(node string, since time.Time) error {
 	return fmt.Errorf("%w: node: %q is already draining (since %s): nothing changed; plugvisor node eligibility -enable %s ends the drain",
-		catalog.ErrNodeDraining, node, since.Format(time.RFC3339), node)
+		model.ErrNodeDraining, node, since.Format(time.RFC3339), node)
 }
 
 // drainGuard refuses a claim on node when the attempt read node's drain
@@ -256,7 +255,7 @@ func drainingError(node string, since time.Time) error {
 // refuses.
 func (s *Store) drainGuard(node string, seen sideRead) ([]clientv3.Cmp, error) {
 	if seen.drainRead && seen.drain != nil {
-		return nil, catalog.DrainRefusal(node, drainedSince(seen.drain.Value))
+		return nil, model.DrainRefusal(node, drainedSince(seen.drain.Value))
 	}
 	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.drain(node)), "=", 0)}, nil
 }

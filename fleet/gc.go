@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
@@ -80,7 +79,7 @@ type GC struct {
 // fleet's GC election: the leader runs until Stop.
 func StartGC(s *Store, cfg GCConfig) (*GC, error) {
 	if cfg.Interval < 0 || cfg.Grace < 0 {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid,
+		return nil, model.Refusef(model.ErrInvalid,
 			"fleet: GC: Interval (%v) and Grace (%v) must not be negative; 0 means no GC run by itself and the default grace %v",
 			cfg.Interval, cfg.Grace, DefaultGCGrace)
 	}

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
@@ -21,7 +20,7 @@ import (
 //
 //   - pluginvolumes/<plugin>/<plugin volume ID> holds "<shard> <key>": the
 //     key of the catalog volume that holds the plugin volume
-//     (catalog.PluginVolumeTaken), and the count shard it is counted in;
+//     (model.PluginVolumeTaken), and the count shard it is counted in;
 //   - volumecount/<shard>, countShards of them, count the volumes
 //     (Config.MaxVolumes). Shard k may count at most shardRoom(k) volumes;
 //     the rooms add up to the limit.
@@ -55,8 +54,8 @@ func (s *Store) shardRoom(k int) int64 {
 // creates nor removes the volume (a claim, a release, an attachment) reads
 // nothing and adds nothing; the others read the plugin volume entries
 // concerned and the count shards, in one round trip. A new plugin volume
-// held by another volume is refused with catalog.ErrVolumeConflict, a new
-// volume beyond Config.MaxVolumes with catalog.ErrVolumeLimit.
+// held by another volume is refused with model.ErrVolumeConflict, a new
+// volume beyond Config.MaxVolumes with model.ErrVolumeLimit.
 func (s *Store) indexWrite(ctx context.Context, old, next *model.CSIVolume) ([]clientv3.Cmp, []clientv3.Op, error) {
 	var oldKey, newKey string
 	if old != nil {
@@ -182,7 +181,7 @@ func (s *Store) takePluginVolume(ctx context.Context, w *indexChange, next *mode
 		if err != nil {
 			return err
 		}
-		if err := catalog.PluginVolumeTaken(next, []*model.CSIVolume{v}); err != nil {
+		if err := model.PluginVolumeTaken(next, []*model.CSIVolume{v}); err != nil {
 			return err
 		}
 	}
@@ -198,7 +197,7 @@ func (s *Store) counts(got map[string]*mvccpb.KeyValue) (counts []int64, total i
 		kv := got[s.keys.volumeCount(k)]
 		if kv == nil {
 			return nil, 0, nil, fmt.Errorf("%w: etcd key %q, a shard of the fleet's volume count, is missing; restart an agent: it counts the volumes again when it starts",
-				catalog.ErrCorrupt, s.keys.volumeCount(k))
+				model.ErrCorrupt, s.keys.volumeCount(k))
 		}
 		if counts[k], err = s.decodeCount(kv); err != nil {
 			return nil, 0, nil, err
@@ -219,7 +218,7 @@ func (s *Store) countIn(w *indexChange, next *model.CSIVolume, got map[string]*m
 		return -1, err
 	}
 	if len(room) == 0 {
-		return -1, catalog.VolumeLimitError(next.Namespace, next.ID, int(total))
+		return -1, model.VolumeLimitError(next.Namespace, next.ID, int(total))
 	}
 	shard := room[rand.N(len(room))]
 	return shard, s.putCount(w, shard, counts[shard]+1, got)

@@ -13,7 +13,7 @@ import (
 type Metrics interface {
 	// EtcdRequest: one call to etcd, named by what ("claim", "list
 	// volumes"), took took and ended with err (nil, a refusal, or
-	// catalog.ErrFleetUnavailable).
+	// model.ErrFleetUnavailable).
 	EtcdRequest(what string, took time.Duration, err error)
 	// Claimed: one claim ended with outcome, one of ClaimOutcomes.
 	Claimed(outcome string)
@@ -67,7 +67,7 @@ func (r *reachability) observe(unanswered error) {
 }
 
 // EtcdUnreachable is nil while etcd answers this node, else the error
-// (matching catalog.ErrFleetUnavailable) of the latest call it did not
+// (matching model.ErrFleetUnavailable) of the latest call it did not
 // answer. An answer to any later call, a keep-alive of the lease
 // included, clears it.
 func (s *Store) EtcdUnreachable() error {

@@ -7,12 +7,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // Claim applies c, a claim in state taken by the node c.NodeID, to the
-// volume by the catalog's rules (catalog.ClaimOn), in a transaction on the
+// volume by the catalog's rules (model.ClaimOn), in a transaction on the
 // volume's record: of two claims that exclude each other, whatever the
 // interleaving, one wins and the other is refused. A claim that brings the
 // volume to a node is also checked against that node's fingerprint of the
@@ -37,9 +36,9 @@ func (s *Store) claimVia(ctx context.Context, namespace, id string, c *model.Cla
 // round trip, and writes in a second one; from a cache, it writes in one.
 func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim, cache *VolumeCache) (*model.CSIVolume, error) {
 	if c == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "claim: claim must not be nil")
+		return nil, model.Refusef(model.ErrInvalid, "claim: claim must not be nil")
 	}
-	ns, err := catalog.VolumeKey(namespace, id)
+	ns, err := model.VolumeKey(namespace, id)
 	if err != nil {
 		return nil, err
 	}
@@ -47,9 +46,9 @@ func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim,
 	return s.updateSeeing(ctx, "claim", ns, id, func(v *model.CSIVolume, seen sideRead) (*model.CSIVolume, error) {
 		guards = nil
 		if v == nil {
-			return nil, catalog.NotFound(ns, id)
+			return nil, model.NotFound(ns, id)
 		}
-		next, err := catalog.ClaimOn(v, c)
+		next, err := model.ClaimOn(v, c)
 		if err != nil || next == v {
 			return next, err
 		}
@@ -67,7 +66,7 @@ func (s *Store) claim(ctx context.Context, namespace, id string, c *model.Claim,
 // nodeFit checks the claim against the fingerprint of v's node plugin on
 // c.NodeID, from the plugin's fingerprints the attempt read (seen), and,
 // when the plugin limits the node, how many volumes the node's claim index
-// holds (catalog.NodeFitOn): a count-only read, and only a node at its
+// holds (model.NodeFitOn): a count-only read, and only a node at its
 // limit has its index read with values, to count the volumes of v's plugin
 // among them. It returns the compares that hold the claim's write to what
 // it read: the fingerprint unchanged and, where the plugin limits the
@@ -77,7 +76,7 @@ func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim,
 	guards := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fpKey), "=", seen.modRevision(fpKey))}
 	node := seen.plugin.NodeOn(c.NodeID)
 	if node == nil || node.MaxVolumes == 0 {
-		return guards, catalog.NodeFitOn(v, c, node, nil)
+		return guards, model.NodeFitOn(v, c, node, nil)
 	}
 	prefix := s.keys.claimsOf(c.NodeID)
 	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -91,7 +90,7 @@ func (s *Store) nodeFit(ctx context.Context, v *model.CSIVolume, c *model.Claim,
 			return nil, err
 		}
 	}
-	if err := catalog.NodeFitOn(v, c, node, onNode); err != nil {
+	if err := model.NodeFitOn(v, c, node, onNode); err != nil {
 		return nil, err
 	}
 	return append(guards, clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix()), nil

@@ -16,7 +16,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
@@ -148,7 +147,7 @@ func (l *lease) revoke(ctx context.Context) error {
 
 // PutFingerprints replaces this node's fingerprints with fps, under the
 // node's lease, in one transaction: the ones not in fps go. Each must be a
-// well-formed CSI fingerprint (catalog.ErrInvalid otherwise, and
+// well-formed CSI fingerprint (model.ErrInvalid otherwise, and
 // nothing changes); of two with the same type and plugin, the last counts.
 // This node's fingerprints are remembered, so that they are put again under
 // a new lease after etcd lost the old one.
@@ -160,7 +159,7 @@ func (s *Store) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerpr
 			err = names.Check("plugin name", info.PluginID)
 		}
 		if err != nil {
-			return catalog.FleetErrorf(catalog.ErrInvalid, "fleet: fingerprint: %v", err)
+			return model.Refusef(model.ErrInvalid, "fleet: fingerprint: %v", err)
 		}
 		kept = append(kept, proto.Clone(fp).(*messages.CSIFingerprint))
 	}
@@ -215,7 +214,7 @@ func (s *Store) fingerprintPuts(fps []*messages.CSIFingerprint, id clientv3.Leas
 // is there.
 func (s *Store) NodeUp(ctx context.Context, node string) (bool, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return false, catalog.FleetErrorf(catalog.ErrInvalid, "%v", err)
+		return false, model.Refusef(model.ErrInvalid, "%v", err)
 	}
 	up := false
 	err := s.call(ctx, "look up a node", func(ctx context.Context) error {

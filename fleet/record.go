@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/plugvisor/plugvisor/csi/catalog"
 )
 
 // A record in etcd is a 4-byte CRC32C (Castagnoli, big-endian) followed by
@@ -34,7 +33,7 @@ func recordSum(key string, body []byte) uint32 {
 func encodeRecord(key string, m proto.Message) (string, error) {
 	body, err := proto.Marshal(m)
 	if err != nil {
-		return "", catalog.FleetErrorf(catalog.ErrInvalid, "fleet: %s cannot be stored: %v", key, err)
+		return "", model.Refusef(model.ErrInvalid, "fleet: %s cannot be stored: %v", key, err)
 	}
 	out := make([]byte, sumLen, sumLen+len(body))
 	binary.BigEndian.PutUint32(out, recordSum(key, body))
@@ -42,7 +41,7 @@ func encodeRecord(key string, m proto.Message) (string, error) {
 }
 
 // decodeRecord checks the value of key against its checksum and decodes
-// it into m. A bad record is an error matching catalog.ErrCorrupt
+// it into m. A bad record is an error matching model.ErrCorrupt
 // that names the key.
 func decodeRecord(key string, value []byte, m proto.Message) error {
 	if len(value) < sumLen {
@@ -61,5 +60,5 @@ func decodeRecord(key string, value []byte, m proto.Message) error {
 // corrupt is the error of a record under key that cannot be used.
 func corrupt(key string, cause error) error {
 	return fmt.Errorf("%w: %w: etcd key %q: %w; delete the key (etcdctl del %q) or put a good record back, then retry",
-		catalog.ErrCorrupt, errCorruptRecord, key, cause, key)
+		model.ErrCorrupt, errCorruptRecord, key, cause, key)
 }

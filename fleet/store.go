@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-
-	"github.com/plugvisor/plugvisor/csi/catalog"
 )
 
 // Store is the cluster-wide catalog in etcd, as seen from one node. Its
-// methods are safe for concurrent use. It implements catalog.Fleet.
+// methods are safe for concurrent use. It implements model.Fleet.
 type Store struct {
 	cfg    Config
 	log    hclog.Logger
@@ -39,14 +38,14 @@ type Store struct {
 }
 
 var (
-	_ catalog.Fleet      = (*Store)(nil)
-	_ catalog.BatchFleet = (*Store)(nil)
+	_ model.Fleet      = (*Store)(nil)
+	_ model.BatchFleet = (*Store)(nil)
 )
 
 // Open connects to etcd, grants this node's lease and puts its liveness
 // key under it, and starts keeping the lease alive. It fails with
-// catalog.ErrFleetUnavailable when etcd does not answer within the request
-// timeout, and with catalog.ErrInvalid on a bad config. Close
+// model.ErrFleetUnavailable when etcd does not answer within the request
+// timeout, and with model.ErrInvalid on a bad config. Close
 // releases what it started.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
@@ -56,7 +55,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}}
 	client, err := clientv3.New(s.clientConfig())
 	if err != nil {
-		return nil, catalog.FleetErrorf(catalog.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
+		return nil, model.Refusef(model.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s.client = client
 	if err := s.call(ctx, "build the volume indexes", s.buildIndexes); err != nil {
@@ -104,7 +103,7 @@ func (s *Store) clientConfig() clientv3.Config {
 func (s *Store) NodeID() string { return s.cfg.NodeID }
 
 // call runs op with the request timeout. A failure to reach etcd, which
-// op returns as unreached, becomes catalog.ErrFleetUnavailable, unless the
+// op returns as unreached, becomes model.ErrFleetUnavailable, unless the
 // caller's own ctx ended; every other error (a refusal, bad input, a
 // corrupt record) passes through as it is.
 func (s *Store) call(ctx context.Context, what string, op func(ctx context.Context) error) error {
@@ -134,7 +133,7 @@ func (s *Store) classify(ctx context.Context, what string, err error) error {
 
 // unavailable is the error of a call that etcd did not answer.
 func (s *Store) unavailable(what string, err error) error {
-	return catalog.FleetErrorf(catalog.ErrFleetUnavailable,
+	return model.Refusef(model.ErrFleetUnavailable,
 		"fleet: %s: etcd at %s did not answer within %v (%v); claims are refused until etcd answers",
 		what, strings.Join(s.cfg.Endpoints, ","), s.cfg.RequestTimeout, err)
 }

@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
@@ -22,7 +21,7 @@ import (
 // same transaction reads the volume again; update pauses a little (see
 // backOff) and retries on what it read, at most MaxAttempts times and
 // within the request timeout; then it gives up with
-// catalog.ErrStore, never catalog.ErrFleetUnavailable: etcd
+// model.ErrStore, never model.ErrFleetUnavailable: etcd
 // answered. It returns what it wrote, with etcd's revisions as indexes.
 func (s *Store) update(ctx context.Context, what, ns, id string,
 	change func(*model.CSIVolume) (*model.CSIVolume, error), guard guardFunc) (*model.CSIVolume, error) {
@@ -81,7 +80,7 @@ func (s *Store) updateSeeing(ctx context.Context, what, ns, id string,
 // lostRaces is the error of a write that lost the race for its volume
 // times times in a row, until its attempts or its time ran out.
 func (s *Store) lostRaces(what, ns, id string, times int) error {
-	return catalog.FleetErrorf(catalog.ErrStore, "fleet: %s of volume %s/%s lost the race to other writers %d times in a row (limits: %d attempts, Config.MaxAttempts, within %v, Config.RequestTimeout); try again",
+	return model.Refusef(model.ErrStore, "fleet: %s of volume %s/%s lost the race to other writers %d times in a row (limits: %d attempts, Config.MaxAttempts, within %v, Config.RequestTimeout); try again",
 		what, ns, id, times, s.cfg.MaxAttempts, s.cfg.RequestTimeout)
 }
 

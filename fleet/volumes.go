@@ -7,14 +7,13 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
 )
 
 // RegisterVolume adds v or changes the description of a volume with no
-// claims, by the catalog's rules (catalog.RegisterOver), and returns the
+// claims, by the catalog's rules (model.RegisterOver), and returns the
 // volume as registered. Its indexes are etcd's revisions of the record.
 func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
 	return s.register(ctx, v, via{})
@@ -23,14 +22,14 @@ func (s *Store) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.
 // register is RegisterVolume, reading as how says.
 func (s *Store) register(ctx context.Context, v *model.CSIVolume, how via) (*model.CSIVolume, error) {
 	if v == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "volume must not be nil")
+		return nil, model.Refusef(model.ErrInvalid, "volume must not be nil")
 	}
-	ns, err := catalog.VolumeKey(v.Namespace, v.ID)
+	ns, err := model.VolumeKey(v.Namespace, v.ID)
 	if err != nil {
 		return nil, err
 	}
 	out, err := s.updateSeeing(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume, _ sideRead) (*model.CSIVolume, error) {
-		return catalog.RegisterOver(old, v)
+		return model.RegisterOver(old, v)
 	}, nil, how)
 	if err != nil {
 		return nil, err
@@ -60,11 +59,11 @@ func (s *Store) pluginHealth(ctx context.Context, plugin string) (model.Health, 
 
 // CheckRoom is nil when the volume (namespace, id) is in the fleet or the
 // fleet holds fewer than Config.MaxVolumes volumes, else
-// catalog.ErrVolumeLimit: the early look of a create, before the plugin is
+// model.ErrVolumeLimit: the early look of a create, before the plugin is
 // asked; the registration checks again, in its transaction. It reads the
 // volume's key and the count shards (index.go).
 func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
-	ns, err := catalog.VolumeKey(namespace, id)
+	ns, err := model.VolumeKey(namespace, id)
 	if err != nil {
 		return err
 	}
@@ -85,16 +84,16 @@ func (s *Store) CheckRoom(ctx context.Context, namespace, id string) error {
 		}
 		_, held, room, err := s.counts(got)
 		if err == nil && len(room) == 0 {
-			err = catalog.VolumeLimitError(ns, id, int(held))
+			err = model.VolumeLimitError(ns, id, int(held))
 		}
 		return err
 	})
 }
 
 // GetVolume returns a volume with its claims, its health following its
-// plugin's counts over the live nodes, or catalog.ErrVolumeNotFound.
+// plugin's counts over the live nodes, or model.ErrVolumeNotFound.
 func (s *Store) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
-	ns, err := catalog.VolumeKey(namespace, id)
+	ns, err := model.VolumeKey(namespace, id)
 	if err != nil {
 		return nil, err
 	}
@@ -105,65 +104,65 @@ func (s *Store) GetVolume(ctx context.Context, namespace, id string) (*model.CSI
 		return err
 	})
 	if err == nil && v == nil {
-		err = catalog.NotFound(ns, id)
+		err = model.NotFound(ns, id)
 	}
 	return v, err
 }
 
 // Release moves the claim of c.AllocID to c.State (ready-to-free, or
-// empty, removes it) by the catalog's rules (catalog.ReleaseOn), in a
+// empty, removes it) by the catalog's rules (model.ReleaseOn), in a
 // transaction on the volume's record. Freeing a claim that is not held
 // changes nothing.
 func (s *Store) Release(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error) {
-	return s.changeClaims(ctx, "release", namespace, id, c, catalog.ReleaseOn, via{})
+	return s.changeClaims(ctx, "release", namespace, id, c, model.ReleaseOn, via{})
 }
 
 // Attach records a, the attachment of the volume to the node a.NodeID, by
-// the catalog's rules (catalog.AttachOn), in a transaction on the volume's
+// the catalog's rules (model.AttachOn), in a transaction on the volume's
 // record: of two nodes attaching a single-node volume, whatever the
 // interleaving, one wins and the other is refused.
 func (s *Store) Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error) {
-	return s.changeVolume(ctx, "attach", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return catalog.AttachOn(v, a) })
+	return s.changeVolume(ctx, "attach", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return model.AttachOn(v, a) })
 }
 
-// Detach removes the attachment of the volume to node (catalog.DetachOn),
+// Detach removes the attachment of the volume to node (model.DetachOn),
 // in a transaction on the volume's record. Removing one that is not there
 // changes nothing.
 func (s *Store) Detach(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
-	return s.changeVolume(ctx, "detach", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return catalog.DetachOn(v, node) })
+	return s.changeVolume(ctx, "detach", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return model.DetachOn(v, node) })
 }
 
 // MarkDetaching marks the attachment of the volume to node as being
-// detached by this node (catalog.MarkDetachingOn), before
+// detached by this node (model.MarkDetachingOn), before
 // ControllerUnpublishVolume: in a transaction that also holds only while
 // node is down, so a node that comes back keeps its attachment, and, once
 // marked, cannot attach the volume again until Detach.
 func (s *Store) MarkDetaching(ctx context.Context, namespace, id, node string) (*model.CSIVolume, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "%v", err)
+		return nil, model.Refusef(model.ErrInvalid, "%v", err)
 	}
 	nodeKey := s.keys.node(node)
 	nodeGone := clientv3.Compare(clientv3.CreateRevision(nodeKey), "=", 0)
-	ns, err := catalog.VolumeKey(namespace, id)
+	ns, err := model.VolumeKey(namespace, id)
 	if err != nil {
 		return nil, err
 	}
 	return s.update(ctx, "mark detaching", ns, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
 		if v == nil {
-			return nil, catalog.NotFound(ns, id)
+			return nil, model.NotFound(ns, id)
 		}
 		up, err := s.client.Get(ctx, nodeKey, clientv3.WithCountOnly())
 		if err != nil {
 			return nil, etcdErr(err)
 		}
-		return catalog.MarkDetachingOn(v, node, up.Count > 0)
+		return model.MarkDetachingOn(v, node, up.Count > 0)
 	}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return []clientv3.Cmp{nodeGone}, nil })
 }
 
 func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c *model.Claim,
 	rule func(*model.CSIVolume, *model.Claim) (*model.CSIVolume, error), how via) (*model.CSIVolume, error) {
 	if c == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "%s: claim must not be nil", what)
+		return nil, model.Refusef(model.ErrInvalid, "%s: claim must not be nil", what)
 	}
 	return s.changeVolumeVia(ctx, what, namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) { return rule(v, c) }, how)
 }
@@ -188,26 +187,26 @@ func (s *Store) decodeVolume(kv *mvccpb.KeyValue) (*model.CSIVolume, error) {
 }
 
 // DeregisterVolume forgets a volume, by the catalog's rules
-// (catalog.DeregisterOf): one with claims is catalog.ErrVolumeInUse, an
-// unknown one catalog.ErrVolumeNotFound.
+// (model.DeregisterOf): one with claims is model.ErrVolumeInUse, an
+// unknown one model.ErrVolumeNotFound.
 func (s *Store) DeregisterVolume(ctx context.Context, namespace, id string) error {
 	_, err := s.changeVolume(ctx, "deregister volume", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
-		return nil, catalog.DeregisterOf(v)
+		return nil, model.DeregisterOf(v)
 	})
 	return err
 }
 
 // MarkVolumeDeleting marks a volume as being deleted, by the catalog's
-// rules (catalog.MarkDeletingOn), and returns it.
+// rules (model.MarkDeletingOn), and returns it.
 func (s *Store) MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
-	return s.changeVolume(ctx, "mark volume deleting", namespace, id, catalog.MarkDeletingOn)
+	return s.changeVolume(ctx, "mark volume deleting", namespace, id, model.MarkDeletingOn)
 }
 
 // RecordVolumeCapacity records the capacity the plugin reported for a
-// volume, by the catalog's rules (catalog.RecordCapacityOn), and returns it.
+// volume, by the catalog's rules (model.RecordCapacityOn), and returns it.
 func (s *Store) RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error) {
 	return s.changeVolume(ctx, "record volume capacity", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
-		return catalog.RecordCapacityOn(v, capacityBytes)
+		return model.RecordCapacityOn(v, capacityBytes)
 	})
 }
 
@@ -218,7 +217,7 @@ func (s *Store) ListVolumes(ctx context.Context, namespace string) ([]*model.CSI
 	prefix := s.keys.volumes()
 	if namespace != "" {
 		if err := names.Check("namespace", namespace); err != nil {
-			return nil, catalog.FleetErrorf(catalog.ErrInvalid, "%v", err)
+			return nil, model.Refusef(model.ErrInvalid, "%v", err)
 		}
 		prefix = s.keys.namespace(namespace)
 	}
@@ -257,13 +256,13 @@ func (s *Store) changeVolume(ctx context.Context, what, namespace, id string,
 // changeVolumeVia is changeVolume that reads as how says.
 func (s *Store) changeVolumeVia(ctx context.Context, what, namespace, id string,
 	rule func(*model.CSIVolume) (*model.CSIVolume, error), how via) (*model.CSIVolume, error) {
-	ns, err := catalog.VolumeKey(namespace, id)
+	ns, err := model.VolumeKey(namespace, id)
 	if err != nil {
 		return nil, err
 	}
 	return s.updateSeeing(ctx, what, ns, id, func(v *model.CSIVolume, _ sideRead) (*model.CSIVolume, error) {
 		if v == nil {
-			return nil, catalog.NotFound(ns, id)
+			return nil, model.NotFound(ns, id)
 		}
 		return rule(v)
 	}, nil, how)

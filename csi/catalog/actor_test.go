@@ -346,28 +346,28 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 		{name: "alloc a1 claiming the same again changes nothing", do: claimMsg("a1", model.ClaimModeWrite, catNode)},
 		{name: "a second writer is refused",
 			do:      func() error { return f.cat.Claim(ctx, catClaim("db", "a2", false)) },
-			wantErr: []error{csi.ErrClaimRefused, model.ErrVolumeMaxClaims}},
+			wantErr: []error{model.ErrClaimRefused, model.ErrVolumeMaxClaims}},
 		{name: "a reader on the same node is granted", changed: true,
 			do:    func() error { return f.cat.Claim(ctx, catClaim("db", "a2", true)) },
 			check: func(t *testing.T, v *model.CSIVolume) { require.Contains(t, v.ReadClaims, "a2") }},
 		{name: "a reader on another node is refused", do: claimMsg("a3", model.ClaimModeRead, "node-2"),
-			wantErr: []error{csi.ErrClaimRefused, model.ErrNodeConflict}},
+			wantErr: []error{model.ErrClaimRefused, model.ErrNodeConflict}},
 		{name: "the writer asking to read as well is refused", do: claimMsg("a1", model.ClaimModeRead, ""),
-			wantErr: []error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
+			wantErr: []error{model.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{name: "a claim through another plugin is refused",
 			do: func() error {
 				req := catClaim("db", "a4", true)
 				req.Plugin = "nfs"
 				return f.cat.Claim(ctx, req)
 			},
-			wantErr: []error{csi.ErrClaimRefused}},
+			wantErr: []error{model.ErrClaimRefused}},
 		{name: "a claim with another access mode is refused",
 			do: func() error {
 				req := catClaim("db", "a4", true)
 				req.Plugin, req.Usage.AccessMode = "hostpath", model.AccessModeMultiNodeReader
 				return f.cat.Claim(ctx, req)
 			},
-			wantErr: []error{csi.ErrClaimRefused}},
+			wantErr: []error{model.ErrClaimRefused}},
 		{name: "deregistering the claimed volume is refused",
 			do:      func() error { return f.cat.DeregisterVolume(ctx, "", "db") },
 			wantErr: []error{catalog.ErrVolumeInUse}},
@@ -396,7 +396,7 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 			}},
 		{name: "claiming while the claim is being released is refused",
 			do:      func() error { return f.cat.Claim(ctx, catClaim("db", "a1", false)) },
-			wantErr: []error{csi.ErrClaimRefused, model.ErrClaimReleasing}},
+			wantErr: []error{model.ErrClaimRefused, model.ErrClaimReleasing}},
 		{name: "releasing frees the claim", changed: true,
 			do: func() error { return f.cat.Release(ctx, catClaim("db", "a1", false)) },
 			check: func(t *testing.T, v *model.CSIVolume) {
@@ -516,17 +516,17 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{catalog.ErrInvalid, model.ErrUnknownAccessMode}},
 		{"a claim on an unknown volume", claim(&messages.ClaimVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
 		{"a write claim by an alloc that holds a read claim", claim(&messages.ClaimVolume{AllocId: "a2", Mode: "write"}),
-			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
+			[]error{model.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{"a read claim by an alloc that holds a write claim", claim(&messages.ClaimVolume{AllocId: "a1", Mode: "read"}),
-			[]error{csi.ErrClaimRefused, model.ErrClaimModeConflict}},
-		{"a second writer", claim(&messages.ClaimVolume{AllocId: "a3", Mode: "write"}), []error{csi.ErrClaimRefused, model.ErrVolumeMaxClaims}},
+			[]error{model.ErrClaimRefused, model.ErrClaimModeConflict}},
+		{"a second writer", claim(&messages.ClaimVolume{AllocId: "a3", Mode: "write"}), []error{model.ErrClaimRefused, model.ErrVolumeMaxClaims}},
 
 		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{catalog.ErrInvalid}},
 		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{catalog.ErrInvalid, model.ErrUnknownClaimState}},
 		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{catalog.ErrInvalid}},
 		{"a release on an unknown volume", release(&messages.ReleaseVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
 		{"moving a claim that is not held to unpublishing", release(&messages.ReleaseVolume{AllocId: "a7", State: "unpublishing"}),
-			[]error{csi.ErrClaimRefused, model.ErrClaimNotFound}},
+			[]error{model.ErrClaimRefused, model.ErrClaimNotFound}},
 
 		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{catalog.ErrInvalid}},
 		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{catalog.ErrInvalid}},

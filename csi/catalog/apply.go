@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"cmp"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -24,7 +23,7 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	v.Namespace = cmp.Or(v.Namespace, model.DefaultNamespace)
 	key, err := catalogVolumeKey(v.Namespace, v.ID)
 	if err == nil {
-		err = checkRegistration(v)
+		err = model.CheckRegistration(v)
 	}
 	if err == nil && !v.Created { // a created volume has the topology its plugin gave it
 		err = TopologyRequiredOf(v, a.state.plugins[v.PluginID], false)
@@ -37,39 +36,17 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 		return change, nil
 	}
 	old := a.state.volumes[key]
-	if old == nil || !old.Deleting && !createdConflicts(old, v) {
+	if old == nil || !old.Deleting && !(old.Created && !v.Created) {
 		if w.err = a.externalIDTaken(key, v); w.err != nil {
 			return change, nil
 		}
 	}
-	if w.volume, w.err = RegisterOver(old, v); w.err != nil || w.volume == old {
+	if w.volume, w.err = model.RegisterOver(old, v); w.err != nil || w.volume == old {
 		return change, nil
 	}
 	w.volume.Health = model.PluginHealth(a.state.plugins[v.PluginID])
 	change.putVolume(key, w.volume)
 	return change, nil
-}
-
-// checkRegistration checks the description of a volume to register: safe
-// IDs, known modes, well-formed topologies, and no claims.
-func checkRegistration(v *model.CSIVolume) error {
-	if err := names.Check("plugin ID", v.PluginID); err != nil {
-		return catalogWrap(ErrInvalid, err)
-	}
-	if v.InUse() || len(v.PastClaims) > 0 {
-		return catalogErrorf(ErrInvalid, "volume %q: a registration carries no claims (allocs claim with ClaimVolume)", v.ID)
-	}
-	if err := v.Validate(); err != nil {
-		return catalogWrap(ErrInvalid, err)
-	}
-	return nil
-}
-
-// claimants lists, sorted, the allocs that hold claims on v.
-func claimants(v *model.CSIVolume) string {
-	allocs := slices.Concat(slices.Collect(maps.Keys(v.ReadClaims)), slices.Collect(maps.Keys(v.WriteClaims)))
-	slices.Sort(allocs)
-	return strings.Join(allocs, ", ")
 }
 
 func (a *catalogActor) applyDeregister(w *catalogWrite, cmd *messages.DeregisterVolume) (catalogChange, error) {
@@ -80,7 +57,7 @@ func (a *catalogActor) applyDeregister(w *catalogWrite, cmd *messages.Deregister
 	}
 	v, err := a.state.volume(key)
 	if err == nil {
-		err = DeregisterOf(v)
+		err = model.DeregisterOf(v)
 	}
 	if w.err = err; err == nil {
 		change.putVolume(key, nil)
@@ -99,22 +76,19 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 		// The capability the claim chooses; the model fills it in.
 		AccessMode: model.AccessMode(cmd.GetAccessMode()), AttachmentMode: model.AttachmentMode(cmd.GetAttachmentMode()),
 	}
-	if err := cmp.Or(err, checkClaim(claim), checkUsage(cmd)); err != nil {
+	if err := cmp.Or(err, model.CheckClaim(claim), checkUsage(cmd)); err != nil {
 		return change, err
 	}
 	v, err := a.state.volume(key)
 	if err == nil {
 		err = usageConflict(v, cmd)
 	}
-	if err == nil && v.Deleting {
-		err = deletingError(key)
-	}
 	if err != nil {
 		w.err = err
 		return change, nil
 	}
 	return a.changeClaims(w, key, v, func(v *model.CSIVolume) (*model.CSIVolume, error) {
-		changed, err := changedClaims(v, func(v *model.CSIVolume) error { return v.Claim(claim) })
+		changed, err := model.ClaimOn(v, claim)
 		if err == nil && changed != v {
 			err = a.nodeFit(v, claim)
 		}
@@ -123,7 +97,7 @@ func (a *catalogActor) applyClaim(w *catalogWrite, cmd *messages.ClaimVolume) (c
 }
 
 // nodeFit checks a claim that the model accepts against the fingerprint of
-// v's plugin on the claiming node (NodeFitOn), counting the plugin's volumes
+// v's plugin on the claiming node (model.NodeFitOn), counting the plugin's volumes
 // claimed there from the working state.
 func (a *catalogActor) nodeFit(v *model.CSIVolume, c *model.Claim) error {
 	node := a.state.plugins[v.PluginID].NodeOn(c.NodeID)
@@ -135,18 +109,7 @@ func (a *catalogActor) nodeFit(v *model.CSIVolume, c *model.Claim) error {
 			}
 		}
 	}
-	return NodeFitOn(v, c, node, onNode)
-}
-
-// checkClaim checks a claim's alloc, node and mode on their face.
-func checkClaim(c *model.Claim) error {
-	if err := cmp.Or(names.Check("alloc ID", c.AllocID), names.Check("node ID", c.NodeID)); err != nil {
-		return catalogWrap(ErrInvalid, err)
-	}
-	if err := cmp.Or(c.Mode.Validate(), c.State.Validate()); err != nil {
-		return catalogWrap(ErrInvalid, err)
-	}
-	return nil
+	return model.NodeFitOn(v, c, node, onNode)
 }
 
 // checkUsage checks the plugin and modes a claim says it uses, where it
@@ -163,7 +126,7 @@ func checkUsage(cmd *messages.ClaimVolume) error {
 		problems = append(problems, model.AttachmentMode(cmd.GetAttachmentMode()).Validate())
 	}
 	if err := cmp.Or(problems...); err != nil {
-		return catalogWrap(ErrInvalid, err)
+		return model.Refusal(ErrInvalid, err)
 	}
 	return nil
 }
@@ -183,7 +146,7 @@ func usageConflict(v *model.CSIVolume, cmd *messages.ClaimVolume) error {
 	for _, c := range v.Capabilities() {
 		caps = append(caps, string(c.AttachmentMode)+" "+string(c.AccessMode))
 	}
-	return catalogErrorf(csi.ErrClaimRefused, "volume %q in namespace %q is served by plugin %q as %s; alloc %s asked for it through plugin %q as %s %s",
+	return model.Refusef(model.ErrClaimRefused, "volume %q in namespace %q is served by plugin %q as %s; alloc %s asked for it through plugin %q as %s %s",
 		v.ID, v.Namespace, v.PluginID, strings.Join(caps, " or "),
 		cmd.GetAllocId(), cmd.GetPluginId(), cmp.Or(cmd.GetAttachmentMode(), "any attachment"), cmp.Or(cmd.GetAccessMode(), "any access"))
 }
@@ -198,11 +161,11 @@ func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume
 		State:     model.ClaimState(cmp.Or(cmd.GetState(), string(model.ClaimStateReadyToFree))),
 		LastError: lastErrorOf(cmd.GetLastError()),
 	}
-	if err := cmp.Or(err, checkClaim(claim)); err != nil {
+	if err := cmp.Or(err, model.CheckClaim(claim)); err != nil {
 		return change, err
 	}
 	if claim.State == model.ClaimStateTaken {
-		return change, catalogErrorf(ErrInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
+		return change, model.Refusef(ErrInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
 			claim.AllocID, claim.State)
 	}
 	v, err := a.state.volume(key)
@@ -210,7 +173,7 @@ func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume
 		w.err = err
 		return change, nil
 	}
-	return a.changeClaims(w, key, v, func(v *model.CSIVolume) (*model.CSIVolume, error) { return ReleaseOn(v, claim) }), nil
+	return a.changeClaims(w, key, v, func(v *model.CSIVolume) (*model.CSIVolume, error) { return model.ReleaseOn(v, claim) }), nil
 }
 
 // changeClaims runs a claim operation on v and returns the change it
@@ -237,7 +200,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 		err = names.Check("plugin name", info.PluginID)
 	}
 	if err != nil {
-		return change, catalogWrap(ErrInvalid, err)
+		return change, model.Refusal(ErrInvalid, err)
 	}
 	old := a.state.plugins[info.PluginID]
 	if lateWord(old, a.nodeID, info) {
@@ -248,7 +211,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 		p = model.NewCSIPlugin(info.PluginID, 0)
 	}
 	if err := p.AddPlugin(a.nodeID, info); err != nil {
-		return change, catalogWrap(ErrInvalid, err)
+		return change, model.Refusal(ErrInvalid, err)
 	}
 	if reflect.DeepEqual(old, p) {
 		return change, nil // the same fingerprint again

@@ -1,11 +1,7 @@
 package catalog
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -20,83 +16,9 @@ import (
 // a fleet it is one etcd transaction (fleet.Store.RegisterVolumes). Each
 // refusal names the item: "volumes[i] (volume "id"): …".
 
-// MaxBatch is the most volumes one batch may hold. It comes from etcd's
-// default limit of 128 operations per transaction (--max-txn-ops): a
-// fleet's batch transaction guards and writes at most 4 keys per volume
-// (the volume, its old and new plugin volume entries, and the holder of a
-// stale entry) besides the 16 count shards, and (128-16)/4 = 28; 25 leaves
-// room. A node's catalog keeps the same limit, so a batch that a node takes
-// a fleet takes too.
-const MaxBatch = 25
-
-// BatchFleet is a Fleet that registers and deregisters batches, all or
-// nothing, in one transaction. A Fleet without it refuses batches.
-type BatchFleet interface {
-	// RegisterVolumes registers vs by the catalog's rules (RegisterOver,
-	// the plugin volumes' uniqueness and the volume limit), all of them or
-	// none, and returns them as registered, in order.
-	RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*model.CSIVolume, error)
-	// DeregisterVolumes forgets the volumes ids of namespace by the
-	// catalog's rules (DeregisterOf), all of them or none.
-	DeregisterVolumes(ctx context.Context, namespace string, ids []string) error
-}
-
-// BatchItemError is err, a refusal of the item at index i (volume id) of
-// a batch, naming that item; it matches everything err matches.
-func BatchItemError(i int, id string, err error) error {
-	detail := strings.TrimPrefix(err.Error(), "csi: catalog: ")
-	kinds := []error{err}
-	if ce := (*catalogError)(nil); errors.As(err, &ce) {
-		kinds = ce.kinds
-	}
-	return &catalogError{text: fmt.Sprintf("volumes[%d] (volume %q): %s", i, id, detail), kinds: kinds}
-}
-
-// CheckRegisterBatch checks a batch of registrations on its face: one to
-// MaxBatch volumes, none nil, no namespace and ID twice. Each volume's own
-// description is checked with it, by the registration's rules. A bad batch
-// is ErrInvalid naming the field.
-func CheckRegisterBatch(vs []*model.CSIVolume) error {
-	keys := make([]volumeKey, len(vs))
-	for i, v := range vs {
-		if v == nil {
-			return catalogErrorf(ErrInvalid, "volumes[%d]: must not be null", i)
-		}
-		keys[i] = volumeKey{cmp.Or(v.Namespace, model.DefaultNamespace), v.ID}
-	}
-	return checkBatchKeys(keys)
-}
-
-// CheckDeregisterBatch checks a batch of deregistrations of namespace on
-// its face, as CheckRegisterBatch does.
-func CheckDeregisterBatch(namespace string, ids []string) error {
-	keys := make([]volumeKey, len(ids))
-	for i, id := range ids {
-		keys[i] = volumeKey{cmp.Or(namespace, model.DefaultNamespace), id}
-	}
-	return checkBatchKeys(keys)
-}
-
-// checkBatchKeys refuses an empty batch, one over MaxBatch, and one that
-// names a volume twice.
-func checkBatchKeys(keys []volumeKey) error {
-	switch {
-	case len(keys) == 0:
-		return catalogErrorf(ErrInvalid, "volumes: a batch needs at least one volume")
-	case len(keys) > MaxBatch:
-		return catalogErrorf(ErrInvalid, "volumes: %d volumes in one batch, over the limit of %d (catalog.MaxBatch, from etcd's 128 operations per transaction); split it into batches of %d or fewer",
-			len(keys), MaxBatch, MaxBatch)
-	}
-	seen := make(map[volumeKey]int, len(keys))
-	for i, key := range keys {
-		if j, ok := seen[key]; ok {
-			return catalogErrorf(ErrInvalid, "volumes[%d]: volume %q in namespace %q is volumes[%d] too; a batch names each volume once",
-				i, key.id, key.namespace, j)
-		}
-		seen[key] = i
-	}
-	return nil
-}
+// MaxBatch is the most volumes one batch may hold (model.MaxBatch, from
+// etcd's default limit of 128 operations per transaction).
+const MaxBatch = model.MaxBatch
 
 // applyRegisterBatch runs each registration of cmd against the working
 // state, each seeing the ones before it, and returns their changes as one.
@@ -107,7 +29,7 @@ func (a *catalogActor) applyRegisterBatch(w *catalogWrite, cmd *messages.Registe
 	for i, m := range cmd.GetVolumes() {
 		vs[i] = model.VolumeFromProto(m)
 	}
-	if err := CheckRegisterBatch(vs); err != nil {
+	if err := model.CheckRegisterBatch(vs); err != nil {
 		return change, err
 	}
 	saved := a.state.clone()
@@ -116,7 +38,7 @@ func (a *catalogActor) applyRegisterBatch(w *catalogWrite, cmd *messages.Registe
 		item := &catalogWrite{}
 		one, err := a.applyRegister(item, &messages.RegisterVolume{Volume: m})
 		if err == nil && item.err != nil {
-			w.err = BatchItemError(i, m.GetId(), item.err)
+			w.err = model.BatchItemError(i, m.GetId(), item.err)
 		}
 		if err != nil || w.err != nil {
 			return catalogChange{}, itemOrNil(i, m.GetId(), err)
@@ -133,14 +55,14 @@ func (a *catalogActor) applyRegisterBatch(w *catalogWrite, cmd *messages.Registe
 // applyDeregisterBatch deregisters each volume of cmd, all or none.
 func (a *catalogActor) applyDeregisterBatch(w *catalogWrite, cmd *messages.DeregisterVolumes) (catalogChange, error) {
 	var change catalogChange
-	if err := CheckDeregisterBatch(cmd.GetNamespace(), cmd.GetVolumeIds()); err != nil {
+	if err := model.CheckDeregisterBatch(cmd.GetNamespace(), cmd.GetVolumeIds()); err != nil {
 		return change, err
 	}
 	for i, id := range cmd.GetVolumeIds() {
 		item := &catalogWrite{}
 		one, err := a.applyDeregister(item, &messages.DeregisterVolume{Namespace: cmd.GetNamespace(), VolumeId: id})
 		if err == nil && item.err != nil {
-			w.err = BatchItemError(i, id, item.err)
+			w.err = model.BatchItemError(i, id, item.err)
 		}
 		if err != nil || w.err != nil {
 			return catalogChange{}, itemOrNil(i, id, err)
@@ -157,7 +79,7 @@ func itemOrNil(i int, id string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return BatchItemError(i, id, err)
+	return model.BatchItemError(i, id, err)
 }
 
 // batchFleetCall is the Fleet call of a batch command, or nil for another
@@ -191,7 +113,7 @@ func batchFleetCall(f Fleet, cmd proto.Message) func(context.Context) proto.Mess
 
 // noBatches is the refusal of a batch by a Fleet that takes none.
 func noBatches() error {
-	return catalogErrorf(ErrInvalid, "volumes: this fleet takes no batches; register or deregister the volumes one at a time")
+	return model.Refusef(ErrInvalid, "volumes: this fleet takes no batches; register or deregister the volumes one at a time")
 }
 
 // registerVolumesResponse is the answer to RegisterVolumes: out, or err.
@@ -212,7 +134,7 @@ func registerVolumesResponse(out []*model.CSIVolume, err error) *messages.Regist
 // its index and ID ("volumes[2] (volume "v3"): …"), matches what that
 // volume's refusal matches, and registers none.
 func (c *Catalog) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*model.CSIVolume, error) {
-	if err := CheckRegisterBatch(vs); err != nil {
+	if err := model.CheckRegisterBatch(vs); err != nil {
 		return nil, err
 	}
 	resp, err := catalogCall[*messages.RegisterVolumesResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
@@ -237,7 +159,7 @@ func (c *Catalog) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([
 // RegisterVolumes'. A volume with claims is ErrVolumeInUse, an unknown one
 // ErrVolumeNotFound, each naming its item.
 func (c *Catalog) DeregisterVolumes(ctx context.Context, namespace string, ids []string) error {
-	if err := CheckDeregisterBatch(namespace, ids); err != nil {
+	if err := model.CheckDeregisterBatch(namespace, ids); err != nil {
 		return err
 	}
 	_, err := catalogCall[*messages.DeregisterVolumesResponse](ctx, c, func(replyTo *actor.PID) proto.Message {

@@ -54,7 +54,7 @@ func TestCatalogClaimsChooseOneOfAVolumesCapabilitiesAndKeepItAcrossARestart(t *
 		require.ErrorIs(t, err, model.ErrInvalidClaim)
 		require.ErrorContains(t, err, "has 2 capabilities that fit the claim by alloc r0")
 		err = f.cat.Claim(ctx, catClaimAs("db", "r0", true, model.AccessModeSingleNodeReader))
-		require.ErrorIs(t, err, csi.ErrClaimRefused)
+		require.ErrorIs(t, err, model.ErrClaimRefused)
 		require.ErrorContains(t, err, "as file-system multi-node-single-writer or file-system multi-node-reader-only; alloc r0 asked for it through plugin \"\" as any attachment single-node-reader-only")
 		err = f.cat.Claim(ctx, catClaimAs("db", "w0", false, model.AccessModeMultiNodeReader))
 		require.ErrorIs(t, err, model.ErrWriteClaimRefused)

@@ -79,7 +79,7 @@ func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
 		v := model.VolumeFromProto(m)
 		err := TopologyRequiredOf(v, a.state.plugins[v.PluginID], v.Created)
 		if err != nil && batch {
-			return BatchItemError(i, v.ID, err)
+			return model.BatchItemError(i, v.ID, err)
 		}
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ func (a *catalogActor) deferToFleet(ctx actor.Context, cmd proto.Message, replyT
 	}
 	replyTo = cmp.Or(replyTo, ctx.Sender())
 	if a.closing {
-		a.fleetReply(ctx, replyTo, fleetResponse(cmd, nil, catalogErrorf(ErrShutdown, "the catalog is shutting down")))
+		a.fleetReply(ctx, replyTo, fleetResponse(cmd, nil, model.Refusef(ErrShutdown, "the catalog is shutting down")))
 		return true
 	}
 	a.cluster.calls++
@@ -206,7 +206,7 @@ func fleetClaim(ctx context.Context, f Fleet, nodeID string, cmd *messages.Claim
 		// The capability the claim chooses; the model fills it in.
 		AccessMode: model.AccessMode(cmd.GetAccessMode()), AttachmentMode: model.AttachmentMode(cmd.GetAttachmentMode()),
 	}
-	if err := cmp.Or(checkClaim(claim), checkUsage(cmd)); err != nil {
+	if err := cmp.Or(model.CheckClaim(claim), checkUsage(cmd)); err != nil {
 		return nil, err
 	}
 	if cmd.GetPluginId() != "" || cmd.GetAccessMode() != "" || cmd.GetAttachmentMode() != "" {

@@ -72,13 +72,13 @@ func TestCatalogsInClusterModeShareOneCatalog(t *testing.T) {
 
 	require.NoError(t, a.cat.Claim(ctx, catClaim("db", "alloc-a", false)))
 	err = b.cat.Claim(ctx, catClaim("db", "alloc-b", false))
-	require.ErrorIs(t, err, csi.ErrClaimRefused, "the facade on node b sees node a's writer")
+	require.ErrorIs(t, err, model.ErrClaimRefused, "the facade on node b sees node a's writer")
 	resp := probe.Ask[*messages.ClaimVolumeResponse](t, b.manager, b.cat.PID(),
 		&messages.ClaimVolume{VolumeId: "db", AllocId: "alloc-c", Mode: string(model.ClaimModeRead)}, catWait)
 	require.ErrorIs(t, messages.ErrorFromProto(resp.GetError()), model.ErrNodeConflict,
 		"a ClaimVolume message on node b reaches the fleet too")
 	err = b.cat.Claim(ctx, csi.ClaimRequest{VolumeID: "db", AllocID: "alloc-d", Plugin: "other"})
-	require.ErrorIs(t, err, csi.ErrClaimRefused, "a claim through another plugin is refused as on one node")
+	require.ErrorIs(t, err, model.ErrClaimRefused, "a claim through another plugin is refused as on one node")
 
 	v, err := b.cat.GetVolume(ctx, "", "db")
 	require.NoError(t, err)
@@ -137,7 +137,7 @@ func (f *heldFleet) Claim(_ context.Context, namespace, id string, c *model.Clai
 }
 
 func (f *heldFleet) GetVolume(_ context.Context, namespace, id string) (*model.CSIVolume, error) {
-	return nil, catalog.NotFound(namespace, id)
+	return nil, model.NotFound(namespace, id)
 }
 
 // TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight starts a

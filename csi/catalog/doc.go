@@ -14,8 +14,8 @@
 // interface as it is. In cluster mode ([Config].Fleet set) the actor
 // defers volumes, claims and the plugin listing to the [Fleet] and
 // forwards this node's fingerprints to it; the rules for one volume
-// (RegisterOver, ClaimOn, ReleaseOn, ...) are exported so that a Fleet
-// decides as this actor does.
+// (model.RegisterOver, model.ClaimOn, model.ReleaseOn, ...) live in the
+// model, so that a Fleet decides as this actor does.
 //
 // What the actor owns, takes and sends, and how it batches its writes, are
 // in ARCHITECTURE.md ("Catalog").

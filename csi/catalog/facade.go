@@ -26,7 +26,7 @@ const DefaultName = "csi-catalog"
 
 // DefaultMaxVolumes bounds the volumes of the catalog, every namespace
 // together, unless Config.MaxVolumes says otherwise.
-const DefaultMaxVolumes = 16384
+const DefaultMaxVolumes = model.DefaultMaxVolumes
 
 // Config configures the catalog. Bucket and NodeID are required.
 type Config struct {
@@ -61,13 +61,13 @@ type Config struct {
 // validate checks the raw config: zero means a default, negative is an error.
 func (cfg Config) validate() error {
 	if cfg.Bucket == nil {
-		return catalogErrorf(ErrInvalid, "config needs a storage bucket")
+		return model.Refusef(ErrInvalid, "config needs a storage bucket")
 	}
 	if err := names.Check("node ID", cfg.NodeID); err != nil {
-		return catalogWrap(ErrInvalid, err)
+		return model.Refusal(ErrInvalid, err)
 	}
 	if cfg.MaxVolumes < 0 {
-		return catalogErrorf(ErrInvalid, "MaxVolumes (agent flag -max-volumes) is %d; give a positive number, or 0 for the default %d",
+		return model.Refusef(ErrInvalid, "MaxVolumes (agent flag -max-volumes) is %d; give a positive number, or 0 for the default %d",
 			cfg.MaxVolumes, DefaultMaxVolumes)
 	}
 	return nil
@@ -126,7 +126,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Catalog, error) {
 		err = cfg.Bucket.Apply(append(ops, catalogIndexOp(state.index)))
 	}
 	if err != nil {
-		return nil, catalogErrorf(ErrStore, "start: %v", err)
+		return nil, model.Refusef(ErrStore, "start: %v", err)
 	}
 	durable := &atomic.Pointer[catalogState]{}
 	durable.Store(state)
@@ -181,7 +181,7 @@ func (c *Catalog) PID() *actor.PID { return c.pid }
 // refused with ErrVolumeDeleting.
 func (c *Catalog) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
 	if v == nil {
-		return nil, catalogErrorf(ErrInvalid, "volume must not be nil")
+		return nil, model.Refusef(ErrInvalid, "volume must not be nil")
 	}
 	resp, err := catalogCall[*messages.RegisterVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.RegisterVolume{Volume: v.Proto(), ReplyTo: replyTo}
@@ -319,7 +319,7 @@ func catalogCall[R proto.Message](ctx context.Context, c *Catalog, build func(re
 	defer c.mu.RUnlock()
 	if c.closed {
 		var none R
-		return none, catalogErrorf(ErrShutdown, "the catalog is shut down")
+		return none, model.Refusef(ErrShutdown, "the catalog is shut down")
 	}
 	return catalogAsk[R](ctx, c, build)
 }
@@ -331,7 +331,7 @@ func catalogAsk[R proto.Message](ctx context.Context, c *Catalog, build func(rep
 	answer, err := actors.Ask(ctx, c.system, c.pid, func(replyTo *actor.PID) any { return build(replyTo) })
 	switch {
 	case errors.Is(err, actors.ErrTargetGone):
-		return none, catalogErrorf(ErrShutdown, "the catalog actor is gone")
+		return none, model.Refusef(ErrShutdown, "the catalog actor is gone")
 	case err != nil:
 		return none, fmt.Errorf("csi: catalog: waiting for the catalog's answer: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 func (c *Catalog) ListPluginVolumes(ctx context.Context, namespace, plugin string) ([]*model.CSIVolumeStub, error) {
 	if plugin != "" {
 		if err := names.Check("plugin", plugin); err != nil {
-			return nil, catalogWrap(ErrInvalid, err)
+			return nil, model.Refusal(ErrInvalid, err)
 		}
 	}
 	stubs, err := c.ListVolumes(ctx, namespace)

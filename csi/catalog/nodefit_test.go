@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
@@ -34,7 +33,7 @@ func TestCatalogRefusesAClaimPastTheNodesVolumeLimitOrOutOfItsTopology(t *testin
 
 	before := f.dump()
 	err := claim("c", "web-4", catNode)
-	require.ErrorIs(t, err, csi.ErrClaimRefused)
+	require.ErrorIs(t, err, model.ErrClaimRefused)
 	require.ErrorIs(t, err, model.ErrNodeVolumeLimit)
 	require.ErrorContains(t, err, "node node-1 holds 2 volumes of plugin hostpath (default/a, default/b), its limit (max_volumes_per_node from NodeGetInfo) is 2")
 	err = claim("far", "web-5", catNode)

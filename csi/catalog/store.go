@@ -12,7 +12,6 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -47,11 +46,9 @@ func compareVolumeKeys(a, b volumeKey) int {
 // catalogVolumeKey checks a namespace (empty means the default one) and a
 // volume ID, and returns them as a key.
 func catalogVolumeKey(namespace, id string) (volumeKey, error) {
-	if namespace == "" {
-		namespace = model.DefaultNamespace
-	}
-	if err := cmp.Or(names.Check("namespace", namespace), names.Check("volume ID", id)); err != nil {
-		return volumeKey{}, catalogWrap(ErrInvalid, err)
+	namespace, err := model.VolumeKey(namespace, id)
+	if err != nil {
+		return volumeKey{}, err
 	}
 	return volumeKey{namespace, id}, nil
 }
@@ -80,7 +77,7 @@ func (s *catalogState) volume(key volumeKey) (*model.CSIVolume, error) {
 	if v, ok := s.volumes[key]; ok {
 		return v, nil
 	}
-	return nil, catalogErrorf(ErrVolumeNotFound, "no volume %q in namespace %q", key.id, key.namespace)
+	return nil, model.Refusef(ErrVolumeNotFound, "no volume %q in namespace %q", key.id, key.namespace)
 }
 
 // checkRoom refuses a new volume under key once s holds limit volumes; a
@@ -89,15 +86,7 @@ func (s *catalogState) checkRoom(key volumeKey, limit int) error {
 	if _, ok := s.volumes[key]; ok || len(s.volumes) < limit {
 		return nil
 	}
-	return VolumeLimitError(key.namespace, key.id, len(s.volumes))
-}
-
-// VolumeLimitError is the refusal, matching ErrVolumeLimit, of the new
-// volume (namespace, id) by a catalog that holds held volumes, its limit:
-// the catalog's, and a fleet's.
-func VolumeLimitError(namespace, id string, held int) error {
-	return catalogErrorf(ErrVolumeLimit, "volume %s: the catalog holds %d volumes, the limit (catalog.Config.MaxVolumes, agent flag -max-volumes); "+
-		"deregister or delete volumes, or raise the limit", volumeKey{namespace, id}, held)
+	return model.VolumeLimitError(key.namespace, key.id, len(s.volumes))
 }
 
 // sortedVolumeKeys returns the keys of s's volumes by namespace, then ID.
@@ -188,7 +177,7 @@ func (s *catalogState) commit(c catalogChange) ([]storage.Op, error) {
 func catalogRecord(key string, m proto.Message) (storage.Op, error) {
 	value, err := proto.Marshal(m)
 	if err != nil {
-		return storage.Op{}, catalogErrorf(ErrInvalid, "%s cannot be stored: %v", key, err)
+		return storage.Op{}, model.Refusef(ErrInvalid, "%s cannot be stored: %v", key, err)
 	}
 	return storage.Put([]byte(key), value), nil
 }

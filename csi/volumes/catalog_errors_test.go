@@ -44,7 +44,7 @@ func TestTheCatalogsErrorsCrossBothActorBoundaries(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.sentinel.Error(), func(t *testing.T) {
-			wire := messages.ErrorToProto(catalog.FleetErrorf(c.sentinel, "the words of %s", c.sentinel))
+			wire := messages.ErrorToProto(model.Refusef(c.sentinel, "the words of %s", c.sentinel))
 			require.Equal(t, c.code, wire.GetCode(), "its own wire code")
 			bytes, err := proto.Marshal(wire)
 			require.NoError(t, err)

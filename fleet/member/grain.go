@@ -197,7 +197,7 @@ func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 func (g *volumeGrain) register(ctx context.Context, store catalog.Fleet, m *messages.CatalogVolume) (*model.CSIVolume, error) {
 	v := model.VolumeFromProto(m)
 	if v.Namespace != g.namespace || v.ID != g.id {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid,
+		return nil, model.Refusef(catalog.ErrInvalid,
 			"member: the grain of volume %s was sent the volume %s", volumeIdentity(g.namespace, g.id), volumeIdentity(v.Namespace, v.ID))
 	}
 	return store.RegisterVolume(ctx, v)

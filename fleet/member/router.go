@@ -102,7 +102,7 @@ func (r *Router) RecordVolumeCapacity(ctx context.Context, namespace, id string,
 // Attach records the attachment a through the volume's grain.
 func (r *Router) Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error) {
 	if a == nil {
-		return nil, catalog.FleetErrorf(catalog.ErrInvalid, "attach: attachment must not be nil")
+		return nil, model.Refusef(catalog.ErrInvalid, "attach: attachment must not be nil")
 	}
 	return r.change(ctx, namespace, id, &messages.FleetAttachVolume{Attachment: model.AttachmentToProto(a)})
 }
@@ -161,7 +161,7 @@ func (r *Router) Owner(namespace, id string) string {
 // change sends msg to the grain of the volume (namespace, id) until a grain
 // answers or the time is up.
 func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Message) (*model.CSIVolume, error) {
-	namespace, err := catalog.VolumeKey(namespace, id)
+	namespace, err := model.VolumeKey(namespace, id)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return nil, fmt.Errorf("member: %s of volume %s: %w", describe(msg), identity, ctx.Err())
 			}
-			return nil, catalog.FleetErrorf(catalog.ErrFleetUnavailable,
+			return nil, model.Refusef(catalog.ErrFleetUnavailable,
 				"member: %s of volume %s: no member of the cluster answered within %v (%d attempts; last: %v): changes are refused until one does",
 				describe(msg), identity, time.Since(start).Round(time.Millisecond), attempt, err)
 		}

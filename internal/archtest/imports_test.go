@@ -63,7 +63,7 @@ var mayImport = map[string][]string{
 	"internal/cli":                nil,
 	"internal/hclogslog":          nil,
 	"internal/mountinfo":          nil,
-	"fleet":                       {"csi", "csi/catalog", "csi/catalog/model", "names", "messages"},
+	"fleet":                       {"csi", "csi/catalog/model", "names", "messages"},
 	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "names", "actors", "messages"},
 }
 

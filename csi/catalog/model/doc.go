@@ -1,7 +1,9 @@
 // Package model is the model of the CSI catalog: volumes with their claims,
 // plugins with their per-node fingerprints and health counts, and the rules
 // that tie them together (which claims an access mode allows, when a volume is
-// schedulable).
+// schedulable). The catalog's rules for one volume (RegisterOver, ClaimOn,
+// AttachOn, …) are pure functions here too, so that the catalog actor and
+// a Fleet decide alike and refuse with the same sentinels.
 //
 // It is plain data with methods and no concurrency of its own: the catalog
 // actor owns one copy of it and is the only one to mutate it. Every method that
