@@ -64,6 +64,7 @@ var mayImport = map[string][]string{
 	"internal/hclogslog":          nil,
 	"internal/mountinfo":          nil,
 	"internal/httpgate":           nil,
+	"internal/startlog":           nil,
 	"fleet":                       {"csi", "csi/catalog", "csi/catalog/model", "names", "messages"},
 	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "names", "actors", "messages"},
 }
