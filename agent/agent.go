@@ -35,6 +35,7 @@ import (
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/fleet/member"
+	"github.com/plugvisor/plugvisor/internal/startlog"
 	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -253,23 +254,22 @@ func isCorrupt(err error) bool {
 // statePath is the state file of the agent of dataDir.
 func statePath(dataDir string) string { return filepath.Join(dataDir, "state.db") }
 
-// start opens the store and binds the API's listeners before it starts
-// any actor, so that the usual failures (another agent on the data dir, a
-// port in use, a bad token file or certificate) start nothing. Its parts
-// log through a startLog: a start that fails logs nothing, and says why in
-// its error alone.
+// start opens the store and binds the API's listeners before it starts any
+// actor, so that the usual failures (another agent on the data dir, a port
+// in use, a bad token file or certificate) start nothing. Its parts log
+// through a startlog.Logger: a failed start says why in its error alone.
 func start(cfg Config) (_ *Agent, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	log := newStartLog(cfg.Logger)
+	log := startlog.New(cfg.Logger)
 	cfg.Logger = log
 	a := &Agent{cfg: cfg, log: log, metrics: newMetrics()}
 	defer func() {
 		if err != nil {
 			_ = a.Shutdown(context.Background())
-			log.failed()
+			log.Failed()
 		}
 	}()
 	if err := a.openStore(); err != nil {
@@ -302,7 +302,7 @@ func start(cfg Config) (_ *Agent, err error) {
 	}
 	// Nothing fails from here on. The start-up is in the log before the
 	// API answers its first request.
-	log.succeeded()
+	log.Succeeded()
 	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", a.httpAddr,
 		"plugins", len(a.registry.ListPlugins("")))
 	a.serveAPI()

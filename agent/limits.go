@@ -9,9 +9,9 @@ import (
 
 // HTTPLimits bound what clients can hold of the API server, on every
 // listener. Zero fields take the defaults; negative ones are an error.
-// Before a client has proved itself (see gate), it holds a connection
-// under the short deadlines below and may be closed to make room for
-// another.
+// Before a client has proved itself (see internal/httpgate), it holds a
+// connection under the short deadlines below and may be closed to make
+// room for another.
 type HTTPLimits struct {
 	// ReadHeaderTimeout bounds reading a request's headers (default 5s);
 	// it is also the grace a body gets before MinBodyRate applies, and how

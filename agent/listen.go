@@ -13,15 +13,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/internal/httpgate"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
 // served is one listener with the policy it is served under, and the gate
 // under it (under TLS, when the listener has it).
 type served struct {
-	listener net.Listener
-	policy   api.Listener
-	gate     *gate
+	listener   net.Listener
+	policy     api.Listener
+	gate       *httpgate.Listener
+	maxStreams int
 }
 
 // serveAPI serves the API on each listener bound at start (the unix
@@ -55,7 +57,7 @@ func (a *Agent) serveAPI() {
 	errorLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	for _, s := range listeners {
 		srv := &http.Server{
-			Handler:           s.gate.admission(s.policy, limits, apiServer.HandlerFor(s.policy)),
+			Handler:           s.gate.Handler(s.policy.Authenticated, apiServer.HandlerFor(s.policy)),
 			ReadHeaderTimeout: limits.ReadHeaderTimeout,
 			ReadTimeout:       limits.ReadTimeout,
 			WriteTimeout:      limits.WriteTimeout,
@@ -63,8 +65,8 @@ func (a *Agent) serveAPI() {
 			MaxHeaderBytes:    limits.MaxHeaderBytes,
 			ErrorLog:          errorLog,
 			BaseContext:       func(net.Listener) context.Context { return ctx },
-			ConnContext:       s.gate.connContext,
-			ConnState:         s.gate.connState,
+			ConnContext:       s.connContext,
+			ConnState:         s.gate.ConnState,
 		}
 		a.servers = append(a.servers, srv)
 		go func() {
@@ -92,8 +94,8 @@ func (a *Agent) listen() ([]served, error) {
 	// The socket's mode (0600) admits only the agent's user: no token.
 	// PeerListener names each caller by its uid in logs and events.
 	policy := api.Listener{Name: "unix socket " + socket, Hosts: unixHosts}
-	g := newGate(api.PeerListener(unixListener), policy.Name, a.cfg.HTTPLimits.gateLimits(false))
-	out := []served{{listener: g, policy: policy, gate: g}}
+	g := httpgate.New(api.PeerListener(unixListener), a.cfg.HTTPLimits.gateConfig(false))
+	out := []served{{listener: g, policy: policy, gate: g, maxStreams: a.cfg.HTTPLimits.MaxStreams}}
 	if a.cfg.HTTPAddr == "" {
 		return out, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/internal/httpgate"
 )
 
 // ErrUnprotectedHTTP: the TCP listener would serve the API without the
@@ -74,12 +75,12 @@ func (a *Agent) listenTCP() (served, error) {
 		scheme = "https"
 	}
 	policy := api.Listener{Name: scheme + " " + addr.String(), Hosts: hosts, Port: port, Tokens: tokens}
-	g := newGate(l, policy.Name, cfg.HTTPLimits.gateLimits(tlsConfig != nil))
+	g := httpgate.New(l, cfg.HTTPLimits.gateConfig(tlsConfig != nil))
 	var listener net.Listener = g
 	if tlsConfig != nil {
-		listener = tls.NewListener(g, withHandshakeWatch(tlsConfig))
+		listener = tls.NewListener(g, g.TLSConfig(tlsConfig))
 	}
-	return served{listener: listener, policy: policy, gate: g}, nil
+	return served{listener: listener, policy: policy, gate: g, maxStreams: cfg.HTTPLimits.MaxStreams}, nil
 }
 
 // loopbackOnly says whether hostport can only be reached from this host:

@@ -87,5 +87,7 @@ func TestTheAgentServesTCPWithTokensAndWarnsWhenInsecure(t *testing.T) {
 	}
 
 	insecure := startAgent(t, dataDir(t), "-http", "127.0.0.1:0", "-http-insecure")
-	require.True(t, strings.Contains(insecure.stderr.String(), "[WARN]  plugvisor: INSECURE: -http-insecure is set"), insecure.stderr.String())
+	require.Eventually(t, func() bool {
+		return strings.Contains(insecure.stderr.String(), "[WARN]  plugvisor: INSECURE: -http-insecure is set")
+	}, settle, 10*time.Millisecond, "the agent warns of -http-insecure (its log comes through a pipe, after the health answer): %s", insecure.stderr)
 }

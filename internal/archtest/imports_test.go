@@ -63,6 +63,8 @@ var mayImport = map[string][]string{
 	"internal/cli":                nil,
 	"internal/hclogslog":          nil,
 	"internal/mountinfo":          nil,
+	"internal/httpgate":           nil,
+	"internal/startlog":           nil,
 	"fleet":                       {"csi", "csi/catalog/model", "names", "messages"},
 	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "names", "actors", "messages"},
 }

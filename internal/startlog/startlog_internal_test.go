@@ -1,4 +1,4 @@
-package agent
+package startlog
 
 import (
 	"strings"
@@ -13,23 +13,23 @@ import (
 func TestAStartLogHoldsLinesUntilTheStartIsDecided(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		decide  func(*startLog)
+		decide  func(*Logger)
 		wantLog []string
 	}{
 		{
 			name:   "a start that succeeds writes the held lines in order, named, then lets lines through",
-			decide: (*startLog).succeeded,
+			decide: (*Logger).Succeeded,
 			wantLog: []string{"[INFO]  agent.registry: first: n=1", "[WARN]  agent: second", "[DEBUG] agent.api: third: k=v",
 				"[ERROR] agent.registry: after the start"},
 		},
 		{
 			name:   "a start that fails drops the held lines and every later one",
-			decide: (*startLog).failed,
+			decide: (*Logger).Failed,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out probe.LogBuffer
-			log := newStartLog(hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Debug, Output: &out}))
+			log := New(hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Debug, Output: &out}))
 			registry := log.Named("registry")
 			registry.Info("first", "n", 1)
 			log.Warn("second")

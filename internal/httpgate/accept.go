@@ -1,4 +1,4 @@
-package agent
+package httpgate
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ type accepted struct {
 }
 
 // Accept returns the next connection the gate let in.
-func (g *gate) Accept() (net.Conn, error) {
+func (g *Listener) Accept() (net.Conn, error) {
 	select {
 	case a := <-g.accepted:
 		if a.err != nil {
@@ -34,10 +34,10 @@ func (g *gate) Accept() (net.Conn, error) {
 // is crowded (no room without closing another connection), a new one waits
 // on probation, without the server's goroutine and buffers, until it has
 // sent, whole, what its server reads first (see waitReady): then it goes
-// in; or until ReadHeaderTimeout passes: then it is closed. Probation holds at most
-// 16×MaxConns connections (4096 by default: a file descriptor and a
-// parked goroutine each); a new one closes the oldest beyond that.
-func (g *gate) acceptLoop() {
+// in; or until HeaderTimeout passes: then it is closed. Probation holds
+// at most 16×MaxConns connections (a file descriptor and a parked
+// goroutine each); a new one closes the oldest beyond that.
+func (g *Listener) acceptLoop() {
 	for {
 		nc, err := g.inner.Accept()
 		if errors.Is(err, net.ErrClosed) {
@@ -49,11 +49,11 @@ func (g *gate) acceptLoop() {
 			continue
 		}
 		c := &gateConn{Conn: nc, g: g}
-		if tcp, ok := nc.RemoteAddr().(*net.TCPAddr); ok && g.lim.perPeer > 0 {
+		if tcp, ok := nc.RemoteAddr().(*net.TCPAddr); ok && g.cfg.MaxConnsPerPeer > 0 {
 			c.peer = tcp.IP.String()
 		}
-		if g.lim.handshake > 0 {
-			c.handshakeDeadline = time.Now().Add(g.lim.handshake)
+		if g.cfg.HandshakeTimeout > 0 {
+			c.handshakeDeadline = time.Now().Add(g.cfg.HandshakeTimeout)
 			_ = nc.SetDeadline(c.handshakeDeadline)
 		}
 		if g.crowded(c.peer) {
@@ -65,7 +65,7 @@ func (g *gate) acceptLoop() {
 }
 
 // letIn makes room for c and hands it to Accept.
-func (g *gate) letIn(c *gateConn) {
+func (g *Listener) letIn(c *gateConn) {
 	if !g.place(c) {
 		_ = c.Conn.Close()
 		return
@@ -73,7 +73,7 @@ func (g *gate) letIn(c *gateConn) {
 	g.deliver(accepted{c: c})
 }
 
-func (g *gate) deliver(a accepted) {
+func (g *Listener) deliver(a accepted) {
 	select {
 	case g.accepted <- a:
 	case <-g.done:
@@ -85,7 +85,7 @@ func (g *gate) deliver(a accepted) {
 
 // crowded says whether a new connection from peer finds no room without
 // closing another.
-func (g *gate) crowded(peer string) bool {
+func (g *Listener) crowded(peer string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	_, full := g.victim(peer, time.Time{})
@@ -94,14 +94,14 @@ func (g *gate) crowded(peer string) bool {
 
 // probation waits, on a goroutine of its own, for c to be ready, then
 // lets it in; it closes c when the wait ends otherwise.
-func (g *gate) probation(c *gateConn) {
+func (g *Listener) probation(c *gateConn) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		_ = c.Conn.Close()
 		return
 	}
-	if g.waiting.Len() >= probationPerConn*g.lim.max {
+	if g.waiting.Len() >= probationPerConn*g.cfg.MaxConns {
 		oldest := g.waiting.Remove(g.waiting.Front()).(*gateConn)
 		oldest.elem = nil
 		_ = oldest.Conn.Close()
@@ -109,7 +109,7 @@ func (g *gate) probation(c *gateConn) {
 	c.elem = g.waiting.PushBack(c) // until it is let in or closed
 	g.mu.Unlock()
 	go func() {
-		ok := waitReady(c.Conn, g.lim.handshake > 0, g.lim.header)
+		ok := waitReady(c.Conn, g.cfg.HandshakeTimeout > 0, g.cfg.HeaderTimeout)
 		g.mu.Lock()
 		mine := c.elem != nil && !g.closed
 		if c.elem != nil {

@@ -1,4 +1,8 @@
-package agent
+// Package startlog holds a program's log lines back while it starts, so
+// that a start that fails prints its error alone: New wraps a logger;
+// Succeeded writes what was held and lets every later line through,
+// Failed drops it all.
+package startlog
 
 import (
 	"sync"
@@ -6,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// startLog is the logger an agent's parts get while it starts. It holds
+// Logger is the logger a program's parts get while it starts. It holds
 // their lines back until the start is decided: a start that succeeds
 // writes them all, in order, to the agent's logger, and from then on every
 // line goes straight through; a start that fails drops them, since its
@@ -16,13 +20,13 @@ import (
 //
 // The standard loggers it makes (StandardLogger, StandardWriter) write
 // straight through: only the API's HTTP servers use one, once serving.
-type startLog struct {
+type Logger struct {
 	hclog.Logger // the logger a line goes to; With and Named derive from it
 	held         *heldLines
 }
 
 // heldLines are the lines of one start, shared by every logger derived
-// from its startLog.
+// from its Logger.
 type heldLines struct {
 	mu    sync.Mutex
 	state heldState
@@ -45,12 +49,13 @@ type heldLine struct {
 	args  []any
 }
 
-func newStartLog(to hclog.Logger) *startLog {
-	return &startLog{Logger: to, held: &heldLines{}}
+// New is a Logger that holds back the lines for to.
+func New(to hclog.Logger) *Logger {
+	return &Logger{Logger: to, held: &heldLines{}}
 }
 
-// succeeded writes the held lines and lets every later one through.
-func (l *startLog) succeeded() {
+// Succeeded writes the held lines and lets every later one through.
+func (l *Logger) Succeeded() {
 	h := l.held
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -60,8 +65,8 @@ func (l *startLog) succeeded() {
 	h.lines, h.state = nil, passing
 }
 
-// failed drops the held lines and every later one.
-func (l *startLog) failed() {
+// Failed drops the held lines and every later one.
+func (l *Logger) Failed() {
 	h := l.held
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -69,7 +74,7 @@ func (l *startLog) failed() {
 }
 
 // Log implements hclog.Logger.
-func (l *startLog) Log(level hclog.Level, msg string, args ...any) {
+func (l *Logger) Log(level hclog.Level, msg string, args ...any) {
 	h := l.held
 	h.mu.Lock()
 	switch h.state {
@@ -85,31 +90,31 @@ func (l *startLog) Log(level hclog.Level, msg string, args ...any) {
 }
 
 // Trace implements hclog.Logger.
-func (l *startLog) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
+func (l *Logger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
 
 // Debug implements hclog.Logger.
-func (l *startLog) Debug(msg string, args ...any) { l.Log(hclog.Debug, msg, args...) }
+func (l *Logger) Debug(msg string, args ...any) { l.Log(hclog.Debug, msg, args...) }
 
 // Info implements hclog.Logger.
-func (l *startLog) Info(msg string, args ...any) { l.Log(hclog.Info, msg, args...) }
+func (l *Logger) Info(msg string, args ...any) { l.Log(hclog.Info, msg, args...) }
 
 // Warn implements hclog.Logger.
-func (l *startLog) Warn(msg string, args ...any) { l.Log(hclog.Warn, msg, args...) }
+func (l *Logger) Warn(msg string, args ...any) { l.Log(hclog.Warn, msg, args...) }
 
 // Error implements hclog.Logger.
-func (l *startLog) Error(msg string, args ...any) { l.Log(hclog.Error, msg, args...) }
+func (l *Logger) Error(msg string, args ...any) { l.Log(hclog.Error, msg, args...) }
 
 // With implements hclog.Logger.
-func (l *startLog) With(args ...any) hclog.Logger {
-	return &startLog{Logger: l.Logger.With(args...), held: l.held}
+func (l *Logger) With(args ...any) hclog.Logger {
+	return &Logger{Logger: l.Logger.With(args...), held: l.held}
 }
 
 // Named implements hclog.Logger.
-func (l *startLog) Named(name string) hclog.Logger {
-	return &startLog{Logger: l.Logger.Named(name), held: l.held}
+func (l *Logger) Named(name string) hclog.Logger {
+	return &Logger{Logger: l.Logger.Named(name), held: l.held}
 }
 
 // ResetNamed implements hclog.Logger.
-func (l *startLog) ResetNamed(name string) hclog.Logger {
-	return &startLog{Logger: l.Logger.ResetNamed(name), held: l.held}
+func (l *Logger) ResetNamed(name string) hclog.Logger {
+	return &Logger{Logger: l.Logger.ResetNamed(name), held: l.held}
 }

@@ -1,4 +1,4 @@
-package agent
+package httpgate
 
 import (
 	"errors"
@@ -6,11 +6,9 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/plugvisor/plugvisor/api"
 )
 
-// admission admits each request of a gate's connections that proves
+// Handler admits each request of a gate's connections that proves
 // itself, before next (the listener's guarded routes) serves it:
 //   - a request without what the listener needs to authenticate is served
 //     (the guard refuses it) and its connection closed after the answer;
@@ -19,17 +17,17 @@ import (
 //     body must keep up minRate bytes a second after a grace: its n-th
 //     byte is due grace + n/minRate after the handler starts, and all of
 //     it within the read timeout.
-func (g *gate) admission(policy api.Listener, limits HTTPLimits, next http.Handler) http.Handler {
+func (g *Listener) Handler(authenticated func(*http.Request) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, _ := r.Context().Value(gateConnKey{}).(*gateConn)
 		switch {
 		case c == nil:
-		case !policy.Authenticated(r):
+		case !authenticated(r):
 			w.Header().Set("Connection", "close")
 		case r.Body == nil || r.Body == http.NoBody:
 			g.admit(c)
 		default:
-			r.Body = newPacedBody(r.Body, r.ContentLength, http.NewResponseController(w), limits, func() { g.admit(c) })
+			r.Body = newPacedBody(r.Body, r.ContentLength, http.NewResponseController(w), g.cfg, func() { g.admit(c) })
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -50,10 +48,10 @@ type pacedBody struct {
 
 // newPacedBody paces body, of length want (-1: unknown), and calls done
 // once all of it is read.
-func newPacedBody(body io.ReadCloser, want int64, rc *http.ResponseController, limits HTTPLimits, done func()) *pacedBody {
+func newPacedBody(body io.ReadCloser, want int64, rc *http.ResponseController, cfg Config, done func()) *pacedBody {
 	now := time.Now()
-	b := &pacedBody{ReadCloser: body, rc: rc, start: now, last: now.Add(limits.ReadTimeout),
-		grace: limits.ReadHeaderTimeout, rate: limits.MinBodyRate, want: want, done: done}
+	b := &pacedBody{ReadCloser: body, rc: rc, start: now, last: now.Add(cfg.ReadTimeout),
+		grace: cfg.HeaderTimeout, rate: cfg.MinBodyRate, want: want, done: done}
 	_ = rc.SetReadDeadline(b.due())
 	return b
 }
