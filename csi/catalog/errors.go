@@ -51,13 +51,3 @@ var (
 	// is model.ErrFleetUnavailable, which csi and the volume manager carry too.
 	ErrFleetUnavailable = model.ErrFleetUnavailable
 )
-
-// catalogError is an error of the catalog: its text is the whole message,
-// and errors.Is matches each of its kinds; the first gives its class.
-type catalogError struct {
-	text  string
-	kinds []error
-}
-
-func (e *catalogError) Error() string   { return e.text }
-func (e *catalogError) Unwrap() []error { return e.kinds }

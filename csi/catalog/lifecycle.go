@@ -91,12 +91,9 @@ func TopologyRequiredOf(v *model.CSIVolume, p *model.CSIPlugin, withRequirements
 	if !p.TopologyRequired() || len(v.Topologies) > 0 || withRequirements {
 		return nil
 	}
-	return &catalogError{
-		text: fmt.Sprintf("csi: catalog: %v: %v: volume %s/%s: topologies: plugin %q advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes needs a topology: "+
-			"give one (volume register -topology KEY=VALUE, the API's topologies; volume create -requisite or -preferred)",
-			ErrInvalid, ErrTopologyRequired, cmp.Or(v.Namespace, model.DefaultNamespace), v.ID, v.PluginID),
-		kinds: []error{ErrInvalid, ErrTopologyRequired},
-	}
+	return model.Refusal(ErrInvalid, fmt.Errorf("%w: volume %s/%s: topologies: plugin %q advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes needs a topology: "+
+		"give one (volume register -topology KEY=VALUE, the API's topologies; volume create -requisite or -preferred)",
+		ErrTopologyRequired, cmp.Or(v.Namespace, model.DefaultNamespace), v.ID, v.PluginID))
 }
 
 // CheckTopologyRequired is TopologyRequiredOf against the plugin as this

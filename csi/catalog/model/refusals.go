@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/plugvisor/plugvisor/errclass"
@@ -146,7 +145,7 @@ const MaxBatch = 25
 // BatchItemError is err, a refusal of the item at index i (volume id) of
 // a batch, naming that item; it matches everything err matches.
 func BatchItemError(i int, id string, err error) error {
-	detail := strings.TrimPrefix(err.Error(), "csi: catalog: ")
+	detail := err.Error()
 	kinds := []error{err}
 	if r := (*refusal)(nil); errors.As(err, &r) {
 		kinds = r.kinds
