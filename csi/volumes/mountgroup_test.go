@@ -6,6 +6,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
@@ -86,4 +87,29 @@ func TestABadMountGroupIsRefusedNamingTheFieldBeforeAnyRequest(t *testing.T) {
 	require.Empty(t, n.status("vol").Record.GetPublishes())
 	writers, _, _ := n.catalog.claims("vol")
 	require.Empty(t, writers)
+}
+
+// TestReconcileSendsTheMountGroupAgain unmounts a target mounted with a
+// mount group and its staging path behind the agent's back while it is
+// down: the reconcile at start stages and publishes again with the same
+// group, which the strict hostpath plugin (it refuses another group while
+// staged with one) accepts.
+func TestReconcileSendsTheMountGroupAgain(t *testing.T) {
+	n := newNode(t, nil)
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
+	res, err := n.manager.MountWithGroup(ctx, "", "vol", "web-1", csi.Usage{}, "4242")
+	require.NoError(t, err)
+	n.stop()
+	require.NoError(t, unix.Unmount(res.TargetPath, unix.MNT_DETACH))
+	require.NoError(t, unix.Unmount(res.StagingPath, unix.MNT_DETACH))
+
+	n.start()
+	st := n.settle("vol")
+	require.Equal(t, "reconcile", st.LastOperation)
+	require.Empty(t, st.LastError)
+	require.Contains(t, mountsUnder(t, n.root), res.TargetPath, "the target is mounted again")
+	require.Equal(t, "4242", st.Record.GetPublishes()["web-1"].GetMountGroup())
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
+	require.Empty(t, mountsUnder(t, n.root))
 }
