@@ -12,6 +12,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -248,6 +249,10 @@ type AllocBody struct {
 	// or a mount uses; either may be left out when one capability fits.
 	AccessMode     string `json:"access_mode,omitempty"`
 	AttachmentMode string `json:"attachment_mode,omitempty"`
+	// MountGroup is a mount's GID in decimal, as a string (CSI
+	// volume_mount_group): the node plugin must advertise
+	// VOLUME_MOUNT_GROUP.
+	MountGroup string `json:"mount_group,omitempty"`
 }
 
 // DetachBody names the plugin's node to detach a volume from:
@@ -348,6 +353,10 @@ func (s *Server) allocRequest(w http.ResponseWriter, r *http.Request, op string)
 		return body, fmt.Errorf("%w: force is for an unmount only; leave it out of %s", errBadBody, op)
 	case (body.AccessMode != "" || body.AttachmentMode != "") && op != "a claim" && op != "a mount":
 		return body, fmt.Errorf("%w: access_mode and attachment_mode choose a claim's capability; leave them out of %s", errBadBody, op)
+	case body.MountGroup != "" && op != "a mount":
+		return body, fmt.Errorf("%w: mount_group is for a mount only; leave it out of %s", errBadBody, op)
+	case volumes.CheckMountGroup(body.MountGroup) != nil:
+		return body, fmt.Errorf("%w: mount_group %q is not a GID: give a decimal number from 0 to %d, as a string", errBadBody, body.MountGroup, uint64(volumes.MaxMountGroup))
 	}
 	return body, nil
 }
@@ -399,7 +408,7 @@ func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.Volumes.MountAs(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.AllocID, use)
+	res, err := s.Volumes.MountWithGroup(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.AllocID, use, body.MountGroup)
 	s.observeMount("mount", err)
 	if err != nil {
 		return err

@@ -267,8 +267,11 @@ type VolumeStage struct {
 	StagingPath string `protobuf:"bytes,2,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
 	// node_socket is the node plugin's socket at staging time, dialled when
 	// the plugin is no longer registered.
-	NodeSocket    string `protobuf:"bytes,3,opt,name=node_socket,json=nodeSocket,proto3" json:"node_socket,omitempty"`
-	LastError     string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	NodeSocket string `protobuf:"bytes,3,opt,name=node_socket,json=nodeSocket,proto3" json:"node_socket,omitempty"`
+	LastError  string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// mount_group is the mount group of the mount that staged the volume
+	// (see VolumePublish.mount_group), sent again by reconcile.
+	MountGroup    string `protobuf:"bytes,5,opt,name=mount_group,json=mountGroup,proto3" json:"mount_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +334,13 @@ func (x *VolumeStage) GetLastError() string {
 	return ""
 }
 
+func (x *VolumeStage) GetMountGroup() string {
+	if x != nil {
+		return x.MountGroup
+	}
+	return ""
+}
+
 // VolumePublish is one alloc's use of a VolumeRecord.
 type VolumePublish struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -351,7 +361,11 @@ type VolumePublish struct {
 	// what the fence did to the target ("read-only: …", or why the kernel
 	// refused). A fenced publish is never made writable nor published again
 	// until the fleet's claims say it is still this node's.
-	Fence         string `protobuf:"bytes,8,opt,name=fence,proto3" json:"fence,omitempty"`
+	Fence string `protobuf:"bytes,8,opt,name=fence,proto3" json:"fence,omitempty"`
+	// mount_group is the GID the node plugin was asked to give the alloc
+	// access as (CSI volume_mount_group, kubelet's fsGroup delegation), sent
+	// again by reconcile; empty for none.
+	MountGroup    string `protobuf:"bytes,9,opt,name=mount_group,json=mountGroup,proto3" json:"mount_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -442,6 +456,13 @@ func (x *VolumePublish) GetFence() string {
 	return ""
 }
 
+func (x *VolumePublish) GetMountGroup() string {
+	if x != nil {
+		return x.MountGroup
+	}
+	return ""
+}
+
 // MountAllocVolume is sent by the volume manager's facade (or an actor) to
 // the volume manager to claim, attach, stage and publish a catalog volume for
 // an alloc. The manager answers MountAllocVolumeResponse to reply_to once the
@@ -457,8 +478,12 @@ type MountAllocVolume struct {
 	// claim chooses; empty means the volume's only one.
 	AccessMode     string `protobuf:"bytes,6,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
 	AttachmentMode string `protobuf:"bytes,7,opt,name=attachment_mode,json=attachmentMode,proto3" json:"attachment_mode,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// mount_group is a GID in decimal (0 to 4294967294) that the node plugin
+	// gives the alloc access as (CSI volume_mount_group); it needs a node
+	// plugin that advertises VOLUME_MOUNT_GROUP. Empty for none.
+	MountGroup    string `protobuf:"bytes,8,opt,name=mount_group,json=mountGroup,proto3" json:"mount_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MountAllocVolume) Reset() {
@@ -536,6 +561,13 @@ func (x *MountAllocVolume) GetAccessMode() string {
 func (x *MountAllocVolume) GetAttachmentMode() string {
 	if x != nil {
 		return x.AttachmentMode
+	}
+	return ""
+}
+
+func (x *MountAllocVolume) GetMountGroup() string {
+	if x != nil {
+		return x.MountGroup
 	}
 	return ""
 }
@@ -1578,14 +1610,16 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
 	"\vVolumeStage\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12!\n" +
 	"\fstaging_path\x18\x02 \x01(\tR\vstagingPath\x12\x1f\n" +
 	"\vnode_socket\x18\x03 \x01(\tR\n" +
 	"nodeSocket\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x04 \x01(\tR\tlastError\"\xfe\x01\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\x12\x1f\n" +
+	"\vmount_group\x18\x05 \x01(\tR\n" +
+	"mountGroup\"\x9f\x02\n" +
 	"\rVolumePublish\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +
@@ -1597,7 +1631,9 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"nodeSocket\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\a \x01(\tR\tlastError\x12\x14\n" +
-	"\x05fence\x18\b \x01(\tR\x05fence\"\xf6\x01\n" +
+	"\x05fence\x18\b \x01(\tR\x05fence\x12\x1f\n" +
+	"\vmount_group\x18\t \x01(\tR\n" +
+	"mountGroup\"\x97\x02\n" +
 	"\x10MountAllocVolume\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x19\n" +
@@ -1607,7 +1643,9 @@ const file_messages_volumes_proto_rawDesc = "" +
 	".actor.PIDR\areplyTo\x12\x1f\n" +
 	"\vaccess_mode\x18\x06 \x01(\tR\n" +
 	"accessMode\x12'\n" +
-	"\x0fattachment_mode\x18\a \x01(\tR\x0eattachmentMode\"\xac\x01\n" +
+	"\x0fattachment_mode\x18\a \x01(\tR\x0eattachmentMode\x12\x1f\n" +
+	"\vmount_group\x18\b \x01(\tR\n" +
+	"mountGroup\"\xac\x01\n" +
 	"\x18MountAllocVolumeResponse\x12/\n" +
 	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x1f\n" +
 	"\vtarget_path\x18\x02 \x01(\tR\n" +

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
@@ -185,6 +186,10 @@ func newVolumeAllocCmd(sub, short, example string) *cobra.Command {
 		cmd.Flags().StringVar(&body.AccessMode, "access-mode", "", "the volume's capability this "+sub+" uses, by its access mode (needed when the volume has several)")
 		cmd.Flags().StringVar(&body.AttachmentMode, "attachment-mode", "", "the capability's attachment mode, when its access mode names several")
 	}
+	if sub == "mount" {
+		cmd.Flags().StringVar(&body.MountGroup, "mount-group", "",
+			"a GID (0 to 4294967294) the node plugin gives the alloc access as (CSI volume_mount_group); the plugin must advertise VOLUME_MOUNT_GROUP")
+	}
 	if sub == "unmount" {
 		cmd.Flags().BoolVar(&body.Force, "force", false,
 			"an operator's last resort when the plugin is gone or keeps failing: steps it cannot do are done in the kernel, the claim is released, and volume status says what was forced")
@@ -193,6 +198,9 @@ func newVolumeAllocCmd(sub, short, example string) *cobra.Command {
 		body.AllocID = args[1]
 		if err := checkUsageFlags(body); err != nil {
 			return err
+		}
+		if volumes.CheckMountGroup(body.MountGroup) != nil {
+			return usageError("-mount-group %q is not a GID: give a decimal number from 0 to %d", body.MountGroup, uint64(volumes.MaxMountGroup))
 		}
 		var out map[string]any
 		what := fmt.Sprintf("%sing %s/%s for alloc %s", strings.TrimSuffix(sub, "e"), vf.namespace, args[0], body.AllocID)

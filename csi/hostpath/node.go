@@ -25,7 +25,7 @@ type nodeServer struct {
 
 // NodeGetCapabilities advertises STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS,
 // SINGLE_NODE_MULTI_WRITER (the single-node access modes are enforced),
-// EXPAND_VOLUME and GET_VOLUME_HEALTH.
+// EXPAND_VOLUME, GET_VOLUME_HEALTH and VOLUME_MOUNT_GROUP.
 func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	caps := capabilities(func(t csi.NodeServiceCapability_RPC_Type) *csi.NodeServiceCapability {
 		return &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}}
@@ -35,6 +35,7 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
 	)
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
@@ -98,7 +99,9 @@ func (d *Driver) updateNode(id string, change func(rec *nodeRecord) (changed boo
 // node. With AttachRequired, a volume not attached to this node, or a
 // publish context of another attachment, fails with FailedPrecondition, and
 // a missing publish context with InvalidArgument. Staging more volumes than
-// MaxVolumes fails with ResourceExhausted. Secrets are neither kept nor logged.
+// MaxVolumes fails with ResourceExhausted. A volume_mount_group gives the
+// volume root that group (see applyMountGroup); staging again with another
+// one fails with FailedPrecondition. Secrets are neither kept nor logged.
 func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
@@ -108,6 +111,10 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, invalidArgument(err)
+	}
+	group, err := mountGroupOf(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
 	}
 	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
 		vol, err := d.requireVolumeLocked(id)
@@ -122,6 +129,15 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 		default:
 			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is already staged at %s: a volume is staged once per node; publish it from there", id, rec.StagingPath)
 		}
+		if rec.StagingPath == staging {
+			if err := sameMountGroup(id, rec.MountGroup, group); err != nil {
+				return false, err
+			}
+		}
+		if err := d.applyMountGroup(id, group); err != nil {
+			return false, err
+		}
+		rec.MountGroup = group
 		return d.stageRecorded(rec, staging)
 	})
 	if err != nil {
@@ -271,7 +287,8 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 // read-only attachment is published read-only only. Publishing again at the
 // same target with the same options succeeds; with other options it fails
 // with AlreadyExists. A SINGLE_NODE_SINGLE_WRITER volume is published at one
-// target at a time (FailedPrecondition).
+// target at a time (FailedPrecondition), and its volume_mount_group must be
+// the one the volume was staged with (FailedPrecondition).
 func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
@@ -282,6 +299,10 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	capability := req.GetVolumeCapability()
 	if err := checkCapability(capability); err != nil {
 		return nil, invalidArgument(err)
+	}
+	group, err := mountGroupOf(capability)
+	if err != nil {
+		return nil, err
 	}
 	if req.GetStagingTargetPath() == "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s must be staged before it is published (staging target path is empty)", id)
@@ -304,6 +325,9 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 		}
 		if rec.StagingPath != staging {
 			return false, status.Errorf(codes.FailedPrecondition, "hostpath: volume %s is not staged at %s", id, staging)
+		}
+		if err := sameMountGroup(id, rec.MountGroup, group); err != nil {
+			return false, err
 		}
 		have, again := rec.Targets[target]
 		if again && (have.Readonly != want.Readonly || have.AccessMode != want.AccessMode) {

@@ -80,6 +80,9 @@ type nodeRecord struct {
 	// recorded before the bind mount is made.
 	StagingMounted bool                   `json:"staging_mounted,omitempty"`
 	Targets        map[string]publication `json:"targets,omitempty"`
+	// MountGroup is the volume_mount_group the volume was staged with
+	// (applied to the volume root); publications must ask for the same.
+	MountGroup string `json:"mount_group,omitempty"`
 }
 
 // publication is one NodePublishVolume target.

@@ -300,6 +300,7 @@ func TestCapabilitiesOfEachMode(t *testing.T) {
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
 	}
 	for _, tt := range []struct {
 		name string

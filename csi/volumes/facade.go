@@ -116,14 +116,27 @@ func (m *Manager) Mount(ctx context.Context, namespace, id, alloc string, readOn
 // publishes the volume with that capability; while the volume is mounted on
 // this node with another, the mount is refused (ErrInUse).
 func (m *Manager) MountAs(ctx context.Context, namespace, id, alloc string, use csi.Usage) (MountResult, error) {
+	return m.MountWithGroup(ctx, namespace, id, alloc, use, "")
+}
+
+// MountWithGroup is MountAs with a mount group: a GID in decimal (0 to
+// MaxMountGroup) that the node plugin gives the alloc access as (CSI
+// volume_mount_group, kubelet's fsGroup delegation), passed in the
+// capability of NodeStageVolume and NodePublishVolume. A node plugin that
+// does not advertise VOLUME_MOUNT_GROUP gets no volume RPC: the mount is
+// refused (ErrUnsupported). A bad GID is ErrInvalid. Empty is none.
+func (m *Manager) MountWithGroup(ctx context.Context, namespace, id, alloc string, use csi.Usage, group string) (MountResult, error) {
 	readOnly := use.ReadOnly
 	namespace = defaultNamespace(namespace)
 	if err := checkIDs("namespace", namespace, "volume ID", id, "alloc ID", alloc); err != nil {
 		return MountResult{}, err
 	}
+	if err := CheckMountGroup(group); err != nil {
+		return MountResult{}, err
+	}
 	answer, err := m.call(ctx, "mount", func(replyTo *actor.PID) proto.Message {
 		return &messages.MountAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, ReadOnly: readOnly, ReplyTo: replyTo,
-			AccessMode: string(use.AccessMode), AttachmentMode: string(use.AttachmentMode)}
+			AccessMode: string(use.AccessMode), AttachmentMode: string(use.AttachmentMode), MountGroup: group}
 	})
 	if err != nil {
 		return MountResult{}, err

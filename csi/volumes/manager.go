@@ -75,7 +75,8 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onStarted(ctx)
 	case *messages.MountAllocVolume:
 		m.onRequest(ctx, &op{kind: opMount, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo(),
-			access: model.AccessMode(msg.GetAccessMode()), attachment: model.AttachmentMode(msg.GetAttachmentMode())}, msg.GetNamespace(), msg.GetVolumeId())
+			access: model.AccessMode(msg.GetAccessMode()), attachment: model.AttachmentMode(msg.GetAttachmentMode()),
+			mountGroup: msg.GetMountGroup()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.UnmountAllocVolume:
 		m.onRequest(ctx, &op{kind: opUnmount, alloc: msg.GetAllocId(), force: msg.GetForce(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
 	case *messages.ClaimAllocVolume:
@@ -206,7 +207,7 @@ func (m *manager) start(ctx actor.Context, o *op) {
 func run(ctx context.Context, j *job, o *op) (MountResult, error) {
 	switch o.kind {
 	case opMount:
-		return j.mount(ctx, o.alloc, o.usage())
+		return j.mount(ctx, o.alloc, o.usage(), o.mountGroup)
 	case opUnmount:
 		if o.force {
 			return MountResult{}, j.forceUnmount(ctx, o.alloc)

@@ -37,9 +37,12 @@ func (j *job) result(pub *messages.VolumePublish) MountResult {
 // not attached), stages (when the node stages and the volume is not staged)
 // and publishes the volume for alloc. A failure rolls back what this mount
 // did, and only that.
-func (j *job) mount(ctx context.Context, alloc string, use csi.Usage) (MountResult, error) {
+func (j *job) mount(ctx context.Context, alloc string, use csi.Usage, group string) (MountResult, error) {
 	readOnly := use.ReadOnly
 	if err := j.refused("mount"); err != nil {
+		return MountResult{}, err
+	}
+	if err := CheckMountGroup(group); err != nil {
 		return MountResult{}, err
 	}
 	vol, err := j.volume(ctx)
@@ -50,11 +53,11 @@ func (j *job) mount(ctx context.Context, alloc string, use csi.Usage) (MountResu
 		return MountResult{}, err
 	}
 	if pub := j.rec.GetPublishes()[alloc]; pub != nil {
-		if pub.GetState() == statePublished && pub.GetReadOnly() == readOnly {
+		if pub.GetState() == statePublished && pub.GetReadOnly() == readOnly && pub.GetMountGroup() == group {
 			return j.result(pub), nil
 		}
-		return MountResult{}, fmt.Errorf("%w: alloc %s already has a mount of volume %s (state %s, read_only %t%s); unmount it first",
-			ErrInUse, alloc, j.key, pub.GetState(), pub.GetReadOnly(), lastErrorNote(pub.GetLastError()))
+		return MountResult{}, fmt.Errorf("%w: alloc %s already has a mount of volume %s (state %s, read_only %t, mount group %q%s); unmount it first",
+			ErrInUse, alloc, j.key, pub.GetState(), pub.GetReadOnly(), pub.GetMountGroup(), lastErrorNote(pub.GetLastError()))
 	}
 	if err := j.unfinished(); err != nil {
 		return MountResult{}, err
@@ -63,10 +66,13 @@ func (j *job) mount(ctx context.Context, alloc string, use csi.Usage) (MountResu
 	if err != nil {
 		return MountResult{}, err
 	}
+	if err := j.mountGroupSupported(ctx, socket, group); err != nil {
+		return MountResult{}, err
+	}
 	held := slices.Contains(vol.Claimants(), alloc)
 	pub := &messages.VolumePublish{
 		AllocId: alloc, State: stateClaiming, ReadOnly: readOnly, ClaimedByMount: !held, NodeSocket: socket,
-		TargetPath: j.env.paths.target(vol.PluginID, alloc, j.key.namespace, j.key.id),
+		TargetPath: j.env.paths.target(vol.PluginID, alloc, j.key.namespace, j.key.id), MountGroup: group,
 	}
 	if j.rec.Publishes == nil {
 		j.rec.Publishes = map[string]*messages.VolumePublish{}
@@ -150,7 +156,7 @@ func (j *job) mountSteps(ctx context.Context, vol *model.CSIVolume, pub *message
 		}
 	}
 	if caps.StageUnstageVolume && j.rec.Stage == nil {
-		if err := j.stage(ctx, vol, pub.GetNodeSocket()); err != nil {
+		if err := j.stage(ctx, vol, pub); err != nil {
 			return err
 		}
 	}
@@ -218,8 +224,10 @@ func (j *job) controllerPublish(ctx context.Context, ctrl *csi.Client, vol *mode
 // state is written with the publish that follows it, in the record the
 // publish writes before its RPC: one durable write, not two, and until
 // then a crash leaves the stage "staging", which the way out undoes.
-func (j *job) stage(ctx context.Context, vol *model.CSIVolume, socket string) error {
-	s := &messages.VolumeStage{State: stateStaging, StagingPath: j.env.paths.staging(vol.PluginID, j.key.namespace, j.key.id), NodeSocket: socket}
+// The stage takes pub's mount group.
+func (j *job) stage(ctx context.Context, vol *model.CSIVolume, pub *messages.VolumePublish) error {
+	s := &messages.VolumeStage{State: stateStaging, StagingPath: j.env.paths.staging(vol.PluginID, j.key.namespace, j.key.id),
+		NodeSocket: pub.GetNodeSocket(), MountGroup: pub.GetMountGroup()}
 	j.rec.Stage = s
 	if err := j.save(); err != nil {
 		return err
@@ -244,7 +252,7 @@ func (j *job) nodeStage(ctx context.Context, vol *model.CSIVolume, s *messages.V
 	}
 	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), PublishContext: j.rec.GetAttachment().GetPublishContext(),
-		StagingTargetPath: s.GetStagingPath(), VolumeCapability: capability(j.rec, vol),
+		StagingTargetPath: s.GetStagingPath(), VolumeCapability: withMountGroup(capability(j.rec, vol), s.GetMountGroup()),
 		Secrets: vol.Secrets, VolumeContext: vol.Context,
 	})
 	return err
@@ -280,7 +288,7 @@ func (j *job) nodePublish(ctx context.Context, vol *model.CSIVolume, pub *messag
 	_, err = node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), PublishContext: j.rec.GetAttachment().GetPublishContext(),
 		StagingTargetPath: j.rec.GetStage().GetStagingPath(), TargetPath: pub.GetTargetPath(),
-		VolumeCapability: capability(j.rec, vol), Readonly: pub.GetReadOnly(),
+		VolumeCapability: withMountGroup(capability(j.rec, vol), pub.GetMountGroup()), Readonly: pub.GetReadOnly(),
 		Secrets: vol.Secrets, VolumeContext: vol.Context,
 	})
 	return err

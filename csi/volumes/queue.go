@@ -36,6 +36,9 @@ type op struct {
 	// claim uses (see csi.Usage).
 	access     model.AccessMode
 	attachment model.AttachmentMode
+	// mountGroup is a mount's GID for the node plugin (see
+	// messages.MountAllocVolume.mount_group).
+	mountGroup string
 	// force is an unmount's: see messages.UnmountAllocVolume.
 	force  bool
 	nodeID string
