@@ -50,6 +50,7 @@ func (a *Agent) serveAPI() {
 	}
 	if s := a.fleetStore(); s != nil {
 		apiServer.Fleet = fleetNodes{s}
+		apiServer.FleetPlugins = s
 	}
 	limits := a.cfg.HTTPLimits
 	listeners := a.listeners

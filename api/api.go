@@ -70,6 +70,10 @@ type Server struct {
 	// Fleet serves /v1/fleet/...: the agent's fleet in cluster mode; nil
 	// turns those endpoints into 404s.
 	Fleet FleetNodes
+	// FleetPlugins serves the fleet's counts of a plugin and its expected
+	// counts; nil: GET /v1/csi/plugins/{name} answers with this node's
+	// counts, and PUT .../expect is a 404 that says so.
+	FleetPlugins FleetPlugins
 }
 
 // route is one endpoint: its method, its path pattern (net/http's), the
@@ -92,7 +96,7 @@ func (s *Server) routes() []route {
 		{"DELETE", "/v1/plugins/{type}/{name}/{alloc}", nil, s.deregisterPlugin},
 		{"GET", "/v1/events", []string{"type", "replay"}, streaming(s.events)},
 		{"GET", "/v1/csi/plugins", nil, s.csiPlugins},
-	}, s.volumeRoutes(), s.controllerRoutes(), s.dockerRoutes(), s.fleetRoutes())
+	}, s.volumeRoutes(), s.controllerRoutes(), s.dockerRoutes(), s.fleetRoutes(), s.pluginViewRoutes())
 }
 
 // Handler returns the API's routes, unguarded: serve them through

@@ -50,6 +50,17 @@ func TestTheFleetRoutesAnswerAsDescribed(t *testing.T) {
 	c.do("POST", "/v1/fleet/nodes/n1/free-claims", "", 409)
 	require.Contains(t, string(c.do("POST", "/v1/fleet/nodes/n2/free-claims", "", 200)), `"alloc_id": "web-1"`)
 	c.do("POST", "/v1/fleet/nodes/n2/eligible", "", 200)
+
+	// The plugin view: n2's instance of hp counts, as seen from n1.
+	view := string(c.do("GET", "/v1/csi/plugins/hp", "", 200))
+	require.Contains(t, view, `"scope": "fleet"`)
+	require.Contains(t, view, `"nodes_healthy": 1`)
+	c.do("GET", "/v1/csi/plugins/nope", "", 404)
+	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":-1}`, 400)
+	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"nodes_expected": 0`, "a refusal changes nothing")
+	require.Contains(t, string(c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 200)), `"nodes_expected": 2`)
+	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"controllers_expected": 1`)
+	require.Contains(t, string(c.do("PUT", "/v1/csi/plugins/gone/expect", `{}`, 200)), `"plugin": null`)
 	for op := range operations(doc) {
 		require.True(t, c.covered[op] || !isFleetOp(op), "%s was driven to a success", op)
 	}

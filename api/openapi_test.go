@@ -294,6 +294,11 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("GET", "/v1/plugins/csi-node/nope", "", 404)
 	c.waitFor("/v1/csi/plugins", `"node_id": "n1"`)
 	c.do("GET", "/v1/csi/plugins", "", 200)
+	c.waitFor("/v1/csi/plugins/hp", `"nodes_healthy": 1`) // the catalog hears of fingerprints after the manager
+	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"scope": "node"`)
+	c.do("GET", "/v1/csi/plugins/nope", "", 404)
+	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":-1}`, 400)
+	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 404)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=single-node-writer&parameter=k%3Dv&topology=topology.hostpath.csi.plugvisor.io%2Fnode%3Dn1", "", 200)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?topology=a%3D1&topology=b%3D2", "", 400)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=everyone", "", 400)
@@ -362,7 +367,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 
 // isFleetOp says whether op is one of the fleet's, which only a cluster
 // agent serves (TestTheFleetRoutesAnswerAsDescribed).
-func isFleetOp(op string) bool { return strings.Contains(op, " /v1/fleet/") }
+func isFleetOp(op string) bool {
+	return strings.Contains(op, " /v1/fleet/") || op == "PUT /v1/csi/plugins/{name}/expect"
+}
 
 // TestTheVolumeSchemaTakesAFleetsAttachments validates a volume with the
 // attachments a fleet records against the spec's Volume schema, and one

@@ -179,6 +179,7 @@ func (k keys) pluginVolume(plugin, volume string) string {
 func (k keys) pluginFingerprints(plugin string) string {
 	return k.prefix + "pluginfingerprints/" + plugin + "/"
 }
+func (k keys) pluginExpect(plugin string) string { return k.prefix + "pluginexpect/" + plugin }
 func (k keys) pluginFingerprint(plugin, node, typ string) string {
 	return k.pluginFingerprints(plugin) + node + "/" + typ
 }

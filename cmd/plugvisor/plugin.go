@@ -27,6 +27,8 @@ plugins it finds in <data-dir>/plugins and <data-dir>/specs by itself;
 const pluginExample = `  plugvisor plugin list -type csi-node
   plugvisor plugin wait csi-node hostpath
   plugvisor plugin status -json csi-node hostpath
+  plugvisor plugin status hostpath
+  plugvisor plugin expect hostpath -nodes 3 -controllers 1
   plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock
   plugvisor plugin deregister csi-node ebs a1
   plugvisor plugin capacity -capability access=single-node-writer hostpath`
@@ -39,7 +41,7 @@ func newPluginCmd() *cobra.Command {
 		Example: pluginExample,
 	}
 	cmd.AddCommand(newPluginListCmd(), newPluginStatusCmd(), newPluginRegisterCmd(), newPluginDeregisterCmd(), newPluginWaitCmd(),
-		newPluginCapacityCmd())
+		newPluginCapacityCmd(), newPluginExpectCmd())
 	return cmd
 }
 
@@ -63,11 +65,16 @@ func newPluginListCmd() *cobra.Command {
 func newPluginStatusCmd() *cobra.Command {
 	var common commonFlags
 	cmd := &cobra.Command{
-		Use:     "status TYPE NAME",
-		Short:   "one plugin: its current allocation and all others",
-		Example: "  plugvisor plugin status csi-node hostpath\n  plugvisor plugin status -json csi-node hostpath",
-		Args:    cmdline.Args("TYPE NAME", "plugvisor plugin status csi-node hostpath"),
+		Use:   "status [TYPE] NAME",
+		Short: "one plugin: with TYPE, its allocations; with NAME alone, a CSI plugin's healthy and expected counts",
+		Long:  pluginStatusLong,
+		Example: "  plugvisor plugin status csi-node hostpath\n  plugvisor plugin status -json csi-node hostpath\n" +
+			"  plugvisor plugin status hostpath",
+		Args: statusArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return pluginView(cmd.Context(), common, args[0], cmd.OutOrStdout())
+			}
 			return pluginStatus(cmd.Context(), common, args[0], args[1], cmd.OutOrStdout())
 		},
 	}

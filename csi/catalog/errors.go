@@ -19,6 +19,9 @@ var (
 	ErrInvalid = model.ErrInvalid
 	// ErrVolumeNotFound: no volume has that namespace and ID; nothing changed.
 	ErrVolumeNotFound = model.ErrVolumeNotFound
+	// ErrPluginNotFound: no node fingerprints the plugin and no expectation
+	// names it; nothing changed.
+	ErrPluginNotFound = model.ErrPluginNotFound
 	// ErrVolumeInUse: the volume has claims, so it cannot be deregistered or
 	// changed; nothing changed.
 	ErrVolumeInUse = model.ErrVolumeInUse

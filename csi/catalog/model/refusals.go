@@ -19,6 +19,9 @@ var (
 	ErrInvalid = errclass.New(errclass.Invalid, "invalid catalog request")
 	// ErrVolumeNotFound: no volume has that namespace and ID; nothing changed.
 	ErrVolumeNotFound = errclass.New(errclass.NotFound, "volume not found")
+	// ErrPluginNotFound: no node fingerprints the plugin and no expectation
+	// names it; nothing changed.
+	ErrPluginNotFound = errclass.New(errclass.NotFound, "plugin not found")
 	// ErrVolumeInUse: the volume has claims, so it cannot be deregistered or
 	// changed; nothing changed.
 	ErrVolumeInUse = errclass.New(errclass.Conflict, "volume in use")

@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/registry"
+)
+
+// FleetPlugins is the fleet's plugin view (cluster mode), as fleet.Store
+// offers it: a plugin's counts over every live node and its expected
+// counts. Refusals match catalog.ErrPluginNotFound or catalog.ErrInvalid.
+type FleetPlugins interface {
+	Plugin(ctx context.Context, name string) (*model.CSIPlugin, error)
+	ExpectPlugin(ctx context.Context, name string, nodes, controllers int) (*model.CSIPlugin, error)
+}
+
+// PluginViewJSON is a CSI plugin's counts: GET /v1/csi/plugins/{name}.
+// Scope is "fleet" when the counts are over every live node of the fleet,
+// "node" when they are this agent's alone.
+type PluginViewJSON struct {
+	ID                  string   `json:"id"`
+	Scope               string   `json:"scope"`
+	Provider            string   `json:"provider,omitempty"`
+	Version             string   `json:"version,omitempty"`
+	ControllerRequired  bool     `json:"controller_required"`
+	ControllersHealthy  int      `json:"controllers_healthy"`
+	ControllersExpected int      `json:"controllers_expected"`
+	NodesHealthy        int      `json:"nodes_healthy"`
+	NodesExpected       int      `json:"nodes_expected"`
+	Controllers         []string `json:"controllers"`
+	Nodes               []string `json:"nodes"`
+}
+
+// pluginView is p as PluginViewJSON.
+func pluginView(p *model.CSIPlugin, scope string) PluginViewJSON {
+	keys := func(m map[string]*model.CSIInfo) []string {
+		out := make([]string, 0, len(m))
+		for k := range m {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	return PluginViewJSON{
+		ID: p.ID, Scope: scope, Provider: p.Provider, Version: p.Version, ControllerRequired: p.ControllerRequired,
+		ControllersHealthy: p.ControllersHealthy, ControllersExpected: p.ControllersExpected,
+		NodesHealthy: p.NodesHealthy, NodesExpected: p.NodesExpected,
+		Controllers: keys(p.Controllers), Nodes: keys(p.Nodes),
+	}
+}
+
+// ExpectBody declares a plugin's expected counts:
+// PUT /v1/csi/plugins/{name}/expect. Zero for both removes the expectation.
+type ExpectBody struct {
+	Nodes       int `json:"nodes"`
+	Controllers int `json:"controllers"`
+}
+
+func (s *Server) pluginViewRoutes() []route {
+	return []route{
+		{"GET", "/v1/csi/plugins/{name}", nil, s.getPluginView},
+		{"PUT", "/v1/csi/plugins/{name}/expect", nil, s.expectPlugin},
+	}
+}
+
+// getPluginView answers with the fleet's counts in a fleet, else with the
+// local catalog's (this node's).
+func (s *Server) getPluginView(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	if err := registry.ValidateID("plugin name", name); err != nil {
+		return err
+	}
+	if s.FleetPlugins != nil {
+		p, err := s.FleetPlugins.Plugin(r.Context(), name)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"plugin": pluginView(p, "fleet")})
+		return nil
+	}
+	if s.Catalog == nil {
+		return fmt.Errorf("%w: this agent runs no CSI catalog", errNotFound)
+	}
+	plugins, err := s.Catalog.Plugins(r.Context())
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(plugins, func(p *model.CSIPlugin) bool { return p.ID == name })
+	if i < 0 {
+		return fmt.Errorf("%w: plugin %q: no instance of it was fingerprinted on this node", catalog.ErrPluginNotFound, name)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugin": pluginView(plugins[i], "node")})
+	return nil
+}
+
+// expectPlugin checks the body first, so that bad input is refused the
+// same way with or without a fleet; the expectation is kept in etcd, so
+// it needs one.
+func (s *Server) expectPlugin(w http.ResponseWriter, r *http.Request) error {
+	var body ExpectBody
+	if err := s.decode(w, r, &body, false); err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := model.CheckExpectation(name, body.Nodes, body.Controllers); err != nil {
+		return err
+	}
+	if s.FleetPlugins == nil {
+		return fmt.Errorf("%w: expected counts are kept in the fleet's etcd: this agent is not in a fleet (start it with -cluster-etcd)", errNotFound)
+	}
+	p, err := s.FleetPlugins.ExpectPlugin(r.Context(), name, body.Nodes, body.Controllers)
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"plugin": nil}
+	if p != nil {
+		out["plugin"] = pluginView(p, "fleet")
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

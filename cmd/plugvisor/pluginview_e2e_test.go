@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPluginStatusOfOneNodeFromTheCLI: plugin status NAME gives the
+// reference plugin's counts on this node, TYPE NAME still its
+// allocations; an unknown plugin is not found; plugin expect refuses a
+// negative count naming the field, and on one node says it needs a fleet.
+func TestPluginStatusOfOneNodeFromTheCLI(t *testing.T) {
+	dir, run := hostpathCLI(t)
+	require.Eventually(t, func() bool {
+		out, _, code := cli(t, "plugin", "status", "-data-dir", dir, "hp")
+		return code == 0 && strings.Contains(out, "Nodes Healthy        = 1")
+	}, settle, 100*time.Millisecond, "the catalog never counted hp's node instance")
+	out := run(0, "plugin", "status", "hp")
+	require.Contains(t, out, "Scope                = node")
+	require.Contains(t, out, "Controllers Healthy  = 1")
+	require.Contains(t, run(0, "plugin", "status", "-json", "hp"), `"nodes_healthy": 1`)
+	require.Contains(t, run(0, "plugin", "status", "csi-node", "hp"), "current allocation")
+	require.Contains(t, run(1, "plugin", "status", "nope"), "plugin not found")
+	require.Contains(t, run(1, "plugin", "expect", "-nodes", "-1", "hp"), "nodes is -1")
+	require.Contains(t, run(1, "plugin", "expect", "-nodes", "2", "hp"), "not in a fleet")
+	require.Contains(t, run(0, "plugin", "status", "hp"), "Nodes Expected       = 0")
+}

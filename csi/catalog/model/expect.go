@@ -1,0 +1,25 @@
+package model
+
+import "github.com/plugvisor/plugvisor/names"
+
+// MaxExpected bounds an expected count of a plugin: more instances than
+// any fleet runs is a typo.
+const MaxExpected = 100000
+
+// CheckExpectation is nil when name and the counts make a valid
+// expectation, else ErrInvalid naming the field and its bounds.
+func CheckExpectation(name string, nodes, controllers int) error {
+	if err := names.Check("plugin name", name); err != nil {
+		return Refusal(ErrInvalid, err)
+	}
+	for _, c := range []struct {
+		field string
+		n     int
+	}{{"nodes", nodes}, {"controllers", controllers}} {
+		if c.n < 0 || c.n > MaxExpected {
+			return Refusef(ErrInvalid,
+				"plugin %q: %s is %d; give a count from 0 to %d (0 for both removes the expectation)", name, c.field, c.n, MaxExpected)
+		}
+	}
+	return nil
+}

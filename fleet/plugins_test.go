@@ -1,0 +1,110 @@
+package fleet_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// TestPluginCountsAcrossTheFleet: three nodes fingerprint plugin "ebs"
+// (node services on all three, one unhealthy; a controller on one), and
+// another plugin on one; Plugin counts ebs's instances over the fleet, its
+// expected counts follow ExpectPlugin, and zero for both removes them.
+func TestPluginCountsAcrossTheFleet(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, b, c := open(t, srv, "n1"), open(t, srv, "n2"), open(t, srv, "n3")
+	ctx := testCtx(t)
+	require.NoError(t, a.PutFingerprints(ctx, []*messages.CSIFingerprint{
+		nodePlugin("ebs", "a1", true), controllerPlugin("ebs", "a2", true), nodePlugin("nfs", "a3", true)}))
+	require.NoError(t, b.PutFingerprints(ctx, []*messages.CSIFingerprint{nodePlugin("ebs", "b1", true)}))
+	require.NoError(t, c.PutFingerprints(ctx, []*messages.CSIFingerprint{nodePlugin("ebs", "c1", false)}))
+
+	p, err := c.Plugin(ctx, "ebs")
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 3, 1, 1, 0, 0}, []int{p.NodesHealthy, len(p.Nodes), p.ControllersHealthy, len(p.Controllers), p.NodesExpected, p.ControllersExpected})
+
+	p, err = b.ExpectPlugin(ctx, "ebs", 3, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 2}, []int{p.NodesExpected, p.ControllersExpected})
+	p, err = a.Plugin(ctx, "ebs")
+	require.NoError(t, err, "another node reads the expectation")
+	require.Equal(t, []int{2, 3, 1, 2}, []int{p.NodesHealthy, p.NodesExpected, p.ControllersHealthy, p.ControllersExpected})
+
+	nfs, err := a.Plugin(ctx, "nfs")
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 0}, []int{nfs.NodesHealthy, nfs.NodesExpected}, "ebs's expectation is not nfs's")
+
+	p, err = a.ExpectPlugin(ctx, "ebs", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 0, 2}, []int{p.NodesExpected, p.ControllersExpected, p.NodesHealthy})
+}
+
+// TestPluginWithoutInstancesOrExpectation: a plugin known by its
+// expectation alone is there with zero healthy; once its expectation is
+// removed it is gone (ErrPluginNotFound), nothing is left stored for it,
+// and a node's fingerprints go with the node.
+func TestPluginWithoutInstancesOrExpectation(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := open(t, srv, "n1")
+	ctx := testCtx(t)
+	_, err := a.Plugin(ctx, "ebs")
+	require.ErrorIs(t, err, catalog.ErrPluginNotFound)
+
+	p, err := a.ExpectPlugin(ctx, "ebs", 2, 0)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 2}, []int{p.NodesHealthy, p.NodesExpected})
+
+	p, err = a.ExpectPlugin(ctx, "ebs", 0, 0)
+	require.NoError(t, err)
+	require.Nil(t, p, "an empty plugin is not kept")
+	_, err = a.Plugin(ctx, "ebs")
+	require.ErrorIs(t, err, catalog.ErrPluginNotFound)
+	resp, err := rawClient(t, srv).Get(ctx, fleet.DefaultPrefix+"pluginexpect/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	require.Zero(t, resp.Count, "nothing empty stays in etcd")
+
+	b := open(t, srv, "n2")
+	require.NoError(t, b.PutFingerprints(ctx, []*messages.CSIFingerprint{nodePlugin("ebs", "b1", true)}))
+	_, err = a.Plugin(ctx, "ebs")
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	_, err = a.Plugin(ctx, "ebs")
+	require.ErrorIs(t, err, catalog.ErrPluginNotFound, "the fingerprints went with the node's lease")
+}
+
+// TestExpectPluginRefusesBadInput: a negative or absurd count, or a bad
+// name, is ErrInvalid naming the field, and the stored expectation stays.
+func TestExpectPluginRefusesBadInput(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := open(t, srv, "n1")
+	ctx := testCtx(t)
+	_, err := a.ExpectPlugin(ctx, "ebs", 1, 1)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name               string
+		nodes, controllers int
+		field              string
+	}{
+		{"ebs", -1, 0, "nodes"},
+		{"ebs", 0, -2, "controllers"},
+		{"ebs", model.MaxExpected + 1, 0, "nodes"},
+		{"a/b", 1, 1, "plugin name"},
+		{"", 1, 1, "plugin name"},
+	} {
+		_, err := a.ExpectPlugin(ctx, tc.name, tc.nodes, tc.controllers)
+		require.ErrorIs(t, err, catalog.ErrInvalid, tc.field)
+		require.ErrorContains(t, err, tc.field)
+	}
+	_, err = a.Plugin(ctx, "a/b")
+	require.ErrorIs(t, err, catalog.ErrInvalid)
+	p, err := a.Plugin(ctx, "ebs")
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1}, []int{p.NodesExpected, p.ControllersExpected})
+}
