@@ -631,7 +631,9 @@ func TestManagerShutdownNamesTheInstancesThatDidNotStop(t *testing.T) {
 	awaitHealth(t, h.events, nodeHealthy("fine", "a1"))
 	<-entered
 
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The manager gets 9/10 of the time; the tenth left (300 ms) carries
+	// its answer back on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	shutdownErr = h.shutdown(ctx)
 	require.ErrorContains(t, shutdownErr, "1 plugin instances did not stop")
