@@ -28,7 +28,7 @@ func (a *Agent) nodeSupportsStats(plugin string) bool {
 // published volume (labels namespace, volume, plugin), read at each
 // scrape: a volume no longer published has no series.
 type volumeStatsCollector struct {
-	samples func() []volumes.VolumeStatsSample
+	samples func() []volumes.StatsSample
 	descs   map[string]*prometheus.Desc
 }
 
@@ -43,7 +43,7 @@ var volumeStatsGauges = map[string]string{
 	"health_status_abnormal": "1 when the node plugin reports the volume abnormal (its volume condition, or NotFound), else 0; absent when it says nothing of the condition.",
 }
 
-func newVolumeStatsCollector(samples func() []volumes.VolumeStatsSample) *volumeStatsCollector {
+func newVolumeStatsCollector(samples func() []volumes.StatsSample) *volumeStatsCollector {
 	c := &volumeStatsCollector{samples: samples, descs: map[string]*prometheus.Desc{}}
 	for name, help := range volumeStatsGauges {
 		c.descs[name] = prometheus.NewDesc("plugvisor_volume_stats_"+name, help, []string{"namespace", "volume", "plugin"}, nil)

@@ -34,7 +34,7 @@ type Manager struct {
 	closed atomic.Bool
 	feed   *eventFeed
 	// samples are the periodic stats' latest, as the actor published them.
-	samples *atomic.Pointer[[]VolumeStatsSample]
+	samples *atomic.Pointer[[]StatsSample]
 }
 
 // Start checks cfg, creates cfg.Root, loads the mount records, reads the
@@ -68,9 +68,9 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		records: records, queues: map[volumeKey]*queue{}, outcomes: map[volumeKey]outcome{},
 		retries: map[volumeKey]*retry{}, orphans: orphans(cfg.Root, mounts, records), startMounts: mounts,
 	}
-	samples := &atomic.Pointer[[]VolumeStatsSample]{}
-	m.stats = statsPoll{inFlight: map[volumeKey]bool{}, samples: map[volumeKey]VolumeStatsSample{},
-		published: func(s []VolumeStatsSample) { samples.Store(&s) }}
+	samples := &atomic.Pointer[[]StatsSample]{}
+	m.stats = statsPoll{inFlight: map[volumeKey]bool{}, samples: map[volumeKey]StatsSample{},
+		published: func(s []StatsSample) { samples.Store(&s) }}
 	for _, o := range m.orphans {
 		cfg.Logger.Warn("mount under the volume root that no record explains", "path", o)
 	}
@@ -92,7 +92,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 // GET_VOLUME_STATS (see Config.StatsInterval), sorted by namespace and
 // volume. A volume leaves it when it is no longer published. It never
 // waits for the actor.
-func (m *Manager) VolumeStats() []VolumeStatsSample {
+func (m *Manager) VolumeStats() []StatsSample {
 	if p := m.samples.Load(); p != nil {
 		return *p
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/plugvisor/plugvisor/supervisor"
 )
 
-// VolumeStatsSample is the node plugin's latest answer to the periodic
+// StatsSample is the node plugin's latest answer to the periodic
 // NodeGetVolumeStats of one published volume (see Config.StatsInterval).
-type VolumeStatsSample struct {
+type StatsSample struct {
 	Namespace, VolumeID, PluginID string
 	// Usage is the plugin's usage (bytes, inodes) as it gave it; empty
 	// when it answered only a condition (or NotFound).
@@ -42,8 +42,8 @@ type statsPoll struct {
 	timer     supervisor.Stopper
 	waiting   []volumeKey
 	inFlight  map[volumeKey]bool
-	samples   map[volumeKey]VolumeStatsSample
-	published func([]VolumeStatsSample)
+	samples   map[volumeKey]StatsSample
+	published func([]StatsSample)
 }
 
 // scheduleStats arms the timer of the next round, jittered by a tenth of
@@ -126,7 +126,7 @@ func (m *manager) onStatsPolled(ctx actor.Context, msg *statsPolled) {
 		m.log.Debug("periodic NodeGetVolumeStats failed", "volume", msg.key.String(), "error", msg.err)
 		return
 	}
-	m.stats.samples[msg.key] = VolumeStatsSample{
+	m.stats.samples[msg.key] = StatsSample{
 		Namespace: msg.key.namespace, VolumeID: msg.key.id, PluginID: rec.GetPluginId(),
 		Usage: msg.stats.GetUsage(), ConditionKnown: msg.err != nil || msg.stats.GetCondition() != nil, Abnormal: want != "",
 	}
@@ -171,11 +171,11 @@ func (m *manager) dropSample(key volumeKey) {
 
 // publishSamples hands a copy of the samples, sorted, to VolumeStats.
 func (m *manager) publishSamples() {
-	out := make([]VolumeStatsSample, 0, len(m.stats.samples))
+	out := make([]StatsSample, 0, len(m.stats.samples))
 	for _, s := range m.stats.samples {
 		out = append(out, s)
 	}
-	slices.SortFunc(out, func(a, b VolumeStatsSample) int {
+	slices.SortFunc(out, func(a, b StatsSample) int {
 		return strings.Compare(a.Namespace+"/"+a.VolumeID, b.Namespace+"/"+b.VolumeID)
 	})
 	m.stats.published(out)

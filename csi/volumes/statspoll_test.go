@@ -81,10 +81,10 @@ func TestPeriodicStatsSampleAPublishedVolumeAndRecordEachChangeOfItsCondition(t 
 		func(context.Context, *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
 			return withCondition(&csipb.NodeGetVolumeStatsResponse{Usage: usage()}, abnormal.Load(), "disk degraded"), nil
 		}).AnyTimes()
-	round := func(wantCondition string) volumes.VolumeStatsSample {
+	round := func(wantCondition string) volumes.StatsSample {
 		t.Helper()
 		clock.fire()
-		var sample volumes.VolumeStatsSample
+		var sample volumes.StatsSample
 		require.Eventually(t, func() bool {
 			samples := f.n.manager.VolumeStats()
 			if len(samples) != 1 || samples[0].Abnormal != (wantCondition != "") {
@@ -99,7 +99,7 @@ func TestPeriodicStatsSampleAPublishedVolumeAndRecordEachChangeOfItsCondition(t 
 
 	abnormal.Store(true)
 	sample := round("disk degraded")
-	require.Equal(t, volumes.VolumeStatsSample{Namespace: "default", VolumeID: "vol", PluginID: "mock",
+	require.Equal(t, volumes.StatsSample{Namespace: "default", VolumeID: "vol", PluginID: "mock",
 		Usage: sample.Usage, ConditionKnown: true, Abnormal: true}, sample)
 	require.Len(t, sample.Usage, 2)
 	require.Equal(t, int64(1000), sample.Usage[0].GetTotal())
