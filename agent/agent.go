@@ -325,7 +325,7 @@ func (a *Agent) openStore() error {
 		Logger:           a.log.Named("storage"),
 	})
 	if errors.Is(err, storage.ErrLocked) {
-		return fmt.Errorf("%w: %s (%v)", ErrAlreadyRunning, a.cfg.DataDir, err)
+		return fmt.Errorf("%w: %s (%w)", ErrAlreadyRunning, a.cfg.DataDir, err)
 	}
 	if err != nil {
 		return err

@@ -39,7 +39,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 		if errors.As(err, &tooBig) {
 			return fmt.Errorf("api: request body is over the limit of %d bytes: %w", MaxBodyBytes, err)
 		}
-		return fmt.Errorf("%w: %v", errBadBody, err)
+		return fmt.Errorf("%w: %w", errBadBody, err)
 	}
 	body = bytes.TrimSpace(body)
 	switch {
@@ -196,7 +196,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 func checkQuery(rawQuery, route string, allowed []string) error {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return fmt.Errorf("%w: %v; escape the query's values", errBadQuery, err)
+		return fmt.Errorf("%w: %w; escape the query's values", errBadQuery, err)
 	}
 	takes := " none"
 	if len(allowed) > 0 {

@@ -185,7 +185,7 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 		t.entries = append(t.entries, e)
 	}
 	if err := scanner.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidTokens, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidTokens, err)
 	}
 	if err := errors.Join(problems...); err != nil {
 		return nil, err

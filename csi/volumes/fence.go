@@ -273,7 +273,7 @@ func (j *job) fencedAfter(pub *messages.VolumePublish) error {
 		return nil
 	}
 	if err := remount(pub.GetTargetPath(), true); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("%w: this node's lease in the fleet is not held, and the kernel refused to make %s read-only: %v", ErrFenced, pub.GetTargetPath(), err)
+		return fmt.Errorf("%w: this node's lease in the fleet is not held, and the kernel refused to make %s read-only: %w", ErrFenced, pub.GetTargetPath(), err)
 	}
 	return fmt.Errorf("%w: this node's lease in the fleet is not held: %s is read-only until the claim is checked", ErrFenced, pub.GetTargetPath())
 }

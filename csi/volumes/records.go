@@ -79,7 +79,7 @@ func recordOp(key volumeKey, rec *messages.VolumeRecord) (storage.Op, error) {
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
 	if err != nil {
-		return storage.Op{}, fmt.Errorf("%w: encode record of %s: %v", ErrStore, key, err)
+		return storage.Op{}, fmt.Errorf("%w: encode record of %s: %w", ErrStore, key, err)
 	}
 	return storage.Put(key.storageKey(), b), nil
 }
@@ -92,10 +92,10 @@ func loadRecords(bucket storage.Bucket) (map[volumeKey]*messages.VolumeRecord, e
 	err := bucket.Load(func(k, v []byte) error {
 		rec := &messages.VolumeRecord{}
 		if err := proto.Unmarshal(v, rec); err != nil {
-			return fmt.Errorf("%w: key %q: %v", ErrCorrupt, k, err)
+			return fmt.Errorf("%w: key %q: %w", ErrCorrupt, k, err)
 		}
 		if err := checkRecord(rec); err != nil {
-			return fmt.Errorf("%w: key %q: %v", ErrCorrupt, k, err)
+			return fmt.Errorf("%w: key %q: %w", ErrCorrupt, k, err)
 		}
 		key := keyOf(rec)
 		if string(key.storageKey()) != string(k) {
