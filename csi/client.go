@@ -123,6 +123,7 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithAuthority("localhost"),
 		grpc.WithContextDialer(dialer.dial),
+		grpc.WithDefaultServiceConfig(retryCapabilities),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  opts.BackoffInitial,
@@ -155,6 +156,17 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		opts:       opts,
 	}, nil
 }
+
+// retryCapabilities is the service config every client dials with: a
+// NodeGetCapabilities that fails UNAVAILABLE before any answer is sent
+// again, up to three times in all. It asks nothing of the plugin, and it is
+// the first call of a mount: after the plugin restarted on its socket, the
+// connection may still hold the old transport, which answers EOF once.
+const retryCapabilities = `{"methodConfig": [{
+  "name": [{"service": "csi.v1.Node", "method": "NodeGetCapabilities"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s",
+    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+}]}`
 
 // waitReady asks conn to connect and waits until it is ready or ctx ends;
 // gRPC retries failed attempts with the backoff given to grpc.NewClient.

@@ -542,3 +542,17 @@ func TestClosedClientRefusesRPCs(t *testing.T) {
 }
 
 // each returns wrap(v) for every v in values.
+
+func TestNodeGetCapabilitiesIsSentAgainAfterAnUnavailableAnswer(t *testing.T) {
+	m, c := servedMocks(t, testOptions)
+	gomock.InOrder(
+		m.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Unavailable, "the old transport")),
+		m.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(&csipb.NodeGetCapabilitiesResponse{}, nil),
+	)
+	_, err := c.NodeGetCapabilities(t.Context())
+	require.NoError(t, err, "a side-effect-free call is sent again once the plugin is reachable")
+
+	m.Node.EXPECT().NodeStageVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Unavailable, "busy")).Times(1)
+	_, err = c.NodeStageVolume(t.Context(), &csipb.NodeStageVolumeRequest{VolumeId: "v1"})
+	require.ErrorIs(t, err, csi.ErrUnavailable, "a volume RPC is never sent again by the client")
+}
