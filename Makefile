@@ -67,7 +67,7 @@ readme: ## run the command blocks of the README and docs/ against a real agent, 
 FUZZ_TARGETS := \
 	names:FuzzCheck names:FuzzCheckSocketPath names:FuzzCheckKey \
 	registry:FuzzValidatePlugin \
-	csi/catalog/model:FuzzClaims csi/volumes:FuzzParseMountInfo \
+	csi/catalog/model:FuzzClaims internal/mountinfo:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
 	fleet:FuzzDecodeRecord \
 	api:FuzzDecodePluginBody api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
@@ -85,6 +85,7 @@ FUZZTIME_LONG ?= 500000x
 fuzz-short: ## run every fuzz target for FUZZTIME (default 5000 executions) each; CI runs this
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=./$${t%%:*}; name=$${t##*:}; echo "== fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -list "^$$name\$$" $$pkg | grep -qx "$$name" || { echo "no fuzz target $$name in $$pkg" >&2; exit 1; }; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
