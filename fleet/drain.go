@@ -2,12 +2,15 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -49,8 +52,11 @@ type NodeAttachment struct {
 
 // Nodes lists, sorted by ID, every node the fleet knows at one revision:
 // the nodes up, the nodes draining, and the nodes holding a claim or an
-// attachment. It reads every volume: it is for operators, not for the
-// claim path.
+// attachment. It reads the nodes' keys and the node index (nodeindex.go),
+// then only the volumes the index names: its cost follows the nodes and
+// their claims and attachments, not the number of volumes. On a fleet
+// whose index was never checked against the volumes (one written before
+// the index), the first call checks it, once for the fleet.
 func (s *Store) Nodes(ctx context.Context) ([]*Node, error) {
 	var out []*Node
 	err := s.call(ctx, "list nodes", func(ctx context.Context) error {
@@ -74,17 +80,51 @@ func (s *Store) Nodes(ctx context.Context) ([]*Node, error) {
 	return out, err
 }
 
-// readNodes reads the liveness keys, the drains and the volumes at one
-// revision, and returns the nodes they name.
+// readNodes reads the liveness keys, the drains and the node index at one
+// revision, then the volumes the index names at that revision, and
+// returns the nodes they name. A fleet whose index is not noted as
+// checked has it checked first; a revision compacted in between the two
+// reads is read again at a newer one.
 func (s *Store) readNodes(ctx context.Context) (map[string]*Node, error) {
-	resp, err := s.client.Txn(ctx).Then(
-		clientv3.OpGet(s.keys.nodes(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.keys.drains(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return nil, etcdErr(err)
+	for {
+		resp, err := s.client.Txn(ctx).Then(
+			clientv3.OpGet(s.keys.nodes(), clientv3.WithPrefix()),
+			clientv3.OpGet(s.keys.drains(), clientv3.WithPrefix()),
+			clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.keys.attachments(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.keys.nodeIndexChecked(), clientv3.WithCountOnly()),
+		).Commit()
+		if err != nil {
+			return nil, etcdErr(err)
+		}
+		if resp.Responses[4].GetResponseRange().GetCount() == 0 {
+			if err := s.ensureNodeIndex(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		var held []string // the keys of the volumes the index names
+		for i, idx := range s.indexes() {
+			for _, kv := range resp.Responses[i+2].GetResponseRange().GetKvs() {
+				_, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
+				ns, id, _ := strings.Cut(ref, "/")
+				held = append(held, s.keys.volume(ns, id))
+			}
+		}
+		volumes, err := s.volumesAt(ctx, held, resp.Header.Revision)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return s.nodesOf(resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs(), volumes), nil
 	}
+}
+
+// nodesOf are the nodes that the liveness keys, the drain keys and the
+// volumes name.
+func (s *Store) nodesOf(live, drains []*mvccpb.KeyValue, volumes []*model.CSIVolume) map[string]*Node {
 	nodes := map[string]*Node{}
 	node := func(id string) *Node {
 		if nodes[id] == nil {
@@ -92,19 +132,15 @@ func (s *Store) readNodes(ctx context.Context) (map[string]*Node, error) {
 		}
 		return nodes[id]
 	}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+	for _, kv := range live {
 		n := node(strings.TrimPrefix(string(kv.Key), s.keys.nodes()))
 		n.Up, n.Lease = true, kv.Lease
 		n.Joined, _ = time.Parse(time.RFC3339Nano, string(kv.Value))
 	}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+	for _, kv := range drains {
 		node(strings.TrimPrefix(string(kv.Key), s.keys.drains())).DrainingSince = drainedSince(kv.Value)
 	}
-	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
-		v, err := s.decodeVolume(kv)
-		if err != nil {
-			return nil, err
-		}
+	for _, v := range volumes {
 		for _, c := range v.AllClaims() {
 			n := node(c.NodeID)
 			n.Claims = append(n.Claims, NodeClaim{Namespace: v.Namespace, VolumeID: v.ID, AllocID: c.AllocID, Mode: c.Mode, State: c.State})
@@ -115,7 +151,7 @@ func (s *Store) readNodes(ctx context.Context) (map[string]*Node, error) {
 			n.Attachments = append(n.Attachments, NodeAttachment{Namespace: v.Namespace, VolumeID: v.ID, ExternalNodeID: a.ExternalNodeID, State: a.State})
 		}
 	}
-	return nodes, nil
+	return nodes
 }
 
 // drainedSince is the start of a drain, as its key's value holds it.

@@ -21,12 +21,13 @@ func Abandon(s *Store) {
 
 // Fill writes the volumes vols into s's fleet as registrations would, with
 // their index entries and counts, and as they are, claims and attachments
-// included, with their node index, in transactions of a few dozen volumes:
-// the benchmarks' quick way to a large fleet (no catalog rules, no volume
-// limit). The fleet holds no volume yet of those IDs or plugin volumes.
+// included, with their node index, in transactions of up to fillOps
+// writes: the benchmarks' quick way to a large fleet (no catalog rules, no
+// volume limit). The fleet holds no volume yet of those IDs or plugin
+// volumes.
 func Fill(ctx context.Context, s *Store, vols []*model.CSIVolume) error {
-	const batch = 40
-	for start := 0; start < len(vols); start += batch {
+	const fillOps = 120 // etcd takes 128 operations in one transaction
+	for start := 0; start < len(vols); {
 		resp, err := s.client.Get(ctx, s.keys.volumeCounts(), clientv3.WithPrefix())
 		if err != nil {
 			return err
@@ -40,14 +41,19 @@ func Fill(ctx context.Context, s *Store, vols []*model.CSIVolume) error {
 			return err
 		}
 		w := indexChange{}
-		for i, v := range vols[start:min(start+batch, len(vols))] {
+		for ; start < len(vols); start++ {
+			v := vols[start]
 			key := s.keys.volume(v.Namespace, v.ID)
 			value, err := encodeRecord(key, v.Proto())
 			if err != nil {
 				return err
 			}
-			w.ops = append(append(w.ops, clientv3.OpPut(key, value)), s.indexOps(v.Namespace, v.ID, nil, v)...)
-			shard := (start + i) % countShards
+			ops := append([]clientv3.Op{clientv3.OpPut(key, value)}, s.indexOps(v.Namespace, v.ID, nil, v)...)
+			if len(w.ops)+len(ops)+1+countShards > fillOps {
+				break
+			}
+			w.ops = append(w.ops, ops...)
+			shard := start % countShards
 			counts[shard]++
 			if err := w.put(s.keys.pluginVolume(v.PluginID, v.PluginVolumeID()), entryValue(shard, key)); err != nil {
 				return err

@@ -2,10 +2,13 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -23,11 +26,16 @@ import (
 // A leader of the GC checks them against the volumes once per term
 // (reindex), which fills them in for volumes written before they existed,
 // and names the plugin in claim keys written before their values did.
+// A check that found every volume as it read it notes so in the key
+// nodeindex (its value is when): from then on every volume write keeps
+// the index, and the node list (Nodes), which reads the volumes through
+// it, checks it only on a fleet that lacks that key.
 
 func (k keys) claims() string                   { return k.prefix + "claims/" }
 func (k keys) claimsOf(node string) string      { return k.claims() + node + "/" }
 func (k keys) attachments() string              { return k.prefix + "attachments/" }
 func (k keys) attachmentsOf(node string) string { return k.attachments() + node + "/" }
+func (k keys) nodeIndexChecked() string         { return k.prefix + "nodeindex" }
 func (k keys) indexed(of func(string) string, node, ns, id string) string {
 	return of(node) + ns + "/" + id
 }
@@ -110,57 +118,125 @@ func (s *Store) indexedVolumes(ctx context.Context, of func(string) string, node
 	return refs, nil
 }
 
-// reindex makes the node index match the volumes: the keys a volume
+// volumesAt reads the volumes under keys (sorted and made unique here) at
+// revision rev, in transactions of indexBatch reads, and returns them in
+// key order; a key with no volume at rev is passed over. A revision
+// compacted since is rpctypes.ErrCompacted, unwrapped.
+func (s *Store) volumesAt(ctx context.Context, keys []string, rev int64) ([]*model.CSIVolume, error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	out := make([]*model.CSIVolume, 0, len(keys))
+	for batch := range slices.Chunk(keys, indexBatch) {
+		ops := make([]clientv3.Op, len(batch))
+		for i, key := range batch {
+			ops[i] = clientv3.OpGet(key, clientv3.WithRev(rev))
+		}
+		resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return nil, err
+		}
+		if err != nil {
+			return nil, etcdErr(err)
+		}
+		for _, r := range resp.Responses {
+			if kv := firstKV(r.GetResponseRange().GetKvs()); kv != nil {
+				v, err := s.decodeVolume(kv)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, v)
+			}
+		}
+	}
+	return out, nil
+}
+
+// reindex makes the node index match the volumes (checkIndex). It reads
+// every volume, so it runs once per term of the GC's leader.
+func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
+	err = s.call(ctx, "check the node index", func(ctx context.Context) (err error) {
+		fixed, _, err = s.checkIndex(ctx)
+		return err
+	})
+	return fixed, err
+}
+
+// ensureNodeIndex checks the node index (checkIndex) until a check finds
+// every volume as it read it, unless the index is noted as checked
+// already: what a fleet written before the index needs once.
+func (s *Store) ensureNodeIndex(ctx context.Context) error {
+	for {
+		resp, err := s.client.Get(ctx, s.keys.nodeIndexChecked(), clientv3.WithCountOnly())
+		if err != nil || resp.Count > 0 {
+			return etcdErr(err)
+		}
+		fixed, clean, err := s.checkIndex(ctx)
+		if err != nil || clean {
+			if err == nil {
+				s.log.Info("checked the node index", "fixed", fixed)
+			}
+			return err
+		}
+	}
+}
+
+// checkIndex makes the node index match the volumes: the keys a volume
 // wants and lacks are put, and those it does not want are deleted, each
 // volume in a transaction that holds only while the volume is as read.
-// It reads every volume, so it runs once per term of the GC's leader.
-func (s *Store) reindex(ctx context.Context) (fixed int, err error) {
-	err = s.call(ctx, "check the node index", func(ctx context.Context) error {
-		resp, err := s.client.Txn(ctx).Then(
-			clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix()),
-			clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix()),
-			clientv3.OpGet(s.keys.attachments(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		).Commit()
+// When every one held (clean), it notes the index as checked.
+func (s *Store) checkIndex(ctx context.Context) (fixed int, clean bool, err error) {
+	resp, err := s.client.Txn(ctx).Then(
+		clientv3.OpGet(s.keys.volumes(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.claims(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.attachments(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return 0, false, etcdErr(err)
+	}
+	have := map[string]map[string]string{} // volume key -> index keys present -> their values
+	for i, idx := range s.indexes() {
+		for _, kv := range resp.Responses[i+1].GetResponseRange().GetKvs() {
+			node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
+			ns, id, _ := strings.Cut(ref, "/")
+			vk := s.keys.volume(ns, id)
+			if have[vk] == nil {
+				have[vk] = map[string]string{}
+			}
+			have[vk][s.keys.indexed(idx.of, node, ns, id)] = string(kv.Value)
+		}
+	}
+	clean = true
+	fix := func(guard clientv3.Cmp, ops []clientv3.Op) error {
+		if len(ops) == 0 {
+			return nil
+		}
+		done, err := s.client.Txn(ctx).If(guard).Then(ops...).Commit()
 		if err != nil {
 			return etcdErr(err)
 		}
-		have := map[string]map[string]string{} // volume key -> index keys present -> their values
-		for i, idx := range s.indexes() {
-			for _, kv := range resp.Responses[i+1].GetResponseRange().GetKvs() {
-				node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
-				ns, id, _ := strings.Cut(ref, "/")
-				vk := s.keys.volume(ns, id)
-				if have[vk] == nil {
-					have[vk] = map[string]string{}
-				}
-				have[vk][s.keys.indexed(idx.of, node, ns, id)] = string(kv.Value)
-			}
-		}
-		for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-			v, err := s.decodeVolume(kv)
-			if err != nil {
-				return err
-			}
-			ops := s.indexFix(v, have[string(kv.Key)])
-			delete(have, string(kv.Key))
-			if len(ops) == 0 {
-				continue
-			}
-			if _, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).Then(ops...).Commit(); err != nil {
-				return etcdErr(err)
-			}
-			fixed++
-		}
-		for vk, present := range have { // index keys of volumes that are gone
-			ops := s.indexFix(nil, present)
-			if _, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(vk), "=", 0)).Then(ops...).Commit(); err != nil {
-				return etcdErr(err)
-			}
-			fixed++
-		}
+		fixed++
+		clean = clean && done.Succeeded
 		return nil
-	})
-	return fixed, err
+	}
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		v, err := s.decodeVolume(kv)
+		if err != nil {
+			return fixed, false, err
+		}
+		ops := s.indexFix(v, have[string(kv.Key)])
+		delete(have, string(kv.Key))
+		if err := fix(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), ops); err != nil {
+			return fixed, false, err
+		}
+	}
+	for vk, present := range have { // index keys of volumes that are gone
+		if err := fix(clientv3.Compare(clientv3.CreateRevision(vk), "=", 0), s.indexFix(nil, present)); err != nil {
+			return fixed, false, err
+		}
+	}
+	if clean {
+		_, err = s.client.Put(ctx, s.keys.nodeIndexChecked(), time.Now().UTC().Format(time.RFC3339Nano))
+	}
+	return fixed, clean, etcdErr(err)
 }
 
 // indexFix are the writes that turn the index keys present for v (nil:
