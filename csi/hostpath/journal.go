@@ -351,12 +351,3 @@ func (j *nodeJournal) closeFile() {
 		j.f = nil
 	}
 }
-
-// syncDir syncs the directory dir, so that a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
-}

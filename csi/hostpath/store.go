@@ -261,9 +261,10 @@ func readJSON(path string, v any) (found bool, err error) {
 // writeJSON atomically replaces the file at path with v encoded as JSON:
 // it writes and syncs the record's spare file (spareOf), then swaps the
 // two names in one step, so that the spare holds the previous content for
-// the next write. Replacing a record so allocates no inode and frees none,
-// which on a busy file system costs more than the write itself; where the
-// swap is not supported, the spare is renamed over the record.
+// the next write, and syncs the directory (syncDir), so that the swap
+// outlives a crash. Replacing a record so allocates no inode and frees
+// none, which on a busy file system costs more than the write itself;
+// where the swap is not supported, the spare is renamed over the record.
 func writeJSON(path string, v any) (err error) {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -289,13 +290,24 @@ func writeJSON(path string, v any) (err error) {
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		return fmt.Errorf("hostpath: write %s: %w", path, err)
 	}
-	if exchange(spare, path) == nil {
-		return nil
+	if exchange(spare, path) != nil {
+		if err := os.Rename(spare, path); err != nil {
+			return fmt.Errorf("hostpath: write %s: %w", path, err)
+		}
 	}
-	if err := os.Rename(spare, path); err != nil {
-		return fmt.Errorf("hostpath: write %s: %w", path, err)
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("hostpath: write %s: sync its directory: %w", path, err)
 	}
 	return nil
+}
+
+// syncDir syncs the directory dir, so that a rename in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 // spareOf is the spare file of the record at path: a temporary file (see
