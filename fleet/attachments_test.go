@@ -24,12 +24,8 @@ func attached(node string) *model.Attachment {
 // way of a deregistration, a delete and a new description, until the
 // detach removes it.
 func TestAnAttachmentHoldsASingleNodeVolumeUntilItIsDetached(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
+	a, b := twoWithDB(t, model.AccessModeSingleNodeWriter)
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 
 	_, err := a.Attach(ctx, "", "db", attached("node-a"))
 	require.ErrorIs(t, err, csi.ErrClaimRefused)
@@ -159,12 +155,9 @@ func TestStrandedAttachmentsAreThoseOfDownNodesWithoutClaims(t *testing.T) {
 // marked, the node's own attachment is refused until the detach is done,
 // so no ControllerUnpublishVolume runs under a node that uses the volume.
 func TestADetachFromAnotherNodeHoldsOnlyWhileThatNodeIsDownAndClaimsNothing(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, c := open(t, srv, "node-a"), open(t, srv, "node-c")
-	healthyNode(t, a)
-	healthyNode(t, c)
+	srv, s := fleetWithDB(t, model.AccessModeSingleNodeWriter, "node-a", "node-c")
+	a, c := s[0], s[1]
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	_, err := c.Claim(ctx, "", "db", writeClaim("alloc-1", "node-c"))
 	require.NoError(t, err)
 	_, err = c.Attach(ctx, "", "db", attached("node-c"))

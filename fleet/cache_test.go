@@ -21,12 +21,8 @@ import (
 // answer and in etcd, and a release from the cache keeps the other's
 // claim too.
 func TestAWriteByAnotherPathBetweenTwoCachedClaimsIsKept(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
+	a, b := twoWithDB(t, model.AccessModeMultiNodeMultiWriter)
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	grain := a.Cached(&fleet.VolumeCache{})
 
 	_, err := grain.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
@@ -79,12 +75,8 @@ func TestARegistrationThroughTheCacheKeepsWhatOthersWriteAfter(t *testing.T) {
 // other way round: the cache says the slot is taken, another path has
 // since freed it: the grain's claim is not refused from the cache.
 func TestAStaleCacheNeverGivesTwoWriters(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
+	a, b := twoWithDB(t, model.AccessModeSingleNodeWriter)
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	grain := a.Cached(&fleet.VolumeCache{})
 
 	_, err := grain.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
@@ -112,12 +104,8 @@ func TestAStaleCacheNeverGivesTwoWriters(t *testing.T) {
 // volume's grain, each with a warm cache that says the writer slot is
 // free, claiming it for two nodes at once, 200 times: one wins each time.
 func TestTwoWarmCachesOfOneVolumeGiveOneWriter(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
+	a, b := twoWithDB(t, model.AccessModeSingleNodeWriter)
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	grains := []interface {
 		Claim(context.Context, string, string, *model.Claim) (*model.CSIVolume, error)
 		Release(context.Context, string, string, *model.Claim) (*model.CSIVolume, error)
@@ -151,11 +139,8 @@ func TestTwoWarmCachesOfOneVolumeGiveOneWriter(t *testing.T) {
 // with node a's claim and release, drains node a, and claims from the
 // cache, which has never read the drain: refused, and nothing written.
 func TestADrainAfterTheCacheWasWarmedRefusesTheClaim(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
+	a, b := twoWithDB(t, model.AccessModeMultiNodeMultiWriter)
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	grain := a.Cached(&fleet.VolumeCache{})
 	_, err := grain.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
 	require.NoError(t, err)

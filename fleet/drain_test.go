@@ -20,12 +20,8 @@ import (
 // refused naming the drain, node b claims as before, and once a is
 // eligible again it claims.
 func TestADrainingNodeTakesNoNewClaimUntilEligibleAgain(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
+	a, b := twoWithDB(t, model.AccessModeMultiNodeMultiWriter)
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
 	require.NoError(t, err)
 
@@ -78,11 +74,9 @@ func TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing(t *testing.T) {
 // with a claim and an attachment, a node down that still holds a claim,
 // and a draining node.
 func TestNodesListsEachNodeWithItsLeaseClaimsAndAttachments(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, gone := open(t, srv, "node-a"), open(t, srv, "node-gone")
-	healthyNode(t, a)
+	_, s := fleetWithDB(t, model.AccessModeMultiNodeMultiWriter, "node-a", "node-gone")
+	a, gone := s[0], s[1]
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
 	require.NoError(t, err)
 	_, err = a.Attach(ctx, "", "db", &model.Attachment{NodeID: "node-a", ExternalNodeID: "csi-a", State: model.AttachmentStateAttached})

@@ -88,3 +88,25 @@ func registered(t testing.TB, s *fleet.Store, v *model.CSIVolume) *model.CSIVolu
 func controllerPlugin(plugin, alloc string, healthy bool) *messages.CSIFingerprint {
 	return &messages.CSIFingerprint{Type: "csi-controller", Name: plugin, AllocId: alloc, Healthy: healthy}
 }
+
+// fleetWithDB starts an etcd and opens a Store on it for each of nodes,
+// each running plugin "ebs" healthy, and registers volume "db" of mode
+// through the first: where most tests of claims start.
+func fleetWithDB(t *testing.T, mode model.AccessMode, nodes ...string) (*etcdtest.Server, []*fleet.Store) {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	stores := make([]*fleet.Store, len(nodes))
+	for i, node := range nodes {
+		stores[i] = open(t, srv, node)
+		healthyNode(t, stores[i])
+	}
+	registered(t, stores[0], volume("db", mode))
+	return srv, stores
+}
+
+// twoWithDB is fleetWithDB of "node-a" and "node-b".
+func twoWithDB(t *testing.T, mode model.AccessMode) (a, b *fleet.Store) {
+	t.Helper()
+	_, s := fleetWithDB(t, mode, "node-a", "node-b")
+	return s[0], s[1]
+}

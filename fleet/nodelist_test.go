@@ -160,11 +160,9 @@ func TestNodeListAnswersAsTheVolumesDoAcrossClaimsReleasesGCAndDrains(t *testing
 // node list checked the index: the node list, which reads only the
 // volumes its index names, answers as before.
 func TestNodeListReadsNoVolumeThatNoNodeHolds(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a := open(t, srv, "node-a")
-	healthyNode(t, a)
+	srv, s := fleetWithDB(t, model.AccessModeMultiNodeMultiWriter, "node-a")
+	a := s[0]
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
 	require.NoError(t, err)
 	require.Len(t, nodesOf(t, a), 1)

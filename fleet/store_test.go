@@ -70,11 +70,9 @@ func TestAClaimOnOneNodeIsSeenAndEnforcedOnAnother(t *testing.T) {
 }
 
 func TestErrorsKeepTheCatalogsSentinels(t *testing.T) {
-	srv := etcdtest.Start(t)
-	s := open(t, srv, "node-a")
-	healthyNode(t, s)
+	_, stores := fleetWithDB(t, model.AccessModeSingleNodeWriter, "node-a")
+	s := stores[0]
 	ctx := testCtx(t)
-	registered(t, s, volume("db", model.AccessModeSingleNodeWriter))
 	_, err := s.Claim(ctx, "", "db", writeClaim("alloc-1", "node-a"))
 	require.NoError(t, err)
 
