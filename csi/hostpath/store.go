@@ -316,10 +316,14 @@ func spareOf(path string) string {
 	return filepath.Join(filepath.Dir(path), tempPrefix+filepath.Base(path))
 }
 
-// removeRecord removes the record at path and its spare; a missing file
-// is not an error.
+// removeRecord removes the record at path and its spare, then syncs
+// their directory so that the removal outlives a crash; a missing file is
+// not an error.
 func removeRecord(path string) error {
-	return errors.Join(removeFile(path), removeFile(spareOf(path)))
+	if err := errors.Join(removeFile(path), removeFile(spareOf(path))); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 // removeFile removes path; a missing file is not an error.

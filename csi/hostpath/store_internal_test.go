@@ -79,6 +79,9 @@ func TestEachRecordWriteSyncsItsDirectoryAfterTheRename(t *testing.T) {
 		"-o", trace, os.Args[0], "-test.run=^TestEachRecordWriteSyncsItsDirectoryAfterTheRename$", "-test.count=1")
 	cmd.Env = append(os.Environ(), writeIn+"="+dir)
 	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "ptrace") {
+		t.Skipf("strace cannot trace here (a container without ptrace?): %s", out)
+	}
 	require.NoError(t, err, "%s", out)
 	data, err := os.ReadFile(trace)
 	require.NoError(t, err)
