@@ -298,7 +298,8 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"scope": "node"`)
 	c.do("GET", "/v1/csi/plugins/nope", "", 404)
 	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":-1}`, 400)
-	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 404)
+	require.Contains(t, string(c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 200)), `"scope": "node"`)
+	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"nodes_expected": 2`)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=single-node-writer&parameter=k%3Dv&topology=topology.hostpath.csi.plugvisor.io%2Fnode%3Dn1", "", 200)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?topology=a%3D1&topology=b%3D2", "", 400)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=everyone", "", 400)
@@ -368,7 +369,7 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 // isFleetOp says whether op is one of the fleet's, which only a cluster
 // agent serves (TestTheFleetRoutesAnswerAsDescribed).
 func isFleetOp(op string) bool {
-	return strings.Contains(op, " /v1/fleet/") || op == "PUT /v1/csi/plugins/{name}/expect"
+	return strings.Contains(op, " /v1/fleet/")
 }
 
 // TestTheVolumeSchemaTakesAFleetsAttachments validates a volume with the

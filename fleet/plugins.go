@@ -12,12 +12,6 @@ import (
 	"github.com/plugvisor/plugvisor/names"
 )
 
-// The jobs an expectation (Store.ExpectPlugin) stands for, one per service.
-const (
-	expectNodesJob       = "expected-nodes"
-	expectControllersJob = "expected-controllers"
-)
-
 // Plugin returns plugin name as the whole fleet sees it: the fingerprints
 // of its instances on every live node (read under its own prefix,
 // pluginfingerprints/<name>/, never the other plugins'), its healthy
@@ -96,8 +90,8 @@ func (s *Store) ExpectPlugin(ctx context.Context, name string, nodes, controller
 	op := clientv3.OpDelete(key)
 	if nodes != 0 || controllers != 0 {
 		value, err := encodeRecord(key, &messages.CatalogPlugin{Id: name, Jobs: map[string]*messages.CatalogPluginJob{
-			expectNodesJob:       {Id: expectNodesJob, Type: string(model.PluginTypeNode), Expected: int64(nodes)},
-			expectControllersJob: {Id: expectControllersJob, Type: string(model.PluginTypeController), Expected: int64(controllers)},
+			model.ExpectNodesJob:       {Id: model.ExpectNodesJob, Type: string(model.PluginTypeNode), Expected: int64(nodes)},
+			model.ExpectControllersJob: {Id: model.ExpectControllersJob, Type: string(model.PluginTypeController), Expected: int64(controllers)},
 		}})
 		if err != nil {
 			return nil, err
