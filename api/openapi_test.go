@@ -300,7 +300,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":-1}`, 400)
 	require.Contains(t, string(c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 200)), `"scope": "node"`)
 	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"nodes_expected": 2`)
-	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=single-node-writer&parameter=k%3Dv&topology=topology.hostpath.csi.plugvisor.io%2Fnode%3Dn1", "", 200)
+	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=access%3Dsingle-node-writer&parameter=k%3Dv&topology=topology.hostpath.csi.plugvisor.io%2Fnode%3Dn1", "", 200)
+	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp/capacity?capability=single-node-writer/file-system", "", 400)),
+		"capability=access=single-node-writer,attachment=file-system", "the older form is refused naming the new one")
 	c.do("GET", "/v1/csi/plugins/hp/capacity?topology=a%3D1&topology=b%3D2", "", 400)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=everyone", "", 400)
 	c.refuse("GET", "/v1/events?replay=maybe", "")
