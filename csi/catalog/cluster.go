@@ -65,7 +65,8 @@ func newFleetState(f Fleet) *fleetState {
 // topologyRefusal is, in cluster mode, the refusal of a registration
 // (single or batch) of a volume without topology whose plugin, as this
 // node has fingerprinted it, requires one (TopologyRequiredOf); nil for
-// any other command. The Fleet is not asked.
+// any other command. It refuses early, without a call; the Fleet checks
+// again against every live node's fingerprints of the plugin.
 func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
 	var vs []*messages.CatalogVolume
 	_, batch := cmd.(*messages.RegisterVolumes)
