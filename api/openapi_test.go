@@ -322,6 +322,8 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{"tier":"fast"}}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{"iops":"5000"}}`, 400)
 	c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{}}`, 400)
+	require.Contains(t, string(c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{"tier\u0007":"x"}}`, 400)), "mutable_parameters key")
+	require.Contains(t, string(c.do("GET", "/v1/volumes/default/vol-1", "", 200)), `"tier": "fast"`, "the catalog recorded the modify the plugin took")
 	c.do("POST", "/v1/volumes/default/vol-1/claim", `{"alloc_id":"c1","read_only":true}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/release", `{"alloc_id":"c1"}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/mount", `{"alloc_id":"web-1"}`, 200)

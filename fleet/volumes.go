@@ -200,6 +200,15 @@ func (s *Store) RecordVolumeCapacity(ctx context.Context, namespace, id string, 
 	})
 }
 
+// RecordVolumeModify merges the mutable parameters a ControllerModifyVolume
+// set into the volume's, by the catalog's rule (model.RecordModifyOn), and
+// returns it (model.ModifyFleet).
+func (s *Store) RecordVolumeModify(ctx context.Context, namespace, id string, params map[string]string) (*model.CSIVolume, error) {
+	return s.changeVolume(ctx, "record volume modify", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		return model.RecordModifyOn(v, params)
+	})
+}
+
 // ListVolumes returns the stubs of the volumes of namespace (all of them
 // when empty), sorted by namespace, then ID, their health following their
 // plugins' counts over the live nodes.

@@ -110,6 +110,8 @@ func (a *catalogActor) Receive(ctx actor.Context) {
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.ExpectPlugin:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.RecordVolumeModify:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.CSIPluginFingerprinted:
 		a.onFingerprinted(ctx, msg)
 	case *messages.CSIPluginHealthChanged, *messages.CSIPluginFailed:
@@ -207,6 +209,8 @@ func (a *catalogActor) apply(w *catalogWrite) error {
 		change, err = a.applyMarkDeleting(w, cmd)
 	case *messages.RecordVolumeCapacity:
 		change, err = a.applyRecordCapacity(w, cmd)
+	case *messages.RecordVolumeModify:
+		change, err = a.applyRecordModify(w, cmd)
 	case *messages.CSIPluginFingerprinted:
 		change, err = a.applyFingerprint(cmd.GetFingerprint())
 	case *messages.ExpectPlugin:
@@ -306,6 +310,8 @@ func (a *catalogActor) reply(ctx actor.Context, w *catalogWrite, err error) {
 		resp = &messages.MarkVolumeDeletingResponse{Error: answer, Volume: volume}
 	case *messages.RecordVolumeCapacity:
 		resp = &messages.RecordVolumeCapacityResponse{Error: answer, Volume: volume}
+	case *messages.RecordVolumeModify:
+		resp = &messages.RecordVolumeModifyResponse{Error: answer, Volume: volume}
 	case *messages.ExpectPlugin:
 		expected := &messages.ExpectPluginResponse{Error: answer}
 		if err == nil && w.plugin != nil {

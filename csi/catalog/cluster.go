@@ -126,6 +126,9 @@ func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.
 	if call := batchFleetCall(f, cmd); call != nil {
 		return call
 	}
+	if call := modifyFleetCall(f, cmd); call != nil {
+		return call
+	}
 	switch cmd := cmd.(type) {
 	case *messages.RegisterVolume:
 		return func(ctx context.Context) proto.Message {
@@ -248,6 +251,8 @@ func fleetResponse(cmd proto.Message, v *model.CSIVolume, err error) proto.Messa
 		return &messages.MarkVolumeDeletingResponse{Error: answer, Volume: volume}
 	case *messages.RecordVolumeCapacity:
 		return &messages.RecordVolumeCapacityResponse{Error: answer, Volume: volume}
+	case *messages.RecordVolumeModify:
+		return &messages.RecordVolumeModifyResponse{Error: answer, Volume: volume}
 	case *messages.GetVolumeRequest:
 		return &messages.GetVolumeResponse{Error: answer, Volume: volume}
 	case *messages.ListVolumesRequest:
