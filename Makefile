@@ -73,7 +73,8 @@ FUZZ_TARGETS := \
 	api:FuzzDecodePluginBody api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody \
-	api:FuzzCheckRawString api:FuzzCreateBodyBounds
+	api:FuzzCheckRawString api:FuzzCreateBodyBounds \
+	api:FuzzDecodeVolumeBatchBody api:FuzzDecodeDeregisterBatchBody api:FuzzDecodeExpectBody api:FuzzMountGroup
 # FUZZTIME is a count of executions, not a duration: with a duration, Go
 # 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when the time runs out under load (golang/go#75804, fixed in

@@ -22,7 +22,8 @@ type PluginCapacityJSON struct {
 }
 
 // pluginCapacity asks the plugin's controller GetCapacity, with the
-// capabilities (capability=ACCESS_MODE[/ATTACHMENT_MODE], repeatable),
+// capabilities (capability=access=MODE[,attachment=MODE][,fs=TYPE],
+// repeatable, model.ParseCapability: the CLI's syntax),
 // parameters (parameter=K=V, repeatable) and topology (topology=K=V[,K=V])
 // of the query.
 func (s *Server) pluginCapacity(w http.ResponseWriter, r *http.Request) error {
@@ -50,9 +51,15 @@ func capacityRequest(plugin string, q url.Values) (controller.CapacityRequest, e
 		return fmt.Errorf("api: capacity: %w: %s %q is not %s", controller.ErrInvalidRequest, field, v, want)
 	}
 	for _, c := range q["capability"] {
-		access, attach, _ := strings.Cut(c, "/")
-		req.Capabilities = append(req.Capabilities, controller.Capability{AccessMode: model.AccessMode(access),
-			AttachmentMode: model.AttachmentMode(cmp.Or(attach, string(model.AttachmentModeFileSystem)))})
+		if access, attach, _ := strings.Cut(c, "/"); !strings.Contains(c, "=") {
+			return req, fmt.Errorf("api: capacity: %w: capability %q: the form ACCESS/ATTACHMENT is no longer taken; give the CLI's, %s: capability=access=%s,attachment=%s",
+				controller.ErrInvalidRequest, c, model.CapabilitySyntax, access, cmp.Or(attach, string(model.AttachmentModeFileSystem)))
+		}
+		parsed, err := model.ParseCapability(c)
+		if err != nil {
+			return req, fmt.Errorf("api: capacity: %w: capability: %w", controller.ErrInvalidRequest, err)
+		}
+		req.Capabilities = append(req.Capabilities, parsed)
 	}
 	for _, p := range q["parameter"] {
 		k, v, ok := strings.Cut(p, "=")

@@ -298,8 +298,11 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"scope": "node"`)
 	c.do("GET", "/v1/csi/plugins/nope", "", 404)
 	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":-1}`, 400)
-	c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 404)
-	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=single-node-writer&parameter=k%3Dv&topology=topology.hostpath.csi.plugvisor.io%2Fnode%3Dn1", "", 200)
+	require.Contains(t, string(c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 200)), `"scope": "node"`)
+	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"nodes_expected": 2`)
+	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=access%3Dsingle-node-writer&parameter=k%3Dv&topology=topology.hostpath.csi.plugvisor.io%2Fnode%3Dn1", "", 200)
+	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp/capacity?capability=single-node-writer/file-system", "", 400)),
+		"capability=access=single-node-writer,attachment=file-system", "the older form is refused naming the new one")
 	c.do("GET", "/v1/csi/plugins/hp/capacity?topology=a%3D1&topology=b%3D2", "", 400)
 	c.do("GET", "/v1/csi/plugins/hp/capacity?capability=everyone", "", 400)
 	c.refuse("GET", "/v1/events?replay=maybe", "")
@@ -319,6 +322,8 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{"tier":"fast"}}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{"iops":"5000"}}`, 400)
 	c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{}}`, 400)
+	require.Contains(t, string(c.do("POST", "/v1/volumes/default/vol-1/modify", `{"mutable_parameters":{"tier\u0007":"x"}}`, 400)), "mutable_parameters key")
+	require.Contains(t, string(c.do("GET", "/v1/volumes/default/vol-1", "", 200)), `"tier": "fast"`, "the catalog recorded the modify the plugin took")
 	c.do("POST", "/v1/volumes/default/vol-1/claim", `{"alloc_id":"c1","read_only":true}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/release", `{"alloc_id":"c1"}`, 200)
 	c.do("POST", "/v1/volumes/default/vol-1/mount", `{"alloc_id":"web-1"}`, 200)
@@ -368,7 +373,7 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 // isFleetOp says whether op is one of the fleet's, which only a cluster
 // agent serves (TestTheFleetRoutesAnswerAsDescribed).
 func isFleetOp(op string) bool {
-	return strings.Contains(op, " /v1/fleet/") || op == "PUT /v1/csi/plugins/{name}/expect"
+	return strings.Contains(op, " /v1/fleet/")
 }
 
 // TestTheVolumeSchemaTakesAFleetsAttachments validates a volume with the

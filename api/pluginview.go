@@ -99,8 +99,8 @@ func (s *Server) getPluginView(w http.ResponseWriter, r *http.Request) error {
 }
 
 // expectPlugin checks the body first, so that bad input is refused the
-// same way with or without a fleet; the expectation is kept in etcd, so
-// it needs one.
+// same way with or without a fleet. In a fleet the expectation is kept in
+// etcd; on one agent, in the local catalog's plugin record.
 func (s *Server) expectPlugin(w http.ResponseWriter, r *http.Request) error {
 	var body ExpectBody
 	if err := s.decode(w, r, &body, false); err != nil {
@@ -110,16 +110,24 @@ func (s *Server) expectPlugin(w http.ResponseWriter, r *http.Request) error {
 	if err := model.CheckExpectation(name, body.Nodes, body.Controllers); err != nil {
 		return err
 	}
-	if s.FleetPlugins == nil {
-		return fmt.Errorf("%w: expected counts are kept in the fleet's etcd: this agent is not in a fleet (start it with -cluster-etcd)", errNotFound)
+	var p *model.CSIPlugin
+	var err error
+	scope := "fleet"
+	switch {
+	case s.FleetPlugins != nil:
+		p, err = s.FleetPlugins.ExpectPlugin(r.Context(), name, body.Nodes, body.Controllers)
+	case s.Catalog != nil:
+		scope = "node"
+		p, err = s.Catalog.ExpectPlugin(r.Context(), name, body.Nodes, body.Controllers)
+	default:
+		return fmt.Errorf("%w: this agent runs no CSI catalog", errNotFound)
 	}
-	p, err := s.FleetPlugins.ExpectPlugin(r.Context(), name, body.Nodes, body.Controllers)
 	if err != nil {
 		return err
 	}
 	out := map[string]any{"plugin": nil}
 	if p != nil {
-		out["plugin"] = pluginView(p, "fleet")
+		out["plugin"] = pluginView(p, scope)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -120,6 +120,10 @@ func (b *DeleteSnapshotBody) checkBounds(l Limits) error {
 	return checkMap("secrets", b.Secrets, l.Secrets, "-max-secrets")
 }
 
+func (b *ModifyBody) checkBounds(l Limits) error {
+	return checkMap("mutable_parameters", b.MutableParameters, l.Parameters, "-max-parameters")
+}
+
 func (b *VolumeBody) checkBounds(l Limits) error {
 	return checkTopologies("topologies", l, b.Topologies)
 }

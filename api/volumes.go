@@ -45,6 +45,10 @@ type VolumeJSON struct {
 	WriteClaims    []string            `json:"write_claims"`
 	CreateIndex    uint64              `json:"create_index"`
 	ModifyIndex    uint64              `json:"modify_index"`
+	// MutableParameters are those the modifies that succeeded set
+	// (ControllerModifyVolume), as the catalog records them; absent
+	// before any.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
 	// Attachments are the volume's attachments to nodes, as a fleet records
 	// them (cluster mode); absent on a single node.
 	Attachments []AttachmentJSON `json:"attachments,omitempty"`
@@ -63,7 +67,7 @@ func volumeJSON(v *model.CSIVolume) VolumeJSON {
 		AccessMode: string(v.AccessMode), AttachmentMode: string(v.AttachmentMode),
 		Schedulable: v.Schedulable, NodesHealthy: v.NodesHealthy,
 		Topologies: []map[string]string{}, ReadClaims: []string{}, WriteClaims: []string{}, Capabilities: capabilitiesJSON(v),
-		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
+		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex, MutableParameters: maps.Clone(v.MutableParameters),
 	}
 	for _, t := range v.Topologies {
 		out.Topologies = append(out.Topologies, t.Segments)

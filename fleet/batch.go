@@ -62,30 +62,26 @@ func (s *Store) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*
 		}
 		items[i] = &batchItem{ns: ns, id: v.ID}
 	}
-	err := s.updateBatch(ctx, "register volumes", items, func(i int, old *model.CSIVolume) (*model.CSIVolume, error) {
+	plugins, err := s.registeredPlugins(ctx, vs)
+	if err != nil {
+		return nil, err
+	}
+	if err := topologyRefusal(vs, plugins, true); err != nil {
+		return nil, err
+	}
+	err = s.updateBatch(ctx, "register volumes", items, func(i int, old *model.CSIVolume) (*model.CSIVolume, error) {
 		return model.RegisterOver(old, vs[i])
 	})
 	if err != nil {
 		return nil, err
 	}
+	// Each health follows its plugin's counts as read before the write.
 	out := make([]*model.CSIVolume, len(items))
-	health := map[string]model.Health{}
-	err = s.call(ctx, "read the plugins' health", func(ctx context.Context) error {
-		for i, b := range items {
-			h, ok := health[b.next.PluginID]
-			if !ok {
-				var err error
-				if h, err = s.pluginHealth(ctx, b.next.PluginID); err != nil {
-					return err
-				}
-				health[b.next.PluginID] = h
-			}
-			out[i] = b.next.Copy()
-			out[i].Health = h
-		}
-		return nil
-	})
-	return out, err
+	for i, b := range items {
+		out[i] = b.next.Copy()
+		out[i].Health = model.PluginHealth(plugins[b.next.PluginID])
+	}
+	return out, nil
 }
 
 // DeregisterVolumes forgets the volumes ids of namespace by the catalog's

@@ -12,12 +12,6 @@ import (
 	"github.com/plugvisor/plugvisor/names"
 )
 
-// The jobs an expectation (Store.ExpectPlugin) stands for, one per service.
-const (
-	expectNodesJob       = "expected-nodes"
-	expectControllersJob = "expected-controllers"
-)
-
 // Plugin returns plugin name as the whole fleet sees it: the fingerprints
 // of its instances on every live node (read under its own prefix,
 // pluginfingerprints/<name>/, never the other plugins'), its healthy
@@ -96,8 +90,8 @@ func (s *Store) ExpectPlugin(ctx context.Context, name string, nodes, controller
 	op := clientv3.OpDelete(key)
 	if nodes != 0 || controllers != 0 {
 		value, err := encodeRecord(key, &messages.CatalogPlugin{Id: name, Jobs: map[string]*messages.CatalogPluginJob{
-			expectNodesJob:       {Id: expectNodesJob, Type: string(model.PluginTypeNode), Expected: int64(nodes)},
-			expectControllersJob: {Id: expectControllersJob, Type: string(model.PluginTypeController), Expected: int64(controllers)},
+			model.ExpectNodesJob:       {Id: model.ExpectNodesJob, Type: string(model.PluginTypeNode), Expected: int64(nodes)},
+			model.ExpectControllersJob: {Id: model.ExpectControllersJob, Type: string(model.PluginTypeController), Expected: int64(controllers)},
 		}})
 		if err != nil {
 			return nil, err
@@ -116,4 +110,49 @@ func (s *Store) ExpectPlugin(ctx context.Context, name string, nodes, controller
 		return nil, nil
 	}
 	return p, err
+}
+
+// registeredPlugins reads, once per plugin, the fingerprints of the
+// plugins of vs over every live node (under each plugin's own prefix):
+// what a registration checks the topology requirement against and
+// answers its health from. A plugin no live node fingerprints is absent.
+func (s *Store) registeredPlugins(ctx context.Context, vs []*model.CSIVolume) (map[string]*model.CSIPlugin, error) {
+	plugins := map[string]*model.CSIPlugin{}
+	err := s.call(ctx, "read the plugins' fingerprints", func(ctx context.Context) error {
+		for _, v := range vs {
+			if _, read := plugins[v.PluginID]; read {
+				continue
+			}
+			resp, err := s.client.Get(ctx, s.keys.pluginFingerprints(v.PluginID), clientv3.WithPrefix())
+			if err != nil {
+				return etcdErr(err)
+			}
+			if plugins[v.PluginID], err = s.pluginOf(v.PluginID, resp.Kvs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return plugins, err
+}
+
+// topologyRefusal is the refusal of the first volume of vs (a batch's
+// item, named so, when batch) that names no topology while its plugin, as
+// plugins has it over every live node, advertises
+// VOLUME_ACCESSIBILITY_CONSTRAINTS (model.TopologyRequiredOf; a volume its
+// plugin created has the topology the plugin gave it): the registering
+// node need not run the plugin. The fingerprints are read before the
+// registration's transaction, not in it: a plugin's first fingerprint that
+// lands during a registration may miss it, as it would a moment earlier.
+func topologyRefusal(vs []*model.CSIVolume, plugins map[string]*model.CSIPlugin, batch bool) error {
+	for i, v := range vs {
+		err := model.TopologyRequiredOf(v, plugins[v.PluginID], v.Created)
+		if err != nil && batch {
+			return model.BatchItemError(i, v.ID, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -108,3 +108,50 @@ func TestExpectPluginRefusesBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 1}, []int{p.NodesExpected, p.ControllersExpected})
 }
+
+// TestARegistrationThroughANodeWithoutThePluginNeedsTheTopologyItRequires:
+// plugin "zonal" advertises VOLUME_ACCESSIBILITY_CONSTRAINTS on n1 only
+// (its controller); a registration without topology through n2, which
+// does not run it, is refused as through n1, alone or as a batch's item,
+// and nothing is written. With a topology it is taken, and once n1's
+// fingerprints go with its lease nothing requires one any more.
+func TestARegistrationThroughANodeWithoutThePluginNeedsTheTopologyItRequires(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, b := open(t, srv, "n1"), open(t, srv, "n2")
+	ctx := testCtx(t)
+	zonal := controllerPlugin("zonal", "a1", true)
+	zonal.Capabilities = &messages.CSICapabilities{Plugin: []string{"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS"}}
+	require.NoError(t, a.PutFingerprints(ctx, []*messages.CSIFingerprint{zonal}))
+	require.NoError(t, b.PutFingerprints(ctx, []*messages.CSIFingerprint{nodePlugin("ebs", "b1", true)}))
+
+	z := volume("z", model.AccessModeSingleNodeWriter)
+	z.PluginID = "zonal"
+	for _, s := range []*fleet.Store{a, b} {
+		_, err := s.RegisterVolume(ctx, z)
+		require.ErrorIs(t, err, catalog.ErrTopologyRequired, "through %s", s.NodeID())
+		require.ErrorIs(t, err, model.ErrInvalid)
+		require.ErrorContains(t, err, "topologies")
+	}
+	_, err := b.RegisterVolumes(ctx, []*model.CSIVolume{volume("e", model.AccessModeSingleNodeWriter), z})
+	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorContains(t, err, `volumes[1] (volume "z")`)
+	stubs, err := b.ListVolumes(ctx, "")
+	require.NoError(t, err)
+	require.Empty(t, stubs, "the refusals wrote nothing")
+
+	created := z.Copy()
+	created.ID, created.Created, created.ExternalID = "made", true, "made"
+	_, err = b.RegisterVolume(ctx, created)
+	require.NoError(t, err, "a volume the plugin created has the topology the plugin gave it")
+	placed := z.Copy()
+	placed.Topologies = []*model.Topology{{Segments: map[string]string{"zone": "a"}}}
+	got, err := b.RegisterVolumes(ctx, []*model.CSIVolume{volume("e", model.AccessModeSingleNodeWriter), placed})
+	require.NoError(t, err)
+	require.True(t, got[0].Schedulable, "the answer's health follows each plugin's counts")
+
+	require.NoError(t, a.Close())
+	loose := z.Copy()
+	loose.ID = "loose"
+	_, err = b.RegisterVolume(ctx, loose)
+	require.NoError(t, err, "no live node fingerprints zonal: nothing requires a topology")
+}

@@ -38,8 +38,9 @@ type Store struct {
 }
 
 var (
-	_ model.Fleet      = (*Store)(nil)
-	_ model.BatchFleet = (*Store)(nil)
+	_ model.Fleet       = (*Store)(nil)
+	_ model.BatchFleet  = (*Store)(nil)
+	_ model.ModifyFleet = (*Store)(nil)
 )
 
 // Open connects to etcd, grants this node's lease and puts its liveness

@@ -28,33 +28,23 @@ func (s *Store) register(ctx context.Context, v *model.CSIVolume, how via) (*mod
 	if err != nil {
 		return nil, err
 	}
+	plugins, err := s.registeredPlugins(ctx, []*model.CSIVolume{v})
+	if err != nil {
+		return nil, err
+	}
+	if err := topologyRefusal([]*model.CSIVolume{v}, plugins, false); err != nil {
+		return nil, err
+	}
 	out, err := s.updateSeeing(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume, _ sideRead) (*model.CSIVolume, error) {
 		return model.RegisterOver(old, v)
 	}, nil, how)
 	if err != nil {
 		return nil, err
 	}
-	err = s.call(ctx, "read the plugin's health", func(ctx context.Context) error {
-		var err error
-		out.Health, err = s.pluginHealth(ctx, out.PluginID)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
+	// The health follows the plugin's counts as read before the write,
+	// which the write does not change.
+	out.Health = model.PluginHealth(plugins[out.PluginID])
 	return out, nil
-}
-
-// pluginHealth is the health of the volumes of plugin, following its
-// counts over the live nodes: what a registration answers with, since
-// what it writes is the new description alone.
-func (s *Store) pluginHealth(ctx context.Context, plugin string) (model.Health, error) {
-	resp, err := s.client.Get(ctx, s.keys.pluginFingerprints(plugin), clientv3.WithPrefix())
-	if err != nil {
-		return model.Health{}, etcdErr(err)
-	}
-	plugins, err := s.decodePlugins(resp.Kvs, true)
-	return model.PluginHealth(plugins[plugin]), err
 }
 
 // CheckRoom is nil when the volume (namespace, id) is in the fleet or the
@@ -207,6 +197,15 @@ func (s *Store) MarkVolumeDeleting(ctx context.Context, namespace, id string) (*
 func (s *Store) RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error) {
 	return s.changeVolume(ctx, "record volume capacity", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
 		return model.RecordCapacityOn(v, capacityBytes)
+	})
+}
+
+// RecordVolumeModify merges the mutable parameters a ControllerModifyVolume
+// set into the volume's, by the catalog's rule (model.RecordModifyOn), and
+// returns it (model.ModifyFleet).
+func (s *Store) RecordVolumeModify(ctx context.Context, namespace, id string, params map[string]string) (*model.CSIVolume, error) {
+	return s.changeVolume(ctx, "record volume modify", namespace, id, func(v *model.CSIVolume) (*model.CSIVolume, error) {
+		return model.RecordModifyOn(v, params)
 	})
 }
 

@@ -315,9 +315,13 @@ type CatalogVolume struct {
 	// each claim chooses one. The first is access_mode and attachment_mode.
 	// Empty in a record written before volumes had several, which means the
 	// one capability access_mode, attachment_mode (and mount_options.fs_type).
-	Capabilities  []*CatalogCapability `protobuf:"bytes,24,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Capabilities []*CatalogCapability `protobuf:"bytes,24,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// mutable_parameters are the parameters ControllerModifyVolume set, key
+	// by key as the modifies that succeeded left them (a later modify of a
+	// key wins). A registration keeps them; empty until a modify.
+	MutableParameters map[string]string `protobuf:"bytes,25,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CatalogVolume) Reset() {
@@ -514,6 +518,13 @@ func (x *CatalogVolume) GetAttachments() map[string]*CatalogAttachment {
 func (x *CatalogVolume) GetCapabilities() []*CatalogCapability {
 	if x != nil {
 		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *CatalogVolume) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
 	}
 	return nil
 }
@@ -2473,6 +2484,261 @@ func (x *RecordVolumeCapacityResponse) GetVolume() *CatalogVolume {
 	return nil
 }
 
+// ExpectPlugin is sent by the agent's API or a Go caller to the catalog of
+// an agent outside a fleet to declare how many node and controller
+// instances of a plugin it expects: the plugin's expected counts, kept in
+// its record until declared again. Zero for both removes the expectation.
+// The catalog answers ExpectPluginResponse once durable.
+type ExpectPlugin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PluginId      string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Nodes         int64                  `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Controllers   int64                  `protobuf:"varint,3,opt,name=controllers,proto3" json:"controllers,omitempty"`
+	ReplyTo       *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpectPlugin) Reset() {
+	*x = ExpectPlugin{}
+	mi := &file_messages_catalog_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpectPlugin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpectPlugin) ProtoMessage() {}
+
+func (x *ExpectPlugin) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpectPlugin.ProtoReflect.Descriptor instead.
+func (*ExpectPlugin) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ExpectPlugin) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *ExpectPlugin) GetNodes() int64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *ExpectPlugin) GetControllers() int64 {
+	if x != nil {
+		return x.Controllers
+	}
+	return 0
+}
+
+func (x *ExpectPlugin) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// ExpectPluginResponse is the catalog's answer to ExpectPlugin: the plugin
+// after the change, or none when nothing keeps it any more (it was
+// collected, see the catalog's doc on empty plugins).
+type ExpectPluginResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Plugin        *CatalogPlugin         `protobuf:"bytes,2,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpectPluginResponse) Reset() {
+	*x = ExpectPluginResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpectPluginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpectPluginResponse) ProtoMessage() {}
+
+func (x *ExpectPluginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpectPluginResponse.ProtoReflect.Descriptor instead.
+func (*ExpectPluginResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ExpectPluginResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ExpectPluginResponse) GetPlugin() *CatalogPlugin {
+	if x != nil {
+		return x.Plugin
+	}
+	return nil
+}
+
+// RecordVolumeModify is sent by the controller operations (through the
+// catalog's Go facade) to the catalog after ControllerModifyVolume
+// succeeded, with the mutable parameters it set: the catalog merges them
+// into the volume's. Claims do not stop it: a modify can be online. The
+// catalog answers RecordVolumeModifyResponse once durable.
+type RecordVolumeModify struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Namespace         string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	VolumeId          string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	MutableParameters map[string]string      `protobuf:"bytes,3,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ReplyTo           *actor.PID             `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RecordVolumeModify) Reset() {
+	*x = RecordVolumeModify{}
+	mi := &file_messages_catalog_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordVolumeModify) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordVolumeModify) ProtoMessage() {}
+
+func (x *RecordVolumeModify) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordVolumeModify.ProtoReflect.Descriptor instead.
+func (*RecordVolumeModify) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RecordVolumeModify) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RecordVolumeModify) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *RecordVolumeModify) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
+	}
+	return nil
+}
+
+func (x *RecordVolumeModify) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+// RecordVolumeModifyResponse is the catalog's answer to
+// RecordVolumeModify: the volume with its mutable parameters.
+type RecordVolumeModifyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordVolumeModifyResponse) Reset() {
+	*x = RecordVolumeModifyResponse{}
+	mi := &file_messages_catalog_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordVolumeModifyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordVolumeModifyResponse) ProtoMessage() {}
+
+func (x *RecordVolumeModifyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_catalog_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordVolumeModifyResponse.ProtoReflect.Descriptor instead.
+func (*RecordVolumeModifyResponse) Descriptor() ([]byte, []int) {
+	return file_messages_catalog_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RecordVolumeModifyResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RecordVolumeModifyResponse) GetVolume() *CatalogVolume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
 // ListCatalogPluginsRequest is sent by the agent's API or a Go caller to the
 // catalog for every plugin it knows, with their instances and health counts.
 type ListCatalogPluginsRequest struct {
@@ -2484,7 +2750,7 @@ type ListCatalogPluginsRequest struct {
 
 func (x *ListCatalogPluginsRequest) Reset() {
 	*x = ListCatalogPluginsRequest{}
-	mi := &file_messages_catalog_proto_msgTypes[34]
+	mi := &file_messages_catalog_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2762,7 @@ func (x *ListCatalogPluginsRequest) String() string {
 func (*ListCatalogPluginsRequest) ProtoMessage() {}
 
 func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[34]
+	mi := &file_messages_catalog_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2775,7 @@ func (x *ListCatalogPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{34}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListCatalogPluginsRequest) GetReplyTo() *actor.PID {
@@ -2533,7 +2799,7 @@ type ListCatalogPluginsResponse struct {
 
 func (x *ListCatalogPluginsResponse) Reset() {
 	*x = ListCatalogPluginsResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[35]
+	mi := &file_messages_catalog_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2811,7 @@ func (x *ListCatalogPluginsResponse) String() string {
 func (*ListCatalogPluginsResponse) ProtoMessage() {}
 
 func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[35]
+	mi := &file_messages_catalog_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2824,7 @@ func (x *ListCatalogPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{35}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListCatalogPluginsResponse) GetPlugins() []*CatalogPlugin {
@@ -2588,7 +2854,7 @@ type ShutdownCatalog struct {
 
 func (x *ShutdownCatalog) Reset() {
 	*x = ShutdownCatalog{}
-	mi := &file_messages_catalog_proto_msgTypes[36]
+	mi := &file_messages_catalog_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2866,7 @@ func (x *ShutdownCatalog) String() string {
 func (*ShutdownCatalog) ProtoMessage() {}
 
 func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[36]
+	mi := &file_messages_catalog_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2879,7 @@ func (x *ShutdownCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalog.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalog) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{36}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShutdownCatalog) GetReplyTo() *actor.PID {
@@ -2633,7 +2899,7 @@ type ShutdownCatalogResponse struct {
 
 func (x *ShutdownCatalogResponse) Reset() {
 	*x = ShutdownCatalogResponse{}
-	mi := &file_messages_catalog_proto_msgTypes[37]
+	mi := &file_messages_catalog_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2911,7 @@ func (x *ShutdownCatalogResponse) String() string {
 func (*ShutdownCatalogResponse) ProtoMessage() {}
 
 func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_messages_catalog_proto_msgTypes[37]
+	mi := &file_messages_catalog_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2924,7 @@ func (x *ShutdownCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownCatalogResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_messages_catalog_proto_rawDescGZIP(), []int{37}
+	return file_messages_catalog_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ShutdownCatalogResponse) GetError() *Error {
@@ -2694,7 +2960,7 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x13controllers_healthy\x18\x03 \x01(\x03R\x12controllersHealthy\x121\n" +
 	"\x14controllers_expected\x18\x04 \x01(\x03R\x13controllersExpected\x12#\n" +
 	"\rnodes_healthy\x18\x05 \x01(\x03R\fnodesHealthy\x12%\n" +
-	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\xa2\x0f\n" +
+	"\x0enodes_expected\x18\x06 \x01(\x03R\rnodesExpected\"\xd1\x10\n" +
 	"\rCatalogVolume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -2728,7 +2994,8 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\bdeleting\x18\x15 \x01(\bR\bdeleting\x12\x18\n" +
 	"\acreated\x18\x16 \x01(\bR\acreated\x12T\n" +
 	"\vattachments\x18\x17 \x03(\v22.plugvisor.messages.CatalogVolume.AttachmentsEntryR\vattachments\x12I\n" +
-	"\fcapabilities\x18\x18 \x03(\v2%.plugvisor.messages.CatalogCapabilityR\fcapabilities\x1a_\n" +
+	"\fcapabilities\x18\x18 \x03(\v2%.plugvisor.messages.CatalogCapabilityR\fcapabilities\x12g\n" +
+	"\x12mutable_parameters\x18\x19 \x03(\v28.plugvisor.messages.CatalogVolume.MutableParametersEntryR\x11mutableParameters\x1a_\n" +
 	"\x0fReadClaimsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\x05value\x18\x02 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05value:\x028\x01\x1a`\n" +
@@ -2749,7 +3016,10 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1ae\n" +
 	"\x10AttachmentsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12;\n" +
-	"\x05value\x18\x02 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\x05value:\x028\x01\"v\n" +
+	"\x05value\x18\x02 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\x05value:\x028\x01\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
 	"\x11CatalogCapability\x12\x1f\n" +
 	"\vaccess_mode\x18\x01 \x01(\tR\n" +
 	"accessMode\x12'\n" +
@@ -2906,6 +3176,27 @@ const file_messages_catalog_proto_rawDesc = "" +
 	".actor.PIDR\areplyTo\"\x8a\x01\n" +
 	"\x1cRecordVolumeCapacityResponse\x12/\n" +
 	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
+	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\x8a\x01\n" +
+	"\fExpectPlugin\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x03R\x05nodes\x12 \n" +
+	"\vcontrollers\x18\x03 \x01(\x03R\vcontrollers\x12%\n" +
+	"\breply_to\x18\x04 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x82\x01\n" +
+	"\x14ExpectPluginResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
+	"\x06plugin\x18\x02 \x01(\v2!.plugvisor.messages.CatalogPluginR\x06plugin\"\xaa\x02\n" +
+	"\x12RecordVolumeModify\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12l\n" +
+	"\x12mutable_parameters\x18\x03 \x03(\v2=.plugvisor.messages.RecordVolumeModify.MutableParametersEntryR\x11mutableParameters\x12%\n" +
+	"\breply_to\x18\x04 \x01(\v2\n" +
+	".actor.PIDR\areplyTo\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x01\n" +
+	"\x1aRecordVolumeModifyResponse\x12/\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
 	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"B\n" +
 	"\x19ListCatalogPluginsRequest\x12%\n" +
 	"\breply_to\x18\x01 \x01(\v2\n" +
@@ -2931,7 +3222,7 @@ func file_messages_catalog_proto_rawDescGZIP() []byte {
 	return file_messages_catalog_proto_rawDescData
 }
 
-var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_messages_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_messages_catalog_proto_goTypes = []any{
 	(*CatalogTopology)(nil),              // 0: plugvisor.messages.CatalogTopology
 	(*CatalogClaim)(nil),                 // 1: plugvisor.messages.CatalogClaim
@@ -2967,96 +3258,110 @@ var file_messages_catalog_proto_goTypes = []any{
 	(*MarkVolumeDeletingResponse)(nil),   // 31: plugvisor.messages.MarkVolumeDeletingResponse
 	(*RecordVolumeCapacity)(nil),         // 32: plugvisor.messages.RecordVolumeCapacity
 	(*RecordVolumeCapacityResponse)(nil), // 33: plugvisor.messages.RecordVolumeCapacityResponse
-	(*ListCatalogPluginsRequest)(nil),    // 34: plugvisor.messages.ListCatalogPluginsRequest
-	(*ListCatalogPluginsResponse)(nil),   // 35: plugvisor.messages.ListCatalogPluginsResponse
-	(*ShutdownCatalog)(nil),              // 36: plugvisor.messages.ShutdownCatalog
-	(*ShutdownCatalogResponse)(nil),      // 37: plugvisor.messages.ShutdownCatalogResponse
-	nil,                                  // 38: plugvisor.messages.CatalogTopology.SegmentsEntry
-	nil,                                  // 39: plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	nil,                                  // 40: plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	nil,                                  // 41: plugvisor.messages.CatalogVolume.PastClaimsEntry
-	nil,                                  // 42: plugvisor.messages.CatalogVolume.ParametersEntry
-	nil,                                  // 43: plugvisor.messages.CatalogVolume.SecretsEntry
-	nil,                                  // 44: plugvisor.messages.CatalogVolume.ContextEntry
-	nil,                                  // 45: plugvisor.messages.CatalogVolume.AttachmentsEntry
-	nil,                                  // 46: plugvisor.messages.CatalogPlugin.JobsEntry
-	nil,                                  // 47: plugvisor.messages.CatalogPlugin.ControllersEntry
-	nil,                                  // 48: plugvisor.messages.CatalogPlugin.NodesEntry
-	(*timestamppb.Timestamp)(nil),        // 49: google.protobuf.Timestamp
-	(*actor.PID)(nil),                    // 50: actor.PID
-	(*Error)(nil),                        // 51: plugvisor.messages.Error
+	(*ExpectPlugin)(nil),                 // 34: plugvisor.messages.ExpectPlugin
+	(*ExpectPluginResponse)(nil),         // 35: plugvisor.messages.ExpectPluginResponse
+	(*RecordVolumeModify)(nil),           // 36: plugvisor.messages.RecordVolumeModify
+	(*RecordVolumeModifyResponse)(nil),   // 37: plugvisor.messages.RecordVolumeModifyResponse
+	(*ListCatalogPluginsRequest)(nil),    // 38: plugvisor.messages.ListCatalogPluginsRequest
+	(*ListCatalogPluginsResponse)(nil),   // 39: plugvisor.messages.ListCatalogPluginsResponse
+	(*ShutdownCatalog)(nil),              // 40: plugvisor.messages.ShutdownCatalog
+	(*ShutdownCatalogResponse)(nil),      // 41: plugvisor.messages.ShutdownCatalogResponse
+	nil,                                  // 42: plugvisor.messages.CatalogTopology.SegmentsEntry
+	nil,                                  // 43: plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	nil,                                  // 44: plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	nil,                                  // 45: plugvisor.messages.CatalogVolume.PastClaimsEntry
+	nil,                                  // 46: plugvisor.messages.CatalogVolume.ParametersEntry
+	nil,                                  // 47: plugvisor.messages.CatalogVolume.SecretsEntry
+	nil,                                  // 48: plugvisor.messages.CatalogVolume.ContextEntry
+	nil,                                  // 49: plugvisor.messages.CatalogVolume.AttachmentsEntry
+	nil,                                  // 50: plugvisor.messages.CatalogVolume.MutableParametersEntry
+	nil,                                  // 51: plugvisor.messages.CatalogPlugin.JobsEntry
+	nil,                                  // 52: plugvisor.messages.CatalogPlugin.ControllersEntry
+	nil,                                  // 53: plugvisor.messages.CatalogPlugin.NodesEntry
+	nil,                                  // 54: plugvisor.messages.RecordVolumeModify.MutableParametersEntry
+	(*timestamppb.Timestamp)(nil),        // 55: google.protobuf.Timestamp
+	(*actor.PID)(nil),                    // 56: actor.PID
+	(*Error)(nil),                        // 57: plugvisor.messages.Error
 }
 var file_messages_catalog_proto_depIdxs = []int32{
-	38, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
+	42, // 0: plugvisor.messages.CatalogTopology.segments:type_name -> plugvisor.messages.CatalogTopology.SegmentsEntry
 	0,  // 1: plugvisor.messages.CatalogVolume.topologies:type_name -> plugvisor.messages.CatalogTopology
-	39, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
-	40, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
-	41, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
+	43, // 2: plugvisor.messages.CatalogVolume.read_claims:type_name -> plugvisor.messages.CatalogVolume.ReadClaimsEntry
+	44, // 3: plugvisor.messages.CatalogVolume.write_claims:type_name -> plugvisor.messages.CatalogVolume.WriteClaimsEntry
+	45, // 4: plugvisor.messages.CatalogVolume.past_claims:type_name -> plugvisor.messages.CatalogVolume.PastClaimsEntry
 	2,  // 5: plugvisor.messages.CatalogVolume.health:type_name -> plugvisor.messages.CatalogHealth
-	49, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
-	42, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
-	43, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
-	44, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
+	55, // 6: plugvisor.messages.CatalogVolume.resource_exhausted:type_name -> google.protobuf.Timestamp
+	46, // 7: plugvisor.messages.CatalogVolume.parameters:type_name -> plugvisor.messages.CatalogVolume.ParametersEntry
+	47, // 8: plugvisor.messages.CatalogVolume.secrets:type_name -> plugvisor.messages.CatalogVolume.SecretsEntry
+	48, // 9: plugvisor.messages.CatalogVolume.context:type_name -> plugvisor.messages.CatalogVolume.ContextEntry
 	6,  // 10: plugvisor.messages.CatalogVolume.mount_options:type_name -> plugvisor.messages.CatalogMountOptions
 	0,  // 11: plugvisor.messages.CatalogVolume.requested_topologies:type_name -> plugvisor.messages.CatalogTopology
-	45, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
+	49, // 12: plugvisor.messages.CatalogVolume.attachments:type_name -> plugvisor.messages.CatalogVolume.AttachmentsEntry
 	4,  // 13: plugvisor.messages.CatalogVolume.capabilities:type_name -> plugvisor.messages.CatalogCapability
-	3,  // 14: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
-	0,  // 15: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
-	49, // 16: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 17: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
-	9,  // 18: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
-	46, // 19: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
-	47, // 20: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
-	48, // 21: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
-	2,  // 22: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
-	3,  // 23: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	50, // 24: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
-	51, // 25: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 26: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	50, // 27: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
-	51, // 28: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 29: plugvisor.messages.RegisterVolumes.volumes:type_name -> plugvisor.messages.CatalogVolume
-	50, // 30: plugvisor.messages.RegisterVolumes.reply_to:type_name -> actor.PID
-	51, // 31: plugvisor.messages.RegisterVolumesResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 32: plugvisor.messages.RegisterVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolume
-	50, // 33: plugvisor.messages.DeregisterVolumes.reply_to:type_name -> actor.PID
-	51, // 34: plugvisor.messages.DeregisterVolumesResponse.error:type_name -> plugvisor.messages.Error
-	50, // 35: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
-	7,  // 36: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
-	51, // 37: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.Error
-	50, // 38: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
-	51, // 39: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 40: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	50, // 41: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
-	51, // 42: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 43: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	50, // 44: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
-	51, // 45: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 46: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	50, // 47: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
-	51, // 48: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 49: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	50, // 50: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
-	51, // 51: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.Error
-	3,  // 52: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	50, // 53: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
-	12, // 54: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
-	51, // 55: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.Error
-	50, // 56: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
-	51, // 57: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.Error
-	1,  // 58: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 59: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	1,  // 60: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
-	5,  // 61: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
-	11, // 62: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
-	10, // 63: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	10, // 64: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	50, // 14: plugvisor.messages.CatalogVolume.mutable_parameters:type_name -> plugvisor.messages.CatalogVolume.MutableParametersEntry
+	3,  // 15: plugvisor.messages.CatalogVolumeStub.volume:type_name -> plugvisor.messages.CatalogVolume
+	0,  // 16: plugvisor.messages.CatalogNodeInfo.accessible_topology:type_name -> plugvisor.messages.CatalogTopology
+	55, // 17: plugvisor.messages.CatalogInstance.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 18: plugvisor.messages.CatalogInstance.controller_info:type_name -> plugvisor.messages.CatalogControllerInfo
+	9,  // 19: plugvisor.messages.CatalogInstance.node_info:type_name -> plugvisor.messages.CatalogNodeInfo
+	51, // 20: plugvisor.messages.CatalogPlugin.jobs:type_name -> plugvisor.messages.CatalogPlugin.JobsEntry
+	52, // 21: plugvisor.messages.CatalogPlugin.controllers:type_name -> plugvisor.messages.CatalogPlugin.ControllersEntry
+	53, // 22: plugvisor.messages.CatalogPlugin.nodes:type_name -> plugvisor.messages.CatalogPlugin.NodesEntry
+	2,  // 23: plugvisor.messages.CatalogPlugin.health:type_name -> plugvisor.messages.CatalogHealth
+	3,  // 24: plugvisor.messages.RegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 25: plugvisor.messages.RegisterVolume.reply_to:type_name -> actor.PID
+	57, // 26: plugvisor.messages.RegisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 27: plugvisor.messages.RegisterVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 28: plugvisor.messages.DeregisterVolume.reply_to:type_name -> actor.PID
+	57, // 29: plugvisor.messages.DeregisterVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 30: plugvisor.messages.RegisterVolumes.volumes:type_name -> plugvisor.messages.CatalogVolume
+	56, // 31: plugvisor.messages.RegisterVolumes.reply_to:type_name -> actor.PID
+	57, // 32: plugvisor.messages.RegisterVolumesResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 33: plugvisor.messages.RegisterVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolume
+	56, // 34: plugvisor.messages.DeregisterVolumes.reply_to:type_name -> actor.PID
+	57, // 35: plugvisor.messages.DeregisterVolumesResponse.error:type_name -> plugvisor.messages.Error
+	56, // 36: plugvisor.messages.ListVolumesRequest.reply_to:type_name -> actor.PID
+	7,  // 37: plugvisor.messages.ListVolumesResponse.volumes:type_name -> plugvisor.messages.CatalogVolumeStub
+	57, // 38: plugvisor.messages.ListVolumesResponse.error:type_name -> plugvisor.messages.Error
+	56, // 39: plugvisor.messages.GetVolumeRequest.reply_to:type_name -> actor.PID
+	57, // 40: plugvisor.messages.GetVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 41: plugvisor.messages.GetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 42: plugvisor.messages.ClaimVolume.reply_to:type_name -> actor.PID
+	57, // 43: plugvisor.messages.ClaimVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 44: plugvisor.messages.ClaimVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 45: plugvisor.messages.ReleaseVolume.reply_to:type_name -> actor.PID
+	57, // 46: plugvisor.messages.ReleaseVolumeResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 47: plugvisor.messages.ReleaseVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 48: plugvisor.messages.MarkVolumeDeleting.reply_to:type_name -> actor.PID
+	57, // 49: plugvisor.messages.MarkVolumeDeletingResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 50: plugvisor.messages.MarkVolumeDeletingResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 51: plugvisor.messages.RecordVolumeCapacity.reply_to:type_name -> actor.PID
+	57, // 52: plugvisor.messages.RecordVolumeCapacityResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 53: plugvisor.messages.RecordVolumeCapacityResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 54: plugvisor.messages.ExpectPlugin.reply_to:type_name -> actor.PID
+	57, // 55: plugvisor.messages.ExpectPluginResponse.error:type_name -> plugvisor.messages.Error
+	12, // 56: plugvisor.messages.ExpectPluginResponse.plugin:type_name -> plugvisor.messages.CatalogPlugin
+	54, // 57: plugvisor.messages.RecordVolumeModify.mutable_parameters:type_name -> plugvisor.messages.RecordVolumeModify.MutableParametersEntry
+	56, // 58: plugvisor.messages.RecordVolumeModify.reply_to:type_name -> actor.PID
+	57, // 59: plugvisor.messages.RecordVolumeModifyResponse.error:type_name -> plugvisor.messages.Error
+	3,  // 60: plugvisor.messages.RecordVolumeModifyResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	56, // 61: plugvisor.messages.ListCatalogPluginsRequest.reply_to:type_name -> actor.PID
+	12, // 62: plugvisor.messages.ListCatalogPluginsResponse.plugins:type_name -> plugvisor.messages.CatalogPlugin
+	57, // 63: plugvisor.messages.ListCatalogPluginsResponse.error:type_name -> plugvisor.messages.Error
+	56, // 64: plugvisor.messages.ShutdownCatalog.reply_to:type_name -> actor.PID
+	57, // 65: plugvisor.messages.ShutdownCatalogResponse.error:type_name -> plugvisor.messages.Error
+	1,  // 66: plugvisor.messages.CatalogVolume.ReadClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 67: plugvisor.messages.CatalogVolume.WriteClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	1,  // 68: plugvisor.messages.CatalogVolume.PastClaimsEntry.value:type_name -> plugvisor.messages.CatalogClaim
+	5,  // 69: plugvisor.messages.CatalogVolume.AttachmentsEntry.value:type_name -> plugvisor.messages.CatalogAttachment
+	11, // 70: plugvisor.messages.CatalogPlugin.JobsEntry.value:type_name -> plugvisor.messages.CatalogPluginJob
+	10, // 71: plugvisor.messages.CatalogPlugin.ControllersEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	10, // 72: plugvisor.messages.CatalogPlugin.NodesEntry.value:type_name -> plugvisor.messages.CatalogInstance
+	73, // [73:73] is the sub-list for method output_type
+	73, // [73:73] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_messages_catalog_proto_init() }
@@ -3071,7 +3376,7 @@ func file_messages_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_catalog_proto_rawDesc), len(file_messages_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

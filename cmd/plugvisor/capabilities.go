@@ -8,45 +8,23 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
-// capabilityList is volume register's -capability, repeatable: each
-// "access=MODE[,attachment=MODE][,fs=TYPE]" one of the volume's
-// capabilities (attachment defaults to file-system).
+// capabilityList is volume register's -capability, repeatable: each one
+// of the volume's capabilities, as model.ParseCapability reads it
+// (model.CapabilitySyntax; attachment defaults to file-system).
 type capabilityList []api.CapabilityJSON
 
 func (c *capabilityList) String() string { return fmt.Sprint([]api.CapabilityJSON(*c)) }
 
 // Type names the flag's value in help.
-func (c *capabilityList) Type() string { return "access=MODE[,attachment=MODE][,fs=TYPE]" }
+func (c *capabilityList) Type() string { return model.CapabilitySyntax }
 
 // Set adds the capability v, whose modes must be known.
 func (c *capabilityList) Set(v string) error {
-	out := api.CapabilityJSON{AttachmentMode: string(model.AttachmentModeFileSystem)}
-	for _, part := range strings.Split(v, ",") {
-		key, value, ok := strings.Cut(part, "=")
-		if !ok || value == "" {
-			return fmt.Errorf("capability %q: %q is not KEY=VALUE (keys: access, attachment, fs)", v, part)
-		}
-		switch key {
-		case "access":
-			if _, err := model.ParseAccessMode(value); err != nil {
-				return fmt.Errorf("capability %q: access: %w", v, err)
-			}
-			out.AccessMode = value
-		case "attachment":
-			if _, err := model.ParseAttachmentMode(value); err != nil {
-				return fmt.Errorf("capability %q: attachment: %w", v, err)
-			}
-			out.AttachmentMode = value
-		case "fs":
-			out.FSType = value
-		default:
-			return fmt.Errorf("capability %q: unknown key %q (keys: access, attachment, fs)", v, key)
-		}
+	parsed, err := model.ParseCapability(v)
+	if err != nil {
+		return err
 	}
-	if out.AccessMode == "" {
-		return fmt.Errorf("capability %q: access=MODE is required", v)
-	}
-	*c = append(*c, out)
+	*c = append(*c, api.CapabilityJSON{AccessMode: string(parsed.AccessMode), AttachmentMode: string(parsed.AttachmentMode), FSType: parsed.FSType})
 	return nil
 }
 

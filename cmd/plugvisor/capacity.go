@@ -27,39 +27,21 @@ const pluginCapacityExample = `  plugvisor plugin capacity hostpath
   plugvisor plugin capacity -topology topology.hostpath.csi.plugvisor.io/node=n1 -json hostpath`
 
 // capacityCapabilities is plugin capacity's -capability, repeatable, in
-// volume register's syntax, "access=MODE[,attachment=MODE]" (attachment
-// defaults to file-system); each is kept as the API's query value,
-// ACCESS_MODE/ATTACHMENT_MODE.
+// volume register's syntax (model.CapabilitySyntax), which the API's
+// capability query parameter takes as it is.
 type capacityCapabilities []string
 
 func (c *capacityCapabilities) String() string { return strings.Join(*c, " ") }
 
 // Type names the flag's value in help.
-func (c *capacityCapabilities) Type() string { return "access=MODE[,attachment=MODE]" }
+func (c *capacityCapabilities) Type() string { return model.CapabilitySyntax }
 
-// Set adds v once its modes are known ones.
+// Set adds v once model.ParseCapability reads it.
 func (c *capacityCapabilities) Set(v string) error {
-	access, attach := "", string(model.AttachmentModeFileSystem)
-	for _, part := range strings.Split(v, ",") {
-		key, value, ok := strings.Cut(part, "=")
-		switch {
-		case !ok || value == "":
-			return fmt.Errorf("capability %q: %q is not KEY=VALUE (keys: access, attachment)", v, part)
-		case key == "access":
-			access = value
-		case key == "attachment":
-			attach = value
-		default:
-			return fmt.Errorf("capability %q: unknown key %q (keys: access, attachment)", v, key)
-		}
+	if _, err := model.ParseCapability(v); err != nil {
+		return err
 	}
-	if err := model.AccessMode(access).Validate(); err != nil {
-		return fmt.Errorf("capability %q: access: %w", v, err)
-	}
-	if err := model.AttachmentMode(attach).Validate(); err != nil {
-		return fmt.Errorf("capability %q: attachment: %w", v, err)
-	}
-	*c = append(*c, access+"/"+attach)
+	*c = append(*c, v)
 	return nil
 }
 

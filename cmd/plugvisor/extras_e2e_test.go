@@ -39,8 +39,9 @@ func hostpathCLI(t *testing.T) (dir string, run func(want int, args ...string) s
 // TestCloneCapacityAndModifyFromTheCLI: plugin capacity answers the
 // reference plugin's room; volume create -clone-from makes a copy of a
 // volume's files; a clone of an unknown volume is refused naming
-// clone_from; volume modify sets the plugin's mutable parameters, and an
-// unknown key is refused by the plugin, changing nothing.
+// clone_from; volume modify sets the plugin's mutable parameters, which
+// volume status shows from the catalog, and an unknown key is refused by
+// the plugin, changing nothing.
 func TestCloneCapacityAndModifyFromTheCLI(t *testing.T) {
 	dir, run := hostpathCLI(t)
 	require.Regexp(t, `plugin hp: [1-9][0-9]* bytes available, largest volume`, run(0, "plugin", "capacity", "-capability", "access=single-node-writer", "hp"))
@@ -76,5 +77,6 @@ func TestCloneCapacityAndModifyFromTheCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &rec))
 	require.Equal(t, map[string]string{"tier": "fast", "label": "nightly"}, rec.MutableParameters, "the refused modify changed nothing")
+	require.Contains(t, run(0, "volume", "status", "db"), "mutable parameters: label=nightly, tier=fast", "the catalog recorded what the plugin took, and only that")
 	require.False(t, strings.Contains(run(0, "volume", "list"), " x "), "nothing was created")
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +20,9 @@ func newVolumeModifyCmd() *cobra.Command {
 		Long: `Changes a volume's mutable parameters with the plugin's controller
 (ControllerModifyVolume), when it advertises MODIFY_VOLUME; otherwise the
 modify is refused and the plugin is not asked. The plugin checks the keys
-and values: a strict one refuses a key it does not know.`,
+and values: a strict one refuses a key it does not know. Once the plugin
+took them, the catalog records them with the volume, merged into those
+earlier modifies set: volume status shows them.`,
 		Example: "  plugvisor volume modify -param tier=fast db\n  plugvisor volume modify -param tier=standard -param label=nightly db",
 		Args:    cmdline.Args("ID", "plugvisor volume modify -param tier=fast db"),
 	})
@@ -35,8 +40,18 @@ and values: a strict one refuses a key it does not know.`,
 		if vf.common.json {
 			return printJSON(cmd.OutOrStdout(), out)
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "modified volume %s/%s: %d mutable parameters set\n", vf.namespace, args[0], len(params))
+		fmt.Fprintf(cmd.OutOrStdout(), "modified volume %s/%s: %d mutable parameters set; now %s\n",
+			vf.namespace, args[0], len(params), keyValuesLine(out.Volume.MutableParameters))
 		return nil
 	}
 	return cmd
+}
+
+// keyValuesLine is m as "k1=v1, k2=v2", sorted by key.
+func keyValuesLine(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ", ")
 }

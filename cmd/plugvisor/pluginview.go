@@ -15,13 +15,15 @@ import (
 const pluginStatusLong = `With TYPE and NAME, one plugin's registration: its current allocation and
 all others. With NAME alone, a CSI plugin's counts, as nomad plugin status
 gives them: its controllers and nodes, healthy and expected. In a fleet the
-counts are over every live node, and the expected counts are those that
-"plugvisor plugin expect" declared; on one node they are this node's.`
+counts are over every live node; on one agent they are this node's. The
+expected counts are those that "plugvisor plugin expect" declared.`
 
-const pluginExpectLong = `Declares how many node and controller instances of a CSI plugin the fleet
-runs: "plugvisor plugin status NAME" shows them as the expected counts.
-The declaration is kept in the fleet's etcd (one key per plugin) until
-declared again; 0 for both removes it. It needs an agent in a fleet.`
+const pluginExpectLong = `Declares how many node and controller instances of a CSI plugin run:
+"plugvisor plugin status NAME" shows them as the expected counts. In a
+fleet the declaration is kept in the fleet's etcd (one key per plugin); on
+one agent, in its catalog's record of the plugin (it survives a restart).
+It holds until declared again; 0 for both removes it, and a plugin then
+left without instances or volumes is forgotten.`
 
 // statusArgs lets plugin status take NAME (a CSI plugin's counts) or TYPE
 // NAME (a plugin's allocations).
@@ -37,7 +39,7 @@ func newPluginExpectCmd() *cobra.Command {
 	var body api.ExpectBody
 	cmd := &cobra.Command{
 		Use:     "expect NAME -nodes N -controllers M",
-		Short:   "declare how many node and controller instances of a CSI plugin the fleet runs",
+		Short:   "declare how many node and controller instances of a CSI plugin run",
 		Long:    pluginExpectLong,
 		Example: "  plugvisor plugin expect hostpath -nodes 3 -controllers 1\n  plugvisor plugin expect hostpath -nodes 0 -controllers 0",
 		Args:    cmdline.Args("NAME", "plugvisor plugin expect hostpath -nodes 3 -controllers 1"),

@@ -11,7 +11,8 @@ import (
 // TestPluginStatusOfOneNodeFromTheCLI: plugin status NAME gives the
 // reference plugin's counts on this node, TYPE NAME still its
 // allocations; an unknown plugin is not found; plugin expect refuses a
-// negative count naming the field, and on one node says it needs a fleet.
+// negative count naming the field, and on one node keeps the expected
+// counts in the local catalog.
 func TestPluginStatusOfOneNodeFromTheCLI(t *testing.T) {
 	dir, run := hostpathCLI(t)
 	require.Eventually(t, func() bool {
@@ -25,6 +26,9 @@ func TestPluginStatusOfOneNodeFromTheCLI(t *testing.T) {
 	require.Contains(t, run(0, "plugin", "status", "csi-node", "hp"), "current allocation")
 	require.Contains(t, run(1, "plugin", "status", "nope"), "plugin not found")
 	require.Contains(t, run(1, "plugin", "expect", "-nodes", "-1", "hp"), "nodes is -1")
-	require.Contains(t, run(1, "plugin", "expect", "-nodes", "2", "hp"), "not in a fleet")
 	require.Contains(t, run(0, "plugin", "status", "hp"), "Nodes Expected       = 0")
+	out = run(0, "plugin", "expect", "-nodes", "2", "-controllers", "1", "hp")
+	require.Contains(t, out, "Nodes Expected       = 2")
+	require.Contains(t, out, "Controllers Expected = 1")
+	require.Contains(t, run(0, "plugin", "status", "hp"), "Nodes Expected       = 2")
 }

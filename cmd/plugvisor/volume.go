@@ -295,6 +295,9 @@ func printVolume(w io.Writer, common commonFlags, v api.VolumeJSON, head string)
 		head, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable, v.NodesHealthy,
 		orNone(v.WriteClaims), orNone(v.ReadClaims))
 	fmt.Fprint(w, capabilitiesLine(v.Capabilities))
+	if len(v.MutableParameters) > 0 {
+		fmt.Fprintf(w, "  mutable parameters: %s\n", keyValuesLine(v.MutableParameters))
+	}
 	for _, a := range v.Attachments {
 		fmt.Fprintf(w, "  attached to node %s (plugin node ID %s): %s\n", a.NodeID, a.ExternalNodeID, a.State)
 	}

@@ -58,8 +58,11 @@ type catalogWrite struct {
 	volume  *model.CSIVolume // the volume the answer carries
 	// volumes are the volumes a RegisterVolumes answer carries.
 	volumes []*model.CSIVolume
-	ops     []storage.Op
-	err     error // a refusal decided against the working state
+	// plugin is the plugin an ExpectPlugin answer carries: nil when the
+	// write left none.
+	plugin *model.CSIPlugin
+	ops    []storage.Op
+	err    error // a refusal decided against the working state
 }
 
 // catalogBatchWritten is sent to the catalog by the goroutine that wrote a batch.
@@ -104,6 +107,10 @@ func (a *catalogActor) Receive(ctx actor.Context) {
 	case *messages.MarkVolumeDeleting:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.RecordVolumeCapacity:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.ExpectPlugin:
+		a.onWrite(ctx, msg, msg.GetReplyTo())
+	case *messages.RecordVolumeModify:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.CSIPluginFingerprinted:
 		a.onFingerprinted(ctx, msg)
@@ -182,7 +189,7 @@ func (a *catalogActor) enqueue(ctx actor.Context, w *catalogWrite) {
 // for input that is bad on its face; refusals that depend on the state are
 // kept in w.err. Either way nothing changes.
 func (a *catalogActor) apply(w *catalogWrite) error {
-	w.volume, w.volumes, w.ops, w.err = nil, nil, nil, nil
+	w.volume, w.volumes, w.plugin, w.ops, w.err = nil, nil, nil, nil, nil
 	var change catalogChange
 	var err error
 	switch cmd := w.cmd.(type) {
@@ -202,8 +209,13 @@ func (a *catalogActor) apply(w *catalogWrite) error {
 		change, err = a.applyMarkDeleting(w, cmd)
 	case *messages.RecordVolumeCapacity:
 		change, err = a.applyRecordCapacity(w, cmd)
+	case *messages.RecordVolumeModify:
+		change, err = a.applyRecordModify(w, cmd)
 	case *messages.CSIPluginFingerprinted:
 		change, err = a.applyFingerprint(cmd.GetFingerprint())
+	case *messages.ExpectPlugin:
+		change, err = a.applyExpect(cmd)
+		defer func() { w.plugin = a.state.plugins[cmd.GetPluginId()] }()
 	}
 	if err != nil || w.err != nil {
 		return err
@@ -298,6 +310,14 @@ func (a *catalogActor) reply(ctx actor.Context, w *catalogWrite, err error) {
 		resp = &messages.MarkVolumeDeletingResponse{Error: answer, Volume: volume}
 	case *messages.RecordVolumeCapacity:
 		resp = &messages.RecordVolumeCapacityResponse{Error: answer, Volume: volume}
+	case *messages.RecordVolumeModify:
+		resp = &messages.RecordVolumeModifyResponse{Error: answer, Volume: volume}
+	case *messages.ExpectPlugin:
+		expected := &messages.ExpectPluginResponse{Error: answer}
+		if err == nil && w.plugin != nil {
+			expected.Plugin = w.plugin.Proto()
+		}
+		resp = expected
 	case *messages.CSIPluginFingerprinted:
 		fp := cmd.GetFingerprint()
 		switch {

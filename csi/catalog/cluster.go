@@ -65,7 +65,8 @@ func newFleetState(f Fleet) *fleetState {
 // topologyRefusal is, in cluster mode, the refusal of a registration
 // (single or batch) of a volume without topology whose plugin, as this
 // node has fingerprinted it, requires one (TopologyRequiredOf); nil for
-// any other command. The Fleet is not asked.
+// any other command. It refuses early, without a call; the Fleet checks
+// again against every live node's fingerprints of the plugin.
 func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
 	var vs []*messages.CatalogVolume
 	_, batch := cmd.(*messages.RegisterVolumes)
@@ -123,6 +124,9 @@ func (a *catalogActor) fleetReply(ctx actor.Context, replyTo *actor.PID, resp pr
 func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.Message {
 	f, nodeID := a.cluster.fleet, a.nodeID
 	if call := batchFleetCall(f, cmd); call != nil {
+		return call
+	}
+	if call := modifyFleetCall(f, cmd); call != nil {
 		return call
 	}
 	switch cmd := cmd.(type) {
@@ -247,6 +251,8 @@ func fleetResponse(cmd proto.Message, v *model.CSIVolume, err error) proto.Messa
 		return &messages.MarkVolumeDeletingResponse{Error: answer, Volume: volume}
 	case *messages.RecordVolumeCapacity:
 		return &messages.RecordVolumeCapacityResponse{Error: answer, Volume: volume}
+	case *messages.RecordVolumeModify:
+		return &messages.RecordVolumeModifyResponse{Error: answer, Volume: volume}
 	case *messages.GetVolumeRequest:
 		return &messages.GetVolumeResponse{Error: answer, Volume: volume}
 	case *messages.ListVolumesRequest:

@@ -38,8 +38,9 @@ var (
 	// ErrTopologyRequired: the volume has no topology, and its plugin
 	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes
 	// needs one (Nomad's TODO, enforced); it also matches ErrInvalid.
-	// Nothing changed and no RPC was sent.
-	ErrTopologyRequired = errclass.New(errclass.Invalid, "topology required")
+	// Nothing changed and no RPC was sent. It is model.ErrTopologyRequired,
+	// which a fleet returns too.
+	ErrTopologyRequired = model.ErrTopologyRequired
 	// ErrShutdown: the catalog is shut down; nothing changed.
 	ErrShutdown = errclass.New(errclass.ShutDown, "catalog shut down")
 	// ErrStore: the durable store failed; the change was not made.

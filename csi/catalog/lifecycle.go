@@ -3,7 +3,6 @@ package catalog
 import (
 	"cmp"
 	"context"
-	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -82,18 +81,10 @@ func (c *Catalog) RecordVolumeCapacity(ctx context.Context, namespace, id string
 	return volumeAnswer(resp, err)
 }
 
-// TopologyRequiredOf refuses v, a volume to register or create, when it
-// names no topology (topologies, or a create's requirements, as
-// withRequirements says) and its plugin p advertises
-// VOLUME_ACCESSIBILITY_CONSTRAINTS: ErrTopologyRequired and
-// ErrInvalid, naming the field and the remedy.
+// TopologyRequiredOf is model.TopologyRequiredOf: the catalog's and a
+// fleet's one rule.
 func TopologyRequiredOf(v *model.CSIVolume, p *model.CSIPlugin, withRequirements bool) error {
-	if !p.TopologyRequired() || len(v.Topologies) > 0 || withRequirements {
-		return nil
-	}
-	return model.Refusal(ErrInvalid, fmt.Errorf("%w: volume %s/%s: topologies: plugin %q advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes needs a topology: "+
-		"give one (volume register -topology KEY=VALUE, the API's topologies; volume create -requisite or -preferred)",
-		ErrTopologyRequired, cmp.Or(v.Namespace, model.DefaultNamespace), v.ID, v.PluginID))
+	return model.TopologyRequiredOf(v, p, withRequirements)
 }
 
 // CheckTopologyRequired is TopologyRequiredOf against the plugin as this

@@ -60,16 +60,18 @@ func catalogVolumeKey(namespace, id string) (volumeKey, error) {
 type catalogState struct {
 	volumes map[volumeKey]*model.CSIVolume
 	plugins map[string]*model.CSIPlugin
-	index   uint64
+	// volumesOf counts the volumes of each plugin that has any.
+	volumesOf map[string]int
+	index     uint64
 }
 
 func newCatalogState() *catalogState {
-	return &catalogState{volumes: map[volumeKey]*model.CSIVolume{}, plugins: map[string]*model.CSIPlugin{}}
+	return &catalogState{volumes: map[volumeKey]*model.CSIVolume{}, plugins: map[string]*model.CSIPlugin{}, volumesOf: map[string]int{}}
 }
 
 // clone returns a snapshot of s in O(volumes + plugins), sharing the values.
 func (s *catalogState) clone() *catalogState {
-	return &catalogState{volumes: maps.Clone(s.volumes), plugins: maps.Clone(s.plugins), index: s.index}
+	return &catalogState{volumes: maps.Clone(s.volumes), plugins: maps.Clone(s.plugins), volumesOf: maps.Clone(s.volumesOf), index: s.index}
 }
 
 // volume returns the volume under key, or an error matching ErrVolumeNotFound.
@@ -95,11 +97,15 @@ func (s *catalogState) sortedVolumeKeys() []volumeKey {
 }
 
 // catalogChange is what one write changes: the volumes to put (or, when
-// nil, to delete) and the plugins to put. Its values are fresh copies that
-// commit may stamp.
+// nil, to delete), the plugins to put and the plugins to forget. Its values
+// are fresh copies that commit may stamp.
 type catalogChange struct {
 	volumes map[volumeKey]*model.CSIVolume
 	plugins []*model.CSIPlugin
+	forget  []string
+	// sweep has commit look at every plugin for one to forget, not only
+	// at those the change touches.
+	sweep bool
 }
 
 func (c *catalogChange) putVolume(key volumeKey, v *model.CSIVolume) {
@@ -133,11 +139,15 @@ func (c *catalogChange) followHealth(s *catalogState) {
 // whole change with ErrInvalid and leaves s unchanged. An empty
 // change does nothing.
 func (s *catalogState) commit(c catalogChange) ([]storage.Op, error) {
-	if len(c.volumes) == 0 && len(c.plugins) == 0 {
+	c.collect(s)
+	if len(c.volumes) == 0 && len(c.plugins) == 0 && len(c.forget) == 0 {
 		return nil, nil
 	}
 	index := s.index + 1
 	var ops []storage.Op
+	for _, id := range c.forget {
+		ops = append(ops, storage.Delete([]byte(catalogPluginPrefix+id)))
+	}
 	for _, p := range c.plugins {
 		p.CreateIndex, p.ModifyIndex = cmp.Or(p.CreateIndex, index), index
 		op, err := catalogRecord(catalogPluginPrefix+p.ID, p.Proto())
@@ -163,7 +173,12 @@ func (s *catalogState) commit(c catalogChange) ([]storage.Op, error) {
 	for _, p := range c.plugins {
 		s.plugins[p.ID] = p
 	}
+	for _, id := range c.forget {
+		delete(s.plugins, id)
+	}
 	for key, v := range c.volumes {
+		s.countVolume(s.volumes[key], -1)
+		s.countVolume(v, 1)
 		if v == nil {
 			delete(s.volumes, key)
 		} else {
@@ -260,6 +275,7 @@ func (s *catalogState) restoreVolume(key string, value []byte) error {
 		return err
 	}
 	s.volumes[vk] = v
+	s.countVolume(v, 1)
 	s.index = max(s.index, v.ModifyIndex)
 	return nil
 }
@@ -267,9 +283,9 @@ func (s *catalogState) restoreVolume(key string, value []byte) error {
 // distrustHealth is the change a restart makes: every fingerprint restored
 // as healthy becomes unhealthy (the plugin may have gone while the agent was
 // down; the CSI manager's replay says so soon enough), and every volume's
-// health follows its plugin's counts.
+// health follows its plugin's counts. It forgets the plugins left empty.
 func (s *catalogState) distrustHealth() catalogChange {
-	var change catalogChange
+	change := catalogChange{sweep: true}
 	for _, id := range slices.Sorted(maps.Keys(s.plugins)) {
 		m := s.plugins[id].Proto()
 		distrusted := false

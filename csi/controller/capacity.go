@@ -25,11 +25,10 @@ type CapacityRequest struct {
 	Topology *model.Topology
 }
 
-// Capability is one access mode with its attachment mode.
-type Capability struct {
-	AccessMode     model.AccessMode
-	AttachmentMode model.AttachmentMode
-}
+// Capability is one access mode with its attachment mode and, for a file
+// system, its type (empty: the plugin's default), as the CLI and the API
+// spell it (model.ParseCapability).
+type Capability = model.RequestedCapability
 
 // CapacityResult is the plugin's GetCapacity answer. The sizes are nil
 // when the plugin did not say.
@@ -87,7 +86,7 @@ func (c *Controller) Capacity(ctx context.Context, req CapacityRequest) (Capacit
 	defer client.Close()
 	in := &csipb.GetCapacityRequest{Parameters: maps.Clone(req.Parameters)}
 	for _, vc := range req.Capabilities {
-		in.VolumeCapabilities = append(in.VolumeCapabilities, model.VolumeCapability(vc.AccessMode, vc.AttachmentMode, nil))
+		in.VolumeCapabilities = append(in.VolumeCapabilities, model.VolumeCapability(vc.AccessMode, vc.AttachmentMode, &model.MountOptions{FSType: vc.FSType}))
 	}
 	if req.Topology != nil {
 		in.AccessibleTopology = &csipb.Topology{Segments: maps.Clone(req.Topology.Segments)}

@@ -47,6 +47,7 @@ type Catalog interface {
 	RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error)
 	MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
 	RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error)
+	RecordVolumeModify(ctx context.Context, namespace, id string, params map[string]string) (*model.CSIVolume, error)
 	DeregisterVolume(ctx context.Context, namespace, id string) error
 	// CheckRoom refuses, with catalog.ErrVolumeLimit, a volume the catalog
 	// has no room for, so that create refuses it before the plugin acts.

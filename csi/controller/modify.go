@@ -16,8 +16,10 @@ import (
 // which the plugin must advertise (MODIFY_VOLUME): a plugin without it, or
 // bad parameters, get no ControllerModifyVolume. The plugin checks the
 // keys and values (a strict one refuses an unknown key with
-// InvalidArgument). It returns the volume as the catalog holds it: the
-// catalog does not record mutable parameters yet.
+// InvalidArgument). Once the plugin took them, the catalog records them,
+// merged into the volume's (RecordVolumeModify), and Modify returns the
+// volume as recorded. A record that fails after the RPC says so: the
+// plugin has the change, and a modify again (idempotent) records it.
 func (c *Controller) Modify(ctx context.Context, namespace, id string, params map[string]string) (*model.CSIVolume, error) {
 	var problems []string
 	checkVolumeKey(namespace, id, &problems)
@@ -26,6 +28,9 @@ func (c *Controller) Modify(ctx context.Context, namespace, id string, params ma
 	}
 	if _, ok := params[""]; ok {
 		problems = append(problems, "mutable_parameters has an empty key")
+	}
+	if len(params) > model.MaxMutableParameters {
+		problems = append(problems, fmt.Sprintf("mutable_parameters holds %d keys, over the limit of %d", len(params), model.MaxMutableParameters))
 	}
 	if err := invalid("modify", problems); err != nil {
 		return nil, err
@@ -51,5 +56,9 @@ func (c *Controller) Modify(ctx context.Context, namespace, id string, params ma
 		return nil, fmt.Errorf("controller: %s: %w", what, err)
 	}
 	c.log.Info("volume modified", "namespace", v.Namespace, "volume_id", v.ID, "plugin", v.PluginID, "keys", slices.Sorted(maps.Keys(params)))
-	return v, nil
+	recorded, err := c.cfg.Catalog.RecordVolumeModify(ctx, namespace, id, params)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %s: the plugin took the change, the catalog did not record it (modify again to record it): %w", what, err)
+	}
+	return recorded, nil
 }

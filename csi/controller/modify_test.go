@@ -29,6 +29,10 @@ func TestModifySendsTheExactControllerModifyVolume(t *testing.T) {
 	got, err := f.ctl.Modify(context.Background(), "", "db", map[string]string{"iops": "5000"})
 	require.NoError(t, err)
 	require.Equal(t, v.ID, got.ID)
+	require.Equal(t, map[string]string{"iops": "5000"}, got.MutableParameters, "the answer is the volume as recorded")
+	held, err := f.cat.GetVolume(context.Background(), "", "db")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"iops": "5000"}, held.MutableParameters, "the catalog records what the plugin took")
 }
 
 // TestModifyIsRefusedWithoutModifyVolumeOrWithBadFieldsAndSendsNothing:
@@ -64,4 +68,7 @@ func TestModifyOnTheHostpathPluginIsStrict(t *testing.T) {
 	_, err = f.ctl.Modify(ctx, "", "db", map[string]string{"iops": "5000"})
 	require.ErrorIs(t, err, csi.ErrInvalidArgument)
 	require.ErrorContains(t, err, `unknown mutable parameter "iops"`)
+	v, err := f.cat.GetVolume(ctx, "", "db")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{hostpath.MutableTier: "fast"}, v.MutableParameters, "what the plugin refused is not recorded")
 }

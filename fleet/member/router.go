@@ -41,6 +41,7 @@ type Router struct {
 var (
 	_ catalog.Fleet      = (*Router)(nil)
 	_ catalog.BatchFleet = (*Router)(nil)
+	_ model.ModifyFleet  = (*Router)(nil)
 )
 
 // newRouter gives one request to a grain more time than the grain gives
@@ -87,6 +88,13 @@ func (r *Router) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]
 // as RegisterVolumes does.
 func (r *Router) DeregisterVolumes(ctx context.Context, namespace string, ids []string) error {
 	return r.member.store.Load().DeregisterVolumes(ctx, namespace, ids)
+}
+
+// RecordVolumeModify records a modify's mutable parameters in one
+// transaction of the fleet.Store, as RegisterVolumes does: guarded on the
+// volume's record as a grain's change is.
+func (r *Router) RecordVolumeModify(ctx context.Context, namespace, id string, params map[string]string) (*model.CSIVolume, error) {
+	return r.member.store.Load().RecordVolumeModify(ctx, namespace, id, params)
 }
 
 // MarkVolumeDeleting marks the volume as being deleted through its grain.

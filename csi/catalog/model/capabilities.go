@@ -32,6 +32,48 @@ func (c RequestedCapability) String() string {
 	return s
 }
 
+// CapabilitySyntax is how the CLI and the API's queries spell one
+// capability (RequestedCapability.String, ParseCapability).
+const CapabilitySyntax = "access=MODE[,attachment=MODE][,fs=TYPE]"
+
+// ParseCapability reads one capability as the CLI and the API's queries
+// spell it, CapabilitySyntax: the attachment defaults to file-system. An
+// unknown key or mode, a part that is not KEY=VALUE, a missing access and
+// a bad fs type are refused with ErrInvalid naming the part and the syntax.
+func ParseCapability(s string) (RequestedCapability, error) {
+	c := RequestedCapability{AttachmentMode: AttachmentModeFileSystem}
+	bad := func(format string, args ...any) (RequestedCapability, error) {
+		return RequestedCapability{}, Refusef(ErrInvalid, "capability %q: "+format+" (the syntax is "+CapabilitySyntax+")", append([]any{s}, args...)...)
+	}
+	for _, part := range strings.Split(s, ",") {
+		key, value, ok := strings.Cut(part, "=")
+		if !ok || value == "" {
+			return bad("%q is not KEY=VALUE", part)
+		}
+		var err error
+		switch key {
+		case "access":
+			c.AccessMode, err = ParseAccessMode(value)
+		case "attachment":
+			c.AttachmentMode, err = ParseAttachmentMode(value)
+		case "fs":
+			c.FSType = value
+		default:
+			return bad("unknown key %q (keys: access, attachment, fs)", key)
+		}
+		if err != nil {
+			return bad("%s: %v", key, err)
+		}
+	}
+	if c.AccessMode == "" {
+		return bad("access=MODE is required")
+	}
+	if problems := c.check(0); len(problems) > 0 {
+		return bad("%s", strings.Replace(strings.TrimPrefix(problems[0], "capabilities[0]."), "fs_type", "fs", 1))
+	}
+	return c, nil
+}
+
 // same reports whether c and o are the same capability: the same access
 // and attachment modes (a volume has at most one of each pair).
 func (c RequestedCapability) same(o RequestedCapability) bool {

@@ -126,3 +126,34 @@ func TestARecordWithoutCapabilitiesDecodesToItsOneMode(t *testing.T) {
 	require.Equal(t, "ext4", back.CapabilityFor(AccessModeMultiNodeReader, AttachmentModeFileSystem).GetMount().GetFsType())
 	require.Len(t, back.CSICapabilities(), 2)
 }
+
+func TestParseCapabilityReadsWhatStringWritesAndNamesWhatIsWrong(t *testing.T) {
+	for _, c := range []RequestedCapability{
+		fs(AccessModeSingleNodeWriter),
+		{AccessMode: AccessModeMultiNodeReader, AttachmentMode: AttachmentModeBlockDevice},
+		{AccessMode: AccessModeSingleNodeReader, AttachmentMode: AttachmentModeFileSystem, FSType: "ext4"},
+	} {
+		got, err := ParseCapability(c.String())
+		require.NoError(t, err)
+		require.Equal(t, c, got)
+	}
+	got, err := ParseCapability("access=single-node-writer")
+	require.NoError(t, err)
+	require.Equal(t, fs(AccessModeSingleNodeWriter), got, "the attachment defaults to file-system")
+
+	for in, want := range map[string]string{
+		"access=sometimes": `access: unknown access mode "sometimes"`,
+		"access=single-node-writer,attachment=floppy":              `attachment: unknown attachment mode "floppy"`,
+		"single-node-writer/file-system":                           `"single-node-writer/file-system" is not KEY=VALUE`,
+		"access=single-node-writer,colour=red":                     `unknown key "colour"`,
+		"attachment=block-device":                                  "access=MODE is required",
+		"access=single-node-writer,attachment=block-device,fs=xfs": "fs: a block-device capability takes no fs type",
+		"access=single-node-writer,fs=e x":                         `fs "e x" may hold only`,
+		"access=":                                                  `"access=" is not KEY=VALUE`,
+	} {
+		_, err := ParseCapability(in)
+		require.ErrorIs(t, err, ErrInvalid, in)
+		require.ErrorContains(t, err, want, in)
+		require.ErrorContains(t, err, "the syntax is "+CapabilitySyntax, in)
+	}
+}

@@ -23,3 +23,30 @@ func CheckExpectation(name string, nodes, controllers int) error {
 	}
 	return nil
 }
+
+// The jobs an expectation stands for, one per service: a fleet's
+// expectation record and a lone agent's plugin record both keep them.
+const (
+	ExpectNodesJob       = "expected-nodes"
+	ExpectControllersJob = "expected-controllers"
+)
+
+// Expect sets p's expectation, checked with CheckExpectation: nodes node
+// instances and controllers controller instances, as its two expectation
+// jobs; zero for both removes them. Bad counts change nothing.
+func (p *CSIPlugin) Expect(nodes, controllers int) error {
+	if err := CheckExpectation(p.ID, nodes, controllers); err != nil {
+		return err
+	}
+	if nodes == 0 && controllers == 0 {
+		p.DeleteJob(ExpectNodesJob)
+		p.DeleteJob(ExpectControllersJob)
+		return nil
+	}
+	for _, j := range []PluginJob{{ExpectNodesJob, PluginTypeNode, nodes}, {ExpectControllersJob, PluginTypeController, controllers}} {
+		if err := p.SetJob(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}

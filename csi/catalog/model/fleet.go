@@ -50,3 +50,11 @@ type BatchFleet interface {
 	// catalog's rules (DeregisterOf), all of them or none.
 	DeregisterVolumes(ctx context.Context, namespace string, ids []string) error
 }
+
+// ModifyFleet is a Fleet that records the mutable parameters a
+// ControllerModifyVolume set. A Fleet without it refuses the record.
+type ModifyFleet interface {
+	// RecordVolumeModify merges params into the volume's mutable
+	// parameters by the catalog's rule (RecordModifyOn), atomically.
+	RecordVolumeModify(ctx context.Context, namespace, id string, params map[string]string) (*CSIVolume, error)
+}

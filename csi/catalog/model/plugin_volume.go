@@ -20,6 +20,10 @@ import (
 // to keep IDs short; this limit only keeps a hostile answer out of the store.
 const MaxExternalIDBytes = 1024
 
+// MaxMutableParameters bounds the mutable parameters a volume keeps, all
+// modifies together: a plugin's knobs are few, and the record stays small.
+const MaxMutableParameters = 256
+
 // MountOptions say how a file-system volume is mounted: the file system to
 // ask the plugin for, and the mount flags to pass it. A block-device volume
 // has none.
@@ -139,6 +143,7 @@ func (v *CSIVolume) Claimants() []string {
 // copyPluginSide deep-copies into out the plugin-side fields of v.
 func copyPluginSide(out, v *CSIVolume) {
 	out.Parameters = maps.Clone(v.Parameters)
+	out.MutableParameters = maps.Clone(v.MutableParameters)
 	out.Secrets = maps.Clone(v.Secrets)
 	out.Context = maps.Clone(v.Context)
 	out.MountOptions = v.MountOptions.Copy()
@@ -171,7 +176,10 @@ func (v *CSIVolume) checkPluginSide(bad func(string, ...any)) {
 	if v.CapacityBytes < 0 {
 		bad("capacity %d bytes is negative", v.CapacityBytes)
 	}
-	for name, m := range map[string]map[string]string{"parameter": v.Parameters, "secret": v.Secrets, "context": v.Context} {
+	if n := len(v.MutableParameters); n > MaxMutableParameters {
+		bad("%d mutable parameters, over the limit of %d", n, MaxMutableParameters)
+	}
+	for name, m := range map[string]map[string]string{"parameter": v.Parameters, "mutable parameter": v.MutableParameters, "secret": v.Secrets, "context": v.Context} {
 		if _, ok := m[""]; ok {
 			bad("a %s has an empty key", name)
 		}
@@ -229,6 +237,7 @@ func identity(s string) string { return s }
 func pluginSideFromProto(v *CSIVolume, m *messages.CatalogVolume) {
 	v.ExternalID, v.CapacityBytes = m.GetExternalId(), m.GetCapacityBytes()
 	v.Parameters, v.Secrets, v.Context = mapTo(m.GetParameters(), identity), mapTo(m.GetSecrets(), identity), mapTo(m.GetContext(), identity)
+	v.MutableParameters = mapTo(m.GetMutableParameters(), identity)
 	v.MountOptions = mountOptionsFromProto(m.GetMountOptions())
 	v.RequestedTopologies = topologiesFromProto(m.GetRequestedTopologies())
 	v.Deleting, v.Created = m.GetDeleting(), m.GetCreated()

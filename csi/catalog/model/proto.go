@@ -242,6 +242,7 @@ func (v *CSIVolume) Proto() *messages.CatalogVolume {
 		ExternalId:        v.ExternalID,
 		CapacityBytes:     v.CapacityBytes,
 		Parameters:        maps.Clone(v.Parameters),
+		MutableParameters: maps.Clone(v.MutableParameters),
 		Secrets:           maps.Clone(v.Secrets),
 		Context:           maps.Clone(v.Context),
 		MountOptions:      mountOptionsToProto(v.MountOptions),

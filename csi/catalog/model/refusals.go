@@ -42,6 +42,11 @@ var (
 	// ErrFleetUnavailable: in cluster mode, etcd did not answer within the
 	// request timeout, so a change was refused rather than guessed.
 	ErrFleetUnavailable = errclass.New(errclass.Unavailable, "cluster-wide catalog unavailable")
+	// ErrTopologyRequired: the volume has no topology, and its plugin
+	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes
+	// needs one (Nomad's TODO, enforced; TopologyRequiredOf); it also
+	// matches ErrInvalid. Nothing changed and no RPC was sent.
+	ErrTopologyRequired = errclass.New(errclass.Invalid, "topology required")
 	// ErrVolumeLimit: the catalog holds as many volumes as it may (agent
 	// flag -max-volumes), so a new one is refused.
 	ErrVolumeLimit = errclass.New(errclass.Limit, "volume limit reached")

@@ -52,6 +52,7 @@ func RegisterOver(old, v *CSIVolume) (*CSIVolume, error) {
 	v.CreateIndex, v.ModifyIndex, v.ResourceExhausted, v.Attachments = 0, 0, time.Time{}, nil
 	if old != nil {
 		v.CreateIndex, v.ResourceExhausted = old.CreateIndex, old.ResourceExhausted
+		v.MutableParameters = maps.Clone(old.MutableParameters)
 	}
 	return v, nil
 }
@@ -255,6 +256,36 @@ func RecordCapacityOn(v *CSIVolume, capacityBytes int64) (*CSIVolume, error) {
 	}
 	changed := v.Copy()
 	changed.CapacityBytes = capacityBytes
+	return changed, nil
+}
+
+// RecordModifyOn merges params, the mutable parameters a
+// ControllerModifyVolume set, into v's: a key given again takes its new
+// value. It returns a changed copy of v, or v itself when nothing changes.
+// Bad params (none, an empty key, more than MaxMutableParameters in all)
+// are ErrInvalid naming the field; a volume being deleted is
+// ErrVolumeDeleting. v is never changed.
+func RecordModifyOn(v *CSIVolume, params map[string]string) (*CSIVolume, error) {
+	merged := maps.Clone(v.MutableParameters)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, params)
+	switch _, empty := params[""]; {
+	case len(params) == 0:
+		return nil, Refusef(ErrInvalid, "volume %s/%s: mutable_parameters must not be empty", v.Namespace, v.ID)
+	case empty:
+		return nil, Refusef(ErrInvalid, "volume %s/%s: mutable_parameters has an empty key", v.Namespace, v.ID)
+	case len(merged) > MaxMutableParameters:
+		return nil, Refusef(ErrInvalid, "volume %s/%s: mutable_parameters would hold %d keys, over the limit of %d (model.MaxMutableParameters)",
+			v.Namespace, v.ID, len(merged), MaxMutableParameters)
+	case v.Deleting:
+		return nil, deletingError(v)
+	case maps.Equal(merged, v.MutableParameters):
+		return v, nil
+	}
+	changed := v.Copy()
+	changed.MutableParameters = merged
 	return changed, nil
 }
 

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 )
@@ -55,4 +57,19 @@ func topologySubset(a, b []*Topology) bool {
 		}
 	}
 	return true
+}
+
+// TopologyRequiredOf refuses v, a volume to register or create, when it
+// names no topology (Topologies, or a create's requirements, as
+// withRequirements says) and its plugin p, as the caller knows it (a
+// node's catalog: its own fingerprints; a fleet: every node's),
+// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS: ErrTopologyRequired and
+// ErrInvalid, naming the field and the remedy. Nil for a nil plugin.
+func TopologyRequiredOf(v *CSIVolume, p *CSIPlugin, withRequirements bool) error {
+	if !p.TopologyRequired() || len(v.Topologies) > 0 || withRequirements {
+		return nil
+	}
+	return Refusal(ErrInvalid, fmt.Errorf("%w: volume %s/%s: topologies: plugin %q advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes needs a topology: "+
+		"give one (volume register -topology KEY=VALUE, the API's topologies; volume create -requisite or -preferred)",
+		ErrTopologyRequired, cmp.Or(v.Namespace, DefaultNamespace), v.ID, v.PluginID))
 }

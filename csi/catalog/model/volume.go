@@ -149,6 +149,12 @@ type CSIVolume struct {
 	CapacityBytes int64
 	// Parameters are the plugin's opaque creation parameters.
 	Parameters map[string]string
+	// MutableParameters are the parameters ControllerModifyVolume set, key
+	// by key as the modifies that succeeded left them (RecordModifyOn). A
+	// registration keeps them: they are state, not description (Equal
+	// leaves them out). The CSI spec's mutable_parameters; Nomad 1.11's
+	// CSIVolume has no such field.
+	MutableParameters map[string]string
 	// Secrets go to the plugin with the RPCs that take them; they never
 	// show when printed or encoded (see Secrets).
 	Secrets Secrets
