@@ -28,10 +28,10 @@ const (
 	DefaultName            = "csi-manager"
 )
 
-// Metrics counts what the manager's supervision decides.
+// Metrics counts what the manager's supervision decides; plugintype
+// counts it, for every plugin type alike.
 type Metrics interface {
-	InstanceRestarting(plugin *messages.PluginInfo)
-	InstanceGaveUp(plugin *messages.PluginInfo)
+	plugintype.Metrics
 }
 
 // Config configures the CSI manager. Only Registry is required.
