@@ -70,9 +70,7 @@ func (c ManagerConfig) validate() error {
 			problems = append(problems, fmt.Errorf("%s is %v, must not be negative (zero takes the default)", field, d))
 		}
 	}
-	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		problems = append(problems, fmt.Errorf("Supervision.OnGiveUp is %v, must be stop", giveUp))
-	}
+	problems = append(problems, c.Supervision.StopsOnGiveUp("Supervision"))
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidManagerConfig, err)
 	}
