@@ -24,11 +24,7 @@ func attached(node string) *model.Attachment {
 // way of a deregistration, a delete and a new description, until the
 // detach removes it.
 func TestAnAttachmentHoldsASingleNodeVolumeUntilItIsDetached(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 
 	_, err := a.Attach(ctx, "", "db", attached("node-a"))

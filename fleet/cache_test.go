@@ -21,11 +21,7 @@ import (
 // answer and in etcd, and a release from the cache keeps the other's
 // claim too.
 func TestAWriteByAnotherPathBetweenTwoCachedClaimsIsKept(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	grain := a.Cached(&fleet.VolumeCache{})
 
@@ -79,11 +75,7 @@ func TestARegistrationThroughTheCacheKeepsWhatOthersWriteAfter(t *testing.T) {
 // other way round: the cache says the slot is taken, another path has
 // since freed it: the grain's claim is not refused from the cache.
 func TestAStaleCacheNeverGivesTwoWriters(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	grain := a.Cached(&fleet.VolumeCache{})
 
@@ -112,11 +104,7 @@ func TestAStaleCacheNeverGivesTwoWriters(t *testing.T) {
 // volume's grain, each with a warm cache that says the writer slot is
 // free, claiming it for two nodes at once, 200 times: one wins each time.
 func TestTwoWarmCachesOfOneVolumeGiveOneWriter(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	grains := []interface {
 		Claim(context.Context, string, string, *model.Claim) (*model.CSIVolume, error)

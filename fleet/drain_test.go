@@ -20,11 +20,7 @@ import (
 // refused naming the drain, node b claims as before, and once a is
 // eligible again it claims.
 func TestADrainingNodeTakesNoNewClaimUntilEligibleAgain(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
 	require.NoError(t, err)

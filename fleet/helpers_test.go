@@ -88,3 +88,14 @@ func registered(t testing.TB, s *fleet.Store, v *model.CSIVolume) *model.CSIVolu
 func controllerPlugin(plugin, alloc string, healthy bool) *messages.CSIFingerprint {
 	return &messages.CSIFingerprint{Type: "csi-controller", Name: plugin, AllocId: alloc, Healthy: healthy}
 }
+
+// twoHealthyNodes starts etcd and opens on it the Stores of node-a and
+// node-b, each with a healthy node plugin "ebs"; ctx is testCtx's.
+func twoHealthyNodes(t testing.TB) (a, b *fleet.Store, ctx context.Context) {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	a, b = open(t, srv, "node-a"), open(t, srv, "node-b")
+	healthyNode(t, a)
+	healthyNode(t, b)
+	return a, b, testCtx(t)
+}

@@ -141,11 +141,7 @@ func TestConcurrentRegistrationsWaitTheirTurnAndNeverSayEtcdIsAway(t *testing.T)
 // of two plugins in turn, one healthy on both nodes and one on none: each
 // read gives its own plugin's health.
 func TestAVolumeReadsItsOwnPluginsHealthWhateverWasReadBefore(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("on-ebs", model.AccessModeMultiNodeReader))
 	nfs := withExternal("on-nfs", "nfs-1")
 	nfs.PluginID = "nfs"

@@ -94,11 +94,7 @@ func TestABadFingerprintIsRefusedAndChangesNothing(t *testing.T) {
 // grace period.
 func TestADeadNodeDropsOutButKeepsItsClaimsUntilGCFreesThem(t *testing.T) {
 	t.Parallel() // mostly waiting for etcd to stop or a lease to run out
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("alloc-a", "node-a"))
 	require.NoError(t, err)

@@ -28,11 +28,7 @@ func TestMain(m *testing.M) {
 // node, claims it for writing there, and checks that another node sees the
 // claim and is refused a second writer until the first one is freed.
 func TestAClaimOnOneNodeIsSeenAndEnforcedOnAnother(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 
 	reg := registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	require.NotZero(t, reg.CreateIndex)
