@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -83,7 +82,7 @@ func TestABadFingerprintIsRefusedAndChangesNothing(t *testing.T) {
 	s := open(t, srv, "node-a")
 	healthyNode(t, s)
 	err := s.PutFingerprints(testCtx(t), []*messages.CSIFingerprint{nodePlugin("ebs", "p9", false), {Type: "csi-node", Name: "../x", AllocId: "a"}})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.Equal(t, counts{0, 1}, countsOf(t, s, "ebs"))
 }
 
@@ -161,7 +160,7 @@ func TestGCLeavesTheClaimsOfANodeThatCameBack(t *testing.T) {
 
 func TestStartGCRefusesNegativeDurations(t *testing.T) {
 	_, err := fleet.StartGC(nil, fleet.GCConfig{Grace: -time.Second})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.Contains(t, err.Error(), "Grace")
 }
 

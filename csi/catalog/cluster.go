@@ -45,7 +45,7 @@ type fleetFingerprintsPut struct{ err error }
 
 // fleetState is the catalog actor's part in cluster mode.
 type fleetState struct {
-	fleet  Fleet
+	fleet  model.Fleet
 	ctx    context.Context
 	cancel context.CancelFunc
 	calls  int // Fleet calls in flight, answers not yet sent
@@ -57,7 +57,7 @@ type fleetState struct {
 	putting bool
 }
 
-func newFleetState(f Fleet) *fleetState {
+func newFleetState(f model.Fleet) *fleetState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &fleetState{fleet: f, ctx: ctx, cancel: cancel, fps: map[string]*messages.CSIFingerprint{}}
 }
@@ -163,7 +163,7 @@ func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.
 
 // fleetQuery is the Fleet call of a query, which returns its answer; nil
 // when cmd is no query the Fleet takes.
-func fleetQuery(f Fleet, cmd proto.Message) func(context.Context) proto.Message {
+func fleetQuery(f model.Fleet, cmd proto.Message) func(context.Context) proto.Message {
 	switch cmd := cmd.(type) {
 	case *messages.GetVolumeRequest:
 		return func(ctx context.Context) proto.Message {
@@ -197,7 +197,7 @@ func fleetQuery(f Fleet, cmd proto.Message) func(context.Context) proto.Message 
 
 // fleetClaim checks a claim on its face and against the plugin and modes
 // it names, as the local catalog does, and has the Fleet apply it.
-func fleetClaim(ctx context.Context, f Fleet, nodeID string, cmd *messages.ClaimVolume) (*model.CSIVolume, error) {
+func fleetClaim(ctx context.Context, f model.Fleet, nodeID string, cmd *messages.ClaimVolume) (*model.CSIVolume, error) {
 	claim := &model.Claim{
 		AllocID: cmd.GetAllocId(),
 		NodeID:  cmp.Or(cmd.GetNodeId(), nodeID),

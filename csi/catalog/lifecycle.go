@@ -35,7 +35,7 @@ func (a *catalogActor) applyMarkDeleting(w *catalogWrite, cmd *messages.MarkVolu
 func (a *catalogActor) applyRecordCapacity(w *catalogWrite, cmd *messages.RecordVolumeCapacity) (catalogChange, error) {
 	var faceErr error
 	if cmd.GetCapacityBytes() < 0 {
-		faceErr = model.Refusef(ErrInvalid, "volume %s/%s: capacity %d bytes is negative", cmp.Or(cmd.GetNamespace(), model.DefaultNamespace),
+		faceErr = model.Refusef(model.ErrInvalid, "volume %s/%s: capacity %d bytes is negative", cmp.Or(cmd.GetNamespace(), model.DefaultNamespace),
 			cmd.GetVolumeId(), cmd.GetCapacityBytes())
 	}
 	return a.changeVolume(w, cmd.GetNamespace(), cmd.GetVolumeId(), faceErr, func(v *model.CSIVolume) (*model.CSIVolume, error) {
@@ -62,8 +62,8 @@ func (a *catalogActor) changeVolume(w *catalogWrite, namespace, id string, faceE
 
 // MarkVolumeDeleting marks a volume as being deleted, before DeleteVolume,
 // and returns it (with its secrets, for the RPC). A volume with any claim,
-// held or being released, is refused with ErrVolumeInUse naming the allocs;
-// once marked, claims are refused with ErrVolumeDeleting. Marking again
+// held or being released, is refused with model.ErrVolumeInUse naming the allocs;
+// once marked, claims are refused with model.ErrVolumeDeleting. Marking again
 // changes nothing. An empty namespace means the default one.
 func (c *Catalog) MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
 	resp, err := catalogCall[*messages.MarkVolumeDeletingResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
@@ -74,7 +74,7 @@ func (c *Catalog) MarkVolumeDeleting(ctx context.Context, namespace, id string) 
 
 // RecordVolumeCapacity records the capacity the plugin reported for a
 // volume (after ControllerExpandVolume) and returns the volume. Claims do
-// not stop it; a volume being deleted is refused with ErrVolumeDeleting.
+// not stop it; a volume being deleted is refused with model.ErrVolumeDeleting.
 func (c *Catalog) RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error) {
 	resp, err := catalogCall[*messages.RecordVolumeCapacityResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.RecordVolumeCapacity{Namespace: namespace, VolumeId: id, CapacityBytes: capacityBytes, ReplyTo: replyTo}
@@ -86,12 +86,12 @@ func (c *Catalog) RecordVolumeCapacity(ctx context.Context, namespace, id string
 // names no topology (topologies, or a create's requirements, as
 // withRequirements says) and its plugin p advertises
 // VOLUME_ACCESSIBILITY_CONSTRAINTS: ErrTopologyRequired and
-// ErrInvalid, naming the field and the remedy.
+// model.ErrInvalid, naming the field and the remedy.
 func TopologyRequiredOf(v *model.CSIVolume, p *model.CSIPlugin, withRequirements bool) error {
 	if !p.TopologyRequired() || len(v.Topologies) > 0 || withRequirements {
 		return nil
 	}
-	return model.Refusal(ErrInvalid, fmt.Errorf("%w: volume %s/%s: topologies: plugin %q advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes needs a topology: "+
+	return model.Refusal(model.ErrInvalid, fmt.Errorf("%w: volume %s/%s: topologies: plugin %q advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes needs a topology: "+
 		"give one (volume register -topology KEY=VALUE, the API's topologies; volume create -requisite or -preferred)",
 		ErrTopologyRequired, cmp.Or(v.Namespace, model.DefaultNamespace), v.ID, v.PluginID))
 }
