@@ -4,14 +4,12 @@ import (
 	"github.com/plugvisor/plugvisor/errclass"
 )
 
-// Sentinel errors of the catalog actor and its facade; most are the
-// model's (model.ErrInvalid, …), which its rules return, besides
-// ErrClaimRefused, which it shares with the volume manager: a claim or
-// release that conflicts with the volume's claims or health (a second
-// writer, another node, the other mode, an unschedulable volume). A refusal
-// that comes from the catalog model also matches the model's own sentinel
-// (say model.ErrVolumeMaxClaims behind ErrClaimRefused), on both sides of
-// the actor boundary.
+// Sentinel errors of the catalog actor and its facade besides the model's:
+// the catalog refuses with the model's sentinels (model.ErrInvalid,
+// model.ErrVolumeNotFound, model.ErrClaimRefused, ...), which its rules
+// return. A refusal that comes from the catalog model also matches the
+// model's own sentinel (say model.ErrVolumeMaxClaims behind
+// model.ErrClaimRefused), on both sides of the actor boundary.
 var (
 	// ErrTopologyRequired: the volume has no topology, and its plugin
 	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes
