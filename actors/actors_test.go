@@ -1,10 +1,8 @@
 package actors_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,30 +18,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func jsonLogger(out *syncBuffer, level hclog.Level) hclog.Logger {
+func jsonLogger(out *probe.LogBuffer, level hclog.Level) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: out, Level: level, JSONFormat: true})
 }
 
 func TestSlogHandlerKeepsLevelsAndPairs(t *testing.T) {
-	out := &syncBuffer{}
+	out := &probe.LogBuffer{}
 	logger := slog.New(actors.NewSlogHandler(jsonLogger(out, hclog.Info)))
 
 	logger.Debug("hidden", "k", 1)
@@ -72,7 +52,7 @@ func TestSlogHandlerLevels(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out := &syncBuffer{}
+			out := &probe.LogBuffer{}
 			h := actors.NewSlogHandler(jsonLogger(out, hclog.Trace))
 			require.True(t, h.Enabled(context.Background(), tc.level))
 			slog.New(h).Log(context.Background(), tc.level, "m")
@@ -82,7 +62,7 @@ func TestSlogHandlerLevels(t *testing.T) {
 }
 
 func TestNewSystemLogsThroughHclog(t *testing.T) {
-	out := &syncBuffer{}
+	out := &probe.LogBuffer{}
 	system := actors.NewSystem(jsonLogger(out, hclog.Debug))
 	t.Cleanup(system.Shutdown)
 	system.Logger().Info("hello from protoactor", "n", 7)
@@ -91,7 +71,7 @@ func TestNewSystemLogsThroughHclog(t *testing.T) {
 }
 
 func TestPanicStackLogsTheStackAndStillFails(t *testing.T) {
-	out := &syncBuffer{}
+	out := &probe.LogBuffer{}
 	logger := jsonLogger(out, hclog.Error)
 	system := probe.NewSystem(t)
 	p := probe.New(t, system)

@@ -9,12 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 func TestADeadLetterIsLoggedWithoutTheMessagesContents(t *testing.T) {
 	const secret = "dead-letter-s3cr3t"
-	out := &syncBuffer{}
+	out := &probe.LogBuffer{}
 	system := actors.NewSystem(hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Trace}))
 	t.Cleanup(system.Shutdown)
 	nobody := system.NewLocalPID("nobody")

@@ -28,6 +28,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/manager"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -126,7 +127,7 @@ type Config struct {
 	// take their defaults, negative ones are refused).
 	BodyLimits api.Limits
 	// MaxVolumes bounds the volumes of the CSI catalog (default
-	// catalog.DefaultMaxVolumes).
+	// model.DefaultMaxVolumes).
 	MaxVolumes int
 	// Logger receives the agent's logs (default: discard).
 	Logger hclog.Logger
@@ -248,7 +249,7 @@ func Start(cfg Config) (*Agent, error) {
 
 // isCorrupt reports a start that failed on a record of the state file.
 func isCorrupt(err error) bool {
-	return errors.Is(err, storage.ErrCorrupt) || errors.Is(err, catalog.ErrCorrupt)
+	return errors.Is(err, storage.ErrCorrupt) || errors.Is(err, model.ErrCorrupt)
 }
 
 // statePath is the state file of the agent of dataDir.

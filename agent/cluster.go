@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/member"
 )
@@ -142,7 +142,7 @@ func (a *Agent) fleetStore() *fleet.Store {
 }
 
 // fleet is the catalog's Fleet in cluster mode, nil without it.
-func (a *Agent) fleet() catalog.Fleet {
+func (a *Agent) fleet() model.Fleet {
 	if a.member == nil {
 		return nil
 	}

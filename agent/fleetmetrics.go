@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 )
 
@@ -72,7 +72,7 @@ func (m *fleetMetrics) EtcdRequest(what string, took time.Duration, err error) {
 	m.etcdLatency.WithLabelValues(what).Observe(took.Seconds())
 	result := "ok"
 	switch {
-	case errors.Is(err, catalog.ErrFleetUnavailable):
+	case errors.Is(err, model.ErrFleetUnavailable):
 		result = "unavailable"
 	case err != nil:
 		result = "error"

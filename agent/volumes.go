@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 )
 
@@ -9,5 +10,5 @@ import (
 // Attachments as they are.
 var (
 	_ volumes.Catalog     = (*catalog.Catalog)(nil)
-	_ volumes.Attachments = catalog.Fleet(nil)
+	_ volumes.Attachments = model.Fleet(nil)
 )

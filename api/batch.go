@@ -8,7 +8,7 @@ import (
 )
 
 // VolumeBatchBody registers several volumes, all or none (Nomad's
-// Volumes[]): POST /v1/volumes:batch. At most catalog.MaxBatch volumes,
+// Volumes[]): POST /v1/volumes:batch. At most model.MaxBatch volumes,
 // each named once.
 type VolumeBatchBody struct {
 	Volumes []VolumeBody `json:"volumes"`

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 )
 
@@ -29,7 +29,7 @@ func batchBody(ids ...string) string {
 
 func TestTheBatchRoutesRegisterAndDeregisterAllOrNothing(t *testing.T) {
 	b, a := newCSIBackend(t, hostpathtest.TempDir(t))
-	many := make([]string, catalog.MaxBatch+1)
+	many := make([]string, model.MaxBatch+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("m%d", i)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/internal/errwalk"
 	"github.com/plugvisor/plugvisor/messages"
@@ -77,10 +77,10 @@ func TestTheGoFacadesRefusalsSayEachThingOnceAndKeepTheirChain(t *testing.T) {
 	require.Equal(t, "socket path", bad.Field)
 
 	_, err = f.cat.GetVolume(ctx, "default", "v1")
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
 	require.ErrorIs(t, err, errclass.NotFound)
 	claimErr := f.cat.Claim(ctx, csi.ClaimRequest{Namespace: "default", VolumeID: "v1", AllocID: "a1"})
-	require.ErrorIs(t, claimErr, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, claimErr, model.ErrVolumeNotFound)
 	badID := f.cat.Claim(ctx, csi.ClaimRequest{Namespace: "default", VolumeID: "v1", AllocID: "a/1"})
 	require.ErrorIs(t, badID, errclass.Invalid)
 	deregErr := f.reg.DeregisterPlugin("csi-node", "q", "a1")

@@ -9,8 +9,8 @@ import (
 
 // FleetNodes are the node commands of a fleet (cluster mode), as the
 // agent offers them from its fleet.Store. Refusals match
-// catalog.ErrNodeNotFound, catalog.ErrNodeDraining or
-// catalog.ErrInvalid.
+// model.ErrNodeNotFound, model.ErrNodeDraining or
+// model.ErrInvalid.
 type FleetNodes interface {
 	// Nodes lists every node the fleet knows, sorted by ID.
 	Nodes(ctx context.Context) ([]NodeJSON, error)

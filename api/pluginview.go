@@ -6,14 +6,13 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
 // FleetPlugins is the fleet's plugin view (cluster mode), as fleet.Store
 // offers it: a plugin's counts over every live node and its expected
-// counts. Refusals match catalog.ErrPluginNotFound or catalog.ErrInvalid.
+// counts. Refusals match model.ErrPluginNotFound or model.ErrInvalid.
 type FleetPlugins interface {
 	Plugin(ctx context.Context, name string) (*model.CSIPlugin, error)
 	ExpectPlugin(ctx context.Context, name string, nodes, controllers int) (*model.CSIPlugin, error)
@@ -92,7 +91,7 @@ func (s *Server) getPluginView(w http.ResponseWriter, r *http.Request) error {
 	}
 	i := slices.IndexFunc(plugins, func(p *model.CSIPlugin) bool { return p.ID == name })
 	if i < 0 {
-		return fmt.Errorf("%w: plugin %q: no instance of it was fingerprinted on this node", catalog.ErrPluginNotFound, name)
+		return fmt.Errorf("%w: plugin %q: no instance of it was fingerprinted on this node", model.ErrPluginNotFound, name)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"plugin": pluginView(plugins[i], "node")})
 	return nil

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
@@ -485,7 +484,7 @@ func (s *Server) volumeStatus(w http.ResponseWriter, r *http.Request) error {
 			c := v.PastClaims[alloc]
 			out.PastClaims = append(out.PastClaims, PastClaimJSON{AllocID: alloc, Mode: string(c.Mode), State: string(c.State), LastError: c.LastError})
 		}
-	case !errors.Is(err, catalog.ErrVolumeNotFound) || st.Record == nil:
+	case !errors.Is(err, model.ErrVolumeNotFound) || st.Record == nil:
 		return err
 	}
 	writeJSON(w, http.StatusOK, out)

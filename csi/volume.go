@@ -25,12 +25,11 @@ var (
 	ErrClaimRefused = model.ErrClaimRefused
 	// ErrFleetUnavailable is returned, in cluster mode, when etcd did not
 	// answer within the request timeout, so a change was refused rather
-	// than guessed. It is model.ErrFleetUnavailable; the catalog names it
-	// catalog.ErrFleetUnavailable.
+	// than guessed. It is model.ErrFleetUnavailable.
 	ErrFleetUnavailable = model.ErrFleetUnavailable
 	// ErrVolumeLimit is returned when the catalog holds as many volumes as
-	// it may (agent flag -max-volumes), so a new one is refused. The
-	// catalog names it catalog.ErrVolumeLimit. It is model.ErrVolumeLimit.
+	// it may (agent flag -max-volumes), so a new one is refused. It is
+	// model.ErrVolumeLimit.
 	ErrVolumeLimit = model.ErrVolumeLimit
 )
 

@@ -135,10 +135,7 @@ func (c Config) validate() error {
 	if slices.ContainsFunc(c.LookupBackoff, func(d time.Duration) bool { return d < 0 }) {
 		problems = append(problems, errors.New("LookupBackoff durations must not be negative"))
 	}
-	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		problems = append(problems, fmt.Errorf("Supervision.OnGiveUp is %v, must be stop", giveUp))
-	}
-	problems = append(problems, c.Retry.Validate(), c.Supervision.Validate())
+	problems = append(problems, c.Supervision.StopsOnGiveUp("Supervision"), c.Retry.Validate(), c.Supervision.Validate())
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -51,8 +51,7 @@ type ManagerConfig struct {
 // ManagerMetrics counts what the manager's supervision decides, and
 // follows each current plugin's health.
 type ManagerMetrics interface {
-	InstanceRestarting(plugin *messages.PluginInfo)
-	InstanceGaveUp(plugin *messages.PluginInfo)
+	plugintype.Metrics // the supervision's decisions, counted by plugintype
 	PluginHealth(ptype, name string, healthy bool)
 }
 
@@ -71,9 +70,7 @@ func (c ManagerConfig) validate() error {
 			problems = append(problems, fmt.Errorf("%s is %v, must not be negative (zero takes the default)", field, d))
 		}
 	}
-	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		problems = append(problems, fmt.Errorf("Supervision.OnGiveUp is %v, must be stop", giveUp))
-	}
+	problems = append(problems, c.Supervision.StopsOnGiveUp("Supervision"))
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidManagerConfig, err)
 	}
@@ -106,7 +103,7 @@ func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error
 	cfg = cfg.withDefaults()
 	icfg := plugintype.Config{
 		Types: []string{PluginType}, Registry: cfg.Registry.PID(), ResyncInterval: cfg.ResyncInterval,
-		Snapshot: func() plugintype.Snapshot { return cfg.Registry.Snapshot() }, Logger: cfg.Logger,
+		Snapshot: func() plugintype.Snapshot { return cfg.Registry.Snapshot() }, Logger: cfg.Logger, Metrics: cfg.Metrics,
 	}
 	if err := icfg.Validate(); err != nil {
 		return nil, fmt.Errorf("dockervolume: %w", err)
@@ -161,9 +158,6 @@ type managerActor struct {
 // Receive hands the instances' life cycle to plugintype, then handles
 // health reports and subscriptions.
 func (a *managerActor) Receive(ctx actor.Context) {
-	if ev, ok := ctx.Message().(*messages.ChildSupervised); ok {
-		a.onChildSupervised(ev) // counted here, then handled by plugintype
-	}
 	if a.instances.Receive(ctx) {
 		return
 	}
@@ -203,20 +197,6 @@ func (a *managerActor) onHealth(ctx actor.Context, msg *messages.DockerVolumePlu
 	if a.instances.Known(msg.GetInstance()) {
 		_, current := a.instances.Current(msg.GetInstance())
 		a.record(ctx, msg, current)
-	}
-}
-
-// onChildSupervised counts the restarts and give-ups of current instances.
-func (a *managerActor) onChildSupervised(ev *messages.ChildSupervised) {
-	plugin, current := a.instances.Current(ev.GetChild())
-	if !current || a.cfg.Metrics == nil {
-		return
-	}
-	switch ev.GetDecision() {
-	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
-		a.cfg.Metrics.InstanceRestarting(plugin)
-	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
-		a.cfg.Metrics.InstanceGaveUp(plugin)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -58,7 +57,7 @@ func TestAnAttachmentHoldsASingleNodeVolumeUntilItIsDetached(t *testing.T) {
 			return v
 		}())),
 	} {
-		require.ErrorIs(t, refused, catalog.ErrVolumeInUse, name)
+		require.ErrorIs(t, refused, model.ErrVolumeInUse, name)
 		require.ErrorContains(t, refused, "is attached to nodes node-a", name)
 	}
 	same, err := b.RegisterVolume(ctx, volume("db", model.AccessModeSingleNodeWriter))
@@ -70,7 +69,7 @@ func TestAnAttachmentHoldsASingleNodeVolumeUntilItIsDetached(t *testing.T) {
 	_, err = b.Detach(ctx, "", "db", "node-a")
 	require.NoError(t, err, "detaching what is detached changes nothing")
 	_, err = b.Detach(ctx, "", "db", "../a")
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.NoError(t, b.DeregisterVolume(ctx, "", "db"))
 }
 
@@ -164,11 +163,11 @@ func TestADetachFromAnotherNodeHoldsOnlyWhileThatNodeIsDownAndClaimsNothing(t *t
 	require.NoError(t, err)
 
 	_, err = a.MarkDetaching(ctx, "", "db", "node-c")
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorIs(t, err, model.ErrVolumeInUse)
 	require.ErrorContains(t, err, "attached to node node-c, which is up")
 	require.NoError(t, c.Close())
 	_, err = a.MarkDetaching(ctx, "", "db", "node-c")
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorIs(t, err, model.ErrVolumeInUse)
 	require.ErrorContains(t, err, "allocs alloc-1 still hold claims")
 
 	// The claim is freed; node-c comes back and claims again before the
@@ -180,7 +179,7 @@ func TestADetachFromAnotherNodeHoldsOnlyWhileThatNodeIsDownAndClaimsNothing(t *t
 	_, err = back.Claim(ctx, "", "db", writeClaim("alloc-2", "node-c"))
 	require.NoError(t, err)
 	_, err = a.MarkDetaching(ctx, "", "db", "node-c")
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse, "a node that is up again keeps its attachment")
+	require.ErrorIs(t, err, model.ErrVolumeInUse, "a node that is up again keeps its attachment")
 
 	// Down again, claim freed: the mark holds, and node-c's attachment is
 	// refused until the detach is done.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -41,9 +40,9 @@ func TestAFleetRegistersAndDeregistersABatchAllOrNothing(t *testing.T) {
 	healthyNode(t, s)
 	registered(t, s, withExternal("old", "disk-1"))
 
-	out, err := s.RegisterVolumes(ctx, batch("v", catalog.MaxBatch))
-	require.NoError(t, err, "a batch of catalog.MaxBatch fits one etcd transaction")
-	require.Len(t, out, catalog.MaxBatch)
+	out, err := s.RegisterVolumes(ctx, batch("v", model.MaxBatch))
+	require.NoError(t, err, "a batch of model.MaxBatch fits one etcd transaction")
+	require.Len(t, out, model.MaxBatch)
 	for i, v := range out {
 		require.Equal(t, fmt.Sprintf("v-%d", i), v.ID)
 		require.Equal(t, out[0].ModifyIndex, v.ModifyIndex, "one transaction")
@@ -54,7 +53,7 @@ func TestAFleetRegistersAndDeregistersABatchAllOrNothing(t *testing.T) {
 	conflict := batch("w", 3)
 	conflict[1].ExternalID = "disk-1"
 	_, err = s.RegisterVolumes(ctx, conflict)
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.ErrorContains(t, err, `volumes[1] (volume "w-1")`)
 	require.ErrorContains(t, err, `already catalog volume "old"`)
 	require.Equal(t, before, ids(t, s), "nothing of the batch was registered")
@@ -62,18 +61,18 @@ func TestAFleetRegistersAndDeregistersABatchAllOrNothing(t *testing.T) {
 	within := batch("w", 2)
 	within[0].ExternalID, within[1].ExternalID = "disk-9", "disk-9"
 	_, err = s.RegisterVolumes(ctx, within)
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.ErrorContains(t, err, `volumes[1] (volume "w-1")`)
 	require.Equal(t, before, ids(t, s))
 
-	_, err = s.RegisterVolumes(ctx, batch("v", catalog.MaxBatch+1))
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	_, err = s.RegisterVolumes(ctx, batch("v", model.MaxBatch+1))
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.ErrorContains(t, err, "over the limit of 25")
 
 	_, err = s.Claim(ctx, "", "v-3", readClaim("a1", "node-a"))
 	require.NoError(t, err)
 	err = s.DeregisterVolumes(ctx, "", []string{"v-1", "v-3", "v-5"})
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorIs(t, err, model.ErrVolumeInUse)
 	require.ErrorContains(t, err, `volumes[1] (volume "v-3")`)
 	require.Equal(t, before, ids(t, s), "nothing of the batch was deregistered")
 
@@ -102,7 +101,7 @@ func TestConcurrentBatchesNeverPassTheVolumeLimit(t *testing.T) {
 	var taken []string
 	for i, err := range errs {
 		if err != nil {
-			require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+			require.ErrorIs(t, err, model.ErrVolumeLimit)
 			continue
 		}
 		for _, v := range batch(fmt.Sprintf("b%d", i), 3) {
@@ -113,7 +112,7 @@ func TestConcurrentBatchesNeverPassTheVolumeLimit(t *testing.T) {
 	require.ElementsMatch(t, taken, ids(t, stores[0]), "the fleet holds the volumes of the batches taken, whole")
 
 	_, err := stores[1].RegisterVolumes(ctx, batch("late", 2))
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorIs(t, err, model.ErrVolumeLimit)
 	require.ErrorContains(t, err, `volumes[1] (volume "late-1")`)
 	require.ErrorContains(t, err, "holds 10 volumes", "the first of the batch counted before the second was refused")
 	require.Len(t, ids(t, stores[0]), 9)

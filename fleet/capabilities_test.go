@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 )
 
 // claimAs returns c choosing the volume's capability of access mode m.
@@ -17,11 +16,7 @@ func claimAs(c *model.Claim, m model.AccessMode) *model.Claim {
 }
 
 func TestFleetClaimsOfDifferentCapabilitiesKeepOneWriterWhateverTheInterleaving(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	for round := range 5 {
 		id := "db" + string(rune('a'+round))
 		v := volume(id, model.AccessModeMultiNodeMultiWriter)

@@ -9,7 +9,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -91,7 +90,7 @@ func TestOneMemberCompactsTheFleetsEtcdAndAnotherTakesOver(t *testing.T) {
 
 func TestStartCompactorRefusesANegativeInterval(t *testing.T) {
 	_, err := fleet.StartCompactor(nil, fleet.CompactConfig{Interval: -time.Second})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.Contains(t, err.Error(), "Interval")
 }
 

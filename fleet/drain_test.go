@@ -9,7 +9,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -53,21 +52,21 @@ func TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing(t *testing.T) {
 	a := open(t, srv, "node-a")
 	ctx := testCtx(t)
 	_, err := a.Drain(ctx, "node-x")
-	require.ErrorIs(t, err, catalog.ErrNodeNotFound)
+	require.ErrorIs(t, err, model.ErrNodeNotFound)
 	require.ErrorContains(t, err, `the fleet knows no node "node-x" (known: node-a)`)
 	_, err = a.Drain(ctx, "../a")
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.ErrorContains(t, err, "node ID")
 	_, err = a.Drain(ctx, "node-a")
 	require.NoError(t, err)
 	before := nodesOf(t, a)
 	_, err = a.Drain(ctx, "node-a")
-	require.ErrorIs(t, err, catalog.ErrNodeDraining)
+	require.ErrorIs(t, err, model.ErrNodeDraining)
 	require.ErrorContains(t, err, `"node-a" is already draining`)
 	require.ErrorContains(t, err, "plugvisor node eligibility -enable node-a")
 	require.Equal(t, before[0].DrainingSince, nodesOf(t, a)[0].DrainingSince, "the first drain's start stays")
 	_, err = a.FreeNodeClaims(ctx, "node-x")
-	require.ErrorIs(t, err, catalog.ErrNodeDraining, "only a draining node's claims are forced free")
+	require.ErrorIs(t, err, model.ErrNodeDraining, "only a draining node's claims are forced free")
 }
 
 // TestNodesListsEachNodeWithItsLeaseClaimsAndAttachments lists a node up

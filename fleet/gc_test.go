@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -222,7 +221,7 @@ func TestAStrandedAttachmentIsDetachedOnceByANodeThatRunsTheController(t *testin
 
 func TestStartDetacherRefusesAConfigWithoutItsFuncs(t *testing.T) {
 	_, err := fleet.StartDetacher(nil, fleet.DetacherConfig{Detach: func(context.Context, fleet.Stranded) error { return nil }})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.ErrorContains(t, err, "Controls and Detach are required")
 }
 

@@ -89,10 +89,9 @@ func controllerPlugin(plugin, alloc string, healthy bool) *messages.CSIFingerpri
 	return &messages.CSIFingerprint{Type: "csi-controller", Name: plugin, AllocId: alloc, Healthy: healthy}
 }
 
-// fleetWithDB starts an etcd and opens a Store on it for each of nodes,
-// each running plugin "ebs" healthy, and registers volume "db" of mode
-// through the first: where most tests of claims start.
-func fleetWithDB(t *testing.T, mode model.AccessMode, nodes ...string) (*etcdtest.Server, []*fleet.Store) {
+// healthyFleet starts an etcd and opens a Store on it for each of nodes,
+// each running plugin "ebs" healthy.
+func healthyFleet(t testing.TB, nodes ...string) (*etcdtest.Server, []*fleet.Store) {
 	t.Helper()
 	srv := etcdtest.Start(t)
 	stores := make([]*fleet.Store, len(nodes))
@@ -100,6 +99,22 @@ func fleetWithDB(t *testing.T, mode model.AccessMode, nodes ...string) (*etcdtes
 		stores[i] = open(t, srv, node)
 		healthyNode(t, stores[i])
 	}
+	return srv, stores
+}
+
+// twoHealthyNodes is healthyFleet of "node-a" and "node-b"; ctx is
+// testCtx's.
+func twoHealthyNodes(t testing.TB) (a, b *fleet.Store, ctx context.Context) {
+	t.Helper()
+	_, s := healthyFleet(t, "node-a", "node-b")
+	return s[0], s[1], testCtx(t)
+}
+
+// fleetWithDB is healthyFleet with volume "db" of mode registered through
+// the first node: where most tests of claims start.
+func fleetWithDB(t *testing.T, mode model.AccessMode, nodes ...string) (*etcdtest.Server, []*fleet.Store) {
+	t.Helper()
+	srv, stores := healthyFleet(t, nodes...)
 	registered(t, stores[0], volume("db", mode))
 	return srv, stores
 }

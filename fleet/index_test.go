@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -31,7 +30,7 @@ func TestAPluginVolumeIsHeldByOneVolumeAcrossDeregistrationAndRedescription(t *t
 	ctx := testCtx(t)
 	registered(t, s, withExternal("a", "disk-1"))
 	_, err := s.RegisterVolume(ctx, withExternal("b", "disk-1"))
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.ErrorContains(t, err, `already catalog volume "a"`)
 
 	require.NoError(t, s.DeregisterVolume(ctx, "", "a"))
@@ -41,7 +40,7 @@ func TestAPluginVolumeIsHeldByOneVolumeAcrossDeregistrationAndRedescription(t *t
 	registered(t, s, withExternal("c", "disk-3"))
 	registered(t, s, withExternal("d", "disk/2"))
 	_, err = s.RegisterVolume(ctx, withExternal("e", "disk-3"))
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict, "a new description takes its new plugin volume")
+	require.ErrorIs(t, err, model.ErrVolumeConflict, "a new description takes its new plugin volume")
 	require.ErrorContains(t, err, `already catalog volume "c"`)
 	other := withExternal("e", "disk-3")
 	other.PluginID = "nfs"
@@ -58,14 +57,14 @@ func TestTheCountFollowsDeregistrationsAtTheLimit(t *testing.T) {
 	registered(t, s, volume("b", model.AccessModeMultiNodeReader))
 	registered(t, s, volume("b", model.AccessModeMultiNodeMultiWriter)) // a new description counts once
 	_, err := s.RegisterVolume(ctx, volume("c", model.AccessModeMultiNodeReader))
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
-	require.ErrorIs(t, s.CheckRoom(ctx, "", "c"), catalog.ErrVolumeLimit)
+	require.ErrorIs(t, err, model.ErrVolumeLimit)
+	require.ErrorIs(t, s.CheckRoom(ctx, "", "c"), model.ErrVolumeLimit)
 
 	require.NoError(t, s.DeregisterVolume(ctx, "", "a"))
 	require.NoError(t, s.CheckRoom(ctx, "", "c"))
 	registered(t, s, volume("c", model.AccessModeMultiNodeReader))
 	_, err = s.RegisterVolume(ctx, volume("d", model.AccessModeMultiNodeReader))
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorIs(t, err, model.ErrVolumeLimit)
 	require.ErrorContains(t, err, "holds 2 volumes")
 }
 
@@ -89,11 +88,11 @@ func TestAFleetWrittenWithoutTheIndexesGetsThemAtOpen(t *testing.T) {
 
 	s := open(t, srv, "node-b", func(c *fleet.Config) { c.MaxVolumes = 4 })
 	_, err = s.RegisterVolume(ctx, withExternal("w", "disk-1"))
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.ErrorContains(t, err, `already catalog volume "v-1"`)
 	registered(t, s, withExternal("w", "disk-9"))
 	_, err = s.RegisterVolume(ctx, withExternal("x", "disk-10"))
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit, "the 3 volumes there before count")
+	require.ErrorIs(t, err, model.ErrVolumeLimit, "the 3 volumes there before count")
 	require.ErrorContains(t, err, "holds 4 volumes")
 }
 
@@ -128,8 +127,8 @@ func TestConcurrentRegistrationsWaitTheirTurnAndNeverSayEtcdIsAway(t *testing.T)
 		for _, err := range register(hasty, fmt.Sprintf("once-%d", i)) {
 			if err != nil {
 				lost++
-				require.NotErrorIs(t, err, catalog.ErrFleetUnavailable)
-				require.ErrorIs(t, err, catalog.ErrStore)
+				require.NotErrorIs(t, err, model.ErrFleetUnavailable)
+				require.ErrorIs(t, err, model.ErrStore)
 				require.ErrorContains(t, err, "lost the race to other writers 1 times")
 			}
 		}
@@ -141,11 +140,7 @@ func TestConcurrentRegistrationsWaitTheirTurnAndNeverSayEtcdIsAway(t *testing.T)
 // of two plugins in turn, one healthy on both nodes and one on none: each
 // read gives its own plugin's health.
 func TestAVolumeReadsItsOwnPluginsHealthWhateverWasReadBefore(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("on-ebs", model.AccessModeMultiNodeReader))
 	nfs := withExternal("on-nfs", "nfs-1")
 	nfs.PluginID = "nfs"

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -83,7 +82,7 @@ func TestABadFingerprintIsRefusedAndChangesNothing(t *testing.T) {
 	s := open(t, srv, "node-a")
 	healthyNode(t, s)
 	err := s.PutFingerprints(testCtx(t), []*messages.CSIFingerprint{nodePlugin("ebs", "p9", false), {Type: "csi-node", Name: "../x", AllocId: "a"}})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.Equal(t, counts{0, 1}, countsOf(t, s, "ebs"))
 }
 
@@ -94,11 +93,7 @@ func TestABadFingerprintIsRefusedAndChangesNothing(t *testing.T) {
 // grace period.
 func TestADeadNodeDropsOutButKeepsItsClaimsUntilGCFreesThem(t *testing.T) {
 	t.Parallel() // mostly waiting for etcd to stop or a lease to run out
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("alloc-a", "node-a"))
 	require.NoError(t, err)
@@ -165,7 +160,7 @@ func TestGCLeavesTheClaimsOfANodeThatCameBack(t *testing.T) {
 
 func TestStartGCRefusesNegativeDurations(t *testing.T) {
 	_, err := fleet.StartGC(nil, fleet.GCConfig{Grace: -time.Second})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.Contains(t, err.Error(), "Grace")
 }
 

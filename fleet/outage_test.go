@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -95,7 +94,7 @@ func TestANodeCutOffFromEtcdRefusesClaimsAndRecovers(t *testing.T) {
 	for _, c := range calls {
 		start := time.Now()
 		err := c.call()
-		require.ErrorIs(t, err, catalog.ErrFleetUnavailable, c.name)
+		require.ErrorIs(t, err, model.ErrFleetUnavailable, c.name)
 		require.Less(t, time.Since(start), 10*requestTimeout, "%s fails within its request timeout (and some slack)", c.name)
 		require.Contains(t, err.Error(), srv.Endpoints()[0], "%s names the endpoints", c.name)
 		require.Contains(t, err.Error(), "claims are refused until etcd answers")
@@ -138,8 +137,8 @@ func TestAnOutageIsSeenAndClearsByItselfOnceEtcdAnswers(t *testing.T) {
 
 	srv.Stop()
 	_, err = a.Claim(testCtx(t), "", "db", writeClaim("alloc-2", "node-a"))
-	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
-	require.ErrorIs(t, a.EtcdUnreachable(), catalog.ErrFleetUnavailable)
+	require.ErrorIs(t, err, model.ErrFleetUnavailable)
+	require.ErrorIs(t, a.EtcdUnreachable(), model.ErrFleetUnavailable)
 	require.Contains(t, a.EtcdUnreachable().Error(), srv.Endpoints()[0])
 	require.Eventually(t, func() bool { return a.Standing(time.Now()) == model.StandingLost }, timeout, 20*time.Millisecond)
 

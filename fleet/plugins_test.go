@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -55,7 +54,7 @@ func TestPluginWithoutInstancesOrExpectation(t *testing.T) {
 	a := open(t, srv, "n1")
 	ctx := testCtx(t)
 	_, err := a.Plugin(ctx, "ebs")
-	require.ErrorIs(t, err, catalog.ErrPluginNotFound)
+	require.ErrorIs(t, err, model.ErrPluginNotFound)
 
 	p, err := a.ExpectPlugin(ctx, "ebs", 2, 0)
 	require.NoError(t, err)
@@ -65,7 +64,7 @@ func TestPluginWithoutInstancesOrExpectation(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, p, "an empty plugin is not kept")
 	_, err = a.Plugin(ctx, "ebs")
-	require.ErrorIs(t, err, catalog.ErrPluginNotFound)
+	require.ErrorIs(t, err, model.ErrPluginNotFound)
 	resp, err := rawClient(t, srv).Get(ctx, fleet.DefaultPrefix+"pluginexpect/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	require.Zero(t, resp.Count, "nothing empty stays in etcd")
@@ -76,7 +75,7 @@ func TestPluginWithoutInstancesOrExpectation(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
 	_, err = a.Plugin(ctx, "ebs")
-	require.ErrorIs(t, err, catalog.ErrPluginNotFound, "the fingerprints went with the node's lease")
+	require.ErrorIs(t, err, model.ErrPluginNotFound, "the fingerprints went with the node's lease")
 }
 
 // TestExpectPluginRefusesBadInput: a negative or absurd count, or a bad
@@ -99,11 +98,11 @@ func TestExpectPluginRefusesBadInput(t *testing.T) {
 		{"", 1, 1, "plugin name"},
 	} {
 		_, err := a.ExpectPlugin(ctx, tc.name, tc.nodes, tc.controllers)
-		require.ErrorIs(t, err, catalog.ErrInvalid, tc.field)
+		require.ErrorIs(t, err, model.ErrInvalid, tc.field)
 		require.ErrorContains(t, err, tc.field)
 	}
 	_, err = a.Plugin(ctx, "a/b")
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	p, err := a.Plugin(ctx, "ebs")
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 1}, []int{p.NodesExpected, p.ControllersExpected})
@@ -128,12 +127,12 @@ func TestARegistrationThroughANodeWithoutThePluginNeedsTheTopologyItRequires(t *
 	z.PluginID = "zonal"
 	for _, s := range []*fleet.Store{a, b} {
 		_, err := s.RegisterVolume(ctx, z)
-		require.ErrorIs(t, err, catalog.ErrTopologyRequired, "through %s", s.NodeID())
+		require.ErrorIs(t, err, model.ErrTopologyRequired, "through %s", s.NodeID())
 		require.ErrorIs(t, err, model.ErrInvalid)
 		require.ErrorContains(t, err, "topologies")
 	}
 	_, err := b.RegisterVolumes(ctx, []*model.CSIVolume{volume("e", model.AccessModeSingleNodeWriter), z})
-	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorIs(t, err, model.ErrTopologyRequired)
 	require.ErrorContains(t, err, `volumes[1] (volume "z")`)
 	stubs, err := b.ListVolumes(ctx, "")
 	require.NoError(t, err)

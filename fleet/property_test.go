@@ -14,7 +14,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -29,7 +28,7 @@ import (
 //   - the volume never has more writers than its access mode allows, nor
 //     claims on two nodes under a single-node mode;
 //   - a refused claim is a refusal of the catalog (ErrClaimRefused or
-//     catalog.ErrInvalid), never a failure;
+//     model.ErrInvalid), never a failure;
 //   - GC frees only claims of a node down for at least the grace period,
 //     and frees every claim of a node it has seen down for that long.
 
@@ -131,7 +130,7 @@ func (m *fleetMachine) claim() {
 	}
 	_, err := m.nodes[node].Claim(context.Background(), "", "db", c)
 	if err != nil {
-		if !errors.Is(err, csi.ErrClaimRefused) && !errors.Is(err, catalog.ErrInvalid) {
+		if !errors.Is(err, csi.ErrClaimRefused) && !errors.Is(err, model.ErrInvalid) {
 			m.t.Fatalf("claim of %s on %s failed rather than being refused: %v", alloc, node, err)
 		}
 		return

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -26,7 +26,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		var m messages.CatalogVolume
 		err := decodeRecord(fuzzKey, value, &m)
 		if err != nil {
-			require.ErrorIs(t, err, catalog.ErrCorrupt)
+			require.ErrorIs(t, err, model.ErrCorrupt)
 			require.Contains(t, err.Error(), fuzzKey)
 			return
 		}
@@ -56,7 +56,7 @@ func TestARecordIsBoundToItsKeyAndItsBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var m messages.CatalogVolume
 			err := decodeRecord(tt.key, tt.value, &m)
-			require.ErrorIs(t, err, catalog.ErrCorrupt)
+			require.ErrorIs(t, err, model.ErrCorrupt)
 			require.Contains(t, err.Error(), tt.key)
 		})
 	}

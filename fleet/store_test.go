@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -28,11 +27,7 @@ func TestMain(m *testing.M) {
 // node, claims it for writing there, and checks that another node sees the
 // claim and is refused a second writer until the first one is freed.
 func TestAClaimOnOneNodeIsSeenAndEnforcedOnAnother(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
-	healthyNode(t, a)
-	healthyNode(t, b)
-	ctx := testCtx(t)
+	a, b, ctx := twoHealthyNodes(t)
 
 	reg := registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	require.NotZero(t, reg.CreateIndex)
@@ -82,27 +77,27 @@ func TestErrorsKeepTheCatalogsSentinels(t *testing.T) {
 		want error
 	}{
 		{"a claim of an unknown volume is not found",
-			second(s.Claim(ctx, "", "nope", writeClaim("alloc-2", "node-a"))), catalog.ErrVolumeNotFound},
+			second(s.Claim(ctx, "", "nope", writeClaim("alloc-2", "node-a"))), model.ErrVolumeNotFound},
 		{"getting an unknown volume is not found",
-			second(s.GetVolume(ctx, "", "nope")), catalog.ErrVolumeNotFound},
+			second(s.GetVolume(ctx, "", "nope")), model.ErrVolumeNotFound},
 		{"listing an unsafe namespace is invalid",
-			second(s.ListVolumes(ctx, "a/b")), catalog.ErrInvalid},
+			second(s.ListVolumes(ctx, "a/b")), model.ErrInvalid},
 		{"an unsafe volume ID is invalid",
-			second(s.GetVolume(ctx, "", "../etc")), catalog.ErrInvalid},
+			second(s.GetVolume(ctx, "", "../etc")), model.ErrInvalid},
 		{"a claim with an unsafe alloc ID is invalid",
-			second(s.Claim(ctx, "", "db", writeClaim("a/b", "node-a"))), catalog.ErrInvalid},
+			second(s.Claim(ctx, "", "db", writeClaim("a/b", "node-a"))), model.ErrInvalid},
 		{"a new description of a claimed volume is in use",
-			second(s.RegisterVolume(ctx, volume("db", model.AccessModeMultiNodeReader))), catalog.ErrVolumeInUse},
+			second(s.RegisterVolume(ctx, volume("db", model.AccessModeMultiNodeReader))), model.ErrVolumeInUse},
 		{"deregistering a claimed volume is in use",
-			s.DeregisterVolume(ctx, "", "db"), catalog.ErrVolumeInUse},
+			s.DeregisterVolume(ctx, "", "db"), model.ErrVolumeInUse},
 		{"marking a claimed volume deleting is in use",
-			second(s.MarkVolumeDeleting(ctx, "", "db")), catalog.ErrVolumeInUse},
+			second(s.MarkVolumeDeleting(ctx, "", "db")), model.ErrVolumeInUse},
 		{"a negative capacity is invalid",
-			second(s.RecordVolumeCapacity(ctx, "", "db", -1)), catalog.ErrInvalid},
+			second(s.RecordVolumeCapacity(ctx, "", "db", -1)), model.ErrInvalid},
 		{"a second writer on the same node is refused by the model",
 			second(s.Claim(ctx, "", "db", writeClaim("alloc-2", "node-a"))), model.ErrVolumeMaxClaims},
 		{"a release to state taken is invalid",
-			second(s.Release(ctx, "", "db", writeClaim("alloc-1", "node-a"))), catalog.ErrInvalid},
+			second(s.Release(ctx, "", "db", writeClaim("alloc-1", "node-a"))), model.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,7 +125,7 @@ func TestTheVolumeLifecycleOutsideClaims(t *testing.T) {
 	other.Namespace = "prod"
 	_, err := s.RegisterVolume(ctx, other)
 	var all []*model.CSIVolumeStub
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict, "plugin volume db is default/db already")
+	require.ErrorIs(t, err, model.ErrVolumeConflict, "plugin volume db is default/db already")
 	require.Contains(t, err.Error(), `already catalog volume "db" in namespace "default"`)
 	other.ExternalID = "db-prod"
 	registered(t, s, other)
@@ -152,12 +147,12 @@ func TestTheVolumeLifecycleOutsideClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, v.Deleting)
 	_, err = s.Claim(ctx, "", "db", readClaim("alloc-1", "node-a"))
-	require.ErrorIs(t, err, catalog.ErrVolumeDeleting)
+	require.ErrorIs(t, err, model.ErrVolumeDeleting)
 
 	require.NoError(t, s.DeregisterVolume(ctx, "", "db"))
 	_, err = s.GetVolume(ctx, "", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
-	require.ErrorIs(t, s.DeregisterVolume(ctx, "", "db"), catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
+	require.ErrorIs(t, s.DeregisterVolume(ctx, "", "db"), model.ErrVolumeNotFound)
 }
 
 func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
@@ -176,7 +171,7 @@ func TestOpenRefusesABadConfigNamingTheField(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := fleet.Open(testCtx(t), tt.cfg)
-			require.ErrorIs(t, err, catalog.ErrInvalid)
+			require.ErrorIs(t, err, model.ErrInvalid)
 			require.Contains(t, err.Error(), tt.field)
 		})
 	}
@@ -189,7 +184,7 @@ func TestOpenWithoutEtcdIsUnavailable(t *testing.T) {
 	endpoints := srv.Endpoints()
 	srv.Stop()
 	_, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: endpoints, NodeID: "node-a", RequestTimeout: 300 * time.Millisecond})
-	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
+	require.ErrorIs(t, err, model.ErrFleetUnavailable)
 	require.Contains(t, err.Error(), endpoints[0])
 }
 
@@ -218,7 +213,7 @@ func TestTheFleetHoldsNoMoreVolumesThanItsLimit(t *testing.T) {
 			registered++
 			continue
 		}
-		require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+		require.ErrorIs(t, err, model.ErrVolumeLimit)
 		require.ErrorContains(t, err, "the catalog holds 5 volumes, the limit")
 	}
 	require.Equal(t, 5, registered)
@@ -228,7 +223,7 @@ func TestTheFleetHoldsNoMoreVolumesThanItsLimit(t *testing.T) {
 	_, err = stores[1].RegisterVolume(ctx, volume(list[0].ID, model.AccessModeSingleNodeWriter))
 	require.NoError(t, err, "a volume already in the fleet is registered again at the limit")
 	require.NoError(t, stores[2].CheckRoom(ctx, "", list[0].ID), "a create's early look lets a volume already there through")
-	require.ErrorIs(t, stores[2].CheckRoom(ctx, "", "vol-new"), catalog.ErrVolumeLimit, "and refuses a new one")
+	require.ErrorIs(t, stores[2].CheckRoom(ctx, "", "vol-new"), model.ErrVolumeLimit, "and refuses a new one")
 }
 
 // TestARegistrationAnswersWithTheVolumesRealHealth registers a volume of

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 )
@@ -41,11 +40,11 @@ func TestAWriteWhoseTimeRanOutSaysWhy(t *testing.T) {
 			return next, nil
 		}, guard)
 		if lost == 0 {
-			require.ErrorIs(t, err, catalog.ErrFleetUnavailable, "the first attempt's time ran out: etcd did not answer")
+			require.ErrorIs(t, err, model.ErrFleetUnavailable, "the first attempt's time ran out: etcd did not answer")
 			continue
 		}
-		require.NotErrorIs(t, err, catalog.ErrFleetUnavailable)
-		require.ErrorIs(t, err, catalog.ErrStore)
+		require.NotErrorIs(t, err, model.ErrFleetUnavailable)
+		require.ErrorIs(t, err, model.ErrStore)
 		require.ErrorContains(t, err, "lost the race to other writers 3 times in a row")
 	}
 }

@@ -121,10 +121,7 @@ func (c Config) validate() error {
 			problems = append(problems, fmt.Errorf("%s is %v; give a positive duration, or 0 for the default", field, d))
 		}
 	}
-	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		problems = append(problems, fmt.Errorf("Supervision.OnGiveUp is %v, must be stop", giveUp))
-	}
-	problems = append(problems, c.Retry.Validate(), c.Supervision.Validate())
+	problems = append(problems, c.Supervision.StopsOnGiveUp("Supervision"), c.Retry.Validate(), c.Supervision.Validate())
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -1,7 +1,6 @@
 package kubeletreg_test
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"path/filepath"
@@ -37,13 +36,13 @@ type env struct {
 	registry *registry.Registry
 	watcher  *kubeletreg.Watcher
 	metrics  *countingMetrics
-	logs     *syncBuffer
+	logs     *actorprobe.LogBuffer
 }
 
 func newEnv(t *testing.T, tweak func(*kubeletreg.Config)) *env {
 	t.Helper()
 	system := actorprobe.NewSystem(t)
-	e := &env{dir: hostpathtest.TempDir(t), metrics: &countingMetrics{counts: map[string]int{}}, logs: &syncBuffer{}}
+	e := &env{dir: hostpathtest.TempDir(t), metrics: &countingMetrics{counts: map[string]int{}}, logs: &actorprobe.LogBuffer{}}
 	e.registry = registrytest.New(t, system, registry.Config{Logger: actorprobe.Logger(t)})
 	cfg := kubeletreg.Config{
 		Dirs: []string{e.dir}, Registry: e.registry, Metrics: e.metrics, Timeout: 2 * time.Second,
@@ -102,23 +101,6 @@ func (m *countingMetrics) count(reason string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.counts[reason]
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // sidecar is kubeletregtest's, shorter.

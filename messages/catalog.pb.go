@@ -1481,7 +1481,7 @@ func (x *DeregisterVolumeResponse) GetError() *Error {
 // RegisterVolumes is sent by the agent's API or a Go caller to the catalog
 // to register several volumes at once (Nomad's Volumes[]): all of them, in
 // one durable write, or none. A refusal names the item (its index in
-// volumes and its ID). At most catalog.MaxBatch volumes, with distinct
+// volumes and its ID). At most model.MaxBatch volumes, with distinct
 // namespace and ID. The catalog answers RegisterVolumesResponse once durable.
 type RegisterVolumes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1592,7 +1592,7 @@ func (x *RegisterVolumesResponse) GetVolumes() []*CatalogVolume {
 // DeregisterVolumes is sent by the agent's API or a Go caller to the
 // catalog to forget several volumes of one namespace at once (Nomad's
 // VolumeIDs[]): all of them, in one durable write, or none. A refusal names
-// the item. At most catalog.MaxBatch distinct IDs. The catalog answers
+// the item. At most model.MaxBatch distinct IDs. The catalog answers
 // DeregisterVolumesResponse once durable.
 type DeregisterVolumes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`

@@ -184,6 +184,17 @@ func (s Spec) Validate() error {
 	return errors.Join(problems...)
 }
 
+// StopsOnGiveUp reports a spec whose OnGiveUp, with its defaults, is not
+// Stop, naming it as field.OnGiveUp (field is the config field that holds
+// s); nil otherwise. A manager that reports a child that gave up as failed
+// and leaves it stopped needs Stop: Escalate would fail the manager itself.
+func (s Spec) StopsOnGiveUp(field string) error {
+	if giveUp := s.WithDefaults().OnGiveUp; giveUp != Stop {
+		return fmt.Errorf("%s.OnGiveUp is %v, must be stop", field, giveUp)
+	}
+	return nil
+}
+
 // totalBackoff is the sum, in nanoseconds, of the delays without jitter
 // before restarts 1 to MaxRestarts: a geometric series up to the cap, then
 // MaxDelay for each restart after. s must be complete and otherwise valid.

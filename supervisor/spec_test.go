@@ -170,3 +170,12 @@ func TestStrategyKeepsTheCompletedSpec(t *testing.T) {
 	require.Equal(t, supervisor.DefaultWithin, got.Within)
 	require.NotNil(t, got.Decider)
 }
+
+// A manager that reports an instance that gave up as failed, and leaves it
+// stopped, needs OnGiveUp Stop; the refusal names the caller's field.
+func TestStopsOnGiveUpRefusesEscalateNamingTheField(t *testing.T) {
+	require.NoError(t, supervisor.Spec{}.StopsOnGiveUp("Supervision"), "Stop is the default")
+	require.NoError(t, supervisor.Spec{OnGiveUp: supervisor.Stop}.StopsOnGiveUp("Supervision"))
+	err := supervisor.Spec{OnGiveUp: supervisor.Escalate}.StopsOnGiveUp("Config.Supervision")
+	require.EqualError(t, err, "Config.Supervision.OnGiveUp is escalate, must be stop")
+}

@@ -118,8 +118,9 @@ type managed struct {
 
 // child is one instance actor, current or on its way out.
 type child struct {
-	pid    *actor.PID
-	plugin *messages.PluginInfo
+	pid      *actor.PID
+	plugin   *messages.PluginInfo
+	restarts uint32 // restarts before it gave up
 }
 
 // Instances is the instance bookkeeping of one manager actor. It is part of
@@ -246,6 +247,16 @@ func (m *Instances) Current(instance *actor.PID) (*messages.PluginInfo, bool) {
 func (m *Instances) Known(instance *actor.PID) bool {
 	_, ok := m.children[instance.GetId()]
 	return ok
+}
+
+// Restarts returns how many times the supervision restarted instance
+// before it gave up: what a Type's InstanceFailed may report. It is 0 for
+// an instance that has not given up, or that has terminated.
+func (m *Instances) Restarts(instance *actor.PID) uint32 {
+	if c := m.children[instance.GetId()]; c != nil {
+		return c.restarts
+	}
+	return 0
 }
 
 // Len is the number of instances that have not terminated yet, current or
@@ -453,9 +464,10 @@ func (m *Instances) onChildSupervised(ctx actor.Context, ev *messages.ChildSuper
 		if m.cfg.Metrics != nil {
 			m.cfg.Metrics.InstanceGaveUp(c.plugin)
 		}
+		c.restarts = max(ev.GetFailures(), 1) - 1
 		reason := ev.GetReason()
-		if n := ev.GetFailures(); n > 1 {
-			reason = fmt.Sprintf("%s (gave up after %d restarts)", reason, n-1)
+		if c.restarts > 0 {
+			reason = fmt.Sprintf("%s (gave up after %d restarts)", reason, c.restarts)
 		}
 		m.fail(ctx, p, c, reason)
 	default:

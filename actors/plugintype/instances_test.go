@@ -26,14 +26,19 @@ type (
 		pid   *actor.PID
 	}
 	stopped struct{ alloc, why string }
-	failed  struct{ alloc, reason string }
-	gone    struct{ alloc string }
+	failed  struct {
+		alloc, reason string
+		restarts      uint32 // Instances.Restarts of the instance
+	}
+	gone struct{ alloc string }
 	// boom makes an instance panic.
 	boom struct{}
 	// closeNow makes the manager close its Instances.
 	closeNow struct{}
 	// countNow asks the manager for its Instances' Len, answered as an int.
 	countNow struct{}
+	// restartsOf asks the manager for its Instances' Restarts of pid.
+	restartsOf struct{ pid *actor.PID }
 )
 
 // snapshot is a registry snapshot the test sets.
@@ -62,11 +67,13 @@ type manager struct {
 }
 
 func (m *manager) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch msg := ctx.Message().(type) {
 	case *closeNow:
 		m.instances.Close(ctx)
 	case *countNow:
 		ctx.Respond(m.instances.Len())
+	case *restartsOf:
+		ctx.Respond(m.instances.Restarts(msg.pid))
 	default:
 		m.instances.Receive(ctx)
 	}
@@ -88,8 +95,8 @@ func (m *manager) InstanceStopped(ctx actor.Context, p *messages.PluginInfo, _ *
 	ctx.Send(m.report, &stopped{alloc: p.GetAllocId(), why: why})
 }
 
-func (m *manager) InstanceFailed(ctx actor.Context, p *messages.PluginInfo, _ *actor.PID, reason string) {
-	ctx.Send(m.report, &failed{alloc: p.GetAllocId(), reason: reason})
+func (m *manager) InstanceFailed(ctx actor.Context, p *messages.PluginInfo, instance *actor.PID, reason string) {
+	ctx.Send(m.report, &failed{alloc: p.GetAllocId(), reason: reason, restarts: m.instances.Restarts(instance)})
 }
 
 func (m *manager) InstanceGone(ctx actor.Context, p *messages.PluginInfo, _ *actor.PID) {
@@ -198,6 +205,23 @@ func TestAnInstanceThatGivesUpIsFailedUntilTheRegistrySaysSomethingNew(t *testin
 	e.registry.Send(e.manager, &messages.PluginRegistered{Plugin: plugin("p", "a2"), Sequence: 2})
 	e.report.ExpectMessages(t, wait, &stopped{alloc: "a1", why: "registered"})
 	require.Equal(t, "a2", probe.Expect[*started](t, e.report, wait).alloc)
+}
+
+// The restarts of an instance are counted once, here, for every manager
+// that embeds Instances: its InstanceFailed hook reads how many times the
+// supervision restarted the instance before it gave up, and the Metrics
+// hear of each restart.
+func TestAnInstanceThatGaveUpSaysHowOftenItWasRestarted(t *testing.T) {
+	e := start(t, time.Hour, plugin("p", "a1"))
+	first := probe.Expect[*started](t, e.report, wait)
+	e.report.Send(first.pid, &boom{})
+	probe.Expect[*started](t, e.report, wait)
+	e.report.Send(first.pid, &boom{})
+	got := probe.Expect[*failed](t, e.report, wait)
+	require.Equal(t, uint32(1), got.restarts, "restarted once before it gave up")
+	require.Equal(t, int32(1), e.counted.restarts.Load(), "the restart is counted once")
+	e.report.ExpectMessages(t, wait, &gone{alloc: "a1"})
+	require.Zero(t, probe.Ask[uint32](t, e.report, e.manager, &restartsOf{first.pid}, wait), "an instance that is gone has no count")
 }
 
 func TestClosingStopsEveryInstanceForGoodAndIsNoCorrection(t *testing.T) {

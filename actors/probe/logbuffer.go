@@ -3,6 +3,8 @@ package probe
 import (
 	"context"
 	"io"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -60,4 +62,26 @@ func RunUntilLogged(t TB, run func(ctx context.Context, stderr io.Writer) error,
 		t.Fatalf("the command ended with %v:\n%s", err, logs.String())
 	}
 	return logs.String()
+}
+
+// RequireAgentLogFormat runs a plugin's command as RunUntilLogged does,
+// until it logs want, in a fresh temporary directory whose path is short
+// enough for a unix socket in it, and fails t unless the command logged a
+// line in the agent's hclog format (2026-11-26T01:27:57.293Z [INFO]  NAME:
+// MESSAGE), not slog's text format (level=INFO). line is a regular
+// expression of what follows [INFO] on that line.
+func RequireAgentLogFormat(t TB, run func(ctx context.Context, dir string, stderr io.Writer) error, want, line string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pv")
+	if err != nil {
+		t.Fatalf("a temporary directory: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	logs := RunUntilLogged(t, func(ctx context.Context, stderr io.Writer) error { return run(ctx, dir, stderr) }, want)
+	if !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT[\d:.]+Z? \[INFO\]  ` + line).MatchString(logs) {
+		t.Fatalf("no line in the agent's format ([INFO]  %s):\n%s", line, logs)
+	}
+	if strings.Contains(logs, "level=INFO") {
+		t.Fatalf("a line in slog's text format, not the agent's format:\n%s", logs)
+	}
 }

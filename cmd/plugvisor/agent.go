@@ -15,7 +15,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/registry"
@@ -119,7 +119,7 @@ func newAgentCmd() *cobra.Command {
 	fs.IntVar(&cfg.BodyLimits.Parameters, "max-parameters", api.DefaultMaxParameters, "most parameters in one request body (more answers 413)")
 	fs.IntVar(&cfg.BodyLimits.TopologySegments, "max-topology-segments", api.DefaultMaxTopologySegments, "most topology segments in one request body, every topology's together (more answers 413)")
 	fs.IntVar(&cfg.BodyLimits.MountFlags, "max-mount-flags", api.DefaultMaxMountFlags, "most mount flags in one request body (more answers 413)")
-	fs.IntVar(&cfg.MaxVolumes, "max-volumes", catalog.DefaultMaxVolumes, "most volumes the CSI catalog holds, every namespace together")
+	fs.IntVar(&cfg.MaxVolumes, "max-volumes", model.DefaultMaxVolumes, "most volumes the CSI catalog holds, every namespace together")
 	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&jsonLogs, "log-json", false, "log as JSON")
 	cluster.add(fs)

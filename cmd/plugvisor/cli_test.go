@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/api"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 	"github.com/plugvisor/plugvisor/version"
@@ -287,7 +288,7 @@ func TestProgressShowsOnATerminalAndNotUnderJSON(t *testing.T) {
 }
 
 func TestProgressRedrawsUntilItEnds(t *testing.T) {
-	var w syncBuffer
+	var w probe.LogBuffer
 	fakeTerminal(t, &w)
 	p := startProgress(&w, false, "waiting for csi-node hp")
 	require.Eventually(t, func() bool { return strings.Count(w.String(), "\r") >= 3 }, 10*time.Second, 5*time.Millisecond)

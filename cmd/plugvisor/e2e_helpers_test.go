@@ -12,10 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
 
 	"github.com/plugvisor/plugvisor/internal/racelog"
 	"github.com/stretchr/testify/require"
@@ -64,7 +65,7 @@ func dataDir(t *testing.T) string {
 type agentProc struct {
 	cmd    *exec.Cmd
 	dir    string
-	stderr *syncBuffer
+	stderr *probe.LogBuffer
 	done   chan struct{}
 }
 
@@ -72,7 +73,7 @@ type agentProc struct {
 func startAgent(t *testing.T, dir string, extra ...string) *agentProc {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"agent", "-data-dir", dir, "-log-level", "debug"}, extra...)...)
-	a := &agentProc{cmd: cmd, dir: dir, stderr: &syncBuffer{}, done: make(chan struct{})}
+	a := &agentProc{cmd: cmd, dir: dir, stderr: &probe.LogBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = a.stderr
 	require.NoError(t, cmd.Start())
 	go func() { _ = cmd.Wait(); close(a.done) }()
@@ -120,24 +121,6 @@ func (a *agentProc) stop(t *testing.T) {
 func (a *agentProc) kill9() {
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
 	<-a.done
-}
-
-// syncBuffer collects a subprocess's output for reading while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // settle is how long an end-to-end test waits for the agent and its

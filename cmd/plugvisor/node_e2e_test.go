@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
@@ -139,9 +140,9 @@ func TestABadNodeDrainIsRefusedNamingTheFieldAndChangesNothing(t *testing.T) {
 
 // startCLI starts a plugvisor command in the background; its stdout and
 // stderr go to the buffer it returns.
-func startCLI(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+func startCLI(t *testing.T, args ...string) (*exec.Cmd, *probe.LogBuffer) {
 	t.Helper()
-	output := &syncBuffer{}
+	output := &probe.LogBuffer{}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = output, output
 	races := t.TempDir()

@@ -256,7 +256,7 @@ func (a *catalogActor) onBatchWritten(ctx actor.Context, msg *catalogBatchWritte
 	a.inflight = nil
 	if msg.err != nil {
 		a.log.Error("durable write failed: refusing the batch and rolling back", "writes", len(batch), "error", msg.err)
-		err := model.Refusef(ErrStore, "%v", msg.err)
+		err := model.Refusef(model.ErrStore, "%v", msg.err)
 		for _, w := range batch {
 			a.reply(ctx, w, err)
 		}
@@ -349,7 +349,7 @@ func (a *catalogActor) onListVolumes(ctx actor.Context, msg *messages.ListVolume
 	resp := &messages.ListVolumesResponse{}
 	if ns := msg.GetNamespace(); ns != "" {
 		if err := names.Check("namespace", ns); err != nil {
-			resp.Error = messages.ErrorToProto(model.Refusal(ErrInvalid, err))
+			resp.Error = messages.ErrorToProto(model.Refusal(model.ErrInvalid, err))
 		}
 	}
 	for _, key := range a.committed.sortedVolumeKeys() {

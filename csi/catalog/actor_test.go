@@ -85,7 +85,7 @@ func (f *catFixture) feed(fps ...*messages.CSIFingerprint) {
 func (f *catFixture) settle() {
 	f.t.Helper()
 	resp := probe.Ask[*messages.DeregisterVolumeResponse](f.t, f.manager, f.cat.PID(), &messages.DeregisterVolume{VolumeId: "no-such-volume"}, catWait)
-	require.ErrorIs(f.t, messages.ErrorFromProto(resp.GetError()), catalog.ErrVolumeNotFound)
+	require.ErrorIs(f.t, messages.ErrorFromProto(resp.GetError()), model.ErrVolumeNotFound)
 }
 
 // catAsk sends msg to the catalog from the manager probe and returns the
@@ -237,8 +237,8 @@ func TestCatalogRegistersListsGetsAndDeregistersVolumes(t *testing.T) {
 
 	require.NoError(t, f.cat.DeregisterVolume(ctx, "", "db"))
 	_, err = f.cat.GetVolume(ctx, "", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
-	require.ErrorIs(t, f.cat.DeregisterVolume(ctx, "", "db"), catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
+	require.ErrorIs(t, f.cat.DeregisterVolume(ctx, "", "db"), model.ErrVolumeNotFound)
 	all, err = f.cat.ListVolumes(ctx, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"prod/web"}, catStubNames(all))
@@ -370,7 +370,7 @@ func TestCatalogGrantsAndRefusesClaimsByTheRules(t *testing.T) {
 			wantErr: []error{model.ErrClaimRefused}},
 		{name: "deregistering the claimed volume is refused",
 			do:      func() error { return f.cat.DeregisterVolume(ctx, "", "db") },
-			wantErr: []error{catalog.ErrVolumeInUse}},
+			wantErr: []error{model.ErrVolumeInUse}},
 		{name: "moving the writer's claim to unpublishing keeps it as a past claim", changed: true,
 			do: func() error {
 				_, err := catAsk[*messages.ReleaseVolumeResponse](f, &messages.ReleaseVolume{VolumeId: "db", AllocId: "a1", State: string(model.ClaimStateUnpublishing)})
@@ -485,51 +485,51 @@ func TestCatalogRefusesBadInputAndChangesNothing(t *testing.T) {
 		do      func() error
 		wantErr []error // none for fingerprints: nobody is answered
 	}{
-		{"a volume with an empty ID", register(func(v *model.CSIVolume) { v.ID = "" }), []error{catalog.ErrInvalid}},
-		{"a volume ID with a path separator", register(func(v *model.CSIVolume) { v.ID = "a/b" }), []error{catalog.ErrInvalid}},
-		{"a volume ID that climbs out", register(func(v *model.CSIVolume) { v.ID = ".." }), []error{catalog.ErrInvalid}},
-		{"a namespace that climbs out", register(func(v *model.CSIVolume) { v.Namespace = "../etc" }), []error{catalog.ErrInvalid}},
-		{"a volume ID that is not UTF-8", register(func(v *model.CSIVolume) { v.ID = "vol\xff" }), []error{catalog.ErrInvalid}},
-		{"a volume without a plugin", register(func(v *model.CSIVolume) { v.PluginID = "" }), []error{catalog.ErrInvalid}},
-		{"a plugin ID with a path separator", register(func(v *model.CSIVolume) { v.PluginID = "host/path" }), []error{catalog.ErrInvalid}},
+		{"a volume with an empty ID", register(func(v *model.CSIVolume) { v.ID = "" }), []error{model.ErrInvalid}},
+		{"a volume ID with a path separator", register(func(v *model.CSIVolume) { v.ID = "a/b" }), []error{model.ErrInvalid}},
+		{"a volume ID that climbs out", register(func(v *model.CSIVolume) { v.ID = ".." }), []error{model.ErrInvalid}},
+		{"a namespace that climbs out", register(func(v *model.CSIVolume) { v.Namespace = "../etc" }), []error{model.ErrInvalid}},
+		{"a volume ID that is not UTF-8", register(func(v *model.CSIVolume) { v.ID = "vol\xff" }), []error{model.ErrInvalid}},
+		{"a volume without a plugin", register(func(v *model.CSIVolume) { v.PluginID = "" }), []error{model.ErrInvalid}},
+		{"a plugin ID with a path separator", register(func(v *model.CSIVolume) { v.PluginID = "host/path" }), []error{model.ErrInvalid}},
 		{"an unknown access mode", register(func(v *model.CSIVolume) { v.AccessMode = "single-node-admin" }),
-			[]error{catalog.ErrInvalid, model.ErrUnknownAccessMode}},
+			[]error{model.ErrInvalid, model.ErrUnknownAccessMode}},
 		{"an unknown attachment mode", register(func(v *model.CSIVolume) { v.AttachmentMode = "floppy" }),
-			[]error{catalog.ErrInvalid, model.ErrUnknownAttachmentMode}},
+			[]error{model.ErrInvalid, model.ErrUnknownAttachmentMode}},
 		{"a registration that carries claims", register(func(v *model.CSIVolume) {
 			v.WriteClaims["a9"] = &model.Claim{AllocID: "a9", NodeID: catNode, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken}
-		}), []error{catalog.ErrInvalid}},
-		{"a registration message without a volume", send(&messages.RegisterVolume{}), []error{catalog.ErrInvalid}},
+		}), []error{model.ErrInvalid}},
+		{"a registration message without a volume", send(&messages.RegisterVolume{}), []error{model.ErrInvalid}},
 		{"a new description for a claimed volume", register(func(v *model.CSIVolume) {
 			v.ID, v.AccessMode = "db", model.AccessModeMultiNodeMultiWriter
-		}), []error{catalog.ErrVolumeInUse}},
+		}), []error{model.ErrVolumeInUse}},
 
-		{"deregistering an empty ID", send(&messages.DeregisterVolume{}), []error{catalog.ErrInvalid}},
-		{"deregistering in a namespace that climbs out", send(&messages.DeregisterVolume{Namespace: "..", VolumeId: "db"}), []error{catalog.ErrInvalid}},
-		{"deregistering an unknown volume", send(&messages.DeregisterVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
-		{"deregistering a claimed volume", send(&messages.DeregisterVolume{VolumeId: "db"}), []error{catalog.ErrVolumeInUse}},
+		{"deregistering an empty ID", send(&messages.DeregisterVolume{}), []error{model.ErrInvalid}},
+		{"deregistering in a namespace that climbs out", send(&messages.DeregisterVolume{Namespace: "..", VolumeId: "db"}), []error{model.ErrInvalid}},
+		{"deregistering an unknown volume", send(&messages.DeregisterVolume{VolumeId: "nope"}), []error{model.ErrVolumeNotFound}},
+		{"deregistering a claimed volume", send(&messages.DeregisterVolume{VolumeId: "db"}), []error{model.ErrVolumeInUse}},
 
-		{"a claim with an empty alloc ID", send(&messages.ClaimVolume{VolumeId: "db", Mode: "read"}), []error{catalog.ErrInvalid}},
-		{"a claim by an alloc ID that climbs out", claim(&messages.ClaimVolume{AllocId: "../a1"}), []error{catalog.ErrInvalid}},
-		{"a claim on a node ID with a separator", claim(&messages.ClaimVolume{NodeId: "n/1"}), []error{catalog.ErrInvalid}},
-		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{catalog.ErrInvalid, model.ErrUnknownClaimMode}},
-		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{catalog.ErrInvalid, model.ErrUnknownAccessMode}},
-		{"a claim on an unknown volume", claim(&messages.ClaimVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
+		{"a claim with an empty alloc ID", send(&messages.ClaimVolume{VolumeId: "db", Mode: "read"}), []error{model.ErrInvalid}},
+		{"a claim by an alloc ID that climbs out", claim(&messages.ClaimVolume{AllocId: "../a1"}), []error{model.ErrInvalid}},
+		{"a claim on a node ID with a separator", claim(&messages.ClaimVolume{NodeId: "n/1"}), []error{model.ErrInvalid}},
+		{"a claim in an unknown mode", claim(&messages.ClaimVolume{Mode: "admin"}), []error{model.ErrInvalid, model.ErrUnknownClaimMode}},
+		{"a claim with an unknown access mode", claim(&messages.ClaimVolume{AccessMode: "bogus"}), []error{model.ErrInvalid, model.ErrUnknownAccessMode}},
+		{"a claim on an unknown volume", claim(&messages.ClaimVolume{VolumeId: "nope"}), []error{model.ErrVolumeNotFound}},
 		{"a write claim by an alloc that holds a read claim", claim(&messages.ClaimVolume{AllocId: "a2", Mode: "write"}),
 			[]error{model.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{"a read claim by an alloc that holds a write claim", claim(&messages.ClaimVolume{AllocId: "a1", Mode: "read"}),
 			[]error{model.ErrClaimRefused, model.ErrClaimModeConflict}},
 		{"a second writer", claim(&messages.ClaimVolume{AllocId: "a3", Mode: "write"}), []error{model.ErrClaimRefused, model.ErrVolumeMaxClaims}},
 
-		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{catalog.ErrInvalid}},
-		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{catalog.ErrInvalid, model.ErrUnknownClaimState}},
-		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{catalog.ErrInvalid}},
-		{"a release on an unknown volume", release(&messages.ReleaseVolume{VolumeId: "nope"}), []error{catalog.ErrVolumeNotFound}},
+		{"a release to state taken", release(&messages.ReleaseVolume{State: "taken"}), []error{model.ErrInvalid}},
+		{"a release to an unknown state", release(&messages.ReleaseVolume{State: "gone-fishing"}), []error{model.ErrInvalid, model.ErrUnknownClaimState}},
+		{"a release by an alloc ID with a separator", release(&messages.ReleaseVolume{AllocId: "a/2"}), []error{model.ErrInvalid}},
+		{"a release on an unknown volume", release(&messages.ReleaseVolume{VolumeId: "nope"}), []error{model.ErrVolumeNotFound}},
 		{"moving a claim that is not held to unpublishing", release(&messages.ReleaseVolume{AllocId: "a7", State: "unpublishing"}),
 			[]error{model.ErrClaimRefused, model.ErrClaimNotFound}},
 
-		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{catalog.ErrInvalid}},
-		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{catalog.ErrInvalid}},
+		{"getting a volume ID that climbs out", send(&messages.GetVolumeRequest{VolumeId: "../db"}), []error{model.ErrInvalid}},
+		{"listing a namespace with a separator", send(&messages.ListVolumesRequest{Namespace: "a/b"}), []error{model.ErrInvalid}},
 
 		{"a fingerprint of another plugin type", fingerprint(func(fp *messages.CSIFingerprint) { fp.Type = "docker-volume" }), nil},
 		{"a fingerprint without a plugin name", fingerprint(func(fp *messages.CSIFingerprint) { fp.Name = "" }), nil},
@@ -647,7 +647,7 @@ func TestCatalogRefusesToStartFromACorruptRecord(t *testing.T) {
 
 			system := probe.NewSystem(t)
 			_, err = catalog.Start(system, catalog.Config{Bucket: bucket, NodeID: catNode, Logger: probe.Logger(t)})
-			require.ErrorIs(t, err, catalog.ErrCorrupt)
+			require.ErrorIs(t, err, model.ErrCorrupt)
 			require.ErrorIs(t, err, storage.ErrCorrupt, "the store's one kind of corruption, with its one remedy")
 			require.Contains(t, err.Error(), `bucket "csi.catalog", record "`+tt.key+`"`)
 			require.Contains(t, err.Error(), tt.wantDetail)
@@ -666,9 +666,9 @@ func TestCatalogRollsBackWhenTheStoreFails(t *testing.T) {
 
 	bucket.Failing.Store(true)
 	_, err := f.cat.RegisterVolume(ctx, catVolume("web", "hostpath", model.AccessModeSingleNodeWriter))
-	require.ErrorIs(t, err, catalog.ErrStore)
+	require.ErrorIs(t, err, model.ErrStore)
 	require.Contains(t, err.Error(), storagetest.ErrNoSpace.Error())
-	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), catalog.ErrStore)
+	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a1", false)), model.ErrStore)
 	require.Equal(t, before, f.dump(), "nothing that failed to be stored is shown")
 
 	bucket.Failing.Store(false)
@@ -725,7 +725,7 @@ func TestCatalogStartRefusesABadConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := catalog.Start(system, tt.cfg)
-			require.ErrorIs(t, err, catalog.ErrInvalid)
+			require.ErrorIs(t, err, model.ErrInvalid)
 		})
 	}
 }
@@ -746,9 +746,9 @@ func TestCatalogRefusesANewVolumeBeyondItsLimitAndChangesNothing(t *testing.T) {
 	before := f.dump()
 
 	err = cat.CheckRoom("", "c")
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorIs(t, err, model.ErrVolumeLimit)
 	_, err = cat.RegisterVolume(ctx, catVolume("c", "hostpath", model.AccessModeSingleNodeWriter))
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorIs(t, err, model.ErrVolumeLimit)
 	require.ErrorContains(t, err, "volume default/c: the catalog holds 2 volumes, the limit")
 	require.ErrorContains(t, err, "agent flag -max-volumes", "the error names the flag that raises it")
 	require.Equal(t, before, f.dump(), "the refusal changed nothing")

@@ -26,7 +26,7 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 		err = model.CheckRegistration(v)
 	}
 	if err == nil && !v.Created { // a created volume has the topology its plugin gave it
-		err = TopologyRequiredOf(v, a.state.plugins[v.PluginID], false)
+		err = model.TopologyRequiredOf(v, a.state.plugins[v.PluginID], false)
 	}
 	if err != nil {
 		return change, err
@@ -126,7 +126,7 @@ func checkUsage(cmd *messages.ClaimVolume) error {
 		problems = append(problems, model.AttachmentMode(cmd.GetAttachmentMode()).Validate())
 	}
 	if err := cmp.Or(problems...); err != nil {
-		return model.Refusal(ErrInvalid, err)
+		return model.Refusal(model.ErrInvalid, err)
 	}
 	return nil
 }
@@ -165,7 +165,7 @@ func (a *catalogActor) applyRelease(w *catalogWrite, cmd *messages.ReleaseVolume
 		return change, err
 	}
 	if claim.State == model.ClaimStateTaken {
-		return change, model.Refusef(ErrInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
+		return change, model.Refusef(model.ErrInvalid, "release of alloc %s: state %q takes a claim; releasing needs a later state",
 			claim.AllocID, claim.State)
 	}
 	v, err := a.state.volume(key)
@@ -200,7 +200,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 		err = names.Check("plugin name", info.PluginID)
 	}
 	if err != nil {
-		return change, model.Refusal(ErrInvalid, err)
+		return change, model.Refusal(model.ErrInvalid, err)
 	}
 	old := a.state.plugins[info.PluginID]
 	if lateWord(old, a.nodeID, info) {
@@ -211,7 +211,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 		p = model.NewCSIPlugin(info.PluginID, 0)
 	}
 	if err := p.AddPlugin(a.nodeID, info); err != nil {
-		return change, model.Refusal(ErrInvalid, err)
+		return change, model.Refusal(model.ErrInvalid, err)
 	}
 	if reflect.DeepEqual(old, p) {
 		return change, nil // the same fingerprint again

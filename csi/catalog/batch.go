@@ -16,10 +16,6 @@ import (
 // a fleet it is one etcd transaction (fleet.Store.RegisterVolumes). Each
 // refusal names the item: "volumes[i] (volume "id"): …".
 
-// MaxBatch is the most volumes one batch may hold (model.MaxBatch, from
-// etcd's default limit of 128 operations per transaction).
-const MaxBatch = model.MaxBatch
-
 // applyRegisterBatch runs each registration of cmd against the working
 // state, each seeing the ones before it, and returns their changes as one.
 // The first refusal, named by its item, refuses them all.
@@ -83,9 +79,9 @@ func itemOrNil(i int, id string, err error) error {
 }
 
 // batchFleetCall is the Fleet call of a batch command, or nil for another
-// command. A Fleet that is not a BatchFleet refuses batches.
-func batchFleetCall(f Fleet, cmd proto.Message) func(context.Context) proto.Message {
-	bf, ok := f.(BatchFleet)
+// command. A Fleet that is not a model.BatchFleet refuses batches.
+func batchFleetCall(f model.Fleet, cmd proto.Message) func(context.Context) proto.Message {
+	bf, ok := f.(model.BatchFleet)
 	switch cmd := cmd.(type) {
 	case *messages.RegisterVolumes:
 		return func(ctx context.Context) proto.Message {
@@ -113,7 +109,7 @@ func batchFleetCall(f Fleet, cmd proto.Message) func(context.Context) proto.Mess
 
 // noBatches is the refusal of a batch by a Fleet that takes none.
 func noBatches() error {
-	return model.Refusef(ErrInvalid, "volumes: this fleet takes no batches; register or deregister the volumes one at a time")
+	return model.Refusef(model.ErrInvalid, "volumes: this fleet takes no batches; register or deregister the volumes one at a time")
 }
 
 // registerVolumesResponse is the answer to RegisterVolumes: out, or err.
@@ -129,8 +125,8 @@ func registerVolumesResponse(out []*model.CSIVolume, err error) *messages.Regist
 
 // RegisterVolumes registers vs (see RegisterVolume for each one's rules)
 // all or nothing, in one durable write, and returns them as registered, in
-// order. A batch holds one to MaxBatch volumes, each named once; else
-// ErrInvalid naming the field. A refusal of one volume names it by
+// order. A batch holds one to model.MaxBatch volumes, each named once; else
+// model.ErrInvalid naming the field. A refusal of one volume names it by
 // its index and ID ("volumes[2] (volume "v3"): …"), matches what that
 // volume's refusal matches, and registers none.
 func (c *Catalog) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*model.CSIVolume, error) {
@@ -156,8 +152,8 @@ func (c *Catalog) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([
 
 // DeregisterVolumes forgets the volumes ids of namespace (empty means the
 // default one) all or nothing, in one durable write; a batch's rules are
-// RegisterVolumes'. A volume with claims is ErrVolumeInUse, an unknown one
-// ErrVolumeNotFound, each naming its item.
+// RegisterVolumes'. A volume with claims is model.ErrVolumeInUse, an unknown one
+// model.ErrVolumeNotFound, each naming its item.
 func (c *Catalog) DeregisterVolumes(ctx context.Context, namespace string, ids []string) error {
 	if err := model.CheckDeregisterBatch(namespace, ids); err != nil {
 		return err

@@ -58,22 +58,22 @@ func TestABatchIsRegisteredAllOrNothingAndStaysSoAcrossARestart(t *testing.T) {
 		bad := catBatch("new", 3)
 		bad[2] = catVolume("held", "hostpath", model.AccessModeMultiNodeReader) // held by a1: its description cannot change
 		_, err = f.cat.RegisterVolumes(ctx, bad)
-		require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+		require.ErrorIs(t, err, model.ErrVolumeInUse)
 		require.ErrorContains(t, err, `volumes[2] (volume "held")`, "the refusal names the item")
 		require.Equal(t, before, f.dump(), "no volume of the batch was registered")
 
 		taken := catBatch("dup", 2)
 		taken[1].ExternalID = "dup-0" // the plugin volume of the item before it
 		_, err = f.cat.RegisterVolumes(ctx, taken)
-		require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+		require.ErrorIs(t, err, model.ErrVolumeConflict)
 		require.ErrorContains(t, err, `volumes[1] (volume "dup-1")`)
 		require.Equal(t, before, f.dump())
 
 		err = f.cat.DeregisterVolumes(ctx, "", []string{"ok-0", "held", "ok-1"})
-		require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+		require.ErrorIs(t, err, model.ErrVolumeInUse)
 		require.ErrorContains(t, err, `volumes[1] (volume "held")`)
 		err = f.cat.DeregisterVolumes(ctx, "", []string{"ok-0", "gone"})
-		require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+		require.ErrorIs(t, err, model.ErrVolumeNotFound)
 		require.ErrorContains(t, err, `volumes[1] (volume "gone")`)
 		require.Equal(t, before, f.dump(), "no volume of the batch was deregistered")
 	})
@@ -106,7 +106,7 @@ func TestABadBatchIsRefusedNamingTheFieldAndChangesNothing(t *testing.T) {
 		want string
 	}{
 		"empty":         {nil, "volumes: a batch needs at least one volume"},
-		"over limit":    {catBatch("v", catalog.MaxBatch+1), fmt.Sprintf("volumes: %d volumes in one batch, over the limit of %d", catalog.MaxBatch+1, catalog.MaxBatch)},
+		"over limit":    {catBatch("v", model.MaxBatch+1), fmt.Sprintf("volumes: %d volumes in one batch, over the limit of %d", model.MaxBatch+1, model.MaxBatch)},
 		"duplicate":     {twice, `volumes[2]: volume "v-0" in namespace "default" is volumes[0] too`},
 		"null":          {[]*model.CSIVolume{nil}, "volumes[0]: must not be null"},
 		"bad mode":      {append(catBatch("v", 1), bad), `volumes[1] (volume "ok")`},
@@ -114,13 +114,13 @@ func TestABadBatchIsRefusedNamingTheFieldAndChangesNothing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := f.cat.RegisterVolumes(ctx, tc.vs)
-			require.ErrorIs(t, err, catalog.ErrInvalid)
+			require.ErrorIs(t, err, model.ErrInvalid)
 			require.ErrorContains(t, err, tc.want)
 			require.Equal(t, before, f.dump())
 		})
 	}
 	err := f.cat.DeregisterVolumes(ctx, "", []string{"a", "a"})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.ErrorContains(t, err, `volumes[1]: volume "a" in namespace "default" is volumes[0] too`)
 	require.Equal(t, before, f.dump())
 }
@@ -135,7 +135,7 @@ func TestABatchPastTheVolumeLimitRegistersNoneOfIt(t *testing.T) {
 	f.register(catVolume("a", "hostpath", model.AccessModeSingleNodeWriter))
 
 	_, err = cat.RegisterVolumes(ctx, catBatch("v", 3))
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorIs(t, err, model.ErrVolumeLimit)
 	require.ErrorContains(t, err, `volumes[2] (volume "v-2")`, "the third is the one past the limit of 3")
 	stubs, err := cat.ListVolumes(ctx, "")
 	require.NoError(t, err)
@@ -156,12 +156,12 @@ func TestCatalogRefusesAVolumeWithoutTopologyOfAPluginThatRequiresOne(t *testing
 	before := f.dump()
 
 	_, err := f.cat.RegisterVolume(ctx, catVolume("db", "zonal", model.AccessModeSingleNodeWriter))
-	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrTopologyRequired)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.ErrorContains(t, err, `volume default/db: topologies: plugin "zonal" advertises VOLUME_ACCESSIBILITY_CONSTRAINTS`)
 	require.ErrorContains(t, err, "volume register -topology KEY=VALUE", "the remedy")
 	_, err = f.cat.RegisterVolumes(ctx, []*model.CSIVolume{catVolume("a", "hostpath", model.AccessModeSingleNodeWriter), catVolume("b", "zonal", model.AccessModeSingleNodeWriter)})
-	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorIs(t, err, model.ErrTopologyRequired)
 	require.ErrorContains(t, err, `volumes[1] (volume "b")`)
 	require.Equal(t, before, f.dump(), "nothing changed")
 

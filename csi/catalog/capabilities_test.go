@@ -85,7 +85,7 @@ func TestCatalogRefusesARegistrationWithBadCapabilitiesNamingTheField(t *testing
 		v.RequestedCapabilities[1])
 	before := f.dump()
 	_, err := f.cat.RegisterVolume(context.Background(), v)
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	require.ErrorContains(t, err, `capabilities[2].access_mode: unknown access mode "many-writers"`)
 	require.ErrorContains(t, err, "capabilities[3] repeats capabilities[1]")
 	require.Equal(t, before, f.dump())

@@ -45,7 +45,7 @@ type fleetFingerprintsPut struct{ err error }
 
 // fleetState is the catalog actor's part in cluster mode.
 type fleetState struct {
-	fleet  Fleet
+	fleet  model.Fleet
 	ctx    context.Context
 	cancel context.CancelFunc
 	calls  int // Fleet calls in flight, answers not yet sent
@@ -57,14 +57,14 @@ type fleetState struct {
 	putting bool
 }
 
-func newFleetState(f Fleet) *fleetState {
+func newFleetState(f model.Fleet) *fleetState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &fleetState{fleet: f, ctx: ctx, cancel: cancel, fps: map[string]*messages.CSIFingerprint{}}
 }
 
 // topologyRefusal is, in cluster mode, the refusal of a registration
 // (single or batch) of a volume without topology whose plugin, as this
-// node has fingerprinted it, requires one (TopologyRequiredOf); nil for
+// node has fingerprinted it, requires one (model.TopologyRequiredOf); nil for
 // any other command. It refuses early, without a call; the Fleet checks
 // again against every live node's fingerprints of the plugin.
 func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
@@ -78,7 +78,7 @@ func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
 	}
 	for i, m := range vs {
 		v := model.VolumeFromProto(m)
-		err := TopologyRequiredOf(v, a.state.plugins[v.PluginID], v.Created)
+		err := model.TopologyRequiredOf(v, a.state.plugins[v.PluginID], v.Created)
 		if err != nil && batch {
 			return model.BatchItemError(i, v.ID, err)
 		}
@@ -167,7 +167,7 @@ func (a *catalogActor) fleetCall(cmd proto.Message) func(context.Context) proto.
 
 // fleetQuery is the Fleet call of a query, which returns its answer; nil
 // when cmd is no query the Fleet takes.
-func fleetQuery(f Fleet, cmd proto.Message) func(context.Context) proto.Message {
+func fleetQuery(f model.Fleet, cmd proto.Message) func(context.Context) proto.Message {
 	switch cmd := cmd.(type) {
 	case *messages.GetVolumeRequest:
 		return func(ctx context.Context) proto.Message {
@@ -201,7 +201,7 @@ func fleetQuery(f Fleet, cmd proto.Message) func(context.Context) proto.Message 
 
 // fleetClaim checks a claim on its face and against the plugin and modes
 // it names, as the local catalog does, and has the Fleet apply it.
-func fleetClaim(ctx context.Context, f Fleet, nodeID string, cmd *messages.ClaimVolume) (*model.CSIVolume, error) {
+func fleetClaim(ctx context.Context, f model.Fleet, nodeID string, cmd *messages.ClaimVolume) (*model.CSIVolume, error) {
 	claim := &model.Claim{
 		AllocID: cmd.GetAllocId(),
 		NodeID:  cmp.Or(cmd.GetNodeId(), nodeID),

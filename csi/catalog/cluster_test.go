@@ -89,10 +89,10 @@ func TestCatalogsInClusterModeShareOneCatalog(t *testing.T) {
 
 	srv.Stop()
 	err = a.cat.Claim(ctx, catClaim("db", "alloc-e", true))
-	require.ErrorIs(t, err, catalog.ErrFleetUnavailable)
+	require.ErrorIs(t, err, model.ErrFleetUnavailable)
 	require.Contains(t, err.Error(), "claims are refused until etcd answers")
 	_, err = a.cat.Plugins(ctx)
-	require.ErrorIs(t, err, catalog.ErrFleetUnavailable, "no plugin list is guessed from memory")
+	require.ErrorIs(t, err, model.ErrFleetUnavailable, "no plugin list is guessed from memory")
 	srv.Restart()
 }
 
@@ -124,7 +124,7 @@ func TestCatalogInClusterModeForwardsTheLatestWordOfEachPlugin(t *testing.T) {
 // waits until release is closed, and which knows no volume; the catalog
 // under test calls nothing else.
 type heldFleet struct {
-	catalog.Fleet
+	model.Fleet
 	entered, release chan struct{}
 }
 
@@ -160,7 +160,7 @@ func TestCatalogInClusterModeShutsDownAfterTheFleetCallsInFlight(t *testing.T) {
 	require.Eventually(t, func() bool {
 		resp := probe.Ask[*messages.GetVolumeResponse](t, sender, cat.PID(), &messages.GetVolumeRequest{VolumeId: "db"}, catWait)
 		err := messages.ErrorFromProto(resp.GetError())
-		if !errors.Is(err, catalog.ErrVolumeNotFound) && !errors.Is(err, catalog.ErrShutdown) {
+		if !errors.Is(err, model.ErrVolumeNotFound) && !errors.Is(err, catalog.ErrShutdown) {
 			t.Errorf("unexpected answer: %v", err)
 		}
 		return errors.Is(err, catalog.ErrShutdown)
@@ -183,7 +183,7 @@ func TestCatalogInClusterModeChecksTheFleetsRoom(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.cat.CheckRoom("", "db"), "a volume already in the fleet has room")
 	err = b.cat.CheckRoom("", "logs")
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit, "node b sees node a's volume fill the fleet")
+	require.ErrorIs(t, err, model.ErrVolumeLimit, "node b sees node a's volume fill the fleet")
 	require.ErrorContains(t, err, "the catalog holds 1 volumes, the limit")
 }
 
@@ -206,14 +206,14 @@ func TestCatalogInClusterModeTakesBatchesWholeAndRequiresTopologyWhereThePluginD
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	err = a.cat.DeregisterVolumes(ctx, "", []string{"v-0", "gone"})
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
 	require.ErrorContains(t, err, `volumes[1] (volume "gone")`)
 
 	_, err = a.cat.RegisterVolumes(ctx, []*model.CSIVolume{catVolume("w", "hostpath", model.AccessModeSingleNodeWriter), catVolume("z", "zonal", model.AccessModeSingleNodeWriter)})
-	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorIs(t, err, model.ErrTopologyRequired)
 	require.ErrorContains(t, err, `volumes[1] (volume "z")`)
 	_, err = a.cat.RegisterVolume(ctx, catVolume("z", "zonal", model.AccessModeSingleNodeWriter))
-	require.ErrorIs(t, err, catalog.ErrTopologyRequired)
+	require.ErrorIs(t, err, model.ErrTopologyRequired)
 	stubs, err := a.cat.ListVolumes(ctx, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"default/v-0", "default/v-1", "default/v-2"}, catStubNames(stubs), "the refusals changed nothing")

@@ -12,7 +12,7 @@
 // plugin's health; every write is answered once durable, every read from
 // the last durable state. [Catalog] satisfies the volume manager's Catalog
 // interface as it is. In cluster mode ([Config].Fleet set) the actor
-// defers volumes, claims and the plugin listing to the [Fleet] and
+// defers volumes, claims and the plugin listing to the [model.Fleet] and
 // forwards this node's fingerprints to it; the rules for one volume
 // (model.RegisterOver, model.ClaimOn, model.ReleaseOn, ...) live in the
 // model, so that a Fleet decides as this actor does.

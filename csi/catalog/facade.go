@@ -24,10 +24,6 @@ import (
 // DefaultName is the catalog actor's name.
 const DefaultName = "csi-catalog"
 
-// DefaultMaxVolumes bounds the volumes of the catalog, every namespace
-// together, unless Config.MaxVolumes says otherwise.
-const DefaultMaxVolumes = model.DefaultMaxVolumes
-
 // Config configures the catalog. Bucket and NodeID are required.
 type Config struct {
 	// Bucket is where the catalog keeps its records: the Bucket of
@@ -44,8 +40,8 @@ type Config struct {
 	// Name is the actor's name in the actor system (default DefaultName).
 	Name string
 	// MaxVolumes bounds the volumes of the catalog, every namespace
-	// together (default DefaultMaxVolumes; negative is refused). Registering
-	// a new volume beyond it is refused with ErrVolumeLimit and changes
+	// together (default model.DefaultMaxVolumes; negative is refused). Registering
+	// a new volume beyond it is refused with model.ErrVolumeLimit and changes
 	// nothing; a volume already there can always be registered again.
 	// Volumes restored at start count, even beyond the limit.
 	MaxVolumes int
@@ -55,20 +51,20 @@ type Config struct {
 	// local store keeps this node's fingerprints only; the fleet keeps its
 	// own volume limit (fleet.Config.MaxVolumes). Nil: this node's catalog,
 	// as always.
-	Fleet Fleet
+	Fleet model.Fleet
 }
 
 // validate checks the raw config: zero means a default, negative is an error.
 func (cfg Config) validate() error {
 	if cfg.Bucket == nil {
-		return model.Refusef(ErrInvalid, "config needs a storage bucket")
+		return model.Refusef(model.ErrInvalid, "config needs a storage bucket")
 	}
 	if err := names.Check("node ID", cfg.NodeID); err != nil {
-		return model.Refusal(ErrInvalid, err)
+		return model.Refusal(model.ErrInvalid, err)
 	}
 	if cfg.MaxVolumes < 0 {
-		return model.Refusef(ErrInvalid, "MaxVolumes (agent flag -max-volumes) is %d; give a positive number, or 0 for the default %d",
-			cfg.MaxVolumes, DefaultMaxVolumes)
+		return model.Refusef(model.ErrInvalid, "MaxVolumes (agent flag -max-volumes) is %d; give a positive number, or 0 for the default %d",
+			cfg.MaxVolumes, model.DefaultMaxVolumes)
 	}
 	return nil
 }
@@ -79,7 +75,7 @@ func (cfg Config) withDefaults() Config {
 	}
 	cfg.Logger = cfg.Logger.Named("catalog")
 	cfg.Name = cmp.Or(cfg.Name, DefaultName)
-	cfg.MaxVolumes = cmp.Or(cfg.MaxVolumes, DefaultMaxVolumes)
+	cfg.MaxVolumes = cmp.Or(cfg.MaxVolumes, model.DefaultMaxVolumes)
 	return cfg
 }
 
@@ -97,7 +93,7 @@ type Catalog struct {
 	durable    *atomic.Pointer[catalogState]
 	maxVolumes int
 	// fleet is Config.Fleet: in cluster mode, CheckRoom asks it.
-	fleet Fleet
+	fleet model.Fleet
 
 	// mu orders calls against Shutdown: a call made before Shutdown is
 	// answered; one after it gets ErrShutdown without reaching the actor.
@@ -107,7 +103,7 @@ type Catalog struct {
 
 // Start restores the catalog from cfg.Bucket and starts its actor in
 // system. A record that cannot be restored is an error matching
-// ErrCorrupt and storage.ErrCorrupt that names the record and the
+// model.ErrCorrupt and storage.ErrCorrupt that names the record and the
 // agent's -reset-corrupt-state: the catalog never starts silently empty. Health is not
 // trusted across a restart: every fingerprint restored as healthy is made
 // unhealthy (durably, under a new index) until the CSI manager fingerprints
@@ -126,7 +122,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Catalog, error) {
 		err = cfg.Bucket.Apply(append(ops, catalogIndexOp(state.index)))
 	}
 	if err != nil {
-		return nil, model.Refusef(ErrStore, "start: %v", err)
+		return nil, model.Refusef(model.ErrStore, "start: %v", err)
 	}
 	durable := &atomic.Pointer[catalogState]{}
 	durable.Store(state)
@@ -144,7 +140,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Catalog, error) {
 // CheckRoom reports whether a volume (namespace, id) could be registered
 // now as far as the volume limit goes: nil when it is already in the
 // catalog or the catalog holds fewer than MaxVolumes volumes, else an error
-// matching ErrVolumeLimit. It reads the last durable state (in cluster
+// matching model.ErrVolumeLimit. It reads the last durable state (in cluster
 // mode, the fleet's volumes in etcd), so a caller
 // (the controller, before it asks a plugin to create a volume) can refuse
 // early; RegisterVolume checks again and has the last word.
@@ -176,12 +172,12 @@ func (c *Catalog) PID() *actor.PID { return c.pid }
 // volume is unschedulable until the plugin is fingerprinted healthy. An
 // empty ExternalID becomes the volume's ID; a plugin volume (plugin,
 // external ID) that another catalog volume holds is refused with
-// ErrVolumeConflict naming it, and so is a registration without Created
+// model.ErrVolumeConflict naming it, and so is a registration without Created
 // over a volume created through the controller. A volume being deleted is
-// refused with ErrVolumeDeleting.
+// refused with model.ErrVolumeDeleting.
 func (c *Catalog) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*model.CSIVolume, error) {
 	if v == nil {
-		return nil, model.Refusef(ErrInvalid, "volume must not be nil")
+		return nil, model.Refusef(model.ErrInvalid, "volume must not be nil")
 	}
 	resp, err := catalogCall[*messages.RegisterVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.RegisterVolume{Volume: v.Proto(), ReplyTo: replyTo}
@@ -190,7 +186,7 @@ func (c *Catalog) RegisterVolume(ctx context.Context, v *model.CSIVolume) (*mode
 }
 
 // DeregisterVolume forgets a volume; one with claims is refused with
-// ErrVolumeInUse. An empty namespace means the default one.
+// model.ErrVolumeInUse. An empty namespace means the default one.
 func (c *Catalog) DeregisterVolume(ctx context.Context, namespace, id string) error {
 	_, err := catalogCall[*messages.DeregisterVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.DeregisterVolume{Namespace: namespace, VolumeId: id, ReplyTo: replyTo}
@@ -214,7 +210,7 @@ func (c *Catalog) ListVolumes(ctx context.Context, namespace string) ([]*model.C
 	return out, nil
 }
 
-// GetVolume returns a volume with its claims, or ErrVolumeNotFound. An
+// GetVolume returns a volume with its claims, or model.ErrVolumeNotFound. An
 // empty namespace means the default one.
 func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
 	resp, err := catalogCall[*messages.GetVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
@@ -230,7 +226,7 @@ func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*model.C
 // model.ErrVolumeMaxClaims for a second writer) when the volume's claims
 // or health do not allow it, or when req names another plugin or other
 // modes than the volume was registered with (empty ones are not checked).
-// An unregistered volume is ErrVolumeNotFound. Claiming again what the
+// An unregistered volume is model.ErrVolumeNotFound. Claiming again what the
 // alloc holds changes nothing.
 func (c *Catalog) Claim(ctx context.Context, req csi.ClaimRequest) error {
 	_, err := catalogCall[*messages.ClaimVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
@@ -261,13 +257,13 @@ func (c *Catalog) Release(ctx context.Context, req csi.ClaimRequest) error {
 // unmount until it succeeds, so releasing is idempotent: a claim that is
 // not held, or a volume the catalog does not know (it cannot hold claims),
 // changes nothing and returns nil. (ReleaseVolume sent as a message is
-// stricter: an unknown volume is ErrVolumeNotFound.)
+// stricter: an unknown volume is model.ErrVolumeNotFound.)
 func (c *Catalog) ReleaseClaim(ctx context.Context, namespace, id string, claim *model.Claim) error {
 	_, err := catalogCall[*messages.ReleaseVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.ReleaseVolume{Namespace: namespace, VolumeId: id, AllocId: claim.AllocID,
 			State: string(claim.State), LastError: claim.LastError, ReplyTo: replyTo}
 	})
-	if errors.Is(err, ErrVolumeNotFound) {
+	if errors.Is(err, model.ErrVolumeNotFound) {
 		return nil
 	}
 	return err

@@ -10,11 +10,11 @@ import (
 
 // ListPluginVolumes is ListVolumes keeping the volumes of plugin only (all
 // of them when plugin is empty). A plugin name that cannot be one is
-// refused with ErrInvalid naming the field.
+// refused with model.ErrInvalid naming the field.
 func (c *Catalog) ListPluginVolumes(ctx context.Context, namespace, plugin string) ([]*model.CSIVolumeStub, error) {
 	if plugin != "" {
 		if err := names.Check("plugin", plugin); err != nil {
-			return nil, model.Refusal(ErrInvalid, err)
+			return nil, model.Refusal(model.ErrInvalid, err)
 		}
 	}
 	stubs, err := c.ListVolumes(ctx, namespace)

@@ -34,7 +34,7 @@ func (a *catalogActor) applyMarkDeleting(w *catalogWrite, cmd *messages.MarkVolu
 func (a *catalogActor) applyRecordCapacity(w *catalogWrite, cmd *messages.RecordVolumeCapacity) (catalogChange, error) {
 	var faceErr error
 	if cmd.GetCapacityBytes() < 0 {
-		faceErr = model.Refusef(ErrInvalid, "volume %s/%s: capacity %d bytes is negative", cmp.Or(cmd.GetNamespace(), model.DefaultNamespace),
+		faceErr = model.Refusef(model.ErrInvalid, "volume %s/%s: capacity %d bytes is negative", cmp.Or(cmd.GetNamespace(), model.DefaultNamespace),
 			cmd.GetVolumeId(), cmd.GetCapacityBytes())
 	}
 	return a.changeVolume(w, cmd.GetNamespace(), cmd.GetVolumeId(), faceErr, func(v *model.CSIVolume) (*model.CSIVolume, error) {
@@ -61,8 +61,8 @@ func (a *catalogActor) changeVolume(w *catalogWrite, namespace, id string, faceE
 
 // MarkVolumeDeleting marks a volume as being deleted, before DeleteVolume,
 // and returns it (with its secrets, for the RPC). A volume with any claim,
-// held or being released, is refused with ErrVolumeInUse naming the allocs;
-// once marked, claims are refused with ErrVolumeDeleting. Marking again
+// held or being released, is refused with model.ErrVolumeInUse naming the allocs;
+// once marked, claims are refused with model.ErrVolumeDeleting. Marking again
 // changes nothing. An empty namespace means the default one.
 func (c *Catalog) MarkVolumeDeleting(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
 	resp, err := catalogCall[*messages.MarkVolumeDeletingResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
@@ -73,7 +73,7 @@ func (c *Catalog) MarkVolumeDeleting(ctx context.Context, namespace, id string) 
 
 // RecordVolumeCapacity records the capacity the plugin reported for a
 // volume (after ControllerExpandVolume) and returns the volume. Claims do
-// not stop it; a volume being deleted is refused with ErrVolumeDeleting.
+// not stop it; a volume being deleted is refused with model.ErrVolumeDeleting.
 func (c *Catalog) RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error) {
 	resp, err := catalogCall[*messages.RecordVolumeCapacityResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.RecordVolumeCapacity{Namespace: namespace, VolumeId: id, CapacityBytes: capacityBytes, ReplyTo: replyTo}
@@ -81,15 +81,9 @@ func (c *Catalog) RecordVolumeCapacity(ctx context.Context, namespace, id string
 	return volumeAnswer(resp, err)
 }
 
-// TopologyRequiredOf is model.TopologyRequiredOf: the catalog's and a
-// fleet's one rule.
-func TopologyRequiredOf(v *model.CSIVolume, p *model.CSIPlugin, withRequirements bool) error {
-	return model.TopologyRequiredOf(v, p, withRequirements)
-}
-
-// CheckTopologyRequired is TopologyRequiredOf against the plugin as this
+// CheckTopologyRequired is model.TopologyRequiredOf against the plugin as this
 // node's catalog last recorded it durably (its fingerprints are this
 // node's own, in a fleet too): the edge's look before any RPC.
 func (c *Catalog) CheckTopologyRequired(v *model.CSIVolume, withRequirements bool) error {
-	return TopologyRequiredOf(v, c.durable.Load().plugins[v.PluginID], withRequirements)
+	return model.TopologyRequiredOf(v, c.durable.Load().plugins[v.PluginID], withRequirements)
 }

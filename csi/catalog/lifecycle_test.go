@@ -39,10 +39,10 @@ func TestCatalogKeepsOnePluginVolumeInOneNamespace(t *testing.T) {
 	require.Equal(t, "vol-1", first.ExternalID)
 
 	_, err := f.cat.RegisterVolume(ctx, createdVolume("team-b", "db", "vol-1"))
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.Contains(t, err.Error(), `catalog volume "db" in namespace "team-a"`, "the error names the volume that holds it")
 	_, err = f.cat.GetVolume(ctx, "team-b", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound, "the refused registration left nothing")
+	require.ErrorIs(t, err, model.ErrVolumeNotFound, "the refused registration left nothing")
 
 	require.Equal(t, first.ModifyIndex, f.register(createdVolume("team-a", "db", "vol-1")).ModifyIndex,
 		"registering the same volume again changes nothing")
@@ -54,7 +54,7 @@ func TestCatalogKeepsOnePluginVolumeInOneNamespace(t *testing.T) {
 	plain := f.register(catVolume("cache", "hostpath", model.AccessModeSingleNodeWriter))
 	require.Equal(t, "cache", plain.ExternalID, "a registered volume's external ID defaults to its ID")
 	_, err = f.cat.RegisterVolume(ctx, createdVolume("team-b", "cache-alias", "cache"))
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.Contains(t, err.Error(), `catalog volume "cache" in namespace "default"`)
 }
 
@@ -63,7 +63,7 @@ func TestCatalogRefusesAPlainRegistrationOverACreatedVolume(t *testing.T) {
 	f := startCatFixture(t, catMemoryBucket(t))
 	created := f.register(createdVolume("default", "db", "vol-1"))
 	_, err := f.cat.RegisterVolume(ctx, catVolume("db", "hostpath", model.AccessModeSingleNodeWriter))
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.Contains(t, err.Error(), `created through plugin "hostpath"'s controller (plugin volume "vol-1")`)
 	require.Equal(t, created, f.volume("", "db"), "the created volume keeps its plugin side")
 }
@@ -76,7 +76,7 @@ func TestCatalogMarksAVolumeDeletingOnlyWithoutClaims(t *testing.T) {
 	require.NoError(t, f.cat.Claim(ctx, catClaim("db", "a1", false)))
 
 	_, err := f.cat.MarkVolumeDeleting(ctx, "", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorIs(t, err, model.ErrVolumeInUse)
 	require.Contains(t, err.Error(), "claimed by allocs a1")
 	require.False(t, f.volume("", "db").Deleting)
 
@@ -85,9 +85,9 @@ func TestCatalogMarksAVolumeDeletingOnlyWithoutClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, f.volume("", "db").PastClaims, "a1")
 	_, err = f.cat.MarkVolumeDeleting(ctx, "", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorIs(t, err, model.ErrVolumeInUse)
 	require.Contains(t, err.Error(), "a1")
-	require.ErrorIs(t, f.cat.DeregisterVolume(ctx, "", "db"), catalog.ErrVolumeInUse, "deregistering is refused as well")
+	require.ErrorIs(t, f.cat.DeregisterVolume(ctx, "", "db"), model.ErrVolumeInUse, "deregistering is refused as well")
 
 	require.NoError(t, f.cat.Release(ctx, catClaim("db", "a1", false)))
 	marked, err := f.cat.MarkVolumeDeleting(ctx, "", "db")
@@ -98,16 +98,16 @@ func TestCatalogMarksAVolumeDeletingOnlyWithoutClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, marked.ModifyIndex, again.ModifyIndex, "marking again changes nothing")
 
-	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a2", true)), catalog.ErrVolumeDeleting)
+	require.ErrorIs(t, f.cat.Claim(ctx, catClaim("db", "a2", true)), model.ErrVolumeDeleting)
 	_, err = f.cat.RegisterVolume(ctx, createdVolume("default", "db", "vol-1"))
-	require.ErrorIs(t, err, catalog.ErrVolumeDeleting)
+	require.ErrorIs(t, err, model.ErrVolumeDeleting)
 	_, err = f.cat.RecordVolumeCapacity(ctx, "", "db", 2<<20)
-	require.ErrorIs(t, err, catalog.ErrVolumeDeleting)
+	require.ErrorIs(t, err, model.ErrVolumeDeleting)
 	require.Equal(t, marked.ModifyIndex, f.volume("", "db").ModifyIndex, "refusals change nothing")
 
 	require.NoError(t, f.cat.DeregisterVolume(ctx, "", "db"))
 	_, err = f.cat.MarkVolumeDeleting(ctx, "", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
 }
 
 func TestCatalogRecordsCapacityWhileClaimed(t *testing.T) {
@@ -123,9 +123,9 @@ func TestCatalogRecordsCapacityWhileClaimed(t *testing.T) {
 	require.Contains(t, v.WriteClaims, "a1", "expansion keeps the claims")
 
 	_, err = f.cat.RecordVolumeCapacity(ctx, "", "db", -1)
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 	_, err = f.cat.RecordVolumeCapacity(ctx, "", "nope", 1)
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
 	require.Equal(t, int64(3<<20), f.volume("", "db").CapacityBytes)
 }
 
@@ -153,7 +153,7 @@ func TestCatalogRefusesBadPluginSideFieldsAndChangesNothing(t *testing.T) {
 			v := createdVolume("default", "db", "vol-1")
 			spoil(v)
 			_, err := f.cat.RegisterVolume(ctx, v)
-			require.ErrorIs(t, err, catalog.ErrInvalid)
+			require.ErrorIs(t, err, model.ErrInvalid)
 			require.NotContains(t, err.Error(), "hunter2-secret-value")
 			require.Equal(t, before, f.dump(), "nothing changed")
 		})

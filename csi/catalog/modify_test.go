@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 )
 
@@ -35,10 +35,10 @@ func TestCatalogRecordsAModifysMutableParametersWhileClaimedAndKeepsThemAcrossAR
 			params map[string]string
 			want   error
 		}{
-			{"db", nil, catalog.ErrInvalid},
-			{"db", map[string]string{"": "x"}, catalog.ErrInvalid},
-			{"nope", map[string]string{"k": "v"}, catalog.ErrVolumeNotFound},
-			{"../db", map[string]string{"k": "v"}, catalog.ErrInvalid},
+			{"db", nil, model.ErrInvalid},
+			{"db", map[string]string{"": "x"}, model.ErrInvalid},
+			{"nope", map[string]string{"k": "v"}, model.ErrVolumeNotFound},
+			{"../db", map[string]string{"k": "v"}, model.ErrInvalid},
 		} {
 			_, err := f.cat.RecordVolumeModify(ctx, "", bad.id, bad.params)
 			require.ErrorIs(t, err, bad.want, "%s %v", bad.id, bad.params)
@@ -70,7 +70,7 @@ func TestCatalogsInClusterModeRecordAModifysMutableParametersInEtcd(t *testing.T
 	_, err = a.cat.RecordVolumeModify(ctx, "", "db", map[string]string{"tier": "slow"})
 	require.NoError(t, err)
 	_, err = b.cat.RecordVolumeModify(ctx, "", "db", map[string]string{"": "x"})
-	require.ErrorIs(t, err, catalog.ErrInvalid)
+	require.ErrorIs(t, err, model.ErrInvalid)
 
 	again := createdVolume("default", "db", "vol-1")
 	again.Parameters = map[string]string{"tier": "described anew"}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -64,7 +63,7 @@ func TestCatalogRefusesATopologySegmentWithABadKeyNamingTheField(t *testing.T) {
 			v.Topologies = []*model.Topology{{Segments: map[string]string{tt.segment: "a"}}}
 			before := f.dump()
 			_, err := f.cat.RegisterVolume(context.Background(), v)
-			require.ErrorIs(t, err, catalog.ErrInvalid)
+			require.ErrorIs(t, err, model.ErrInvalid)
 			require.ErrorContains(t, err, tt.want)
 			require.Equal(t, before, f.dump(), "the refused registration changed nothing")
 		})

@@ -32,13 +32,13 @@ import (
 // id this agent expects: its expected counts, kept in the plugin's record
 // (a plugin not yet fingerprinted gets one) until declared again. Zero for
 // both removes the expectation; a plugin left empty is then forgotten. A
-// bad name or count is ErrInvalid naming the field, and changes nothing.
+// bad name or count is model.ErrInvalid naming the field, and changes nothing.
 // In a fleet the expectation is the fleet's (fleet.Store.ExpectPlugin):
-// ErrInvalid too. It returns the plugin after the change, or nil when it
+// model.ErrInvalid too. It returns the plugin after the change, or nil when it
 // was forgotten or never known.
 func (c *Catalog) ExpectPlugin(ctx context.Context, id string, nodes, controllers int) (*model.CSIPlugin, error) {
 	if c.fleet != nil {
-		return nil, model.Refusef(ErrInvalid, "plugin %q: in a fleet the expected counts are kept in the fleet's etcd, not by one node's catalog", id)
+		return nil, model.Refusef(model.ErrInvalid, "plugin %q: in a fleet the expected counts are kept in the fleet's etcd, not by one node's catalog", id)
 	}
 	if err := model.CheckExpectation(id, nodes, controllers); err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -47,7 +46,7 @@ func TestAnExpectationOnOneAgentIsKeptInThePluginsRecordAcrossARestart(t *testin
 			{"host/path", 1, 1, "plugin name"},
 		} {
 			_, err := f.cat.ExpectPlugin(ctx, bad.name, bad.nodes, bad.controllers)
-			require.ErrorIs(t, err, catalog.ErrInvalid)
+			require.ErrorIs(t, err, model.ErrInvalid)
 			require.ErrorContains(t, err, bad.field)
 		}
 		require.Equal(t, before, f.dump(), "a refused expectation changes nothing")

@@ -74,12 +74,12 @@ func (s *catalogState) clone() *catalogState {
 	return &catalogState{volumes: maps.Clone(s.volumes), plugins: maps.Clone(s.plugins), volumesOf: maps.Clone(s.volumesOf), index: s.index}
 }
 
-// volume returns the volume under key, or an error matching ErrVolumeNotFound.
+// volume returns the volume under key, or an error matching model.ErrVolumeNotFound.
 func (s *catalogState) volume(key volumeKey) (*model.CSIVolume, error) {
 	if v, ok := s.volumes[key]; ok {
 		return v, nil
 	}
-	return nil, model.Refusef(ErrVolumeNotFound, "no volume %q in namespace %q", key.id, key.namespace)
+	return nil, model.Refusef(model.ErrVolumeNotFound, "no volume %q in namespace %q", key.id, key.namespace)
 }
 
 // checkRoom refuses a new volume under key once s holds limit volumes; a
@@ -136,7 +136,7 @@ func (c *catalogChange) followHealth(s *catalogState) {
 // CreateIndex, everything it changes as its ModifyIndex. It returns the
 // storage ops of c, without the index record (the batch adds that once). A
 // record that does not encode (a string that is not UTF-8) refuses the
-// whole change with ErrInvalid and leaves s unchanged. An empty
+// whole change with model.ErrInvalid and leaves s unchanged. An empty
 // change does nothing.
 func (s *catalogState) commit(c catalogChange) ([]storage.Op, error) {
 	c.collect(s)
@@ -192,7 +192,7 @@ func (s *catalogState) commit(c catalogChange) ([]storage.Op, error) {
 func catalogRecord(key string, m proto.Message) (storage.Op, error) {
 	value, err := proto.Marshal(m)
 	if err != nil {
-		return storage.Op{}, model.Refusef(ErrInvalid, "%s cannot be stored: %v", key, err)
+		return storage.Op{}, model.Refusef(model.ErrInvalid, "%s cannot be stored: %v", key, err)
 	}
 	return storage.Put([]byte(key), value), nil
 }
@@ -209,7 +209,7 @@ func catalogIndexOp(index uint64) storage.Op {
 // loadCatalog rebuilds the catalog from bucket. A record that does not
 // decode, is invalid, sits under the wrong key or is not a catalog record
 // at all is corruption (storage.CorruptRecord): the error matches both
-// storage.ErrCorrupt and ErrCorrupt, names the record and the
+// storage.ErrCorrupt and model.ErrCorrupt, names the record and the
 // remedy (-reset-corrupt-state). The catalog never starts silently empty
 // or half restored.
 func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
@@ -231,7 +231,7 @@ func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
 			err = errors.New("it is not a catalog record")
 		}
 		if err != nil {
-			return storage.CorruptRecord(Bucket, rawKey, fmt.Errorf("csi: catalog: %w: restore: %w", ErrCorrupt, err))
+			return storage.CorruptRecord(Bucket, rawKey, fmt.Errorf("csi: catalog: %w: restore: %w", model.ErrCorrupt, err))
 		}
 		return nil
 	})

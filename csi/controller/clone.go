@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -30,14 +30,14 @@ func (r CreateRequest) checkClone() []string {
 // cloneSource is the plugin's ID of the volume req clones, "" when it
 // clones none. The source is a catalog volume of req's namespace and of
 // req's plugin: one of another plugin is refused, naming both, before any
-// RPC, and an unknown one is catalog.ErrVolumeNotFound naming clone_from.
+// RPC, and an unknown one is model.ErrVolumeNotFound naming clone_from.
 func (c *Controller) cloneSource(ctx context.Context, what string, req CreateRequest) (string, error) {
 	if req.CloneFrom == "" {
 		return "", nil
 	}
 	src, err := c.cfg.Catalog.GetVolume(ctx, req.Namespace, req.CloneFrom)
 	switch {
-	case errors.Is(err, catalog.ErrVolumeNotFound):
+	case errors.Is(err, model.ErrVolumeNotFound):
 		return "", fmt.Errorf("controller: %s: clone_from: %w: %s/%s; name a volume of the namespace", what, err, nsOrDefault(req.Namespace), req.CloneFrom)
 	case err != nil:
 		return "", fmt.Errorf("controller: %s: clone_from: %w", what, err)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/csitest"
@@ -67,7 +66,7 @@ func TestACloneIsRefusedBeforeCreateVolume(t *testing.T) {
 	require.ErrorContains(t, err, `"disk"`)
 
 	_, err = f.ctl.Create(context.Background(), cloneRequest("nope"))
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
 	require.ErrorContains(t, err, "clone_from")
 
 	for field, change := range map[string]func(*controller.CreateRequest){

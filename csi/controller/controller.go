@@ -49,7 +49,7 @@ type Catalog interface {
 	RecordVolumeCapacity(ctx context.Context, namespace, id string, capacityBytes int64) (*model.CSIVolume, error)
 	RecordVolumeModify(ctx context.Context, namespace, id string, params map[string]string) (*model.CSIVolume, error)
 	DeregisterVolume(ctx context.Context, namespace, id string) error
-	// CheckRoom refuses, with catalog.ErrVolumeLimit, a volume the catalog
+	// CheckRoom refuses, with model.ErrVolumeLimit, a volume the catalog
 	// has no room for, so that create refuses it before the plugin acts.
 	CheckRoom(namespace, id string) error
 }
@@ -184,7 +184,7 @@ func (c *Controller) connect(ctx context.Context, plugin, what string, need ...c
 
 // Sentinel errors of the controller operations. Errors also wrap the csi
 // package's sentinels: the plugin's gRPC code (csi.ErrNotFound, ...) and
-// the catalog's (catalog.ErrVolumeInUse, ...).
+// the catalog's (model.ErrVolumeInUse, ...).
 var (
 	// ErrInvalidConfig: New was given a bad Config.
 	ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")

@@ -168,7 +168,7 @@ func (f *fixture) healthy(name string) {
 	f.system.Root.Send(f.cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: fp})
 	// The catalog answers writes in order, once durable: this refusal
 	// comes after the fingerprint is applied.
-	require.ErrorIs(f.t, f.cat.DeregisterVolume(context.Background(), "", "no-such-volume"), catalog.ErrVolumeNotFound)
+	require.ErrorIs(f.t, f.cat.DeregisterVolume(context.Background(), "", "no-such-volume"), model.ErrVolumeNotFound)
 }
 
 func caps(types ...csipb.ControllerServiceCapability_RPC_Type) *csipb.ControllerGetCapabilitiesResponse {
@@ -339,7 +339,7 @@ func TestDeleteIsRefusedWhileClaimedAndSendsNothing(t *testing.T) {
 	f.healthy(plugin)
 	require.NoError(t, f.cat.Claim(context.Background(), csi.ClaimRequest{VolumeID: "db", AllocID: "web-1"}))
 	err := f.ctl.Delete(context.Background(), "", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorIs(t, err, model.ErrVolumeInUse)
 	require.Contains(t, err.Error(), "claimed by allocs web-1")
 	v, err := f.cat.GetVolume(context.Background(), "", "db")
 	require.NoError(t, err)
@@ -363,7 +363,7 @@ func TestADeleteThatFailsStaysDeletingAndFinishesWhenRunAgain(t *testing.T) {
 	v, err := f.cat.GetVolume(context.Background(), "", "db")
 	require.NoError(t, err)
 	require.True(t, v.Deleting)
-	require.ErrorIs(t, f.cat.Claim(context.Background(), csi.ClaimRequest{VolumeID: "db", AllocID: "web-1"}), catalog.ErrVolumeDeleting)
+	require.ErrorIs(t, f.cat.Claim(context.Background(), csi.ClaimRequest{VolumeID: "db", AllocID: "web-1"}), model.ErrVolumeDeleting)
 
 	require.NoError(t, f.ctl.Delete(context.Background(), "", "db"))
 	require.Empty(t, f.volumes())
@@ -497,7 +497,7 @@ func TestCreateBeyondTheVolumeLimitIsRefusedBeforeAnyRPC(t *testing.T) {
 	f.serveMocks() // no RPC is expected
 	before := f.registerVolume("web")
 	_, err := f.ctl.Create(context.Background(), createRequest())
-	require.ErrorIs(t, err, catalog.ErrVolumeLimit)
+	require.ErrorIs(t, err, model.ErrVolumeLimit)
 	require.ErrorContains(t, err, "agent flag -max-volumes")
 	require.Equal(t, []*model.CSIVolume{before}, f.volumes(), "nothing changed")
 }

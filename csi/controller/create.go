@@ -10,7 +10,6 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/names"
 	"github.com/plugvisor/plugvisor/registry"
@@ -168,13 +167,13 @@ type topologyChecker interface {
 // plugin made the volume (a crash, a catalog that refused) is finished by
 // running the same create again. A name whose plugin volume already lives
 // in another catalog volume (another namespace) is refused by the catalog
-// with catalog.ErrVolumeConflict naming it; the plugin volume is left alone.
+// with model.ErrVolumeConflict naming it; the plugin volume is left alone.
 // A catalog volume that exists with another plugin or other modes, or that
 // was registered rather than created, is refused with ErrVolumeExists
 // before any RPC, and so is a new volume beyond the catalog's limit (with
-// catalog.ErrVolumeLimit), and one without requisite or preferred topology
+// model.ErrVolumeLimit), and one without requisite or preferred topology
 // of a plugin that advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (with
-// catalog.ErrTopologyRequired).
+// model.ErrTopologyRequired).
 func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIVolume, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -241,12 +240,12 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 func (c *Controller) checkNotOtherVolume(ctx context.Context, what string, req CreateRequest) error {
 	old, err := c.cfg.Catalog.GetVolume(ctx, req.Namespace, req.ID)
 	switch {
-	case errors.Is(err, catalog.ErrVolumeNotFound):
+	case errors.Is(err, model.ErrVolumeNotFound):
 		return nil
 	case err != nil:
 		return fmt.Errorf("controller: %s: %w", what, err)
 	case old.Deleting:
-		return fmt.Errorf("controller: %s: %w: it is being deleted; run the delete again to finish it first", what, catalog.ErrVolumeDeleting)
+		return fmt.Errorf("controller: %s: %w: it is being deleted; run the delete again to finish it first", what, model.ErrVolumeDeleting)
 	case !old.Created || old.PluginID != req.PluginID || old.AccessMode != req.AccessMode || old.AttachmentMode != req.AttachmentMode:
 		return fmt.Errorf("controller: %s: %w: the catalog holds it as plugin %q volume %q (%s, %s, created: %t); delete or deregister it, or choose another ID",
 			what, ErrVolumeExists, old.PluginID, old.PluginVolumeID(), old.AccessMode, old.AttachmentMode, old.Created)

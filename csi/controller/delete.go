@@ -10,11 +10,11 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // Delete destroys a volume on its plugin and forgets it: the catalog marks
-// it Deleting (refused with catalog.ErrVolumeInUse, naming the allocs, while
+// it Deleting (refused with model.ErrVolumeInUse, naming the allocs, while
 // any claim, held or being released, exists; from then on claims are
 // refused), then DeleteVolume with the volume's plugin ID and secrets (a
 // volume the plugin does not know counts as deleted), then the catalog
@@ -36,7 +36,7 @@ func (c *Controller) Delete(ctx context.Context, namespace, id string) error {
 		return fmt.Errorf("controller: %s: %w", what, err)
 	}
 	if allocs := strings.Join(v.Claimants(), ", "); allocs != "" {
-		return fmt.Errorf("controller: %s: %w: claimed by allocs %s; they must release it before it is deleted", what, catalog.ErrVolumeInUse, allocs)
+		return fmt.Errorf("controller: %s: %w: claimed by allocs %s; they must release it before it is deleted", what, model.ErrVolumeInUse, allocs)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capCreateDelete)
 	if err != nil {

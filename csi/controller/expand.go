@@ -8,7 +8,6 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
@@ -51,7 +50,7 @@ func (c *Controller) Expand(ctx context.Context, namespace, id string, requiredB
 		return ExpandResult{}, fmt.Errorf("controller: %s: %w", what, err)
 	}
 	if v.Deleting {
-		return ExpandResult{}, fmt.Errorf("controller: %s: %w", what, catalog.ErrVolumeDeleting)
+		return ExpandResult{}, fmt.Errorf("controller: %s: %w", what, model.ErrVolumeDeleting)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capExpand)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
@@ -96,10 +95,10 @@ func TestOnePluginVolumeCannotBeCreatedInTwoNamespaces(t *testing.T) {
 	// The same name gives the same plugin volume: the catalog refuses to
 	// file it under a second namespace, and leaves the plugin volume alone.
 	_, err = f.ctl.Create(ctx, hostpathCreate("team-b", "db"))
-	require.ErrorIs(t, err, catalog.ErrVolumeConflict)
+	require.ErrorIs(t, err, model.ErrVolumeConflict)
 	require.Contains(t, err.Error(), `catalog volume "db" in namespace "team-a"`)
 	_, err = f.cat.GetVolume(ctx, "team-b", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound)
+	require.ErrorIs(t, err, model.ErrVolumeNotFound)
 
 	other := hostpathCreate("team-b", "db")
 	other.Name = "team-b-db"
@@ -120,7 +119,7 @@ func TestAClaimedVolumeIsNotDeletedOnTheHostpathPlugin(t *testing.T) {
 	require.NoError(t, f.cat.Claim(ctx, csi.ClaimRequest{VolumeID: "db", AllocID: "web-1", Usage: csi.Usage{ReadOnly: true}}))
 
 	err = f.ctl.Delete(ctx, "", "db")
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse)
+	require.ErrorIs(t, err, model.ErrVolumeInUse)
 	require.Contains(t, err.Error(), "web-1")
 	require.DirExists(t, filepath.Join(root, "volumes", v.ExternalID))
 

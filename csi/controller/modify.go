@@ -8,7 +8,6 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
@@ -43,7 +42,7 @@ func (c *Controller) Modify(ctx context.Context, namespace, id string, params ma
 		return nil, fmt.Errorf("controller: %s: %w", what, err)
 	}
 	if v.Deleting {
-		return nil, fmt.Errorf("controller: %s: %w", what, catalog.ErrVolumeDeleting)
+		return nil, fmt.Errorf("controller: %s: %w", what, model.ErrVolumeDeleting)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capModify)
 	if err != nil {

@@ -47,7 +47,6 @@ type instanceState struct {
 	fingerprint *messages.CSIFingerprint // the latest it reported, or the manager said for it
 	final       bool                     // its final fingerprint arrived
 	failed      bool                     // it gave up: its later fingerprints are not listed
-	restarts    uint32                   // restarts before it gave up
 }
 
 // describeInstance names an instance in logs and errors.
@@ -102,6 +101,7 @@ func newManagerActor(cfg Config, published *atomic.Pointer[fingerprints], subscr
 		Snapshot:       func() plugintype.Snapshot { return cfg.Registry.Snapshot() },
 		ResyncInterval: cfg.ResyncInterval,
 		Logger:         cfg.Logger,
+		Metrics:        cfg.Metrics,
 	}, a)
 	return a
 }
@@ -162,18 +162,17 @@ func (a *managerActor) InstanceStopped(_ actor.Context, plugin *messages.PluginI
 // unhealthy and reported failed. (plugintype has logged it.)
 func (a *managerActor) InstanceFailed(ctx actor.Context, plugin *messages.PluginInfo, instance *actor.PID, reason string) {
 	description := "plugin instance failed: " + reason
-	var restarts uint32
 	if instance != nil {
 		st := a.state(instance, plugin)
 		a.recordUnhealthy(ctx, instance, st, description)
-		st.failed, restarts = true, st.restarts
+		st.failed = true
 	} else {
 		fp := baseFingerprint(plugin)
 		fp.HealthDescription, fp.UpdateTime = description, timestamppb.New(a.cfg.Clock.Now())
 		a.list(fp)
 	}
 	a.subscribers.Publish(ctx, &messages.CSIPluginFailed{
-		Type: plugin.GetType(), Name: plugin.GetName(), AllocId: plugin.GetAllocId(), Reason: reason, Restarts: restarts,
+		Type: plugin.GetType(), Name: plugin.GetName(), AllocId: plugin.GetAllocId(), Reason: reason, Restarts: a.instances.Restarts(instance),
 	})
 }
 
@@ -263,27 +262,15 @@ func (a *managerActor) unlist(plugin *messages.PluginInfo) {
 }
 
 // onChildSupervised notes what plugintype.Instances does not pass on: a
-// current instance waiting out a backoff is unhealthy, and how many times
-// one that gave up was restarted.
+// current instance waiting out a backoff is unhealthy. (Instances counts
+// the restarts and tells the Metrics.)
 func (a *managerActor) onChildSupervised(ctx actor.Context, ev *messages.ChildSupervised) {
 	plugin, current := a.instances.Current(ev.GetChild())
-	if !current {
+	if !current || ev.GetDecision() != messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF {
 		return
 	}
-	st := a.state(ev.GetChild(), plugin)
-	switch ev.GetDecision() {
-	case messages.SupervisionDecision_SUPERVISION_DECISION_BACKING_OFF:
-		a.recordUnhealthy(ctx, ev.GetChild(), st, fmt.Sprintf("plugin instance failed (%s): restarting in %v",
-			ev.GetReason(), ev.GetDelay().AsDuration()))
-		if a.cfg.Metrics != nil {
-			a.cfg.Metrics.InstanceRestarting(plugin)
-		}
-	case messages.SupervisionDecision_SUPERVISION_DECISION_GAVE_UP, messages.SupervisionDecision_SUPERVISION_DECISION_STOPPED:
-		st.restarts = max(ev.GetFailures(), 1) - 1
-		if a.cfg.Metrics != nil {
-			a.cfg.Metrics.InstanceGaveUp(plugin)
-		}
-	}
+	a.recordUnhealthy(ctx, ev.GetChild(), a.state(ev.GetChild(), plugin), fmt.Sprintf("plugin instance failed (%s): restarting in %v",
+		ev.GetReason(), ev.GetDelay().AsDuration()))
 }
 
 func (a *managerActor) onSubscribeCSI(ctx actor.Context, msg *messages.SubscribeCSI) {

@@ -28,10 +28,10 @@ const (
 	DefaultName            = "csi-manager"
 )
 
-// Metrics counts what the manager's supervision decides.
+// Metrics counts what the manager's supervision decides; plugintype
+// counts it, for every plugin type alike.
 type Metrics interface {
-	InstanceRestarting(plugin *messages.PluginInfo)
-	InstanceGaveUp(plugin *messages.PluginInfo)
+	plugintype.Metrics
 }
 
 // Config configures the CSI manager. Only Registry is required.
@@ -77,9 +77,8 @@ func (c Config) validate() error {
 		problems = append(problems, fmt.Errorf("csi: %w: resync interval %v and shutdown timeout %v must not be negative",
 			csi.ErrInvalidOptions, c.ResyncInterval, c.ShutdownTimeout))
 	}
-	if giveUp := c.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		problems = append(problems, fmt.Errorf("csi: %w: Supervision.OnGiveUp is %v, must be stop: the manager reports a plugin that gave up",
-			csi.ErrInvalidOptions, giveUp))
+	if err := c.Supervision.StopsOnGiveUp("Supervision"); err != nil {
+		problems = append(problems, fmt.Errorf("csi: %w: %w: the manager reports a plugin that gave up", csi.ErrInvalidOptions, err))
 	}
 	if err := c.Supervision.Validate(); err != nil {
 		problems = append(problems, fmt.Errorf("csi: %w: supervision: %w", csi.ErrInvalidOptions, err))

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
@@ -39,8 +38,8 @@ func TestTheCatalogsErrorsCrossBothActorBoundaries(t *testing.T) {
 		sentinel error
 		code     messages.ErrorCode
 	}{
-		{catalog.ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
-		{catalog.ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_LIMIT},
+		{model.ErrFleetUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
+		{model.ErrVolumeLimit, messages.ErrorCode_ERROR_CODE_LIMIT},
 	}
 	for _, c := range cases {
 		t.Run(c.sentinel.Error(), func(t *testing.T) {

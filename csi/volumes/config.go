@@ -42,7 +42,7 @@ type Catalog interface {
 }
 
 // Attachments is the fleet's record of every node's attachments (cluster
-// mode; the fleet's catalog, csi/catalog.Fleet, satisfies it). An
+// mode; the fleet's catalog, csi/catalog/model.Fleet, satisfies it). An
 // attachment is recorded before ControllerPublishVolume is sent and
 // forgotten only after ControllerUnpublishVolume has succeeded, so a node
 // that may hold the volume always has one, and the plugin's node ID is

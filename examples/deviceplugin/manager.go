@@ -72,8 +72,8 @@ func New(cfg Config) *Manager {
 // Start implements agent.TypeManager: it starts the manager actor, which
 // subscribes to the registry for plugins of env.Type.
 func (m *Manager) Start(env agent.TypeEnv) error {
-	if giveUp := m.cfg.Supervision.WithDefaults().OnGiveUp; giveUp != supervisor.Stop {
-		return fmt.Errorf("deviceplugin: Config.Supervision.OnGiveUp is %v; it must be stop", giveUp)
+	if err := m.cfg.Supervision.StopsOnGiveUp("Config.Supervision"); err != nil {
+		return fmt.Errorf("deviceplugin: %w", err)
 	}
 	strategy, err := supervisor.NewStrategy(m.cfg.Supervision)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -176,7 +175,7 @@ func register(m *member.Member, v *model.CSIVolume) error {
 	pause := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		_, err := m.Router().RegisterVolume(context.Background(), v)
-		if err == nil || try == 5 || !errors.Is(err, catalog.ErrStore) && !errors.Is(err, catalog.ErrFleetUnavailable) {
+		if err == nil || try == 5 || !errors.Is(err, model.ErrStore) && !errors.Is(err, model.ErrFleetUnavailable) {
 			return err
 		}
 		time.Sleep(pause)

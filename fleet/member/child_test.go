@@ -20,7 +20,6 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/member"
@@ -180,7 +179,7 @@ func answer(v *model.CSIVolume, err error) string {
 	switch {
 	case errors.Is(err, csi.ErrClaimRefused):
 		return "refused " + err.Error()
-	case errors.Is(err, catalog.ErrFleetUnavailable):
+	case errors.Is(err, model.ErrFleetUnavailable):
 		return "unavailable " + err.Error()
 	case err != nil:
 		return "error " + err.Error()

@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/messages"
@@ -49,7 +48,7 @@ func volumeIdentity(namespace, id string) string { return namespace + "/" + id }
 // them: their callers time out and send again, which is safe (see
 // messages/fleet.proto).
 type volumeGrain struct {
-	store   func() catalog.Fleet
+	store   func() model.Fleet
 	member  string
 	timeout time.Duration
 	idle    time.Duration
@@ -80,7 +79,7 @@ type grainDone struct {
 // timeout bounds each request's work in etcd, idle is how long a grain
 // waits for a request before it stops. The cluster kind is
 // cluster.NewKind(VolumeKind, volumeProps(...)).
-func volumeProps(store func() catalog.Fleet, member string, timeout, idle time.Duration, log hclog.Logger) *actor.Props {
+func volumeProps(store func() model.Fleet, member string, timeout, idle time.Duration, log hclog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &volumeGrain{store: store, member: member, timeout: timeout, idle: idle, log: log}
 	})
@@ -194,19 +193,19 @@ func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 
 // register registers the volume the request describes, which must be the
 // grain's own.
-func (g *volumeGrain) register(ctx context.Context, store catalog.Fleet, m *messages.CatalogVolume) (*model.CSIVolume, error) {
+func (g *volumeGrain) register(ctx context.Context, store model.Fleet, m *messages.CatalogVolume) (*model.CSIVolume, error) {
 	v := model.VolumeFromProto(m)
 	if v.Namespace != g.namespace || v.ID != g.id {
-		return nil, model.Refusef(catalog.ErrInvalid,
+		return nil, model.Refusef(model.ErrInvalid,
 			"member: the grain of volume %s was sent the volume %s", volumeIdentity(g.namespace, g.id), volumeIdentity(v.Namespace, v.ID))
 	}
 	return store.RegisterVolume(ctx, v)
 }
 
-// cacher is a catalog.Fleet whose changes of a volume can start from what
+// cacher is a model.Fleet whose changes of a volume can start from what
 // the volume's grain keeps of it (fleet.Store).
 type cacher interface {
-	Cached(*fleet.VolumeCache) catalog.Fleet
+	Cached(*fleet.VolumeCache) model.Fleet
 }
 
 // describe names a request in errors and logs.

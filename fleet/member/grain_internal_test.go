@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -40,8 +39,8 @@ func openStore(t *testing.T, s *etcdtest.Server, node string) *fleet.Store {
 
 // spawnGrain starts a volume grain for volume id of the default namespace
 // outside any cluster, as disthash would on a member.
-func spawnGrain(system *actor.ActorSystem, st catalog.Fleet, member, id string) *actor.PID {
-	props := volumeProps(func() catalog.Fleet { return st }, member, grainTimeout, time.Hour, hclog.NewNullLogger())
+func spawnGrain(system *actor.ActorSystem, st model.Fleet, member, id string) *actor.PID {
+	props := volumeProps(func() model.Fleet { return st }, member, grainTimeout, time.Hour, hclog.NewNullLogger())
 	props = cluster.WithClusterIdentity(props, cluster.NewClusterIdentity(volumeIdentity(model.DefaultNamespace, id), VolumeKind))
 	return system.Root.Spawn(props)
 }
@@ -123,9 +122,9 @@ func TestAGrainRunsItsVolumesRequestsInOrderAndRefusesAnotherVolume(t *testing.T
 	other.AccessMode, other.AttachmentMode = model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem
 	res, err := system.Root.RequestFuture(grain, &messages.FleetRegisterVolume{Volume: other.Proto()}, grainTimeout).Result()
 	require.NoError(t, err)
-	require.ErrorIs(t, messages.ErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), catalog.ErrInvalid)
+	require.ErrorIs(t, messages.ErrorFromProto(res.(*messages.FleetVolumeResponse).GetError()), model.ErrInvalid)
 	_, err = st.GetVolume(ctx, model.DefaultNamespace, "other")
-	require.ErrorIs(t, err, catalog.ErrVolumeNotFound, "the grain of vol registered nothing else")
+	require.ErrorIs(t, err, model.ErrVolumeNotFound, "the grain of vol registered nothing else")
 }
 
 // TestAGrainRecordsAndRemovesAttachments sends a grain an attachment, a
@@ -169,7 +168,7 @@ func TestAGrainRecordsAndRemovesAttachments(t *testing.T) {
 	_, err = ask(attach("b"))
 	require.ErrorIs(t, err, model.ErrAttachConflict)
 	_, err = ask(&messages.FleetMarkDetaching{NodeId: "a"})
-	require.ErrorIs(t, err, catalog.ErrVolumeInUse, "node a is up: its attachment is not another node's to detach")
+	require.ErrorIs(t, err, model.ErrVolumeInUse, "node a is up: its attachment is not another node's to detach")
 	got, err = ask(&messages.FleetDetachVolume{NodeId: "a"})
 	require.NoError(t, err)
 	require.Empty(t, got.Attachments)

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/plugvisor/plugvisor/actors"
-	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/names"
 )
@@ -177,8 +177,8 @@ type incarnation struct {
 // Start opens the fleet's state in etcd and joins the cluster. It returns
 // when the member is registered in etcd and sees the members registered
 // before it; protoactor's start-up takes about a second more than that.
-// A bad Config is ErrInvalidConfig (or catalog.ErrInvalid from
-// fleet.Open); an etcd that does not answer is catalog.ErrFleetUnavailable.
+// A bad Config is ErrInvalidConfig (or model.ErrInvalid from
+// fleet.Open); an etcd that does not answer is model.ErrFleetUnavailable.
 // With TLS, the member first shakes hands with up to five members already
 // there, and does not join (ErrPeerTLS) when some refuse its certificate,
 // or it theirs, and none accepts it: it would hold volume grains nobody
@@ -236,7 +236,7 @@ func (m *Member) newIncarnation() *incarnation {
 	inc := &incarnation{system: system, provider: p}
 	// A grain gives the Store twice its request timeout, so that an etcd
 	// that does not answer fails the Store's own call first, as
-	// catalog.ErrFleetUnavailable, rather than the grain's deadline.
+	// model.ErrFleetUnavailable, rather than the grain's deadline.
 	kind := cluster.NewKind(VolumeKind, countActivations(volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, cfg.GrainIdleTimeout, log), cfg.Fleet.Metrics))
 	// Membership is etcd's: protoactor's gossip must not exclude a member
 	// whose heartbeats it missed (on a loaded host it does, for good, while
@@ -339,7 +339,7 @@ func (m *Member) openStore(*clientv3.Client) error {
 }
 
 // fleetStore is the member's fleet.Store, as the grains see it.
-func (m *Member) fleetStore() catalog.Fleet { return m.store.Load() }
+func (m *Member) fleetStore() model.Fleet { return m.store.Load() }
 
 func remoteOptions(t *RemoteTLS) []remote.ConfigOption {
 	if t == nil {
@@ -387,7 +387,7 @@ func (m *Member) Store() *fleet.Store { return m.store.Load() }
 // topologyChanged is closed at the next change of the topology.
 func (m *Member) topologyChanged() <-chan struct{} { return *m.changed.Load() }
 
-// Router is the member's catalog.Fleet.
+// Router is the member's model.Fleet.
 func (m *Member) Router() *Router { return m.router }
 
 // Stop leaves the cluster: the member's key goes from etcd at once, its

@@ -11,12 +11,11 @@ import (
 	"github.com/asynkron/protoactor-go/cluster"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// Router is a member's catalog.Fleet. The changes of a volume (claims,
+// Router is a member's model.Fleet. The changes of a volume (claims,
 // releases, registration, deregistration, deletion mark, capacity) go
 // through the volume's grain, wherever the cluster places it, so that one
 // volume's changes run one at a time; reads (a volume, the list, the
@@ -27,7 +26,7 @@ import (
 // until ctx ends, or, when ctx has no deadline, for the membership lease
 // TTL plus three request timeouts: long enough for the others to see a
 // dead member go. Sending again is safe (messages/fleet.proto). When no
-// grain answers in time, the error is catalog.ErrFleetUnavailable; the
+// grain answers in time, the error is model.ErrFleetUnavailable; the
 // grain's own answer, refusal or success, is returned as it is.
 type Router struct {
 	member  *Member
@@ -39,9 +38,9 @@ type Router struct {
 }
 
 var (
-	_ catalog.Fleet      = (*Router)(nil)
-	_ catalog.BatchFleet = (*Router)(nil)
-	_ model.ModifyFleet  = (*Router)(nil)
+	_ model.Fleet       = (*Router)(nil)
+	_ model.BatchFleet  = (*Router)(nil)
+	_ model.ModifyFleet = (*Router)(nil)
 )
 
 // newRouter gives one request to a grain more time than the grain gives
@@ -110,7 +109,7 @@ func (r *Router) RecordVolumeCapacity(ctx context.Context, namespace, id string,
 // Attach records the attachment a through the volume's grain.
 func (r *Router) Attach(ctx context.Context, namespace, id string, a *model.Attachment) (*model.CSIVolume, error) {
 	if a == nil {
-		return nil, model.Refusef(catalog.ErrInvalid, "attach: attachment must not be nil")
+		return nil, model.Refusef(model.ErrInvalid, "attach: attachment must not be nil")
 	}
 	return r.change(ctx, namespace, id, &messages.FleetAttachVolume{Attachment: model.AttachmentToProto(a)})
 }
@@ -197,7 +196,7 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return nil, fmt.Errorf("member: %s of volume %s: %w", describe(msg), identity, ctx.Err())
 			}
-			return nil, model.Refusef(catalog.ErrFleetUnavailable,
+			return nil, model.Refusef(model.ErrFleetUnavailable,
 				"member: %s of volume %s: no member of the cluster answered within %v (%d attempts; last: %v): changes are refused until one does",
 				describe(msg), identity, time.Since(start).Round(time.Millisecond), attempt, err)
 		}
@@ -258,7 +257,7 @@ func (r *Router) send(ctx context.Context, identity string, msg proto.Message, t
 // answered turns a grain's answer into the result of a change.
 func answered(answer *messages.FleetVolumeResponse, msg proto.Message, attempt int) (*model.CSIVolume, error) {
 	err := messages.ErrorFromProto(answer.GetError())
-	if _, ok := msg.(*messages.FleetDeregisterVolume); ok && attempt > 1 && errors.Is(err, catalog.ErrVolumeNotFound) {
+	if _, ok := msg.(*messages.FleetDeregisterVolume); ok && attempt > 1 && errors.Is(err, model.ErrVolumeNotFound) {
 		err = nil
 	}
 	if err != nil {

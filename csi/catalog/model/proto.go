@@ -416,16 +416,3 @@ func PluginFromProto(m *messages.CatalogPlugin) (*CSIPlugin, error) {
 	p.ModifyIndex = m.GetModifyIndex()
 	return p, nil
 }
-
-// Sentinels returns every sentinel error of the package, for codecs that
-// carry an error across an actor boundary and rebuild it so that errors.Is
-// still matches.
-func Sentinels() []error {
-	return []error{
-		ErrUnknownAccessMode, ErrUnknownAttachmentMode, ErrUnknownClaimMode, ErrUnknownClaimState,
-		ErrUnknownPluginType, ErrInvalidVolume, ErrInvalidClaim, ErrInvalidPlugin, ErrPluginMismatch,
-		ErrVolumeUnschedulable, ErrWriteClaimRefused, ErrVolumeMaxClaims, ErrNodeConflict, ErrNodeVolumeLimit, ErrTopologyMismatch,
-		ErrClaimModeConflict, ErrClaimReleasing, ErrClaimNotFound,
-		ErrInvalidAttachment, ErrAttachRefused, ErrAttachConflict, ErrCapabilityConflict,
-	}
-}

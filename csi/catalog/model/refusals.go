@@ -33,14 +33,17 @@ var (
 	ErrVolumeDeleting = errclass.New(errclass.Conflict, "volume is being deleted")
 	// ErrStore: the durable store failed; the change was not made.
 	ErrStore = errclass.New(errclass.Store, "catalog store failed")
-	// ErrCorrupt: a stored record does not decode or is invalid.
+	// ErrCorrupt: a stored record does not decode or is invalid, so the
+	// catalog does not start. The error also matches storage.ErrCorrupt and
+	// names the remedy, -reset-corrupt-state.
 	ErrCorrupt = errclass.New(errclass.Corrupt, "catalog record corrupt")
 	// ErrClaimRefused: the catalog refuses the claim (a second writer on a
 	// single-writer volume, say); the error also matches the model's own
 	// sentinel, such as ErrVolumeMaxClaims.
 	ErrClaimRefused = errclass.New(errclass.Conflict, "claim refused")
 	// ErrFleetUnavailable: in cluster mode, etcd did not answer within the
-	// request timeout, so a change was refused rather than guessed.
+	// request timeout, so a change was refused rather than guessed; the
+	// error names the endpoints. Claims are refused until etcd answers.
 	ErrFleetUnavailable = errclass.New(errclass.Unavailable, "cluster-wide catalog unavailable")
 	// ErrTopologyRequired: the volume has no topology, and its plugin
 	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes
@@ -193,7 +196,7 @@ func checkBatchKeys(keys [][2]string) error {
 	case len(keys) == 0:
 		return Refusef(ErrInvalid, "volumes: a batch needs at least one volume")
 	case len(keys) > MaxBatch:
-		return Refusef(ErrInvalid, "volumes: %d volumes in one batch, over the limit of %d (catalog.MaxBatch, from etcd's 128 operations per transaction); split it into batches of %d or fewer",
+		return Refusef(ErrInvalid, "volumes: %d volumes in one batch, over the limit of %d (model.MaxBatch, from etcd's 128 operations per transaction); split it into batches of %d or fewer",
 			len(keys), MaxBatch, MaxBatch)
 	}
 	seen := make(map[[2]string]int, len(keys))

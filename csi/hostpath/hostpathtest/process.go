@@ -161,9 +161,6 @@ func (p *Process) waitReady(conn *grpc.ClientConn) error {
 	return nil
 }
 
-// Pid returns the process ID.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
-
 // Kill kills the process with SIGKILL (kill -9) and waits for it. Killing a
 // process that has exited does nothing.
 func (p *Process) Kill() {
@@ -191,9 +188,6 @@ func (p *Process) Wait() error {
 	<-p.exited
 	return p.waitErr
 }
-
-// Exited is closed when the process has exited.
-func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // Output returns what the process wrote to stdout and stderr so far.
 func (p *Process) Output() string {
