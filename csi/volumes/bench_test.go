@@ -20,7 +20,6 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
@@ -40,16 +39,11 @@ import (
 // output stays short.
 func BenchmarkMountUnmount100Volumes(b *testing.B) {
 	const count = 100
-	n := newNode(b, nil)
 	writes := &countingBucket{}
-	n.wrapBucket = func(bucket storage.Bucket) storage.Bucket {
+	n, plugin := newHostpathNode(b, func(bucket storage.Bucket) storage.Bucket {
 		writes.Bucket = bucket
 		return writes
-	}
-	n.restart()
-	plugin := hostpathtest.Serve(b, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(n.dir, "hp"),
-		Logger: hclog.New(&hclog.LoggerOptions{Name: b.Name(), Level: hclog.Warn, Output: b.Output()})})
-	n.register(volumes.NodePluginType, "hp", "a1", plugin.Endpoint)
+	}, hclog.New(&hclog.LoggerOptions{Name: b.Name(), Level: hclog.Warn, Output: b.Output()}))
 	c, err := csi.Dial(ctx, plugin.Endpoint, csi.Options{})
 	require.NoError(b, err)
 	for i := range count {

@@ -2,7 +2,6 @@ package volumes_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -10,9 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/csi/hostpath"
-	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
-	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -49,15 +45,11 @@ func (r *recordingBucket) Apply(ops []storage.Op) error {
 // (or the catalog's claim), a step's done state going with the next
 // step's first record where they follow each other.
 func TestAMountAndUnmountWriteARecordBeforeAndAfterEachRPC(t *testing.T) {
-	n := newNode(t, nil)
 	writes := &recordingBucket{}
-	n.wrapBucket = func(b storage.Bucket) storage.Bucket {
+	n, plugin := newHostpathNode(t, func(b storage.Bucket) storage.Bucket {
 		writes.Bucket = b
 		return writes
-	}
-	n.restart()
-	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(n.dir, "hp")})
-	n.register(volumes.NodePluginType, "hp", "a1", plugin.Endpoint)
+	}, nil)
 	p := &strictPlugin{t: t, socket: plugin.Endpoint}
 	n.catalog.add("vol", p.createVolume("vol"), "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 
