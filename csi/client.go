@@ -102,6 +102,11 @@ type Client struct {
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	closeErr   error
+	// caps holds the plugin's capabilities while the connection stays
+	// up; stopWatch ends the goroutine that forgets them when it drops.
+	caps      capsCache
+	stopWatch context.CancelFunc
+	watched   chan struct{}
 }
 
 // Dial connects to the CSI plugin listening on socketPath and returns once
@@ -148,13 +153,18 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		}
 		return nil, fmt.Errorf("csi: %w to %q: %w", ErrConnect, socketPath, err)
 	}
-	return &Client{
+	c := &Client{
 		conn:       conn,
 		identity:   csipb.NewIdentityClient(conn),
 		controller: csipb.NewControllerClient(conn),
 		node:       csipb.NewNodeClient(conn),
 		opts:       opts,
-	}, nil
+		watched:    make(chan struct{}),
+	}
+	var watchCtx context.Context
+	watchCtx, c.stopWatch = context.WithCancel(context.Background())
+	go c.watch(watchCtx)
+	return c, nil
 }
 
 // retryCapabilities is the service config every client dials with: a
@@ -215,6 +225,8 @@ func (d *unixDialer) lastError() error {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		c.stopWatch()
+		<-c.watched
 		if err := c.conn.Close(); err != nil {
 			c.closeErr = fmt.Errorf("csi: close: %w", err)
 		}

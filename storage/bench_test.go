@@ -46,7 +46,7 @@ func BenchmarkBoltApply(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-			b.ReportMetric(float64(b.N)/float64(storage.CommitCount(s)), "ops/commit")
+			b.ReportMetric(float64(b.N)/float64(s.Commits()), "ops/commit")
 		})
 	}
 }

@@ -241,7 +241,7 @@ func TestBoltConcurrentAppliesShareCommits(t *testing.T) {
 	close(start)
 	wg.Wait()
 
-	commits := storage.CommitCount(s)
+	commits := s.Commits()
 	t.Logf("%d concurrent Apply calls on 2 buckets took %d commits", writers, commits)
 	require.LessOrEqual(t, commits, int64(writers/2))
 	require.Len(t, load(t, buckets[0]), writers/2)

@@ -6,12 +6,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// CommitCount returns how many transactions s has committed, so tests and
-// benchmarks can see Apply calls sharing commits.
-func CommitCount(s *Bolt) int64 {
-	return s.writes.commits.Load()
-}
-
 // CheckPages runs the page check of OpenBolt on the file at path, for the
 // benchmark that weighs it against the whole open.
 func CheckPages(path string) error {

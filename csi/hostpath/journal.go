@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // journalName is the file, in a node's state directory, that holds the
@@ -51,6 +52,8 @@ type nodeJournal struct {
 	f *os.File
 	// closed is set by close; the file is closed once no writer leads.
 	closed bool
+	// syncs counts the file's syncs (see Driver.JournalSyncs).
+	syncs atomic.Int64
 }
 
 // journalBatch is the changes written and synced together.
@@ -300,6 +303,7 @@ func (j *nodeJournal) write(data []byte) error {
 	if _, err := j.f.Write(data); err != nil {
 		return fmt.Errorf("hostpath: write %s: %w", j.path, err)
 	}
+	j.syncs.Add(1)
 	if err := j.f.Sync(); err != nil {
 		return fmt.Errorf("hostpath: sync %s: %w", j.path, err)
 	}
@@ -323,6 +327,7 @@ func (j *nodeJournal) rewrite() error {
 		return fmt.Errorf("hostpath: rewrite %s: %w", j.path, err)
 	}
 	_, werr := f.Write(data)
+	j.syncs.Add(2) // the file's and its directory's
 	if err := errors.Join(werr, f.Sync(), os.Rename(spare, j.path), syncDir(filepath.Dir(j.path))); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("hostpath: rewrite %s: %w", j.path, err)

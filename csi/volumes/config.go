@@ -69,6 +69,8 @@ const (
 	DefaultName             = "csi-volume-manager"
 	// DefaultStatsConcurrency is Config.StatsConcurrency's default.
 	DefaultStatsConcurrency = 4
+	// DefaultStagingSweepInterval is Config.StagingSweepInterval's default.
+	DefaultStagingSweepInterval = time.Minute
 )
 
 // DefaultRetry is the GC step's backoff for a volume whose operation failed:
@@ -134,6 +136,11 @@ type Config struct {
 	// fingerprint): the periodic stats ask only those, so a plugin without
 	// the capability costs nothing. Nil asks none.
 	StatsSupported func(plugin string) bool
+	// StagingSweepInterval is how often the manager removes the staging
+	// directories of volumes that are no longer staged and have no
+	// operation running or waiting (default DefaultStagingSweepInterval).
+	// Until then a volume's staging directory stays for its next mount.
+	StagingSweepInterval time.Duration
 }
 
 // validate refuses a config that cannot work.
@@ -151,8 +158,8 @@ func (c Config) validate() error {
 	if !filepath.IsAbs(c.Root) {
 		problems = append(problems, fmt.Sprintf("Root %q must be an absolute path", c.Root))
 	}
-	if c.RPCTimeout < 0 || c.OperationTimeout < 0 || c.StatsInterval < 0 {
-		problems = append(problems, "RPCTimeout, OperationTimeout and StatsInterval must not be negative (durations are time.Duration: write 2 * time.Minute)")
+	if c.RPCTimeout < 0 || c.OperationTimeout < 0 || c.StatsInterval < 0 || c.StagingSweepInterval < 0 {
+		problems = append(problems, "RPCTimeout, OperationTimeout, StatsInterval and StagingSweepInterval must not be negative (durations are time.Duration: write 2 * time.Minute)")
 	}
 	if c.StatsConcurrency < 0 {
 		problems = append(problems, "StatsConcurrency must not be negative (0 means its default)")
@@ -177,6 +184,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatsConcurrency == 0 {
 		c.StatsConcurrency = DefaultStatsConcurrency
+	}
+	if c.StagingSweepInterval == 0 {
+		c.StagingSweepInterval = DefaultStagingSweepInterval
 	}
 	if c.Retry.Within == 0 {
 		c.Retry = DefaultRetry

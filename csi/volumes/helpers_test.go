@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/messages"
@@ -170,6 +172,19 @@ func newNode(t testing.TB, tune func(*volumes.Config)) *node {
 	n.start()
 	t.Cleanup(n.stop)
 	return n
+}
+
+// newHostpathNode starts a node whose manager writes its records through
+// wrap, and the in-process hostpath plugin "hp" (logging to logger, nil
+// for the test's log) registered as its node plugin.
+func newHostpathNode(t testing.TB, wrap func(storage.Bucket) storage.Bucket, logger hclog.Logger) (*node, *hostpathtest.Server) {
+	t.Helper()
+	n := newNode(t, nil)
+	n.wrapBucket = wrap
+	n.restart()
+	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(n.dir, "hp"), Logger: logger})
+	n.register(volumes.NodePluginType, "hp", "a1", plugin.Endpoint)
+	return n, plugin
 }
 
 // start opens the store and starts a manager in the node's actor system

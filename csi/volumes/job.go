@@ -251,7 +251,7 @@ func (j *job) controllerClient(ctx context.Context, recorded string) (*csi.Clien
 // PUBLISH_UNPUBLISH_VOLUME. A plugin without a controller service
 // (Unimplemented) does not attach.
 func (j *job) attachRequired(ctx context.Context, c *csi.Client) (bool, error) {
-	caps, err := c.ControllerGetCapabilities(ctx)
+	caps, err := c.ControllerCapabilitiesCached(ctx)
 	if errors.Is(err, csi.ErrUnimplemented) {
 		return false, nil
 	}

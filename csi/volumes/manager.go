@@ -14,6 +14,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/internal/mountinfo"
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/supervisor"
 )
 
 // manager is the volume manager actor. It owns the latest durable copy of
@@ -44,6 +45,8 @@ type manager struct {
 	standing model.Standing
 	// stats is the periodic stats' state (statspoll.go).
 	stats statsPoll
+	// stagingTimer is the staging sweep's (stagingsweep.go).
+	stagingTimer supervisor.Stopper
 }
 
 // outcome is how a volume's latest operation ended.
@@ -98,6 +101,8 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onRetryDue(ctx, msg)
 	case *statsDue:
 		m.onStatsDue(ctx)
+	case *stagingSweepDue:
+		m.onStagingSweepDue(ctx)
 	case *statsPolled:
 		m.onStatsPolled(ctx, msg)
 	case *messages.Subscribed:
@@ -122,6 +127,7 @@ func (m *manager) onStarted(ctx actor.Context) {
 	}
 	m.started = true
 	m.scheduleStats(ctx)
+	m.scheduleStagingSweep(ctx)
 	// A volume left unsettled because its plugin was gone is reconciled as
 	// soon as the plugin registers, not only at its next GC retry. The
 	// registry drops this subscription when the actor stops.
@@ -361,6 +367,7 @@ func (m *manager) onStatus(ctx actor.Context, msg *messages.VolumeStatusRequest)
 func (m *manager) onShutdown(ctx actor.Context, msg *messages.ShutdownVolumeManager) {
 	m.closing = true
 	m.stopStats()
+	m.stopStagingSweep()
 	m.shutdown = append(m.shutdown, replyTo(ctx, msg.GetReplyTo()))
 	for _, o := range m.drain() {
 		m.answer(ctx, o, MountResult{}, fmt.Errorf("%w: %s of volume %s was waiting", ErrShutDown, o, o.key))
@@ -385,6 +392,7 @@ func (m *manager) finishShutdown(ctx actor.Context) {
 func (m *manager) onStopped() {
 	m.cancel()
 	m.stopStats()
+	m.stopStagingSweep()
 	for key := range m.retries {
 		m.forgetRetry(key)
 	}

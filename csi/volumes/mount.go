@@ -146,7 +146,7 @@ func (j *job) mountSteps(ctx context.Context, vol *model.CSIVolume, pub *message
 	if err != nil {
 		return err
 	}
-	caps, err := node.NodeGetCapabilities(ctx)
+	caps, err := node.NodeCapabilitiesCached(ctx)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func (j *job) mountGroupSupported(ctx context.Context, socket, group string) err
 	if err != nil {
 		return err
 	}
-	caps, err := node.NodeGetCapabilities(ctx)
+	caps, err := node.NodeCapabilitiesCached(ctx)
 	if err != nil {
 		return err
 	}

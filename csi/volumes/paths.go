@@ -76,15 +76,9 @@ func (p paths) target(plugin, alloc, namespace, id string) string {
 // allocDirs returns the per-alloc directory of alloc under every plugin's
 // directory in the root.
 func (p paths) allocDirs(alloc string) []string {
-	entries, err := os.ReadDir(p.root)
-	if err != nil {
-		return nil
-	}
 	var out []string
-	for _, e := range entries {
-		if e.IsDir() {
-			out = append(out, filepath.Join(p.root, e.Name(), PerAllocDirName, alloc))
-		}
+	for _, plugin := range subdirs(p.root) {
+		out = append(out, filepath.Join(p.root, plugin, PerAllocDirName, alloc))
 	}
 	return out
 }

@@ -207,7 +207,8 @@ func TestAReaderJoinsAWriterOnOneStage(t *testing.T) {
 		m.Controller.EXPECT().ControllerPublishVolume(gomock.Any(), gomock.Any()).Return(&csipb.ControllerPublishVolumeResponse{PublishContext: publishContext}, nil),
 		m.Node.EXPECT().NodeStageVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodeStageVolumeResponse{}, nil),
 		publish("writer", false),
-		m.nodeCaps(),
+		// The reader's mount asks no capabilities: the connection's cache
+		// answers them.
 		publish("reader", true),
 		unpublish("writer"),
 		m.nodeCaps(), // the status while the reader has it published

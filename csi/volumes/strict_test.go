@@ -52,10 +52,11 @@ type strictPlugin struct {
 }
 
 // fault hangs one RPC until release is closed; the RPC then fails with
-// Unavailable.
+// Unavailable, or, when pass is set (see hold), is answered.
 type fault struct {
 	method  string // "NodeStageVolume", ...
 	after   bool   // do the work first
+	pass    bool
 	reached chan struct{}
 	release chan struct{}
 }
@@ -192,7 +193,16 @@ func (p *strictPlugin) restart() {
 
 // hang makes the next call of method hang; it returns the fault.
 func (p *strictPlugin) hang(method string, after bool) *fault {
-	f := &fault{method: method, after: after, reached: make(chan struct{}), release: make(chan struct{})}
+	return p.arm(&fault{method: method, after: after, reached: make(chan struct{}), release: make(chan struct{})})
+}
+
+// hold makes the next call of method wait, before any work, until the
+// fault is freed, and then be answered as usual.
+func (p *strictPlugin) hold(method string) *fault {
+	return p.arm(&fault{method: method, pass: true, reached: make(chan struct{}), release: make(chan struct{})})
+}
+
+func (p *strictPlugin) arm(f *fault) *fault {
 	p.mu.Lock()
 	p.fault = f
 	p.mu.Unlock()
@@ -231,10 +241,12 @@ func (p *strictPlugin) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	if f != nil && !f.after {
 		close(f.reached)
 		<-f.release
-		return nil, status.Error(codes.Unavailable, "strict: the agent was killed")
+		if !f.pass {
+			return nil, status.Error(codes.Unavailable, "strict: the agent was killed")
+		}
 	}
 	resp, err := p.answer(ctx, method, req, handler)
-	if f != nil {
+	if f != nil && f.after {
 		close(f.reached)
 		<-f.release
 		return nil, status.Error(codes.Unavailable, "strict: the agent was killed")

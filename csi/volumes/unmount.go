@@ -154,7 +154,8 @@ func (j *job) unstageUnsaved(ctx context.Context) (removed bool, err error) {
 		s.LastError = err.Error()
 		return false, err
 	}
-	j.removeDir(s.GetStagingPath())
+	// The staging directory stays for the volume's next mount: the
+	// staging sweep removes it once the volume is idle (stagingsweep.go).
 	j.rec.Stage = nil
 	return true, nil
 }

@@ -1,0 +1,118 @@
+package volumes
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// The staging sweep. A volume's staging directory stays after
+// NodeUnstageVolume, so that mounting the volume again creates no
+// directory and the way out removes none: on a busy node the mkdir and
+// rmdir of volumes staged side by side contend on their shared parent, and
+// cost more CPU than the rest of the pair. Every StagingSweepInterval the
+// manager removes, on its own goroutine, each empty staging directory of a
+// volume with no operation running or waiting and no stage at that path in
+// its record. Only a job of a volume creates or uses that volume's staging
+// directory, and jobs start on the manager's goroutine, so no job can start
+// while the sweep runs: a directory a mount is about to use has an
+// operation waiting, and one a mount uses has one running (or a stage in
+// the record), and both stay. A namespace's directory goes too once empty,
+// when no operation of that namespace runs or waits. rmdir removes neither
+// a mount point nor a directory with anything in it. The first sweep after
+// a start also removes what an earlier run left.
+
+// stagingSweepDue is sent by the sweep's timer to the manager.
+type stagingSweepDue struct{}
+
+// scheduleStagingSweep arms the timer of the next sweep.
+func (m *manager) scheduleStagingSweep(ctx actor.Context) {
+	if m.closing {
+		return
+	}
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	m.stagingTimer = m.cfg.Clock.AfterFunc(m.cfg.StagingSweepInterval, func() { root.Send(self, &stagingSweepDue{}) })
+}
+
+// stopStagingSweep stops the timer.
+func (m *manager) stopStagingSweep() {
+	if m.stagingTimer != nil {
+		m.stagingTimer.Stop()
+		m.stagingTimer = nil
+	}
+}
+
+func (m *manager) onStagingSweepDue(ctx actor.Context) {
+	m.stagingTimer = nil
+	if removed := m.sweepStaging(); removed > 0 {
+		m.log.Debug("removed the staging directories of idle volumes", "count", removed)
+	}
+	m.scheduleStagingSweep(ctx)
+}
+
+// sweepStaging removes the staging directories no volume uses (see above)
+// and returns how many.
+func (m *manager) sweepStaging() int {
+	removed := 0
+	for _, plugin := range subdirs(m.env.paths.root) {
+		staging := filepath.Join(m.env.paths.root, plugin, StagingDirName)
+		for _, ns := range subdirs(staging) {
+			for _, id := range subdirs(filepath.Join(staging, ns)) {
+				key, dir := volumeKey{ns, id}, filepath.Join(staging, ns, id)
+				if _, busy := m.queues[key]; busy || m.records[key].GetStage().GetStagingPath() == dir {
+					continue
+				}
+				if m.removeIdle(dir) {
+					removed++
+				}
+			}
+			if !m.namespaceBusy(ns) {
+				m.removeIdle(filepath.Join(staging, ns))
+			}
+		}
+	}
+	return removed
+}
+
+// namespaceBusy reports whether an operation of a volume of ns runs or waits.
+func (m *manager) namespaceBusy(ns string) bool {
+	for key := range m.queues {
+		if key.namespace == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// removeIdle removes the directory dir when it is empty and no mount
+// point, and reports whether it did; another failure is logged.
+func (m *manager) removeIdle(dir string) bool {
+	err := os.Remove(dir)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
+	default:
+		m.log.Warn("could not remove an idle staging directory", "path", dir, "error", err)
+	}
+	return false
+}
+
+// subdirs lists the names of dir's subdirectories; none when dir cannot
+// be read.
+func subdirs(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

@@ -1,0 +1,98 @@
+package volumes_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
+)
+
+// sweep runs the staging sweep of n's manager, whose clock is clock, and
+// returns once it has run: the sweep's message is in the manager's mailbox
+// before the status request that follows it.
+func sweep(n *node, clock *supervisortest.FakeClock) {
+	n.t.Helper()
+	clock.Advance(volumes.DefaultStagingSweepInterval)
+	n.status("sweep")
+}
+
+// TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight holds a mount in
+// NodeStageVolume, when the directory it staged at is still empty, and
+// runs the staging sweep: that directory stays, and one that no volume
+// uses goes. The mount then succeeds. After an unmount the directory
+// stays for the next mount, until a sweep finds the volume idle.
+func TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight(t *testing.T) {
+	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
+	staging := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol")
+	stale := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "stale")
+	require.NoError(t, os.MkdirAll(stale, 0o700))
+
+	f := p.hold("NodeStageVolume")
+	mounted := make(chan error, 1)
+	go func() {
+		_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+		mounted <- err
+	}()
+	<-f.reached
+	require.DirExists(t, staging, "the mount created its staging directory before NodeStageVolume")
+	sweep(n, clock)
+	require.NoDirExists(t, stale, "the sweep ran, and removed a directory no volume uses")
+	require.DirExists(t, staging, "the sweep kept the directory of the mount in flight")
+	p.unhang(f)
+	require.NoError(t, <-mounted)
+	require.Contains(t, mountsUnder(t, n.root), staging)
+
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
+	require.DirExists(t, staging, "the staging directory stays for the next mount")
+	require.NotContains(t, mountsUnder(t, n.root), staging)
+	sweep(n, clock)
+	require.NoDirExists(t, staging, "the sweep removed the directory of the idle volume")
+	require.Empty(t, mountsUnder(t, n.root))
+}
+
+// TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses kills the
+// agent with one volume mounted and another unmounted, whose staging
+// directory stayed, and starts a new one: its first sweep removes the
+// unmounted volume's directory and keeps the mounted one's, mounted. Both
+// volumes then mount and unmount again, and the next sweep leaves nothing.
+func TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses(t *testing.T) {
+	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "held", "hp", model.AccessModeSingleNodeWriter)
+	p.create(n, "idle", "hp", model.AccessModeSingleNodeWriter)
+	stagingOf := func(id string) string { return filepath.Join(n.root, "hp", volumes.StagingDirName, "default", id) }
+	_, err := n.manager.Mount(ctx, "", "held", "web-1", false)
+	require.NoError(t, err)
+	_, err = n.manager.Mount(ctx, "", "idle", "web-2", false)
+	require.NoError(t, err)
+	require.NoError(t, n.manager.Unmount(ctx, "", "idle", "web-2"))
+	require.DirExists(t, stagingOf("idle"))
+
+	n.crash(nil)
+	require.Equal(t, "published", n.settle("held").Record.GetPublishes()["web-1"].GetState())
+	sweep(n, clock)
+	require.NoDirExists(t, stagingOf("idle"), "the first sweep after the start removed what no volume uses")
+	require.Contains(t, mountsUnder(t, n.root), stagingOf("held"), "and kept the staged volume's directory, mounted")
+
+	for _, v := range [][2]string{{"idle", "web-2"}, {"held", "web-1"}} {
+		if v[0] == "idle" {
+			_, err := n.manager.Mount(ctx, "", v[0], v[1], false)
+			require.NoError(t, err, "a volume whose directory the sweep removed mounts again")
+		}
+		require.NoError(t, n.manager.Unmount(ctx, "", v[0], v[1]))
+	}
+	sweep(n, clock)
+	require.NoDirExists(t, stagingOf("idle"))
+	require.NoDirExists(t, stagingOf("held"))
+	require.Empty(t, mountsUnder(t, n.root))
+}
