@@ -30,16 +30,12 @@ type pluginsActor struct {
 	missingOK bool // Config.DeregisterMissingIsNil
 	limits    Limits
 
-	tables map[string]*pluginTable // working state, durable or not
-	dirty  map[string]bool         // types changed since the last batch was cut
-	// gone keeps the order of recently deregistered allocations, so that
-	// one registered again (a discovered plugin back after an absence)
-	// keeps its place in time and never outranks an allocation registered
-	// after it first was. Bounded by maxGone; not persisted.
-	gone      map[goneKey]uint64
-	seq       uint64    // last sequence handed out
-	committed *Snapshot // last durable state, as published
-	pending   *Snapshot // state once the in-flight batch is durable
+	tables    map[string]*pluginTable // working state, durable or not
+	dirty     map[string]bool         // types changed since the last batch was cut
+	gone      *gone                   // the order of recently deregistered allocations
+	seq       uint64                  // last sequence handed out
+	committed *Snapshot               // last durable state, as published
+	pending   *Snapshot               // state once the in-flight batch is durable
 
 	queue    []*write     // accepted, waiting for the next batch
 	inflight []*write     // being written; nil when no batch is in flight
@@ -93,7 +89,7 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 		limits:    cfg.Limits,
 		tables:    tables,
 		dirty:     map[string]bool{},
-		gone:      map[goneKey]uint64{},
+		gone:      newGone(),
 		seq:       committed.sequence,
 		committed: committed,
 		in:        in,
@@ -264,10 +260,8 @@ func (a *pluginsActor) applyRegister(w *write) {
 	a.seq++
 	a.dirty[w.ptype] = true
 	order := a.seq
-	k := goneKey{w.ptype, p.GetName(), p.GetAllocId()}
-	if o, ok := a.gone[k]; ok {
+	if o, ok := a.gone.take(w.ptype, p.GetName(), p.GetAllocId()); ok {
 		order = o
-		delete(a.gone, k)
 	}
 	added := &allocation{info: p, order: order, changed: a.seq}
 	t.put(added)
@@ -281,23 +275,6 @@ func (a *pluginsActor) applyRegister(w *write) {
 		event.Previous = current.info
 	}
 	w.event = event
-}
-
-// goneKey names a deregistered allocation in pluginsActor.gone.
-type goneKey struct{ ptype, name, alloc string }
-
-// maxGone bounds pluginsActor.gone: past it, an arbitrary entry goes.
-const maxGone = 4096
-
-// forget remembers the order of a, which is deregistered.
-func (a *pluginsActor) forget(ptype string, old *allocation) {
-	if len(a.gone) >= maxGone {
-		for k := range a.gone {
-			delete(a.gone, k)
-			break
-		}
-	}
-	a.gone[goneKey{ptype, old.info.GetName(), old.info.GetAllocId()}] = old.order
 }
 
 func (a *pluginsActor) applyDeregister(w *write) {
@@ -314,7 +291,7 @@ func (a *pluginsActor) applyDeregister(w *write) {
 	}
 	current, _ := t.currentOf(w.name)
 	t.remove(old)
-	a.forget(w.ptype, old)
+	a.gone.remember(w.ptype, old.info.GetName(), old.info.GetAllocId(), old.order)
 	a.seq++
 	a.dirty[w.ptype] = true
 	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
