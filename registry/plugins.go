@@ -445,7 +445,10 @@ func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
 	a.metrics.Write(op, err, time.Since(w.arrived))
 	switch {
 	case w.done != nil:
-		w.done <- err // buffered: never blocks
+		select {
+		case w.done <- err: // buffered: the first answer always fits
+		default: // the call timed out (write.expire) and its caller is gone
+		}
 	case w.replyTo == nil:
 	case w.deregister:
 		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: messages.ErrorToProto(err)})
