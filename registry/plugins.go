@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"maps"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -75,10 +74,7 @@ type flushQueued struct{}
 // callers get a timeout error after Config.RequestTimeout).
 func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *storeWriter, in *inbox, subs *subscribers) *pluginsActor {
 	committed := published.Load()
-	tables := make(map[string]*pluginTable, len(committed.tables))
-	for ptype, t := range committed.tables {
-		tables[ptype] = t.clone()
-	}
+	tables := committed.tables.working()
 	return &pluginsActor{
 		log:       cfg.Logger,
 		writer:    writer,
@@ -370,10 +366,7 @@ func (a *pluginsActor) recycle(batch []*write) {
 // once the batch being cut is durable. Only changed types are cloned, each
 // in O(1).
 func (a *pluginsActor) cut() *Snapshot {
-	tables := maps.Clone(a.committed.tables)
-	for ptype := range a.dirty {
-		tables[ptype] = a.tables[ptype].clone()
-	}
+	tables := a.committed.tables.with(a.dirty, a.tables)
 	clear(a.dirty)
 	return newSnapshot(tables, a.seq)
 }
@@ -424,10 +417,7 @@ func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 // rollback resets the working tables to the last durable snapshot and
 // re-applies the commands queued since the failed batch was cut.
 func (a *pluginsActor) rollback(ctx actor.Context) {
-	a.tables = make(map[string]*pluginTable, len(a.committed.tables))
-	for ptype, t := range a.committed.tables {
-		a.tables[ptype] = t.clone()
-	}
+	a.tables = a.committed.tables.working()
 	a.seq = a.committed.sequence
 	clear(a.dirty)
 	queued := a.queue

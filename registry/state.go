@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"math"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -242,7 +241,7 @@ func (t *pluginTable) frozenList() []*messages.PluginInfo {
 // write and a write never waits for a read. The PluginInfo values it returns
 // are shared and must be treated as read-only (proto.Clone one to change it).
 type Snapshot struct {
-	tables   map[string]*pluginTable
+	tables   typeTables
 	sequence uint64
 	// next is closed when a newer snapshot replaces this one. It is made
 	// by the first reader that asks for it (most snapshots are replaced
@@ -253,7 +252,7 @@ type Snapshot struct {
 	closeNext  sync.Once
 }
 
-func newSnapshot(tables map[string]*pluginTable, sequence uint64) *Snapshot {
+func newSnapshot(tables typeTables, sequence uint64) *Snapshot {
 	return &Snapshot{tables: tables, sequence: sequence}
 }
 
@@ -288,10 +287,9 @@ func (s *Snapshot) close() { s.closeNext.Do(func() { close(*s.next.Load()) }) }
 // Types lists the plugin types that have ever had a registration, sorted.
 func (s *Snapshot) Types() []string {
 	out := make([]string, 0, len(s.tables))
-	for t := range s.tables {
-		out = append(out, t)
+	for _, t := range s.tables {
+		out = append(out, t.ptype)
 	}
-	sort.Strings(out)
 	return out
 }
 
@@ -299,14 +297,14 @@ func (s *Snapshot) Types() []string {
 // name. An empty ptype lists every type, sorted by type then name.
 func (s *Snapshot) List(ptype string) []*messages.PluginInfo {
 	if ptype != "" {
-		if t, ok := s.tables[ptype]; ok {
+		if t, ok := s.tables.get(ptype); ok {
 			return t.frozenList()
 		}
 		return []*messages.PluginInfo{}
 	}
 	var out []*messages.PluginInfo
-	for _, name := range s.Types() {
-		out = append(out, s.tables[name].frozenList()...)
+	for _, t := range s.tables {
+		out = append(out, t.table.frozenList()...)
 	}
 	return out
 }
@@ -321,7 +319,7 @@ func (s *Snapshot) replay(ptype string) []Event {
 	}
 	var out []Event
 	for _, name := range types {
-		if t, ok := s.tables[name]; ok {
+		if t, ok := s.tables.get(name); ok {
 			t.eachCurrent(func(a *allocation) {
 				out = append(out, &messages.PluginRegistered{Plugin: a.info, Sequence: a.changed})
 			})
@@ -332,7 +330,7 @@ func (s *Snapshot) replay(ptype string) []Event {
 
 // Current returns the current allocation of the plugin (ptype, name).
 func (s *Snapshot) Current(ptype, name string) (*messages.PluginInfo, bool) {
-	if t, ok := s.tables[ptype]; ok {
+	if t, ok := s.tables.get(ptype); ok {
 		p, ok := t.index().byName[name]
 		return p, ok
 	}
@@ -342,7 +340,7 @@ func (s *Snapshot) Current(ptype, name string) (*messages.PluginInfo, bool) {
 // ForAlloc returns the allocation allocID of the plugin (ptype, name),
 // whether it is current or not.
 func (s *Snapshot) ForAlloc(ptype, name, allocID string) (*messages.PluginInfo, bool) {
-	if t, ok := s.tables[ptype]; ok {
+	if t, ok := s.tables.get(ptype); ok {
 		if a, ok := t.get(name, allocID); ok {
 			return a.info, true
 		}
@@ -354,7 +352,7 @@ func (s *Snapshot) ForAlloc(ptype, name, allocID string) (*messages.PluginInfo, 
 // (current) first.
 func (s *Snapshot) Allocations(ptype, name string) []*messages.PluginInfo {
 	var out []*messages.PluginInfo
-	if t, ok := s.tables[ptype]; ok && t.allocs == nil {
+	if t, ok := s.tables.get(ptype); ok && t.allocs == nil {
 		from, to := t.small.run(name)
 		for _, a := range t.small[from:to] {
 			out = append(out, a.info)

@@ -1,0 +1,38 @@
+package registry
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestTypeTablesChangeOnlyTheirCopy: a batch's tables are a sorted copy
+// with the changed types' clones in place and new types inserted in
+// order; the snapshot they were copied from keeps what it had.
+func TestTypeTablesChangeOnlyTheirCopy(t *testing.T) {
+	working := map[string]*pluginTable{"csi-node": newPluginTable(), "docker-volume": newPluginTable()}
+	first := tablesOf(working)
+	kept := slices.Clone(first)
+
+	working["csi-controller"] = newPluginTable()
+	second := first.with(map[string]bool{"csi-controller": true, "docker-volume": true}, working)
+
+	var types []string
+	for _, tt := range second {
+		types = append(types, tt.ptype)
+	}
+	if want := []string{"csi-controller", "csi-node", "docker-volume"}; !slices.Equal(types, want) {
+		t.Fatalf("types %v, want %v", types, want)
+	}
+	if !slices.Equal(first, kept) {
+		t.Fatal("with changed the tables it was called on: a snapshot's tables must never change")
+	}
+	if got, _ := second.get("csi-node"); got != kept[0].table {
+		t.Fatal("an unchanged type must keep its frozen table")
+	}
+	if got, _ := second.get("docker-volume"); got == kept[1].table {
+		t.Fatal("a changed type must get a fresh clone")
+	}
+	if _, ok := second.get("csi-other"); ok {
+		t.Fatal("a type never registered was found")
+	}
+}
