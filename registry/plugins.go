@@ -30,7 +30,7 @@ type pluginsActor struct {
 	limits    Limits
 
 	tables    map[string]*pluginTable // working state, durable or not
-	dirty     map[string]bool         // types changed since the last batch was cut
+	dirty     typeTables              // working tables changed since the last batch was cut
 	gone      *gone                   // the order of recently deregistered allocations
 	seq       uint64                  // last sequence handed out
 	committed *Snapshot               // last durable state, as published
@@ -84,7 +84,6 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 		missingOK: cfg.DeregisterMissingIsNil,
 		limits:    cfg.Limits,
 		tables:    tables,
-		dirty:     map[string]bool{},
 		gone:      newGone(),
 		seq:       committed.sequence,
 		committed: committed,
@@ -242,7 +241,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 	}
 	if known {
 		a.seq++
-		a.dirty[w.ptype] = true
+		a.changed(w.ptype, t)
 		updated := &allocation{info: p, order: old.order, changed: a.seq}
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
@@ -254,7 +253,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 		return
 	}
 	a.seq++
-	a.dirty[w.ptype] = true
+	a.changed(w.ptype, t)
 	order := a.seq
 	if o, ok := a.gone.take(w.ptype, p.GetName(), p.GetAllocId()); ok {
 		order = o
@@ -289,7 +288,7 @@ func (a *pluginsActor) applyDeregister(w *write) {
 	t.remove(old)
 	a.gone.remember(w.ptype, old.info.GetName(), old.info.GetAllocId(), old.order)
 	a.seq++
-	a.dirty[w.ptype] = true
+	a.changed(w.ptype, t)
 	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
 	if now, ok := t.currentOf(w.name); ok {
 		event.Current = now.info
@@ -366,9 +365,21 @@ func (a *pluginsActor) recycle(batch []*write) {
 // once the batch being cut is durable. Only changed types are cloned, each
 // in O(1).
 func (a *pluginsActor) cut() *Snapshot {
-	tables := a.committed.tables.with(a.dirty, a.tables)
+	tables := a.committed.tables.with(a.dirty)
+	for _, d := range a.dirty {
+		d.table.dirty = false
+	}
 	clear(a.dirty)
+	a.dirty = a.dirty[:0]
 	return newSnapshot(tables, a.seq)
+}
+
+// changed notes that the working table t of ptype changed in this batch.
+func (a *pluginsActor) changed(ptype string, t *pluginTable) {
+	if !t.dirty {
+		t.dirty = true
+		a.dirty = append(a.dirty, typeTable{ptype, t})
+	}
 }
 
 func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
@@ -420,6 +431,7 @@ func (a *pluginsActor) rollback(ctx actor.Context) {
 	a.tables = a.committed.tables.working()
 	a.seq = a.committed.sequence
 	clear(a.dirty)
+	a.dirty = a.dirty[:0]
 	queued := a.queue
 	a.queue = nil
 	for _, w := range queued {

@@ -52,7 +52,10 @@ type pluginTable struct {
 	small smallSet // nil once allocs and newest hold the table
 	// owned is set on a working table that has copied small since its
 	// last clone, and so may change it in place.
-	owned  bool
+	owned bool
+	// dirty is set on a working table changed since the last cut
+	// (pluginsActor.changed).
+	dirty  bool
 	allocs *btree.BTreeG[*allocation]
 	newest *btree.BTreeG[*allocation]
 

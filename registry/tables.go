@@ -39,16 +39,16 @@ func (ts typeTables) get(ptype string) (*pluginTable, bool) {
 	return nil, false
 }
 
-// with returns a copy of ts with a clone of each of the working tables of
-// the changed types in place.
-func (ts typeTables) with(changed map[string]bool, working map[string]*pluginTable) typeTables {
+// with returns a copy of ts with a clone of each of the changed working
+// tables in place.
+func (ts typeTables) with(changed typeTables) typeTables {
 	out := slices.Clone(ts)
-	for ptype := range changed {
-		t := working[ptype].clone()
-		if i, ok := out.find(ptype); ok {
+	for _, c := range changed {
+		t := c.table.clone()
+		if i, ok := out.find(c.ptype); ok {
 			out[i].table = t
 		} else {
-			out = slices.Insert(out, i, typeTable{ptype, t})
+			out = slices.Insert(out, i, typeTable{c.ptype, t})
 		}
 	}
 	return out

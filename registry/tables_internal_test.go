@@ -14,7 +14,7 @@ func TestTypeTablesChangeOnlyTheirCopy(t *testing.T) {
 	kept := slices.Clone(first)
 
 	working["csi-controller"] = newPluginTable()
-	second := first.with(map[string]bool{"csi-controller": true, "docker-volume": true}, working)
+	second := first.with(typeTables{{"csi-controller", working["csi-controller"]}, {"docker-volume", working["docker-volume"]}})
 
 	var types []string
 	for _, tt := range second {
