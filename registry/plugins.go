@@ -234,8 +234,8 @@ func (a *pluginsActor) table(ptype string) *pluginTable {
 func (a *pluginsActor) applyRegister(w *write) {
 	p := w.plugin
 	t := a.table(w.ptype)
-	current, hasCurrent := t.currentOf(p.GetName())
-	old, known := t.get(p.GetName(), p.GetAllocId())
+	current, old := t.find(p.GetName(), p.GetAllocId())
+	hasCurrent, known := current != nil, old != nil
 	if known && proto.Equal(old.info, p) {
 		return // identical re-registration: nothing changes, nothing is said
 	}
@@ -259,7 +259,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 		order = o
 	}
 	added := &allocation{info: p, order: order, changed: a.seq}
-	t.put(added)
+	t.add(added)
 	w.op = a.putOp(added, w.record)
 	if hasCurrent && current.order > order {
 		w.event = &messages.PluginUpdated{Plugin: p, IsCurrent: false, Sequence: a.seq}
@@ -274,23 +274,22 @@ func (a *pluginsActor) applyRegister(w *write) {
 
 func (a *pluginsActor) applyDeregister(w *write) {
 	t, ok := a.tables[w.ptype]
-	var old *allocation
+	var current, old *allocation
 	if ok {
-		old, ok = t.get(w.name, w.allocID)
+		current, old = t.find(w.name, w.allocID)
 	}
-	if !ok {
+	if old == nil {
 		if !a.missingOK {
 			w.err = errorf(ErrNotFound, "plugin %q of type %q has no allocation %q", w.name, w.ptype, w.allocID)
 		}
 		return
 	}
-	current, _ := t.currentOf(w.name)
-	t.remove(old)
+	now, hasNow := t.remove(old)
 	a.gone.remember(w.ptype, old.info.GetName(), old.info.GetAllocId(), old.order)
 	a.seq++
 	a.changed(w.ptype, t)
 	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
-	if now, ok := t.currentOf(w.name); ok {
+	if hasNow {
 		event.Current = now.info
 	} else {
 		event.Gone = true

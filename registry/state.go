@@ -131,6 +131,27 @@ func (t *pluginTable) get(name, alloc string) (*allocation, bool) {
 	return lookup(t.allocs, name, alloc)
 }
 
+// find returns the current allocation of name and its allocation alloc,
+// each nil when there is none: for a small table, with one search.
+func (t *pluginTable) find(name, alloc string) (current, found *allocation) {
+	if t.allocs == nil {
+		from, to := t.small.run(name)
+		if from == to {
+			return nil, nil
+		}
+		for _, a := range t.small[from:to] {
+			if a.info.GetAllocId() == alloc {
+				found = a
+				break
+			}
+		}
+		return t.small[from], found
+	}
+	current, _ = t.currentOf(name)
+	found, _ = t.get(name, alloc)
+	return current, found
+}
+
 // currentOf returns the current allocation of name: its newest.
 func (t *pluginTable) currentOf(name string) (*allocation, bool) {
 	if t.allocs == nil {
@@ -188,24 +209,33 @@ func (t *pluginTable) eachCurrent(fn func(*allocation)) {
 // A replacement must keep its order.
 func (t *pluginTable) put(a *allocation) {
 	if t.allocs == nil {
-		t.putSmall(a)
+		t.putSmall(a, true)
 		return
 	}
 	t.allocs.ReplaceOrInsert(a)
 	t.newest.ReplaceOrInsert(a)
 }
 
-// remove deletes a; the next newest allocation of its name, if any,
-// becomes current.
-func (t *pluginTable) remove(a *allocation) {
+// add is put for an allocation the table does not hold.
+func (t *pluginTable) add(a *allocation) {
 	if t.allocs == nil {
-		if _, ok := t.small.get(a.info.GetName(), a.info.GetAllocId()); ok {
-			t.small, _ = t.mutable().without(a)
-		}
+		t.putSmall(a, false)
 		return
 	}
-	t.allocs.Delete(a)
-	t.newest.Delete(a)
+	t.allocs.ReplaceOrInsert(a)
+	t.newest.ReplaceOrInsert(a)
+}
+
+// remove deletes a, which the table holds; the next newest allocation of
+// its name, if any, becomes current, and remove returns it.
+func (t *pluginTable) remove(a *allocation) (now *allocation, ok bool) {
+	if t.allocs == nil {
+		t.small, _ = t.mutable().without(a)
+	} else {
+		t.allocs.Delete(a)
+		t.newest.Delete(a)
+	}
+	return t.currentOf(a.info.GetName())
 }
 
 // list returns the current allocation of each name, sorted by name.
