@@ -27,12 +27,25 @@ func tablesOf(working map[string]*pluginTable) typeTables {
 	return out
 }
 
+// scanTypes is how many types get scans before it searches.
+const scanTypes = 8
+
 func (ts typeTables) find(ptype string) (int, bool) {
 	return slices.BinarySearchFunc(ts, ptype, func(t typeTable, p string) int { return cmp.Compare(t.ptype, p) })
 }
 
-// get returns the table of ptype.
+// get returns the table of ptype. A read (DispensePlugin) asks it every
+// time: with the few types of a node, a scan for an equal string is
+// cheaper than a binary search's comparisons.
 func (ts typeTables) get(ptype string) (*pluginTable, bool) {
+	if len(ts) <= scanTypes {
+		for i := range ts {
+			if ts[i].ptype == ptype {
+				return ts[i].table, true
+			}
+		}
+		return nil, false
+	}
 	if i, ok := ts.find(ptype); ok {
 		return ts[i].table, true
 	}

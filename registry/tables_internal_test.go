@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -34,5 +35,27 @@ func TestTypeTablesChangeOnlyTheirCopy(t *testing.T) {
 	}
 	if _, ok := second.get("csi-other"); ok {
 		t.Fatal("a type never registered was found")
+	}
+}
+
+// TestTypeTablesFindEveryTypeWhetherScannedOrSearched: get finds each
+// type and no other, below scanTypes (a scan) and past it (a search).
+func TestTypeTablesFindEveryTypeWhetherScannedOrSearched(t *testing.T) {
+	for _, n := range []int{1, scanTypes, scanTypes + 1, 3 * scanTypes} {
+		working := map[string]*pluginTable{}
+		for i := range n {
+			working[fmt.Sprintf("type-%02d", i)] = newPluginTable()
+		}
+		ts := tablesOf(working)
+		for _, tt := range ts {
+			if got, ok := ts.get(tt.ptype); !ok || got != tt.table {
+				t.Fatalf("%d types: %s not found", n, tt.ptype)
+			}
+		}
+		for _, missing := range []string{"", "type-", "type-99", "a", "z"} {
+			if _, ok := ts.get(missing); ok {
+				t.Fatalf("%d types: %q found, but there is no such type", n, missing)
+			}
+		}
 	}
 }
