@@ -97,7 +97,7 @@ func validatePlugin(p *messages.PluginInfo) error {
 // TestCopyPluginCopiesEveryField fails when a field is added to the
 // messages and not here.
 func copyPlugin(p *messages.PluginInfo) *messages.PluginInfo {
-	if p == nil || len(p.ProtoReflect().GetUnknown()) > 0 {
+	if p == nil || p.HasUnknownFields() {
 		return proto.Clone(p).(*messages.PluginInfo)
 	}
 	out := &messages.PluginInfo{
@@ -107,7 +107,7 @@ func copyPlugin(p *messages.PluginInfo) *messages.PluginInfo {
 		out.Options = maps.Clone(p.Options)
 	}
 	if c := p.Connection; c != nil {
-		if c.Tls != nil || len(c.ProtoReflect().GetUnknown()) > 0 {
+		if c.Tls != nil || c.HasUnknownFields() {
 			out.Connection = proto.Clone(c).(*messages.ConnectionInfo)
 		} else {
 			out.Connection = &messages.ConnectionInfo{SocketPath: c.SocketPath, Address: c.Address}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"sync"
 	"time"
 )
@@ -73,27 +74,44 @@ func (in *inbox) close() {
 // registry answers hundreds of thousands of calls a second, and a fresh
 // channel and timer for each were a tenth of a caller's cost.
 var writes = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &write{done: make(chan error, 1), timer: t}
+	w := &write{done: make(chan error, 1)}
+	w.timer = time.AfterFunc(time.Hour, w.expire)
+	w.timer.Stop()
+	return w
 }}
 
 // newCall returns a pooled write for a facade call.
 func newCall() *write { return writes.Get().(*write) }
 
-// wait blocks until the actor answers w or timeout passes. An answered
-// write goes back to the pool; one that timed out may still be answered
-// later, so it is left to the garbage collector.
+// errExpired is what a facade call's timer leaves in its reply channel.
+var errExpired = errors.New("registry: request timed out")
+
+// expire ends the wait of a write whose request timeout has passed, unless
+// its answer came first. The actor's answer is then dropped (see
+// pluginsActor.reply): its caller has gone.
+func (w *write) expire() {
+	select {
+	case w.done <- errExpired:
+	default:
+	}
+}
+
+// wait blocks until the actor answers w or timeout passes. The timer is a
+// function that leaves errExpired in w's reply channel, so the caller waits
+// on that one channel alone: a select on the reply and a timer's channel
+// cost a tenth of a writer's CPU, mostly in the runtime's timer locks. An
+// answered write goes back to the pool, unless its timer fired meanwhile
+// (and so may yet write to its channel); one that timed out may still be
+// answered later, so it is left to the garbage collector too.
 func (w *write) wait(timeout time.Duration) (answered bool, err error) {
 	w.timer.Reset(timeout)
-	select {
-	case err := <-w.done:
-		w.timer.Stop()
+	if err = <-w.done; err == errExpired {
+		return false, nil
+	}
+	if w.timer.Stop() {
 		done, timer := w.done, w.timer
 		*w = write{done: done, timer: timer}
 		writes.Put(w)
-		return true, err
-	case <-w.timer.C:
-		return false, nil
 	}
+	return true, err
 }

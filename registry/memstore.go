@@ -33,12 +33,8 @@ func (m *MemoryStore) restore() (map[string]*pluginTable, uint64) {
 	m.mu.Lock()
 	s := m.state
 	m.mu.Unlock()
-	tables := map[string]*pluginTable{}
 	if s == nil {
-		return tables, 0
+		return map[string]*pluginTable{}, 0
 	}
-	for ptype, t := range s.tables {
-		tables[ptype] = t.clone()
-	}
-	return tables, s.sequence
+	return s.tables.working(), s.sequence
 }

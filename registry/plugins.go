@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"maps"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -30,16 +29,12 @@ type pluginsActor struct {
 	missingOK bool // Config.DeregisterMissingIsNil
 	limits    Limits
 
-	tables map[string]*pluginTable // working state, durable or not
-	dirty  map[string]bool         // types changed since the last batch was cut
-	// gone keeps the order of recently deregistered allocations, so that
-	// one registered again (a discovered plugin back after an absence)
-	// keeps its place in time and never outranks an allocation registered
-	// after it first was. Bounded by maxGone; not persisted.
-	gone      map[goneKey]uint64
-	seq       uint64    // last sequence handed out
-	committed *Snapshot // last durable state, as published
-	pending   *Snapshot // state once the in-flight batch is durable
+	tables    map[string]*pluginTable // working state, durable or not
+	dirty     typeTables              // working tables changed since the last batch was cut
+	gone      *gone                   // the order of recently deregistered allocations
+	seq       uint64                  // last sequence handed out
+	committed *Snapshot               // last durable state, as published
+	pending   *Snapshot               // state once the in-flight batch is durable
 
 	queue    []*write     // accepted, waiting for the next batch
 	inflight []*write     // being written; nil when no batch is in flight
@@ -79,10 +74,7 @@ type flushQueued struct{}
 // callers get a timeout error after Config.RequestTimeout).
 func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *storeWriter, in *inbox, subs *subscribers) *pluginsActor {
 	committed := published.Load()
-	tables := make(map[string]*pluginTable, len(committed.tables))
-	for ptype, t := range committed.tables {
-		tables[ptype] = t.clone()
-	}
+	tables := committed.tables.working()
 	return &pluginsActor{
 		log:       cfg.Logger,
 		writer:    writer,
@@ -92,8 +84,7 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 		missingOK: cfg.DeregisterMissingIsNil,
 		limits:    cfg.Limits,
 		tables:    tables,
-		dirty:     map[string]bool{},
-		gone:      map[goneKey]uint64{},
+		gone:      newGone(),
 		seq:       committed.sequence,
 		committed: committed,
 		in:        in,
@@ -243,14 +234,14 @@ func (a *pluginsActor) table(ptype string) *pluginTable {
 func (a *pluginsActor) applyRegister(w *write) {
 	p := w.plugin
 	t := a.table(w.ptype)
-	current, hasCurrent := t.currentOf(p.GetName())
-	old, known := t.get(p.GetName(), p.GetAllocId())
+	current, old := t.find(p.GetName(), p.GetAllocId())
+	hasCurrent, known := current != nil, old != nil
 	if known && proto.Equal(old.info, p) {
 		return // identical re-registration: nothing changes, nothing is said
 	}
 	if known {
 		a.seq++
-		a.dirty[w.ptype] = true
+		a.changed(w.ptype, t)
 		updated := &allocation{info: p, order: old.order, changed: a.seq}
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
@@ -262,15 +253,13 @@ func (a *pluginsActor) applyRegister(w *write) {
 		return
 	}
 	a.seq++
-	a.dirty[w.ptype] = true
+	a.changed(w.ptype, t)
 	order := a.seq
-	k := goneKey{w.ptype, p.GetName(), p.GetAllocId()}
-	if o, ok := a.gone[k]; ok {
+	if o, ok := a.gone.take(w.ptype, p.GetName(), p.GetAllocId()); ok {
 		order = o
-		delete(a.gone, k)
 	}
 	added := &allocation{info: p, order: order, changed: a.seq}
-	t.put(added)
+	t.add(added)
 	w.op = a.putOp(added, w.record)
 	if hasCurrent && current.order > order {
 		w.event = &messages.PluginUpdated{Plugin: p, IsCurrent: false, Sequence: a.seq}
@@ -283,42 +272,24 @@ func (a *pluginsActor) applyRegister(w *write) {
 	w.event = event
 }
 
-// goneKey names a deregistered allocation in pluginsActor.gone.
-type goneKey struct{ ptype, name, alloc string }
-
-// maxGone bounds pluginsActor.gone: past it, an arbitrary entry goes.
-const maxGone = 4096
-
-// forget remembers the order of a, which is deregistered.
-func (a *pluginsActor) forget(ptype string, old *allocation) {
-	if len(a.gone) >= maxGone {
-		for k := range a.gone {
-			delete(a.gone, k)
-			break
-		}
-	}
-	a.gone[goneKey{ptype, old.info.GetName(), old.info.GetAllocId()}] = old.order
-}
-
 func (a *pluginsActor) applyDeregister(w *write) {
 	t, ok := a.tables[w.ptype]
-	var old *allocation
+	var current, old *allocation
 	if ok {
-		old, ok = t.get(w.name, w.allocID)
+		current, old = t.find(w.name, w.allocID)
 	}
-	if !ok {
+	if old == nil {
 		if !a.missingOK {
 			w.err = errorf(ErrNotFound, "plugin %q of type %q has no allocation %q", w.name, w.ptype, w.allocID)
 		}
 		return
 	}
-	current, _ := t.currentOf(w.name)
-	t.remove(old)
-	a.forget(w.ptype, old)
+	now, hasNow := t.remove(old)
+	a.gone.remember(w.ptype, old.info.GetName(), old.info.GetAllocId(), old.order)
 	a.seq++
-	a.dirty[w.ptype] = true
+	a.changed(w.ptype, t)
 	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
-	if now, ok := t.currentOf(w.name); ok {
+	if hasNow {
 		event.Current = now.info
 	} else {
 		event.Gone = true
@@ -393,12 +364,21 @@ func (a *pluginsActor) recycle(batch []*write) {
 // once the batch being cut is durable. Only changed types are cloned, each
 // in O(1).
 func (a *pluginsActor) cut() *Snapshot {
-	tables := maps.Clone(a.committed.tables)
-	for ptype := range a.dirty {
-		tables[ptype] = a.tables[ptype].clone()
+	tables := a.committed.tables.with(a.dirty)
+	for _, d := range a.dirty {
+		d.table.dirty = false
 	}
 	clear(a.dirty)
+	a.dirty = a.dirty[:0]
 	return newSnapshot(tables, a.seq)
+}
+
+// changed notes that the working table t of ptype changed in this batch.
+func (a *pluginsActor) changed(ptype string, t *pluginTable) {
+	if !t.dirty {
+		t.dirty = true
+		a.dirty = append(a.dirty, typeTable{ptype, t})
+	}
 }
 
 func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
@@ -447,12 +427,10 @@ func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 // rollback resets the working tables to the last durable snapshot and
 // re-applies the commands queued since the failed batch was cut.
 func (a *pluginsActor) rollback(ctx actor.Context) {
-	a.tables = make(map[string]*pluginTable, len(a.committed.tables))
-	for ptype, t := range a.committed.tables {
-		a.tables[ptype] = t.clone()
-	}
+	a.tables = a.committed.tables.working()
 	a.seq = a.committed.sequence
 	clear(a.dirty)
+	a.dirty = a.dirty[:0]
 	queued := a.queue
 	a.queue = nil
 	for _, w := range queued {
@@ -468,7 +446,10 @@ func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
 	a.metrics.Write(op, err, time.Since(w.arrived))
 	switch {
 	case w.done != nil:
-		w.done <- err // buffered: never blocks
+		select {
+		case w.done <- err: // buffered: the first answer always fits
+		default: // the call timed out (write.expire) and its caller is gone
+		}
 	case w.replyTo == nil:
 	case w.deregister:
 		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: messages.ErrorToProto(err)})

@@ -113,11 +113,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	published := &atomic.Pointer[Snapshot]{}
-	frozen := make(map[string]*pluginTable, len(tables))
-	for ptype, t := range tables {
-		frozen[ptype] = t.clone()
-	}
-	published.Store(newSnapshot(frozen, seq))
+	published.Store(newSnapshot(tablesOf(tables), seq))
 	dispatcher := newOwnGoroutine()
 	var writer *storeWriter // none with memory: the actor commits itself
 	if cfg.Memory == nil {

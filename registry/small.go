@@ -83,6 +83,12 @@ func (s smallSet) without(a *allocation) (smallSet, bool) {
 // same name and alloc ID. It changes s in place.
 func (s smallSet) with(a *allocation) smallSet {
 	s, _ = s.without(a)
+	return s.inserted(a)
+}
+
+// inserted returns s with a, which it does not hold, in its place. It
+// changes s in place.
+func (s smallSet) inserted(a *allocation) smallSet {
 	i, _ := slices.BinarySearchFunc(s, a, compareNewest)
 	return slices.Insert(s, i, a)
 }
@@ -98,10 +104,14 @@ func (t *pluginTable) mutable() smallSet {
 	return t.small
 }
 
-// putSmall is put for a small table, moving it into B-trees once it
-// grows past smallMax.
-func (t *pluginTable) putSmall(a *allocation) {
-	t.small = t.mutable().with(a)
+// putSmall is put (replace) or add for a small table, moving it into
+// B-trees once it grows past smallMax.
+func (t *pluginTable) putSmall(a *allocation, replace bool) {
+	if replace {
+		t.small = t.mutable().with(a)
+	} else {
+		t.small = t.mutable().inserted(a)
+	}
 	if len(t.small) <= smallMax {
 		return
 	}

@@ -25,9 +25,16 @@ func TestSmallTableFrozenAndGrown(t *testing.T) {
 	for i := 1; i <= 2*smallMax; i++ {
 		name := fmt.Sprintf("p%d", i%5)
 		a := &allocation{info: &messages.PluginInfo{Name: name, AllocId: fmt.Sprintf("a%02d", i)}, order: uint64(i)}
-		work.put(a)
+		if i%2 == 0 {
+			work.add(a)
+		} else {
+			work.put(a)
+		}
 		if cur, ok := work.currentOf(name); !ok || cur != a {
 			t.Fatalf("after put %d: current of %s is %v, want the new allocation", i, name, cur)
+		}
+		if cur, found := work.find(name, a.info.GetAllocId()); cur != a || found != a {
+			t.Fatalf("after put %d: find = %v, %v; want the new allocation twice", i, cur, found)
 		}
 		if i%3 == 0 {
 			old, ok := work.get(name, fmt.Sprintf("a%02d", i-5))
@@ -35,9 +42,15 @@ func TestSmallTableFrozenAndGrown(t *testing.T) {
 				t.Fatalf("after put %d: allocation a%02d of %s not found", i, i-5, name)
 			}
 			if ok {
-				work.remove(old)
+				now, _ := work.remove(old)
 				if _, still := work.get(name, old.info.GetAllocId()); still {
 					t.Fatalf("after remove %s: still found", old.info.GetAllocId())
+				}
+				if cur, _ := work.currentOf(name); now != cur {
+					t.Fatalf("after remove %s: remove says %v is current, currentOf %v", old.info.GetAllocId(), now, cur)
+				}
+				if cur, found := work.find(name, old.info.GetAllocId()); cur != now || found != nil {
+					t.Fatalf("after remove %s: find = %v, %v; want %v, nil", old.info.GetAllocId(), cur, found, now)
 				}
 			}
 		}

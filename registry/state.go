@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"math"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -53,7 +52,10 @@ type pluginTable struct {
 	small smallSet // nil once allocs and newest hold the table
 	// owned is set on a working table that has copied small since its
 	// last clone, and so may change it in place.
-	owned  bool
+	owned bool
+	// dirty is set on a working table changed since the last cut
+	// (pluginsActor.changed).
+	dirty  bool
 	allocs *btree.BTreeG[*allocation]
 	newest *btree.BTreeG[*allocation]
 
@@ -129,6 +131,27 @@ func (t *pluginTable) get(name, alloc string) (*allocation, bool) {
 	return lookup(t.allocs, name, alloc)
 }
 
+// find returns the current allocation of name and its allocation alloc,
+// each nil when there is none: for a small table, with one search.
+func (t *pluginTable) find(name, alloc string) (current, found *allocation) {
+	if t.allocs == nil {
+		from, to := t.small.run(name)
+		if from == to {
+			return nil, nil
+		}
+		for _, a := range t.small[from:to] {
+			if a.info.GetAllocId() == alloc {
+				found = a
+				break
+			}
+		}
+		return t.small[from], found
+	}
+	current, _ = t.currentOf(name)
+	found, _ = t.get(name, alloc)
+	return current, found
+}
+
 // currentOf returns the current allocation of name: its newest.
 func (t *pluginTable) currentOf(name string) (*allocation, bool) {
 	if t.allocs == nil {
@@ -186,24 +209,33 @@ func (t *pluginTable) eachCurrent(fn func(*allocation)) {
 // A replacement must keep its order.
 func (t *pluginTable) put(a *allocation) {
 	if t.allocs == nil {
-		t.putSmall(a)
+		t.putSmall(a, true)
 		return
 	}
 	t.allocs.ReplaceOrInsert(a)
 	t.newest.ReplaceOrInsert(a)
 }
 
-// remove deletes a; the next newest allocation of its name, if any,
-// becomes current.
-func (t *pluginTable) remove(a *allocation) {
+// add is put for an allocation the table does not hold.
+func (t *pluginTable) add(a *allocation) {
 	if t.allocs == nil {
-		if _, ok := t.small.get(a.info.GetName(), a.info.GetAllocId()); ok {
-			t.small, _ = t.mutable().without(a)
-		}
+		t.putSmall(a, false)
 		return
 	}
-	t.allocs.Delete(a)
-	t.newest.Delete(a)
+	t.allocs.ReplaceOrInsert(a)
+	t.newest.ReplaceOrInsert(a)
+}
+
+// remove deletes a, which the table holds; the next newest allocation of
+// its name, if any, becomes current, and remove returns it.
+func (t *pluginTable) remove(a *allocation) (now *allocation, ok bool) {
+	if t.allocs == nil {
+		t.small, _ = t.mutable().without(a)
+	} else {
+		t.allocs.Delete(a)
+		t.newest.Delete(a)
+	}
+	return t.currentOf(a.info.GetName())
 }
 
 // list returns the current allocation of each name, sorted by name.
@@ -242,7 +274,7 @@ func (t *pluginTable) frozenList() []*messages.PluginInfo {
 // write and a write never waits for a read. The PluginInfo values it returns
 // are shared and must be treated as read-only (proto.Clone one to change it).
 type Snapshot struct {
-	tables   map[string]*pluginTable
+	tables   typeTables
 	sequence uint64
 	// next is closed when a newer snapshot replaces this one. It is made
 	// by the first reader that asks for it (most snapshots are replaced
@@ -253,7 +285,7 @@ type Snapshot struct {
 	closeNext  sync.Once
 }
 
-func newSnapshot(tables map[string]*pluginTable, sequence uint64) *Snapshot {
+func newSnapshot(tables typeTables, sequence uint64) *Snapshot {
 	return &Snapshot{tables: tables, sequence: sequence}
 }
 
@@ -288,10 +320,9 @@ func (s *Snapshot) close() { s.closeNext.Do(func() { close(*s.next.Load()) }) }
 // Types lists the plugin types that have ever had a registration, sorted.
 func (s *Snapshot) Types() []string {
 	out := make([]string, 0, len(s.tables))
-	for t := range s.tables {
-		out = append(out, t)
+	for _, t := range s.tables {
+		out = append(out, t.ptype)
 	}
-	sort.Strings(out)
 	return out
 }
 
@@ -299,14 +330,14 @@ func (s *Snapshot) Types() []string {
 // name. An empty ptype lists every type, sorted by type then name.
 func (s *Snapshot) List(ptype string) []*messages.PluginInfo {
 	if ptype != "" {
-		if t, ok := s.tables[ptype]; ok {
+		if t, ok := s.tables.get(ptype); ok {
 			return t.frozenList()
 		}
 		return []*messages.PluginInfo{}
 	}
 	var out []*messages.PluginInfo
-	for _, name := range s.Types() {
-		out = append(out, s.tables[name].frozenList()...)
+	for _, t := range s.tables {
+		out = append(out, t.table.frozenList()...)
 	}
 	return out
 }
@@ -321,7 +352,7 @@ func (s *Snapshot) replay(ptype string) []Event {
 	}
 	var out []Event
 	for _, name := range types {
-		if t, ok := s.tables[name]; ok {
+		if t, ok := s.tables.get(name); ok {
 			t.eachCurrent(func(a *allocation) {
 				out = append(out, &messages.PluginRegistered{Plugin: a.info, Sequence: a.changed})
 			})
@@ -332,7 +363,7 @@ func (s *Snapshot) replay(ptype string) []Event {
 
 // Current returns the current allocation of the plugin (ptype, name).
 func (s *Snapshot) Current(ptype, name string) (*messages.PluginInfo, bool) {
-	if t, ok := s.tables[ptype]; ok {
+	if t, ok := s.tables.get(ptype); ok {
 		p, ok := t.index().byName[name]
 		return p, ok
 	}
@@ -342,7 +373,7 @@ func (s *Snapshot) Current(ptype, name string) (*messages.PluginInfo, bool) {
 // ForAlloc returns the allocation allocID of the plugin (ptype, name),
 // whether it is current or not.
 func (s *Snapshot) ForAlloc(ptype, name, allocID string) (*messages.PluginInfo, bool) {
-	if t, ok := s.tables[ptype]; ok {
+	if t, ok := s.tables.get(ptype); ok {
 		if a, ok := t.get(name, allocID); ok {
 			return a.info, true
 		}
@@ -354,7 +385,7 @@ func (s *Snapshot) ForAlloc(ptype, name, allocID string) (*messages.PluginInfo, 
 // (current) first.
 func (s *Snapshot) Allocations(ptype, name string) []*messages.PluginInfo {
 	var out []*messages.PluginInfo
-	if t, ok := s.tables[ptype]; ok && t.allocs == nil {
+	if t, ok := s.tables.get(ptype); ok && t.allocs == nil {
 		from, to := t.small.run(name)
 		for _, a := range t.small[from:to] {
 			out = append(out, a.info)
