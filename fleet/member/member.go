@@ -249,7 +249,19 @@ func (m *Member) newIncarnation() *incarnation {
 	)
 	cc.GossipInterval = time.Second
 	inc.cluster = cluster.New(system, cc)
-	system.EventStream.Subscribe(func(ev any) {
+	p.subscribe = func() { system.EventStream.Subscribe(inc.onTopology(m)) }
+	return inc
+}
+
+// onTopology is the incarnation's handler of protoactor's topology
+// events: it keeps the peers' addresses, and, unless the incarnation is
+// retired, publishes the topology to the member and wakes the Router's
+// requests waiting for a change. It must run after disthash's own
+// handler, which changes the rendezvous table the Router's next request
+// reads (see provider.subscribe).
+func (inc *incarnation) onTopology(m *Member) func(any) {
+	system := inc.system
+	return func(ev any) {
 		if t, ok := ev.(*cluster.ClusterTopology); ok {
 			members := slices.Clone(t.Members)
 			for _, mem := range members {
@@ -263,8 +275,7 @@ func (m *Member) newIncarnation() *incarnation {
 			m.topology.Store(&members)
 			close(*m.changed.Swap(new(make(chan struct{}))))
 		}
-	})
-	return inc
+	}
 }
 
 // start joins the cluster: it registers the incarnation in etcd.

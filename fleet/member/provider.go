@@ -48,6 +48,14 @@ type provider struct {
 	// check, when set (the remote runs TLS), checks the members already
 	// there before this one registers (see checkPeers).
 	check peerCheck
+	// subscribe, when set, subscribes the member to the topology events.
+	// StartMember calls it before the first topology: protoactor has
+	// set its identity lookup up by then, and the EventStream calls its
+	// handlers in the order they subscribed, so the member hears of a
+	// change after disthash changed its rendezvous table. Subscribed
+	// earlier, a request the change woke could still be routed to the
+	// member that left, and wait out its pause.
+	subscribe func()
 
 	client *clientv3.Client
 
@@ -93,6 +101,9 @@ func (p *provider) StartMember(c *cluster.Cluster) error {
 		return fmt.Errorf("member: encode the member record: %w", err)
 	}
 	p.cluster, p.key = c, p.prefix+self.Id
+	if p.subscribe != nil {
+		p.subscribe()
+	}
 	if p.client, err = clientv3.New(p.etcd); err != nil {
 		return fmt.Errorf("member: etcd client for %v: %w", p.etcd.Endpoints, err)
 	}
