@@ -400,6 +400,12 @@ func idleHeap(b *testing.B, c *benchCluster) (active, idle float64, grains, left
 type failoverFigures struct {
 	seen, first, last time.Duration
 	volumes           int
+	// median is when half of the volumes had answered.
+	median time.Duration
+	// bare is the baseline of the re-routing (last - seen): as many bare
+	// etcd compare-and-puts as there were volumes, all at once, on the
+	// same etcd, right after (bareAtOnce).
+	bare time.Duration
 }
 
 // report reports the figures under names that start with prefix: prefix-s
@@ -407,8 +413,30 @@ type failoverFigures struct {
 func (f failoverFigures) report(b *testing.B, prefix string) {
 	b.ReportMetric(f.last.Seconds(), prefix+"-s")
 	b.ReportMetric(f.first.Seconds(), prefix+"-first-s")
+	b.ReportMetric(f.median.Seconds(), prefix+"-p50-s")
 	b.ReportMetric(f.seen.Seconds(), prefix+"-seen-s")
 	b.ReportMetric(float64(f.volumes), prefix+"-volumes")
+	b.ReportMetric((f.last - f.seen).Seconds(), prefix+"-reroute-s")
+	b.ReportMetric(f.bare.Seconds(), prefix+"-bare-s")
+}
+
+// bareAtOnce does n bare etcd compare-and-puts (bareCAS) on n keys, each
+// from a goroutine of its own, through one client, as one member's
+// Store does, and returns how long until the last one is done.
+func bareAtOnce(b *testing.B, c *benchCluster, n int) time.Duration {
+	b.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	require.NoError(b, err)
+	defer cl.Close()
+	errs := make(chan error, n)
+	start := time.Now()
+	for i := range n {
+		go func() { errs <- bareCAS(cl, fmt.Sprintf("bare-failover/%d", i), "claimed") }()
+	}
+	for range n {
+		require.NoError(b, <-errs)
+	}
+	return time.Since(start)
 }
 
 // The two ways the asker asks for the crashed member's volumes (orphans):
@@ -488,10 +516,16 @@ func failover(b *testing.B, c *benchCluster, ask func(*member.Member, []string, 
 		}
 		seen <- time.Since(start)
 	}()
-	var once sync.Once
-	var first time.Duration
-	require.NoError(b, ask(asker, orphans, func() { once.Do(func() { first = time.Since(start) }) }))
-	return failoverFigures{last: time.Since(start), first: first, seen: <-seen, volumes: len(orphans)}
+	var mu sync.Mutex
+	var answers []time.Duration
+	require.NoError(b, ask(asker, orphans, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		answers = append(answers, time.Since(start))
+	}))
+	f := failoverFigures{last: time.Since(start), first: slices.Min(answers), median: percentile(answers, 0.5), seen: <-seen, volumes: len(orphans)}
+	f.bare = bareAtOnce(b, c, len(orphans))
+	return f
 }
 
 // runBare is the baseline of runCallers: as many callers, each doing bare
