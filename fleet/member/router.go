@@ -224,11 +224,7 @@ var errTopologyChanged = errors.New("the cluster's topology changed")
 // send sends msg to the grain once. It gives up on the answer when the
 // topology changes meanwhile (changed closes): the grain's member may be the one that left,
 // and it would not answer before the timeout. The request goes on, to end
-// at its own timeout, which the member's Stop waits for, but it is never
-// sent again: protoactor's own retries (a dead letter from the member
-// that left) would send it, after the change, to the grain's new member,
-// where it would run before the request the Router sends again, which
-// then waits for it in the grain's queue. The Router does the retrying.
+// at its own timeout, which the member's Stop waits for.
 func (r *Router) send(ctx context.Context, identity string, msg proto.Message, timeout time.Duration, changed <-chan struct{}) (any, error) {
 	type result struct {
 		res any
@@ -238,7 +234,7 @@ func (r *Router) send(ctx context.Context, identity string, msg proto.Message, t
 	r.sending.Add(1)
 	go func() {
 		defer r.sending.Done()
-		res, err := r.member.Cluster().Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout), cluster.WithRetryCount(1))
+		res, err := r.member.Cluster().Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout))
 		done <- result{res, err}
 	}()
 	select {
