@@ -100,7 +100,7 @@ type leaseCollector struct {
 
 var (
 	leaseStandingDesc = prometheus.NewDesc("plugvisor_fleet_lease_standing",
-		"This node's standing in the fleet, from its lease's last renewal: 0 held, 1 at risk (no renewal for half the TTL), 2 lost (none for a whole TTL: the fleet may count the node down).", nil, nil)
+		"This node's standing in the fleet, from its lease's last renewal: 0 held, 1 at risk (no renewal for half the TTL and half a second), 2 lost (none for a whole TTL: the fleet may count the node down).", nil, nil)
 	leaseRenewedDesc = prometheus.NewDesc("plugvisor_fleet_lease_renewed_timestamp_seconds",
 		"When etcd last granted or renewed this node's lease, in Unix seconds.", nil, nil)
 	etcdReachableDesc = prometheus.NewDesc("plugvisor_fleet_etcd_reachable",

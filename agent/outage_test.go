@@ -43,12 +43,14 @@ func TestAnEtcdOutageDegradesHealthAnswers503AndRecoversWithoutARestart(t *testi
 	srv := etcdtest.StartProcess(t) // the agent's cluster member starts a protoactor remote
 	a := startClusterAgent(t, srv)
 	c := unixClient(t, a)
-	require.Equal(t, "ok", healthOf(t, c)["status"])
+	// Held: renewed within 1.5 s of a 2 s lease, which a loaded machine's
+	// late renewal can miss for a moment (the fleet is then degraded,
+	// rightly): the test waits for it, before and after the outage.
+	waitHeld(t, a, c)
 	status, body, err := call(c, "POST", "http://plugvisor/v1/volumes", "", `{"id":"db","plugin_id":"hp","access_mode":"single-node-writer","attachment_mode":"file-system"}`)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, status, body)
 	series := scrape(t, a)
-	require.Equal(t, "0", series["plugvisor_fleet_lease_standing"], "held")
 	require.Equal(t, "1", series["plugvisor_fleet_grain_activations_total"], "the registration ran in the volume's grain")
 	require.Equal(t, "0", series[`plugvisor_fleet_claims_total{outcome="ok"}`])
 
@@ -80,12 +82,18 @@ func TestAnEtcdOutageDegradesHealthAnswers503AndRecoversWithoutARestart(t *testi
 	require.Positive(t, unanswered, "the etcd calls that went unanswered are counted")
 
 	srv.Restart()
+	waitHeld(t, a, c)
+}
+
+// waitHeld waits until a's health is ok and its lease held (metric 0).
+func waitHeld(t *testing.T, a *agent.Agent, c *http.Client) {
+	t.Helper()
+	var reasons string
 	require.Eventually(t, func() bool {
 		h := healthOf(t, c)
 		reasons = strings.Join(toStrings(h["reasons"]), "\n")
-		return h["status"] == "ok"
-	}, time.Minute, 50*time.Millisecond, "health is ok again by itself: %s", reasons)
-	require.Equal(t, "0", scrape(t, a)["plugvisor_fleet_lease_standing"])
+		return h["status"] == "ok" && scrape(t, a)["plugvisor_fleet_lease_standing"] == "0"
+	}, time.Minute, 50*time.Millisecond, "health is ok and the lease held, by itself: %s", reasons)
 }
 
 func toStrings(v any) []string {

@@ -8,16 +8,22 @@ import (
 )
 
 // Standing is this node's standing in the fleet at now, from the age of
-// its lease's last renewal: held within LeaseTTL/2, at risk after that,
-// lost after a whole LeaseTTL (the lease may have expired: etcd counts it
-// from its own last renewal, which came before this node heard of it).
-// A new lease, granted once etcd answers again, makes it held again.
+// its lease's last renewal: held within LeaseTTL/2 plus keepAliveTick,
+// at risk after that, lost after a whole LeaseTTL (the lease may have
+// expired: etcd counts it from its own last renewal, which came before
+// this node heard of it). A new lease, granted once etcd answers again,
+// makes it held again.
+//
+// The tick is there because the etcd client renews a lease a third of
+// its TTL after the last answer, at its next tick (keepAliveTick): with
+// a 2 s TTL, a renewal on time comes a whole second, half the TTL, after
+// the last one, which must not count as late.
 func (s *Store) Standing(now time.Time) model.Standing {
 	since := now.Sub(*s.lease.renewed.Load())
 	switch ttl := s.cfg.LeaseTTL; {
 	case since >= ttl:
 		return model.StandingLost
-	case since >= ttl/2:
+	case since >= ttl/2+keepAliveTick:
 		return model.StandingAtRisk
 	}
 	return model.StandingHeld
@@ -52,3 +58,8 @@ func (s *Store) WatchStanding(fn func(model.Standing)) (stop func()) {
 		<-done
 	}
 }
+
+// keepAliveTick is how often the etcd client looks for leases due for a
+// renewal (clientv3's retryConnWait): it renews a lease a third of its
+// TTL after the last answer, at its next tick.
+const keepAliveTick = 500 * time.Millisecond

@@ -18,6 +18,7 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	cut   bool
+	fresh bool // new connections are refused (RefuseNew)
 	conns map[net.Conn]bool
 	wg    sync.WaitGroup
 }
@@ -50,11 +51,20 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// RefuseNew closes every new connection as it comes, until Heal, and
+// lets those already made go on: a client that dials again (a new one)
+// cannot reach etcd, where the clients it had still do.
+func (p *Proxy) RefuseNew() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fresh = true
+}
+
 // Heal lets connections through again.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = false
+	p.cut, p.fresh = false, false
 }
 
 func (p *Proxy) accept() {
@@ -92,11 +102,12 @@ func (p *Proxy) serve(c net.Conn) {
 	<-done
 }
 
-// track keeps c and up to be closed by Cut; false when cut already.
+// track keeps c and up to be closed by Cut; false when cut already, or
+// new connections are refused.
 func (p *Proxy) track(conns ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cut {
+	if p.cut || p.fresh {
 		return false
 	}
 	for _, c := range conns {

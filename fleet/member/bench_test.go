@@ -52,11 +52,8 @@ type benchCluster struct {
 // change the cluster (a member is crashed) or take long (the grains go
 // idle), made on its first real run.
 type onceFigures struct {
-	failover, firstAnswer time.Duration
-	// gone is when the asker saw the crashed member leave; orphans how
-	// many volumes it hosted.
-	gone               time.Duration
-	orphans            int
+	// each and queued are the two failovers (see failover).
+	each, queued       failoverFigures
 	races, oneWinner   int
 	activeMiB, idleMiB float64
 	bytesPerGrain      float64
@@ -286,9 +283,10 @@ func BenchmarkClaimsOneHotVolumeThroughItsGrain(b *testing.B) {
 // each member claiming and freeing volumes at random, the same callers
 // doing bare etcd transactions as the baseline (runBare); then, once, 1,000
 // races of two members for the writer slot of a volume, the grains going
-// idle (the heap after they passivated), and one member killed (its lease
-// is not revoked): the time until each of its volumes answers from the
-// others is the failover time.
+// idle (the heap after they passivated), and two members killed, one
+// after the other (their leases are not revoked): the time until each of
+// a killed member's volumes answers from the others is the failover time
+// (see failover, claimEach and claimQueued).
 func BenchmarkFleetOfTwentyMembers(b *testing.B) {
 	c := startBenchCluster(b, "twenty", 20, 10_000, twentyIdle)
 	runCallers(b, c, 1)
@@ -305,7 +303,8 @@ func BenchmarkFleetOfTwentyMembers(b *testing.B) {
 			c.once.activeMiB, c.once.idleMiB, c.once.grains, c.once.grainsLeft = idleHeap(b, c)
 			c.once.bytesPerGrain = (c.once.activeMiB - c.once.idleMiB) * float64(len(c.members)) * (1 << 20) / float64(max(1, c.once.grains))
 		}
-		c.once.failover, c.once.firstAnswer, c.once.gone, c.once.orphans = failover(b, c)
+		c.once.each = failover(b, c, claimEach)
+		c.once.queued = failover(b, c, claimQueued)
 	}
 	b.ReportMetric(float64(c.once.oneWinner), "races-one-winner")
 	b.ReportMetric(float64(c.once.races), "races")
@@ -314,10 +313,8 @@ func BenchmarkFleetOfTwentyMembers(b *testing.B) {
 	b.ReportMetric(float64(c.once.grains), "grains-active")
 	b.ReportMetric(c.once.bytesPerGrain, "B/grain")
 	b.ReportMetric(float64(c.once.grainsLeft), "grains-left")
-	b.ReportMetric(c.once.failover.Seconds(), "failover-s")
-	b.ReportMetric(c.once.firstAnswer.Seconds(), "failover-first-s")
-	b.ReportMetric(c.once.gone.Seconds(), "failover-seen-s")
-	b.ReportMetric(float64(c.once.orphans), "failover-volumes")
+	c.once.each.report(b, "failover")
+	c.once.queued.report(b, "failover-queued")
 }
 
 // twentyIdle is the grains' idle timeout in the fleet of twenty: longer
@@ -395,12 +392,110 @@ func idleHeap(b *testing.B, c *benchCluster) (active, idle float64, grains, left
 	return active, perMember(), grains, count()
 }
 
-// failover crashes the cluster's last member and returns how long until
-// every volume whose grain it hosted answers a claim from another member,
-// until the first one does, and until the asker saw the member leave
-// (its lease expired: the rest is re-routing), with how many volumes
-// the member hosted.
-func failover(b *testing.B, c *benchCluster) (last, first, gone time.Duration, volumes int) {
+// failoverFigures are the times of one failover, counted from the
+// crash: until the asker saw the member leave (its lease expired: the
+// rest is re-routing), until the first and the last of the member's
+// volumes answered; and how many volumes the member hosted.
+type failoverFigures struct {
+	seen, first, last time.Duration
+	volumes           int
+	// median is when half of the volumes had answered.
+	median time.Duration
+	// bare is the baseline of the re-routing (last - seen): as many bare
+	// etcd compare-and-puts as there were volumes, all at once, on the
+	// same etcd, right after (bareAtOnce).
+	bare time.Duration
+}
+
+// report reports the figures under names that start with prefix: prefix-s
+// is the last answer, the failover time.
+func (f failoverFigures) report(b *testing.B, prefix string) {
+	b.ReportMetric(f.last.Seconds(), prefix+"-s")
+	b.ReportMetric(f.first.Seconds(), prefix+"-first-s")
+	b.ReportMetric(f.median.Seconds(), prefix+"-p50-s")
+	b.ReportMetric(f.seen.Seconds(), prefix+"-seen-s")
+	b.ReportMetric(float64(f.volumes), prefix+"-volumes")
+	b.ReportMetric((f.last - f.seen).Seconds(), prefix+"-reroute-s")
+	b.ReportMetric(f.bare.Seconds(), prefix+"-bare-s")
+}
+
+// bareAtOnce does n bare etcd compare-and-puts (bareCAS) on n keys, each
+// from a goroutine of its own, through one client, as one member's
+// Store does, and returns how long until the last one is done.
+func bareAtOnce(b *testing.B, c *benchCluster, n int) time.Duration {
+	b.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	require.NoError(b, err)
+	defer cl.Close()
+	errs := make(chan error, n)
+	start := time.Now()
+	for i := range n {
+		go func() { errs <- bareCAS(cl, fmt.Sprintf("bare-failover/%d", i), "claimed") }()
+	}
+	for range n {
+		require.NoError(b, <-errs)
+	}
+	return time.Since(start)
+}
+
+// The two ways the asker asks for the crashed member's volumes (orphans):
+//
+//   - claimEach claims each orphan from a goroutine of its own, as the
+//     allocations that use the volumes do: each retries on its own, so the
+//     failover is the time until every orphan answers a claim
+//     (failover-s). This is what TTL + 1 s is measured against.
+//   - claimQueued claims and releases the orphans 32 at a time (the
+//     measure until 2026-11-26, failover-queued-s): an orphan then also
+//     waits for the askers, in the benchmark, behind the orphans before it.
+func claimEach(asker *member.Member, orphans []string, answered func()) error {
+	errs := make(chan error, len(orphans))
+	for _, v := range orphans {
+		go func() {
+			_, err := asker.Router().Claim(context.Background(), "", v, &model.Claim{
+				AllocID: "failover-" + v, NodeID: "node-0", Mode: model.ClaimModeWrite, State: model.ClaimStateTaken,
+			})
+			answered()
+			errs <- err
+		}()
+	}
+	var first error
+	for range orphans {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func claimQueued(asker *member.Member, orphans []string, answered func()) error {
+	var next atomic.Int64
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			for i := int(next.Add(1)) - 1; i < len(orphans); i = int(next.Add(1)) - 1 {
+				_, err := claimRelease(asker, orphans[i], "failover-queued-"+orphans[i], "node-0")
+				answered()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range 32 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// failover crashes the cluster's last member (its lease is not revoked),
+// and has the first member claim every volume whose grain it hosted, as
+// ask does, from the crash on.
+func failover(b *testing.B, c *benchCluster, ask func(*member.Member, []string, func()) error) failoverFigures {
 	b.Helper()
 	victim, asker := c.members[len(c.members)-1], c.members[0]
 	var orphans []string
@@ -420,13 +515,16 @@ func failover(b *testing.B, c *benchCluster) (last, first, gone time.Duration, v
 		}
 		seen <- time.Since(start)
 	}()
-	var once sync.Once
-	parallel(b, len(orphans), 32, func(i int) error {
-		_, err := claimRelease(asker, orphans[i], "failover-"+orphans[i], "node-0")
-		once.Do(func() { first = time.Since(start) })
-		return err
-	})
-	return time.Since(start), first, <-seen, len(orphans)
+	var mu sync.Mutex
+	var answers []time.Duration
+	require.NoError(b, ask(asker, orphans, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		answers = append(answers, time.Since(start))
+	}))
+	f := failoverFigures{last: time.Since(start), first: slices.Min(answers), median: percentile(answers, 0.5), seen: <-seen, volumes: len(orphans)}
+	f.bare = bareAtOnce(b, c, len(orphans))
+	return f
 }
 
 // runBare is the baseline of runCallers: as many callers, each doing bare

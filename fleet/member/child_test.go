@@ -154,6 +154,8 @@ func childCommand(m *member.Member, args []string) string {
 		return strings.Join(m.Members(), ",")
 	case "grains":
 		return fmt.Sprint(m.Grains())
+	case "standing":
+		return m.Store().Standing(time.Now()).String()
 	case "owner":
 		return r.Owner("", arg(1))
 	case "register":

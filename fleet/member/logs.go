@@ -15,23 +15,41 @@ import (
 // when a stream to another member ends with anything but io.EOF itself.
 const lostConnection = "EndpointWriter lost connection"
 
-// peerLoss is a slog handler that lowers protoactor's lostConnection
-// record to debug when the connection ended as a clean stop ends it: this
-// member closed it (gRPC's Canceled, as when the other member left the
-// topology or this one stops), or the other member's server closed it
-// (EOF). Any other loss is a warning: the fleet learns that a member is
-// gone from its lease in etcd, which it logs itself, so protoactor's line
-// is never this member's error.
-type peerLoss struct{ slog.Handler }
+// peerTrouble are the messages protoactor's remote logs, at error level,
+// when it cannot reach another member or loses it: the connection's
+// records.
+var peerTrouble = map[string]bool{
+	lostConnection:                                      true,
+	"EndpointWriter failed to connect":                  true,
+	"EndpointWriter failed to create receive stream":    true,
+	"EndpointWriter failed to send connect request":     true,
+	"EndpointWriter failed to receive connect response": true,
+}
+
+// peerLoss is a slog handler that lowers protoactor's records of a
+// connection to another member (peerTrouble): to debug when the member
+// left the fleet (left says so from etcd: a member that stops revokes its
+// lease before its remote stops, so another member may still dial it in
+// the instant before it sees it leave), or when the connection ended as
+// a clean stop ends it (this member closed it, gRPC's Canceled, or the
+// other member's server did, EOF); to a warning otherwise. The fleet
+// learns that a member is gone from its lease in etcd, which it logs
+// itself, so protoactor's line is never this member's error.
+type peerLoss struct {
+	slog.Handler
+	left func(address string) bool
+}
 
 // Handle implements slog.Handler.
 func (h peerLoss) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message != lostConnection || r.Level < slog.LevelWarn {
+	if !peerTrouble[r.Message] || r.Level < slog.LevelWarn {
 		return h.Handler.Handle(ctx, r)
 	}
 	level := slog.LevelWarn
 	r.Attrs(func(a slog.Attr) bool {
-		if err, ok := a.Value.Any().(error); ok && a.Key == "error" && closedCleanly(err) {
+		switch err, _ := a.Value.Any().(error); {
+		case a.Key == "error" && r.Message == lostConnection && closedCleanly(err),
+			a.Key == "address" && h.left != nil && h.left(a.Value.String()):
 			level = slog.LevelDebug
 		}
 		return true
@@ -46,15 +64,20 @@ func (h peerLoss) Handle(ctx context.Context, r slog.Record) error {
 
 // WithAttrs implements slog.Handler.
 func (h peerLoss) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return peerLoss{h.Handler.WithAttrs(attrs)}
+	return peerLoss{h.Handler.WithAttrs(attrs), h.left}
 }
 
 // WithGroup implements slog.Handler.
-func (h peerLoss) WithGroup(name string) slog.Handler { return peerLoss{h.Handler.WithGroup(name)} }
+func (h peerLoss) WithGroup(name string) slog.Handler {
+	return peerLoss{h.Handler.WithGroup(name), h.left}
+}
 
 // closedCleanly says whether a stream's error is that of a connection
 // closed on purpose, by either side.
 func closedCleanly(err error) bool {
+	if err == nil {
+		return false
+	}
 	st, ok := status.FromError(err)
 	return errors.Is(err, io.EOF) || ok && (st.Code() == codes.Canceled || strings.HasSuffix(st.Message(), io.EOF.Error()))
 }

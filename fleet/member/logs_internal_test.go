@@ -13,26 +13,37 @@ import (
 )
 
 // TestALostConnectionIsNoErrorAndACleanCloseIsNoWarning logs protoactor's
-// lost-connection record with the errors a connection ends with: a close
-// by either side is dropped below warning level, any other loss is a
+// records of a connection to another member with the errors a connection
+// ends with: a close by either side, or any trouble with a member that
+// left the fleet, is dropped below warning level, any other trouble is a
 // warning, and other records pass as they are.
 func TestALostConnectionIsNoErrorAndACleanCloseIsNoWarning(t *testing.T) {
+	refused := status.Error(codes.Unavailable, "dial tcp 127.0.0.1:1: connect: connection refused")
 	cases := []struct {
 		name string
 		msg  string
 		err  error
+		left bool
 		want string
 	}{
-		{"this member closed it", lostConnection, status.Error(codes.Canceled, "grpc: the client connection is closing"), ""},
-		{"the other member's server closed it", lostConnection, status.Error(codes.Unavailable, "error reading from server: EOF"), ""},
-		{"a bare EOF", lostConnection, io.EOF, ""},
-		{"the other member vanished", lostConnection, status.Error(codes.Unavailable, "read: connection reset by peer"), "level=WARN"},
-		{"another error", "EndpointWriter failed to send connect request", errors.New("boom"), "level=ERROR"},
+		{"this member closed it", lostConnection, status.Error(codes.Canceled, "grpc: the client connection is closing"), false, ""},
+		{"the other member's server closed it", lostConnection, status.Error(codes.Unavailable, "error reading from server: EOF"), false, ""},
+		{"a bare EOF", lostConnection, io.EOF, false, ""},
+		{"the other member vanished", lostConnection, status.Error(codes.Unavailable, "read: connection reset by peer"), false, "level=WARN"},
+		{"the other member vanished as it left", lostConnection, status.Error(codes.Unavailable, "read: connection reset by peer"), true, ""},
+		{"a dial to a member that left", "EndpointWriter failed to connect", refused, true, ""},
+		{"its stream", "EndpointWriter failed to create receive stream", refused, true, ""},
+		{"a dial to a member still in the fleet", "EndpointWriter failed to connect", refused, false, "level=WARN"},
+		{"another error", "EndpointWriter failed to serialize message", errors.New("boom"), true, "level=ERROR"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
-			log := slog.New(peerLoss{minLevel{slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}), slog.LevelWarn}})
+			left := func(address string) bool {
+				require.Equal(t, "127.0.0.1:1", address)
+				return c.left
+			}
+			log := slog.New(peerLoss{minLevel{slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}), slog.LevelWarn}, left})
 			log.Error(c.msg, slog.String("address", "127.0.0.1:1"), slog.Any("error", c.err))
 			if c.want == "" {
 				require.Empty(t, out.String())

@@ -215,11 +215,11 @@ func (m *Member) newIncarnation() *incarnation {
 	host, portText, _ := net.SplitHostPort(cfg.Address)
 	port, _ := strconv.Atoi(portText)
 
-	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(log)))
 	etcd := clientv3.Config{
 		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
 	}
 	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
+	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(log, p.left)))
 	p.lost = m.rejoin
 	if cfg.TLS != nil {
 		p.check = tlsPeerCheck(cfg.TLS.Client, cfg.Fleet.RequestTimeout)
@@ -249,7 +249,19 @@ func (m *Member) newIncarnation() *incarnation {
 	)
 	cc.GossipInterval = time.Second
 	inc.cluster = cluster.New(system, cc)
-	system.EventStream.Subscribe(func(ev any) {
+	p.subscribe = func() { system.EventStream.Subscribe(inc.onTopology(m)) }
+	return inc
+}
+
+// onTopology is the incarnation's handler of protoactor's topology
+// events: it keeps the peers' addresses, and, unless the incarnation is
+// retired, publishes the topology to the member and wakes the Router's
+// requests waiting for a change. It must run after disthash's own
+// handler, which changes the rendezvous table the Router's next request
+// reads (see provider.subscribe).
+func (inc *incarnation) onTopology(m *Member) func(any) {
+	system := inc.system
+	return func(ev any) {
 		if t, ok := ev.(*cluster.ClusterTopology); ok {
 			members := slices.Clone(t.Members)
 			for _, mem := range members {
@@ -263,8 +275,7 @@ func (m *Member) newIncarnation() *incarnation {
 			m.topology.Store(&members)
 			close(*m.changed.Swap(new(make(chan struct{}))))
 		}
-	})
-	return inc
+	}
 }
 
 // start joins the cluster: it registers the incarnation in etcd.
@@ -470,11 +481,12 @@ func (inc *incarnation) stopCluster() {
 }
 
 // quietLogger gives protoactor a logger that writes warnings and errors
-// only, through l; a connection to another member that closes as a clean
-// stop closes it is no error (peerLoss).
-func quietLogger(l hclog.Logger) func(*actor.ActorSystem) *slog.Logger {
+// only, through l; trouble with the connection to another member is no
+// error, and none at all when the member left (left) or the connection
+// closed as a clean stop closes it (peerLoss).
+func quietLogger(l hclog.Logger, left func(address string) bool) func(*actor.ActorSystem) *slog.Logger {
 	return func(system *actor.ActorSystem) *slog.Logger {
-		return slog.New(peerLoss{minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}}).With("system", system.ID)
+		return slog.New(peerLoss{minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}, left}).With("system", system.ID)
 	}
 }
 

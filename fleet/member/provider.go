@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
@@ -48,8 +50,19 @@ type provider struct {
 	// check, when set (the remote runs TLS), checks the members already
 	// there before this one registers (see checkPeers).
 	check peerCheck
+	// subscribe, when set, subscribes the member to the topology events.
+	// StartMember calls it before the first topology: protoactor has
+	// set its identity lookup up by then, and the EventStream calls its
+	// handlers in the order they subscribed, so the member hears of a
+	// change after disthash changed its rendezvous table. Subscribed
+	// earlier, a request the change woke could still be routed to the
+	// member that left, and wait out its pause.
+	subscribe func()
 
 	client *clientv3.Client
+	// asked is client, for left, once StartMember made it: protoactor's
+	// goroutines log while the provider starts and stops.
+	asked atomic.Pointer[clientv3.Client]
 
 	cluster *cluster.Cluster
 	key     string
@@ -93,9 +106,13 @@ func (p *provider) StartMember(c *cluster.Cluster) error {
 		return fmt.Errorf("member: encode the member record: %w", err)
 	}
 	p.cluster, p.key = c, p.prefix+self.Id
+	if p.subscribe != nil {
+		p.subscribe()
+	}
 	if p.client, err = clientv3.New(p.etcd); err != nil {
 		return fmt.Errorf("member: etcd client for %v: %w", p.etcd.Endpoints, err)
 	}
+	p.asked.Store(p.client)
 	if p.joined != nil {
 		if err := p.joined(p.client); err != nil {
 			return err
@@ -297,7 +314,12 @@ func (p *provider) apply(current map[string]*cluster.Member, events []*clientv3.
 func (p *provider) list(ctx context.Context) ([]*cluster.Member, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	resp, err := p.client.Get(ctx, p.prefix, clientv3.WithPrefix())
+	return p.listWith(ctx, p.client)
+}
+
+// listWith is list through client, within ctx.
+func (p *provider) listWith(ctx context.Context, client *clientv3.Client) ([]*cluster.Member, int64, error) {
+	resp, err := client.Get(ctx, p.prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("member: list the members in etcd %v: %w", p.client.Endpoints(), err)
 	}
@@ -311,6 +333,24 @@ func (p *provider) list(ctx context.Context) ([]*cluster.Member, int64, error) {
 		members = append(members, m)
 	}
 	return members, resp.Header.Revision, nil
+}
+
+// left reports whether etcd holds no member at address: the member there
+// left the fleet (its key went with its lease, which a member that stops
+// revokes before its remote stops). It is false when etcd does not
+// answer within a second, or before StartMember.
+func (p *provider) left(address string) bool {
+	client := p.asked.Load()
+	if client == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, p.timeout))
+	defer cancel()
+	members, _, err := p.listWith(ctx, client)
+	if err != nil {
+		return false
+	}
+	return !slices.ContainsFunc(members, func(m *cluster.Member) bool { return m.Address() == address })
 }
 
 func (p *provider) retryDelay() time.Duration { return p.ttl / 4 }

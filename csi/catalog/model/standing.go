@@ -8,10 +8,10 @@ package model
 type Standing int
 
 const (
-	// StandingHeld: the lease was renewed within half its TTL.
+	// StandingHeld: the lease was renewed within half its TTL (plus the
+	// half second the etcd client may wait before it renews).
 	StandingHeld Standing = iota
-	// StandingAtRisk: no renewal for half the lease's TTL: etcd may be out
-	// of reach. New claims and mounts wait for the lease; the mounts stay.
+	// StandingAtRisk: no renewal for longer: etcd may be out of reach. New claims and mounts wait for the lease; the mounts stay.
 	StandingAtRisk
 	// StandingLost: no renewal for a whole TTL: the lease may have
 	// expired, and once the GC's grace is over another node may be given
