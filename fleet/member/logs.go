@@ -15,15 +15,18 @@ import (
 // when a stream to another member ends with anything but io.EOF itself.
 const lostConnection = "EndpointWriter lost connection"
 
-// peerTrouble are the messages protoactor's remote logs, at error level,
-// when it cannot reach another member or loses it: the connection's
-// records.
+// peerTrouble are the messages protoactor logs, at error level, when it
+// cannot reach another member or loses it: the connection's records, and
+// a grain request that failed on its way (a timeout or a dead letter while
+// the grain's member is gone), which protoactor retries and the Router
+// answers for.
 var peerTrouble = map[string]bool{
 	lostConnection:                                      true,
 	"EndpointWriter failed to connect":                  true,
 	"EndpointWriter failed to create receive stream":    true,
 	"EndpointWriter failed to send connect request":     true,
 	"EndpointWriter failed to receive connect response": true,
+	"cluster.RequestFuture failed":                      true,
 }
 
 // peerLoss is a slog handler that lowers protoactor's records of a

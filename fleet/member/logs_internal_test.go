@@ -34,6 +34,7 @@ func TestALostConnectionIsNoErrorAndACleanCloseIsNoWarning(t *testing.T) {
 		{"a dial to a member that left", "EndpointWriter failed to connect", refused, true, ""},
 		{"its stream", "EndpointWriter failed to create receive stream", refused, true, ""},
 		{"a dial to a member still in the fleet", "EndpointWriter failed to connect", refused, false, "level=WARN"},
+		{"a grain request protoactor retries", "cluster.RequestFuture failed", errors.New("future: dead letter"), false, "level=WARN"},
 		{"another error", "EndpointWriter failed to serialize message", errors.New("boom"), true, "level=ERROR"},
 	}
 	for _, c := range cases {
