@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -93,7 +94,10 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 }
 
 // Receive handles the registry's commands, queries and internal results.
+// It logs a panic's stack itself (actors.LogPanic) rather than through
+// actors.PanicStack, whose middleware costs every message an envelope.
 func (a *pluginsActor) Receive(ctx actor.Context) {
+	defer actors.LogPanic(a.log, ctx)
 	switch msg := ctx.Message().(type) {
 	case drainInbox:
 		a.onDrainInbox(ctx)

@@ -11,7 +11,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -127,7 +126,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		a := newPluginsActor(cfg, published, writer, in, subs)
 		a.stopped = func() { dispatcher.close(); writer.close() }
 		return a
-	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)), actor.WithDispatcher(dispatcher))
+	}, actor.WithDispatcher(dispatcher))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
 		dispatcher.close()
