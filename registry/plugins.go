@@ -246,7 +246,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 	if known {
 		a.seq++
 		a.changed(w.ptype, t)
-		updated := &allocation{info: p, order: old.order, changed: a.seq}
+		updated := w.keep(old.order, a.seq)
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
 		w.op = a.putOp(updated, w.record)
@@ -262,7 +262,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 	if o, ok := a.gone.take(w.ptype, p.GetName(), p.GetAllocId()); ok {
 		order = o
 	}
-	added := &allocation{info: p, order: order, changed: a.seq}
+	added := w.keep(order, a.seq)
 	t.add(added)
 	w.op = a.putOp(added, w.record)
 	if hasCurrent && current.order > order {

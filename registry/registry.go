@@ -181,7 +181,8 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 	w := newCall()
-	w.plugin = copyPlugin(info)
+	w.held = copyPlugin(info)
+	w.plugin = w.held.info
 	if err := w.check(r.encode); err != nil {
 		return err
 	}
