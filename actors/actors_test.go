@@ -71,24 +71,43 @@ func TestNewSystemLogsThroughHclog(t *testing.T) {
 }
 
 func TestPanicStackLogsTheStackAndStillFails(t *testing.T) {
+	receive := func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*messages.PluginInfo); ok {
+			panicOnPurpose()
+		}
+	}
+	t.Run("PanicStack", func(t *testing.T) {
+		testPanicLogged(t, func(logger hclog.Logger) *actor.Props {
+			return actor.PropsFromFunc(receive, actor.WithReceiverMiddleware(actors.PanicStack(logger)))
+		})
+	})
+	t.Run("LogPanic", func(t *testing.T) {
+		testPanicLogged(t, func(logger hclog.Logger) *actor.Props {
+			return actor.PropsFromFunc(func(ctx actor.Context) {
+				defer actors.LogPanic(logger, ctx)
+				receive(ctx)
+			})
+		})
+	})
+}
+
+// testPanicLogged checks that an actor of props panicking on a message
+// logs the panic's stack and still stops.
+func testPanicLogged(t *testing.T, props func(hclog.Logger) *actor.Props) {
 	out := &probe.LogBuffer{}
 	logger := jsonLogger(out, hclog.Error)
 	system := probe.NewSystem(t)
 	p := probe.New(t, system)
 
-	props := actor.PropsFromFunc(func(ctx actor.Context) {
-		if _, ok := ctx.Message().(*messages.PluginInfo); ok {
-			panicOnPurpose()
-		}
-	}, actor.WithReceiverMiddleware(actors.PanicStack(logger)),
+	childProps := props(logger).Configure(
 		actor.WithSupervisor(actor.NewOneForOneStrategy(0, time.Second, func(any) actor.Directive {
 			return actor.StopDirective
 		})))
 	parent := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if _, ok := ctx.Message().(*actor.Started); ok {
-			child := ctx.Spawn(props)
-			ctx.Send(p.PID(), child)
-			ctx.Send(child, &messages.PluginInfo{Name: "boom"})
+			pid := ctx.Spawn(childProps)
+			ctx.Send(p.PID(), pid)
+			ctx.Send(pid, &messages.PluginInfo{Name: "boom"})
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(0, time.Second, func(any) actor.Directive {
 		return actor.StopDirective

@@ -17,15 +17,32 @@ func PanicStack(logger hclog.Logger) actor.ReceiverMiddleware {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			defer func() {
 				if r := recover(); r != nil {
-					logger.Error("actor panicked",
-						"actor", c.Self().String(),
-						"message", fmt.Sprintf("%T", env.Message),
-						"reason", fmt.Sprint(r),
-						"stack", string(debug.Stack()))
-					panic(r)
+					logPanic(logger, c.Self(), env.Message, r)
 				}
 			}()
 			next(c, env)
 		}
 	}
+}
+
+// LogPanic is PanicStack for an actor that defers it first thing in its
+// own Receive (`defer actors.LogPanic(logger, ctx)`): it logs the same
+// entry and panics again. A receiver middleware makes protoactor wrap
+// every message in an envelope, an allocation per message; an actor on a
+// hot path (the registry's) does without it.
+func LogPanic(logger hclog.Logger, c actor.Context) {
+	if r := recover(); r != nil {
+		logPanic(logger, c.Self(), c.Message(), r)
+	}
+}
+
+// logPanic logs the panic r of self's Receive of msg, with the stack, and
+// panics again with r.
+func logPanic(logger hclog.Logger, self *actor.PID, msg any, r any) {
+	logger.Error("actor panicked",
+		"actor", self.String(),
+		"message", fmt.Sprintf("%T", msg),
+		"reason", fmt.Sprint(r),
+		"stack", string(debug.Stack()))
+	panic(r)
 }

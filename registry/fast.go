@@ -92,26 +92,36 @@ func validatePlugin(p *messages.PluginInfo) error {
 
 // copyPlugin is proto.Clone(p) for the fields a PluginInfo has, without
 // protobuf's reflection: the registry keeps a copy of every registration,
-// and cloning by reflection was a twentieth of a writer's CPU. A message
-// with unknown fields, or a TLS config, is cloned by proto.Clone.
+// and cloning by reflection was a twentieth of a writer's CPU. It returns
+// the copy as the allocation the registry will keep (order and changed
+// are the actor's to set): the allocation, the PluginInfo and its
+// ConnectionInfo are one heap object (heldPlugin), one allocation instead
+// of three and 240 bytes instead of 248. A message with unknown fields,
+// or a TLS config, is cloned by proto.Clone.
 // TestCopyPluginCopiesEveryField fails when a field is added to the
 // messages and not here.
-func copyPlugin(p *messages.PluginInfo) *messages.PluginInfo {
-	if p == nil || p.HasUnknownFields() {
-		return proto.Clone(p).(*messages.PluginInfo)
+func copyPlugin(p *messages.PluginInfo) *allocation {
+	if p == nil || p.HasUnknownFields() || p.Connection != nil && (p.Connection.Tls != nil || p.Connection.HasUnknownFields()) {
+		return &allocation{info: proto.Clone(p).(*messages.PluginInfo)}
 	}
-	out := &messages.PluginInfo{
-		Type: p.Type, Name: p.Name, Version: p.Version, AllocId: p.AllocId, RegisteredBy: p.RegisteredBy,
-	}
+	h := &heldPlugin{}
+	h.a.info = &h.info
+	h.info.Type, h.info.Name, h.info.Version = p.Type, p.Name, p.Version
+	h.info.AllocId, h.info.RegisteredBy = p.AllocId, p.RegisteredBy
 	if len(p.Options) > 0 {
-		out.Options = maps.Clone(p.Options)
+		h.info.Options = maps.Clone(p.Options)
 	}
 	if c := p.Connection; c != nil {
-		if c.Tls != nil || c.HasUnknownFields() {
-			out.Connection = proto.Clone(c).(*messages.ConnectionInfo)
-		} else {
-			out.Connection = &messages.ConnectionInfo{SocketPath: c.SocketPath, Address: c.Address}
-		}
+		h.conn.SocketPath, h.conn.Address = c.SocketPath, c.Address
+		h.info.Connection = &h.conn
 	}
-	return out
+	return &h.a
+}
+
+// heldPlugin is an allocation with the PluginInfo and ConnectionInfo it
+// points to, in one heap object. Each is reached only by its pointer.
+type heldPlugin struct {
+	a    allocation
+	info messages.PluginInfo
+	conn messages.ConnectionInfo
 }

@@ -91,7 +91,7 @@ func TestCopyPluginCopiesEveryField(t *testing.T) {
 	p := &messages.PluginInfo{}
 	fill(t, p.ProtoReflect())
 	p.Connection.Tls = nil // a TLS config takes proto.Clone
-	got := copyPlugin(p)
+	got := copyPlugin(p).info
 	require.True(t, proto.Equal(p, got), "copy: %v\norig: %v", got, p)
 	require.NotSame(t, p.Connection, got.Connection)
 	got.Options["k"] = "changed"
@@ -99,7 +99,7 @@ func TestCopyPluginCopiesEveryField(t *testing.T) {
 
 	withTLS := proto.Clone(p).(*messages.PluginInfo)
 	fill(t, withTLS.Connection.ProtoReflect())
-	require.True(t, proto.Equal(withTLS, copyPlugin(withTLS)))
+	require.True(t, proto.Equal(withTLS, copyPlugin(withTLS).info))
 }
 
 // fill sets every scalar, map and message field of m (messages

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -93,7 +94,10 @@ func newPluginsActor(cfg Config, published *atomic.Pointer[Snapshot], writer *st
 }
 
 // Receive handles the registry's commands, queries and internal results.
+// It logs a panic's stack itself (actors.LogPanic) rather than through
+// actors.PanicStack, whose middleware costs every message an envelope.
 func (a *pluginsActor) Receive(ctx actor.Context) {
+	defer actors.LogPanic(a.log, ctx)
 	switch msg := ctx.Message().(type) {
 	case drainInbox:
 		a.onDrainInbox(ctx)
@@ -242,7 +246,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 	if known {
 		a.seq++
 		a.changed(w.ptype, t)
-		updated := &allocation{info: p, order: old.order, changed: a.seq}
+		updated := w.keep(old.order, a.seq)
 		t.put(updated)
 		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
 		w.op = a.putOp(updated, w.record)
@@ -258,7 +262,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 	if o, ok := a.gone.take(w.ptype, p.GetName(), p.GetAllocId()); ok {
 		order = o
 	}
-	added := &allocation{info: p, order: order, changed: a.seq}
+	added := w.keep(order, a.seq)
 	t.add(added)
 	w.op = a.putOp(added, w.record)
 	if hasCurrent && current.order > order {

@@ -11,7 +11,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -127,7 +126,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		a := newPluginsActor(cfg, published, writer, in, subs)
 		a.stopped = func() { dispatcher.close(); writer.close() }
 		return a
-	}, actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)), actor.WithDispatcher(dispatcher))
+	}, actor.WithDispatcher(dispatcher))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
 		dispatcher.close()
@@ -182,7 +181,8 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 	w := newCall()
-	w.plugin = copyPlugin(info)
+	w.held = copyPlugin(info)
+	w.plugin = w.held.info
 	if err := w.check(r.encode); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
@@ -538,9 +539,11 @@ func (m *panickyMetrics) EventsSent(int)  {}
 func (m *panickyMetrics) Subscribers(int) {}
 
 func TestARestartAfterAPanicKeepsDurableStateAndSubscribers(t *testing.T) {
+	var logs probe.LogBuffer
 	system := probe.NewSystem(t)
 	r, err := registry.New(system, registry.Config{Bucket: memoryBucket(t), Metrics: &panickyMetrics{},
-		Dispensers: echoDispensers(), RequestTimeout: 300 * time.Millisecond})
+		Dispensers: echoDispensers(), RequestTimeout: 300 * time.Millisecond,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Error})})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Shutdown()) })
 	p := probe.New(t, system)
@@ -556,4 +559,9 @@ func TestARestartAfterAPanicKeepsDurableStateAndSubscribers(t *testing.T) {
 	require.Equal(t, "alloc-1", ev.GetPlugin().GetAllocId(), "the subscriber outlived the restart")
 	require.Equal(t, "alloc-0", ev.GetPrevious().GetAllocId(), "the restart began from the durable state")
 	require.Equal(t, []string{"alloc-1", "alloc-0"}, allocIDs(r.Snapshot().Allocations(csiNode, "my-plugin")))
+
+	got := logs.String()
+	require.Contains(t, got, "actor panicked")
+	require.Contains(t, got, "metrics bug")
+	require.Contains(t, got, "panickyMetrics).Write", "the stack names the function that panicked")
 }

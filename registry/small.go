@@ -116,9 +116,12 @@ func (t *pluginTable) putSmall(a *allocation, replace bool) {
 		return
 	}
 	t.allocs, t.newest = newTrees()
-	for _, x := range t.small {
+	for i, x := range t.small {
 		t.allocs.ReplaceOrInsert(x)
-		t.newest.ReplaceOrInsert(x)
+		name := x.info.GetName()
+		if i > 0 && t.small[i-1].info.GetName() == name || i+1 < len(t.small) && t.small[i+1].info.GetName() == name {
+			t.newest.ReplaceOrInsert(x) // see pluginTable: names of two or more
+		}
 	}
 	t.small, t.owned = nil, false
 }

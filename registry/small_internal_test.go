@@ -2,6 +2,8 @@ package registry
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/plugvisor/plugvisor/messages"
@@ -105,5 +107,75 @@ func TestSnapshotChangedClosesWhenAskedBeforeOrAfter(t *testing.T) {
 				<-c // must close by now: a hang here fails the test
 			}
 		}
+	}
+}
+
+// TestLargeTableNamesOfOneAndMore: past smallMax, names with one allocation
+// and names with several (whose newest-first items come and go as they
+// grow to two and shrink to one) agree with a plain model after every
+// change: the current of each name, the list, and every allocation.
+func TestLargeTableNamesOfOneAndMore(t *testing.T) {
+	work := newPluginTable()
+	model := map[string][]*allocation{} // newest first
+	check := func(step string) {
+		t.Helper()
+		want := ""
+		for _, name := range slices.Sorted(maps.Keys(model)) {
+			if len(model[name]) > 0 {
+				want += name + "=" + model[name][0].info.GetAllocId() + " "
+			}
+		}
+		got := ""
+		work.eachCurrent(func(a *allocation) { got += a.info.GetName() + "=" + a.info.GetAllocId() + " " })
+		if got != want {
+			t.Fatalf("%s: eachCurrent\n got %s\nwant %s", step, got, want)
+		}
+		for name, allocs := range model {
+			cur, ok := work.currentOf(name)
+			if len(allocs) == 0 {
+				if ok {
+					t.Fatalf("%s: %s has no allocation, currentOf says %v", step, name, cur)
+				}
+				continue
+			}
+			if cur != allocs[0] {
+				t.Fatalf("%s: current of %s is %v, want %v", step, name, cur, allocs[0])
+			}
+		}
+	}
+	order := uint64(0)
+	for i := range 4 * smallMax {
+		name := fmt.Sprintf("p%03d", i%(3*smallMax)) // the first smallMax names get a second allocation
+		order++
+		a := &allocation{info: &messages.PluginInfo{Name: name, AllocId: fmt.Sprintf("a%03d", i)}, order: order}
+		work.add(a)
+		model[name] = append([]*allocation{a}, model[name]...)
+		check(fmt.Sprintf("add %s/%s", name, a.info.GetAllocId()))
+	}
+	if work.allocs == nil {
+		t.Fatal("the table never grew into B-trees")
+	}
+	for i := range smallMax {
+		name := fmt.Sprintf("p%03d", i)
+		allocs := model[name]
+		gone := allocs[i%2] // the newest or the older of two
+		now, _ := work.remove(gone)
+		model[name] = slices.DeleteFunc(slices.Clone(allocs), func(a *allocation) bool { return a == gone })
+		if now != model[name][0] {
+			t.Fatalf("remove %s: remove says %v is current, want %v", gone.info.GetAllocId(), now, model[name][0])
+		}
+		check("remove " + gone.info.GetAllocId())
+		snap := work.clone()
+		again := &allocation{info: &messages.PluginInfo{Name: name, AllocId: "z" + gone.info.GetAllocId()}, order: order + 1}
+		order++
+		work.put(again)
+		model[name] = append([]*allocation{again}, model[name]...)
+		check("put " + again.info.GetAllocId())
+		if cur, _ := snap.currentOf(name); cur != model[name][1] {
+			t.Fatalf("a clone taken before put %s changed: current %v", again.info.GetAllocId(), cur)
+		}
+	}
+	if n := work.newest.Len(); n != 2*smallMax {
+		t.Fatalf("the newest-first tree holds %d allocations, want %d: only names of two or more", n, 2*smallMax)
 	}
 }

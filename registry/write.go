@@ -15,6 +15,7 @@ import (
 type write struct {
 	deregister bool
 	plugin     *messages.PluginInfo // register: the allocation
+	held       *allocation          // register from the facade: plugin's copy, to keep
 	ptype      string
 	name       string // deregister
 	allocID    string // deregister
@@ -46,6 +47,18 @@ func (w *write) check(encode bool) error {
 	}
 	w.checked = true
 	return nil
+}
+
+// keep returns the allocation to keep for the registration w: the
+// facade's copy (held), or a new one for an actor's command, with order
+// and changed set. It is not yet in any table when keep sets them.
+func (w *write) keep(order, changed uint64) *allocation {
+	a := w.held
+	if a == nil {
+		a = &allocation{info: w.plugin}
+	}
+	a.order, a.changed = order, changed
+	return a
 }
 
 func validateDeregister(ptype, name, allocID string) error {
