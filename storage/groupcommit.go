@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -28,6 +29,9 @@ type groupCommit struct {
 	pending []*commitRequest // in arrival order
 
 	commits atomic.Int64 // transactions committed, for tests and benchmarks
+	// busy is the time spent in transactions (writing and syncing), for
+	// benchmarks: over a run's wall time, the share the store was busy.
+	busy atomic.Int64
 }
 
 // commitRequest is one Apply call waiting for its commit.
@@ -89,6 +93,7 @@ func (g *groupCommit) lead() {
 func (g *groupCommit) commit(group []*commitRequest) {
 	for len(group) > 0 {
 		failed := -1
+		start := time.Now()
 		err := recoverPanic(func() error {
 			return g.db.Update(func(tx *bolt.Tx) error {
 				for i, r := range group {
@@ -100,6 +105,7 @@ func (g *groupCommit) commit(group []*commitRequest) {
 				return nil
 			})
 		})
+		g.busy.Add(int64(time.Since(start)))
 		if failed >= 0 && !errors.Is(err, errPanicked) {
 			group[failed].done <- err
 			group = slices.Delete(group, failed, failed+1)
