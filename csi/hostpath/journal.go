@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // journalName is the file, in a node's state directory, that holds the
@@ -54,6 +55,9 @@ type nodeJournal struct {
 	closed bool
 	// syncs counts the file's syncs (see Driver.JournalSyncs).
 	syncs atomic.Int64
+	// busy is the time spent writing and syncing batches (see
+	// Driver.JournalTime).
+	busy atomic.Int64
 }
 
 // journalBatch is the changes written and synced together.
@@ -269,7 +273,9 @@ func (j *nodeJournal) lead() {
 		err := j.broken
 		if err == nil {
 			j.mu.Unlock()
+			start := time.Now()
 			err = j.write(batch.data)
+			j.busy.Add(int64(time.Since(start)))
 			j.mu.Lock()
 		}
 		if err == nil {
