@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -257,6 +258,13 @@ func (j *nodeJournal) save(rec nodeRecord) error {
 	j.pending.recs = append(j.pending.recs, rec)
 	j.pending.waiters = append(j.pending.waiters, done)
 	if !j.leading {
+		// Lead, but first yield the processor once with the lead taken, so
+		// that runnable handlers about to save join this batch rather than
+		// wait for the next sync (as storage's group commit does).
+		j.leading = true
+		j.mu.Unlock()
+		runtime.Gosched()
+		j.mu.Lock()
 		j.lead()
 	}
 	j.mu.Unlock()
