@@ -64,6 +64,13 @@ func (b *Bolt) Commits() int64 {
 	return b.writes.commits.Load()
 }
 
+// CommitTime returns the time the store has spent in its commits since it
+// opened (writing pages and syncing them): over a run's wall time, the
+// share of it the store was busy. Benchmarks report it.
+func (b *Bolt) CommitTime() time.Duration {
+	return time.Duration(b.writes.busy.Load())
+}
+
 // OpenBolt opens the store at path, creating the file if it does not exist
 // (its directory must). It fails with ErrLocked when another holder keeps the
 // file locked past opts.LockTimeout, and with ErrCorrupt when the file does

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
@@ -222,6 +223,16 @@ func (d *Driver) JournalSyncs() int64 {
 		return 0
 	}
 	return d.journal.syncs.Load()
+}
+
+// JournalTime returns the time the driver has spent writing and syncing
+// its node journal's batches since it started: over a run's wall time,
+// the share of it the journal was busy. Benchmarks report it.
+func (d *Driver) JournalTime() time.Duration {
+	if d.journal == nil {
+		return 0
+	}
+	return time.Duration(d.journal.busy.Load())
 }
 
 // VolumePath returns the directory that holds the data of the volume with

@@ -10,9 +10,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // journalName is the file, in a node's state directory, that holds the
@@ -54,6 +56,9 @@ type nodeJournal struct {
 	closed bool
 	// syncs counts the file's syncs (see Driver.JournalSyncs).
 	syncs atomic.Int64
+	// busy is the time spent writing and syncing batches (see
+	// Driver.JournalTime).
+	busy atomic.Int64
 }
 
 // journalBatch is the changes written and synced together.
@@ -253,6 +258,13 @@ func (j *nodeJournal) save(rec nodeRecord) error {
 	j.pending.recs = append(j.pending.recs, rec)
 	j.pending.waiters = append(j.pending.waiters, done)
 	if !j.leading {
+		// Lead, but first yield the processor once with the lead taken, so
+		// that runnable handlers about to save join this batch rather than
+		// wait for the next sync (as storage's group commit does).
+		j.leading = true
+		j.mu.Unlock()
+		runtime.Gosched()
+		j.mu.Lock()
 		j.lead()
 	}
 	j.mu.Unlock()
@@ -269,7 +281,9 @@ func (j *nodeJournal) lead() {
 		err := j.broken
 		if err == nil {
 			j.mu.Unlock()
+			start := time.Now()
 			err = j.write(batch.data)
+			j.busy.Add(int64(time.Since(start)))
 			j.mu.Lock()
 		}
 		if err == nil {

@@ -39,6 +39,8 @@ func TestJournalKeepsEveryAcknowledgedChange(t *testing.T) {
 	j.all(func(rec nodeRecord) { want[rec.VolumeID] = rec })
 	require.Len(t, want, 49)
 	require.Equal(t, nodeRecord{VolumeID: "v7", StagingPath: "/s/3", Targets: map[string]publication{"/t/3": {}}}, want["v7"])
+	require.Positive(t, j.syncs.Load())
+	require.Positive(t, j.busy.Load(), "the time spent writing and syncing is counted")
 	j.close() // not needed for durability: every save was synced
 
 	again, err := openNodeJournal(dir)

@@ -2,8 +2,10 @@ package volumes_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,8 +37,14 @@ import (
 // process, the in-process plugin's included) and the cores that makes,
 // their ratio, the manager's durable record writes per pair, the store's
 // commits per pair (each is two fdatasyncs), the plugin's journal syncs
-// per pair, and the 1-minute load average at the end. The plugin logs
-// warnings only, so that the output stays short.
+// per pair, the disk flushes they make per pair, the share of the run the
+// store spent committing and the plugin syncing, the waits for a CPU per
+// pair (the process's threads in the kernel's run queue, goroutines
+// runnable), and the 1-minute load average at the end. A second baseline,
+// kernel+sync, adds to each kernel pair as many fdatasyncs as plugvisor's
+// pairs made flushes (rounded up), on a file of its own per volume: the
+// disk's ceiling for that many flushes, with no group commit to share
+// them. The plugin logs warnings only, so that the output stays short.
 func BenchmarkMountUnmount100Volumes(b *testing.B) {
 	const count = 100
 	writes := &countingBucket{}
@@ -59,6 +67,8 @@ func BenchmarkMountUnmount100Volumes(b *testing.B) {
 	b.ResetTimer()
 	writes.applies.Store(0)
 	commits, syncs := n.store.Commits(), plugin.Driver.JournalSyncs()
+	storeBusy, journalBusy := n.store.CommitTime(), plugin.Driver.JournalTime()
+	runqueue, runnable := runqueueWait(b), runnableWait()
 	volumes := runPairs(b, count, func(i int) error {
 		id := fmt.Sprintf("v%d", i)
 		if _, err := n.manager.Mount(ctx, "", id, "alloc", false); err != nil {
@@ -68,16 +78,74 @@ func BenchmarkMountUnmount100Volumes(b *testing.B) {
 	})
 	b.StopTimer()
 	commits, syncs = n.store.Commits()-commits, plugin.Driver.JournalSyncs()-syncs
-	kernel := runPairs(b, count, kernelPair(b, filepath.Join(n.dir, "kernel"), count))
+	storeBusy, journalBusy = n.store.CommitTime()-storeBusy, plugin.Driver.JournalTime()-journalBusy
+	runqueue, runnable = runqueueWait(b)-runqueue, runnableWait()-runnable
+	// flushes is the disk flushes a pair of plugvisor's made: two
+	// fdatasyncs a store commit, one fsync a journal sync.
+	flushes := float64(2*commits+syncs) / float64(b.N)
+	kernel := runPairs(b, count, kernelPair(b, filepath.Join(n.dir, "kernel"), count, 0))
+	// The disk's ceiling for plugvisor's path: the kernel's part of a
+	// pair with as many syncs as plugvisor's pairs made (rounded up),
+	// each goroutine syncing its own file, so nothing is shared.
+	syncing := runPairs(b, count, kernelPair(b, filepath.Join(n.dir, "kernel-sync"), count, int(math.Ceil(flushes))))
 	volumes.report(b, "")
 	kernel.report(b, "kernel-")
-	if kernel.pairsPerSec > 0 {
+	syncing.report(b, "kernel+sync-")
+	if kernel.pairsPerSec > 0 && syncing.pairsPerSec > 0 {
 		b.ReportMetric(volumes.pairsPerSec/kernel.pairsPerSec, "ratio")
+		b.ReportMetric(volumes.pairsPerSec/syncing.pairsPerSec, "sync-ratio")
 	}
+	b.ReportMetric(flushes, "flushes/pair")
+	// The share of the run's wall time the store spent in commits and the
+	// plugin in its journal's writes: near 1, that one bounds the run.
+	b.ReportMetric(storeBusy.Seconds()*volumes.pairsPerSec/float64(b.N), "store-busy")
+	b.ReportMetric(journalBusy.Seconds()*volumes.pairsPerSec/float64(b.N), "journal-busy")
 	b.ReportMetric(float64(writes.applies.Load())/float64(b.N), "record-writes/pair")
 	b.ReportMetric(float64(commits)/float64(b.N), "store-commits/pair")
 	b.ReportMetric(float64(syncs)/float64(b.N), "plugin-syncs/pair")
+	// The waits for a CPU, per pair: the process's threads waiting in the
+	// kernel's run queue (other processes held the cores), and goroutines
+	// runnable but waiting for one of GOMAXPROCS threads.
+	b.ReportMetric(float64(runqueue.Microseconds())/float64(b.N), "os-runqueue-us/pair")
+	b.ReportMetric(float64(runnable.Microseconds())/float64(b.N), "go-runnable-us/pair")
 	b.ReportMetric(loadAverage(b), "load1")
+}
+
+// runqueueWait is the time this process's threads have waited in the
+// kernel's run queue for a core (the second field of each thread's
+// /proc/self/task/*/schedstat); threads that exited are not counted.
+func runqueueWait(b *testing.B) time.Duration {
+	stats, err := filepath.Glob("/proc/self/task/*/schedstat")
+	require.NoError(b, err)
+	var total int64
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // the thread exited
+		}
+		if fields := strings.Fields(string(data)); len(fields) >= 2 {
+			ns, err := strconv.ParseInt(fields[1], 10, 64)
+			require.NoError(b, err)
+			total += ns
+		}
+	}
+	return time.Duration(total)
+}
+
+// runnableWait is the total time goroutines have spent runnable before
+// running, from the runtime's /sched/latencies:seconds histogram (each
+// bucket counted at its lower bound).
+func runnableWait() time.Duration {
+	sample := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(sample)
+	h := sample[0].Value.Float64Histogram()
+	var total float64
+	for i, n := range h.Counts {
+		if low := h.Buckets[i]; n > 0 && !math.IsInf(low, -1) {
+			total += float64(n) * low
+		}
+	}
+	return time.Duration(total * 1e9)
 }
 
 // loadAverage is the machine's 1-minute load average (/proc/loadavg).
@@ -160,24 +228,48 @@ func cpuTime(b *testing.B) time.Duration {
 // kernelPair prepares, under dir, count volume directories with a staging
 // and a target directory each, and returns the kernel's part of a pair on
 // volume i: bind the volume on its staging path, bind that on its target,
-// then unmount the target and the staging path.
-func kernelPair(b *testing.B, dir string, count int) func(i int) error {
+// then unmount the target and the staging path. With syncs above zero,
+// the pair also appends a line to volume i's own file and fdatasyncs it
+// that many times, spread between the four syscalls as plugvisor's waits
+// are.
+func kernelPair(b *testing.B, dir string, count, syncs int) func(i int) error {
+	files := make([]*os.File, count)
 	for i := range count {
 		for _, sub := range []string{"volume", "staging", "target"} {
 			require.NoError(b, os.MkdirAll(filepath.Join(dir, strconv.Itoa(i), sub), 0o750))
 		}
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i), "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		require.NoError(b, err)
+		files[i] = f
 	}
-	b.Cleanup(func() { require.NoError(b, hostpathtest.UnmountAll(b, dir)) })
+	b.Cleanup(func() {
+		for _, f := range files {
+			require.NoError(b, f.Close())
+		}
+		require.NoError(b, hostpathtest.UnmountAll(b, dir))
+	})
+	line := []byte(strings.Repeat("x", 127) + "\n")
 	return func(i int) error {
 		vol, staging, target := filepath.Join(dir, strconv.Itoa(i), "volume"), filepath.Join(dir, strconv.Itoa(i), "staging"), filepath.Join(dir, strconv.Itoa(i), "target")
-		for _, m := range [][2]string{{vol, staging}, {staging, target}} {
-			if err := syscall.Mount(m[0], m[1], "", syscall.MS_BIND, ""); err != nil {
-				return fmt.Errorf("bind %s on %s: %w", m[0], m[1], err)
-			}
+		steps := []func() error{
+			func() error { return syscall.Mount(vol, staging, "", syscall.MS_BIND, "") },
+			func() error { return syscall.Mount(staging, target, "", syscall.MS_BIND, "") },
+			func() error { return syscall.Unmount(target, 0) },
+			func() error { return syscall.Unmount(staging, 0) },
 		}
-		for _, p := range []string{target, staging} {
-			if err := syscall.Unmount(p, 0); err != nil {
-				return fmt.Errorf("unmount %s: %w", p, err)
+		synced := 0
+		for k, step := range steps {
+			if err := step(); err != nil {
+				return fmt.Errorf("volume %d, step %d: %w", i, k, err)
+			}
+			// The syncs due by the end of step k, of syncs spread evenly.
+			for ; synced < syncs*(k+1)/len(steps); synced++ {
+				if _, err := files[i].Write(line); err != nil {
+					return err
+				}
+				if err := syscall.Fdatasync(int(files[i].Fd())); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
