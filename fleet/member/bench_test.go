@@ -81,10 +81,17 @@ var (
 func stopBenchClusters() {
 	benchMu.Lock()
 	defer benchMu.Unlock()
+	stopBenchClustersLocked()
+}
+
+// stopBenchClustersLocked stops every cluster started so far, with its
+// etcd, and forgets them; benchMu is held.
+func stopBenchClustersLocked() {
 	for i := len(benchStops) - 1; i >= 0; i-- {
 		benchStops[i]()
 	}
 	benchStops = nil
+	clear(benchClusters)
 }
 
 // benchTB is the testing.TB of an etcd that outlives the benchmark run
@@ -111,7 +118,9 @@ func heap() uint64 {
 
 // startBenchCluster starts n members on a fresh etcd and registers volumes
 // (multi-node-multi-writer, so that claims never conflict) through them;
-// it is kept under name for the later runs of the benchmark.
+// it is kept under name for the later runs of the benchmark. The clusters
+// of the benchmarks before are stopped first, so that their members and
+// etcd take no CPU, memory or GC time from this one's measures.
 func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Duration) *benchCluster {
 	b.Helper()
 	benchMu.Lock()
@@ -119,6 +128,7 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 	if c, ok := benchClusters[name]; ok {
 		return c
 	}
+	stopBenchClustersLocked()
 	c := &benchCluster{etcd: etcdtest.Start(&benchTB{B: b})}
 	before := heap()
 	c.base = before
