@@ -45,7 +45,18 @@ import (
 // pairs made flushes (rounded up), on a file of its own per volume: the
 // disk's ceiling for that many flushes, with no group commit to share
 // them. The plugin logs warnings only, so that the output stays short.
+//
+// It runs in two shapes: one-alloc mounts every volume for the same alloc,
+// and alloc-per-volume mounts each for an alloc of its own, as a node
+// starting 100 workloads does.
 func BenchmarkMountUnmount100Volumes(b *testing.B) {
+	b.Run("one-alloc", func(b *testing.B) { benchMountUnmount(b, func(string) string { return "alloc" }) })
+	b.Run("alloc-per-volume", func(b *testing.B) { benchMountUnmount(b, func(id string) string { return "alloc-" + id }) })
+}
+
+// benchMountUnmount is BenchmarkMountUnmount100Volumes with volume id
+// mounted for allocOf(id).
+func benchMountUnmount(b *testing.B, allocOf func(id string) string) {
 	const count = 100
 	writes := &countingBucket{}
 	n, plugin := newHostpathNode(b, func(bucket storage.Bucket) storage.Bucket {
@@ -71,10 +82,10 @@ func BenchmarkMountUnmount100Volumes(b *testing.B) {
 	runqueue, runnable := runqueueWait(b), runnableWait()
 	volumes := runPairs(b, count, func(i int) error {
 		id := fmt.Sprintf("v%d", i)
-		if _, err := n.manager.Mount(ctx, "", id, "alloc", false); err != nil {
+		if _, err := n.manager.Mount(ctx, "", id, allocOf(id), false); err != nil {
 			return err
 		}
-		return n.manager.Unmount(ctx, "", id, "alloc")
+		return n.manager.Unmount(ctx, "", id, allocOf(id))
 	})
 	b.StopTimer()
 	commits, syncs = n.store.Commits()-commits, plugin.Driver.JournalSyncs()-syncs

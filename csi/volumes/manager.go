@@ -277,34 +277,7 @@ func (m *manager) onJobDone(ctx actor.Context, msg *jobDone) {
 		m.forgetRetry(o.key)
 	}
 	m.runNext(ctx, o.key)
-	m.sweep(o.alloc)
 	m.finishShutdown(ctx)
-}
-
-// sweep removes alloc's empty per-alloc directories once no record holds a
-// publish of alloc and no operation of alloc runs or waits. It runs on the
-// actor's goroutine (a few rmdir calls) because only the actor knows that
-// no job is about to create a target under them: jobs of different volumes
-// share these parents.
-func (m *manager) sweep(alloc string) {
-	if alloc == "" {
-		return
-	}
-	for _, rec := range m.records {
-		if _, ok := rec.GetPublishes()[alloc]; ok {
-			return
-		}
-	}
-	for _, q := range m.queues {
-		if q.running != nil && q.running.alloc == alloc || slices.ContainsFunc(q.pending, func(o *op) bool { return o.alloc == alloc }) {
-			return
-		}
-	}
-	for _, dir := range m.env.paths.allocDirs(alloc) {
-		if err := removeEmptyTree(dir); err != nil {
-			m.log.Warn("could not remove an alloc's empty directories", "alloc_id", alloc, "error", err)
-		}
-	}
 }
 
 // answer sends o's response to its requester, if it has one.

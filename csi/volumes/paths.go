@@ -73,16 +73,6 @@ func (p paths) target(plugin, alloc, namespace, id string) string {
 	return filepath.Join(p.root, plugin, PerAllocDirName, alloc, namespace, id)
 }
 
-// allocDirs returns the per-alloc directory of alloc under every plugin's
-// directory in the root.
-func (p paths) allocDirs(alloc string) []string {
-	var out []string
-	for _, plugin := range subdirs(p.root) {
-		out = append(out, filepath.Join(p.root, plugin, PerAllocDirName, alloc))
-	}
-	return out
-}
-
 // removeEmptyTree removes dir's empty subdirectories, one level down, and
 // then dir itself, when they are empty; a mount point or a directory with
 // anything else in it stays.

@@ -24,6 +24,14 @@ import (
 // when no operation of that namespace runs or waits. rmdir removes neither
 // a mount point nor a directory with anything in it. The first sweep after
 // a start also removes what an earlier run left.
+//
+// The same sweep removes the empty per-alloc directories (an alloc's
+// directory and its namespaces' under it) of every alloc with no publish in
+// a record and no operation running or waiting: the way out leaves them,
+// so that an unmount removes no directory on the manager's goroutine, and
+// 100 allocs unmounting cost no more directory work than one. The reasoning
+// is the staging directories': only a job of an operation of the alloc, or
+// of a volume whose record holds the alloc's publish, creates or uses them.
 
 // stagingSweepDue is sent by the sweep's timer to the manager.
 type stagingSweepDue struct{}
@@ -50,6 +58,7 @@ func (m *manager) onStagingSweepDue(ctx actor.Context) {
 	if removed := m.sweepStaging(); removed > 0 {
 		m.log.Debug("removed the staging directories of idle volumes", "count", removed)
 	}
+	m.sweepAllocs()
 	m.scheduleStagingSweep(ctx)
 }
 
@@ -75,6 +84,36 @@ func (m *manager) sweepStaging() int {
 		}
 	}
 	return removed
+}
+
+// sweepAllocs removes the empty per-alloc directories of the allocs that
+// no record publishes to and no operation is for (see above).
+func (m *manager) sweepAllocs() {
+	busy := map[string]bool{}
+	for _, rec := range m.records {
+		for alloc := range rec.GetPublishes() {
+			busy[alloc] = true
+		}
+	}
+	for _, q := range m.queues {
+		if q.running != nil {
+			busy[q.running.alloc] = true
+		}
+		for _, o := range q.pending {
+			busy[o.alloc] = true
+		}
+	}
+	for _, plugin := range subdirs(m.env.paths.root) {
+		perAlloc := filepath.Join(m.env.paths.root, plugin, PerAllocDirName)
+		for _, alloc := range subdirs(perAlloc) {
+			if busy[alloc] {
+				continue
+			}
+			if err := removeEmptyTree(filepath.Join(perAlloc, alloc)); err != nil {
+				m.log.Warn("could not remove an alloc's empty directories", "alloc_id", alloc, "error", err)
+			}
+		}
+	}
 }
 
 // namespaceBusy reports whether an operation of a volume of ns runs or waits.

@@ -22,6 +22,20 @@ func sweep(n *node, clock *supervisortest.FakeClock) {
 	n.status("sweep")
 }
 
+// mountInFlight starts a mount of volume id for alloc and returns once the
+// plugin holds the mount's call of method, with the fault that holds it and
+// the channel the mount's error comes on.
+func mountInFlight(n *node, p *strictPlugin, method, id, alloc string) (*fault, <-chan error) {
+	f := p.hold(method)
+	mounted := make(chan error, 1)
+	go func() {
+		_, err := n.manager.Mount(ctx, "", id, alloc, false)
+		mounted <- err
+	}()
+	<-f.reached
+	return f, mounted
+}
+
 // TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight holds a mount in
 // NodeStageVolume, when the directory it staged at is still empty, and
 // runs the staging sweep: that directory stays, and one that no volume
@@ -36,13 +50,7 @@ func TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight(t *testing.T) {
 	stale := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "stale")
 	require.NoError(t, os.MkdirAll(stale, 0o700))
 
-	f := p.hold("NodeStageVolume")
-	mounted := make(chan error, 1)
-	go func() {
-		_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-		mounted <- err
-	}()
-	<-f.reached
+	f, mounted := mountInFlight(n, p, "NodeStageVolume", "vol", "web-1")
 	require.DirExists(t, staging, "the mount created its staging directory before NodeStageVolume")
 	sweep(n, clock)
 	require.NoDirExists(t, stale, "the sweep ran, and removed a directory no volume uses")
@@ -94,5 +102,43 @@ func TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses(t *testing.T) {
 	sweep(n, clock)
 	require.NoDirExists(t, stagingOf("idle"))
 	require.NoDirExists(t, stagingOf("held"))
+	require.Empty(t, mountsUnder(t, n.root))
+}
+
+// TestTheSweepRemovesAnAllocsDirectoriesOnlyOnceItIsIdle holds web-1's
+// mount in NodePublishVolume, when the manager has made the target's
+// parent and the plugin not yet the target, and runs the sweep: that
+// parent stays, and the empty directory of an alloc with no mount goes.
+// After web-1's unmount its directories stay until the next sweep, which
+// removes them and keeps those of web-2, whose volume is still mounted.
+func TestTheSweepRemovesAnAllocsDirectoriesOnlyOnceItIsIdle(t *testing.T) {
+	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
+	p.create(n, "other", "hp", model.AccessModeSingleNodeWriter)
+	allocDir := func(alloc string) string { return filepath.Join(n.root, "hp", volumes.PerAllocDirName, alloc) }
+	require.NoError(t, os.MkdirAll(filepath.Join(allocDir("gone"), "default"), 0o700))
+	other, err := n.manager.Mount(ctx, "", "other", "web-2", false)
+	require.NoError(t, err)
+
+	f, mounted := mountInFlight(n, p, "NodePublishVolume", "vol", "web-1")
+	parent := filepath.Join(allocDir("web-1"), "default")
+	require.DirExists(t, parent, "the mount made its target's parent before NodePublishVolume")
+	sweep(n, clock)
+	require.NoDirExists(t, allocDir("gone"), "the sweep ran, and removed an alloc's directory no mount uses")
+	require.DirExists(t, parent, "the sweep kept the directory of the mount in flight")
+	p.unhang(f)
+	require.NoError(t, <-mounted)
+
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
+	require.DirExists(t, parent, "the unmount left the alloc's directory to the sweep")
+	sweep(n, clock)
+	require.NoDirExists(t, allocDir("web-1"), "the sweep removed the directory of the idle alloc")
+	require.Equal(t, []string{other.TargetPath}, mountsUnder(t, allocDir("web-2")), "and kept the mounted alloc's")
+
+	require.NoError(t, n.manager.Unmount(ctx, "", "other", "web-2"))
+	sweep(n, clock)
+	require.NoDirExists(t, allocDir("web-2"))
 	require.Empty(t, mountsUnder(t, n.root))
 }
