@@ -5,19 +5,24 @@ import (
 	"errors"
 	"sync"
 
-	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/stats"
 )
 
 // capsCache holds a plugin instance's answers to NodeGetCapabilities and
-// ControllerGetCapabilities for as long as the client's connection stays
-// ready: the instance behind a connection does not change its
-// capabilities, and a plugin that restarts on its socket drops the
-// connection first. The volume manager asks them for every mount, and
-// they would cost a round trip each.
+// ControllerGetCapabilities for as long as one transport of the client's
+// connection stays up: the instance behind a transport does not change its
+// capabilities, and a plugin that restarts on its socket is reached
+// through a new transport. The volume manager asks them for every mount,
+// and they would cost a round trip each.
+//
+// It is the connection's stats handler: gRPC calls HandleConn when a
+// transport starts (before any RPC is sent on it) and when it ends, on
+// the transport's own goroutine, and each call forgets the answers, so
+// none outlives the transport it was asked on.
 type capsCache struct {
 	mu sync.Mutex
-	// epoch counts the times the connection left the ready state; an
-	// answer asked in an earlier epoch is not kept.
+	// epoch counts the transports started and ended; an answer asked in
+	// an earlier epoch is not kept.
 	epoch uint64
 	node  *NodeCapabilities
 	ctrl  *ControllerCapabilities
@@ -34,22 +39,18 @@ func (c *capsCache) forget() {
 	c.node, c.ctrl, c.ctrlErr = nil, nil, nil
 }
 
-// watch forgets the capabilities each time the connection leaves the
-// ready state (a transport that broke, a plugin that restarted) until ctx
-// ends or the connection shuts down.
-func (c *Client) watch(ctx context.Context) {
-	defer close(c.watched)
-	state := c.conn.GetState()
-	for c.conn.WaitForStateChange(ctx, state) {
-		state = c.conn.GetState()
-		if state != connectivity.Ready {
-			c.caps.forget()
-		}
-		if state == connectivity.Shutdown {
-			return
-		}
-	}
-}
+// HandleConn forgets the answers at each transport's start and end
+// (stats.ConnBegin, stats.ConnEnd).
+func (c *capsCache) HandleConn(context.Context, stats.ConnStats) { c.forget() }
+
+// TagConn implements stats.Handler.
+func (c *capsCache) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+// TagRPC implements stats.Handler.
+func (c *capsCache) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC implements stats.Handler.
+func (c *capsCache) HandleRPC(context.Context, stats.RPCStats) {}
 
 // NodeCapabilitiesCached is NodeGetCapabilities, answered from the
 // client's cache once the plugin instance has answered it on the current

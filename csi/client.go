@@ -102,11 +102,9 @@ type Client struct {
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	closeErr   error
-	// caps holds the plugin's capabilities while the connection stays
-	// up; stopWatch ends the goroutine that forgets them when it drops.
-	caps      capsCache
-	stopWatch context.CancelFunc
-	watched   chan struct{}
+	// caps holds the plugin's capabilities while one transport of the
+	// connection stays up; gRPC tells it of each transport's start and end.
+	caps *capsCache
 }
 
 // Dial connects to the CSI plugin listening on socketPath and returns once
@@ -124,7 +122,9 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		return nil, err
 	}
 	dialer := &unixDialer{path: socketPath}
+	caps := &capsCache{}
 	conn, err := grpc.NewClient("passthrough:///csi",
+		grpc.WithStatsHandler(caps),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithAuthority("localhost"),
 		grpc.WithContextDialer(dialer.dial),
@@ -159,11 +159,8 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		controller: csipb.NewControllerClient(conn),
 		node:       csipb.NewNodeClient(conn),
 		opts:       opts,
-		watched:    make(chan struct{}),
+		caps:       caps,
 	}
-	var watchCtx context.Context
-	watchCtx, c.stopWatch = context.WithCancel(context.Background())
-	go c.watch(watchCtx)
 	return c, nil
 }
 
@@ -225,8 +222,6 @@ func (d *unixDialer) lastError() error {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		c.stopWatch()
-		<-c.watched
 		if err := c.conn.Close(); err != nil {
 			c.closeErr = fmt.Errorf("csi: close: %w", err)
 		}
