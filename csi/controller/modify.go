@@ -41,8 +41,11 @@ func (c *Controller) Modify(ctx context.Context, namespace, id string, params ma
 	if err != nil {
 		return nil, fmt.Errorf("controller: %s: %w", what, err)
 	}
-	if v.Deleting {
-		return nil, fmt.Errorf("controller: %s: %w", what, model.ErrVolumeDeleting)
+	// The catalog's own check of the record to come, before the RPC: a
+	// change the plugin took must be one the catalog can record (a
+	// volume being deleted, or too many keys once merged, is refused now).
+	if _, err := model.RecordModifyOn(v, params); err != nil {
+		return nil, fmt.Errorf("controller: %s: %w", what, err)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capModify)
 	if err != nil {

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -9,6 +10,7 @@ import (
 	"go.uber.org/mock/gomock"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
@@ -71,4 +73,30 @@ func TestModifyOnTheHostpathPluginIsStrict(t *testing.T) {
 	v, err := f.cat.GetVolume(ctx, "", "db")
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{hostpath.MutableTier: "fast"}, v.MutableParameters, "what the plugin refused is not recorded")
+}
+
+// TestAModifyTheCatalogCouldNotRecordSendsNothing: a volume holding
+// MaxMutableParameters keys takes a modify of those keys, but a new key
+// would put it over the limit once merged, so the modify is refused, the
+// field and the limit named, before any ControllerModifyVolume: the plugin
+// never takes a change the catalog cannot record.
+func TestAModifyTheCatalogCouldNotRecordSendsNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.serveMocks()
+	f.created(m)
+	full := map[string]string{}
+	for i := range model.MaxMutableParameters {
+		full[fmt.Sprint("k", i)] = "v"
+	}
+	expectCaps(m, modifyCap)
+	m.Controller.EXPECT().ControllerModifyVolume(gomock.Any(), gomock.Any()).Times(1).Return(&csipb.ControllerModifyVolumeResponse{}, nil)
+	_, err := f.ctl.Modify(context.Background(), "", "db", full)
+	require.NoError(t, err)
+
+	_, err = f.ctl.Modify(context.Background(), "", "db", map[string]string{"one-more": "v"})
+	require.ErrorIs(t, err, model.ErrInvalid)
+	require.ErrorContains(t, err, fmt.Sprintf("mutable_parameters would hold %d keys, over the limit of %d", model.MaxMutableParameters+1, model.MaxMutableParameters))
+	held, err := f.cat.GetVolume(context.Background(), "", "db")
+	require.NoError(t, err)
+	require.Equal(t, full, held.MutableParameters, "nothing changed")
 }

@@ -105,3 +105,28 @@ func TestRecordModifyOnMergesTheMutableParametersAndARegistrationKeepsThem(t *te
 	}
 	require.Equal(t, map[string]string{"iops": "5000", "tier": "slow"}, second.MutableParameters, "refusals change nothing")
 }
+
+// TestARegistrationOfAnotherPluginVolumeKeepsNoMutableParameters: the
+// parameters a modify set belong to the plugin's volume, so a new
+// description that names another plugin volume, or another plugin, starts
+// without them; one of the same plugin volume keeps them.
+func TestARegistrationOfAnotherPluginVolumeKeepsNoMutableParameters(t *testing.T) {
+	v, err := RecordModifyOn(healthyVolume(AccessModeSingleNodeWriter), map[string]string{"iops": "5000"})
+	require.NoError(t, err)
+	for name, change := range map[string]func(*CSIVolume){
+		"another plugin volume": func(n *CSIVolume) { n.ExternalID = "vol-other" },
+		"another plugin":        func(n *CSIVolume) { n.PluginID = "other-plugin" },
+	} {
+		again := v.Copy()
+		again.MutableParameters = nil
+		change(again)
+		registered, err := RegisterOver(v, again)
+		require.NoError(t, err, name)
+		require.Empty(t, registered.MutableParameters, name)
+	}
+	same := v.Copy()
+	same.MutableParameters = nil
+	registered, err := RegisterOver(v, same)
+	require.NoError(t, err)
+	require.Equal(t, v.MutableParameters, registered.MutableParameters)
+}

@@ -52,6 +52,10 @@ func RegisterOver(old, v *CSIVolume) (*CSIVolume, error) {
 	v.CreateIndex, v.ModifyIndex, v.ResourceExhausted, v.Attachments = 0, 0, time.Time{}, nil
 	if old != nil {
 		v.CreateIndex, v.ResourceExhausted = old.CreateIndex, old.ResourceExhausted
+	}
+	if old != nil && old.PluginID == v.PluginID && old.PluginVolumeID() == v.PluginVolumeID() {
+		// The parameters a modify set belong to the plugin's volume: a
+		// description that names another keeps none of them.
 		v.MutableParameters = maps.Clone(old.MutableParameters)
 	}
 	return v, nil
