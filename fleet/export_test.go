@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,6 +51,9 @@ func Fill(ctx context.Context, s *Store, vols []*model.CSIVolume) error {
 			}
 			ops := append([]clientv3.Op{clientv3.OpPut(key, value)}, s.indexOps(v.Namespace, v.ID, nil, v)...)
 			if len(w.ops)+len(ops)+1+countShards > fillOps {
+				if len(w.ops) == 0 {
+					return fmt.Errorf("fleet: Fill: volume %s/%s alone needs more than %d writes", v.Namespace, v.ID, fillOps)
+				}
 				break
 			}
 			w.ops = append(w.ops, ops...)

@@ -84,7 +84,7 @@ func (m *manager) onStanding(ctx actor.Context, s model.Standing) {
 	switch s {
 	case model.StandingAtRisk:
 		m.log.Warn("this node's lease in the fleet is at risk: new mounts and claims are refused until it is renewed")
-		m.announce(EventClaimAtRisk, "this node has not renewed its lease in the fleet for half its TTL")
+		m.announce(EventClaimAtRisk, "this node has not renewed its lease in the fleet for half its TTL and the etcd client's half-second tick")
 	case model.StandingLost:
 		m.log.Warn("this node's lease in the fleet may be lost: writers' mounts become read-only until their claims are checked")
 		m.fenceNow(ctx)

@@ -321,7 +321,7 @@ func (p *provider) list(ctx context.Context) ([]*cluster.Member, int64, error) {
 func (p *provider) listWith(ctx context.Context, client *clientv3.Client) ([]*cluster.Member, int64, error) {
 	resp, err := client.Get(ctx, p.prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, fmt.Errorf("member: list the members in etcd %v: %w", p.client.Endpoints(), err)
+		return nil, 0, fmt.Errorf("member: list the members in etcd %v: %w", client.Endpoints(), err)
 	}
 	members := make([]*cluster.Member, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -338,13 +338,13 @@ func (p *provider) listWith(ctx context.Context, client *clientv3.Client) ([]*cl
 // left reports whether etcd holds no member at address: the member there
 // left the fleet (its key went with its lease, which a member that stops
 // revokes before its remote stops). It is false when etcd does not
-// answer within a second, or before StartMember.
+// answer within leftWait, or before StartMember.
 func (p *provider) left(address string) bool {
 	client := p.asked.Load()
 	if client == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, p.timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), min(leftWait, p.timeout))
 	defer cancel()
 	members, _, err := p.listWith(ctx, client)
 	if err != nil {
@@ -352,6 +352,11 @@ func (p *provider) left(address string) bool {
 	}
 	return !slices.ContainsFunc(members, func(m *cluster.Member) bool { return m.Address() == address })
 }
+
+// leftWait bounds left's read of etcd: it runs in protoactor's log
+// handler, on the goroutine of the actor that logged (an endpoint
+// writer's), which it holds up meanwhile.
+const leftWait = 200 * time.Millisecond
 
 func (p *provider) retryDelay() time.Duration { return p.ttl / 4 }
 
