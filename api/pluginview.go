@@ -91,7 +91,7 @@ func (s *Server) getPluginView(w http.ResponseWriter, r *http.Request) error {
 	}
 	i := slices.IndexFunc(plugins, func(p *model.CSIPlugin) bool { return p.ID == name })
 	if i < 0 {
-		return fmt.Errorf("%w: plugin %q: no instance of it was fingerprinted on this node", model.ErrPluginNotFound, name)
+		return fmt.Errorf("%w: plugin %q: this agent has no instance of it, no volume of it and no expectation of it: run the plugin, or declare one with plugvisor plugin expect %s -nodes N", model.ErrPluginNotFound, name, name)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"plugin": pluginView(plugins[i], "node")})
 	return nil
