@@ -15,7 +15,7 @@ VERSION     ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>
 COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 LDFLAGS     := -X github.com/plugvisor/plugvisor/version.Version=$(VERSION) -X github.com/plugvisor/plugvisor/version.Commit=$(COMMIT)
 
-.PHONY: help proto build test examples readme bench bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability kubelet-registration
+.PHONY: help proto build test examples readme bench bench-volumes bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability kubelet-registration
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -109,6 +109,9 @@ kubelet-registration: ## the full cycle with the real node-driver-registrar (NDR
 bench: ## run the benchmarks (BENCH=regexp to pick)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
 
+bench-volumes: ## the volume manager's 100-volume mount+unmount benchmark, on TMPDIR and (as root) on an ext4 with a journal
+	bench/volumes.sh $(BENCH_VOLUMES_COUNT)
+
 bench-soak: ## 100,000 claims and releases on 100 volumes of one etcd, compaction off and on: the db and the history kept
 	$(GO) test -run '^$$' -bench '^BenchmarkSoak$$' -benchtime 100000x -timeout 30m ./fleet/
 
@@ -133,6 +136,7 @@ bench-cluster: ## the cluster benchmarks: 3 members × 8 callers, and a fleet of
 BENCH_COMPARE_DIR   := $(BIN)/bench-compare
 BENCH_COMPARE_ONCE  := StuckSubscriber|MemoryPerPlugin
 BENCH_COMPARE_COUNT ?= 5
+BENCH_VOLUMES_COUNT ?= 5
 .PHONY: bench-compare
 bench-compare: SHELL := /bin/bash
 bench-compare: .SHELLFLAGS := -eo pipefail -c
