@@ -1,5 +1,7 @@
 package csi
 
+import "github.com/plugvisor/plugvisor/csi/catalog/model"
+
 // Health descriptions that the CSI manager writes into fingerprints and the
 // catalog reads back: the catalog tells a stopped instance's final word from
 // a live one's by them, without importing the manager.
@@ -8,5 +10,5 @@ package csi
 const HealthyDescription = "healthy"
 
 // StoppedDescription is the health description of the final fingerprint an
-// instance reports when it stops.
-const StoppedDescription = "plugin instance stopped"
+// instance reports when it stops (model.CSIInfo.Stopped tells it).
+const StoppedDescription = model.StoppedDescription

@@ -922,8 +922,10 @@ type CatalogInstance struct {
 	RequiresTopologies       bool                   `protobuf:"varint,9,opt,name=requires_topologies,json=requiresTopologies,proto3" json:"requires_topologies,omitempty"`
 	ControllerInfo           *CatalogControllerInfo `protobuf:"bytes,10,opt,name=controller_info,json=controllerInfo,proto3" json:"controller_info,omitempty"`
 	NodeInfo                 *CatalogNodeInfo       `protobuf:"bytes,11,opt,name=node_info,json=nodeInfo,proto3" json:"node_info,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// replaced_by is the fingerprint's replaced_by (CSIFingerprint).
+	ReplacedBy    string `protobuf:"bytes,12,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CatalogInstance) Reset() {
@@ -1031,6 +1033,13 @@ func (x *CatalogInstance) GetNodeInfo() *CatalogNodeInfo {
 		return x.NodeInfo
 	}
 	return nil
+}
+
+func (x *CatalogInstance) GetReplacedBy() string {
+	if x != nil {
+		return x.ReplacedBy
+	}
+	return ""
 }
 
 // CatalogPluginJob is a job that runs instances of a plugin.
@@ -3046,7 +3055,7 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"maxVolumes\x12T\n" +
 	"\x13accessible_topology\x18\x03 \x01(\v2#.plugvisor.messages.CatalogTopologyR\x12accessibleTopology\x12\"\n" +
 	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\x12\x18\n" +
-	"\aunknown\x18\x05 \x03(\x05R\aunknown\"\x9b\x04\n" +
+	"\aunknown\x18\x05 \x03(\x05R\aunknown\"\xbc\x04\n" +
 	"\x0fCatalogInstance\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12\x18\n" +
@@ -3060,7 +3069,9 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"\x13requires_topologies\x18\t \x01(\bR\x12requiresTopologies\x12R\n" +
 	"\x0fcontroller_info\x18\n" +
 	" \x01(\v2).plugvisor.messages.CatalogControllerInfoR\x0econtrollerInfo\x12@\n" +
-	"\tnode_info\x18\v \x01(\v2#.plugvisor.messages.CatalogNodeInfoR\bnodeInfo\"R\n" +
+	"\tnode_info\x18\v \x01(\v2#.plugvisor.messages.CatalogNodeInfoR\bnodeInfo\x12\x1f\n" +
+	"\vreplaced_by\x18\f \x01(\tR\n" +
+	"replacedBy\"R\n" +
 	"\x10CatalogPluginJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +

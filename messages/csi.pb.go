@@ -231,8 +231,14 @@ type CSIFingerprint struct {
 	Capabilities      *CSICapabilities       `protobuf:"bytes,7,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	NodeInfo          *CSINodeInfo           `protobuf:"bytes,8,opt,name=node_info,json=nodeInfo,proto3" json:"node_info,omitempty"`
 	UpdateTime        *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// replaced_by is set by the CSI manager on the final fingerprint of an
+	// instance that a newer allocation took over: that allocation's ID. The
+	// catalog keeps the plugin, and what its fingerprints said, until the
+	// newer allocation's first fingerprint arrives. Empty when the plugin was
+	// deregistered or the manager is closing.
+	ReplacedBy    string `protobuf:"bytes,10,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CSIFingerprint) Reset() {
@@ -326,6 +332,13 @@ func (x *CSIFingerprint) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *CSIFingerprint) GetReplacedBy() string {
+	if x != nil {
+		return x.ReplacedBy
+	}
+	return ""
 }
 
 // SubscribeCSI is sent by any actor (the catalog, the agent's API) to the
@@ -759,7 +772,7 @@ const file_messages_csi_proto_rawDesc = "" +
 	"\x13accessible_topology\x18\x03 \x03(\v27.plugvisor.messages.CSINodeInfo.AccessibleTopologyEntryR\x12accessibleTopology\x1aE\n" +
 	"\x17AccessibleTopologyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x03\n" +
 	"\x0eCSIFingerprint\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -771,7 +784,10 @@ const file_messages_csi_proto_rawDesc = "" +
 	"\fcapabilities\x18\a \x01(\v2#.plugvisor.messages.CSICapabilitiesR\fcapabilities\x12<\n" +
 	"\tnode_info\x18\b \x01(\v2\x1f.plugvisor.messages.CSINodeInfoR\bnodeInfo\x12;\n" +
 	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"R\n" +
+	"updateTime\x12\x1f\n" +
+	"\vreplaced_by\x18\n" +
+	" \x01(\tR\n" +
+	"replacedBy\"R\n" +
 	"\fSubscribeCSI\x12*\n" +
 	"\n" +
 	"subscriber\x18\x01 \x01(\v2\n" +

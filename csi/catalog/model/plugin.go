@@ -113,6 +113,20 @@ type CSIInfo struct {
 	ControllerInfo *ControllerInfo
 	// NodeInfo is the node service's fingerprint, if it runs.
 	NodeInfo *NodeInfo
+	// ReplacedBy is, on the final fingerprint of an instance that a newer
+	// allocation took over, that allocation's ID (the CSI manager's word);
+	// empty otherwise.
+	ReplacedBy string
+}
+
+// StoppedDescription is the health description of the final fingerprint
+// an instance reports when it stops (csi.StoppedDescription is this one).
+const StoppedDescription = "plugin instance stopped"
+
+// Stopped reports whether i is the final fingerprint of an instance that
+// stopped: unhealthy, with StoppedDescription. False for nil.
+func (i *CSIInfo) Stopped() bool {
+	return i != nil && !i.Healthy && i.HealthDescription == StoppedDescription
 }
 
 // Copy returns a copy of i that shares nothing with it; nil for nil.

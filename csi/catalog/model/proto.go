@@ -98,6 +98,7 @@ func InstanceFromFingerprint(fp *messages.CSIFingerprint) (*CSIInfo, error) {
 		ProviderVersion:          fp.GetPluginInfo().GetVendorVersion(),
 		RequiresControllerPlugin: slices.Contains(caps.GetPlugin(), "CONTROLLER_SERVICE"),
 		RequiresTopologies:       slices.Contains(caps.GetPlugin(), "VOLUME_ACCESSIBILITY_CONSTRAINTS"),
+		ReplacedBy:               fp.GetReplacedBy(),
 	}
 	switch fp.GetType() {
 	case fingerprintController:
@@ -307,6 +308,7 @@ func (i *CSIInfo) Proto() *messages.CatalogInstance {
 		ProviderVersion:          i.ProviderVersion,
 		RequiresControllerPlugin: i.RequiresControllerPlugin,
 		RequiresTopologies:       i.RequiresTopologies,
+		ReplacedBy:               i.ReplacedBy,
 	}
 	if c := i.ControllerInfo; c != nil {
 		out.ControllerInfo = &messages.CatalogControllerInfo{
@@ -338,6 +340,7 @@ func InstanceFromProto(m *messages.CatalogInstance) *CSIInfo {
 		ProviderVersion:          m.GetProviderVersion(),
 		RequiresControllerPlugin: m.GetRequiresControllerPlugin(),
 		RequiresTopologies:       m.GetRequiresTopologies(),
+		ReplacedBy:               m.GetReplacedBy(),
 	}
 	if c := m.GetControllerInfo(); c != nil {
 		info.ControllerInfo = &ControllerInfo{UnknownCapabilities: slices.Clone(c.GetUnknown())}

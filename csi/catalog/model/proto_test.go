@@ -119,6 +119,12 @@ func TestCatalogInstanceFromFingerprint(t *testing.T) {
 		NodeID: "i-1", MaxVolumes: 16, AccessibleTopology: &Topology{Segments: map[string]string{"zone": "a"}},
 		RequiresNodeStageVolume: true, SupportsStats: true, UnknownCapabilities: []int32{11, 4},
 	}
+	replaced := func(fp *messages.CSIFingerprint) *messages.CSIFingerprint {
+		fp.Healthy, fp.HealthDescription, fp.ReplacedBy = false, StoppedDescription, "a2"
+		return fp
+	}
+	replacedNode := node
+	replacedNode.Healthy, replacedNode.HealthDescription, replacedNode.ReplacedBy = false, StoppedDescription, "a2"
 	tests := []struct {
 		name string
 		fp   *messages.CSIFingerprint
@@ -126,6 +132,7 @@ func TestCatalogInstanceFromFingerprint(t *testing.T) {
 	}{
 		{"a controller fingerprint gives controller info only", base("csi-controller"), &controller},
 		{"a node fingerprint gives node info only", base("csi-node"), &node},
+		{"a replaced instance's final fingerprint names its successor", replaced(base("csi-node")), &replacedNode},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
