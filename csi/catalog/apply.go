@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
@@ -225,7 +224,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 // that another alloc has replaced on nodeID: the manager publishes it after
 // the new instance may have spoken, and it must not hide the new one.
 func lateWord(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
-	if p == nil || info.Healthy || info.HealthDescription != csi.StoppedDescription {
+	if p == nil || !info.Stopped() {
 		return false
 	}
 	entries := p.Nodes

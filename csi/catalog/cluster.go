@@ -10,7 +10,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
@@ -280,12 +279,12 @@ func stubProto(s *model.CSIVolumeStub) *messages.CatalogVolumeStub {
 // this node, unless it is the final word of an instance that another
 // alloc has replaced, and sends this node's fingerprints to the Fleet.
 func (a *catalogActor) forwardFingerprint(ctx actor.Context, fp *messages.CSIFingerprint) {
-	if info, err := model.InstanceFromFingerprint(fp); err != nil || names.Check("plugin name", info.PluginID) != nil {
+	info, err := model.InstanceFromFingerprint(fp)
+	if err != nil || names.Check("plugin name", info.PluginID) != nil {
 		return // refused by the local catalog too
 	}
 	key := fp.GetType() + "/" + fp.GetName()
-	if old := a.cluster.fps[key]; old != nil && old.GetAllocId() != fp.GetAllocId() &&
-		!fp.GetHealthy() && fp.GetHealthDescription() == csi.StoppedDescription {
+	if old := a.cluster.fps[key]; old != nil && old.GetAllocId() != fp.GetAllocId() && info.Stopped() {
 		return
 	}
 	a.cluster.fps[key] = fp

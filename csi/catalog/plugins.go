@@ -9,7 +9,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -20,7 +19,7 @@ import (
 //
 // An empty plugin is forgotten by the write that empties it, as Nomad's
 // state store does with CSIPlugin.IsEmpty: a plugin with no instance (an
-// instance whose final fingerprint said it stopped, csi.StoppedDescription,
+// instance whose final fingerprint said it stopped, model.CSIInfo.Stopped,
 // is none), no expectation and no volume is deleted from the catalog, its
 // record with it. The writes that can empty one are a plugin instance's
 // deregistration (its final fingerprint), a volume's deregistration (one or
@@ -118,7 +117,7 @@ func (c *catalogChange) collect(s *catalogState) {
 func hasInstance(p *model.CSIPlugin) bool {
 	for _, entries := range []map[string]*model.CSIInfo{p.Controllers, p.Nodes} {
 		for _, info := range entries {
-			if info.Healthy || info.HealthDescription != csi.StoppedDescription {
+			if !info.Stopped() {
 				return true
 			}
 		}

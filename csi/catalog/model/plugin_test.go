@@ -188,3 +188,23 @@ func TestPluginStub(t *testing.T) {
 		CreateIndex: 3, ModifyIndex: 4,
 	}, p.Stub())
 }
+
+func TestOnlyAnUnhealthyFingerprintWithTheStoppedDescriptionSaysItsInstanceStopped(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		healthy     bool
+		description string
+		want        bool
+	}{
+		{"a final fingerprint", false, StoppedDescription, true},
+		{"an unhealthy live instance", false, "Probe: plugin is not ready", false},
+		{"a healthy instance, whatever it says", true, StoppedDescription, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			info := fingerprint("a1", tt.healthy, false, true)
+			info.HealthDescription = tt.description
+			require.Equal(t, tt.want, info.Stopped())
+		})
+	}
+	require.False(t, (*CSIInfo)(nil).Stopped(), "no fingerprint is no stopped instance")
+}
