@@ -232,9 +232,10 @@ type CSIFingerprint struct {
 	NodeInfo          *CSINodeInfo           `protobuf:"bytes,8,opt,name=node_info,json=nodeInfo,proto3" json:"node_info,omitempty"`
 	UpdateTime        *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// replaced_by is set by the CSI manager on the final fingerprint of an
-	// instance that a newer allocation took over: that allocation's ID. The
-	// catalog keeps the plugin, and what its fingerprints said, until the
-	// newer allocation's first fingerprint arrives. Empty when the plugin was
+	// instance that another instance took over (a newer allocation's, or the
+	// same allocation's at a new socket): the allocation it serves. The
+	// catalog keeps the plugin, and what its fingerprints said, until the new
+	// instance's first fingerprint arrives. Empty when the plugin was
 	// deregistered or the manager is closing.
 	ReplacedBy    string `protobuf:"bytes,10,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
 	unknownFields protoimpl.UnknownFields

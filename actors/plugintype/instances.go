@@ -242,6 +242,16 @@ func (m *Instances) Current(instance *actor.PID) (*messages.PluginInfo, bool) {
 	return nil, false
 }
 
+// Serving returns the allocation that the current instance of plugin
+// (ptype, name) serves; nil when no instance serves it (the plugin is not
+// registered, its instance failed, or the manager is closing).
+func (m *Instances) Serving(ptype, name string) *messages.PluginInfo {
+	if p := m.plugins[key{ptype, name}]; p != nil && p.child != nil {
+		return p.info
+	}
+	return nil
+}
+
 // Known reports whether instance is a child that has not terminated yet,
 // current or not.
 func (m *Instances) Known(instance *actor.PID) bool {

@@ -213,8 +213,11 @@ func (a *managerActor) onFingerprinted(ctx actor.Context, msg *messages.CSIInsta
 // health change when there was one.
 func (a *managerActor) record(ctx actor.Context, instance *actor.PID, st *instanceState, fp *messages.CSIFingerprint) {
 	prev := st.fingerprint
-	st.fingerprint = fp
 	_, current := a.instances.Current(instance)
+	if !current {
+		fp = a.markReplaced(fp)
+	}
+	st.fingerprint = fp
 	if current && !st.failed {
 		a.list(fp)
 	}
@@ -236,6 +239,25 @@ func (a *managerActor) record(ctx actor.Context, instance *actor.PID, st *instan
 		Type: fp.GetType(), Name: fp.GetName(), AllocId: fp.GetAllocId(),
 		Healthy: fp.GetHealthy(), Description: fp.GetHealthDescription(),
 	})
+}
+
+// markReplaced is fp, the fingerprint of an instance that is no longer
+// current, naming in replaced_by the allocation whose instance serves the
+// plugin now, when it is the final one and another instance took over (a
+// newer allocation's, an older one's handed the plugin back, or the same
+// allocation's at its new socket): the catalog keeps the plugin until the
+// new instance's first fingerprint.
+func (a *managerActor) markReplaced(fp *messages.CSIFingerprint) *messages.CSIFingerprint {
+	if fp.GetHealthy() || fp.GetHealthDescription() != csi.StoppedDescription {
+		return fp
+	}
+	by := a.instances.Serving(fp.GetType(), fp.GetName())
+	if by == nil || by.GetAllocId() == fp.GetReplacedBy() {
+		return fp
+	}
+	fp = proto.CloneOf(fp)
+	fp.ReplacedBy = by.GetAllocId()
+	return fp
 }
 
 // recordUnhealthy records, for an instance that cannot say it itself, its

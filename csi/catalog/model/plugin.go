@@ -113,8 +113,9 @@ type CSIInfo struct {
 	ControllerInfo *ControllerInfo
 	// NodeInfo is the node service's fingerprint, if it runs.
 	NodeInfo *NodeInfo
-	// ReplacedBy is, on the final fingerprint of an instance that a newer
-	// allocation took over, that allocation's ID (the CSI manager's word);
+	// ReplacedBy is, on the final fingerprint of an instance that another
+	// instance took over, the allocation that one serves (the CSI manager's
+	// word, which may be AllocID: the same allocation at a new socket);
 	// empty otherwise.
 	ReplacedBy string
 }

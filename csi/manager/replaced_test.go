@@ -1,0 +1,49 @@
+package manager_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// finalOf waits for the final fingerprint of alloc's instance of "disk",
+// skipping every other event.
+func finalOf(t *testing.T, h *harness, alloc string) *messages.CSIFingerprint {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Until(deadline) > 0 {
+		fp, ok := h.events.Next(t, time.Until(deadline)).Message.(*messages.CSIPluginFingerprinted)
+		if ok && fp.GetFingerprint().GetAllocId() == alloc && fp.GetFingerprint().GetHealthDescription() == csi.StoppedDescription {
+			return fp.GetFingerprint()
+		}
+	}
+	t.Fatalf("no final fingerprint of alloc %s", alloc)
+	return nil
+}
+
+func TestTheFinalFingerprintOfAReplacedInstanceNamesTheAllocationThatTookOver(t *testing.T) {
+	h := startManager(t, nil)
+	for _, s := range []step{register("a1", nodeHealthy("disk", "a1")), register("a2", nodeHealthy("disk", "a2"))} {
+		s.op(t, h)
+		awaitHealth(t, h.events, s.want...)
+	}
+	// awaitHealth skipped a1's final fingerprint: a2 took over from it.
+	h.deregister(t, csi.TypeNode, "disk", "a2")
+	require.Equal(t, "a1", finalOf(t, h, "a2").GetReplacedBy(), "a2 deregistered hands the plugin back to a1")
+	awaitHealth(t, h.events, nodeHealthy("disk", "a1"))
+
+	h.deregister(t, csi.TypeNode, "disk", "a1")
+	require.Empty(t, finalOf(t, h, "a1").GetReplacedBy(), "the last alloc deregistered: nobody takes over")
+}
+
+func TestTheFinalFingerprintOfAnInstanceANewerAllocationReplacedNamesIt(t *testing.T) {
+	h := startManager(t, nil)
+	register("a1", nodeHealthy("disk", "a1")).op(t, h)
+	awaitHealth(t, h.events, nodeHealthy("disk", "a1"))
+	register("a2").op(t, h)
+	require.Equal(t, "a2", finalOf(t, h, "a1").GetReplacedBy())
+}
