@@ -26,6 +26,22 @@ import (
 // a batch), a registration that moves a volume to another plugin, and an
 // expectation of 0/0. Start runs the same check over every plugin. A plugin
 // with a volume is never forgotten.
+//
+// Nor is one whose allocation is being replaced. When a newer allocation
+// takes over a plugin, the old instance's final fingerprint comes before
+// the new one's first (the new instance first connects and fingerprints),
+// and the CSI manager marks it replaced_by the newer allocation: until the
+// new instance's fingerprint takes its place, that record counts as an
+// instance. As in Nomad, where the plugin's job keeps it through a rolling
+// update, the plugin is kept with its create index and with what its
+// fingerprints said, above all that it requires a topology
+// (VOLUME_ACCESSIBILITY_CONSTRAINTS): forgotten, a volume without one could
+// be registered for it in that window. Remembering only the topology
+// requirement would have left the plugin made again under a new create
+// index; keeping every stopped record would have kept a deregistered
+// plugin for ever. A record replaced by an allocation that never spoke
+// stays until a restart: Start counts it as stopped, since every instance
+// fingerprints afresh after one.
 
 // ExpectPlugin declares how many node and controller instances of plugin
 // id this agent expects: its expected counts, kept in the plugin's record
@@ -103,7 +119,7 @@ func (c *catalogChange) collect(s *catalogState) {
 		candidates[p.ID] = p
 	}
 	for _, id := range slices.Sorted(maps.Keys(candidates)) {
-		if p := candidates[id]; p != nil && volumes[id] <= 0 && len(p.Jobs) == 0 && !hasInstance(p) {
+		if p := candidates[id]; p != nil && volumes[id] <= 0 && len(p.Jobs) == 0 && !hasInstance(p, !c.sweep) {
 			c.plugins = slices.DeleteFunc(c.plugins, func(q *model.CSIPlugin) bool { return q.ID == id })
 			if s.plugins[id] != nil {
 				c.forget = append(c.forget, id)
@@ -113,11 +129,12 @@ func (c *catalogChange) collect(s *catalogState) {
 }
 
 // hasInstance reports whether p has a controller or node instance that has
-// not stopped.
-func hasInstance(p *model.CSIPlugin) bool {
+// not stopped or, when takenOver, that stopped for a newer allocation to
+// take over (model.CSIInfo.ReplacedBy).
+func hasInstance(p *model.CSIPlugin, takenOver bool) bool {
 	for _, entries := range []map[string]*model.CSIInfo{p.Controllers, p.Nodes} {
 		for _, info := range entries {
-			if !info.Stopped() {
+			if !info.Stopped() || takenOver && info.ReplacedBy != "" {
 				return true
 			}
 		}

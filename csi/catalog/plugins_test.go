@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -142,5 +144,55 @@ func TestStartForgetsAnEmptyPluginAnOlderCatalogLeft(t *testing.T) {
 			return nil
 		}))
 		require.False(t, found)
+	})
+}
+
+// zonedFingerprint is a node fingerprint of a plugin that advertises
+// VOLUME_ACCESSIBILITY_CONSTRAINTS.
+func zonedFingerprint(plugin, alloc string) *messages.CSIFingerprint {
+	fp := catNodeFingerprint(plugin, alloc, true)
+	fp.Capabilities.Plugin = []string{"VOLUME_ACCESSIBILITY_CONSTRAINTS"}
+	return fp
+}
+
+// replacedFingerprint is the final fingerprint of alloc's instance of a
+// zoned plugin that the manager says alloc by took over.
+func replacedFingerprint(plugin, alloc, by string) *messages.CSIFingerprint {
+	fp := zonedFingerprint(plugin, alloc)
+	fp.Healthy, fp.HealthDescription, fp.ReplacedBy = false, csi.StoppedDescription, by
+	return fp
+}
+
+func TestAPluginWhoseAllocationIsBeingReplacedKeepsItsTopologyRequirementAndItsCreateIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	ctx := context.Background()
+	unzoned := catVolume("db", "zoned", model.AccessModeSingleNodeWriter)
+
+	t.Run("first run", func(t *testing.T) {
+		f := startCatFixture(t, catBoltBucket(t, path))
+		f.feed(zonedFingerprint("zoned", "a1"))
+		created := f.plugin("zoned").CreateIndex
+
+		f.feed(replacedFingerprint("zoned", "a1", "a2"))
+		_, err := f.cat.RegisterVolume(ctx, unzoned)
+		require.ErrorIs(t, err, model.ErrTopologyRequired, "between the two instances the plugin still requires a topology")
+		require.ErrorIs(t, err, model.ErrInvalid)
+		require.Contains(t, f.pluginIDs(), "zoned", "the old instance's final word does not forget a plugin a newer alloc is taking over")
+
+		f.feed(zonedFingerprint("zoned", "a2"))
+		p := f.plugin("zoned")
+		require.Equal(t, created, p.CreateIndex, "the plugin is the same one, not made again")
+		require.Equal(t, "a2", p.Nodes[catNode].AllocID)
+		require.Empty(t, p.Nodes[catNode].ReplacedBy)
+
+		f.feed(replacedFingerprint("zoned", "a2", "a3"))
+		_, err = f.cat.ExpectPlugin(ctx, "zoned", 0, 0)
+		require.NoError(t, err)
+		require.Contains(t, f.pluginIDs(), "zoned", "no other write forgets it while it is taken over either")
+	})
+
+	t.Run("a restart before the newer alloc spoke", func(t *testing.T) {
+		f := startCatFixture(t, catBoltBucket(t, path))
+		require.Empty(t, f.pluginIDs(), "after a restart nothing is being taken over: every instance speaks afresh")
 	})
 }

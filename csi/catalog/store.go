@@ -104,7 +104,8 @@ type catalogChange struct {
 	plugins []*model.CSIPlugin
 	forget  []string
 	// sweep has commit look at every plugin for one to forget, not only
-	// at those the change touches.
+	// at those the change touches, and count a record replaced by another
+	// instance as stopped (see plugins.go): Start's change.
 	sweep bool
 }
 
