@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
@@ -153,4 +154,29 @@ func TestARegistrationThroughANodeWithoutThePluginNeedsTheTopologyItRequires(t *
 	loose.ID = "loose"
 	_, err = b.RegisterVolume(ctx, loose)
 	require.NoError(t, err, "no live node fingerprints zonal: nothing requires a topology")
+}
+
+// TestAPluginWhoseInstanceStoppedForAReplacementStillRequiresItsTopology:
+// between the old instance's final fingerprint and the new one's first,
+// the fleet keeps the stopped one (under the node's lease): the plugin is
+// still there, and still requires a topology. (The fleet never had the
+// one-agent catalog's gap; this keeps it so.)
+func TestAPluginWhoseInstanceStoppedForAReplacementStillRequiresItsTopology(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a, b := open(t, srv, "n1"), open(t, srv, "n2")
+	ctx := testCtx(t)
+	zonal := nodePlugin("zonal", "a1", true)
+	zonal.Capabilities = &messages.CSICapabilities{Plugin: []string{"VOLUME_ACCESSIBILITY_CONSTRAINTS"}}
+	require.NoError(t, a.PutFingerprints(ctx, []*messages.CSIFingerprint{zonal}))
+	final := proto.CloneOf(zonal)
+	final.Healthy, final.HealthDescription, final.ReplacedBy = false, model.StoppedDescription, "a2"
+	require.NoError(t, a.PutFingerprints(ctx, []*messages.CSIFingerprint{final}))
+
+	p, err := b.Plugin(ctx, "zonal")
+	require.NoError(t, err)
+	require.Equal(t, "a2", p.Nodes["n1"].ReplacedBy)
+	z := volume("z", model.AccessModeSingleNodeWriter)
+	z.PluginID = "zonal"
+	_, err = b.RegisterVolume(ctx, z)
+	require.ErrorIs(t, err, model.ErrTopologyRequired)
 }
