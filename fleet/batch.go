@@ -66,7 +66,7 @@ func (s *Store) RegisterVolumes(ctx context.Context, vs []*model.CSIVolume) ([]*
 	if err != nil {
 		return nil, err
 	}
-	if err := topologyRefusal(vs, plugins, true); err != nil {
+	if err := model.TopologyRefusal(vs, plugins, true); err != nil {
 		return nil, err
 	}
 	err = s.updateBatch(ctx, "register volumes", items, func(i int, old *model.CSIVolume) (*model.CSIVolume, error) {

@@ -114,8 +114,12 @@ func (s *Store) ExpectPlugin(ctx context.Context, name string, nodes, controller
 
 // registeredPlugins reads, once per plugin, the fingerprints of the
 // plugins of vs over every live node (under each plugin's own prefix):
-// what a registration checks the topology requirement against and
+// what a registration checks the topology requirement against
+// (model.TopologyRefusal: the registering node need not run the plugin) and
 // answers its health from. A plugin no live node fingerprints is absent.
+// The fingerprints are read before the registration's transaction, not in
+// it: a plugin's first fingerprint that lands during a registration may
+// miss it, as it would a moment earlier.
 func (s *Store) registeredPlugins(ctx context.Context, vs []*model.CSIVolume) (map[string]*model.CSIPlugin, error) {
 	plugins := map[string]*model.CSIPlugin{}
 	err := s.call(ctx, "read the plugins' fingerprints", func(ctx context.Context) error {
@@ -134,25 +138,4 @@ func (s *Store) registeredPlugins(ctx context.Context, vs []*model.CSIVolume) (m
 		return nil
 	})
 	return plugins, err
-}
-
-// topologyRefusal is the refusal of the first volume of vs (a batch's
-// item, named so, when batch) that names no topology while its plugin, as
-// plugins has it over every live node, advertises
-// VOLUME_ACCESSIBILITY_CONSTRAINTS (model.TopologyRequiredOf; a volume its
-// plugin created has the topology the plugin gave it): the registering
-// node need not run the plugin. The fingerprints are read before the
-// registration's transaction, not in it: a plugin's first fingerprint that
-// lands during a registration may miss it, as it would a moment earlier.
-func topologyRefusal(vs []*model.CSIVolume, plugins map[string]*model.CSIPlugin, batch bool) error {
-	for i, v := range vs {
-		err := model.TopologyRequiredOf(v, plugins[v.PluginID], v.Created)
-		if err != nil && batch {
-			return model.BatchItemError(i, v.ID, err)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -32,7 +32,7 @@ func (s *Store) register(ctx context.Context, v *model.CSIVolume, how via) (*mod
 	if err != nil {
 		return nil, err
 	}
-	if err := topologyRefusal([]*model.CSIVolume{v}, plugins, false); err != nil {
+	if err := model.TopologyRefusal([]*model.CSIVolume{v}, plugins, false); err != nil {
 		return nil, err
 	}
 	out, err := s.updateSeeing(ctx, "register volume", ns, v.ID, func(old *model.CSIVolume, _ sideRead) (*model.CSIVolume, error) {

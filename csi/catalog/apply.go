@@ -24,8 +24,8 @@ func (a *catalogActor) applyRegister(w *catalogWrite, cmd *messages.RegisterVolu
 	if err == nil {
 		err = model.CheckRegistration(v)
 	}
-	if err == nil && !v.Created { // a created volume has the topology its plugin gave it
-		err = model.TopologyRequiredOf(v, a.state.plugins[v.PluginID], false)
+	if err == nil {
+		err = model.TopologyRefusal([]*model.CSIVolume{v}, a.state.plugins, false) // a batch names its item itself
 	}
 	if err != nil {
 		return change, err

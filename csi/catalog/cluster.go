@@ -63,7 +63,7 @@ func newFleetState(f model.Fleet) *fleetState {
 
 // topologyRefusal is, in cluster mode, the refusal of a registration
 // (single or batch) of a volume without topology whose plugin, as this
-// node has fingerprinted it, requires one (model.TopologyRequiredOf); nil for
+// node has fingerprinted it, requires one (model.TopologyRefusal); nil for
 // any other command. It refuses early, without a call; the Fleet checks
 // again against every live node's fingerprints of the plugin.
 func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
@@ -75,17 +75,11 @@ func (a *catalogActor) topologyRefusal(cmd proto.Message) error {
 	case *messages.RegisterVolumes:
 		vs = cmd.GetVolumes()
 	}
+	volumes := make([]*model.CSIVolume, len(vs))
 	for i, m := range vs {
-		v := model.VolumeFromProto(m)
-		err := model.TopologyRequiredOf(v, a.state.plugins[v.PluginID], v.Created)
-		if err != nil && batch {
-			return model.BatchItemError(i, v.ID, err)
-		}
-		if err != nil {
-			return err
-		}
+		volumes[i] = model.VolumeFromProto(m)
 	}
-	return nil
+	return model.TopologyRefusal(volumes, a.state.plugins, batch)
 }
 
 // deferToFleet runs cmd against the Fleet on a goroutine; it reports

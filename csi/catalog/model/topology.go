@@ -73,3 +73,23 @@ func TopologyRequiredOf(v *CSIVolume, p *CSIPlugin, withRequirements bool) error
 		"give one (volume register -topology KEY=VALUE, the API's topologies; volume create -requisite or -preferred)",
 		ErrTopologyRequired, cmp.Or(v.Namespace, DefaultNamespace), v.ID, v.PluginID))
 }
+
+// TopologyRefusal is the refusal of the first volume of vs that names no
+// topology while its plugin, as plugins has it, requires one
+// (TopologyRequiredOf; a volume its plugin created has the topology the
+// plugin gave it, Created): named as a batch's item (BatchItemError) when
+// batch; nil when every volume may be registered. plugins is what the
+// caller knows: a node's catalog its own fingerprints, a fleet every live
+// node's.
+func TopologyRefusal(vs []*CSIVolume, plugins map[string]*CSIPlugin, batch bool) error {
+	for i, v := range vs {
+		err := TopologyRequiredOf(v, plugins[v.PluginID], v.Created)
+		if err != nil && batch {
+			return BatchItemError(i, v.ID, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
