@@ -106,9 +106,11 @@ func (s *Store) readNodes(ctx context.Context) (map[string]*Node, error) {
 		var held []string // the keys of the volumes the index names
 		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i+2].GetResponseRange().GetKvs() {
-				_, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
-				ns, id, _ := strings.Cut(ref, "/")
-				held = append(held, s.keys.volume(ns, id))
+				_, ref, err := parseIndexed(idx.root, string(kv.Key))
+				if err != nil {
+					return nil, err
+				}
+				held = append(held, s.keys.volume(ref.ns, ref.id))
 			}
 		}
 		volumes, err := s.volumesAt(ctx, held, resp.Header.Revision)

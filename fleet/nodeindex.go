@@ -1,17 +1,21 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // The node index: keys with empty values, written in the same transaction
@@ -104,16 +108,40 @@ func attachmentNodes(v *model.CSIVolume) map[string]bool {
 // volumeRef names a volume by namespace and ID.
 type volumeRef struct{ ns, id string }
 
-// indexedVolumes are the volumes in node's keys under of, read keys only.
-func (s *Store) indexedVolumes(ctx context.Context, of func(string) string, node string) ([]volumeRef, error) {
-	resp, err := s.client.Get(ctx, of(node), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+// parseIndexed is the node and the volume that key, an index key under
+// root (root<node>/<namespace>/<id>, keys.indexed), names. A key of
+// another shape, or whose parts are not good names, is corrupt: the error
+// names the key, what is wrong and the remedy.
+func parseIndexed(root, key string) (string, volumeRef, error) {
+	rest, ok := strings.CutPrefix(key, root)
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) != 3 {
+		return "", volumeRef{}, corrupt(key, fmt.Errorf("an index key is %s<node>/<namespace>/<volume ID>", root))
+	}
+	err := names.Check("node ID", parts[0])
+	if err == nil {
+		_, err = model.VolumeKey(parts[1], parts[2])
+	}
+	if err != nil || parts[1] == "" {
+		return "", volumeRef{}, corrupt(key, cmp.Or(err, errors.New("namespace: empty")))
+	}
+	return parts[0], volumeRef{parts[1], parts[2]}, nil
+}
+
+// indexedVolumes are the volumes in node's keys under root (an index's
+// root), read keys only.
+func (s *Store) indexedVolumes(ctx context.Context, root, node string) ([]volumeRef, error) {
+	resp, err := s.client.Get(ctx, root+node+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, etcdErr(err)
 	}
 	refs := make([]volumeRef, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		ns, id, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), of(node)), "/")
-		refs = append(refs, volumeRef{ns, id})
+		_, ref, err := parseIndexed(root, string(kv.Key))
+		if err != nil {
+			return nil, err
+		}
+		refs = append(refs, ref)
 	}
 	return refs, nil
 }
@@ -181,7 +209,8 @@ func (s *Store) ensureNodeIndex(ctx context.Context) error {
 
 // checkIndex makes the node index match the volumes: the keys a volume
 // wants and lacks are put, and those it does not want are deleted, each
-// volume in a transaction that holds only while the volume is as read.
+// volume in a transaction that holds only while the volume is as read; a
+// key that names no volume (parseIndexed) is deleted too.
 // When every one held (clean), it notes the index as checked.
 func (s *Store) checkIndex(ctx context.Context) (fixed int, clean bool, err error) {
 	resp, err := s.client.Txn(ctx).Then(
@@ -193,15 +222,19 @@ func (s *Store) checkIndex(ctx context.Context) (fixed int, clean bool, err erro
 		return 0, false, etcdErr(err)
 	}
 	have := map[string]map[string]string{} // volume key -> index keys present -> their values
+	var malformed []*mvccpb.KeyValue
 	for i, idx := range s.indexes() {
 		for _, kv := range resp.Responses[i+1].GetResponseRange().GetKvs() {
-			node, ref, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), idx.root), "/")
-			ns, id, _ := strings.Cut(ref, "/")
-			vk := s.keys.volume(ns, id)
+			node, ref, err := parseIndexed(idx.root, string(kv.Key))
+			if err != nil { // it names no volume: the check deletes it
+				malformed = append(malformed, kv)
+				continue
+			}
+			vk := s.keys.volume(ref.ns, ref.id)
 			if have[vk] == nil {
 				have[vk] = map[string]string{}
 			}
-			have[vk][s.keys.indexed(idx.of, node, ns, id)] = string(kv.Value)
+			have[vk][s.keys.indexed(idx.of, node, ref.ns, ref.id)] = string(kv.Value)
 		}
 	}
 	clean = true
@@ -225,6 +258,12 @@ func (s *Store) checkIndex(ctx context.Context) (fixed int, clean bool, err erro
 		ops := s.indexFix(v, have[string(kv.Key)])
 		delete(have, string(kv.Key))
 		if err := fix(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), ops); err != nil {
+			return fixed, false, err
+		}
+	}
+	for _, kv := range malformed {
+		s.log.Warn("deleting a malformed key from the node index", "key", string(kv.Key))
+		if err := fix(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), []clientv3.Op{clientv3.OpDelete(string(kv.Key))}); err != nil {
 			return fixed, false, err
 		}
 	}

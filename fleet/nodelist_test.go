@@ -220,3 +220,34 @@ func TestNodeListFillsInTheNodeIndexOfAFleetWrittenBeforeIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, checked.Kvs[0].ModRevision, again.Kvs[0].ModRevision, "the index is checked once")
 }
+
+// TestAMalformedNodeIndexKeyIsRefusedByTheNodeListAndDeletedByTheCheck:
+// a key under the claim index that names no volume makes the node list a
+// corruption error naming the key and the remedy, not a guess; the index
+// check deletes it, and the list answers again.
+func TestAMalformedNodeIndexKeyIsRefusedByTheNodeListAndDeletedByTheCheck(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := open(t, srv, "node-a")
+	healthyNode(t, a)
+	ctx := testCtx(t)
+	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
+	_, err := a.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
+	require.NoError(t, err)
+	want := listedBy(t, a)
+
+	raw := rawClient(t, srv)
+	const bad = "/plugvisor/claims/node-a/default"
+	_, err = raw.Put(ctx, bad, "")
+	require.NoError(t, err)
+	_, err = a.Nodes(ctx)
+	require.ErrorIs(t, err, model.ErrCorrupt)
+	require.ErrorContains(t, err, bad)
+	require.ErrorContains(t, err, "etcdctl del")
+
+	_, err = raw.Delete(ctx, "/plugvisor/nodeindex")
+	require.NoError(t, err)
+	require.Equal(t, want, listedBy(t, a), "the check deleted the key, and the list answers as before")
+	gone, err := raw.Get(ctx, bad, clientv3.WithCountOnly())
+	require.NoError(t, err)
+	require.Zero(t, gone.Count)
+}
