@@ -83,16 +83,14 @@ func (s *Store) addExpectation(p *model.CSIPlugin, key string, value []byte) err
 // the field; nothing changed. It returns the plugin as Plugin reads it
 // after the change, or nil when nothing names it any more.
 func (s *Store) ExpectPlugin(ctx context.Context, name string, nodes, controllers int) (*model.CSIPlugin, error) {
-	if err := model.CheckExpectation(name, nodes, controllers); err != nil {
+	expected := model.NewCSIPlugin(name, 0)
+	if err := expected.Expect(nodes, controllers); err != nil {
 		return nil, err
 	}
 	key := s.keys.pluginExpect(name)
 	op := clientv3.OpDelete(key)
-	if nodes != 0 || controllers != 0 {
-		value, err := encodeRecord(key, &messages.CatalogPlugin{Id: name, Jobs: map[string]*messages.CatalogPluginJob{
-			model.ExpectNodesJob:       {Id: model.ExpectNodesJob, Type: string(model.PluginTypeNode), Expected: int64(nodes)},
-			model.ExpectControllersJob: {Id: model.ExpectControllersJob, Type: string(model.PluginTypeController), Expected: int64(controllers)},
-		}})
+	if len(expected.Jobs) > 0 {
+		value, err := encodeRecord(key, &messages.CatalogPlugin{Id: name, Jobs: expected.Proto().GetJobs()})
 		if err != nil {
 			return nil, err
 		}
