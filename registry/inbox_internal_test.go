@@ -9,12 +9,14 @@ import (
 // timeout passed before its answer returns unanswered, and the actor's
 // late answer neither blocks nor reaches anyone.
 func TestACallThatTimedOutNeverHoldsUpTheActor(t *testing.T) {
+	in := newInbox(time.Millisecond)
 	w := newCall()
-	if answered, _ := w.wait(time.Millisecond); answered {
+	in.put(w)
+	if answered, _ := w.wait(); answered {
 		t.Fatal("nobody answered, yet the call says it was answered")
 	}
-	a := &pluginsActor{metrics: noMetrics{}}
-	for range 2 { // the second stands for an answer after the timer's own
+	a := &pluginsActor{metrics: noMetrics{}, in: in}
+	for range 2 { // the second stands for an answer after the sweep's own
 		replied := make(chan struct{})
 		go func() { a.reply(nil, w, nil); close(replied) }()
 		select {
@@ -23,21 +25,67 @@ func TestACallThatTimedOutNeverHoldsUpTheActor(t *testing.T) {
 			t.Fatal("the actor's answer to a call that timed out blocked")
 		}
 	}
+	if len(w.done) != 0 {
+		t.Fatal("the actor's late answer reached the call's channel")
+	}
 }
 
 // TestAnAnsweredCallReturnsItsAnswer: the answer, error or nil, is what
-// the caller gets, and its timer is stopped.
+// the caller gets, and the sweep no longer holds the call nor runs once
+// no call waits.
 func TestAnAnsweredCallReturnsItsAnswer(t *testing.T) {
 	for _, want := range []error{nil, errorf(ErrNotFound, "no such plugin")} {
+		in := newInbox(time.Minute)
 		w := newCall()
-		a := &pluginsActor{metrics: noMetrics{}}
+		in.put(w)
+		a := &pluginsActor{metrics: noMetrics{}, in: in}
 		go a.reply(nil, w, want)
-		answered, err := w.wait(time.Minute)
+		answered, err := w.wait()
 		if !answered || err != want {
 			t.Fatalf("wait = %v, %v; want true, %v", answered, err, want)
 		}
-		if w.timer.Stop() {
-			t.Fatal("the timer of an answered call still runs")
+		in.mu.Lock()
+		held := in.calls.head
+		in.mu.Unlock()
+		if held != nil {
+			t.Fatal("the sweep still holds an answered call")
 		}
+	}
+}
+
+// TestACallTimesOutOnTheThirdTickOfTheSweep: the sweep ticks every half
+// request timeout, and a call put between two ticks ends on the third
+// after it: having waited more than its timeout, and at most one and a
+// half times it. Once no call waits, the sweep stops.
+func TestACallTimesOutOnTheThirdTickOfTheSweep(t *testing.T) {
+	in := newInbox(time.Hour) // the test ticks by hand
+	if in.period != 30*time.Minute {
+		t.Fatalf("the sweep ticks every %v, want half the timeout", in.period)
+	}
+	w := newCall()
+	in.put(w)
+	later := newCall()
+	in.tick()
+	in.put(later)
+	for tick := 2; tick <= 3; tick++ {
+		if len(w.done) != 0 {
+			t.Fatalf("the call ended on tick %d", tick-1)
+		}
+		in.tick()
+	}
+	if answered, _ := w.wait(); answered {
+		t.Fatal("the call did not time out on the third tick")
+	}
+	if len(later.done) != 0 {
+		t.Fatal("a call put after the first tick ended on the third")
+	}
+	in.tick()
+	if answered, _ := later.wait(); answered {
+		t.Fatal("the later call did not time out on its own third tick")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.sweeping || in.calls.head != nil {
+		t.Fatal("the sweep still runs with no call waiting")
 	}
 }

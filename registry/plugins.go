@@ -327,9 +327,7 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 	if changes == 0 {
 		batch := a.inflight
 		a.inflight = nil
-		for _, w := range batch {
-			a.reply(ctx, w, w.err)
-		}
+		a.replyAll(ctx, batch)
 		a.recycle(batch)
 		a.finishShutdown(ctx)
 		return
@@ -423,9 +421,7 @@ func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 		}
 	}
 	a.metrics.EventsSent(a.subs.publish(ctx, events))
-	for _, w := range batch {
-		a.reply(ctx, w, w.err)
-	}
+	a.replyAll(ctx, batch)
 }
 
 // rollback resets the working tables to the last durable snapshot and
@@ -439,26 +435,6 @@ func (a *pluginsActor) rollback(ctx actor.Context) {
 	a.queue = nil
 	for _, w := range queued {
 		a.accept(ctx, w)
-	}
-}
-
-func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
-	op := "register"
-	if w.deregister {
-		op = "deregister"
-	}
-	a.metrics.Write(op, err, time.Since(w.arrived))
-	switch {
-	case w.done != nil:
-		select {
-		case w.done <- err: // buffered: the first answer always fits
-		default: // the call timed out (write.expire) and its caller is gone
-		}
-	case w.replyTo == nil:
-	case w.deregister:
-		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: messages.ErrorToProto(err)})
-	default:
-		ctx.Send(w.replyTo, &messages.RegisterPluginResponse{Error: messages.ErrorToProto(err)})
 	}
 }
 

@@ -35,7 +35,10 @@ type Config struct {
 	Metrics Metrics
 	// RequestTimeout bounds how long a facade call waits for the actor's
 	// answer (default 30s). A healthy registry answers in microseconds, or
-	// once its write is durable.
+	// once its write is durable. A write (RegisterPlugin,
+	// DeregisterPlugin) gives up between RequestTimeout and one and a half
+	// times it: one timer, ticking every half timeout while calls wait,
+	// ends them all (see inbox.tick).
 	RequestTimeout time.Duration
 	// Name is the registry actor's name in the actor system
 	// (default "registry").
@@ -121,7 +124,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 	// The subscribers are kept apart from the actor instance so that a
 	// restart after a panic keeps them (the watches live in protoactor's
 	// context and survive too).
-	subs, in := newSubscribers(), &inbox{}
+	subs, in := newSubscribers(), newInbox(cfg.RequestTimeout)
 	props := actor.PropsFromProducer(func() actor.Actor {
 		a := newPluginsActor(cfg, published, writer, in, subs)
 		a.stopped = func() { dispatcher.close(); writer.close() }
@@ -211,7 +214,7 @@ func (r *Registry) submit(w *write) error {
 	if wake {
 		r.system.Root.Send(r.pid, drainInbox{})
 	}
-	answered, err := w.wait(r.timeout)
+	answered, err := w.wait()
 	if !answered {
 		return fmt.Errorf("registry: no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout)
 	}

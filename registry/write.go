@@ -10,8 +10,8 @@ import (
 )
 
 // write is one command on its way to disk: from the facade, with done and
-// timer and its validation and encoding already done by the caller, or
-// from an actor, with replyTo.
+// its validation and encoding already done by the caller, or from an
+// actor, with replyTo.
 type write struct {
 	deregister bool
 	plugin     *messages.PluginInfo // register: the allocation
@@ -22,13 +22,20 @@ type write struct {
 	record     []byte // register: the plugin field of its record (encodePlugin)
 	checked    bool   // validated, and record made
 
-	replyTo *actor.PID  // an actor's command
-	done    chan error  // a facade call's answer
-	timer   *time.Timer // a facade call's request timeout
-	arrived time.Time   // when the actor took it
-	event   Event       // nil when the command changed nothing
-	op      storage.Op  // the change, when event is not nil
-	err     error       // a refusal decided against the working state
+	replyTo *actor.PID // an actor's command
+	done    chan error // a facade call's answer
+	arrived time.Time  // when the actor took it
+	event   Event      // nil when the command changed nothing
+	op      storage.Op // the change, when event is not nil
+	err     error      // a refusal decided against the working state
+
+	// A facade call waiting for its answer is linked in its inbox's calls,
+	// put there in epoch; these belong to the inbox's lock. claimed is the
+	// actor's: it took the call off that list to answer it (inbox.claim).
+	prev, next *write
+	linked     bool
+	epoch      uint64
+	claimed    bool
 }
 
 // check validates w and, for a store that takes records, encodes its
