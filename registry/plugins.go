@@ -240,15 +240,15 @@ func (a *pluginsActor) applyRegister(w *write) {
 	t := a.table(w.ptype)
 	current, old := t.find(p.GetName(), p.GetAllocId())
 	hasCurrent, known := current != nil, old != nil
-	if known && proto.Equal(old.info, p) {
+	if known && proto.Equal(old.info(), p) {
 		return // identical re-registration: nothing changes, nothing is said
 	}
 	if known {
 		a.seq++
 		a.changed(w.ptype, t)
-		updated := w.keep(old.order, a.seq)
+		updated := w.keep(old.order(), a.seq)
 		t.put(updated)
-		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
+		w.event = &messages.PluginUpdated{Plugin: updated.info(), Previous: old.info(), IsCurrent: current.order() == old.order(), Sequence: a.seq}
 		w.op = a.putOp(updated, w.record)
 		return
 	}
@@ -263,15 +263,16 @@ func (a *pluginsActor) applyRegister(w *write) {
 		order = o
 	}
 	added := w.keep(order, a.seq)
+	p = added.info()
 	t.add(added)
 	w.op = a.putOp(added, w.record)
-	if hasCurrent && current.order > order {
+	if hasCurrent && current.order() > order {
 		w.event = &messages.PluginUpdated{Plugin: p, IsCurrent: false, Sequence: a.seq}
 		return
 	}
 	event := &messages.PluginRegistered{Plugin: p, Sequence: a.seq}
 	if hasCurrent {
-		event.Previous = current.info
+		event.Previous = current.info()
 	}
 	w.event = event
 }
@@ -289,18 +290,18 @@ func (a *pluginsActor) applyDeregister(w *write) {
 		return
 	}
 	now, hasNow := t.remove(old)
-	a.gone.remember(w.ptype, old.info.GetName(), old.info.GetAllocId(), old.order)
+	a.gone.remember(w.ptype, old.info().GetName(), old.info().GetAllocId(), old.order())
 	a.seq++
 	a.changed(w.ptype, t)
-	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
+	event := &messages.PluginDeregistered{Plugin: old.info(), CurrentChanged: current.order() == old.order(), Sequence: a.seq}
 	if hasNow {
-		event.Current = now.info
+		event.Current = now.info()
 	} else {
 		event.Gone = true
 	}
 	w.event = event
 	if a.memory == nil {
-		w.op = deleteOp(old.info)
+		w.op = deleteOp(old.info())
 	}
 }
 

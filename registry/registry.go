@@ -184,8 +184,9 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 	w := newCall()
-	w.held = copyPlugin(info)
-	w.plugin = w.held.info
+	if w.held = copyPlugin(info); w.held != nil {
+		w.plugin = w.held.info()
+	}
 	if err := w.check(r.encode); err != nil {
 		return err
 	}

@@ -56,16 +56,16 @@ func (w *write) check(encode bool) error {
 	return nil
 }
 
-// keep returns the allocation to keep for the registration w: the
-// facade's copy (held), or a new one for an actor's command, with order
-// and changed set. It is not yet in any table when keep sets them.
+// keep returns the allocation to keep for the registration w, with order
+// and changed: the facade's copy (held) for a new allocation, else a new
+// copy (an update, which keeps its changed sequence, or an actor's
+// command). It is not yet in any table.
 func (w *write) keep(order, changed uint64) *allocation {
-	a := w.held
-	if a == nil {
-		a = &allocation{info: w.plugin}
+	if a := w.held; a != nil && changed == order {
+		a.ord = order
+		return a
 	}
-	a.order, a.changed = order, changed
-	return a
+	return newAllocation(w.plugin, order, changed)
 }
 
 func validateDeregister(ptype, name, allocID string) error {
