@@ -28,11 +28,20 @@ func compareNewest(a, b *allocation) int {
 	return cmp.Compare(b.order(), a.order())
 }
 
-// run returns the bounds of name's allocations.
+// run returns the bounds of name's allocations: a lower bound by one
+// string comparison per step (every write searches its name, some twice).
 func (s smallSet) run(name string) (from, to int) {
-	from, _ = slices.BinarySearchFunc(s, name, func(a *allocation, n string) int { return cmp.Compare(a.info().GetName(), n) })
+	from, to = 0, len(s)
+	for from < to {
+		h := int(uint(from+to) >> 1)
+		if s[h].plugin.Name < name {
+			from = h + 1
+		} else {
+			to = h
+		}
+	}
 	to = from
-	for to < len(s) && s[to].info().GetName() == name {
+	for to < len(s) && s[to].plugin.Name == name {
 		to++
 	}
 	return from, to
@@ -77,6 +86,24 @@ func (s smallSet) without(a *allocation) (smallSet, bool) {
 		}
 	}
 	return s, false
+}
+
+// removeSmall is remove for a small table: the search that finds a finds
+// its name's new current too.
+func (t *pluginTable) removeSmall(a *allocation) (now *allocation, ok bool) {
+	s := t.mutable()
+	from, to := s.run(a.plugin.Name)
+	for i := from; i < to; i++ {
+		if s[i].plugin.AllocId == a.plugin.AllocId {
+			s, to = slices.Delete(s, i, i+1), to-1
+			break
+		}
+	}
+	t.small = s
+	if from == to {
+		return nil, false
+	}
+	return s[from], true
 }
 
 // with returns s with a in its place, replacing the allocation with the

@@ -331,13 +331,12 @@ func (t *pluginTable) add(a *allocation) {
 // its name, if any, becomes current, and remove returns it.
 func (t *pluginTable) remove(a *allocation) (now *allocation, ok bool) {
 	if t.allocs == nil {
-		t.small, _ = t.mutable().without(a)
-	} else {
-		t.allocs.Delete(a)
-		if _, was := t.newest.Delete(a); was {
-			if first, more := t.sole(a.info().GetName()); first != nil && !more {
-				t.newest.Delete(first) // one left: it needs no newest-first item
-			}
+		return t.removeSmall(a)
+	}
+	t.allocs.Delete(a)
+	if _, was := t.newest.Delete(a); was {
+		if first, more := t.sole(a.info().GetName()); first != nil && !more {
+			t.newest.Delete(first) // one left: it needs no newest-first item
 		}
 	}
 	return t.currentOf(a.info().GetName())
