@@ -97,7 +97,17 @@ func (in *inbox) recycle(s []*write) {
 func (in *inbox) close() {
 	in.mu.Lock()
 	in.closed = true
+	in.rest()
 	in.mu.Unlock()
+}
+
+// rest stops the sweep of a closed inbox once no call waits: nothing arms
+// it again, and a stopped registry keeps no timer. in.mu is held.
+func (in *inbox) rest() {
+	if in.closed && in.calls.head == nil && in.sweeping {
+		in.sweeping = false
+		in.sweep.Stop()
+	}
 }
 
 // calls is a list of writes linked through their prev and next.
@@ -161,6 +171,7 @@ func (in *inbox) claim(ws ...*write) {
 			w.claimed = true
 		}
 	}
+	in.rest()
 }
 
 // writes recycles facade writes with their reply channel: a busy registry

@@ -89,3 +89,28 @@ func TestACallTimesOutOnTheThirdTickOfTheSweep(t *testing.T) {
 		t.Fatal("the sweep still runs with no call waiting")
 	}
 }
+
+// TestAClosedInboxStopsItsSweepOnceNoCallWaits: a call put before close
+// is still swept until answered; once none waits, the sweep stops for good.
+func TestAClosedInboxStopsItsSweepOnceNoCallWaits(t *testing.T) {
+	in := newInbox(time.Hour)
+	w := newCall()
+	in.put(w)
+	in.close()
+	sweeping := func() bool {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return in.sweeping
+	}
+	if !sweeping() {
+		t.Fatal("the sweep stopped while a call put before close still waits")
+	}
+	a := &pluginsActor{metrics: noMetrics{}, in: in}
+	go a.reply(nil, w, nil)
+	if answered, _ := w.wait(); !answered {
+		t.Fatal("the call put before close was not answered")
+	}
+	if sweeping() {
+		t.Fatal("the sweep of a closed inbox runs with no call waiting")
+	}
+}
