@@ -1,8 +1,13 @@
 package registry
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // TestACallThatTimedOutNeverHoldsUpTheActor: a facade call whose request
@@ -112,5 +117,61 @@ func TestAClosedInboxStopsItsSweepOnceNoCallWaits(t *testing.T) {
 	}
 	if sweeping() {
 		t.Fatal("the sweep of a closed inbox runs with no call waiting")
+	}
+}
+
+// panicOnWrite is Metrics whose Write notes how many events its sink
+// already holds, then panics, as a bug would.
+type panicOnWrite struct {
+	noMetrics
+	sink *channelSink
+	seen *int
+}
+
+func (m panicOnWrite) Write(string, error, time.Duration) {
+	*m.seen = len(m.sink.out)
+	panic("metrics bug")
+}
+
+// TestConcurrentCallersAreAnsweredBeforeTheEventsGoOut: while callers write
+// concurrently the actor answers a batch before sending its events (a lone
+// caller after), and a panic while answering still sends them (the batch
+// is committed) and leaves the caller unanswered, to time out.
+func TestConcurrentCallersAreAnsweredBeforeTheEventsGoOut(t *testing.T) {
+	const ptype = "csi-node"
+	for _, tc := range []struct {
+		concurrent int
+		seen       int // events the sink holds when the caller is answered
+	}{{concurrentMemory, 0}, {0, 1}} {
+		in := newInbox(time.Hour)
+		published := &atomic.Pointer[Snapshot]{}
+		published.Store(newSnapshot(nil, 0))
+		subs := newSubscribers()
+		sink := newChannelSink(ptype, 16)
+		subs.addSink(sink)
+		seen := -1
+		a := &pluginsActor{log: hclog.NewNullLogger(), metrics: panicOnWrite{sink: sink, seen: &seen}, in: in,
+			subs: subs, published: published, pending: newSnapshot(nil, 1), concurrent: tc.concurrent}
+		w := newCall()
+		w.event = &messages.PluginRegistered{Plugin: &messages.PluginInfo{Type: ptype, Name: "p", AllocId: "a"}, Sequence: 1}
+		in.put(w)
+
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("answering did not panic")
+				}
+			}()
+			a.publish(nil, []*write{w})
+		}()
+		if seen != tc.seen {
+			t.Fatalf("concurrent %d: the subscriber held %d events when the caller was answered, want %d", tc.concurrent, seen, tc.seen)
+		}
+		if len(sink.out) != 1 {
+			t.Fatalf("concurrent %d: the subscriber got %d events, want the batch's 1", tc.concurrent, len(sink.out))
+		}
+		if len(w.done) != 0 {
+			t.Fatalf("concurrent %d: the caller was answered, though answering panicked", tc.concurrent)
+		}
 	}
 }

@@ -421,8 +421,24 @@ func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 			events = append(events, w.event)
 		}
 	}
-	a.metrics.EventsSent(a.subs.publish(ctx, events))
+	if a.concurrent == 0 {
+		// A lone caller: answering it first would only have it wait for
+		// the actor again, sooner.
+		a.sendEvents(ctx, events)
+		a.replyAll(ctx, batch)
+		return
+	}
+	// Concurrent callers are answered first, so that they write again
+	// while the events go out, which makes the next batch larger. The
+	// events go out as publish returns, also when answering panics (a
+	// Metrics bug): the batch is committed.
+	defer a.sendEvents(ctx, events)
 	a.replyAll(ctx, batch)
+}
+
+// sendEvents hands a committed batch's events to the subscribers.
+func (a *pluginsActor) sendEvents(ctx actor.Context, events []Event) {
+	a.metrics.EventsSent(a.subs.publish(ctx, events))
 }
 
 // rollback resets the working tables to the last durable snapshot and

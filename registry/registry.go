@@ -169,7 +169,10 @@ func (r *Registry) PID() *actor.PID { return r.pid }
 func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 
 // RegisterPlugin adds an allocation of a plugin, or updates a known one in
-// place. It returns once the change is durable and its event is sent. The
+// place. It returns once the change is durable and readers see it; its
+// event goes to the subscribers in the same step of the registry actor,
+// before the answer or, while callers write concurrently, right after it,
+// and always before any later write is applied. The
 // registry keeps a copy of info: the caller may change info afterwards.
 //
 // A new allocation becomes current whether or not anything serves its
