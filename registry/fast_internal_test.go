@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -91,7 +92,7 @@ func TestCopyPluginCopiesEveryField(t *testing.T) {
 	p := &messages.PluginInfo{}
 	fill(t, p.ProtoReflect())
 	p.Connection.Tls = nil // a TLS config takes proto.Clone
-	got := copyPlugin(p).info
+	got := copyPlugin(p).info()
 	require.True(t, proto.Equal(p, got), "copy: %v\norig: %v", got, p)
 	require.NotSame(t, p.Connection, got.Connection)
 	got.Options["k"] = "changed"
@@ -99,7 +100,7 @@ func TestCopyPluginCopiesEveryField(t *testing.T) {
 
 	withTLS := proto.Clone(p).(*messages.PluginInfo)
 	fill(t, withTLS.Connection.ProtoReflect())
-	require.True(t, proto.Equal(withTLS, copyPlugin(withTLS).info))
+	require.True(t, proto.Equal(withTLS, copyPlugin(withTLS).info()))
 }
 
 // fill sets every scalar, map and message field of m (messages
@@ -124,4 +125,19 @@ func fill(t *testing.T, m protoreflect.Message) {
 			t.Fatalf("copyPlugin's test does not fill field %s of kind %s yet", f.FullName(), f.Kind())
 		}
 	}
+}
+
+// TestAnAllocationIsOneObjectOf224Bytes: an allocation holds its
+// PluginInfo and ConnectionInfo inline and one sequence, 224 bytes, a Go
+// size class; a field more moves every plugin to the 240-byte class. An
+// updated one keeps its second sequence after it, and each reports its
+// own order and changed.
+func TestAnAllocationIsOneObjectOf224Bytes(t *testing.T) {
+	require.EqualValues(t, 224, unsafe.Sizeof(allocation{}))
+	p := &messages.PluginInfo{Type: "csi-node", Name: "p", AllocId: "a", Connection: &messages.ConnectionInfo{SocketPath: "/s.sock"}}
+	a, u := newAllocation(p, 7, 7), newAllocation(p, 7, 9)
+	require.Equal(t, [2]uint64{7, 7}, [2]uint64{a.order(), a.changed()})
+	require.Equal(t, [2]uint64{7, 9}, [2]uint64{u.order(), u.changed()})
+	require.Same(t, &a.conn, a.info().Connection, "the ConnectionInfo is the allocation's own")
+	require.True(t, proto.Equal(p, u.info()))
 }

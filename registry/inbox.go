@@ -21,6 +21,28 @@ type inbox struct {
 	spare  []*write // the slice handed back by the actor, reused
 	awake  bool     // a drainInbox is on its way or being handled
 	closed bool
+
+	// calls are the facade's calls waiting for an answer, oldest first,
+	// for the deadline sweep (see tick).
+	calls    calls
+	epoch    uint64        // ticks of sweep so far
+	period   time.Duration // between ticks: half the request timeout
+	sweep    *time.Timer   // runs tick while calls wait
+	sweeping bool          // sweep is armed
+}
+
+// expiryEpochs is how many ticks a call waits before the sweep ends it.
+// A call is put between two ticks, so it waits more than two periods and
+// at most three: between the request timeout and one and a half times it.
+const expiryEpochs = 3
+
+// newInbox returns an inbox whose calls time out after timeout, to within
+// half of it.
+func newInbox(timeout time.Duration) *inbox {
+	in := &inbox{period: max(timeout/2, 1)}
+	in.sweep = time.AfterFunc(time.Hour, in.tick)
+	in.sweep.Stop()
+	return in
 }
 
 // drainInbox is the one message a batch of facade writes costs: it tells
@@ -36,6 +58,14 @@ func (in *inbox) put(w *write) (accepted, wake bool) {
 		return false, false
 	}
 	in.queue = append(in.queue, w)
+	if w.done != nil {
+		w.epoch = in.epoch
+		in.calls.push(w)
+		if !in.sweeping {
+			in.sweeping = true
+			in.sweep.Reset(in.period)
+		}
+	}
 	wake = !in.awake
 	in.awake = true
 	return true, wake
@@ -67,51 +97,107 @@ func (in *inbox) recycle(s []*write) {
 func (in *inbox) close() {
 	in.mu.Lock()
 	in.closed = true
+	in.rest()
 	in.mu.Unlock()
 }
 
-// writes recycles facade writes with their reply channel and timer: a busy
-// registry answers hundreds of thousands of calls a second, and a fresh
-// channel and timer for each were a tenth of a caller's cost.
-var writes = sync.Pool{New: func() any {
-	w := &write{done: make(chan error, 1)}
-	w.timer = time.AfterFunc(time.Hour, w.expire)
-	w.timer.Stop()
-	return w
-}}
+// rest stops the sweep of a closed inbox once no call waits: nothing arms
+// it again, and a stopped registry keeps no timer. in.mu is held.
+func (in *inbox) rest() {
+	if in.closed && in.calls.head == nil && in.sweeping {
+		in.sweeping = false
+		in.sweep.Stop()
+	}
+}
+
+// calls is a list of writes linked through their prev and next.
+type calls struct{ head, tail *write }
+
+func (l *calls) push(w *write) {
+	w.prev, w.next, w.linked = l.tail, nil, true
+	if l.tail == nil {
+		l.head = w
+	} else {
+		l.tail.next = w
+	}
+	l.tail = w
+}
+
+func (l *calls) unlink(w *write) {
+	if w.prev == nil {
+		l.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		l.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next, w.linked = nil, nil, false
+}
+
+// tick ends the calls that have waited expiryEpochs ticks: each gets
+// errExpired in its reply channel, which nobody else writes once the call
+// is unlinked (see claim). The sweep stops while no call waits, so an idle
+// registry arms no timer, and a busy one arms one for all its callers
+// instead of one per call: a timer per call, armed and stopped, was a
+// fifteenth of a busy registry's CPU, with the runtime's timer checks.
+func (in *inbox) tick() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.epoch++
+	for w := in.calls.head; w != nil && in.epoch-w.epoch >= expiryEpochs; w = in.calls.head {
+		in.calls.unlink(w)
+		w.done <- errExpired // unlinked only now: nobody has answered it
+	}
+	if in.calls.head == nil {
+		in.sweeping = false
+		return
+	}
+	in.sweep.Reset(in.period)
+}
+
+// claim takes the facade's calls among ws off the sweep's list, under one
+// lock, and marks each claimed: the actor answers only claimed calls, so a
+// call gets one answer, the actor's or the sweep's errExpired. A call the
+// sweep has ended stays unclaimed.
+func (in *inbox) claim(ws ...*write) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, w := range ws {
+		if w.linked {
+			in.calls.unlink(w)
+			w.claimed = true
+		}
+	}
+	in.rest()
+}
+
+// writes recycles facade writes with their reply channel: a busy registry
+// answers hundreds of thousands of calls a second, and a fresh channel for
+// each was a tenth of a caller's cost.
+var writes = sync.Pool{New: func() any { return &write{done: make(chan error, 1)} }}
 
 // newCall returns a pooled write for a facade call.
 func newCall() *write { return writes.Get().(*write) }
 
-// errExpired is what a facade call's timer leaves in its reply channel.
+// errExpired is what the sweep leaves in the reply channel of a call whose
+// request timeout has passed.
 var errExpired = errors.New("registry: request timed out")
 
-// expire ends the wait of a write whose request timeout has passed, unless
-// its answer came first. The actor's answer is then dropped (see
-// pluginsActor.reply): its caller has gone.
-func (w *write) expire() {
-	select {
-	case w.done <- errExpired:
-	default:
-	}
-}
-
-// wait blocks until the actor answers w or timeout passes. The timer is a
-// function that leaves errExpired in w's reply channel, so the caller waits
-// on that one channel alone: a select on the reply and a timer's channel
-// cost a tenth of a writer's CPU, mostly in the runtime's timer locks. An
-// answered write goes back to the pool, unless its timer fired meanwhile
-// (and so may yet write to its channel); one that timed out may still be
-// answered later, so it is left to the garbage collector too.
-func (w *write) wait(timeout time.Duration) (answered bool, err error) {
-	w.timer.Reset(timeout)
+// wait blocks until the actor answers w or the inbox's sweep ends it (see
+// tick): the caller waits on its reply channel alone, since a select on
+// the reply and a timer's channel cost a tenth of a writer's CPU. An
+// answered write goes back to the pool: neither the actor nor the sweep
+// touches it once it is answered. One that timed out may still be in the
+// actor's hands, so it is left to the garbage collector.
+func (w *write) wait() (answered bool, err error) {
 	if err = <-w.done; err == errExpired {
 		return false, nil
 	}
-	if w.timer.Stop() {
-		done, timer := w.done, w.timer
-		*w = write{done: done, timer: timer}
-		writes.Put(w)
-	}
+	done := w.done
+	*w = write{done: done}
+	writes.Put(w)
 	return true, err
 }

@@ -59,12 +59,12 @@ func encodePlugin(info *messages.PluginInfo) []byte {
 // and by then no batch holds the earlier one.
 func putOp(a *allocation, plugin []byte) storage.Op {
 	value := protowire.AppendTag(plugin, orderField, protowire.VarintType)
-	value = protowire.AppendVarint(value, a.order)
-	if a.changed != a.order {
+	value = protowire.AppendVarint(value, a.order())
+	if a.changed() != a.order() {
 		value = protowire.AppendTag(value, changedField, protowire.VarintType)
-		value = protowire.AppendVarint(value, a.changed)
+		value = protowire.AppendVarint(value, a.changed())
 	}
-	return storage.Put(storageKey(a.info.GetType(), a.info.GetName(), a.info.GetAllocId()), value)
+	return storage.Put(storageKey(a.info().GetType(), a.info().GetName(), a.info().GetAllocId()), value)
 }
 
 func deleteOp(info *messages.PluginInfo) storage.Op {
@@ -95,14 +95,14 @@ func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 		if err != nil {
 			return err
 		}
-		info := a.info
+		info := a.info()
 		t, ok := tables[info.GetType()]
 		if !ok {
 			t = newPluginTable()
 			tables[info.GetType()] = t
 		}
 		t.put(a)
-		last = max(last, a.changed)
+		last = max(last, a.changed())
 		return nil
 	})
 	if err != nil {
@@ -123,8 +123,7 @@ func decodeAllocation(key, value []byte) (*allocation, error) {
 	if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
 		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record holds plugin %q", printable(want)))
 	}
-	a := &allocation{info: info, order: stored.GetSequence(), changed: max(stored.GetSequence(), stored.GetChanged())}
-	return a, nil
+	return newAllocation(info, stored.GetSequence(), max(stored.GetSequence(), stored.GetChanged())), nil
 }
 
 func printable(key []byte) string {

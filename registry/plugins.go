@@ -240,15 +240,15 @@ func (a *pluginsActor) applyRegister(w *write) {
 	t := a.table(w.ptype)
 	current, old := t.find(p.GetName(), p.GetAllocId())
 	hasCurrent, known := current != nil, old != nil
-	if known && proto.Equal(old.info, p) {
+	if known && proto.Equal(old.info(), p) {
 		return // identical re-registration: nothing changes, nothing is said
 	}
 	if known {
 		a.seq++
 		a.changed(w.ptype, t)
-		updated := w.keep(old.order, a.seq)
+		updated := w.keep(old.order(), a.seq)
 		t.put(updated)
-		w.event = &messages.PluginUpdated{Plugin: p, Previous: old.info, IsCurrent: current.order == old.order, Sequence: a.seq}
+		w.event = &messages.PluginUpdated{Plugin: updated.info(), Previous: old.info(), IsCurrent: current.order() == old.order(), Sequence: a.seq}
 		w.op = a.putOp(updated, w.record)
 		return
 	}
@@ -263,15 +263,16 @@ func (a *pluginsActor) applyRegister(w *write) {
 		order = o
 	}
 	added := w.keep(order, a.seq)
+	p = added.info()
 	t.add(added)
 	w.op = a.putOp(added, w.record)
-	if hasCurrent && current.order > order {
+	if hasCurrent && current.order() > order {
 		w.event = &messages.PluginUpdated{Plugin: p, IsCurrent: false, Sequence: a.seq}
 		return
 	}
 	event := &messages.PluginRegistered{Plugin: p, Sequence: a.seq}
 	if hasCurrent {
-		event.Previous = current.info
+		event.Previous = current.info()
 	}
 	w.event = event
 }
@@ -289,18 +290,18 @@ func (a *pluginsActor) applyDeregister(w *write) {
 		return
 	}
 	now, hasNow := t.remove(old)
-	a.gone.remember(w.ptype, old.info.GetName(), old.info.GetAllocId(), old.order)
+	a.gone.remember(w.ptype, old.info().GetName(), old.info().GetAllocId(), old.order())
 	a.seq++
 	a.changed(w.ptype, t)
-	event := &messages.PluginDeregistered{Plugin: old.info, CurrentChanged: current.order == old.order, Sequence: a.seq}
+	event := &messages.PluginDeregistered{Plugin: old.info(), CurrentChanged: current.order() == old.order(), Sequence: a.seq}
 	if hasNow {
-		event.Current = now.info
+		event.Current = now.info()
 	} else {
 		event.Gone = true
 	}
 	w.event = event
 	if a.memory == nil {
-		w.op = deleteOp(old.info)
+		w.op = deleteOp(old.info())
 	}
 }
 
@@ -327,9 +328,7 @@ func (a *pluginsActor) flush(ctx actor.Context) {
 	if changes == 0 {
 		batch := a.inflight
 		a.inflight = nil
-		for _, w := range batch {
-			a.reply(ctx, w, w.err)
-		}
+		a.replyAll(ctx, batch)
 		a.recycle(batch)
 		a.finishShutdown(ctx)
 		return
@@ -422,10 +421,24 @@ func (a *pluginsActor) publish(ctx actor.Context, batch []*write) {
 			events = append(events, w.event)
 		}
 	}
-	a.metrics.EventsSent(a.subs.publish(ctx, events))
-	for _, w := range batch {
-		a.reply(ctx, w, w.err)
+	if a.concurrent == 0 {
+		// A lone caller: answering it first would only have it wait for
+		// the actor again, sooner.
+		a.sendEvents(ctx, events)
+		a.replyAll(ctx, batch)
+		return
 	}
+	// Concurrent callers are answered first, so that they write again
+	// while the events go out, which makes the next batch larger. The
+	// events go out as publish returns, also when answering panics (a
+	// Metrics bug): the batch is committed.
+	defer a.sendEvents(ctx, events)
+	a.replyAll(ctx, batch)
+}
+
+// sendEvents hands a committed batch's events to the subscribers.
+func (a *pluginsActor) sendEvents(ctx actor.Context, events []Event) {
+	a.metrics.EventsSent(a.subs.publish(ctx, events))
 }
 
 // rollback resets the working tables to the last durable snapshot and
@@ -439,26 +452,6 @@ func (a *pluginsActor) rollback(ctx actor.Context) {
 	a.queue = nil
 	for _, w := range queued {
 		a.accept(ctx, w)
-	}
-}
-
-func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
-	op := "register"
-	if w.deregister {
-		op = "deregister"
-	}
-	a.metrics.Write(op, err, time.Since(w.arrived))
-	switch {
-	case w.done != nil:
-		select {
-		case w.done <- err: // buffered: the first answer always fits
-		default: // the call timed out (write.expire) and its caller is gone
-		}
-	case w.replyTo == nil:
-	case w.deregister:
-		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: messages.ErrorToProto(err)})
-	default:
-		ctx.Send(w.replyTo, &messages.RegisterPluginResponse{Error: messages.ErrorToProto(err)})
 	}
 }
 

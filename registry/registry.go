@@ -35,7 +35,10 @@ type Config struct {
 	Metrics Metrics
 	// RequestTimeout bounds how long a facade call waits for the actor's
 	// answer (default 30s). A healthy registry answers in microseconds, or
-	// once its write is durable.
+	// once its write is durable. A write (RegisterPlugin,
+	// DeregisterPlugin) gives up between RequestTimeout and one and a half
+	// times it: one timer, ticking every half timeout while calls wait,
+	// ends them all (see inbox.tick).
 	RequestTimeout time.Duration
 	// Name is the registry actor's name in the actor system
 	// (default "registry").
@@ -121,7 +124,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 	// The subscribers are kept apart from the actor instance so that a
 	// restart after a panic keeps them (the watches live in protoactor's
 	// context and survive too).
-	subs, in := newSubscribers(), &inbox{}
+	subs, in := newSubscribers(), newInbox(cfg.RequestTimeout)
 	props := actor.PropsFromProducer(func() actor.Actor {
 		a := newPluginsActor(cfg, published, writer, in, subs)
 		a.stopped = func() { dispatcher.close(); writer.close() }
@@ -166,7 +169,10 @@ func (r *Registry) PID() *actor.PID { return r.pid }
 func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 
 // RegisterPlugin adds an allocation of a plugin, or updates a known one in
-// place. It returns once the change is durable and its event is sent. The
+// place. It returns once the change is durable and readers see it; its
+// event goes to the subscribers in the same step of the registry actor,
+// before the answer or, while callers write concurrently, right after it,
+// and always before any later write is applied. The
 // registry keeps a copy of info: the caller may change info afterwards.
 //
 // A new allocation becomes current whether or not anything serves its
@@ -181,8 +187,9 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 	w := newCall()
-	w.held = copyPlugin(info)
-	w.plugin = w.held.info
+	if w.held = copyPlugin(info); w.held != nil {
+		w.plugin = w.held.info()
+	}
 	if err := w.check(r.encode); err != nil {
 		return err
 	}
@@ -211,7 +218,7 @@ func (r *Registry) submit(w *write) error {
 	if wake {
 		r.system.Root.Send(r.pid, drainInbox{})
 	}
-	answered, err := w.wait(r.timeout)
+	answered, err := w.wait()
 	if !answered {
 		return fmt.Errorf("registry: no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout)
 	}

@@ -22,17 +22,26 @@ const smallMax = 32
 type smallSet []*allocation
 
 func compareNewest(a, b *allocation) int {
-	if c := cmp.Compare(a.info.GetName(), b.info.GetName()); c != 0 {
+	if c := cmp.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
 		return c
 	}
-	return cmp.Compare(b.order, a.order)
+	return cmp.Compare(b.order(), a.order())
 }
 
-// run returns the bounds of name's allocations.
+// run returns the bounds of name's allocations: a lower bound by one
+// string comparison per step (every write searches its name, some twice).
 func (s smallSet) run(name string) (from, to int) {
-	from, _ = slices.BinarySearchFunc(s, name, func(a *allocation, n string) int { return cmp.Compare(a.info.GetName(), n) })
+	from, to = 0, len(s)
+	for from < to {
+		h := int(uint(from+to) >> 1)
+		if s[h].plugin.Name < name {
+			from = h + 1
+		} else {
+			to = h
+		}
+	}
 	to = from
-	for to < len(s) && s[to].info.GetName() == name {
+	for to < len(s) && s[to].plugin.Name == name {
 		to++
 	}
 	return from, to
@@ -42,7 +51,7 @@ func (s smallSet) run(name string) (from, to int) {
 func (s smallSet) get(name, alloc string) (*allocation, bool) {
 	from, to := s.run(name)
 	for _, a := range s[from:to] {
-		if a.info.GetAllocId() == alloc {
+		if a.info().GetAllocId() == alloc {
 			return a, true
 		}
 	}
@@ -61,7 +70,7 @@ func (s smallSet) current(name string) (*allocation, bool) {
 // each calls fn with the current allocation of each name, in name order.
 func (s smallSet) each(fn func(*allocation)) {
 	for i, a := range s {
-		if i == 0 || s[i-1].info.GetName() != a.info.GetName() {
+		if i == 0 || s[i-1].info().GetName() != a.info().GetName() {
 			fn(a)
 		}
 	}
@@ -70,13 +79,31 @@ func (s smallSet) each(fn func(*allocation)) {
 // without returns s less the allocation with a's name and alloc ID, and
 // whether it held one. It changes s in place.
 func (s smallSet) without(a *allocation) (smallSet, bool) {
-	from, to := s.run(a.info.GetName())
+	from, to := s.run(a.info().GetName())
 	for i := from; i < to; i++ {
-		if s[i].info.GetAllocId() == a.info.GetAllocId() {
+		if s[i].info().GetAllocId() == a.info().GetAllocId() {
 			return slices.Delete(s, i, i+1), true
 		}
 	}
 	return s, false
+}
+
+// removeSmall is remove for a small table: the search that finds a finds
+// its name's new current too.
+func (t *pluginTable) removeSmall(a *allocation) (now *allocation, ok bool) {
+	s := t.mutable()
+	from, to := s.run(a.plugin.Name)
+	for i := from; i < to; i++ {
+		if s[i].plugin.AllocId == a.plugin.AllocId {
+			s, to = slices.Delete(s, i, i+1), to-1
+			break
+		}
+	}
+	t.small = s
+	if from == to {
+		return nil, false
+	}
+	return s[from], true
 }
 
 // with returns s with a in its place, replacing the allocation with the
@@ -118,8 +145,8 @@ func (t *pluginTable) putSmall(a *allocation, replace bool) {
 	t.allocs, t.newest = newTrees()
 	for i, x := range t.small {
 		t.allocs.ReplaceOrInsert(x)
-		name := x.info.GetName()
-		if i > 0 && t.small[i-1].info.GetName() == name || i+1 < len(t.small) && t.small[i+1].info.GetName() == name {
+		name := x.info().GetName()
+		if i > 0 && t.small[i-1].info().GetName() == name || i+1 < len(t.small) && t.small[i+1].info().GetName() == name {
 			t.newest.ReplaceOrInsert(x) // see pluginTable: names of two or more
 		}
 	}

@@ -21,12 +21,12 @@ func TestSmallTableFrozenAndGrown(t *testing.T) {
 	var clones []frozen
 	seen := func(tb *pluginTable) string {
 		s := ""
-		tb.eachCurrent(func(a *allocation) { s += fmt.Sprintf("%s=%s ", a.info.GetName(), a.info.GetAllocId()) })
+		tb.eachCurrent(func(a *allocation) { s += fmt.Sprintf("%s=%s ", a.info().GetName(), a.info().GetAllocId()) })
 		return s + fmt.Sprint(tb.len())
 	}
 	for i := 1; i <= 2*smallMax; i++ {
 		name := fmt.Sprintf("p%d", i%5)
-		a := &allocation{info: &messages.PluginInfo{Name: name, AllocId: fmt.Sprintf("a%02d", i)}, order: uint64(i)}
+		a := newAllocation(&messages.PluginInfo{Name: name, AllocId: fmt.Sprintf("a%02d", i)}, uint64(i), uint64(i))
 		if i%2 == 0 {
 			work.add(a)
 		} else {
@@ -35,7 +35,7 @@ func TestSmallTableFrozenAndGrown(t *testing.T) {
 		if cur, ok := work.currentOf(name); !ok || cur != a {
 			t.Fatalf("after put %d: current of %s is %v, want the new allocation", i, name, cur)
 		}
-		if cur, found := work.find(name, a.info.GetAllocId()); cur != a || found != a {
+		if cur, found := work.find(name, a.info().GetAllocId()); cur != a || found != a {
 			t.Fatalf("after put %d: find = %v, %v; want the new allocation twice", i, cur, found)
 		}
 		if i%3 == 0 {
@@ -45,14 +45,14 @@ func TestSmallTableFrozenAndGrown(t *testing.T) {
 			}
 			if ok {
 				now, _ := work.remove(old)
-				if _, still := work.get(name, old.info.GetAllocId()); still {
-					t.Fatalf("after remove %s: still found", old.info.GetAllocId())
+				if _, still := work.get(name, old.info().GetAllocId()); still {
+					t.Fatalf("after remove %s: still found", old.info().GetAllocId())
 				}
 				if cur, _ := work.currentOf(name); now != cur {
-					t.Fatalf("after remove %s: remove says %v is current, currentOf %v", old.info.GetAllocId(), now, cur)
+					t.Fatalf("after remove %s: remove says %v is current, currentOf %v", old.info().GetAllocId(), now, cur)
 				}
-				if cur, found := work.find(name, old.info.GetAllocId()); cur != now || found != nil {
-					t.Fatalf("after remove %s: find = %v, %v; want %v, nil", old.info.GetAllocId(), cur, found, now)
+				if cur, found := work.find(name, old.info().GetAllocId()); cur != now || found != nil {
+					t.Fatalf("after remove %s: find = %v, %v; want %v, nil", old.info().GetAllocId(), cur, found, now)
 				}
 			}
 		}
@@ -122,11 +122,11 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 		want := ""
 		for _, name := range slices.Sorted(maps.Keys(model)) {
 			if len(model[name]) > 0 {
-				want += name + "=" + model[name][0].info.GetAllocId() + " "
+				want += name + "=" + model[name][0].info().GetAllocId() + " "
 			}
 		}
 		got := ""
-		work.eachCurrent(func(a *allocation) { got += a.info.GetName() + "=" + a.info.GetAllocId() + " " })
+		work.eachCurrent(func(a *allocation) { got += a.info().GetName() + "=" + a.info().GetAllocId() + " " })
 		if got != want {
 			t.Fatalf("%s: eachCurrent\n got %s\nwant %s", step, got, want)
 		}
@@ -147,10 +147,10 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 	for i := range 4 * smallMax {
 		name := fmt.Sprintf("p%03d", i%(3*smallMax)) // the first smallMax names get a second allocation
 		order++
-		a := &allocation{info: &messages.PluginInfo{Name: name, AllocId: fmt.Sprintf("a%03d", i)}, order: order}
+		a := newAllocation(&messages.PluginInfo{Name: name, AllocId: fmt.Sprintf("a%03d", i)}, order, order)
 		work.add(a)
 		model[name] = append([]*allocation{a}, model[name]...)
-		check(fmt.Sprintf("add %s/%s", name, a.info.GetAllocId()))
+		check(fmt.Sprintf("add %s/%s", name, a.info().GetAllocId()))
 	}
 	if work.allocs == nil {
 		t.Fatal("the table never grew into B-trees")
@@ -162,17 +162,17 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 		now, _ := work.remove(gone)
 		model[name] = slices.DeleteFunc(slices.Clone(allocs), func(a *allocation) bool { return a == gone })
 		if now != model[name][0] {
-			t.Fatalf("remove %s: remove says %v is current, want %v", gone.info.GetAllocId(), now, model[name][0])
+			t.Fatalf("remove %s: remove says %v is current, want %v", gone.info().GetAllocId(), now, model[name][0])
 		}
-		check("remove " + gone.info.GetAllocId())
+		check("remove " + gone.info().GetAllocId())
 		snap := work.clone()
-		again := &allocation{info: &messages.PluginInfo{Name: name, AllocId: "z" + gone.info.GetAllocId()}, order: order + 1}
+		again := newAllocation(&messages.PluginInfo{Name: name, AllocId: "z" + gone.info().GetAllocId()}, order+1, order+1)
 		order++
 		work.put(again)
 		model[name] = append([]*allocation{again}, model[name]...)
-		check("put " + again.info.GetAllocId())
+		check("put " + again.info().GetAllocId())
 		if cur, _ := snap.currentOf(name); cur != model[name][1] {
-			t.Fatalf("a clone taken before put %s changed: current %v", again.info.GetAllocId(), cur)
+			t.Fatalf("a clone taken before put %s changed: current %v", again.info().GetAllocId(), cur)
 		}
 	}
 	if n := work.newest.Len(); n != 2*smallMax {

@@ -6,36 +6,84 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// allocation is one registered copy of a plugin. It is immutable: a change
-// makes a new allocation with the same order.
+// allocation is one registered copy of a plugin, with its PluginInfo and
+// ConnectionInfo inline: one heap object of 224 bytes (a Go size class),
+// where a pointer to them and a second sequence made it 240. It is
+// immutable: a change makes a new allocation with the same order.
 type allocation struct {
-	info *messages.PluginInfo
-	// order is the registration's place in time: the highest order of a
-	// name is current. It is persisted, so a restart keeps it.
-	order uint64
-	// changed is the sequence of the last event that changed it: order,
-	// or a later update's. Replay reports it, and it is persisted too.
+	plugin messages.PluginInfo
+	// conn is plugin.Connection's, unless the plugin was copied by
+	// protobuf (see copyInto).
+	conn messages.ConnectionInfo
+	// ord is the order (see order), with updatedBit set on an
+	// allocation made as an updatedAllocation.
+	ord uint64
+}
+
+// updatedAllocation is an allocation whose changed sequence differs from
+// its order: one that an update replaced. Most allocations are never
+// updated, and keep no second sequence.
+type updatedAllocation struct {
+	allocation
 	changed uint64
 }
 
+// updatedBit marks, in allocation.ord, an allocation that is the first
+// field of an updatedAllocation. Sequences never reach it.
+const updatedBit = 1 << 63
+
+// newAllocation copies p into a new allocation with order and changed.
+func newAllocation(p *messages.PluginInfo, order, changed uint64) *allocation {
+	var a *allocation
+	if changed == order {
+		a = &allocation{ord: order}
+	} else {
+		u := &updatedAllocation{changed: changed}
+		u.ord = order | updatedBit
+		a = &u.allocation
+	}
+	copyInto(a, p)
+	return a
+}
+
+// info is the allocation's PluginInfo, as readers and events hand it out.
+func (a *allocation) info() *messages.PluginInfo { return &a.plugin }
+
+// order is the registration's place in time: the highest order of a name
+// is current. It is persisted, so a restart keeps it.
+func (a *allocation) order() uint64 { return a.ord &^ updatedBit }
+
+// changed is the sequence of the last event that changed the allocation:
+// its order, or a later update's. Replay reports it, and it is persisted
+// too.
+func (a *allocation) changed() uint64 {
+	if a.ord&updatedBit == 0 {
+		return a.ord
+	}
+	// a is the first field of an updatedAllocation (newAllocation), so
+	// the pointer is that object's too.
+	return (*updatedAllocation)(unsafe.Pointer(a)).changed
+}
+
 func byNameThenAlloc(a, b *allocation) bool {
-	if c := cmp.Compare(a.info.GetName(), b.info.GetName()); c != 0 {
+	if c := cmp.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
 		return c < 0
 	}
-	return a.info.GetAllocId() < b.info.GetAllocId()
+	return a.info().GetAllocId() < b.info().GetAllocId()
 }
 
 func byNameThenNewest(a, b *allocation) bool {
-	if c := cmp.Compare(a.info.GetName(), b.info.GetName()); c != 0 {
+	if c := cmp.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
 		return c < 0
 	}
-	return a.order > b.order
+	return a.order() > b.order()
 }
 
 const treeDegree = 16
@@ -100,7 +148,9 @@ func (t *pluginTable) len() int {
 }
 
 func probe(name, alloc string) *allocation {
-	return &allocation{info: &messages.PluginInfo{Name: name, AllocId: alloc}}
+	a := &allocation{}
+	a.plugin.Name, a.plugin.AllocId = name, alloc
+	return a
 }
 
 // probes recycles the search keys of lookups: readers look plugins up
@@ -118,12 +168,12 @@ func lookup(tree *btree.BTreeG[*allocation], name, alloc string) (*allocation, b
 // borrowKey takes a search key from probes; returnKey gives it back.
 func borrowKey(name, alloc string, order uint64) *allocation {
 	key := probes.Get().(*allocation)
-	key.info.Name, key.info.AllocId, key.order = name, alloc, order
+	key.plugin.Name, key.plugin.AllocId, key.ord = name, alloc, order
 	return key
 }
 
 func returnKey(key *allocation) {
-	key.info.Name, key.info.AllocId, key.order = "", "", 0
+	key.plugin.Name, key.plugin.AllocId, key.ord = "", "", 0
 	probes.Put(key)
 }
 
@@ -143,7 +193,7 @@ func (t *pluginTable) find(name, alloc string) (current, found *allocation) {
 			return nil, nil
 		}
 		for _, a := range t.small[from:to] {
-			if a.info.GetAllocId() == alloc {
+			if a.info().GetAllocId() == alloc {
 				found = a
 				break
 			}
@@ -161,7 +211,7 @@ func (t *pluginTable) sole(name string) (first *allocation, more bool) {
 	key := borrowKey(name, "", 0)
 	defer returnKey(key)
 	t.allocs.AscendGreaterOrEqual(key, func(a *allocation) bool {
-		if a.info.GetName() != name {
+		if a.info().GetName() != name {
 			return false
 		}
 		if first != nil {
@@ -180,7 +230,7 @@ func (t *pluginTable) topOf(name string) *allocation {
 	key := borrowKey(name, "", math.MaxUint64)
 	defer returnKey(key)
 	top := t.first(key)
-	if top == nil || top.info.GetName() != name {
+	if top == nil || top.info().GetName() != name {
 		return nil
 	}
 	return top
@@ -225,12 +275,12 @@ func (t *pluginTable) eachCurrent(fn func(*allocation)) {
 		walking = false
 		var pending *allocation // the first of a name, not yet told
 		t.allocs.AscendGreaterOrEqual(key, func(a *allocation) bool {
-			name := a.info.GetName()
-			if pending != nil && name == pending.info.GetName() {
+			name := a.info().GetName()
+			if pending != nil && name == pending.info().GetName() {
 				fn(t.topOf(name))
 				pending = nil
 				// The smallest name after name's: names hold no NUL.
-				key.info.Name, walking = name+"\x00", true
+				key.plugin.Name, walking = name+"\x00", true
 				return false
 			}
 			if pending != nil {
@@ -252,12 +302,12 @@ func (t *pluginTable) put(a *allocation) {
 		t.putSmall(a, true)
 		return
 	}
-	if _, ok := lookup(t.allocs, a.info.GetName(), a.info.GetAllocId()); !ok {
+	if _, ok := lookup(t.allocs, a.info().GetName(), a.info().GetAllocId()); !ok {
 		t.add(a)
 		return
 	}
 	t.allocs.ReplaceOrInsert(a)
-	if t.topOf(a.info.GetName()) != nil {
+	if t.topOf(a.info().GetName()) != nil {
 		t.newest.ReplaceOrInsert(a)
 	}
 }
@@ -268,9 +318,9 @@ func (t *pluginTable) add(a *allocation) {
 		t.putSmall(a, false)
 		return
 	}
-	if t.topOf(a.info.GetName()) != nil {
+	if t.topOf(a.info().GetName()) != nil {
 		t.newest.ReplaceOrInsert(a)
-	} else if first, _ := t.sole(a.info.GetName()); first != nil {
+	} else if first, _ := t.sole(a.info().GetName()); first != nil {
 		t.newest.ReplaceOrInsert(first)
 		t.newest.ReplaceOrInsert(a)
 	}
@@ -281,22 +331,21 @@ func (t *pluginTable) add(a *allocation) {
 // its name, if any, becomes current, and remove returns it.
 func (t *pluginTable) remove(a *allocation) (now *allocation, ok bool) {
 	if t.allocs == nil {
-		t.small, _ = t.mutable().without(a)
-	} else {
-		t.allocs.Delete(a)
-		if _, was := t.newest.Delete(a); was {
-			if first, more := t.sole(a.info.GetName()); first != nil && !more {
-				t.newest.Delete(first) // one left: it needs no newest-first item
-			}
+		return t.removeSmall(a)
+	}
+	t.allocs.Delete(a)
+	if _, was := t.newest.Delete(a); was {
+		if first, more := t.sole(a.info().GetName()); first != nil && !more {
+			t.newest.Delete(first) // one left: it needs no newest-first item
 		}
 	}
-	return t.currentOf(a.info.GetName())
+	return t.currentOf(a.info().GetName())
 }
 
 // list returns the current allocation of each name, sorted by name.
 func (t *pluginTable) list() []*messages.PluginInfo {
 	out := []*messages.PluginInfo{}
-	t.eachCurrent(func(a *allocation) { out = append(out, a.info) })
+	t.eachCurrent(func(a *allocation) { out = append(out, a.info()) })
 	return out
 }
 
@@ -409,7 +458,7 @@ func (s *Snapshot) replay(ptype string) []Event {
 	for _, name := range types {
 		if t, ok := s.tables.get(name); ok {
 			t.eachCurrent(func(a *allocation) {
-				out = append(out, &messages.PluginRegistered{Plugin: a.info, Sequence: a.changed})
+				out = append(out, &messages.PluginRegistered{Plugin: a.info(), Sequence: a.changed()})
 			})
 		}
 	}
@@ -430,7 +479,7 @@ func (s *Snapshot) Current(ptype, name string) (*messages.PluginInfo, bool) {
 func (s *Snapshot) ForAlloc(ptype, name, allocID string) (*messages.PluginInfo, bool) {
 	if t, ok := s.tables.get(ptype); ok {
 		if a, ok := t.get(name, allocID); ok {
-			return a.info, true
+			return a.info(), true
 		}
 	}
 	return nil, false
@@ -443,19 +492,21 @@ func (s *Snapshot) Allocations(ptype, name string) []*messages.PluginInfo {
 	if t, ok := s.tables.get(ptype); ok && t.allocs == nil {
 		from, to := t.small.run(name)
 		for _, a := range t.small[from:to] {
-			out = append(out, a.info)
+			out = append(out, a.info())
 		}
 	} else if ok && t.topOf(name) == nil {
 		if first, _ := t.sole(name); first != nil {
-			out = append(out, first.info)
+			out = append(out, first.info())
 		}
 	} else if ok {
-		t.newest.AscendGreaterOrEqual(&allocation{info: &messages.PluginInfo{Name: name}, order: math.MaxUint64},
+		key := borrowKey(name, "", math.MaxUint64)
+		defer returnKey(key)
+		t.newest.AscendGreaterOrEqual(key,
 			func(a *allocation) bool {
-				if a.info.GetName() != name {
+				if a.info().GetName() != name {
 					return false
 				}
-				out = append(out, a.info)
+				out = append(out, a.info())
 				return true
 			})
 	}

@@ -10,8 +10,8 @@ import (
 )
 
 // write is one command on its way to disk: from the facade, with done and
-// timer and its validation and encoding already done by the caller, or
-// from an actor, with replyTo.
+// its validation and encoding already done by the caller, or from an
+// actor, with replyTo.
 type write struct {
 	deregister bool
 	plugin     *messages.PluginInfo // register: the allocation
@@ -22,13 +22,20 @@ type write struct {
 	record     []byte // register: the plugin field of its record (encodePlugin)
 	checked    bool   // validated, and record made
 
-	replyTo *actor.PID  // an actor's command
-	done    chan error  // a facade call's answer
-	timer   *time.Timer // a facade call's request timeout
-	arrived time.Time   // when the actor took it
-	event   Event       // nil when the command changed nothing
-	op      storage.Op  // the change, when event is not nil
-	err     error       // a refusal decided against the working state
+	replyTo *actor.PID // an actor's command
+	done    chan error // a facade call's answer
+	arrived time.Time  // when the actor took it
+	event   Event      // nil when the command changed nothing
+	op      storage.Op // the change, when event is not nil
+	err     error      // a refusal decided against the working state
+
+	// A facade call waiting for its answer is linked in its inbox's calls,
+	// put there in epoch; these belong to the inbox's lock. claimed is the
+	// actor's: it took the call off that list to answer it (inbox.claim).
+	prev, next *write
+	linked     bool
+	epoch      uint64
+	claimed    bool
 }
 
 // check validates w and, for a store that takes records, encodes its
@@ -49,16 +56,16 @@ func (w *write) check(encode bool) error {
 	return nil
 }
 
-// keep returns the allocation to keep for the registration w: the
-// facade's copy (held), or a new one for an actor's command, with order
-// and changed set. It is not yet in any table when keep sets them.
+// keep returns the allocation to keep for the registration w, with order
+// and changed: the facade's copy (held) for a new allocation, else a new
+// copy (an update, which keeps its changed sequence, or an actor's
+// command). It is not yet in any table.
 func (w *write) keep(order, changed uint64) *allocation {
-	a := w.held
-	if a == nil {
-		a = &allocation{info: w.plugin}
+	if a := w.held; a != nil && changed == order {
+		a.ord = order
+		return a
 	}
-	a.order, a.changed = order, changed
-	return a
+	return newAllocation(w.plugin, order, changed)
 }
 
 func validateDeregister(ptype, name, allocID string) error {

@@ -1,0 +1,57 @@
+package registry
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// reply answers w with err.
+func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
+	a.measure(w, err)
+	if w.done != nil && !w.claimed {
+		a.in.claim(w)
+	}
+	a.send(ctx, w, err)
+}
+
+// replyAll answers each write of a batch with its own error: first the
+// metrics, which may panic (a call not yet claimed then times out, where a
+// claimed one would wait for ever), then one claim for the batch, then
+// the answers.
+func (a *pluginsActor) replyAll(ctx actor.Context, batch []*write) {
+	for _, w := range batch {
+		a.measure(w, w.err)
+	}
+	a.in.claim(batch...)
+	for _, w := range batch {
+		a.send(ctx, w, w.err)
+	}
+}
+
+func (a *pluginsActor) measure(w *write, err error) {
+	op := "register"
+	if w.deregister {
+		op = "deregister"
+	}
+	a.metrics.Write(op, err, time.Since(w.arrived))
+}
+
+// send answers w, unless it is a facade call that the sweep has ended
+// (inbox.tick): its caller has gone. A claimed call's reply channel is
+// empty, and the answer always fits.
+func (a *pluginsActor) send(ctx actor.Context, w *write, err error) {
+	switch {
+	case w.done != nil:
+		if w.claimed {
+			w.done <- err
+		}
+	case w.replyTo == nil:
+	case w.deregister:
+		ctx.Send(w.replyTo, &messages.DeregisterPluginResponse{Error: messages.ErrorToProto(err)})
+	default:
+		ctx.Send(w.replyTo, &messages.RegisterPluginResponse{Error: messages.ErrorToProto(err)})
+	}
+}
