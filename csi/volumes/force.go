@@ -15,7 +15,9 @@ import (
 // forceUnmount is an operator's unmount of a stuck volume (see
 // Manager.ForceUnmount): the way out of takeDown, where each node step the
 // plugin fails is done in the kernel instead, and a detach the controller
-// fails leaves the attachment recorded for the GC step to retry. What was
+// fails leaves the attachment recorded for the GC step to retry. The agent
+// removes a target it unmounted, as the plugin would have; a staging
+// directory stays for the staging sweep, as after any unmount. What was
 // forced is the job's note, shown in the volume's status, and logged.
 func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 	pub := j.rec.GetPublishes()[alloc]
@@ -26,7 +28,7 @@ func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 	switch pub.GetState() {
 	case statePublishing, statePublished, stateUnpublishing:
 		if err := j.unpublish(ctx, pub); err != nil {
-			if kerr := kernelUnmount(pub.GetTargetPath()); kerr != nil {
+			if kerr := kernelUnpublish(pub.GetTargetPath()); kerr != nil {
 				return j.failed(pub, fmt.Errorf("%w; and the agent could not unmount the target %s itself: %w", err, pub.GetTargetPath(), kerr))
 			}
 			forced = append(forced, fmt.Sprintf("NodeUnpublishVolume failed (%v): the agent unmounted the target", err))
@@ -42,7 +44,6 @@ func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 				if kerr := kernelUnmount(s.GetStagingPath()); kerr != nil {
 					return j.failed(pub, fmt.Errorf("%w; and the agent could not unmount the staging path %s itself: %w", err, s.GetStagingPath(), kerr))
 				}
-				j.removeDir(s.GetStagingPath())
 				j.rec.Stage = nil
 				if err := j.save(); err != nil {
 					return err
@@ -74,10 +75,18 @@ func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 }
 
 // kernelUnmount unmounts the mount at path, never lazily (a busy mount
-// fails), and removes path; a path that is not mounted, or not there, is
-// done.
+// fails); a path that is not mounted, or not there, is done.
 func kernelUnmount(path string) error {
 	if err := unix.Unmount(path, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
+}
+
+// kernelUnpublish unmounts the target at path (kernelUnmount) and removes
+// it, as the plugin's NodeUnpublishVolume would have.
+func kernelUnpublish(path string) error {
+	if err := kernelUnmount(path); err != nil {
 		return err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -2,13 +2,16 @@ package volumes_test
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
 )
 
 // TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood: the plugin gone
@@ -40,4 +43,32 @@ func TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood(t *testing.T) {
 	require.Contains(t, st.LastOperation, "the attachment stays recorded")
 	writers, _, _ := n.catalog.claims("vol")
 	require.Empty(t, writers, "the claim is released")
+}
+
+// TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep: NodeUnstageVolume
+// fails, the agent unmounts the staging path itself, and the directory
+// stays, unmounted, as after any unmount, until a sweep finds the volume
+// idle.
+func TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep(t *testing.T) {
+	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
+	staging := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol")
+	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	f := p.hang("NodeUnstageVolume", false)
+	go func() {
+		<-f.reached
+		p.unhang(f) // fails the call
+	}()
+	require.NoError(t, n.manager.ForceUnmount(ctx, "", "vol", "web-1"))
+
+	st := n.settle("vol")
+	require.Contains(t, st.LastOperation, "the agent unmounted the staging path")
+	require.Nil(t, st.Record, "the volume is idle")
+	require.Empty(t, mountsUnder(t, n.root))
+	require.DirExists(t, staging, "the staging directory stays for the sweep")
+	sweep(n, clock)
+	require.NoDirExists(t, staging, "the sweep removed it")
 }

@@ -223,12 +223,3 @@ func (j *job) controllerUnpublish(ctx context.Context, a *messages.VolumeAttachm
 	})
 	return err
 }
-
-// removeDir removes the volume's own empty directory; a failure is logged,
-// not returned: the step itself succeeded. Parents are shared with other
-// volumes, whose jobs run concurrently: the manager removes them (sweep).
-func (j *job) removeDir(dir string) {
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		j.log.Warn("could not remove a directory", "path", dir, "error", err)
-	}
-}
