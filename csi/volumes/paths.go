@@ -107,15 +107,24 @@ func mkdirPrivate(dir string) error {
 // reports the first error other than the directory being gone or not empty.
 func removeEmptyDirs(dir, stop string) error {
 	for dir != stop && strings.HasPrefix(dir, stop+string(filepath.Separator)) {
-		err := os.Remove(dir)
-		switch {
-		case err == nil, errors.Is(err, os.ErrNotExist):
-		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
-			return nil
-		default:
-			return fmt.Errorf("volumes: remove %s: %w", dir, err)
+		if gone, err := removeEmpty(dir); !gone || err != nil {
+			return err
 		}
 		dir = filepath.Dir(dir)
 	}
 	return nil
+}
+
+// removeEmpty removes the directory dir when it is empty and no mount
+// point. gone says dir is not there any more (removed, or it was not);
+// a directory that stays, not empty or a mount point, is no error.
+func removeEmpty(dir string) (gone bool, err error) {
+	err = os.Remove(dir)
+	switch {
+	case err == nil, errors.Is(err, os.ErrNotExist):
+		return true, nil
+	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
+		return false, nil
+	}
+	return false, fmt.Errorf("volumes: remove %s: %w", dir, err)
 }

@@ -1,10 +1,8 @@
 package volumes
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -127,17 +125,13 @@ func (m *manager) namespaceBusy(ns string) bool {
 }
 
 // removeIdle removes the directory dir when it is empty and no mount
-// point, and reports whether it did; another failure is logged.
+// point (removeEmpty), and reports whether it is gone; a failure is logged.
 func (m *manager) removeIdle(dir string) bool {
-	err := os.Remove(dir)
-	switch {
-	case err == nil:
-		return true
-	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
-	default:
+	gone, err := removeEmpty(dir)
+	if err != nil {
 		m.log.Warn("could not remove an idle staging directory", "path", dir, "error", err)
 	}
-	return false
+	return gone
 }
 
 // subdirs lists the names of dir's subdirectories; none when dir cannot
