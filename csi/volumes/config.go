@@ -140,8 +140,8 @@ type Config struct {
 	// directories of volumes that are no longer staged and have no
 	// operation running or waiting (default DefaultStagingSweepInterval).
 	// Until then a volume's staging directory stays for its next mount.
-	// The same sweep removes the empty per-alloc directories of allocs
-	// with no mount and no operation running or waiting.
+	// The same sweep removes the empty per-alloc directories, at every
+	// depth, of allocs with no mount and no operation running or waiting.
 	StagingSweepInterval time.Duration
 }
 

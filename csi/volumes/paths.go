@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -73,10 +75,20 @@ func (p paths) target(plugin, alloc, namespace, id string) string {
 	return filepath.Join(p.root, plugin, PerAllocDirName, alloc, namespace, id)
 }
 
-// removeEmptyTree removes dir's empty subdirectories, one level down, and
-// then dir itself, when they are empty; a mount point or a directory with
-// anything else in it stays.
+// removeEmptyTree removes the empty directories at and below dir, the
+// deepest first, so that dir goes too once nothing else is in it. It goes
+// into no mount point, and rmdir removes neither a mount point nor a
+// directory with anything in it: those stay, and so do their parents.
+// Where the kernel cannot say which directories are mount points (statx
+// before Linux 5.8), only dir itself goes, when empty.
 func removeEmptyTree(dir string) error {
+	switch mounted, known := mountRoot(dir); {
+	case mounted:
+		return nil
+	case !known:
+		_, err := removeEmpty(dir)
+		return err
+	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -86,31 +98,30 @@ func removeEmptyTree(dir string) error {
 	}
 	for _, e := range entries {
 		if e.IsDir() {
-			if err := removeEmptyDirs(filepath.Join(dir, e.Name()), filepath.Dir(dir)); err != nil {
+			if err := removeEmptyTree(filepath.Join(dir, e.Name())); err != nil {
 				return err
 			}
 		}
 	}
-	return removeEmptyDirs(dir, filepath.Dir(dir))
+	_, err = removeEmpty(dir)
+	return err
+}
+
+// mountRoot reports whether dir is a mount point; known is false where
+// the kernel does not say (statx before Linux 5.8) or dir cannot be asked.
+func mountRoot(dir string) (mounted, known bool) {
+	var st unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, 0, &st) != nil {
+		return false, false
+	}
+	known = st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0
+	return known && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, known
 }
 
 // mkdirPrivate creates dir and its parents, readable by the agent only.
 func mkdirPrivate(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("volumes: create directory: %w", err)
-	}
-	return nil
-}
-
-// removeEmptyDirs removes dir and then each parent below stop while they
-// are empty, and stops at the first that is not (or is a mount point). It
-// reports the first error other than the directory being gone or not empty.
-func removeEmptyDirs(dir, stop string) error {
-	for dir != stop && strings.HasPrefix(dir, stop+string(filepath.Separator)) {
-		if gone, err := removeEmpty(dir); !gone || err != nil {
-			return err
-		}
-		dir = filepath.Dir(dir)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
@@ -141,4 +142,39 @@ func TestTheSweepRemovesAnAllocsDirectoriesOnlyOnceItIsIdle(t *testing.T) {
 	sweep(n, clock)
 	require.NoDirExists(t, allocDir("web-2"))
 	require.Empty(t, mountsUnder(t, n.root))
+}
+
+// TestTheSweepRemovesEveryEmptyDirectoryBelowAnIdleAlloc leaves, below
+// the directory of an alloc with no mount, an empty target with empty
+// directories in it (as a plugin may), a directory with a file, and a
+// bind mount with an empty directory inside: the sweep removes the empty
+// directories at every depth, and keeps the file's, the mount point and
+// what is in the mount, and their parents. Once the mount is gone, the
+// next sweep removes its directory too.
+func TestTheSweepRemovesEveryEmptyDirectoryBelowAnIdleAlloc(t *testing.T) {
+	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
+	alloc := filepath.Join(n.root, "hp", volumes.PerAllocDirName, "left")
+	target, full, mounted := filepath.Join(alloc, "default", "vol"), filepath.Join(alloc, "other", "vol"), filepath.Join(alloc, "default", "mounted")
+	for _, d := range []string{filepath.Join(target, "a", "b"), filepath.Join(target, "c"), full, mounted} {
+		require.NoError(t, os.MkdirAll(d, 0o700))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(full, "f"), nil, 0o600))
+	src := t.TempDir()
+	inner := filepath.Join(src, "inner")
+	require.NoError(t, os.Mkdir(inner, 0o700))
+	require.NoError(t, unix.Mount(src, mounted, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(mounted, unix.MNT_DETACH) })
+
+	sweep(n, clock)
+	require.NoDirExists(t, target, "the empty target and the empty directories in it went")
+	require.FileExists(t, filepath.Join(full, "f"))
+	require.Equal(t, []string{mounted}, mountsUnder(t, n.root), "the mount point stays mounted")
+	require.DirExists(t, filepath.Join(mounted, "inner"), "the sweep does not go into a mount")
+	require.DirExists(t, inner)
+
+	require.NoError(t, unix.Unmount(mounted, 0))
+	sweep(n, clock)
+	require.NoDirExists(t, filepath.Join(alloc, "default"))
+	require.FileExists(t, filepath.Join(full, "f"))
 }
