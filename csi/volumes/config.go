@@ -69,8 +69,8 @@ const (
 	DefaultName             = "csi-volume-manager"
 	// DefaultStatsConcurrency is Config.StatsConcurrency's default.
 	DefaultStatsConcurrency = 4
-	// DefaultStagingSweepInterval is Config.StagingSweepInterval's default.
-	DefaultStagingSweepInterval = time.Minute
+	// DefaultSweepInterval is Config.SweepInterval's default.
+	DefaultSweepInterval = time.Minute
 )
 
 // DefaultRetry is the GC step's backoff for a volume whose operation failed:
@@ -136,13 +136,13 @@ type Config struct {
 	// fingerprint): the periodic stats ask only those, so a plugin without
 	// the capability costs nothing. Nil asks none.
 	StatsSupported func(plugin string) bool
-	// StagingSweepInterval is how often the manager removes the staging
-	// directories of volumes that are no longer staged and have no
-	// operation running or waiting (default DefaultStagingSweepInterval).
-	// Until then a volume's staging directory stays for its next mount.
-	// The same sweep removes the empty per-alloc directories, at every
-	// depth, of allocs with no mount and no operation running or waiting.
-	StagingSweepInterval time.Duration
+	// SweepInterval is how often the manager sweeps the directories no
+	// volume uses (default DefaultSweepInterval): the staging directories
+	// of volumes that are no longer staged and have no operation running
+	// or waiting, and the empty per-alloc directories, at every depth, of
+	// allocs with no mount and no operation running or waiting. Until
+	// then a volume's staging directory stays for its next mount.
+	SweepInterval time.Duration
 }
 
 // validate refuses a config that cannot work.
@@ -160,8 +160,8 @@ func (c Config) validate() error {
 	if !filepath.IsAbs(c.Root) {
 		problems = append(problems, fmt.Sprintf("Root %q must be an absolute path", c.Root))
 	}
-	if c.RPCTimeout < 0 || c.OperationTimeout < 0 || c.StatsInterval < 0 || c.StagingSweepInterval < 0 {
-		problems = append(problems, "RPCTimeout, OperationTimeout, StatsInterval and StagingSweepInterval must not be negative (durations are time.Duration: write 2 * time.Minute)")
+	if c.RPCTimeout < 0 || c.OperationTimeout < 0 || c.StatsInterval < 0 || c.SweepInterval < 0 {
+		problems = append(problems, "RPCTimeout, OperationTimeout, StatsInterval and SweepInterval must not be negative (durations are time.Duration: write 2 * time.Minute)")
 	}
 	if c.StatsConcurrency < 0 {
 		problems = append(problems, "StatsConcurrency must not be negative (0 means its default)")
@@ -187,8 +187,8 @@ func (c Config) withDefaults() Config {
 	if c.StatsConcurrency == 0 {
 		c.StatsConcurrency = DefaultStatsConcurrency
 	}
-	if c.StagingSweepInterval == 0 {
-		c.StagingSweepInterval = DefaultStagingSweepInterval
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
 	}
 	if c.Retry.Within == 0 {
 		c.Retry = DefaultRetry

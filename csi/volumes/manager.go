@@ -45,8 +45,9 @@ type manager struct {
 	standing model.Standing
 	// stats is the periodic stats' state (statspoll.go).
 	stats statsPoll
-	// stagingTimer is the staging sweep's (stagingsweep.go).
-	stagingTimer supervisor.Stopper
+	// sweepTimer times the sweeps of staging and per-alloc directories
+	// (stagingsweep.go).
+	sweepTimer supervisor.Stopper
 }
 
 // outcome is how a volume's latest operation ended.
@@ -101,8 +102,8 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onRetryDue(ctx, msg)
 	case *statsDue:
 		m.onStatsDue(ctx)
-	case *stagingSweepDue:
-		m.onStagingSweepDue(ctx)
+	case *sweepDue:
+		m.onSweepDue(ctx)
 	case *statsPolled:
 		m.onStatsPolled(ctx, msg)
 	case *messages.Subscribed:
@@ -127,7 +128,7 @@ func (m *manager) onStarted(ctx actor.Context) {
 	}
 	m.started = true
 	m.scheduleStats(ctx)
-	m.scheduleStagingSweep(ctx)
+	m.scheduleSweep(ctx)
 	// A volume left unsettled because its plugin was gone is reconciled as
 	// soon as the plugin registers, not only at its next GC retry. The
 	// registry drops this subscription when the actor stops.
@@ -340,7 +341,7 @@ func (m *manager) onStatus(ctx actor.Context, msg *messages.VolumeStatusRequest)
 func (m *manager) onShutdown(ctx actor.Context, msg *messages.ShutdownVolumeManager) {
 	m.closing = true
 	m.stopStats()
-	m.stopStagingSweep()
+	m.stopSweep()
 	m.shutdown = append(m.shutdown, replyTo(ctx, msg.GetReplyTo()))
 	for _, o := range m.drain() {
 		m.answer(ctx, o, MountResult{}, fmt.Errorf("%w: %s of volume %s was waiting", ErrShutDown, o, o.key))
@@ -365,7 +366,7 @@ func (m *manager) finishShutdown(ctx actor.Context) {
 func (m *manager) onStopped() {
 	m.cancel()
 	m.stopStats()
-	m.stopStagingSweep()
+	m.stopSweep()
 	for key := range m.retries {
 		m.forgetRetry(key)
 	}

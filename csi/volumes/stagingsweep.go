@@ -11,7 +11,7 @@ import (
 // NodeUnstageVolume, so that mounting the volume again creates no
 // directory and the way out removes none: on a busy node the mkdir and
 // rmdir of volumes staged side by side contend on their shared parent, and
-// cost more CPU than the rest of the pair. Every StagingSweepInterval the
+// cost more CPU than the rest of the pair. Every SweepInterval the
 // manager removes, on its own goroutine, each empty staging directory of a
 // volume with no operation running or waiting and no stage at that path in
 // its record. Only a job of a volume creates or uses that volume's staging
@@ -32,33 +32,33 @@ import (
 // is the staging directories': only a job of an operation of the alloc, or
 // of a volume whose record holds the alloc's publish, creates or uses them.
 
-// stagingSweepDue is sent by the sweep's timer to the manager.
-type stagingSweepDue struct{}
+// sweepDue is sent by the sweep's timer to the manager.
+type sweepDue struct{}
 
-// scheduleStagingSweep arms the timer of the next sweep.
-func (m *manager) scheduleStagingSweep(ctx actor.Context) {
+// scheduleSweep arms the timer of the next sweep.
+func (m *manager) scheduleSweep(ctx actor.Context) {
 	if m.closing {
 		return
 	}
 	root, self := ctx.ActorSystem().Root, ctx.Self()
-	m.stagingTimer = m.cfg.Clock.AfterFunc(m.cfg.StagingSweepInterval, func() { root.Send(self, &stagingSweepDue{}) })
+	m.sweepTimer = m.cfg.Clock.AfterFunc(m.cfg.SweepInterval, func() { root.Send(self, &sweepDue{}) })
 }
 
-// stopStagingSweep stops the timer.
-func (m *manager) stopStagingSweep() {
-	if m.stagingTimer != nil {
-		m.stagingTimer.Stop()
-		m.stagingTimer = nil
+// stopSweep stops the timer.
+func (m *manager) stopSweep() {
+	if m.sweepTimer != nil {
+		m.sweepTimer.Stop()
+		m.sweepTimer = nil
 	}
 }
 
-func (m *manager) onStagingSweepDue(ctx actor.Context) {
-	m.stagingTimer = nil
+func (m *manager) onSweepDue(ctx actor.Context) {
+	m.sweepTimer = nil
 	if removed := m.sweepStaging(); removed > 0 {
 		m.log.Debug("removed the staging directories of idle volumes", "count", removed)
 	}
 	m.sweepAllocs()
-	m.scheduleStagingSweep(ctx)
+	m.scheduleSweep(ctx)
 }
 
 // sweepStaging removes the staging directories no volume uses (see above)

@@ -19,7 +19,7 @@ import (
 // before the status request that follows it.
 func sweep(n *node, clock *supervisortest.FakeClock) {
 	n.t.Helper()
-	clock.Advance(volumes.DefaultStagingSweepInterval)
+	clock.Advance(volumes.DefaultSweepInterval)
 	n.status("sweep")
 }
 
