@@ -26,9 +26,10 @@ import (
 // The same sweep removes the empty per-alloc directories (an alloc's
 // directory and every empty one below it, such as a target a plugin left,
 // never going into a mount point: removeEmptyTree) of every alloc with no
-// publish in a record and no operation running or waiting: the way out leaves them,
-// so that an unmount removes no directory on the manager's goroutine, and
-// 100 allocs unmounting cost no more directory work than one. The reasoning
+// publish in a record and no operation running or waiting: the way out
+// leaves them, so that an unmount removes no directory on the manager's
+// goroutine, and 100 allocs unmounting cost no more directory work than
+// one. The reasoning
 // is the staging directories': only a job of an operation of the alloc, or
 // of a volume whose record holds the alloc's publish, creates or uses them.
 
