@@ -40,10 +40,25 @@ describe() {
 	echo "$type on $source"
 }
 
+# summary prints one line per round of the benchmark's output: plugvisor's
+# pairs/s, p50, p99 and CPU per pair, then each baseline's pairs/s and p99.
+summary() {
+	awk '/^BenchmarkMountUnmount100Volumes/ {
+		delete m
+		for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
+		printf "%-18s plugvisor %6.0f pairs/s p50 %5.1f ms p99 %5.1f ms %5.0f us CPU/pair | kernel %6.0f pairs/s p99 %5.1f ms | kernel+mkdir %6.0f pairs/s p99 %5.1f ms | kernel+sync %6.0f pairs/s | load %s\n",
+			substr($1, 33), m["pairs/s"], m["p50-ms"], m["p99-ms"], m["cpu-us/pair"],
+			m["kernel-pairs/s"], m["kernel-p99-ms"], m["kernel+mkdir-pairs/s"], m["kernel+mkdir-p99-ms"],
+			m["kernel+sync-pairs/s"], m["load1"]
+	}'
+}
+
 run() {
 	echo "bench-volumes: $rounds rounds in $1: $(describe "$1"), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	(cd csi/volumes && TMPDIR="$1" "$bin/volumes.test" -test.run '^$' \
-		-test.bench '^BenchmarkMountUnmount100Volumes$' -test.benchtime 1000x -test.count "$rounds")
+		-test.bench '^BenchmarkMountUnmount100Volumes$' -test.benchtime 1000x -test.count "$rounds") | tee "$bin/out.txt"
+	echo "bench-volumes: in short, on $(describe "$1"):"
+	summary <"$bin/out.txt"
 }
 
 run "$tmp"
