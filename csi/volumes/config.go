@@ -139,8 +139,9 @@ type Config struct {
 	// SweepInterval is how often the manager sweeps the directories no
 	// volume uses (default DefaultSweepInterval): the staging directories
 	// of volumes that are no longer staged and have no operation running
-	// or waiting, and the empty per-alloc directories, at every depth, of
-	// allocs with no mount and no operation running or waiting. Until
+	// or waiting, and the empty per-alloc directories (the alloc's, its
+	// namespaces' and the empty targets in them) of allocs with no mount
+	// and no operation running or waiting. Until
 	// then a volume's staging directory stays for its next mount.
 	SweepInterval time.Duration
 }

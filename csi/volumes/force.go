@@ -28,10 +28,14 @@ func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 	switch pub.GetState() {
 	case statePublishing, statePublished, stateUnpublishing:
 		if err := j.unpublish(ctx, pub); err != nil {
-			if kerr := kernelUnpublish(pub.GetTargetPath()); kerr != nil {
+			if kerr := kernelUnmount(pub.GetTargetPath()); kerr != nil {
 				return j.failed(pub, fmt.Errorf("%w; and the agent could not unmount the target %s itself: %w", err, pub.GetTargetPath(), kerr))
 			}
-			forced = append(forced, fmt.Sprintf("NodeUnpublishVolume failed (%v): the agent unmounted the target", err))
+			note := "the agent unmounted the target"
+			if rerr := os.Remove(pub.GetTargetPath()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				note += fmt.Sprintf(" and left it, as it could not remove it (%v)", rerr)
+			}
+			forced = append(forced, fmt.Sprintf("NodeUnpublishVolume failed (%v): %s", err, note))
 		}
 	}
 	pub.State, pub.LastError, pub.Fence = stateReleasing, "", ""
@@ -78,18 +82,6 @@ func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 // fails); a path that is not mounted, or not there, is done.
 func kernelUnmount(path string) error {
 	if err := unix.Unmount(path, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return err
-	}
-	return nil
-}
-
-// kernelUnpublish unmounts the target at path (kernelUnmount) and removes
-// it, as the plugin's NodeUnpublishVolume would have.
-func kernelUnpublish(path string) error {
-	if err := kernelUnmount(path); err != nil {
-		return err
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil

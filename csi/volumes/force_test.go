@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -71,4 +72,32 @@ func TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep(t *testing.T) {
 	require.DirExists(t, staging, "the staging directory stays for the sweep")
 	sweep(n, clock)
 	require.NoDirExists(t, staging, "the sweep removed it")
+}
+
+// TestAForcedUnmountThatCannotRemoveTheTargetStillEnds: when the plugin's
+// NodeUnpublishVolume fails, the agent unmounts the target itself; a
+// target it then cannot remove (something was written under the mount
+// point) stays, said in the note, and the force still ends the mount.
+func TestAForcedUnmountThatCannotRemoveTheTargetStillEnds(t *testing.T) {
+	n := newNode(t, nil)
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
+	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	// A file under the mount point: hidden while mounted, there once not.
+	require.NoError(t, unix.Unmount(res.TargetPath, 0))
+	require.NoError(t, os.WriteFile(filepath.Join(res.TargetPath, "left"), nil, 0o600))
+	require.NoError(t, unix.Mount(filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol"), res.TargetPath, "", unix.MS_BIND, ""))
+	f := p.hang("NodeUnpublishVolume", false)
+	go func() {
+		<-f.reached
+		p.unhang(f) // fails the call
+	}()
+	require.NoError(t, n.manager.ForceUnmount(ctx, "", "vol", "web-1"))
+
+	st := n.settle("vol")
+	require.Contains(t, st.LastOperation, "the agent unmounted the target and left it")
+	require.Nil(t, st.Record, "the volume is idle")
+	require.Empty(t, mountsUnder(t, n.root))
+	require.FileExists(t, filepath.Join(res.TargetPath, "left"))
 }

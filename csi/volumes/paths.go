@@ -8,8 +8,6 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -75,47 +73,29 @@ func (p paths) target(plugin, alloc, namespace, id string) string {
 	return filepath.Join(p.root, plugin, PerAllocDirName, alloc, namespace, id)
 }
 
-// removeEmptyTree removes the empty directories at and below dir, the
-// deepest first, so that dir goes too once nothing else is in it. It goes
-// into no mount point, and rmdir removes neither a mount point nor a
-// directory with anything in it: those stay, and so do their parents.
-// Where the kernel cannot say which directories are mount points (statx
-// before Linux 5.8), only dir itself goes, when empty.
-func removeEmptyTree(dir string) error {
-	switch mounted, known := mountRoot(dir); {
-	case mounted:
-		return nil
-	case !known:
-		_, err := removeEmpty(dir)
-		return err
-	}
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("volumes: read %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := removeEmptyTree(filepath.Join(dir, e.Name())); err != nil {
-				return err
+// removeAllocDirs removes an idle alloc's directories to the layout's
+// depth (per-alloc/<alloc>/<namespace>/<volume>), the deepest first: the
+// empty targets a plugin left, then the empty namespace directories, then
+// the alloc's. It reads only those directories, never a target's contents,
+// and rmdir removes neither a mount point nor a directory with anything in
+// it: those stay, and so do their parents.
+func removeAllocDirs(allocDir string) error {
+	var errs []error
+	for _, ns := range subdirs(allocDir) {
+		nsDir := filepath.Join(allocDir, ns)
+		for _, target := range subdirs(nsDir) {
+			if _, err := removeEmpty(filepath.Join(nsDir, target)); err != nil {
+				errs = append(errs, err)
 			}
 		}
+		if _, err := removeEmpty(nsDir); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	_, err = removeEmpty(dir)
-	return err
-}
-
-// mountRoot reports whether dir is a mount point; known is false where
-// the kernel does not say (statx before Linux 5.8) or dir cannot be asked.
-func mountRoot(dir string) (mounted, known bool) {
-	var st unix.Statx_t
-	if unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, 0, &st) != nil {
-		return false, false
+	if _, err := removeEmpty(allocDir); err != nil {
+		errs = append(errs, err)
 	}
-	known = st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0
-	return known && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, known
+	return errors.Join(errs...)
 }
 
 // mkdirPrivate creates dir and its parents, readable by the agent only.
@@ -130,7 +110,7 @@ func mkdirPrivate(dir string) error {
 // point. gone says dir is not there any more (removed, or it was not);
 // a directory that stays, not empty or a mount point, is no error.
 func removeEmpty(dir string) (gone bool, err error) {
-	err = os.Remove(dir)
+	err = syscall.Rmdir(dir)
 	switch {
 	case err == nil, errors.Is(err, os.ErrNotExist):
 		return true, nil

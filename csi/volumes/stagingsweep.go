@@ -24,8 +24,8 @@ import (
 // a start also removes what an earlier run left.
 //
 // The same sweep removes the empty per-alloc directories (an alloc's
-// directory and every empty one below it, such as a target a plugin left,
-// never going into a mount point: removeEmptyTree) of every alloc with no
+// directory, its namespaces' and the empty targets a plugin left in them,
+// never reading a target's contents: removeAllocDirs) of every alloc with no
 // publish in a record and no operation running or waiting: the way out
 // leaves them, so that an unmount removes no directory on the manager's
 // goroutine, and 100 allocs unmounting cost no more directory work than
@@ -109,7 +109,7 @@ func (m *manager) sweepAllocs() {
 			if busy[alloc] {
 				continue
 			}
-			if err := removeEmptyTree(filepath.Join(perAlloc, alloc)); err != nil {
+			if err := removeAllocDirs(filepath.Join(perAlloc, alloc)); err != nil {
 				m.log.Warn("could not remove an alloc's empty directories", "alloc_id", alloc, "error", err)
 			}
 		}

@@ -144,22 +144,20 @@ func TestTheSweepRemovesAnAllocsDirectoriesOnlyOnceItIsIdle(t *testing.T) {
 	require.Empty(t, mountsUnder(t, n.root))
 }
 
-// TestTheSweepRemovesEveryEmptyDirectoryBelowAnIdleAlloc leaves, below
-// the directory of an alloc with no mount, an empty target with empty
-// directories in it (as a plugin may), a directory with a file, and a
-// bind mount with an empty directory inside: the sweep removes the empty
-// directories at every depth, and keeps the file's, the mount point and
-// what is in the mount, and their parents. Once the mount is gone, the
-// next sweep removes its directory too.
-func TestTheSweepRemovesEveryEmptyDirectoryBelowAnIdleAlloc(t *testing.T) {
+// TestTheSweepRemovesAnIdleAllocsEmptyTargetsAndKeepsTheRest: the sweep
+// removes an idle alloc's empty targets, then its namespaces' and its own
+// directory, and keeps a target that is a mount point (and what is in the
+// mount), one with a file, one with a directory in it (it never reads a
+// target's contents), and their parents.
+func TestTheSweepRemovesAnIdleAllocsEmptyTargetsAndKeepsTheRest(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
 	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
 	alloc := filepath.Join(n.root, "hp", volumes.PerAllocDirName, "left")
-	target, full, mounted := filepath.Join(alloc, "default", "vol"), filepath.Join(alloc, "other", "vol"), filepath.Join(alloc, "default", "mounted")
-	for _, d := range []string{filepath.Join(target, "a", "b"), filepath.Join(target, "c"), full, mounted} {
+	empty, withFile, withDir, mounted := filepath.Join(alloc, "default", "vol"), filepath.Join(alloc, "other", "vol"), filepath.Join(alloc, "third", "vol"), filepath.Join(alloc, "default", "mounted")
+	for _, d := range []string{empty, withFile, filepath.Join(withDir, "sub"), mounted} {
 		require.NoError(t, os.MkdirAll(d, 0o700))
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(full, "f"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(withFile, "f"), nil, 0o600))
 	src := t.TempDir()
 	inner := filepath.Join(src, "inner")
 	require.NoError(t, os.Mkdir(inner, 0o700))
@@ -167,14 +165,15 @@ func TestTheSweepRemovesEveryEmptyDirectoryBelowAnIdleAlloc(t *testing.T) {
 	t.Cleanup(func() { _ = unix.Unmount(mounted, unix.MNT_DETACH) })
 
 	sweep(n, clock)
-	require.NoDirExists(t, target, "the empty target and the empty directories in it went")
-	require.FileExists(t, filepath.Join(full, "f"))
+	require.NoDirExists(t, empty, "the empty target went")
+	require.FileExists(t, filepath.Join(withFile, "f"))
+	require.DirExists(t, filepath.Join(withDir, "sub"), "the sweep does not go into a target")
 	require.Equal(t, []string{mounted}, mountsUnder(t, n.root), "the mount point stays mounted")
-	require.DirExists(t, filepath.Join(mounted, "inner"), "the sweep does not go into a mount")
-	require.DirExists(t, inner)
+	require.DirExists(t, inner, "the sweep does not go into a mount")
 
 	require.NoError(t, unix.Unmount(mounted, 0))
 	sweep(n, clock)
-	require.NoDirExists(t, filepath.Join(alloc, "default"))
-	require.FileExists(t, filepath.Join(full, "f"))
+	require.NoDirExists(t, filepath.Join(alloc, "default"), "once unmounted, the target and its namespace go")
+	require.FileExists(t, filepath.Join(withFile, "f"))
+	require.DirExists(t, filepath.Join(withDir, "sub"))
 }
