@@ -29,7 +29,9 @@ describe() {
 	local type source dev
 	type=$(stat -f -c %T "$1")
 	source=$(findmnt -n -o SOURCE -T "$1" || echo "?")
-	dev=$(basename "$source")
+	# The kernel's name of the device (dm-0 for /dev/mapper/x): jbd2 uses it.
+	dev=$(lsblk -n -o KNAME "$source" 2>/dev/null | head -1 || true)
+	dev=${dev:-$(basename "$source")}
 	if [ "$type" = "ext2/ext3" ]; then
 		if compgen -G "/proc/fs/jbd2/$dev-*" >/dev/null; then
 			type="ext4 with a journal"
