@@ -58,14 +58,7 @@ func TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep(t *testing.T) {
 	staging := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol")
 	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
 	require.NoError(t, err)
-	f := p.hang("NodeUnstageVolume", false)
-	go func() {
-		<-f.reached
-		p.unhang(f) // fails the call
-	}()
-	require.NoError(t, n.manager.ForceUnmount(ctx, "", "vol", "web-1"))
-
-	st := n.settle("vol")
+	st := forceWithAFailing(t, n, p, "NodeUnstageVolume")
 	require.Contains(t, st.LastOperation, "the agent unmounted the staging path")
 	require.Nil(t, st.Record, "the volume is idle")
 	require.Empty(t, mountsUnder(t, n.root))
@@ -88,16 +81,22 @@ func TestAForcedUnmountThatCannotRemoveTheTargetStillEnds(t *testing.T) {
 	require.NoError(t, unix.Unmount(res.TargetPath, 0))
 	require.NoError(t, os.WriteFile(filepath.Join(res.TargetPath, "left"), nil, 0o600))
 	require.NoError(t, unix.Mount(filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol"), res.TargetPath, "", unix.MS_BIND, ""))
-	f := p.hang("NodeUnpublishVolume", false)
+	st := forceWithAFailing(t, n, p, "NodeUnpublishVolume")
+	require.Contains(t, st.LastOperation, "the agent unmounted the target and left it")
+	require.Nil(t, st.Record, "the volume is idle")
+	require.Empty(t, mountsUnder(t, n.root))
+	require.FileExists(t, filepath.Join(res.TargetPath, "left"))
+}
+
+// forceWithAFailing force-unmounts volume vol of alloc web-1 with the
+// plugin's rpc failing, and returns the volume's status once settled.
+func forceWithAFailing(t *testing.T, n *node, p *strictPlugin, rpc string) volumes.Status {
+	t.Helper()
+	f := p.hang(rpc, false)
 	go func() {
 		<-f.reached
 		p.unhang(f) // fails the call
 	}()
 	require.NoError(t, n.manager.ForceUnmount(ctx, "", "vol", "web-1"))
-
-	st := n.settle("vol")
-	require.Contains(t, st.LastOperation, "the agent unmounted the target and left it")
-	require.Nil(t, st.Record, "the volume is idle")
-	require.Empty(t, mountsUnder(t, n.root))
-	require.FileExists(t, filepath.Join(res.TargetPath, "left"))
+	return n.settle("vol")
 }
