@@ -215,6 +215,11 @@ func (a *pluginsActor) apply(w *write) error {
 			return err
 		}
 	}
+	if a.seq == maxSequence {
+		// Only a corrupt sequence record gets here: a write a
+		// nanosecond would take 292 years.
+		return errorf(ErrLimit, "the registry's sequence numbers are used up (the last, %d, is handed out): its state file's sequence record is likely corrupt; restore the file from a backup", uint64(maxSequence))
+	}
 	if w.deregister {
 		a.applyDeregister(w)
 		return nil
