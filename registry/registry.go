@@ -220,7 +220,9 @@ func (r *Registry) submit(w *write) error {
 	}
 	answered, err := w.wait()
 	if !answered {
-		return fmt.Errorf("registry: no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout)
+		// The sweep ends a call between one and one and a half
+		// request timeouts after it was put (inbox.tick).
+		return fmt.Errorf("registry: no answer from the registry actor after %v to %v (Config.RequestTimeout to one and a half times it): %w", r.timeout, r.timeout*3/2, actor.ErrTimeout)
 	}
 	return err
 }
