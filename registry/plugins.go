@@ -403,8 +403,9 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 		a.log.Error("durable write failed: refusing the batch and rolling back", "writes", len(batch), "error", msg.err)
 		err := errorf(ErrStore, "%v", msg.err)
 		for _, w := range batch {
-			a.reply(ctx, w, err)
+			w.err = err
 		}
+		a.replyAll(ctx, batch)
 		a.rollback(ctx)
 	} else {
 		a.publish(ctx, batch)
