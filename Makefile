@@ -66,7 +66,7 @@ readme: ## run the command blocks of the README and docs/ against a real agent, 
 # any input that fails is written there too, to become a regression test.
 FUZZ_TARGETS := \
 	names:FuzzCheck names:FuzzCheckSocketPath names:FuzzCheckKey \
-	registry:FuzzValidatePlugin \
+	registry:FuzzValidatePlugin registry:FuzzLoad \
 	csi/catalog/model:FuzzClaims internal/mountinfo:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
 	fleet:FuzzDecodeRecord \

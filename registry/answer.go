@@ -8,10 +8,14 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// reply answers w with err.
+// reply answers w with err. The actor answers each write once, by reply
+// or replyAll, and keeps no pointer to it afterwards (recycle clears a
+// batch): an answered facade call's write goes back to the pool
+// (write.wait) and may be a later caller's, whom a second answer would
+// reach.
 func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
 	a.measure(w, err)
-	if w.done != nil && !w.claimed {
+	if w.done != nil {
 		a.in.claim(w)
 	}
 	a.send(ctx, w, err)

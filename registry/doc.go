@@ -20,7 +20,8 @@
 // order it sent them; events reach each subscriber in sequence order, none
 // lost while it lives, and a stuck subscriber slows nobody; Shutdown
 // answers everything in flight; every call ends by Config.RequestTimeout
-// (a write within one and a half times it); bad input is an error wrapping ErrInvalid and changes nothing; sequence
-// numbers never go backwards, across restarts too. How the actor keeps
-// these promises is in ARCHITECTURE.md.
+// (a write within one and a half times it); bad input is an error
+// wrapping ErrInvalid and changes nothing; sequence numbers never go
+// backwards, across restarts too. How the actor keeps these promises is
+// in ARCHITECTURE.md.
 package registry

@@ -76,8 +76,8 @@ func sequenceOp(seq uint64) storage.Op {
 }
 
 // load rebuilds the tables and the last sequence from a bucket. A record
-// that does not decode, fails validation or sits under the wrong key is
-// corruption (storage.CorruptRecord, matching storage.ErrCorrupt) naming it
+// that does not decode, fails validation, sits under the wrong key or
+// holds a sequence beyond maxSequence is corruption (storage.CorruptRecord, matching storage.ErrCorrupt) naming it
 // and the remedy: a registry never starts silently empty or half-restored.
 func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 	tables := map[string]*pluginTable{}
@@ -87,6 +87,9 @@ func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 			seq, n := protowire.ConsumeVarint(value)
 			if n != len(value) {
 				return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the sequence record does not decode"))
+			}
+			if seq > maxSequence {
+				return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the sequence record's %d is beyond the last, %d", seq, uint64(maxSequence)))
 			}
 			last = max(last, seq)
 			return nil
@@ -122,6 +125,16 @@ func decodeAllocation(key, value []byte) (*allocation, error) {
 	}
 	if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
 		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record holds plugin %q", printable(want)))
+	}
+	// A sequence beyond maxSequence would set updatedBit on an
+	// allocation that has no changed field (see allocation.changed).
+	for _, seq := range []struct {
+		field string
+		value uint64
+	}{{"sequence", stored.GetSequence()}, {"changed", stored.GetChanged()}} {
+		if seq.value > maxSequence {
+			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record's %s %d is beyond the last, %d", seq.field, seq.value, uint64(maxSequence)))
+		}
 	}
 	return newAllocation(info, stored.GetSequence(), max(stored.GetSequence(), stored.GetChanged())), nil
 }

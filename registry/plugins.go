@@ -215,6 +215,11 @@ func (a *pluginsActor) apply(w *write) error {
 			return err
 		}
 	}
+	if a.seq == maxSequence {
+		// Only a corrupt sequence record gets here: a write a
+		// nanosecond would take 292 years.
+		return errorf(ErrLimit, "the registry's sequence numbers are used up (the last, %d, is handed out): its state file's sequence record is likely corrupt; restore the file from a backup", uint64(maxSequence))
+	}
 	if w.deregister {
 		a.applyDeregister(w)
 		return nil
@@ -398,8 +403,9 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 		a.log.Error("durable write failed: refusing the batch and rolling back", "writes", len(batch), "error", msg.err)
 		err := errorf(ErrStore, "%v", msg.err)
 		for _, w := range batch {
-			a.reply(ctx, w, err)
+			w.err = err
 		}
+		a.replyAll(ctx, batch)
 		a.rollback(ctx)
 	} else {
 		a.publish(ctx, batch)

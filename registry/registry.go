@@ -169,11 +169,14 @@ func (r *Registry) PID() *actor.PID { return r.pid }
 func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 
 // RegisterPlugin adds an allocation of a plugin, or updates a known one in
-// place. It returns once the change is durable and readers see it; its
+// place. It returns once the change is durable and readers see it. Its
 // event goes to the subscribers in the same step of the registry actor,
-// before the answer or, while callers write concurrently, right after it,
-// and always before any later write is applied. The
-// registry keeps a copy of info: the caller may change info afterwards.
+// always before any later write is applied: before the answer while
+// writes come one at a time, right after it while callers write
+// concurrently (one of the registry's last 16 batches held more than one
+// write, anyone's), so a caller may return before a subscriber has the
+// event. The registry keeps a copy of info: the caller may change info
+// afterwards.
 //
 // A new allocation becomes current whether or not anything serves its
 // socket, and whatever the health of the one it replaces: RegisterPlugin
@@ -198,7 +201,8 @@ func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 
 // DeregisterPlugin removes one allocation of a plugin. Removing an
 // allocation that is not registered changes nothing and emits nothing; it
-// returns ErrNotFound, or nil with Config.DeregisterMissingIsNil.
+// returns ErrNotFound, or nil with Config.DeregisterMissingIsNil. Its event
+// goes out as RegisterPlugin's does.
 func (r *Registry) DeregisterPlugin(ptype, name, allocID string) error {
 	if err := validateDeregister(ptype, name, allocID); err != nil {
 		return err
@@ -220,7 +224,9 @@ func (r *Registry) submit(w *write) error {
 	}
 	answered, err := w.wait()
 	if !answered {
-		return fmt.Errorf("registry: no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout)
+		// The sweep ends a call between one and one and a half
+		// request timeouts after it was put (inbox.tick).
+		return fmt.Errorf("registry: no answer from the registry actor after %v to %v (Config.RequestTimeout to one and a half times it): %w", r.timeout, r.timeout*3/2, actor.ErrTimeout)
 	}
 	return err
 }

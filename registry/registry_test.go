@@ -551,7 +551,9 @@ func TestARestartAfterAPanicKeepsDurableStateAndSubscribers(t *testing.T) {
 
 	// The panic comes after alloc-0 is durable and published, while its
 	// caller is being answered: the caller hears nothing.
-	require.Error(t, r.RegisterPlugin(plugin(0)))
+	err = r.RegisterPlugin(plugin(0))
+	require.ErrorIs(t, err, actor.ErrTimeout)
+	require.ErrorContains(t, err, "no answer from the registry actor after 300ms to 450ms", "the error says how long a write may wait")
 	probe.Expect[*messages.PluginRegistered](t, p, timeout)
 
 	require.NoError(t, r.RegisterPlugin(plugin(1)), "the restarted actor takes writes")

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,8 +35,14 @@ type updatedAllocation struct {
 }
 
 // updatedBit marks, in allocation.ord, an allocation that is the first
-// field of an updatedAllocation. Sequences never reach it.
+// field of an updatedAllocation. Every allocation with it set came from
+// newAllocation: sequences never reach it, as no sequence beyond
+// maxSequence is loaded (load) or handed out (pluginsActor.apply), and
+// search keys (borrowKey) take at most maxSequence too.
 const updatedBit = 1 << 63
+
+// maxSequence is the last sequence number, and the highest order.
+const maxSequence = updatedBit - 1
 
 // newAllocation copies p into a new allocation with order and changed.
 func newAllocation(p *messages.PluginInfo, order, changed uint64) *allocation {
@@ -166,6 +171,9 @@ func lookup(tree *btree.BTreeG[*allocation], name, alloc string) (*allocation, b
 }
 
 // borrowKey takes a search key from probes; returnKey gives it back.
+// order is at most maxSequence (the newest first of a name takes
+// maxSequence), so that a key, like every allocation not made by
+// newAllocation, has no updatedBit.
 func borrowKey(name, alloc string, order uint64) *allocation {
 	key := probes.Get().(*allocation)
 	key.plugin.Name, key.plugin.AllocId, key.ord = name, alloc, order
@@ -227,7 +235,7 @@ func (t *pluginTable) sole(name string) (first *allocation, more bool) {
 // topOf returns the current allocation of name from a large table's
 // newest-first tree, nil when name has fewer than two allocations.
 func (t *pluginTable) topOf(name string) *allocation {
-	key := borrowKey(name, "", math.MaxUint64)
+	key := borrowKey(name, "", maxSequence)
 	defer returnKey(key)
 	top := t.first(key)
 	if top == nil || top.info().GetName() != name {
@@ -499,7 +507,7 @@ func (s *Snapshot) Allocations(ptype, name string) []*messages.PluginInfo {
 			out = append(out, first.info())
 		}
 	} else if ok {
-		key := borrowKey(name, "", math.MaxUint64)
+		key := borrowKey(name, "", maxSequence)
 		defer returnKey(key)
 		t.newest.AscendGreaterOrEqual(key,
 			func(a *allocation) bool {
