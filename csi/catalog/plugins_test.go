@@ -196,3 +196,13 @@ func TestAPluginWhoseAllocationIsBeingReplacedKeepsItsTopologyRequirementAndItsC
 		require.Empty(t, f.pluginIDs(), "after a restart nothing is being taken over: every instance speaks afresh")
 	})
 }
+
+func TestAPluginWhoseNewerAllocationIsDeregisteredBeforeItSpokeIsForgotten(t *testing.T) {
+	f := startCatFixture(t, catMemoryBucket(t))
+	f.feed(zonedFingerprint("zoned", "a1"), replacedFingerprint("zoned", "a1", "a2"))
+	require.Contains(t, f.pluginIDs(), "zoned")
+
+	f.feed(catStoppedFingerprint("zoned", "a2"))
+	require.NotContains(t, f.pluginIDs(), "zoned", "the final word of the allocation the record names is no late word: the plugin is gone")
+	f.register(catVolume("db", "zoned", model.AccessModeSingleNodeWriter))
+}
