@@ -106,11 +106,9 @@ func (s *Store) readNodes(ctx context.Context) (map[string]*Node, error) {
 		var held []string // the keys of the volumes the index names
 		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i+2].GetResponseRange().GetKvs() {
-				_, ref, err := parseIndexed(idx.root, string(kv.Key))
-				if err != nil {
-					return nil, err
+				if _, ref, ok := s.indexEntry(idx.root, string(kv.Key)); ok {
+					held = append(held, s.keys.volume(ref.ns, ref.id))
 				}
-				held = append(held, s.keys.volume(ref.ns, ref.id))
 			}
 		}
 		volumes, err := s.volumesAt(ctx, held, resp.Header.Revision)

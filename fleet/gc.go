@@ -182,7 +182,7 @@ func (g *GC) look(ctx context.Context, now time.Time, nodes []string) ([]Freed, 
 func (g *GC) freeNode(ctx context.Context, node string, down time.Duration) ([]Freed, error) {
 	var refs []volumeRef
 	err := g.s.call(ctx, "find the claims of a down node", func(ctx context.Context) (err error) {
-		refs, err = g.s.indexedVolumes(ctx, g.s.keys.claims(), node)
+		refs, err = g.s.indexedVolumes(ctx, g.s.claimIndex(), node)
 		return err
 	})
 	if err != nil {

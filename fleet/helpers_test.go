@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -37,6 +39,21 @@ func open(t testing.TB, srv *etcdtest.Server, node string, change ...func(*fleet
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
+}
+
+// steppedGC is a GC of s with a minute's grace that runs only when the
+// test steps it.
+func steppedGC(t testing.TB, s *fleet.Store) *fleet.GC {
+	t.Helper()
+	gc, err := fleet.StartGC(s, fleet.GCConfig{Grace: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(gc.Stop)
+	return gc
+}
+
+// logTo has a store log to logs, for a test that asserts on its warnings.
+func logTo(logs *probe.LogBuffer) func(*fleet.Config) {
+	return func(c *fleet.Config) { c.Logger = hclog.New(&hclog.LoggerOptions{Output: logs}) }
 }
 
 // volume is volume id of plugin "ebs" in the default namespace.

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -106,8 +105,9 @@ func (s *Store) pluginClaimsOn(ctx context.Context, node, plugin string) ([]stri
 	}
 	var out []string
 	for _, kv := range resp.Kvs {
-		if v := string(kv.Value); v == plugin || v == "" {
-			out = append(out, strings.TrimPrefix(string(kv.Key), s.keys.claimsOf(node)))
+		_, ref, ok := s.indexEntry(s.keys.claims(), string(kv.Key))
+		if v := string(kv.Value); ok && (v == plugin || v == "") {
+			out = append(out, ref.ns+"/"+ref.id)
 		}
 	}
 	return out, resp.Header.Revision, nil

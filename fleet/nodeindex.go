@@ -73,11 +73,14 @@ type index struct {
 	value func(v *model.CSIVolume) string
 }
 
-func (s *Store) indexes() []index {
-	return []index{
-		{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes, value: volumePlugin},
-		{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes, value: func(*model.CSIVolume) string { return "" }},
-	}
+func (s *Store) indexes() []index { return []index{s.claimIndex(), s.attachmentIndex()} }
+
+func (s *Store) claimIndex() index {
+	return index{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes, value: volumePlugin}
+}
+
+func (s *Store) attachmentIndex() index {
+	return index{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes, value: func(*model.CSIVolume) string { return "" }}
 }
 
 // volumePlugin is v's plugin.
@@ -110,38 +113,56 @@ type volumeRef struct{ ns, id string }
 
 // parseIndexed is the node and the volume that key, an index key under
 // root (root<node>/<namespace>/<id>, keys.indexed), names. A key of
-// another shape, or whose parts are not good names, is corrupt: the error
-// names the key, what is wrong and the remedy.
+// another shape, or whose parts are not good names, is malformed
+// (malformedIndexKey).
 func parseIndexed(root, key string) (string, volumeRef, error) {
 	rest, ok := strings.CutPrefix(key, root)
 	parts := strings.Split(rest, "/")
 	if !ok || len(parts) != 3 {
-		return "", volumeRef{}, corrupt(key, fmt.Errorf("an index key is %s<node>/<namespace>/<volume ID>", root))
+		return "", volumeRef{}, malformedIndexKey(key, fmt.Errorf("an index key is %s<node>/<namespace>/<volume ID>", root))
 	}
 	err := names.Check("node ID", parts[0])
 	if err == nil {
 		_, err = model.VolumeKey(parts[1], parts[2])
 	}
 	if err != nil || parts[1] == "" {
-		return "", volumeRef{}, corrupt(key, cmp.Or(err, errors.New("namespace: empty")))
+		return "", volumeRef{}, malformedIndexKey(key, cmp.Or(err, errors.New("namespace: empty")))
 	}
 	return parts[0], volumeRef{parts[1], parts[2]}, nil
 }
 
-// indexedVolumes are the volumes in node's keys under root (an index's
-// root), read keys only.
-func (s *Store) indexedVolumes(ctx context.Context, root, node string) ([]volumeRef, error) {
-	resp, err := s.client.Get(ctx, root+node+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+// malformedIndexKey is the error of a key in the node index that names no
+// volume: it matches model.ErrCorrupt and names the key, what is wrong and
+// the remedy. Such a key cannot name a stored volume, so the readers of
+// the index skip it (indexEntry) and checkIndex deletes it.
+func malformedIndexKey(key string, cause error) error {
+	return fmt.Errorf("%w: etcd key %q in the node index: %w; it names no volume and is skipped: delete it "+
+		"(etcdctl del %q), or let the index check delete it (it runs when a GC leader's term starts)",
+		model.ErrCorrupt, key, cause, key)
+}
+
+// indexEntry is parseIndexed of key under root; a malformed key is
+// skipped (ok false) with a warning naming it and the remedy.
+func (s *Store) indexEntry(root, key string) (node string, ref volumeRef, ok bool) {
+	node, ref, err := parseIndexed(root, key)
+	if err != nil {
+		s.log.Warn("skipping a malformed key in the node index", "key", key, "error", err)
+		return "", volumeRef{}, false
+	}
+	return node, ref, true
+}
+
+// indexedVolumes are the volumes in node's keys of idx, read keys only.
+func (s *Store) indexedVolumes(ctx context.Context, idx index, node string) ([]volumeRef, error) {
+	resp, err := s.client.Get(ctx, idx.of(node), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, etcdErr(err)
 	}
 	refs := make([]volumeRef, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		_, ref, err := parseIndexed(root, string(kv.Key))
-		if err != nil {
-			return nil, err
+		if _, ref, ok := s.indexEntry(idx.root, string(kv.Key)); ok {
+			refs = append(refs, ref)
 		}
-		refs = append(refs, ref)
 	}
 	return refs, nil
 }
@@ -309,20 +330,22 @@ func (s *Store) indexFix(v *model.CSIVolume, present map[string]string) []client
 func (s *Store) indexedNodes(ctx context.Context) (map[string]bool, error) {
 	nodes := map[string]bool{}
 	err := s.call(ctx, "read the node index", func(ctx context.Context) error {
-		prefixes := []string{s.keys.claims(), s.keys.attachments(), s.keys.strandedMarks()}
-		ops := make([]clientv3.Op, len(prefixes))
-		for i, p := range prefixes {
-			ops[i] = clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		keysOnly := func(prefix string) clientv3.Op {
+			return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		}
-		resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+		resp, err := s.client.Txn(ctx).Then(keysOnly(s.keys.claims()), keysOnly(s.keys.attachments()), keysOnly(s.keys.strandedMarks())).Commit()
 		if err != nil {
 			return etcdErr(err)
 		}
-		for i, p := range prefixes {
+		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i].GetResponseRange().GetKvs() {
-				node, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), p), "/")
-				nodes[node] = true
+				if node, _, ok := s.indexEntry(idx.root, string(kv.Key)); ok {
+					nodes[node] = true
+				}
 			}
+		}
+		for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
+			nodes[strings.TrimPrefix(string(kv.Key), s.keys.strandedMarks())] = true
 		}
 		return nil
 	})

@@ -37,6 +37,7 @@ func TestAMalformedIndexKeyIsCorruptAndSaysWhy(t *testing.T) {
 			require.ErrorIs(t, err, model.ErrCorrupt)
 			require.ErrorContains(t, err, tt.says)
 			require.ErrorContains(t, err, "etcdctl del", "the error says the remedy")
+			require.NotContains(t, err.Error(), "good record", "an index key has no record to put back")
 		})
 	}
 }

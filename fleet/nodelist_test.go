@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -88,9 +89,7 @@ func TestNodeListAnswersAsTheVolumesDoAcrossClaimsReleasesGCAndDrains(t *testing
 		registered(t, admin, volume(id, model.AccessModeMultiNodeMultiWriter))
 	}
 	registered(t, admin, volume("single", model.AccessModeSingleNodeWriter))
-	gc, err := fleet.StartGC(admin, fleet.GCConfig{Grace: time.Minute})
-	require.NoError(t, err)
-	t.Cleanup(gc.Stop)
+	gc := steppedGC(t, admin)
 	draining := map[string]bool{}
 	now := time.Now()
 	ok := func(_ any, err error) { t.Helper(); require.NoError(t, err) }
@@ -221,13 +220,14 @@ func TestNodeListFillsInTheNodeIndexOfAFleetWrittenBeforeIt(t *testing.T) {
 	require.Equal(t, checked.Kvs[0].ModRevision, again.Kvs[0].ModRevision, "the index is checked once")
 }
 
-// TestAMalformedNodeIndexKeyIsRefusedByTheNodeListAndDeletedByTheCheck:
-// a key under the claim index that names no volume makes the node list a
-// corruption error naming the key and the remedy, not a guess; the index
-// check deletes it, and the list answers again.
-func TestAMalformedNodeIndexKeyIsRefusedByTheNodeListAndDeletedByTheCheck(t *testing.T) {
+// TestAMalformedNodeIndexKeyIsSkippedByTheNodeListAndDeletedByTheCheck:
+// a key under the claim index that names no volume is skipped by the node
+// list, which answers as before and names the key and the remedy in a
+// warning; the index check deletes it.
+func TestAMalformedNodeIndexKeyIsSkippedByTheNodeListAndDeletedByTheCheck(t *testing.T) {
 	srv := etcdtest.Start(t)
-	a := open(t, srv, "node-a")
+	var logs probe.LogBuffer
+	a := open(t, srv, "node-a", logTo(&logs))
 	healthyNode(t, a)
 	ctx := testCtx(t)
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
@@ -239,10 +239,9 @@ func TestAMalformedNodeIndexKeyIsRefusedByTheNodeListAndDeletedByTheCheck(t *tes
 	const bad = "/plugvisor/claims/node-a/default"
 	_, err = raw.Put(ctx, bad, "")
 	require.NoError(t, err)
-	_, err = a.Nodes(ctx)
-	require.ErrorIs(t, err, model.ErrCorrupt)
-	require.ErrorContains(t, err, bad)
-	require.ErrorContains(t, err, "etcdctl del")
+	require.Equal(t, want, listedBy(t, a), "the list skips the key: it names no volume")
+	require.Contains(t, logs.String(), bad, "a warning names the key")
+	require.Contains(t, logs.String(), "etcdctl del", "and the remedy")
 
 	_, err = raw.Delete(ctx, "/plugvisor/nodeindex")
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
@@ -97,9 +98,7 @@ func TestADeadNodeDropsOutButKeepsItsClaimsUntilGCFreesThem(t *testing.T) {
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("alloc-a", "node-a"))
 	require.NoError(t, err)
-	gc, err := fleet.StartGC(b, fleet.GCConfig{Grace: time.Minute})
-	require.NoError(t, err)
-	t.Cleanup(gc.Stop)
+	gc := steppedGC(t, b)
 	now := time.Now()
 	freed, err := gc.Step(ctx, now)
 	require.NoError(t, err)
@@ -140,9 +139,7 @@ func TestGCLeavesTheClaimsOfANodeThatCameBack(t *testing.T) {
 	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
 	_, err = a.Claim(ctx, "", "db", writeClaim("alloc-a", "node-a"))
 	require.NoError(t, err)
-	gc, err := fleet.StartGC(b, fleet.GCConfig{Grace: time.Minute})
-	require.NoError(t, err)
-	t.Cleanup(gc.Stop)
+	gc := steppedGC(t, b)
 
 	require.NoError(t, a.Close(), "leaving revokes the lease: node a is down at once")
 	now := time.Now()
@@ -185,4 +182,42 @@ func TestGCRunsByItselfAtItsInterval(t *testing.T) {
 		v, err := b.GetVolume(context.Background(), "", "db")
 		return err == nil && !v.InUse()
 	}, timeout, 20*time.Millisecond)
+}
+
+// TestAMalformedClaimIndexKeyOfADownNodeKeepsTheGCFromNoOtherNode puts a
+// key that names no volume under the claim index of a down node: the GC
+// skips it with a warning naming it, and frees that node's claims and
+// those of the down nodes after it.
+func TestAMalformedClaimIndexKeyOfADownNodeKeepsTheGCFromNoOtherNode(t *testing.T) {
+	srv := etcdtest.Start(t)
+	var logs probe.LogBuffer
+	a := open(t, srv, "node-a", logTo(&logs))
+	healthyNode(t, a)
+	ctx := testCtx(t)
+	for _, id := range []string{"db", "logs"} {
+		registered(t, a, volume(id, model.AccessModeMultiNodeMultiWriter))
+	}
+	for node, id := range map[string]string{"node-b": "db", "node-c": "logs"} {
+		s, err := fleet.Open(ctx, fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL})
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, "", id, writeClaim("alloc-"+node, node))
+		require.NoError(t, err)
+		require.NoError(t, s.Close(), "leaving revokes the lease: the node is down at once")
+	}
+	const bad = "/plugvisor/claims/node-b/default"
+	_, err := rawClient(t, srv).Put(ctx, bad, "")
+	require.NoError(t, err)
+
+	gc := steppedGC(t, a)
+	now := time.Now()
+	freed, err := gc.Step(ctx, now)
+	require.NoError(t, err)
+	require.Empty(t, freed)
+	freed, err = gc.Step(ctx, now.Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, []fleet.Freed{
+		{Namespace: "default", VolumeID: "db", AllocID: "alloc-node-b", NodeID: "node-b"},
+		{Namespace: "default", VolumeID: "logs", AllocID: "alloc-node-c", NodeID: "node-c"},
+	}, freed)
+	require.Contains(t, logs.String(), bad, "a warning names the key")
 }

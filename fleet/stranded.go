@@ -85,7 +85,7 @@ func (s *Store) StrandedOf(ctx context.Context, node string) ([]Stranded, error)
 		if err != nil {
 			return etcdErr(err)
 		}
-		refs, err := s.indexedVolumes(ctx, s.keys.attachments(), node)
+		refs, err := s.indexedVolumes(ctx, s.attachmentIndex(), node)
 		if err != nil {
 			return err
 		}

@@ -246,7 +246,7 @@ func (m *Instances) Current(instance *actor.PID) (*messages.PluginInfo, bool) {
 // (ptype, name) serves; nil when no instance serves it (the plugin is not
 // registered, its instance failed, or the manager is closing).
 func (m *Instances) Serving(ptype, name string) *messages.PluginInfo {
-	if p := m.plugins[key{ptype, name}]; p != nil && p.child != nil {
+	if p := m.plugins[key{ptype, name}]; p != nil && p.child != nil && !p.failed {
 		return p.info
 	}
 	return nil

@@ -29,6 +29,7 @@ type (
 	failed  struct {
 		alloc, reason string
 		restarts      uint32 // Instances.Restarts of the instance
+		serving       bool   // whether Instances.Serving names an allocation for the plugin
 	}
 	gone struct{ alloc string }
 	// boom makes an instance panic.
@@ -96,7 +97,8 @@ func (m *manager) InstanceStopped(ctx actor.Context, p *messages.PluginInfo, _ *
 }
 
 func (m *manager) InstanceFailed(ctx actor.Context, p *messages.PluginInfo, instance *actor.PID, reason string) {
-	ctx.Send(m.report, &failed{alloc: p.GetAllocId(), reason: reason, restarts: m.instances.Restarts(instance)})
+	ctx.Send(m.report, &failed{alloc: p.GetAllocId(), reason: reason, restarts: m.instances.Restarts(instance),
+		serving: m.instances.Serving(p.GetType(), p.GetName()) != nil})
 }
 
 func (m *manager) InstanceGone(ctx actor.Context, p *messages.PluginInfo, _ *actor.PID) {
@@ -197,6 +199,7 @@ func TestAnInstanceThatGivesUpIsFailedUntilTheRegistrySaysSomethingNew(t *testin
 	got := probe.Expect[*failed](t, e.report, wait)
 	require.Equal(t, "a1", got.alloc)
 	require.Contains(t, got.reason, "boom (gave up after 1 restarts)")
+	require.False(t, got.serving, "a failed plugin is served by no allocation, though its instance has not terminated yet")
 	require.Equal(t, int32(1), e.counted.restarts.Load(), "the restart is counted")
 	require.Equal(t, int32(1), e.counted.giveUps.Load(), "the give-up is counted")
 	e.report.ExpectMessages(t, wait, &gone{alloc: "a1"})

@@ -202,7 +202,7 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 		return change, model.Refusal(model.ErrInvalid, err)
 	}
 	old := a.state.plugins[info.PluginID]
-	if lateWord(old, a.nodeID, info) {
+	if lateWordOn(old, a.nodeID, info) {
 		return change, nil
 	}
 	p := old.Copy()
@@ -221,18 +221,25 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 }
 
 // lateWord reports whether info is the final fingerprint of an instance
-// that another alloc has replaced on nodeID: the manager publishes it after
-// the new instance may have spoken, and it must not hide the new one.
-func lateWord(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
-	if p == nil || !info.Stopped() {
+// that another alloc has replaced, current being the word kept of the same
+// plugin service on the same node: the manager publishes it after the new
+// instance may have spoken, and it must not hide the new one. The final
+// word of the allocation current names in ReplacedBy is no late word: that
+// allocation was deregistered before it spoke.
+func lateWord(current, info *model.CSIInfo) bool {
+	return current != nil && info.Stopped() && current.AllocID != info.AllocID && current.ReplacedBy != info.AllocID
+}
+
+// lateWordOn is lateWord against p's record of info's service on nodeID.
+func lateWordOn(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
+	if p == nil {
 		return false
 	}
 	entries := p.Nodes
 	if info.ControllerInfo != nil {
 		entries = p.Controllers
 	}
-	current, ok := entries[nodeID]
-	return ok && current.AllocID != info.AllocID
+	return lateWord(entries[nodeID], info)
 }
 
 // maxLastError bounds the last error a past claim keeps: a plugin's

@@ -270,15 +270,16 @@ func stubProto(s *model.CSIVolumeStub) *messages.CatalogVolumeStub {
 }
 
 // forwardFingerprint keeps fp as the latest word of its plugin service on
-// this node, unless it is the final word of an instance that another
-// alloc has replaced, and sends this node's fingerprints to the Fleet.
+// this node, unless it is the late final word of an instance that another
+// alloc has replaced (lateWord, as the local catalog decides), and sends
+// this node's fingerprints to the Fleet.
 func (a *catalogActor) forwardFingerprint(ctx actor.Context, fp *messages.CSIFingerprint) {
 	info, err := model.InstanceFromFingerprint(fp)
 	if err != nil || names.Check("plugin name", info.PluginID) != nil {
 		return // refused by the local catalog too
 	}
 	key := fp.GetType() + "/" + fp.GetName()
-	if old := a.cluster.fps[key]; old != nil && old.GetAllocId() != fp.GetAllocId() && info.Stopped() {
+	if old := a.cluster.fps[key]; old != nil && lateWord(&model.CSIInfo{AllocID: old.GetAllocId(), ReplacedBy: old.GetReplacedBy()}, info) {
 		return
 	}
 	a.cluster.fps[key] = fp

@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -218,4 +219,33 @@ func TestCatalogInClusterModeTakesBatchesWholeAndRequiresTopologyWhereThePluginD
 	require.NoError(t, err)
 	require.Equal(t, []string{"default/v-0", "default/v-1", "default/v-2"}, catStubNames(stubs), "the refusals changed nothing")
 	require.NoError(t, a.cat.DeregisterVolumes(ctx, "", []string{"v-0", "v-2"}))
+}
+
+// TestCatalogInClusterModeForwardsTheFinalWordOfTheAllocationThatTookOver
+// has the allocation a final fingerprint names in replaced_by deregistered
+// before it spoke: its own final word is forwarded, not dropped as late.
+func TestCatalogInClusterModeForwardsTheFinalWordOfTheAllocationThatTookOver(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := startClusterNode(t, srv, "node-a")
+	replaced := catStoppedFingerprint("hostpath", "p1")
+	replaced.ReplacedBy = "p2"
+	for _, fp := range []*messages.CSIFingerprint{
+		catNodeFingerprint("hostpath", "p1", true),
+		replaced,
+		catStoppedFingerprint("hostpath", "p2"),
+		catNodeFingerprint("barrier", "b1", true),
+	} {
+		a.manager.Send(a.cat.PID(), &messages.CSIPluginFingerprinted{Fingerprint: fp})
+	}
+	var plugins []*model.CSIPlugin
+	require.Eventually(t, func() bool {
+		var err error
+		plugins, err = a.cat.Plugins(context.Background())
+		return err == nil && slices.ContainsFunc(plugins, func(p *model.CSIPlugin) bool { return p.ID == "barrier" })
+	}, catWait, 20*time.Millisecond, "the last fingerprint reaches the fleet, with every one before it")
+	for _, p := range plugins {
+		if p.ID == "hostpath" && p.Nodes["node-a"] != nil {
+			require.Equal(t, "p2", p.Nodes["node-a"].AllocID, "the fleet has the final word of the allocation that took over")
+		}
+	}
 }

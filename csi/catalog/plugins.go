@@ -39,9 +39,11 @@ import (
 // be registered for it in that window. Remembering only the topology
 // requirement would have left the plugin made again under a new create
 // index; keeping every stopped record would have kept a deregistered
-// plugin for ever. A record replaced by an allocation that never spoke
-// stays until a restart: Start counts it as stopped, since every instance
-// fingerprints afresh after one.
+// plugin for ever. An allocation taking over that is deregistered before
+// it spoke has its own final fingerprint take the record's place (lateWord
+// lets it through), so the plugin goes as any other. A restart ends every
+// take-over, since every instance fingerprints afresh after one: Start
+// clears ReplacedBy on every restored record (distrustHealth).
 
 // ExpectPlugin declares how many node and controller instances of plugin
 // id this agent expects: its expected counts, kept in the plugin's record
@@ -119,7 +121,7 @@ func (c *catalogChange) collect(s *catalogState) {
 		candidates[p.ID] = p
 	}
 	for _, id := range slices.Sorted(maps.Keys(candidates)) {
-		if p := candidates[id]; p != nil && volumes[id] <= 0 && len(p.Jobs) == 0 && !hasInstance(p, !c.sweep) {
+		if p := candidates[id]; p != nil && volumes[id] <= 0 && len(p.Jobs) == 0 && !hasInstance(p) {
 			c.plugins = slices.DeleteFunc(c.plugins, func(q *model.CSIPlugin) bool { return q.ID == id })
 			if s.plugins[id] != nil {
 				c.forget = append(c.forget, id)
@@ -129,12 +131,12 @@ func (c *catalogChange) collect(s *catalogState) {
 }
 
 // hasInstance reports whether p has a controller or node instance that has
-// not stopped or, when takenOver, that stopped for a newer allocation to
-// take over (model.CSIInfo.ReplacedBy).
-func hasInstance(p *model.CSIPlugin, takenOver bool) bool {
+// not stopped, or that stopped for a newer allocation to take over
+// (model.CSIInfo.ReplacedBy; a restart clears it, distrustHealth).
+func hasInstance(p *model.CSIPlugin) bool {
 	for _, entries := range []map[string]*model.CSIInfo{p.Controllers, p.Nodes} {
 		for _, info := range entries {
-			if !info.Stopped() || takenOver && info.ReplacedBy != "" {
+			if !info.Stopped() || info.ReplacedBy != "" {
 				return true
 			}
 		}

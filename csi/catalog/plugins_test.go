@@ -196,3 +196,35 @@ func TestAPluginWhoseAllocationIsBeingReplacedKeepsItsTopologyRequirementAndItsC
 		require.Empty(t, f.pluginIDs(), "after a restart nothing is being taken over: every instance speaks afresh")
 	})
 }
+
+func TestAPluginWhoseNewerAllocationIsDeregisteredBeforeItSpokeIsForgotten(t *testing.T) {
+	f := startCatFixture(t, catMemoryBucket(t))
+	f.feed(zonedFingerprint("zoned", "a1"), replacedFingerprint("zoned", "a1", "a2"))
+	require.Contains(t, f.pluginIDs(), "zoned")
+
+	f.feed(catStoppedFingerprint("zoned", "a2"))
+	require.NotContains(t, f.pluginIDs(), "zoned", "the final word of the allocation the record names is no late word: the plugin is gone")
+	f.register(catVolume("db", "zoned", model.AccessModeSingleNodeWriter))
+}
+
+func TestARestartEndsEveryTakeOverSoAPluginKeptByAVolumeIsForgottenWithIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	ctx := context.Background()
+
+	t.Run("first run", func(t *testing.T) {
+		f := startCatFixture(t, catBoltBucket(t, path))
+		f.feed(zonedFingerprint("zoned", "a1"))
+		v := catVolume("db", "zoned", model.AccessModeSingleNodeWriter)
+		v.Topologies = []*model.Topology{{Segments: map[string]string{"zone": "a"}}}
+		f.register(v)
+		f.feed(replacedFingerprint("zoned", "a1", "a2"))
+	})
+
+	t.Run("second run", func(t *testing.T) {
+		f := startCatFixture(t, catBoltBucket(t, path))
+		p := f.plugin("zoned")
+		require.Empty(t, p.Nodes[catNode].ReplacedBy, "after a restart nothing is being taken over: every instance speaks afresh")
+		require.NoError(t, f.cat.DeregisterVolume(ctx, "", "db"))
+		require.Empty(t, f.pluginIDs(), "the deregistration of its last volume forgets a plugin without instances")
+	})
+}

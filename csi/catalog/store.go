@@ -104,8 +104,7 @@ type catalogChange struct {
 	plugins []*model.CSIPlugin
 	forget  []string
 	// sweep has commit look at every plugin for one to forget, not only
-	// at those the change touches, and count a record replaced by another
-	// instance as stopped (see plugins.go): Start's change.
+	// at those the change touches: Start's change.
 	sweep bool
 }
 
@@ -283,20 +282,26 @@ func (s *catalogState) restoreVolume(key string, value []byte) error {
 
 // distrustHealth is the change a restart makes: every fingerprint restored
 // as healthy becomes unhealthy (the plugin may have gone while the agent was
-// down; the CSI manager's replay says so soon enough), and every volume's
-// health follows its plugin's counts. It forgets the plugins left empty.
+// down; the CSI manager's replay says so soon enough), no restored instance
+// is being taken over any more (every instance fingerprints afresh after a
+// restart, so ReplacedBy is cleared), and every volume's health follows its
+// plugin's counts. It forgets the plugins left empty.
 func (s *catalogState) distrustHealth() catalogChange {
 	change := catalogChange{sweep: true}
 	for _, id := range slices.Sorted(maps.Keys(s.plugins)) {
 		m := s.plugins[id].Proto()
-		distrusted := false
+		changed := false
 		for _, inst := range slices.Concat(slices.Collect(maps.Values(m.GetControllers())), slices.Collect(maps.Values(m.GetNodes()))) {
 			if inst.GetHealthy() {
 				inst.Healthy, inst.HealthDescription = false, restoredDescription
-				distrusted = true
+				changed = true
+			}
+			if inst.GetReplacedBy() != "" {
+				inst.ReplacedBy = ""
+				changed = true
 			}
 		}
-		if !distrusted {
+		if !changed {
 			continue
 		}
 		p, err := model.PluginFromProto(m)

@@ -34,6 +34,9 @@ func TestTheFinalFingerprintOfAReplacedInstanceNamesTheAllocationThatTookOver(t 
 	// awaitHealth skipped a1's final fingerprint: a2 took over from it.
 	h.deregister(t, csi.TypeNode, "disk", "a2")
 	require.Equal(t, "a1", finalOf(t, h, "a2").GetReplacedBy(), "a2 deregistered hands the plugin back to a1")
+	for _, fp := range h.manager.Plugins() {
+		require.Empty(t, fp.GetReplacedBy(), "the list (GET /v1/csi/plugins) holds current instances only: replaced_by is never set there")
+	}
 	awaitHealth(t, h.events, nodeHealthy("disk", "a1"))
 
 	h.deregister(t, csi.TypeNode, "disk", "a1")
