@@ -923,9 +923,16 @@ type CatalogInstance struct {
 	ControllerInfo           *CatalogControllerInfo `protobuf:"bytes,10,opt,name=controller_info,json=controllerInfo,proto3" json:"controller_info,omitempty"`
 	NodeInfo                 *CatalogNodeInfo       `protobuf:"bytes,11,opt,name=node_info,json=nodeInfo,proto3" json:"node_info,omitempty"`
 	// replaced_by is the fingerprint's replaced_by (CSIFingerprint).
-	ReplacedBy    string `protobuf:"bytes,12,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReplacedBy string `protobuf:"bytes,12,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
+	// socket_path is the fingerprint's socket_path (CSIFingerprint).
+	SocketPath string `protobuf:"bytes,13,opt,name=socket_path,json=socketPath,proto3" json:"socket_path,omitempty"`
+	// capabilities_unknown: the instance has not answered
+	// GetPluginCapabilities; its capabilities are carried from
+	// capabilities_from's record, if any.
+	CapabilitiesUnknown bool   `protobuf:"varint,14,opt,name=capabilities_unknown,json=capabilitiesUnknown,proto3" json:"capabilities_unknown,omitempty"`
+	CapabilitiesFrom    string `protobuf:"bytes,15,opt,name=capabilities_from,json=capabilitiesFrom,proto3" json:"capabilities_from,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CatalogInstance) Reset() {
@@ -1038,6 +1045,27 @@ func (x *CatalogInstance) GetNodeInfo() *CatalogNodeInfo {
 func (x *CatalogInstance) GetReplacedBy() string {
 	if x != nil {
 		return x.ReplacedBy
+	}
+	return ""
+}
+
+func (x *CatalogInstance) GetSocketPath() string {
+	if x != nil {
+		return x.SocketPath
+	}
+	return ""
+}
+
+func (x *CatalogInstance) GetCapabilitiesUnknown() bool {
+	if x != nil {
+		return x.CapabilitiesUnknown
+	}
+	return false
+}
+
+func (x *CatalogInstance) GetCapabilitiesFrom() string {
+	if x != nil {
+		return x.CapabilitiesFrom
 	}
 	return ""
 }
@@ -3055,7 +3083,7 @@ const file_messages_catalog_proto_rawDesc = "" +
 	"maxVolumes\x12T\n" +
 	"\x13accessible_topology\x18\x03 \x01(\v2#.plugvisor.messages.CatalogTopologyR\x12accessibleTopology\x12\"\n" +
 	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\x12\x18\n" +
-	"\aunknown\x18\x05 \x03(\x05R\aunknown\"\xbc\x04\n" +
+	"\aunknown\x18\x05 \x03(\x05R\aunknown\"\xbd\x05\n" +
 	"\x0fCatalogInstance\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12\x18\n" +
@@ -3071,7 +3099,11 @@ const file_messages_catalog_proto_rawDesc = "" +
 	" \x01(\v2).plugvisor.messages.CatalogControllerInfoR\x0econtrollerInfo\x12@\n" +
 	"\tnode_info\x18\v \x01(\v2#.plugvisor.messages.CatalogNodeInfoR\bnodeInfo\x12\x1f\n" +
 	"\vreplaced_by\x18\f \x01(\tR\n" +
-	"replacedBy\"R\n" +
+	"replacedBy\x12\x1f\n" +
+	"\vsocket_path\x18\r \x01(\tR\n" +
+	"socketPath\x121\n" +
+	"\x14capabilities_unknown\x18\x0e \x01(\bR\x13capabilitiesUnknown\x12+\n" +
+	"\x11capabilities_from\x18\x0f \x01(\tR\x10capabilitiesFrom\"R\n" +
 	"\x10CatalogPluginJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +

@@ -237,9 +237,18 @@ type CSIFingerprint struct {
 	// catalog keeps the plugin, and what its fingerprints said, until the new
 	// instance's first fingerprint arrives. Empty when the plugin was
 	// deregistered or the manager is closing.
-	ReplacedBy    string `protobuf:"bytes,10,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReplacedBy string `protobuf:"bytes,10,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
+	// socket_path is the socket the instance serves the plugin on: what
+	// tells two instances of one allocation apart (the same allocation at a
+	// new socket).
+	SocketPath string `protobuf:"bytes,11,opt,name=socket_path,json=socketPath,proto3" json:"socket_path,omitempty"`
+	// capabilities_from is set by the catalog when the instance has not
+	// answered GetPluginCapabilities yet (capabilities empty): the
+	// allocation whose earlier fingerprint on the node the capabilities are
+	// carried from, so that the plugin keeps its topology requirement.
+	CapabilitiesFrom string `protobuf:"bytes,12,opt,name=capabilities_from,json=capabilitiesFrom,proto3" json:"capabilities_from,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CSIFingerprint) Reset() {
@@ -338,6 +347,20 @@ func (x *CSIFingerprint) GetUpdateTime() *timestamppb.Timestamp {
 func (x *CSIFingerprint) GetReplacedBy() string {
 	if x != nil {
 		return x.ReplacedBy
+	}
+	return ""
+}
+
+func (x *CSIFingerprint) GetSocketPath() string {
+	if x != nil {
+		return x.SocketPath
+	}
+	return ""
+}
+
+func (x *CSIFingerprint) GetCapabilitiesFrom() string {
+	if x != nil {
+		return x.CapabilitiesFrom
 	}
 	return ""
 }
@@ -773,7 +796,7 @@ const file_messages_csi_proto_rawDesc = "" +
 	"\x13accessible_topology\x18\x03 \x03(\v27.plugvisor.messages.CSINodeInfo.AccessibleTopologyEntryR\x12accessibleTopology\x1aE\n" +
 	"\x17AccessibleTopologyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x04\n" +
 	"\x0eCSIFingerprint\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -788,7 +811,10 @@ const file_messages_csi_proto_rawDesc = "" +
 	"updateTime\x12\x1f\n" +
 	"\vreplaced_by\x18\n" +
 	" \x01(\tR\n" +
-	"replacedBy\"R\n" +
+	"replacedBy\x12\x1f\n" +
+	"\vsocket_path\x18\v \x01(\tR\n" +
+	"socketPath\x12+\n" +
+	"\x11capabilities_from\x18\f \x01(\tR\x10capabilitiesFrom\"R\n" +
 	"\fSubscribeCSI\x12*\n" +
 	"\n" +
 	"subscriber\x18\x01 \x01(\v2\n" +

@@ -221,25 +221,41 @@ func (a *catalogActor) applyFingerprint(fp *messages.CSIFingerprint) (catalogCha
 }
 
 // lateWord reports whether info is the final fingerprint of an instance
-// that another alloc has replaced, current being the word kept of the same
-// plugin service on the same node: the manager publishes it after the new
-// instance may have spoken, and it must not hide the new one. The final
+// that another instance has replaced, current being the word kept of the
+// same plugin service on the same node: the manager publishes it after the
+// new instance may have spoken, and it must not hide the new one. The new
+// instance is another alloc's, or the same alloc's at a new socket: then
+// info names its own alloc in ReplacedBy and current, of that alloc, was
+// taken at another socket (SocketPath; when either is unknown, as in a
+// record kept before sockets were recorded, the word is taken). The final
 // word of the allocation current names in ReplacedBy is no late word: that
 // allocation was deregistered before it spoke.
 func lateWord(current, info *model.CSIInfo) bool {
-	return current != nil && info.Stopped() && current.AllocID != info.AllocID && current.ReplacedBy != info.AllocID
+	if current == nil || !info.Stopped() {
+		return false
+	}
+	if current.AllocID == info.AllocID {
+		return info.ReplacedBy == info.AllocID && current.SocketPath != "" && info.SocketPath != "" && current.SocketPath != info.SocketPath
+	}
+	return current.ReplacedBy != info.AllocID
 }
 
 // lateWordOn is lateWord against p's record of info's service on nodeID.
 func lateWordOn(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) bool {
+	return lateWord(recordOn(p, nodeID, info), info)
+}
+
+// recordOn is p's record of info's service (controller or node) on
+// nodeID; nil when p has none.
+func recordOn(p *model.CSIPlugin, nodeID string, info *model.CSIInfo) *model.CSIInfo {
 	if p == nil {
-		return false
+		return nil
 	}
 	entries := p.Nodes
 	if info.ControllerInfo != nil {
 		entries = p.Controllers
 	}
-	return lateWord(entries[nodeID], info)
+	return entries[nodeID]
 }
 
 // maxLastError bounds the last error a past claim keeps: a plugin's

@@ -271,18 +271,23 @@ func stubProto(s *model.CSIVolumeStub) *messages.CatalogVolumeStub {
 
 // forwardFingerprint keeps fp as the latest word of its plugin service on
 // this node, unless it is the late final word of an instance that another
-// alloc has replaced (lateWord, as the local catalog decides), and sends
-// this node's fingerprints to the Fleet.
+// instance has replaced (lateWord, as the local catalog decides), and sends
+// this node's fingerprints to the Fleet. A fingerprint without
+// capabilities goes with those the local catalog's record of it carries
+// (model.FingerprintCarrying: the local catalog has just applied it), so
+// the fleet keeps the plugin's topology requirement as this node does.
 func (a *catalogActor) forwardFingerprint(ctx actor.Context, fp *messages.CSIFingerprint) {
 	info, err := model.InstanceFromFingerprint(fp)
 	if err != nil || names.Check("plugin name", info.PluginID) != nil {
 		return // refused by the local catalog too
 	}
 	key := fp.GetType() + "/" + fp.GetName()
-	if old := a.cluster.fps[key]; old != nil && lateWord(&model.CSIInfo{AllocID: old.GetAllocId(), ReplacedBy: old.GetReplacedBy()}, info) {
-		return
+	if old := a.cluster.fps[key]; old != nil {
+		if current, err := model.InstanceFromFingerprint(old); err == nil && lateWord(current, info) {
+			return
+		}
 	}
-	a.cluster.fps[key] = fp
+	a.cluster.fps[key] = model.FingerprintCarrying(fp, recordOn(a.state.plugins[info.PluginID], a.nodeID, info))
 	a.cluster.dirty = true
 	a.putFingerprints(ctx)
 }

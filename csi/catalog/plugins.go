@@ -43,7 +43,10 @@ import (
 // it spoke has its own final fingerprint take the record's place (lateWord
 // lets it through), so the plugin goes as any other. A restart ends every
 // take-over, since every instance fingerprints afresh after one: Start
-// clears ReplacedBy on every restored record (distrustHealth).
+// clears ReplacedBy on every restored record (distrustHealth). A new
+// instance that cannot be reached at first, whose fingerprint learned no
+// capabilities, keeps those of the record it replaces, marked as carried
+// (model.CSIPlugin.AddPlugin), so the requirement holds until it answers.
 
 // ExpectPlugin declares how many node and controller instances of plugin
 // id this agent expects: its expected counts, kept in the plugin's record

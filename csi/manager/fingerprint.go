@@ -280,7 +280,9 @@ func (p *prober) facts() *messages.CSIFingerprint {
 	return fp
 }
 
-// baseFingerprint is an unhealthy fingerprint naming plugin's allocation.
+// baseFingerprint is an unhealthy fingerprint naming plugin's allocation
+// and the socket its instance serves it on.
 func baseFingerprint(plugin *messages.PluginInfo) *messages.CSIFingerprint {
-	return &messages.CSIFingerprint{Type: plugin.GetType(), Name: plugin.GetName(), AllocId: plugin.GetAllocId()}
+	return &messages.CSIFingerprint{Type: plugin.GetType(), Name: plugin.GetName(), AllocId: plugin.GetAllocId(),
+		SocketPath: plugin.GetConnection().GetSocketPath()}
 }

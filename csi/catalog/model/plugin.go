@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -118,6 +119,19 @@ type CSIInfo struct {
 	// word, which may be AllocID: the same allocation at a new socket);
 	// empty otherwise.
 	ReplacedBy string
+	// SocketPath is the socket the instance serves the plugin on: what
+	// tells two instances of one allocation apart. Empty when unknown.
+	SocketPath string
+	// CapabilitiesUnknown is true when the instance has not answered
+	// GetPluginCapabilities (its fingerprint had no capabilities): what
+	// RequiresControllerPlugin, RequiresTopologies and the capability flags
+	// of ControllerInfo and NodeInfo say is then carried from the node's
+	// previous record of the plugin service (CapabilitiesFrom), if any, by
+	// AddPlugin.
+	CapabilitiesUnknown bool
+	// CapabilitiesFrom is, when CapabilitiesUnknown, the allocation whose
+	// record the capabilities were carried from; empty when none was.
+	CapabilitiesFrom string
 }
 
 // StoppedDescription is the health description of the final fingerprint
@@ -139,6 +153,33 @@ func (i *CSIInfo) Copy() *CSIInfo {
 	out.ControllerInfo = i.ControllerInfo.Copy()
 	out.NodeInfo = i.NodeInfo.Copy()
 	return &out
+}
+
+// carrying is i, when its capabilities are unknown (the instance never
+// answered GetPluginCapabilities), with those of prev, the node's previous
+// record of the same plugin service, marked as carried from prev's
+// allocation (CapabilitiesFrom): an instance that cannot be reached yet
+// must not make the plugin stop requiring a topology, nor forget what it
+// can do, until it says so itself. The node's facts (node ID, topology,
+// volume limit) are not carried: they are the new instance's to learn. i
+// itself when there is nothing to carry: its capabilities are known, prev
+// is nil, or prev knew none either.
+func (i *CSIInfo) carrying(prev *CSIInfo) *CSIInfo {
+	if !i.CapabilitiesUnknown || prev == nil || prev.CapabilitiesUnknown && prev.CapabilitiesFrom == "" {
+		return i
+	}
+	out := i.Copy()
+	out.RequiresControllerPlugin, out.RequiresTopologies = prev.RequiresControllerPlugin, prev.RequiresTopologies
+	out.CapabilitiesFrom = cmp.Or(prev.CapabilitiesFrom, prev.AllocID)
+	if out.ControllerInfo != nil && prev.ControllerInfo != nil {
+		out.ControllerInfo = prev.ControllerInfo.Copy()
+	}
+	if n, was := out.NodeInfo, prev.NodeInfo; n != nil && was != nil {
+		n.RequiresNodeStageVolume, n.SupportsStats, n.SupportsExpand, n.SupportsCondition =
+			was.RequiresNodeStageVolume, was.SupportsStats, was.SupportsExpand, was.SupportsCondition
+		n.UnknownCapabilities = slices.Clone(was.UnknownCapabilities)
+	}
+	return out
 }
 
 // PluginJob is a job that runs instances of a plugin, and how many it
@@ -240,7 +281,10 @@ func (p *CSIPlugin) Copy() *CSIPlugin {
 // AddPlugin records info, a fingerprint of p taken on nodeID: its controller
 // part (if any) replaces the node's entry in Controllers, its node part (if
 // any) the node's entry in Nodes, and the healthy counts move by the
-// difference between the old entry and the new. p keeps its own copy of info.
+// difference between the old entry and the new. A fingerprint whose
+// capabilities are unknown keeps those of the entry it replaces
+// (CSIInfo.carrying), above all the topology requirement. p keeps its own
+// copy of info.
 // It refuses (ErrInvalidPlugin, nothing changed) an empty node ID, a nil
 // fingerprint, a fingerprint of another plugin or without an alloc, and one
 // with neither a controller nor a node part.
@@ -250,9 +294,11 @@ func (p *CSIPlugin) AddPlugin(nodeID string, info *CSIInfo) error {
 	}
 	p.ensureMaps()
 	if info.ControllerInfo != nil {
+		info = info.carrying(p.Controllers[nodeID])
 		p.ControllersHealthy += replaceEntry(p.Controllers, nodeID, info.Copy())
 	}
 	if info.NodeInfo != nil {
+		info = info.carrying(p.Nodes[nodeID])
 		p.NodesHealthy += replaceEntry(p.Nodes, nodeID, info.Copy())
 	}
 	p.ControllerRequired = info.RequiresControllerPlugin

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/plugvisor/plugvisor/messages"
@@ -99,6 +100,9 @@ func InstanceFromFingerprint(fp *messages.CSIFingerprint) (*CSIInfo, error) {
 		RequiresControllerPlugin: slices.Contains(caps.GetPlugin(), "CONTROLLER_SERVICE"),
 		RequiresTopologies:       slices.Contains(caps.GetPlugin(), "VOLUME_ACCESSIBILITY_CONSTRAINTS"),
 		ReplacedBy:               fp.GetReplacedBy(),
+		SocketPath:               fp.GetSocketPath(),
+		CapabilitiesUnknown:      caps == nil || fp.GetCapabilitiesFrom() != "",
+		CapabilitiesFrom:         fp.GetCapabilitiesFrom(),
 	}
 	switch fp.GetType() {
 	case fingerprintController:
@@ -120,6 +124,35 @@ func InstanceFromFingerprint(fp *messages.CSIFingerprint) (*CSIInfo, error) {
 			fp.GetName(), fp.GetAllocId(), fp.GetType(), fingerprintController, fingerprintNode)
 	}
 	return info, nil
+}
+
+// FingerprintCarrying is fp, a fingerprint without capabilities (its
+// instance never answered GetPluginCapabilities), with those that rec, the
+// record AddPlugin made of it, carries from the node's previous record
+// (CSIInfo.carrying), and capabilities_from naming where they come from:
+// what a node hands the fleet, so that the fleet keeps the plugin's
+// topology requirement as the node's catalog does. fp itself when it has
+// capabilities or rec carries none (nil, or of another allocation).
+func FingerprintCarrying(fp *messages.CSIFingerprint, rec *CSIInfo) *messages.CSIFingerprint {
+	if fp.GetCapabilities() != nil || rec == nil || rec.CapabilitiesFrom == "" || rec.AllocID != fp.GetAllocId() {
+		return fp
+	}
+	caps := &messages.CSICapabilities{}
+	if rec.RequiresControllerPlugin {
+		caps.Plugin = append(caps.Plugin, "CONTROLLER_SERVICE")
+	}
+	if rec.RequiresTopologies {
+		caps.Plugin = append(caps.Plugin, "VOLUME_ACCESSIBILITY_CONSTRAINTS")
+	}
+	if c := rec.ControllerInfo; c != nil && fp.GetType() == fingerprintController {
+		caps.Controller, caps.Unknown = capabilityNames(controllerCapabilities, c), slices.Clone(c.UnknownCapabilities)
+	}
+	if n := rec.NodeInfo; n != nil && fp.GetType() == fingerprintNode {
+		caps.Node, caps.Unknown = capabilityNames(nodeCapabilities, n), slices.Clone(n.UnknownCapabilities)
+	}
+	out := proto.CloneOf(fp)
+	out.Capabilities, out.CapabilitiesFrom = caps, rec.CapabilitiesFrom
+	return out
 }
 
 func timeToProto(t time.Time) *timestamppb.Timestamp {
@@ -309,6 +342,9 @@ func (i *CSIInfo) Proto() *messages.CatalogInstance {
 		RequiresControllerPlugin: i.RequiresControllerPlugin,
 		RequiresTopologies:       i.RequiresTopologies,
 		ReplacedBy:               i.ReplacedBy,
+		SocketPath:               i.SocketPath,
+		CapabilitiesUnknown:      i.CapabilitiesUnknown,
+		CapabilitiesFrom:         i.CapabilitiesFrom,
 	}
 	if c := i.ControllerInfo; c != nil {
 		out.ControllerInfo = &messages.CatalogControllerInfo{
@@ -341,6 +377,9 @@ func InstanceFromProto(m *messages.CatalogInstance) *CSIInfo {
 		RequiresControllerPlugin: m.GetRequiresControllerPlugin(),
 		RequiresTopologies:       m.GetRequiresTopologies(),
 		ReplacedBy:               m.GetReplacedBy(),
+		SocketPath:               m.GetSocketPath(),
+		CapabilitiesUnknown:      m.GetCapabilitiesUnknown(),
+		CapabilitiesFrom:         m.GetCapabilitiesFrom(),
 	}
 	if c := m.GetControllerInfo(); c != nil {
 		info.ControllerInfo = &ControllerInfo{UnknownCapabilities: slices.Clone(c.GetUnknown())}
