@@ -1,0 +1,45 @@
+package model
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+func TestAFingerprintThatLearnedNothingCarriesTheCapabilitiesOfTheRecordItReplaces(t *testing.T) {
+	learned := &messages.CSIFingerprint{
+		Type: fingerprintNode, Name: "zoned", AllocId: "a1", Healthy: true, HealthDescription: "healthy", SocketPath: "/run/a1.sock",
+		Capabilities: &messages.CSICapabilities{Plugin: []string{"VOLUME_ACCESSIBILITY_CONSTRAINTS", "CONTROLLER_SERVICE"},
+			Node: []string{"STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS"}, Unknown: []int32{99}},
+		NodeInfo: &messages.CSINodeInfo{NodeId: "csi-n1", MaxVolumes: 4, AccessibleTopology: map[string]string{"zone": "a"}},
+	}
+	nothing := &messages.CSIFingerprint{Type: fingerprintNode, Name: "zoned", AllocId: "a2", HealthDescription: "connect: connection refused"}
+	p := NewCSIPlugin("zoned", 1)
+	for _, fp := range []*messages.CSIFingerprint{learned, nothing} {
+		info, err := InstanceFromFingerprint(fp)
+		require.NoError(t, err)
+		require.NoError(t, p.AddPlugin("n1", info))
+	}
+
+	rec := p.Nodes["n1"]
+	require.True(t, p.TopologyRequired())
+	require.True(t, p.ControllerRequired)
+	require.Equal(t, "a1", rec.CapabilitiesFrom)
+	require.True(t, rec.CapabilitiesUnknown)
+	require.Equal(t, &NodeInfo{RequiresNodeStageVolume: true, SupportsStats: true, UnknownCapabilities: []int32{99}}, rec.NodeInfo,
+		"the node's facts are not carried")
+	require.Equal(t, rec, InstanceFromProto(throughTheWire(t, rec.Proto())), "the mark is kept on disk")
+
+	forwarded := FingerprintCarrying(nothing, rec)
+	require.Nil(t, nothing.GetCapabilities(), "the fingerprint given is not changed")
+	again, err := InstanceFromFingerprint(forwarded)
+	require.NoError(t, err)
+	again.UpdateTime = rec.UpdateTime
+	require.Equal(t, rec, again, "the fingerprint a node hands the fleet says what its record says")
+	require.Same(t, learned, FingerprintCarrying(learned, rec), "a fingerprint with capabilities is its own word")
+
+	other := &messages.CSIFingerprint{Type: fingerprintNode, Name: "zoned", AllocId: "a3"}
+	require.Same(t, other, FingerprintCarrying(other, rec), "a record of another allocation carries nothing for it")
+}
