@@ -19,6 +19,7 @@ import (
 // before the status request that follows it.
 func sweep(n *node, clock *supervisortest.FakeClock) {
 	n.t.Helper()
+	n.status("sweep") // the manager has started, and armed the sweep's timer
 	clock.Advance(volumes.DefaultSweepInterval)
 	n.status("sweep")
 }
