@@ -97,10 +97,18 @@ func flipCandidates(data []byte) (map[string][]int, error) {
 	}
 	candidates["freelist"] = appendRange(candidates["freelist"], at, ids+8*count-at)
 
-	for id := 2; id < hwm; id += 1 + u32(id*ps+12) {
+	// A free page is stepped over alone: its header, and the overflow
+	// count in it, are from before it was freed, and the pages that
+	// overflow covered may have been handed out again since.
+	for id, next := 2, 0; id < hwm; id = next {
 		at := id * ps
+		next = id + 1
+		if free[id] {
+			continue
+		}
+		next += u32(at + 12)
 		kind := map[int]string{branchFlag: "branch", leafFlag: "leaf"}[u16(at+8)]
-		if free[id] || kind == "" {
+		if kind == "" {
 			continue
 		}
 		count := u16(at + 10)
