@@ -3,6 +3,7 @@ package registry
 import (
 	"cmp"
 	"slices"
+	"strings"
 )
 
 // smallMax is how many allocations a table keeps in one sorted slice
@@ -17,12 +18,12 @@ import (
 const smallMax = 32
 
 // smallSet is the allocations of a small table, sorted by name, newest
-// first within a name (byNameThenNewest): the first of a name is current.
+// first within a name (compareNewest): the first of a name is current.
 // A slice shared with a snapshot is never changed; see pluginTable.owned.
 type smallSet []*allocation
 
 func compareNewest(a, b *allocation) int {
-	if c := cmp.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
+	if c := strings.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
 		return c
 	}
 	return cmp.Compare(b.order(), a.order())

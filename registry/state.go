@@ -1,13 +1,10 @@
 package registry
 
 import (
-	"cmp"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/google/btree"
 
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -77,29 +74,13 @@ func (a *allocation) changed() uint64 {
 	return (*updatedAllocation)(unsafe.Pointer(a)).changed
 }
 
-func byNameThenAlloc(a, b *allocation) bool {
-	if c := cmp.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
-		return c < 0
-	}
-	return a.info().GetAllocId() < b.info().GetAllocId()
-}
-
-func byNameThenNewest(a, b *allocation) bool {
-	if c := cmp.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
-		return c < 0
-	}
-	return a.order() > b.order()
-}
-
-const treeDegree = 16
-
 // pluginTable holds the allocations of one plugin type: up to smallMax in
-// one sorted slice (see smallSet), and past that in two B-trees: by (name,
-// alloc) for lookups, and by (name, newest first), whose first item of a
-// name is that name's current allocation. The second holds only the names
-// with two allocations or more: a name with one (the common case) is its
-// own current, found in the first tree, and costs one tree's item instead
-// of two (about 20 bytes of a plugin's heap). Every change of a large table
+// one sorted slice (see smallSet), and past that in two B-trees (allocTree):
+// by (name, alloc) for lookups, and by (name, newest first), whose first
+// item of a name is that name's current allocation. The second holds only
+// the names with two allocations or more: a name with one (the common case)
+// is its own current, found in the first tree, and costs one tree's item
+// instead of two (about 10 bytes of a plugin's heap). Every change of a large table
 // costs O(log n) whatever the number of older allocations of a name, and
 // clone is O(1) either way: the trees share nodes copy-on-write and the
 // slice is copied on the first change after a clone, so a clone handed to
@@ -112,8 +93,8 @@ type pluginTable struct {
 	// dirty is set on a working table changed since the last cut
 	// (pluginsActor.changed).
 	dirty  bool
-	allocs *btree.BTreeG[*allocation]
-	newest *btree.BTreeG[*allocation]
+	allocs *allocTree
+	newest *allocTree
 
 	// frozen caches list() and an index of it by name once the table is
 	// frozen in a snapshot; the actor's working tables never read it.
@@ -129,8 +110,8 @@ type currentIndex struct {
 
 func newPluginTable() *pluginTable { return &pluginTable{} }
 
-func newTrees() (allocs, newest *btree.BTreeG[*allocation]) {
-	return btree.NewG(treeDegree, byNameThenAlloc), btree.NewG(treeDegree, byNameThenNewest)
+func newTrees() (allocs, newest *allocTree) {
+	return newAllocTree(compareAlloc), newAllocTree(compareNewest)
 }
 
 // clone returns a copy that shares nodes until either side changes.
@@ -164,7 +145,7 @@ func probe(name, alloc string) *allocation {
 var probes = sync.Pool{New: func() any { return probe("", "") }}
 
 // lookup finds the item of tree with name and alloc.
-func lookup(tree *btree.BTreeG[*allocation], name, alloc string) (*allocation, bool) {
+func lookup(tree *allocTree, name, alloc string) (*allocation, bool) {
 	key := borrowKey(name, alloc, 0)
 	defer returnKey(key)
 	return tree.Get(key)

@@ -7,11 +7,12 @@ import (
 
 // treeMaxItems is the most allocations a node of an allocTree holds; a
 // node other than the root holds at least half as many, rounded down.
-// Measured at 10,000 and 100,000 allocations against 31, 127 and 255
-// (BENCHMARKS.md, "the (name, alloc) tree"): larger nodes share their
-// fixed cost among more items, and cost more to copy on the first change
-// after a clone.
-const treeMaxItems = 63
+// Measured at 10,000 and 100,000 allocations against 31, 63 and 255
+// (BenchmarkAllocTree; BENCHMARKS.md, "the (name, alloc) tree"): larger
+// nodes share their fixed cost among more items, down to 9.1-9.4 bytes an
+// item here from 10-12 at 63 and 31, and cost more to copy on the first
+// change after a clone; 255 saved no more.
+const treeMaxItems = 127
 
 // allocTree is a persistent B-tree of allocations in the order of
 // compare, whose nodes hold slices sized to their contents: a slice that
@@ -172,42 +173,55 @@ func (t *allocTree) split(n *treeNode) (median *allocation, right *treeNode) {
 // Delete removes the allocation equal to key, and returns it. A key the
 // tree does not hold copies no node.
 func (t *allocTree) Delete(key *allocation) (*allocation, bool) {
-	if _, ok := t.Get(key); !ok {
+	if t.root == nil {
 		return nil, false
 	}
-	t.root = t.own(t.root)
-	old := t.remove(t.root, key)
-	if len(t.root.items) == 0 {
-		if t.root.children == nil {
+	root, old, ok := t.remove(t.root, key)
+	if !ok {
+		return nil, false
+	}
+	t.root = root
+	if len(root.items) == 0 {
+		if root.children == nil {
 			t.root = nil
 		} else {
-			t.root = t.root.children[0] // its two children were merged
+			t.root = root.children[0] // its two children were merged
 		}
 	}
 	t.length--
 	return old, true
 }
 
-// remove deletes key, which the subtree of n holds, from it; n is t's.
-// A child left with too few items borrows from a sibling or is merged
-// with one (rebalance), so n may be left with too few: its parent's turn.
-func (t *allocTree) remove(n *treeNode, key *allocation) *allocation {
+// remove deletes key from the subtree of n, and returns the subtree's
+// root: n, or t's copy of n once remove has found key below it. A child
+// left with too few items borrows from a sibling or is merged with one
+// (rebalance), so n may be left with too few: its parent's turn.
+func (t *allocTree) remove(n *treeNode, key *allocation) (*treeNode, *allocation, bool) {
 	i, found := slices.BinarySearchFunc(n.items, key, t.compare)
-	if n.children == nil {
-		old := n.items[i]
-		n.items = removeAt(n.items, i)
-		return old
-	}
 	var old *allocation
-	if found {
+	switch {
+	case n.children == nil && !found:
+		return n, nil, false
+	case n.children == nil:
+		n = t.own(n)
+		old = n.items[i]
+		n.items = removeAt(n.items, i)
+		return n, old, true
+	case found:
 		// The last allocation before it, from a leaf, takes its place.
+		n = t.own(n)
 		old = n.items[i]
 		n.items[i] = t.removeLast(t.ownChild(n, i))
-	} else {
-		old = t.remove(t.ownChild(n, i), key)
+	default:
+		child, removed, ok := t.remove(n.children[i], key)
+		if !ok {
+			return n, nil, false
+		}
+		n, old = t.own(n), removed
+		n.children[i] = child
 	}
 	t.rebalance(n, i)
-	return old
+	return n, old, true
 }
 
 // removeLast deletes the last allocation of n's subtree, and returns it.
@@ -338,7 +352,12 @@ func removeAt[T pointers](s []T, i int) []T {
 // slice can have and the one after each's size class.
 var classCap = func() (caps [2*treeMaxItems + 4]int) {
 	for n := range caps {
-		caps[n] = cap(sized[*allocation](n))
+		caps[n] = n
+		if n > 0 && n <= caps[n-1] {
+			caps[n] = caps[n-1] // the same size class: no slice to make
+		} else if n > 0 {
+			caps[n] = cap(sized[*allocation](n))
+		}
 	}
 	return caps
 }()
