@@ -291,12 +291,15 @@ func (t *allocTree) merge(n *treeNode, i int) {
 	n.children = removeAt(n.children, i+1)
 }
 
-// own returns n if t owns it, else t's copy of it.
+// own returns n if t owns it, else t's copy of it, with room for one
+// item more: most copies are made to insert one.
 func (t *allocTree) own(n *treeNode) *treeNode {
 	if n.owner == t.owner {
 		return n
 	}
-	c := &treeNode{items: sizedCopy(n.items), owner: t.owner}
+	items := sized[*allocation](len(n.items) + 1)[:len(n.items)]
+	copy(items, n.items)
+	c := &treeNode{items: items, owner: t.owner}
 	if n.children != nil {
 		c.children = sizedCopy(n.children)
 	}
