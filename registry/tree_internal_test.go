@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"weak"
 
 	"pgregory.net/rapid"
 )
@@ -174,6 +175,82 @@ func TestAllocTreeShrinks(t *testing.T) {
 	}
 	if snapshot.Len() != 5000 || snapshot.check() != nil {
 		t.Fatalf("the clone changed: %d items, %v", snapshot.Len(), snapshot.check())
+	}
+}
+
+// TestAllocTreeCloneReadWhileWritten: readers on other goroutines walk a
+// clone while the tree it was taken from is written (inserts, replaces,
+// deletes that merge nodes), and always find the clone's contents; -race
+// finds any node both share that the writer changes.
+func TestAllocTreeCloneReadWhileWritten(t *testing.T) {
+	tree := newAllocTree(compareAlloc)
+	tree.maxItems = 4 // deep, so that writes split and merge at every level
+	var want []*allocation
+	for i := range 500 {
+		a := probe(fmt.Sprintf("p%04d", i), "a0")
+		want = append(want, a)
+		tree.ReplaceOrInsert(a)
+	}
+	clone := tree.Clone()
+	done := make(chan error)
+	for range 2 {
+		go func() {
+			for range 20 {
+				var got []*allocation
+				clone.AscendGreaterOrEqual(probe("", ""), func(a *allocation) bool {
+					got = append(got, a)
+					return true
+				})
+				if !slices.Equal(got, want) {
+					done <- fmt.Errorf("a reader of the clone found %d items, want %d", len(got), len(want))
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for i := range 500 {
+		tree.Delete(want[i])
+		tree.ReplaceOrInsert(probe(fmt.Sprintf("p%04d", 499-i), "a1"))
+		tree.ReplaceOrInsert(probe(fmt.Sprintf("p%04d", i), "a0"))
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := clone.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAllocTreeKeepsNoDeletedAllocation: once deleted (and with no clone
+// holding them), no allocation stays reachable from the tree, neither
+// from a leaf's slice past its length nor from an inner node.
+func TestAllocTreeKeepsNoDeletedAllocation(t *testing.T) {
+	tree := newAllocTree(compareAlloc)
+	tree.maxItems = 5
+	var deleted []weak.Pointer[allocation]
+	for i := range 1000 {
+		a := probe(fmt.Sprint("p", i), "a0")
+		tree.ReplaceOrInsert(a)
+		if i%10 != 0 {
+			deleted = append(deleted, weak.Make(a))
+		}
+	}
+	for i := range 1000 {
+		if i%10 != 0 {
+			tree.Delete(probe(fmt.Sprint("p", i), "a0"))
+		}
+	}
+	runtime.GC()
+	for _, w := range deleted {
+		if a := w.Value(); a != nil {
+			t.Fatalf("%s/%s is still reachable after its delete", a.plugin.Name, a.plugin.AllocId)
+		}
+	}
+	if tree.Len() != 100 || tree.check() != nil {
+		t.Fatalf("%d items left, want 100: %v", tree.Len(), tree.check())
 	}
 }
 
