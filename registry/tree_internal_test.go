@@ -155,12 +155,7 @@ func TestAllocTreeAgainstModel(t *testing.T) {
 // to a few keeps a few nodes, not the levels it had.
 func TestAllocTreeShrinks(t *testing.T) {
 	tree := newAllocTree(compareAlloc)
-	var held []*allocation
-	for i := range 5000 {
-		a := probe(fmt.Sprint("p", i), "a0")
-		held = append(held, a)
-		tree.ReplaceOrInsert(a)
-	}
+	held := fillTree(tree, 5000)
 	snapshot := tree.Clone()
 	for _, a := range held[:4990] {
 		if _, ok := tree.Delete(a); !ok {
@@ -178,6 +173,16 @@ func TestAllocTreeShrinks(t *testing.T) {
 	}
 }
 
+// fillTree inserts n allocations, p0000 a0 and on, into tree, and returns them.
+func fillTree(tree *allocTree, n int) []*allocation {
+	items := make([]*allocation, n)
+	for i := range items {
+		items[i] = probe(fmt.Sprintf("p%04d", i), "a0")
+		tree.ReplaceOrInsert(items[i])
+	}
+	return items
+}
+
 // TestAllocTreeCloneReadWhileWritten: readers on other goroutines walk a
 // clone while the tree it was taken from is written (inserts, replaces,
 // deletes that merge nodes), and always find the clone's contents; -race
@@ -185,12 +190,7 @@ func TestAllocTreeShrinks(t *testing.T) {
 func TestAllocTreeCloneReadWhileWritten(t *testing.T) {
 	tree := newAllocTree(compareAlloc)
 	tree.maxItems = 4 // deep, so that writes split and merge at every level
-	var want []*allocation
-	for i := range 500 {
-		a := probe(fmt.Sprintf("p%04d", i), "a0")
-		want = append(want, a)
-		tree.ReplaceOrInsert(a)
-	}
+	want := fillTree(tree, 500)
 	clone := tree.Clone()
 	done := make(chan error)
 	for range 2 {
