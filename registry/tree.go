@@ -11,7 +11,7 @@ import (
 // (BenchmarkAllocTree; BENCHMARKS.md, "the (name, alloc) tree"): larger
 // nodes share their fixed cost among more items, down to 9.1-9.4 bytes an
 // item here from 10-12 at 63 and 31, and cost more to copy on the first
-// change after a clone; 255 saved no more.
+// change after a clone; 255 saved at most half a byte more.
 const treeMaxItems = 127
 
 // allocTree is a persistent B-tree of allocations in the order of
@@ -48,6 +48,7 @@ type treeNode struct {
 	owner    *treeOwner
 }
 
+// newAllocTree returns an empty tree ordered by compare.
 func newAllocTree(compare func(a, b *allocation) int) *allocTree {
 	return &allocTree{compare: compare, owner: new(treeOwner), maxItems: treeMaxItems}
 }
@@ -351,8 +352,9 @@ func removeAt[T pointers](s []T, i int) []T {
 	return s
 }
 
-// classCap[n] is the capacity sized gives n items, for every n a node's
-// slice can have and the one after each's size class.
+// classCap[n] is the capacity sized gives n items: for every length a
+// node's slice can have, and for the length just past each one's size
+// class (removeAt's bound).
 var classCap = func() (caps [2*treeMaxItems + 4]int) {
 	for n := range caps {
 		caps[n] = n
