@@ -1,6 +1,9 @@
 package registry
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"math/bits"
+)
 
 // maxGone bounds the deregistrations a gone remembers: past it, the
 // oldest goes.
@@ -13,75 +16,137 @@ const maxGone = 4096
 // goroutine, and not persisted.
 //
 // Every registration looks in it and every deregistration adds to it, so
-// it is built for that: the key's three strings are hashed once into a
-// uint64, the map is keyed by that (a map of three-string keys hashed and
-// compared all three on every operation, and evicted an arbitrary entry by
-// starting an iteration: a tenth of a busy registry's CPU), and entries
-// live in a ring, so that the oldest goes first in O(1). A hash that two
-// keys share is told apart by the strings kept in the ring: the older of
-// the two is then forgotten early, which costs it only its place in time.
+// it is built for that. Entries live in a ring, so that the oldest goes
+// first in O(1), and are found through slots, an open-addressing table of
+// their own: one word per slot holds the ring index and the high bits of
+// the key's hash, so a probe reads no entry until a hash matches, and each
+// entry knows its slot, so forgetting the oldest needs no search. Go's map
+// keyed by a hash took three map operations a deregistration, and was a
+// twentieth of a busy registry's CPU. The hash covers the name and the
+// alloc ID; the type, which a node has few of, is compared on a match.
 type gone struct {
 	seed  maphash.Seed
-	index map[uint64]int32 // hash → slot in ring
-	ring  []goneEntry      // grows to maxGone, then wraps
-	next  int32            // the slot the next entry takes once ring is full
+	slots []uint64    // 0: empty; else the hash's high bits | ring index + 1
+	mask  int         // len(slots) - 1, which also masks a slot's ring index + 1
+	shift uint        // a hash's home slot is its top bits: hash >> shift
+	ring  []goneEntry // grows to its capacity, then wraps
+	next  int         // the entry the next remember takes once ring is full
+	live  int         // entries remembered and not yet taken or forgotten
 }
 
 type goneEntry struct {
 	hash               uint64
-	ptype, name, alloc string
+	ptype, name, alloc string // alloc is "" once taken or forgotten
 	order              uint64
+	slot               int // where slots points at this entry
 }
 
-func newGone() *gone {
-	return &gone{seed: maphash.MakeSeed(), index: map[uint64]int32{}}
-}
+func newGone() *gone { return newGoneOf(maxGone) }
 
-func (g *gone) hash(ptype, name, alloc string) uint64 {
-	const mix = 0x9e3779b97f4a7c15
-	h := maphash.String(g.seed, ptype)
-	h = h*mix ^ maphash.String(g.seed, name)
-	return h*mix ^ maphash.String(g.seed, alloc)
-}
-
-func (g *gone) len() int { return len(g.index) }
-
-// remember keeps order for the deregistered allocation (ptype, name, alloc).
-func (g *gone) remember(ptype, name, alloc string, order uint64) {
-	e := goneEntry{hash: g.hash(ptype, name, alloc), ptype: ptype, name: name, alloc: alloc, order: order}
-	if len(g.ring) < maxGone {
-		g.index[e.hash] = int32(len(g.ring))
-		g.ring = append(g.ring, e)
-		return
+// newGoneOf returns a gone that remembers up to n deregistrations, n a
+// power of two. It has twice as many slots, so probes stay short, and a
+// slot's low bits (its ring index + 1, up to n) fit under the mask.
+func newGoneOf(n int) *gone {
+	return &gone{
+		seed: maphash.MakeSeed(), slots: make([]uint64, 2*n), mask: 2*n - 1,
+		shift: uint(64 - bits.Len(uint(2*n-1))), ring: make([]goneEntry, 0, n),
 	}
-	slot := g.next
-	g.next = (g.next + 1) % maxGone
-	if old := g.ring[slot]; old.alloc != "" {
-		if at, ok := g.index[old.hash]; ok && at == slot {
-			delete(g.index, old.hash)
+}
+
+func (g *gone) hash(name, alloc string) uint64 {
+	const mix = 0x9e3779b97f4a7c15
+	return maphash.String(g.seed, name)*mix ^ maphash.String(g.seed, alloc)
+}
+
+func (g *gone) len() int { return g.live }
+
+// remember keeps order for the deregistered allocation (ptype, name, alloc),
+// in place of any order it kept for it before.
+func (g *gone) remember(ptype, name, alloc string, order uint64) {
+	h := g.hash(name, alloc)
+	if at, ok := g.find(h, ptype, name, alloc); ok {
+		g.forget(at)
+	}
+	i := len(g.ring)
+	if i < cap(g.ring) {
+		g.ring = append(g.ring, goneEntry{})
+	} else {
+		i = g.next
+		g.next = (g.next + 1) % cap(g.ring)
+		if g.ring[i].alloc != "" {
+			g.forget(g.ring[i].slot)
 		}
 	}
-	g.ring[slot] = e
-	g.index[e.hash] = slot
+	g.ring[i] = goneEntry{hash: h, ptype: ptype, name: name, alloc: alloc, order: order}
+	g.put(i)
+	g.live++
 }
 
 // take returns the order remembered for (ptype, name, alloc) and forgets
 // it.
 func (g *gone) take(ptype, name, alloc string) (uint64, bool) {
-	if len(g.index) == 0 {
+	if g.live == 0 {
 		return 0, false
 	}
-	h := g.hash(ptype, name, alloc)
-	slot, ok := g.index[h]
+	at, ok := g.find(g.hash(name, alloc), ptype, name, alloc)
 	if !ok {
 		return 0, false
 	}
-	e := &g.ring[slot]
-	if e.ptype != ptype || e.name != name || e.alloc != alloc {
-		return 0, false
-	}
-	delete(g.index, h)
-	order := e.order
-	*e = goneEntry{}
+	order := g.ring[g.index(at)].order
+	g.forget(at)
 	return order, true
 }
+
+// find returns the slot of the entry for the key with hash h.
+func (g *gone) find(h uint64, ptype, name, alloc string) (int, bool) {
+	for at := g.home(h); ; at = (at + 1) & g.mask {
+		v := g.slots[at]
+		if v == 0 {
+			return 0, false
+		}
+		if v&^uint64(g.mask) != h&^uint64(g.mask) {
+			continue
+		}
+		if e := &g.ring[int(v)&g.mask-1]; e.alloc == alloc && e.name == name && e.ptype == ptype {
+			return at, true
+		}
+	}
+}
+
+// put points the first free slot of ring[i]'s probe sequence at it.
+func (g *gone) put(i int) {
+	e := &g.ring[i]
+	at := g.home(e.hash)
+	for g.slots[at] != 0 {
+		at = (at + 1) & g.mask
+	}
+	g.slots[at] = e.hash&^uint64(g.mask) | uint64(i+1)
+	e.slot = at
+}
+
+// forget empties slot at and clears its entry. The slots after it in the
+// probe run move back where a probe would have found them first
+// (backward-shift deletion), so no probe ever stops at a gap before its
+// key.
+func (g *gone) forget(at int) {
+	g.ring[g.index(at)] = goneEntry{}
+	g.live--
+	hole := at
+	for at = (at + 1) & g.mask; g.slots[at] != 0; at = (at + 1) & g.mask {
+		// The entry at at may fill the hole when its home is not in
+		// (hole, at], cyclically: its probe passed the hole.
+		if (at-g.home(g.slots[at]))&g.mask >= (at-hole)&g.mask {
+			g.ring[g.index(at)].slot = hole
+			g.slots[hole] = g.slots[at]
+			hole = at
+		}
+	}
+	g.slots[hole] = 0
+}
+
+// home is the first slot of the probe run of hash h, or of the entry a
+// slot's word points at: the word keeps the hash's top bits.
+func (g *gone) home(h uint64) int { return int(h >> g.shift) }
+
+// index is the ring index of the entry slot at points at.
+func (g *gone) index(at int) int { return int(g.slots[at])&g.mask - 1 }

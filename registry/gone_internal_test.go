@@ -3,6 +3,8 @@ package registry
 import (
 	"fmt"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // TestGoneRemembersTheNewestDeregistrationsAndForgetsTheOldestFirst: the
@@ -57,4 +59,67 @@ func TestGoneKeysDoNotRunTogether(t *testing.T) {
 	if order, ok := g.take("t", "ab", "c"); !ok || order != 1 {
 		t.Fatalf("take(ab, c) = %d, %v; want 1, true", order, ok)
 	}
+}
+
+// TestGoneIsARingOfTheLastDeregistrations checks gone against a model, a
+// ring of its capacity written in turn, with a capacity small enough that
+// probes collide, runs wrap around the slots, and the ring wraps: every
+// take finds exactly what the model holds, and len agrees.
+func TestGoneIsARingOfTheLastDeregistrations(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		const n = 8
+		g := newGoneOf(n)
+		type key struct{ ptype, name, alloc string }
+		type entry struct {
+			key   key
+			order uint64
+			live  bool
+		}
+		var model [n]entry
+		written := 0
+		find := func(k key) int {
+			for i, e := range model {
+				if e.live && e.key == k {
+					return i
+				}
+			}
+			return -1
+		}
+		genKey := rapid.Custom(func(t *rapid.T) key {
+			return key{
+				rapid.SampledFrom([]string{"csi-node", "csi-controller"}).Draw(t, "ptype"),
+				rapid.SampledFrom([]string{"a", "b", "ab", "c"}).Draw(t, "name"),
+				rapid.SampledFrom([]string{"1", "2", "12", "3", "4"}).Draw(t, "alloc"),
+			}
+		})
+		for step := range rapid.IntRange(1, 200).Draw(t, "steps") {
+			k := genKey.Draw(t, "key")
+			if rapid.Bool().Draw(t, "remember") {
+				if i := find(k); i >= 0 {
+					model[i].live = false
+				}
+				model[written%n] = entry{key: k, order: uint64(step), live: true}
+				written++
+				g.remember(k.ptype, k.name, k.alloc, uint64(step))
+			} else {
+				order, ok := g.take(k.ptype, k.name, k.alloc)
+				i := find(k)
+				if ok != (i >= 0) || ok && order != model[i].order {
+					t.Fatalf("take(%v) = %d, %v; the model holds it at %d", k, order, ok, i)
+				}
+				if ok {
+					model[i].live = false
+				}
+			}
+			live := 0
+			for _, e := range model {
+				if e.live {
+					live++
+				}
+			}
+			if g.len() != live {
+				t.Fatalf("len = %d, the model holds %d", g.len(), live)
+			}
+		}
+	})
 }
