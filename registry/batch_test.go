@@ -137,3 +137,37 @@ func TestListingGivesTheNewestAllocationOfEachNameWhateverItsOlderOnes(t *testin
 	require.Empty(t, r.ListPlugins("docker-volume"))
 	require.NotNil(t, r.ListPlugins("docker-volume"), "an empty list, not nil")
 }
+
+// writeTimes records the time each answered write took.
+type writeTimes struct {
+	nopMetrics
+	took chan time.Duration
+}
+
+func (m *writeTimes) Write(_ string, _ error, took time.Duration) { m.took <- took }
+
+// TestMetricsGetTheTimeFromArrivalToAnswerOfEachWrite: a registry with
+// metrics gives each answered write the time it took, in memory and on
+// disk.
+func TestMetricsGetTheTimeFromArrivalToAnswerOfEachWrite(t *testing.T) {
+	for _, memory := range []bool{true, false} {
+		system := probe.NewSystem(t)
+		metrics := &writeTimes{took: make(chan time.Duration, 4)}
+		cfg := registry.Config{Metrics: metrics, Logger: probe.Logger(t)}
+		if memory {
+			cfg.Memory = registry.NewMemoryStore()
+		} else {
+			cfg.Bucket = memoryBucket(t)
+		}
+		r, err := registry.New(system, cfg)
+		require.NoError(t, err)
+		require.NoError(t, r.RegisterPlugin(pluginNamed("timed", 0)))
+		require.NoError(t, r.Shutdown())
+		select {
+		case took := <-metrics.took: // measured before the answer
+			require.Positive(t, took, "memory %v: the write's time", memory)
+		default:
+			t.Fatalf("memory %v: the answered write was not measured", memory)
+		}
+	}
+}
