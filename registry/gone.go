@@ -34,6 +34,9 @@ type gone struct {
 	live  int         // entries remembered and not yet taken or forgotten
 }
 
+// goneEntry is one remembered deregistration. An empty alloc marks a free
+// entry: names.Check refuses an empty alloc ID at every registration and
+// at load, so no remembered one is empty.
 type goneEntry struct {
 	hash               uint64
 	ptype, name, alloc string // alloc is "" once taken or forgotten
@@ -53,6 +56,7 @@ func newGoneOf(n int) *gone {
 	}
 }
 
+// hash is the hash of a key: its name and alloc ID, hashed apart.
 func (g *gone) hash(name, alloc string) uint64 {
 	const mix = 0x9e3779b97f4a7c15
 	return maphash.String(g.seed, name)*mix ^ maphash.String(g.seed, alloc)

@@ -80,11 +80,11 @@ func (a *allocation) changed() uint64 {
 // item of a name is that name's current allocation. The second holds only
 // the names with two allocations or more: a name with one (the common case)
 // is its own current, found in the first tree, and costs one tree's item
-// instead of two (about 10 bytes of a plugin's heap). Every change of a large table
-// costs O(log n) whatever the number of older allocations of a name, and
-// clone is O(1) either way: the trees share nodes copy-on-write and the
-// slice is copied on the first change after a clone, so a clone handed to
-// readers never changes under them.
+// instead of two (about 10 bytes of a plugin's heap). Every change of a
+// large table costs O(log n) whatever the number of older allocations of a
+// name, and clone is O(1) either way: the trees share nodes copy-on-write
+// and the slice is copied on the first change after a clone, so a clone
+// handed to readers never changes under them.
 type pluginTable struct {
 	small smallSet // nil once allocs and newest hold the table
 	// owned is set on a working table that has copied small since its
@@ -110,6 +110,8 @@ type currentIndex struct {
 
 func newPluginTable() *pluginTable { return &pluginTable{} }
 
+// newTrees returns the two empty trees of a large table: by (name, alloc)
+// and by (name, newest first).
 func newTrees() (allocs, newest *allocTree) {
 	return newAllocTree(compareAlloc), newAllocTree(compareNewest)
 }

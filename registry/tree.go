@@ -16,10 +16,11 @@ const treeMaxItems = 127
 
 // allocTree is a persistent B-tree of allocations in the order of
 // compare, whose nodes hold slices sized to their contents: a slice that
-// grows or shrinks is copied into one whose capacity is its length
-// rounded up to the Go size class (see sized), so that an item costs its
-// pointer plus a share of its node, where google/btree's nodes keep the
-// capacity they had when full and are half empty after a split.
+// outgrows its capacity, or shrinks more than a size class below it, is
+// copied into one whose capacity is its length rounded up to the Go size
+// class (see sized), so that an item costs its pointer plus a share of its
+// node, where google/btree's nodes keep the capacity they had when full
+// and are half empty after a split.
 //
 // Clone is O(1): the two trees share every node, and each copies a node
 // the first time it changes it (copy on write, the nodes it owns are the
@@ -31,7 +32,8 @@ type allocTree struct {
 	length  int
 	compare func(a, b *allocation) int
 	owner   *treeOwner
-	// maxItems is treeMaxItems, or less in tests that need deep trees.
+	// maxItems is treeMaxItems, or less (at least 2, or a split would
+	// leave an empty node) in tests that need deep trees.
 	maxItems int
 }
 
@@ -58,7 +60,8 @@ func (t *allocTree) Len() int { return t.length }
 
 // Clone returns a tree with t's allocations. Neither ever sees the other's
 // later changes: both take a new owner, so every node they share is
-// copied before either changes it.
+// copied before either changes it. Clone so writes t: call it where t may
+// be written (a frozen tree's owner is read by no reader).
 func (t *allocTree) Clone() *allocTree {
 	t.owner = new(treeOwner)
 	return &allocTree{root: t.root, length: t.length, compare: t.compare, owner: new(treeOwner), maxItems: t.maxItems}
@@ -241,7 +244,8 @@ func (t *allocTree) removeLast(n *treeNode) *allocation {
 // minItems is the fewest items a node other than the root holds.
 func (t *allocTree) minItems() int { return t.maxItems / 2 }
 
-// rebalance gives n's child i, which t owns, at least minItems: it
+// rebalance gives n's child i at least minItems; t owns both n and the
+// child. It
 // moves one through n from a sibling that can spare one, or else merges
 // the child with a sibling.
 func (t *allocTree) rebalance(n *treeNode, i int) {

@@ -173,6 +173,23 @@ func TestAllocTreeShrinks(t *testing.T) {
 	}
 }
 
+// TestAllocTreeDeleteOfAMissingKeyCopiesNoNode: after a clone, deleting a
+// key the tree does not hold leaves it sharing every node with the clone.
+func TestAllocTreeDeleteOfAMissingKeyCopiesNoNode(t *testing.T) {
+	tree := newAllocTree(compareAlloc)
+	tree.maxItems = 4 // several levels deep
+	fillTree(tree, 100)
+	snapshot := tree.Clone()
+	for _, name := range []string{"p", "p0050x", "q"} { // before, among, after
+		if _, ok := tree.Delete(probe(name, "a0")); ok {
+			t.Fatalf("Delete(%s) found an item the tree never held", name)
+		}
+	}
+	if tree.root != snapshot.root {
+		t.Fatal("a delete that found nothing copied the root")
+	}
+}
+
 // fillTree inserts n allocations, p0000 a0 and on, into tree, and returns them.
 func fillTree(tree *allocTree, n int) []*allocation {
 	items := make([]*allocation, n)
