@@ -235,3 +235,71 @@ func mustMarshal(t *testing.T, m *messages.StoredAllocation) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// TestARefusedReturnKeepsItsPlaceInTime: an allocation that comes back in a
+// batch the store refuses keeps its place in time for its next return, so
+// one registered after it first was stays current; and so do the writes
+// queued behind the refused batch, which the registry applies again.
+func TestARefusedReturnKeepsItsPlaceInTime(t *testing.T) {
+	system := probe.NewSystem(t)
+	bucket := &storagetest.FlakyBucket{Bucket: memoryBucket(t)}
+	r := start(t, system, bucket, echoDispensers())
+	bothGoneThenAlloc1Back(t, r)
+
+	bucket.Failing.Store(true)
+	require.ErrorIs(t, r.RegisterPlugin(plugin(0)), registry.ErrStore)
+	bucket.Failing.Store(false)
+	require.NoError(t, r.RegisterPlugin(plugin(0)))
+	require.Equal(t, "alloc-1", dispense(t, r).GetAllocId(), "alloc-0 came back, and was registered before alloc-1")
+}
+
+// TestAReturnQueuedBehindARefusedBatchKeepsItsPlaceInTime: a return queued
+// while a batch the store then refuses was being written is applied again
+// after the rollback, with its place in time.
+func TestAReturnQueuedBehindARefusedBatchKeepsItsPlaceInTime(t *testing.T) {
+	system := probe.NewSystem(t)
+	flaky := &storagetest.FlakyBucket{Bucket: memoryBucket(t)}
+	bucket := &gatedBucket{Bucket: flaky, entered: make(chan struct{}, 8), gate: make(chan struct{}, 8)}
+	for range 5 { // the setup's writes pass
+		bucket.gate <- struct{}{}
+	}
+	r := start(t, system, bucket, echoDispensers())
+	bothGoneThenAlloc1Back(t, r)
+	for range 5 {
+		<-bucket.entered
+	}
+
+	flaky.Failing.Store(true)
+	refused := make(chan error, 1)
+	go func() { refused <- r.RegisterPlugin(pluginNamed("other", 0)) }()
+	<-bucket.entered // the batch that will be refused holds the store
+	caller := probe.New(t, system)
+	caller.Send(r.PID(), &messages.RegisterPlugin{Plugin: plugin(0), ReplyTo: caller.PID()})
+	// A command bad on its face is answered at once: once it is, the
+	// return before it in the mailbox is applied and queued.
+	caller.Send(r.PID(), &messages.RegisterPlugin{Plugin: pluginNamed("", 1), ReplyTo: caller.PID()})
+	bad := probe.Expect[*messages.RegisterPluginResponse](t, caller, timeout)
+	require.ErrorIs(t, messages.ErrorFromProto(bad.GetError()), registry.ErrInvalid)
+	bucket.gate <- struct{}{}
+	require.ErrorIs(t, <-refused, registry.ErrStore)
+	<-bucket.entered // alloc-0's return, applied again, in a batch of its own
+	flaky.Failing.Store(false)
+	bucket.gate <- struct{}{}
+	back := probe.Expect[*messages.RegisterPluginResponse](t, caller, timeout)
+	require.NoError(t, messages.ErrorFromProto(back.GetError()))
+	require.Equal(t, "alloc-1", dispense(t, r).GetAllocId(), "alloc-0 came back, and was registered before alloc-1")
+}
+
+// bothGoneThenAlloc1Back registers alloc-0, then alloc-1 (current), of
+// my-plugin, deregisters both and registers alloc-1 again: alloc-0's
+// order, kept in the registry's memory of deregistrations, is older.
+func bothGoneThenAlloc1Back(t *testing.T, r *registry.Registry) {
+	t.Helper()
+	for i := range 2 {
+		require.NoError(t, r.RegisterPlugin(plugin(i)))
+	}
+	for i := range 2 {
+		require.NoError(t, r.DeregisterPlugin(csiNode, "my-plugin", fmt.Sprint("alloc-", i)))
+	}
+	require.NoError(t, r.RegisterPlugin(plugin(1)))
+}

@@ -44,6 +44,15 @@ type goneEntry struct {
 	slot               int // where slots points at this entry
 }
 
+// goneChange is what a write did to a gone (see write.gone).
+type goneChange uint8
+
+const (
+	goneUntouched  goneChange = iota
+	goneTaken                 // a registration took its order back
+	goneRemembered            // a deregistration was remembered
+)
+
 func newGone() *gone { return newGoneOf(maxGone) }
 
 // newGoneOf returns a gone that remembers up to n deregistrations, n a

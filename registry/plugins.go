@@ -2,6 +2,7 @@ package registry
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -209,7 +210,7 @@ func (a *pluginsActor) accept(ctx actor.Context, w *write) bool {
 // for input that is bad on its face; refusals that depend on the state are
 // kept in w.err and answered in order with the other writes.
 func (a *pluginsActor) apply(w *write) error {
-	w.event, w.op, w.err = nil, storage.Op{}, nil
+	w.event, w.op, w.err, w.gone = nil, storage.Op{}, nil, goneUntouched
 	if !w.checked {
 		if err := w.check(a.memory == nil); err != nil {
 			return err
@@ -266,6 +267,7 @@ func (a *pluginsActor) applyRegister(w *write) {
 	order := a.seq
 	if o, ok := a.gone.take(w.ptype, p.GetName(), p.GetAllocId()); ok {
 		order = o
+		w.gone, w.goneOrder = goneTaken, o
 	}
 	added := w.keep(order, a.seq)
 	p = added.info()
@@ -296,6 +298,7 @@ func (a *pluginsActor) applyDeregister(w *write) {
 	}
 	now, hasNow := t.remove(old)
 	a.gone.remember(w.ptype, old.info().GetName(), old.info().GetAllocId(), old.order())
+	w.gone, w.goneOrder = goneRemembered, old.order()
 	a.seq++
 	a.changed(w.ptype, t)
 	event := &messages.PluginDeregistered{Plugin: old.info(), CurrentChanged: current.order() == old.order(), Sequence: a.seq}
@@ -405,8 +408,8 @@ func (a *pluginsActor) onBatchWritten(ctx actor.Context, msg *batchWritten) {
 		for _, w := range batch {
 			w.err = err
 		}
+		a.rollback(ctx, batch) // before the answers: an answered write goes back to its pool
 		a.replyAll(ctx, batch)
-		a.rollback(ctx)
 	} else {
 		a.publish(ctx, batch)
 	}
@@ -448,8 +451,16 @@ func (a *pluginsActor) sendEvents(ctx actor.Context, events []Event) {
 }
 
 // rollback resets the working tables to the last durable snapshot and
-// re-applies the commands queued since the failed batch was cut.
-func (a *pluginsActor) rollback(ctx actor.Context) {
+// re-applies the commands queued since the failed batch (failed) was cut.
+// What those commands and the failed batch's did to gone is undone first,
+// newest first, so that an allocation whose return was refused keeps its
+// place in time for the next.
+func (a *pluginsActor) rollback(ctx actor.Context, failed []*write) {
+	for _, ws := range [][]*write{a.queue, failed} {
+		for _, w := range slices.Backward(ws) {
+			a.undoGone(w)
+		}
+	}
 	a.tables = a.committed.tables.working()
 	a.seq = a.committed.sequence
 	clear(a.dirty)
@@ -459,6 +470,18 @@ func (a *pluginsActor) rollback(ctx actor.Context) {
 	for _, w := range queued {
 		a.accept(ctx, w)
 	}
+}
+
+// undoGone undoes what applying w did to gone.
+func (a *pluginsActor) undoGone(w *write) {
+	switch w.gone {
+	case goneTaken:
+		p := w.plugin
+		a.gone.remember(w.ptype, p.GetName(), p.GetAllocId(), w.goneOrder)
+	case goneRemembered:
+		a.gone.take(w.ptype, w.name, w.allocID)
+	}
+	w.gone = goneUntouched
 }
 
 func (a *pluginsActor) logEvent(event proto.Message) {

@@ -28,6 +28,11 @@ type write struct {
 	event   Event      // nil when the command changed nothing
 	op      storage.Op // the change, when event is not nil
 	err     error      // a refusal decided against the working state
+	// gone is what applying the command did to the actor's gone, for a
+	// rollback to undo: a register took order back from it, or a
+	// deregister remembered order in it.
+	gone      goneChange
+	goneOrder uint64
 
 	// A facade call waiting for its answer is linked in its inbox's calls,
 	// put there in epoch; these belong to the inbox's lock. claimed is the
