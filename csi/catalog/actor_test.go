@@ -53,6 +53,23 @@ func startCatFixture(t *testing.T, bucket storage.Bucket) *catFixture {
 	return &catFixture{t: t, system: system, cat: cat, manager: manager}
 }
 
+// catTwoRuns runs two subtests of t on one bbolt file, each on a catalog
+// of its own: "first run", on a catalog fed fps first, and then restart,
+// on a catalog started again on what the first left.
+func catTwoRuns(t *testing.T, fps []*messages.CSIFingerprint, first func(*testing.T, *catFixture),
+	restart string, restarted func(*testing.T, *catFixture)) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.db")
+	t.Run("first run", func(t *testing.T) {
+		f := startCatFixture(t, catBoltBucket(t, path))
+		f.feed(fps...)
+		first(t, f)
+	})
+	t.Run(restart, func(t *testing.T) {
+		restarted(t, startCatFixture(t, catBoltBucket(t, path)))
+	})
+}
+
 // startCat starts a catalog and shuts it down when the test ends.
 func startCat(t *testing.T, system *actor.ActorSystem, bucket storage.Bucket, manager *actor.PID) *catalog.Catalog {
 	t.Helper()
