@@ -19,18 +19,10 @@ import (
 func TestCatalogComesBackFromItsBoltFileAfterARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
-	openBucket := func(t *testing.T) storage.Bucket {
-		store, err := storage.OpenBolt(path, storage.BoltOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		bucket, err := store.Bucket(catalog.Bucket)
-		require.NoError(t, err)
-		return bucket
-	}
 
 	var before catDump
 	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, openBucket(t))
+		f := startCatFixture(t, catBoltBucket(t, path))
 		f.feed(catNodeFingerprint("hostpath", "p1", true))                        // 1
 		f.register(catVolume("db", "hostpath", model.AccessModeSingleNodeWriter)) // 2
 		web := catVolume("web", "hostpath", model.AccessModeMultiNodeReader)
@@ -44,7 +36,7 @@ func TestCatalogComesBackFromItsBoltFileAfterARestart(t *testing.T) {
 	})
 
 	t.Run("second run", func(t *testing.T) {
-		f := startCatFixture(t, openBucket(t))
+		f := startCatFixture(t, catBoltBucket(t, path))
 		after := f.dump()
 		require.Len(t, after.volumes, len(before.volumes))
 		for i, v := range after.volumes {
