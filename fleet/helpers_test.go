@@ -56,6 +56,17 @@ func logTo(logs *probe.LogBuffer) func(*fleet.Config) {
 	return func(c *fleet.Config) { c.Logger = hclog.New(&hclog.LoggerOptions{Output: logs}) }
 }
 
+// loggedNode starts an etcd and opens on it the store of "node-a", running
+// plugin "ebs" healthy and logging to logs, for a test that asserts on its
+// warnings; ctx is testCtx's.
+func loggedNode(t testing.TB) (srv *etcdtest.Server, a *fleet.Store, logs *probe.LogBuffer, ctx context.Context) {
+	t.Helper()
+	srv, logs = etcdtest.Start(t), &probe.LogBuffer{}
+	a = open(t, srv, "node-a", logTo(logs))
+	healthyNode(t, a)
+	return srv, a, logs, testCtx(t)
+}
+
 // volume is volume id of plugin "ebs" in the default namespace.
 func volume(id string, mode model.AccessMode) *model.CSIVolume {
 	v := model.NewCSIVolume(id, 0)

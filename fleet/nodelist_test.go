@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
@@ -225,11 +224,7 @@ func TestNodeListFillsInTheNodeIndexOfAFleetWrittenBeforeIt(t *testing.T) {
 // list, which answers as before and names the key and the remedy in a
 // warning; the index check deletes it.
 func TestAMalformedNodeIndexKeyIsSkippedByTheNodeListAndDeletedByTheCheck(t *testing.T) {
-	srv := etcdtest.Start(t)
-	var logs probe.LogBuffer
-	a := open(t, srv, "node-a", logTo(&logs))
-	healthyNode(t, a)
-	ctx := testCtx(t)
+	srv, a, logs, ctx := loggedNode(t)
 	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 	_, err := a.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
@@ -189,11 +188,7 @@ func TestGCRunsByItselfAtItsInterval(t *testing.T) {
 // skips it with a warning naming it, and frees that node's claims and
 // those of the down nodes after it.
 func TestAMalformedClaimIndexKeyOfADownNodeKeepsTheGCFromNoOtherNode(t *testing.T) {
-	srv := etcdtest.Start(t)
-	var logs probe.LogBuffer
-	a := open(t, srv, "node-a", logTo(&logs))
-	healthyNode(t, a)
-	ctx := testCtx(t)
+	srv, a, logs, ctx := loggedNode(t)
 	for _, id := range []string{"db", "logs"} {
 		registered(t, a, volume(id, model.AccessModeMultiNodeMultiWriter))
 	}

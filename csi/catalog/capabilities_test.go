@@ -8,9 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/storage"
 )
 
 // catCapVolume is volume id of plugin hostpath that can be used as a
@@ -34,16 +32,8 @@ func catClaimAs(volume, alloc string, readOnly bool, access model.AccessMode) cs
 func TestCatalogClaimsChooseOneOfAVolumesCapabilitiesAndKeepItAcrossARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
-	openBucket := func(t *testing.T) storage.Bucket {
-		store, err := storage.OpenBolt(path, storage.BoltOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		bucket, err := store.Bucket(catalog.Bucket)
-		require.NoError(t, err)
-		return bucket
-	}
 	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, openBucket(t))
+		f := startCatFixture(t, catBoltBucket(t, path))
 		f.feed(catNodeFingerprint("hostpath", "p1", true))
 		got := f.register(catCapVolume("db"))
 		require.Len(t, got.Capabilities(), 2)
@@ -65,7 +55,7 @@ func TestCatalogClaimsChooseOneOfAVolumesCapabilitiesAndKeepItAcrossARestart(t *
 		require.ErrorIs(t, f.cat.Claim(ctx, catClaimAs("db", "w2", false, model.AccessModeMultiNodeSingleWriter)), model.ErrVolumeMaxClaims)
 	})
 	t.Run("second run", func(t *testing.T) {
-		f := startCatFixture(t, openBucket(t))
+		f := startCatFixture(t, catBoltBucket(t, path))
 		v := f.volume("", "db")
 		require.Len(t, v.Capabilities(), 2)
 		require.Equal(t, "ext4", v.Capabilities()[0].FSType)

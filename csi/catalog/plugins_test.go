@@ -164,13 +164,10 @@ func replacedFingerprint(plugin, alloc, by string) *messages.CSIFingerprint {
 }
 
 func TestAPluginWhoseAllocationIsBeingReplacedKeepsItsTopologyRequirementAndItsCreateIndex(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
 	unzoned := catVolume("db", "zoned", model.AccessModeSingleNodeWriter)
 
-	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
-		f.feed(zonedFingerprint("zoned", "a1"))
+	catTwoRuns(t, []*messages.CSIFingerprint{zonedFingerprint("zoned", "a1")}, func(t *testing.T, f *catFixture) {
 		created := f.plugin("zoned").CreateIndex
 
 		f.feed(replacedFingerprint("zoned", "a1", "a2"))
@@ -189,10 +186,7 @@ func TestAPluginWhoseAllocationIsBeingReplacedKeepsItsTopologyRequirementAndItsC
 		_, err = f.cat.ExpectPlugin(ctx, "zoned", 0, 0)
 		require.NoError(t, err)
 		require.Contains(t, f.pluginIDs(), "zoned", "no other write forgets it while it is taken over either")
-	})
-
-	t.Run("a restart before the newer alloc spoke", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
+	}, "a restart before the newer alloc spoke", func(t *testing.T, f *catFixture) {
 		require.Empty(t, f.pluginIDs(), "after a restart nothing is being taken over: every instance speaks afresh")
 	})
 }

@@ -2,7 +2,6 @@ package catalog_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -31,14 +30,12 @@ func atSocket(fp *messages.CSIFingerprint, socket string) *messages.CSIFingerpri
 }
 
 func TestAReplacingInstanceThatCannotBeReachedKeepsThePluginsTopologyRequirementUntilItSaysOtherwise(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
 	unzoned := catVolume("db", "zoned", model.AccessModeSingleNodeWriter)
 
-	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
-		f.feed(zonedFingerprint("zoned", "a1"), replacedFingerprint("zoned", "a1", "a2"), unreachableFingerprint("zoned", "a2"))
-
+	catTwoRuns(t, []*messages.CSIFingerprint{
+		zonedFingerprint("zoned", "a1"), replacedFingerprint("zoned", "a1", "a2"), unreachableFingerprint("zoned", "a2"),
+	}, func(t *testing.T, f *catFixture) {
 		_, err := f.cat.RegisterVolume(ctx, unzoned)
 		require.ErrorIs(t, err, model.ErrTopologyRequired, "an instance that learned nothing does not lift the requirement its predecessor advertised")
 		require.ErrorContains(t, err, "topolog")
@@ -53,10 +50,7 @@ func TestAReplacingInstanceThatCannotBeReachedKeepsThePluginsTopologyRequirement
 		_, err = f.cat.RegisterVolume(ctx, unzoned)
 		require.ErrorIs(t, err, model.ErrTopologyRequired, "a second word that learned nothing carries them on")
 		require.Equal(t, "a1", f.plugin("zoned").Nodes[catNode].CapabilitiesFrom)
-	})
-
-	t.Run("after a restart", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
+	}, "after a restart", func(t *testing.T, f *catFixture) {
 		_, err := f.cat.RegisterVolume(ctx, unzoned)
 		require.ErrorIs(t, err, model.ErrTopologyRequired, "the carried capabilities are kept on disk, marked")
 		require.Equal(t, "a1", f.plugin("zoned").Nodes[catNode].CapabilitiesFrom)

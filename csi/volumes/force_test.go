@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
 )
@@ -22,11 +21,8 @@ import (
 // controller could not undo stays recorded, and the status says what was
 // forced. A forced unmount of an alloc without a mount changes nothing.
 func TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood(t *testing.T) {
-	n := newNode(t, nil)
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
-	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
+	n, p := newStrictNode(t, nil, "vol")
+	n.mount("vol", "web-1")
 	require.ErrorIs(t, n.manager.ForceUnmount(ctx, "", "vol", "web-2"), volumes.ErrNotMounted)
 
 	p.stop()
@@ -52,12 +48,9 @@ func TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood(t *testing.T) {
 // idle.
 func TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
-	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
-	staging := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol")
-	_, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
+	n, p := newStrictNode(t, clock, "vol")
+	staging := n.stagingDir("vol")
+	n.mount("vol", "web-1")
 	st := forceWithAFailing(t, n, p, "NodeUnstageVolume")
 	require.Contains(t, st.LastOperation, "the agent unmounted the staging path")
 	require.Nil(t, st.Record, "the volume is idle")
@@ -72,15 +65,12 @@ func TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep(t *testing.T) {
 // target it then cannot remove (something was written under the mount
 // point) stays, said in the note, and the force still ends the mount.
 func TestAForcedUnmountThatCannotRemoveTheTargetStillEnds(t *testing.T) {
-	n := newNode(t, nil)
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
-	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
+	n, p := newStrictNode(t, nil, "vol")
+	res := n.mount("vol", "web-1")
 	// A file under the mount point: hidden while mounted, there once not.
 	require.NoError(t, unix.Unmount(res.TargetPath, 0))
 	require.NoError(t, os.WriteFile(filepath.Join(res.TargetPath, "left"), nil, 0o600))
-	require.NoError(t, unix.Mount(filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol"), res.TargetPath, "", unix.MS_BIND, ""))
+	require.NoError(t, unix.Mount(n.stagingDir("vol"), res.TargetPath, "", unix.MS_BIND, ""))
 	st := forceWithAFailing(t, n, p, "NodeUnpublishVolume")
 	require.Contains(t, st.LastOperation, "the agent unmounted the target and left it")
 	require.Nil(t, st.Record, "the volume is idle")

@@ -26,6 +26,7 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
+	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
 )
 
 func TestMain(m *testing.M) {
@@ -185,6 +186,37 @@ func newHostpathNode(t testing.TB, wrap func(storage.Bucket) storage.Bucket, log
 	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(n.dir, "hp"), Logger: logger})
 	n.register(volumes.NodePluginType, "hp", "a1", plugin.Endpoint)
 	return n, plugin
+}
+
+// newStrictNode starts a node whose manager runs on clock (nil for the
+// real one), with the strict plugin "hp" and, created on it, the
+// single-node-writer volumes ids.
+func newStrictNode(t *testing.T, clock *supervisortest.FakeClock, ids ...string) (*node, *strictPlugin) {
+	t.Helper()
+	n := newNode(t, func(c *volumes.Config) {
+		if clock != nil {
+			c.Clock = clock
+		}
+	})
+	p := newStrictPlugin(t, n, "hp")
+	for _, id := range ids {
+		p.create(n, id, "hp", model.AccessModeSingleNodeWriter)
+	}
+	return n, p
+}
+
+// mount mounts volume id of the default namespace for alloc, read-write.
+func (n *node) mount(id, alloc string) volumes.MountResult {
+	n.t.Helper()
+	res, err := n.manager.Mount(ctx, "", id, alloc, false)
+	require.NoError(n.t, err)
+	return res
+}
+
+// stagingDir is where n stages volume id of the default namespace for
+// plugin "hp".
+func (n *node) stagingDir(id string) string {
+	return filepath.Join(n.root, "hp", volumes.StagingDirName, "default", id)
 }
 
 // start opens the store and starts a manager in the node's actor system

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
 )
@@ -45,11 +44,8 @@ func mountInFlight(n *node, p *strictPlugin, method, id, alloc string) (*fault, 
 // stays for the next mount, until a sweep finds the volume idle.
 func TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
-	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
-	staging := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "vol")
-	stale := filepath.Join(n.root, "hp", volumes.StagingDirName, "default", "stale")
+	n, p := newStrictNode(t, clock, "vol")
+	staging, stale := n.stagingDir("vol"), n.stagingDir("stale")
 	require.NoError(t, os.MkdirAll(stale, 0o700))
 
 	f, mounted := mountInFlight(n, p, "NodeStageVolume", "vol", "web-1")
@@ -76,23 +72,17 @@ func TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight(t *testing.T) {
 // volumes then mount and unmount again, and the next sweep leaves nothing.
 func TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
-	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "held", "hp", model.AccessModeSingleNodeWriter)
-	p.create(n, "idle", "hp", model.AccessModeSingleNodeWriter)
-	stagingOf := func(id string) string { return filepath.Join(n.root, "hp", volumes.StagingDirName, "default", id) }
-	_, err := n.manager.Mount(ctx, "", "held", "web-1", false)
-	require.NoError(t, err)
-	_, err = n.manager.Mount(ctx, "", "idle", "web-2", false)
-	require.NoError(t, err)
+	n, _ := newStrictNode(t, clock, "held", "idle")
+	n.mount("held", "web-1")
+	n.mount("idle", "web-2")
 	require.NoError(t, n.manager.Unmount(ctx, "", "idle", "web-2"))
-	require.DirExists(t, stagingOf("idle"))
+	require.DirExists(t, n.stagingDir("idle"))
 
 	n.crash(nil)
 	require.Equal(t, "published", n.settle("held").Record.GetPublishes()["web-1"].GetState())
 	sweep(n, clock)
-	require.NoDirExists(t, stagingOf("idle"), "the first sweep after the start removed what no volume uses")
-	require.Contains(t, mountsUnder(t, n.root), stagingOf("held"), "and kept the staged volume's directory, mounted")
+	require.NoDirExists(t, n.stagingDir("idle"), "the first sweep after the start removed what no volume uses")
+	require.Contains(t, mountsUnder(t, n.root), n.stagingDir("held"), "and kept the staged volume's directory, mounted")
 
 	for _, v := range [][2]string{{"idle", "web-2"}, {"held", "web-1"}} {
 		if v[0] == "idle" {
@@ -102,8 +92,8 @@ func TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses(t *testing.T) {
 		require.NoError(t, n.manager.Unmount(ctx, "", v[0], v[1]))
 	}
 	sweep(n, clock)
-	require.NoDirExists(t, stagingOf("idle"))
-	require.NoDirExists(t, stagingOf("held"))
+	require.NoDirExists(t, n.stagingDir("idle"))
+	require.NoDirExists(t, n.stagingDir("held"))
 	require.Empty(t, mountsUnder(t, n.root))
 }
 
@@ -115,14 +105,10 @@ func TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses(t *testing.T) {
 // removes them and keeps those of web-2, whose volume is still mounted.
 func TestTheSweepRemovesAnAllocsDirectoriesOnlyOnceItIsIdle(t *testing.T) {
 	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
-	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
-	p.create(n, "other", "hp", model.AccessModeSingleNodeWriter)
+	n, p := newStrictNode(t, clock, "vol", "other")
 	allocDir := func(alloc string) string { return filepath.Join(n.root, "hp", volumes.PerAllocDirName, alloc) }
 	require.NoError(t, os.MkdirAll(filepath.Join(allocDir("gone"), "default"), 0o700))
-	other, err := n.manager.Mount(ctx, "", "other", "web-2", false)
-	require.NoError(t, err)
+	other := n.mount("other", "web-2")
 
 	f, mounted := mountInFlight(n, p, "NodePublishVolume", "vol", "web-1")
 	parent := filepath.Join(allocDir("web-1"), "default")

@@ -148,7 +148,15 @@ func newStrictPluginOn(t *testing.T, n *node, name, nodeID string, storage *stor
 	p := &strictPlugin{t: t, driver: d, socket: filepath.Join(hostpathtest.TempDir(t), "csi.sock"), nodeID: nodeID, storage: storage,
 		unlisted: map[string]bool{}, published: map[string]map[string]bool{}}
 	p.serve()
-	t.Cleanup(p.stop)
+	// The server stops first, so that no RPC reaches the driver while it
+	// stops; the driver, which closes its journal, stops before the storage
+	// system's root (a cleanup registered earlier) is removed. The node's
+	// manager and registry are shut down after both: the manager's shutdown
+	// sends the plugin nothing.
+	t.Cleanup(func() {
+		p.stop()
+		p.driver.Stop()
+	})
 	n.register(volumes.NodePluginType, name, "a1", p.socket)
 	n.register(volumes.ControllerPluginType, name, "a1", p.socket)
 	return p
@@ -369,4 +377,35 @@ func mountsUnder(t testing.TB, dir string) []string {
 	mounts, err := mountinfo.PointsUnder(mountinfo.DefaultPath, dir)
 	require.NoError(t, err)
 	return slices.Sorted(maps.Keys(mounts))
+}
+
+// TestAStrictPluginsJournalIsClosedWhenItsTestEnds: the strict plugin's
+// driver is stopped in the cleanup of the test that started it, so that
+// its node journal is not held open until the test process ends.
+func TestAStrictPluginsJournalIsClosedWhenItsTestEnds(t *testing.T) {
+	var journal string
+	t.Run("plugin", func(t *testing.T) {
+		n := newNode(t, nil)
+		p := newStrictPlugin(t, n, "hp")
+		journal = filepath.Join(p.storage.root, "state", "nodes", p.nodeID, "journal")
+		require.Contains(t, openFiles(t), journal, "the running driver holds its journal open")
+	})
+	require.NotEmpty(t, journal)
+	for _, f := range openFiles(t) {
+		require.False(t, strings.HasPrefix(f, journal), "%s is still open after the test that started its plugin ended", f)
+	}
+}
+
+// openFiles lists what the test process's file descriptors point at.
+func openFiles(t *testing.T) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	var files []string
+	for _, fd := range fds {
+		if f, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil {
+			files = append(files, f)
+		}
+	}
+	return files
 }
