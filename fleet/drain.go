@@ -106,7 +106,7 @@ func (s *Store) readNodes(ctx context.Context) (map[string]*Node, error) {
 		var held []string // the keys of the volumes the index names
 		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i+2].GetResponseRange().GetKvs() {
-				if _, ref, ok := s.indexEntry(idx.root, string(kv.Key)); ok {
+				if _, ref, ok := s.indexEntry(idx.root, string(kv.Key), nil); ok {
 					held = append(held, s.keys.volume(ref.ns, ref.id))
 				}
 			}

@@ -120,14 +120,15 @@ func (g *GC) Leading() bool { return g.elector != nil && g.elector.leading.Load(
 func (g *GC) Step(ctx context.Context, now time.Time) ([]Freed, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	nodes, err := g.s.indexedNodes(ctx)
+	warned := warnedKeys{}
+	nodes, err := g.s.indexedNodes(ctx, warned)
 	if err != nil {
 		return nil, err
 	}
 	for node := range g.downSince {
 		nodes[node] = true
 	}
-	return g.look(ctx, now, slices.Sorted(maps.Keys(nodes)))
+	return g.look(ctx, now, slices.Sorted(maps.Keys(nodes)), warned)
 }
 
 // lookAt is Step for the given nodes only: those whose liveness key
@@ -135,11 +136,12 @@ func (g *GC) Step(ctx context.Context, now time.Time) ([]Freed, error) {
 func (g *GC) lookAt(ctx context.Context, now time.Time, nodes []string) ([]Freed, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.look(ctx, now, nodes)
+	return g.look(ctx, now, nodes, warnedKeys{})
 }
 
-// look is a look at nodes, with mu held.
-func (g *GC) look(ctx context.Context, now time.Time, nodes []string) ([]Freed, error) {
+// look is a look at nodes, with mu held; warned is the look's
+// (indexEntry), which warns once of a malformed key it reads twice.
+func (g *GC) look(ctx context.Context, now time.Time, nodes []string, warned warnedKeys) ([]Freed, error) {
 	states, err := g.s.nodeStates(ctx, nodes)
 	if err != nil {
 		return nil, err
@@ -161,7 +163,7 @@ func (g *GC) look(ctx context.Context, now time.Time, nodes []string) ([]Freed, 
 				err = g.s.mark(ctx, node, true)
 			}
 		case now.Sub(since) >= g.grace && st.claims > 0:
-			out, err = g.freeNode(ctx, node, now.Sub(since))
+			out, err = g.freeNode(ctx, node, now.Sub(since), warned)
 			freed = append(freed, out...)
 			if err == nil && len(out) > 0 && st.attachments > 0 {
 				err = g.s.mark(ctx, node, true)
@@ -178,11 +180,11 @@ func (g *GC) look(ctx context.Context, now time.Time, nodes []string) ([]Freed, 
 }
 
 // freeNode frees every claim of node, found through the node index,
-// unless node is up again.
-func (g *GC) freeNode(ctx context.Context, node string, down time.Duration) ([]Freed, error) {
+// unless node is up again; warned is indexEntry's.
+func (g *GC) freeNode(ctx context.Context, node string, down time.Duration, warned warnedKeys) ([]Freed, error) {
 	var refs []volumeRef
 	err := g.s.call(ctx, "find the claims of a down node", func(ctx context.Context) (err error) {
-		refs, err = g.s.indexedVolumes(ctx, g.s.claimIndex(), node)
+		refs, err = g.s.indexedVolumes(ctx, g.s.claimIndex(), node, warned)
 		return err
 	})
 	if err != nil {

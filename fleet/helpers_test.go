@@ -153,3 +153,17 @@ func twoWithDB(t *testing.T, mode model.AccessMode) (a, b *fleet.Store) {
 	_, s := fleetWithDB(t, mode, "node-a", "node-b")
 	return s[0], s[1]
 }
+
+// leavingNodeWithDB opens "node-a" on srv, running plugin "ebs" healthy,
+// registers volume "db" of mode through it and claims it for "alloc-a" on
+// node-a. The test closes the store itself: Close makes node-a leave.
+func leavingNodeWithDB(t *testing.T, srv *etcdtest.Server, mode model.AccessMode) *fleet.Store {
+	t.Helper()
+	a, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: "node-a", LeaseTTL: fleet.MinLeaseTTL})
+	require.NoError(t, err)
+	healthyNode(t, a)
+	registered(t, a, volume("db", mode))
+	_, err = a.Claim(testCtx(t), "", "db", writeClaim("alloc-a", "node-a"))
+	require.NoError(t, err)
+	return a
+}

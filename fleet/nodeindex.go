@@ -141,26 +141,47 @@ func malformedIndexKey(key string, cause error) error {
 		model.ErrCorrupt, key, cause, key)
 }
 
+// warnedKeys are the malformed keys of the node index that one pass over
+// it has warned about (indexEntry): GC's Step reads a down node's keys
+// twice, once for the list of nodes and once to free its claims, and warns
+// once. nil remembers nothing: each read warns.
+type warnedKeys map[string]bool
+
+// first reports whether key is not in w yet, and puts it there.
+func (w warnedKeys) first(key string) bool {
+	if w[key] {
+		return false
+	}
+	if w != nil {
+		w[key] = true
+	}
+	return true
+}
+
 // indexEntry is parseIndexed of key under root; a malformed key is
-// skipped (ok false) with a warning naming it and the remedy.
-func (s *Store) indexEntry(root, key string) (node string, ref volumeRef, ok bool) {
+// skipped (ok false) with a warning naming it and the remedy, unless
+// warned has it already.
+func (s *Store) indexEntry(root, key string, warned warnedKeys) (node string, ref volumeRef, ok bool) {
 	node, ref, err := parseIndexed(root, key)
 	if err != nil {
-		s.log.Warn("skipping a malformed key in the node index", "key", key, "error", err)
+		if warned.first(key) {
+			s.log.Warn("skipping a malformed key in the node index", "key", key, "error", err)
+		}
 		return "", volumeRef{}, false
 	}
 	return node, ref, true
 }
 
-// indexedVolumes are the volumes in node's keys of idx, read keys only.
-func (s *Store) indexedVolumes(ctx context.Context, idx index, node string) ([]volumeRef, error) {
+// indexedVolumes are the volumes in node's keys of idx, read keys only;
+// warned is indexEntry's.
+func (s *Store) indexedVolumes(ctx context.Context, idx index, node string, warned warnedKeys) ([]volumeRef, error) {
 	resp, err := s.client.Get(ctx, idx.of(node), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, etcdErr(err)
 	}
 	refs := make([]volumeRef, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if _, ref, ok := s.indexEntry(idx.root, string(kv.Key)); ok {
+		if _, ref, ok := s.indexEntry(idx.root, string(kv.Key), warned); ok {
 			refs = append(refs, ref)
 		}
 	}
@@ -326,8 +347,8 @@ func (s *Store) indexFix(v *model.CSIVolume, present map[string]string) []client
 }
 
 // indexedNodes are the nodes in the node index and those marked stranded,
-// read keys only.
-func (s *Store) indexedNodes(ctx context.Context) (map[string]bool, error) {
+// read keys only; warned is indexEntry's.
+func (s *Store) indexedNodes(ctx context.Context, warned warnedKeys) (map[string]bool, error) {
 	nodes := map[string]bool{}
 	err := s.call(ctx, "read the node index", func(ctx context.Context) error {
 		keysOnly := func(prefix string) clientv3.Op {
@@ -339,7 +360,7 @@ func (s *Store) indexedNodes(ctx context.Context) (map[string]bool, error) {
 		}
 		for i, idx := range s.indexes() {
 			for _, kv := range resp.Responses[i].GetResponseRange().GetKvs() {
-				if node, _, ok := s.indexEntry(idx.root, string(kv.Key)); ok {
+				if node, _, ok := s.indexEntry(idx.root, string(kv.Key), warned); ok {
 					nodes[node] = true
 				}
 			}

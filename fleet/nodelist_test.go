@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -244,4 +245,33 @@ func TestAMalformedNodeIndexKeyIsSkippedByTheNodeListAndDeletedByTheCheck(t *tes
 	gone, err := raw.Get(ctx, bad, clientv3.WithCountOnly())
 	require.NoError(t, err)
 	require.Zero(t, gone.Count)
+}
+
+// TestAMalformedKeyUnderADownNodeIsWarnedAboutOncePerGCPass puts a key that
+// names no volume under a down node's claims: GC reads it when it lists the
+// nodes and again when it frees the node's claims, and warns once a pass.
+func TestAMalformedKeyUnderADownNodeIsWarnedAboutOncePerGCPass(t *testing.T) {
+	srv := etcdtest.Start(t)
+	var logs probe.LogBuffer
+	b := open(t, srv, "node-b", logTo(&logs))
+	a := leavingNodeWithDB(t, srv, model.AccessModeSingleNodeWriter)
+	ctx := testCtx(t)
+	const bad = "/plugvisor/claims/node-a/default"
+	_, err := rawClient(t, srv).Put(ctx, bad, "")
+	require.NoError(t, err)
+	require.NoError(t, a.Close(), "leaving revokes the lease: node a is down at once")
+
+	gc := steppedGC(t, b)
+	warnings := func() int { return strings.Count(logs.String(), "skipping a malformed key in the node index") }
+	now := time.Now()
+	for i, after := range []time.Duration{0, time.Minute, 2 * time.Minute} {
+		before := warnings()
+		freed, err := gc.Step(ctx, now.Add(after))
+		require.NoError(t, err)
+		require.Equal(t, 1, warnings()-before, "pass %d, %v after node a was seen down", i, after)
+		if after == time.Minute {
+			require.Equal(t, []fleet.Freed{{Namespace: "default", VolumeID: "db", AllocID: "alloc-a", NodeID: "node-a"}}, freed)
+		}
+	}
+	require.Contains(t, logs.String(), bad)
 }

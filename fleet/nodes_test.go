@@ -131,13 +131,8 @@ func TestADeadNodeDropsOutButKeepsItsClaimsUntilGCFreesThem(t *testing.T) {
 func TestGCLeavesTheClaimsOfANodeThatCameBack(t *testing.T) {
 	srv := etcdtest.Start(t)
 	b := open(t, srv, "node-b")
-	a, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: "node-a", LeaseTTL: fleet.MinLeaseTTL})
-	require.NoError(t, err)
-	healthyNode(t, a)
+	a := leavingNodeWithDB(t, srv, model.AccessModeMultiNodeMultiWriter)
 	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
-	_, err = a.Claim(ctx, "", "db", writeClaim("alloc-a", "node-a"))
-	require.NoError(t, err)
 	gc := steppedGC(t, b)
 
 	require.NoError(t, a.Close(), "leaving revokes the lease: node a is down at once")

@@ -85,7 +85,7 @@ func (s *Store) StrandedOf(ctx context.Context, node string) ([]Stranded, error)
 		if err != nil {
 			return etcdErr(err)
 		}
-		refs, err := s.indexedVolumes(ctx, s.attachmentIndex(), node)
+		refs, err := s.indexedVolumes(ctx, s.attachmentIndex(), node, nil)
 		if err != nil {
 			return err
 		}

@@ -29,6 +29,19 @@ var peerTrouble = map[string]bool{
 	"cluster.RequestFuture failed":                      true,
 }
 
+// gossipFailed is the message protoactor's gossip logs, at warning level,
+// each time a gossip exchange with another member fails: every second
+// (the member's GossipInterval) for each member that is in the topology
+// but does not answer, as a killed member does until its lease runs out
+// (at most Fleet.LeaseTTL; one that stops revokes its lease and leaves at
+// once). Nothing of ours reads the gossip: membership is etcd's, and the
+// failed dials to that member are warned about already ("EndpointWriter
+// failed to connect", peerTrouble, a warning while it holds its lease).
+// Removing the member sooner is no cure: one only this member cannot
+// reach may be alive, and protoactor blocks a member that leaves the
+// topology for good.
+const gossipFailed = "sendGossipForMember failed"
+
 // peerLoss is a slog handler that lowers protoactor's records of a
 // connection to another member (peerTrouble): to debug when the member
 // left the fleet (left says so from etcd: a member that stops revokes its
@@ -37,7 +50,9 @@ var peerTrouble = map[string]bool{
 // a clean stop ends it (this member closed it, gRPC's Canceled, or the
 // other member's server did, EOF); to a warning otherwise. The fleet
 // learns that a member is gone from its lease in etcd, which it logs
-// itself, so protoactor's line is never this member's error.
+// itself, so protoactor's line is never this member's error. A failed
+// gossip exchange (gossipFailed), and no other gossip record, is lowered
+// to debug always.
 type peerLoss struct {
 	slog.Handler
 	left func(address string) bool
@@ -45,10 +60,13 @@ type peerLoss struct {
 
 // Handle implements slog.Handler.
 func (h peerLoss) Handle(ctx context.Context, r slog.Record) error {
-	if !peerTrouble[r.Message] || r.Level < slog.LevelWarn {
+	if !peerTrouble[r.Message] && r.Message != gossipFailed || r.Level < slog.LevelWarn {
 		return h.Handler.Handle(ctx, r)
 	}
 	level := slog.LevelWarn
+	if r.Message == gossipFailed {
+		level = slog.LevelDebug
+	}
 	r.Attrs(func(a slog.Attr) bool {
 		switch err, _ := a.Value.Any().(error); {
 		case a.Key == "error" && r.Message == lostConnection && closedCleanly(err),

@@ -56,6 +56,10 @@ func TestAKilledMemberLeavesWhenItsLeaseExpires(t *testing.T) {
 	require.Equal(t, int64(3), memberKeys(t, s), "a killed member's key stays until its lease expires")
 	waitMembers(t, cs[:2], cs[:2]...)
 	t.Logf("the others saw the killed member leave after %v (lease TTL %v)", time.Since(killed), childTTL)
+	for _, c := range cs[:2] {
+		require.NotContains(t, c.stderr.String(), "sendGossipForMember failed",
+			"member %s's gossip tried the killed member every second until it left: at debug level", c.node)
+	}
 }
 
 func TestAnAddressInUseIsAnErrorAndLeavesNothingBehind(t *testing.T) {

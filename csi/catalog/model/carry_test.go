@@ -43,3 +43,29 @@ func TestAFingerprintThatLearnedNothingCarriesTheCapabilitiesOfTheRecordItReplac
 	other := &messages.CSIFingerprint{Type: fingerprintNode, Name: "zoned", AllocId: "a3"}
 	require.Same(t, other, FingerprintCarrying(other, rec), "a record of another allocation carries nothing for it")
 }
+
+func TestAMonolithThatLearnedNothingCarriesFromOneRecordIntoBothItsEntries(t *testing.T) {
+	controller := fingerprint("c1", true, true, false)
+	node := fingerprint("n1", true, false, true)
+	node.RequiresTopologies, node.NodeInfo.RequiresNodeStageVolume = true, true
+	monolith := fingerprint("m1", false, true, true)
+	monolith.CapabilitiesUnknown, monolith.ControllerInfo.SupportsAttachDetach = true, false
+	p := NewCSIPlugin("ebs", 1)
+	for _, info := range []*CSIInfo{controller, node, monolith} {
+		require.NoError(t, p.AddPlugin("n1", info))
+	}
+
+	rec := p.Nodes["n1"]
+	require.Equal(t, rec, p.Controllers["n1"], "one fingerprint, one record in both entries")
+	require.Equal(t, "n1", rec.CapabilitiesFrom, "carried from the node's entry")
+	require.True(t, rec.RequiresTopologies)
+	require.True(t, rec.NodeInfo.RequiresNodeStageVolume)
+	require.False(t, rec.ControllerInfo.SupportsAttachDetach, "the node's entry had no controller part to carry")
+	require.True(t, p.TopologyRequired())
+
+	again := fingerprint("m2", false, true, true)
+	again.CapabilitiesUnknown = true
+	require.NoError(t, p.AddPlugin("n1", again))
+	require.Equal(t, p.Nodes["n1"], p.Controllers["n1"])
+	require.Equal(t, "n1", p.Nodes["n1"].CapabilitiesFrom, "a monolith replacing a monolith carries what it carried")
+}

@@ -162,10 +162,10 @@ func (i *CSIInfo) Copy() *CSIInfo {
 // must not make the plugin stop requiring a topology, nor forget what it
 // can do, until it says so itself. The node's facts (node ID, topology,
 // volume limit) are not carried: they are the new instance's to learn. i
-// itself when there is nothing to carry: its capabilities are known, prev
-// is nil, or prev knew none either.
+// itself when there is nothing to carry: its capabilities are known, or
+// prev knows none (knowsCapabilities).
 func (i *CSIInfo) carrying(prev *CSIInfo) *CSIInfo {
-	if !i.CapabilitiesUnknown || prev == nil || prev.CapabilitiesUnknown && prev.CapabilitiesFrom == "" {
+	if !i.CapabilitiesUnknown || !prev.knowsCapabilities() {
 		return i
 	}
 	out := i.Copy()
@@ -180,6 +180,13 @@ func (i *CSIInfo) carrying(prev *CSIInfo) *CSIInfo {
 		n.UnknownCapabilities = slices.Clone(was.UnknownCapabilities)
 	}
 	return out
+}
+
+// knowsCapabilities reports whether i has capabilities to carry: its
+// instance answered GetPluginCapabilities, or i carries another's. False for
+// nil.
+func (i *CSIInfo) knowsCapabilities() bool {
+	return i != nil && (!i.CapabilitiesUnknown || i.CapabilitiesFrom != "")
 }
 
 // PluginJob is a job that runs instances of a plugin, and how many it
@@ -282,9 +289,9 @@ func (p *CSIPlugin) Copy() *CSIPlugin {
 // part (if any) replaces the node's entry in Controllers, its node part (if
 // any) the node's entry in Nodes, and the healthy counts move by the
 // difference between the old entry and the new. A fingerprint whose
-// capabilities are unknown keeps those of the entry it replaces
-// (CSIInfo.carrying), above all the topology requirement. p keeps its own
-// copy of info.
+// capabilities are unknown keeps those of the record it replaces
+// (CSIPlugin.replaced, CSIInfo.carrying), above all the topology
+// requirement. p keeps its own copy of info.
 // It refuses (ErrInvalidPlugin, nothing changed) an empty node ID, a nil
 // fingerprint, a fingerprint of another plugin or without an alloc, and one
 // with neither a controller nor a node part.
@@ -293,17 +300,33 @@ func (p *CSIPlugin) AddPlugin(nodeID string, info *CSIInfo) error {
 		return err
 	}
 	p.ensureMaps()
+	info = info.carrying(p.replaced(nodeID, info))
 	if info.ControllerInfo != nil {
-		info = info.carrying(p.Controllers[nodeID])
 		p.ControllersHealthy += replaceEntry(p.Controllers, nodeID, info.Copy())
 	}
 	if info.NodeInfo != nil {
-		info = info.carrying(p.Nodes[nodeID])
 		p.NodesHealthy += replaceEntry(p.Nodes, nodeID, info.Copy())
 	}
 	p.ControllerRequired = info.RequiresControllerPlugin
 	if info.Provider != "" {
 		p.Provider, p.Version = info.Provider, info.ProviderVersion
+	}
+	return nil
+}
+
+// replaced is the one record of nodeID that info, about to replace it,
+// carries capabilities from (CSIInfo.carrying): the node's entry when info
+// has a node part and that entry knows capabilities, else the controller's
+// entry when info has a controller part and that one does; nil when neither.
+// A monolith's fingerprint so carries once, from one allocation, into both
+// its entries; where a controller and a node of two allocations shared the
+// node, the controller's part is not carried.
+func (p *CSIPlugin) replaced(nodeID string, info *CSIInfo) *CSIInfo {
+	if node := p.Nodes[nodeID]; info.NodeInfo != nil && node.knowsCapabilities() {
+		return node
+	}
+	if controller := p.Controllers[nodeID]; info.ControllerInfo != nil && controller.knowsCapabilities() {
+		return controller
 	}
 	return nil
 }
