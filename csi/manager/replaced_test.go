@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/messages"
@@ -25,6 +26,29 @@ func finalOf(t *testing.T, h *harness, alloc string) *messages.CSIFingerprint {
 	return nil
 }
 
+// finalAndHealth waits both for the final fingerprint of alloc's instance
+// of "disk" and for the health change want, which two actors send, in
+// either order, skipping every other event.
+func finalAndHealth(t *testing.T, h *harness, alloc string, want *messages.CSIPluginHealthChanged) *messages.CSIFingerprint {
+	t.Helper()
+	var final *messages.CSIFingerprint
+	seen := false
+	for deadline := time.Now().Add(wait); final == nil || !seen; {
+		if time.Until(deadline) <= 0 {
+			t.Fatalf("final fingerprint of alloc %s: %v; %v: %v", alloc, final != nil, want, seen)
+		}
+		switch msg := h.events.Next(t, time.Until(deadline)).Message.(type) {
+		case *messages.CSIPluginFingerprinted:
+			if fp := msg.GetFingerprint(); fp.GetAllocId() == alloc && fp.GetHealthDescription() == csi.StoppedDescription {
+				final = fp
+			}
+		case *messages.CSIPluginHealthChanged:
+			seen = seen || proto.Equal(msg, want)
+		}
+	}
+	return final
+}
+
 func TestTheFinalFingerprintOfAReplacedInstanceNamesTheAllocationThatTookOver(t *testing.T) {
 	h := startManager(t, nil)
 	for _, s := range []step{register("a1", nodeHealthy("disk", "a1")), register("a2", nodeHealthy("disk", "a2"))} {
@@ -33,11 +57,11 @@ func TestTheFinalFingerprintOfAReplacedInstanceNamesTheAllocationThatTookOver(t 
 	}
 	// awaitHealth skipped a1's final fingerprint: a2 took over from it.
 	h.deregister(t, csi.TypeNode, "disk", "a2")
-	require.Equal(t, "a1", finalOf(t, h, "a2").GetReplacedBy(), "a2 deregistered hands the plugin back to a1")
+	final := finalAndHealth(t, h, "a2", nodeHealthy("disk", "a1"))
+	require.Equal(t, "a1", final.GetReplacedBy(), "a2 deregistered hands the plugin back to a1")
 	for _, fp := range h.manager.Plugins() {
 		require.Empty(t, fp.GetReplacedBy(), "the list (GET /v1/csi/plugins) holds current instances only: replaced_by is never set there")
 	}
-	awaitHealth(t, h.events, nodeHealthy("disk", "a1"))
 
 	h.deregister(t, csi.TypeNode, "disk", "a1")
 	require.Empty(t, finalOf(t, h, "a1").GetReplacedBy(), "the last alloc deregistered: nobody takes over")
