@@ -12,14 +12,15 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// TestRandomLifecyclesWithPartitionsKeepEveryWriterClaimed adds to those
-// steps a partition: a node cut from etcd (not killed) while it keeps its
-// mounts, then, or not, the GC freeing its claims and another node
-// claiming a volume, then the node coming back. Within the fence's bound
-// (a lease TTL), the cut node's writers are read-only; after every step no
-// mount the kernel has writable lacks its write claim in etcd on its node;
-// once back, the node has taken down every mount whose claim was freed, and
-// made writable again every one whose claim held.
+// TestRandomLifecyclesWithPartitionsKeepEveryWriterClaimed adds to the
+// steps of TestRandomLifecyclesOverThreeNodesKeepTheInvariants
+// (fleet_property_test.go) a partition: a node cut from etcd (not killed)
+// while it keeps its mounts, then, or not, the GC freeing its claims and
+// another node claiming a volume, then the node coming back. Within the
+// fence's bound (a lease TTL), the cut node's writers are read-only; after
+// every step no mount the kernel has writable lacks its write claim in
+// etcd on its node; once back, the node has taken down every mount whose
+// claim was freed, and made writable again every one whose claim held.
 func TestRandomLifecyclesWithPartitionsKeepEveryWriterClaimed(t *testing.T) {
 	l := newLifecycle(t)
 	// A partition waits out a lease TTL and the GC: few runs.
