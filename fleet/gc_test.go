@@ -231,12 +231,11 @@ func TestStartDetacherRefusesAConfigWithoutItsFuncs(t *testing.T) {
 func TestTheLeadingGCKeepsTheClaimsOfANodeThatCameBack(t *testing.T) {
 	srv := etcdtest.Start(t)
 	a := open(t, srv, "node-a")
-	c, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: "node-c", LeaseTTL: fleet.MinLeaseTTL})
-	require.NoError(t, err)
+	c := leavingNode(t, srv, "node-c")
 	healthyNode(t, a)
 	ctx := testCtx(t)
 	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
-	_, err = c.Claim(ctx, "", "db", writeClaim("alloc-c", "node-c"))
+	_, err := c.Claim(ctx, "", "db", writeClaim("alloc-c", "node-c"))
 	require.NoError(t, err)
 	leaderOf(t, startGC(t, a, 500*time.Millisecond))
 

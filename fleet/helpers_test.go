@@ -154,16 +154,24 @@ func twoWithDB(t *testing.T, mode model.AccessMode) (a, b *fleet.Store) {
 	return s[0], s[1]
 }
 
-// leavingNodeWithDB opens "node-a" on srv, running plugin "ebs" healthy,
-// registers volume "db" of mode through it and claims it for "alloc-a" on
-// node-a. The test closes the store itself: Close makes node-a leave.
-func leavingNodeWithDB(t *testing.T, srv *etcdtest.Server, mode model.AccessMode) *fleet.Store {
+// leavingNode opens node's store on srv with a 2 s lease. The test closes
+// it itself: Close makes the node leave.
+func leavingNode(t *testing.T, srv *etcdtest.Server, node string) *fleet.Store {
 	t.Helper()
-	a, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: "node-a", LeaseTTL: fleet.MinLeaseTTL})
+	s, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: node, LeaseTTL: fleet.MinLeaseTTL})
 	require.NoError(t, err)
+	return s
+}
+
+// leavingNodeWithDB opens "node-a" on srv as leavingNode does, running
+// plugin "ebs" healthy, registers volume "db" of mode through it and claims
+// it for "alloc-a" on node-a with claim (writeClaim or readClaim).
+func leavingNodeWithDB(t *testing.T, srv *etcdtest.Server, mode model.AccessMode, claim func(alloc, node string) *model.Claim) *fleet.Store {
+	t.Helper()
+	a := leavingNode(t, srv, "node-a")
 	healthyNode(t, a)
 	registered(t, a, volume("db", mode))
-	_, err = a.Claim(testCtx(t), "", "db", writeClaim("alloc-a", "node-a"))
+	_, err := a.Claim(testCtx(t), "", "db", claim("alloc-a", "node-a"))
 	require.NoError(t, err)
 	return a
 }

@@ -79,8 +79,7 @@ func listedFromVolumes(t *testing.T, s *fleet.Store, ids, up []string, draining 
 func TestNodeListAnswersAsTheVolumesDoAcrossClaimsReleasesGCAndDrains(t *testing.T) {
 	srv := etcdtest.Start(t)
 	admin, a, b := open(t, srv, "admin"), open(t, srv, "node-a"), open(t, srv, "node-b")
-	c, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: "node-c", LeaseTTL: fleet.MinLeaseTTL})
-	require.NoError(t, err)
+	c := leavingNode(t, srv, "node-c")
 	for _, s := range []*fleet.Store{a, b, c} {
 		healthyNode(t, s)
 	}
@@ -255,7 +254,7 @@ func TestAMalformedKeyUnderADownNodeIsWarnedAboutOncePerGCPass(t *testing.T) {
 	srv := etcdtest.Start(t)
 	var logs probe.LogBuffer
 	b := open(t, srv, "node-b", logTo(&logs))
-	a := leavingNodeWithDB(t, srv, model.AccessModeSingleNodeWriter)
+	a := leavingNodeWithDB(t, srv, model.AccessModeSingleNodeWriter, writeClaim)
 	ctx := testCtx(t)
 	const bad = "/plugvisor/claims/node-a/default"
 	_, err := rawClient(t, srv).Put(ctx, bad, "")

@@ -131,7 +131,7 @@ func TestADeadNodeDropsOutButKeepsItsClaimsUntilGCFreesThem(t *testing.T) {
 func TestGCLeavesTheClaimsOfANodeThatCameBack(t *testing.T) {
 	srv := etcdtest.Start(t)
 	b := open(t, srv, "node-b")
-	a := leavingNodeWithDB(t, srv, model.AccessModeMultiNodeMultiWriter)
+	a := leavingNodeWithDB(t, srv, model.AccessModeMultiNodeMultiWriter, writeClaim)
 	ctx := testCtx(t)
 	gc := steppedGC(t, b)
 
@@ -160,13 +160,7 @@ func TestStartGCRefusesNegativeDurations(t *testing.T) {
 func TestGCRunsByItselfAtItsInterval(t *testing.T) {
 	srv := etcdtest.Start(t)
 	b := open(t, srv, "node-b")
-	a, err := fleet.Open(testCtx(t), fleet.Config{Endpoints: srv.Endpoints(), NodeID: "node-a", LeaseTTL: fleet.MinLeaseTTL})
-	require.NoError(t, err)
-	healthyNode(t, a)
-	ctx := testCtx(t)
-	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
-	_, err = a.Claim(ctx, "", "db", readClaim("alloc-a", "node-a"))
-	require.NoError(t, err)
+	a := leavingNodeWithDB(t, srv, model.AccessModeMultiNodeMultiWriter, readClaim)
 	require.NoError(t, a.Close())
 
 	gc, err := fleet.StartGC(b, fleet.GCConfig{Interval: 20 * time.Millisecond, Grace: 100 * time.Millisecond})

@@ -3,7 +3,6 @@ package catalog_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,6 +10,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -36,13 +36,10 @@ func catBoltBucket(t *testing.T, path string) storage.Bucket {
 }
 
 func TestABatchIsRegisteredAllOrNothingAndStaysSoAcrossARestart(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
 
 	var before catDump
-	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
-		f.feed(catNodeFingerprint("hostpath", "p1", true))
+	catTwoRuns(t, []*messages.CSIFingerprint{catNodeFingerprint("hostpath", "p1", true)}, func(t *testing.T, f *catFixture) {
 		f.register(catVolume("held", "hostpath", model.AccessModeSingleNodeWriter))
 		require.NoError(t, f.cat.Claim(ctx, catClaim("held", "a1", false)))
 
@@ -76,10 +73,7 @@ func TestABatchIsRegisteredAllOrNothingAndStaysSoAcrossARestart(t *testing.T) {
 		require.ErrorIs(t, err, model.ErrVolumeNotFound)
 		require.ErrorContains(t, err, `volumes[1] (volume "gone")`)
 		require.Equal(t, before, f.dump(), "no volume of the batch was deregistered")
-	})
-
-	t.Run("second run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
+	}, "second run", func(t *testing.T, f *catFixture) {
 		stubs, err := f.cat.ListVolumes(ctx, "")
 		require.NoError(t, err)
 		require.Equal(t, []string{"default/held", "default/ok-0", "default/ok-1", "default/ok-2"}, catStubNames(stubs),

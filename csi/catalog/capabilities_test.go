@@ -2,13 +2,13 @@ package catalog_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // catCapVolume is volume id of plugin hostpath that can be used as a
@@ -30,11 +30,8 @@ func catClaimAs(volume, alloc string, readOnly bool, access model.AccessMode) cs
 }
 
 func TestCatalogClaimsChooseOneOfAVolumesCapabilitiesAndKeepItAcrossARestart(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
-	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
-		f.feed(catNodeFingerprint("hostpath", "p1", true))
+	catTwoRuns(t, []*messages.CSIFingerprint{catNodeFingerprint("hostpath", "p1", true)}, func(t *testing.T, f *catFixture) {
 		got := f.register(catCapVolume("db"))
 		require.Len(t, got.Capabilities(), 2)
 		require.Equal(t, model.AccessModeMultiNodeSingleWriter, got.AccessMode, "the first capability is the volume's modes")
@@ -53,9 +50,7 @@ func TestCatalogClaimsChooseOneOfAVolumesCapabilitiesAndKeepItAcrossARestart(t *
 		require.NoError(t, f.cat.Claim(ctx, catClaimAs("db", "w1", false, model.AccessModeMultiNodeSingleWriter)))
 		require.NoError(t, f.cat.Claim(ctx, catClaimAs("db", "r1", true, model.AccessModeMultiNodeReader)))
 		require.ErrorIs(t, f.cat.Claim(ctx, catClaimAs("db", "w2", false, model.AccessModeMultiNodeSingleWriter)), model.ErrVolumeMaxClaims)
-	})
-	t.Run("second run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
+	}, "second run", func(t *testing.T, f *catFixture) {
 		v := f.volume("", "db")
 		require.Len(t, v.Capabilities(), 2)
 		require.Equal(t, "ext4", v.Capabilities()[0].FSType)

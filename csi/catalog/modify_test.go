@@ -2,22 +2,18 @@ package catalog_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 func TestCatalogRecordsAModifysMutableParametersWhileClaimedAndKeepsThemAcrossARestart(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
-
-	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
-		f.feed(catNodeFingerprint("hostpath", "p1", true))
+	catTwoRuns(t, []*messages.CSIFingerprint{catNodeFingerprint("hostpath", "p1", true)}, func(t *testing.T, f *catFixture) {
 		f.register(createdVolume("default", "db", "vol-1"))
 		require.NoError(t, f.cat.Claim(ctx, catClaim("db", "a1", false)))
 
@@ -45,10 +41,7 @@ func TestCatalogRecordsAModifysMutableParametersWhileClaimedAndKeepsThemAcrossAR
 		}
 		require.Equal(t, before, f.dump(), "refusals change nothing")
 		require.NoError(t, f.cat.Release(ctx, catClaim("db", "a1", false)))
-	})
-
-	t.Run("second run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
+	}, "second run", func(t *testing.T, f *catFixture) {
 		want := map[string]string{"iops": "5000", "tier": "slow"}
 		require.Equal(t, want, f.volume("", "db").MutableParameters, "the record on disk holds them")
 		again := createdVolume("default", "db", "vol-1")

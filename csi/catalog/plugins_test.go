@@ -202,20 +202,13 @@ func TestAPluginWhoseNewerAllocationIsDeregisteredBeforeItSpokeIsForgotten(t *te
 }
 
 func TestARestartEndsEveryTakeOverSoAPluginKeptByAVolumeIsForgottenWithIt(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
-
-	t.Run("first run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
-		f.feed(zonedFingerprint("zoned", "a1"))
+	catTwoRuns(t, []*messages.CSIFingerprint{zonedFingerprint("zoned", "a1")}, func(t *testing.T, f *catFixture) {
 		v := catVolume("db", "zoned", model.AccessModeSingleNodeWriter)
 		v.Topologies = []*model.Topology{{Segments: map[string]string{"zone": "a"}}}
 		f.register(v)
 		f.feed(replacedFingerprint("zoned", "a1", "a2"))
-	})
-
-	t.Run("second run", func(t *testing.T) {
-		f := startCatFixture(t, catBoltBucket(t, path))
+	}, "second run", func(t *testing.T, f *catFixture) {
 		p := f.plugin("zoned")
 		require.Empty(t, p.Nodes[catNode].ReplacedBy, "after a restart nothing is being taken over: every instance speaks afresh")
 		require.NoError(t, f.cat.DeregisterVolume(ctx, "", "db"))

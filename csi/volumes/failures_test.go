@@ -19,7 +19,6 @@ import (
 	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/supervisor"
-	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
 )
 
 // TestAHangingNodeStageIsAnsweredAtTheDeadlineAndRolledBack has the
@@ -47,8 +46,7 @@ func TestAHangingNodeStageIsAnsweredAtTheDeadlineAndRolledBack(t *testing.T) {
 	require.Equal(t, "mount web-1", st.LastOperation)
 	require.Contains(t, st.LastError, "deadline exceeded")
 	require.Nil(t, st.Record, "the mount rolled back: nothing is left on the node")
-	writers, _, _ := n.catalog.claims("vol")
-	require.Empty(t, writers, "the claim the mount made is released")
+	n.requireNoWriter("vol", "the claim the mount made is released")
 }
 
 // TestADetachThatFailsKeepsTheClaimUntilTheGCStepDetachesWithTheStoredNodeID
@@ -58,7 +56,7 @@ func TestAHangingNodeStageIsAnsweredAtTheDeadlineAndRolledBack(t *testing.T) {
 // its writer slot), and the GC step retries on the fake clock with the
 // stored node ID until the claim is freed.
 func TestADetachThatFailsKeepsTheClaimUntilTheGCStepDetachesWithTheStoredNodeID(t *testing.T) {
-	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	clock := fakeClock()
 	n := newNode(t, func(c *volumes.Config) {
 		c.Clock = clock
 		c.Retry = supervisor.Spec{MaxRestarts: 10, Within: time.Hour, InitialDelay: time.Second, MaxDelay: time.Second, Multiplier: 1}
@@ -187,7 +185,7 @@ func TestBadRequestsAreRefusedAndChangeNothing(t *testing.T) {
 // reconciles the volume at once (no GC timer fires: the fake clock stands
 // still) and the unmount completes through the new socket.
 func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.T) {
-	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	clock := fakeClock()
 	n := newNode(t, func(c *volumes.Config) { c.Clock = clock; c.RPCTimeout = 500 * time.Millisecond })
 	n.catalog.add("vol", "vol", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	old := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "old")}
@@ -211,8 +209,7 @@ func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.
 	n.register(volumes.NodePluginType, "p", "a2", fresh.socket)
 	require.Eventually(t, func() bool { return n.status("vol").Record == nil }, wait, 5*time.Millisecond,
 		"the registration of the plugin reconciled the volume")
-	writers, _, _ := n.catalog.claims("vol")
-	require.Empty(t, writers)
+	n.requireNoWriter("vol")
 }
 
 // TestACallerThatGoesAwayDoesNotStopItsMount cancels the caller's context

@@ -4,14 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/volumes"
-	"github.com/plugvisor/plugvisor/supervisor/supervisortest"
 )
 
 // TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood: the plugin gone
@@ -38,8 +36,7 @@ func TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood(t *testing.T) {
 	require.Contains(t, st.LastOperation, "unmount -force web-1 (forced: NodeUnpublishVolume failed")
 	require.Contains(t, st.LastOperation, "the agent unmounted the staging path")
 	require.Contains(t, st.LastOperation, "the attachment stays recorded")
-	writers, _, _ := n.catalog.claims("vol")
-	require.Empty(t, writers, "the claim is released")
+	n.requireNoWriter("vol", "the claim is released")
 }
 
 // TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep: NodeUnstageVolume
@@ -47,7 +44,7 @@ func TestAForcedUnmountClearsAVolumeWhosePluginIsGoneForGood(t *testing.T) {
 // stays, unmounted, as after any unmount, until a sweep finds the volume
 // idle.
 func TestAForcedUnmountLeavesTheStagingDirectoryToTheSweep(t *testing.T) {
-	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	clock := fakeClock()
 	n, p := newStrictNode(t, clock, "vol")
 	staging := n.stagingDir("vol")
 	n.mount("vol", "web-1")

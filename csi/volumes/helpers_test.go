@@ -310,6 +310,19 @@ func (n *node) settle(id string) volumes.Status {
 	return st
 }
 
+// requireNoWriter checks that volume id has no write claim in the catalog.
+func (n *node) requireNoWriter(id string, msgAndArgs ...any) {
+	n.t.Helper()
+	writers, _, _ := n.catalog.claims(id)
+	require.Empty(n.t, writers, msgAndArgs...)
+}
+
+// fakeClock is a fake clock at a fixed start, for the tests that step
+// retries, sweeps and the GC by hand.
+func fakeClock() *supervisortest.FakeClock {
+	return supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+}
+
 // socketPath is a socket path short enough for sun_path.
 func socketPath(t *testing.T, name string) string {
 	return filepath.Join(hostpathtest.TempDir(t), name+".sock")

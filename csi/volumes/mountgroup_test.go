@@ -85,8 +85,7 @@ func TestABadMountGroupIsRefusedNamingTheFieldBeforeAnyRequest(t *testing.T) {
 		require.NoError(t, volumes.CheckMountGroup(good), good)
 	}
 	require.Empty(t, n.status("vol").Record.GetPublishes())
-	writers, _, _ := n.catalog.claims("vol")
-	require.Empty(t, writers)
+	n.requireNoWriter("vol")
 }
 
 // TestReconcileSendsTheMountGroupAgain unmounts a target mounted with a

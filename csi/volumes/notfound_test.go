@@ -38,8 +38,7 @@ func TestAVolumeThePluginDoesNotKnowRollsBackAndFreesItsClaim(t *testing.T) {
 	require.ErrorIs(t, err, csi.ErrNotFound)
 	st := n.settle("vol")
 	require.Nil(t, st.Record, "the rollback completed")
-	writers, _, _ := n.catalog.claims("vol")
-	require.Empty(t, writers, "the claim the mount made is released")
+	n.requireNoWriter("vol", "the claim the mount made is released")
 }
 
 // TestAnUnmountThePluginAnswersNotFoundCompletes: NodeUnpublishVolume and
@@ -60,8 +59,7 @@ func TestAnUnmountThePluginAnswersNotFoundCompletes(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
 	require.Nil(t, n.settle("vol").Record)
-	writers, _, _ := n.catalog.claims("vol")
-	require.Empty(t, writers)
+	n.requireNoWriter("vol")
 }
 
 // TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount: the

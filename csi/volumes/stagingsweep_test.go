@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -43,7 +42,7 @@ func mountInFlight(n *node, p *strictPlugin, method, id, alloc string) (*fault, 
 // uses goes. The mount then succeeds. After an unmount the directory
 // stays for the next mount, until a sweep finds the volume idle.
 func TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight(t *testing.T) {
-	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	clock := fakeClock()
 	n, p := newStrictNode(t, clock, "vol")
 	staging, stale := n.stagingDir("vol"), n.stagingDir("stale")
 	require.NoError(t, os.MkdirAll(stale, 0o700))
@@ -71,7 +70,7 @@ func TestTheStagingSweepKeepsTheDirectoryOfAMountInFlight(t *testing.T) {
 // unmounted volume's directory and keeps the mounted one's, mounted. Both
 // volumes then mount and unmount again, and the next sweep leaves nothing.
 func TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses(t *testing.T) {
-	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	clock := fakeClock()
 	n, _ := newStrictNode(t, clock, "held", "idle")
 	n.mount("held", "web-1")
 	n.mount("idle", "web-2")
@@ -104,7 +103,7 @@ func TestTheStagingSweepAfterAKillRemovesOnlyWhatNoVolumeUses(t *testing.T) {
 // After web-1's unmount its directories stay until the next sweep, which
 // removes them and keeps those of web-2, whose volume is still mounted.
 func TestTheSweepRemovesAnAllocsDirectoriesOnlyOnceItIsIdle(t *testing.T) {
-	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	clock := fakeClock()
 	n, p := newStrictNode(t, clock, "vol", "other")
 	allocDir := func(alloc string) string { return filepath.Join(n.root, "hp", volumes.PerAllocDirName, alloc) }
 	require.NoError(t, os.MkdirAll(filepath.Join(allocDir("gone"), "default"), 0o700))
@@ -137,7 +136,7 @@ func TestTheSweepRemovesAnAllocsDirectoriesOnlyOnceItIsIdle(t *testing.T) {
 // mount), one with a file, one with a directory in it (it never reads a
 // target's contents), and their parents.
 func TestTheSweepRemovesAnIdleAllocsEmptyTargetsAndKeepsTheRest(t *testing.T) {
-	clock := supervisortest.NewFakeClock(time.Unix(1_000_000, 0))
+	clock := fakeClock()
 	n := newNode(t, func(c *volumes.Config) { c.Clock = clock })
 	alloc := filepath.Join(n.root, "hp", volumes.PerAllocDirName, "left")
 	empty, withFile, withDir, mounted := filepath.Join(alloc, "default", "vol"), filepath.Join(alloc, "other", "vol"), filepath.Join(alloc, "third", "vol"), filepath.Join(alloc, "default", "mounted")
