@@ -14,7 +14,7 @@ import (
 // (write.wait) and may be a later caller's, whom a second answer would
 // reach.
 func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
-	a.measure(w, err)
+	a.measure(w, err, time.Now())
 	if w.done != nil {
 		a.in.claim(w)
 	}
@@ -24,10 +24,11 @@ func (a *pluginsActor) reply(ctx actor.Context, w *write, err error) {
 // replyAll answers each write of a batch with its own error: first the
 // metrics, which may panic (a call not yet claimed then times out, where a
 // claimed one would wait for ever), then one claim for the batch, then
-// the answers.
+// the answers. One clock read times the whole batch.
 func (a *pluginsActor) replyAll(ctx actor.Context, batch []*write) {
+	now := time.Now()
 	for _, w := range batch {
-		a.measure(w, w.err)
+		a.measure(w, w.err, now)
 	}
 	a.in.claim(batch...)
 	for _, w := range batch {
@@ -35,12 +36,13 @@ func (a *pluginsActor) replyAll(ctx actor.Context, batch []*write) {
 	}
 }
 
-func (a *pluginsActor) measure(w *write, err error) {
+// measure reports w, answered at now, to the metrics.
+func (a *pluginsActor) measure(w *write, err error, now time.Time) {
 	op := "register"
 	if w.deregister {
 		op = "deregister"
 	}
-	a.metrics.Write(op, err, time.Since(w.arrived))
+	a.metrics.Write(op, err, now.Sub(w.arrived))
 }
 
 // send answers w, unless it is a facade call that the sweep has ended
