@@ -1,6 +1,7 @@
 package messages_test
 
 import (
+	"bytes"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -9,32 +10,48 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// TestHasUnknownFieldsSaysWhatReflectionSays: a field number the messages
-// do not define is kept as unknown, and HasUnknownFields says so exactly
-// when ProtoReflect().GetUnknown() holds it.
-func TestHasUnknownFieldsSaysWhatReflectionSays(t *testing.T) {
+// TestCopyUnknownFieldsToCopiesWhatReflectionHolds: a field number the
+// messages do not define is kept as unknown; CopyUnknownFieldsTo gives the
+// target the same bytes, in memory of its own, and clears the target's
+// when the source has none (or is nil).
+func TestCopyUnknownFieldsToCopiesWhatReflectionHolds(t *testing.T) {
 	unknown := protowire.AppendTag(nil, 99, protowire.BytesType)
 	unknown = protowire.AppendString(unknown, "from a newer peer")
 
-	conn := &messages.ConnectionInfo{SocketPath: "/run/p.sock"}
-	info := &messages.PluginInfo{Type: "csi-node", Name: "p", AllocId: "a", Connection: conn}
-	if info.HasUnknownFields() || conn.HasUnknownFields() {
-		t.Fatal("a message built here has no unknown fields")
-	}
-	var none *messages.PluginInfo
-	if none.HasUnknownFields() {
-		t.Fatal("a nil message has no unknown fields")
-	}
-
-	for name, m := range map[string]interface {
-		proto.Message
-		HasUnknownFields() bool
-	}{"PluginInfo": &messages.PluginInfo{}, "ConnectionInfo": &messages.ConnectionInfo{}} {
-		if err := proto.Unmarshal(unknown, m); err != nil {
+	for name, pair := range map[string][3]proto.Message{
+		"PluginInfo":     {&messages.PluginInfo{}, &messages.PluginInfo{}, (*messages.PluginInfo)(nil)},
+		"ConnectionInfo": {&messages.ConnectionInfo{}, &messages.ConnectionInfo{}, (*messages.ConnectionInfo)(nil)},
+		"TLSConfig":      {&messages.TLSConfig{}, &messages.TLSConfig{}, (*messages.TLSConfig)(nil)},
+	} {
+		from, to, none := pair[0], pair[1], pair[2]
+		if err := proto.Unmarshal(unknown, from); err != nil {
 			t.Fatal(err)
 		}
-		if !m.HasUnknownFields() || len(m.ProtoReflect().GetUnknown()) == 0 {
-			t.Fatalf("%s: HasUnknownFields %v, reflection holds %d bytes; want both to say unknown", name, m.HasUnknownFields(), len(m.ProtoReflect().GetUnknown()))
+		copyUnknown(from, to)
+		got, want := to.ProtoReflect().GetUnknown(), from.ProtoReflect().GetUnknown()
+		if !bytes.Equal(got, want) || len(got) == 0 {
+			t.Fatalf("%s: copied unknown fields %x, want %x", name, got, want)
 		}
+		got[len(got)-1] ^= 0xff
+		if bytes.Equal(got, from.ProtoReflect().GetUnknown()) {
+			t.Fatalf("%s: the copy shares the original's bytes", name)
+		}
+		copyUnknown(none, to)
+		if n := len(to.ProtoReflect().GetUnknown()); n != 0 {
+			t.Fatalf("%s: a copy from nil left %d bytes of unknown fields", name, n)
+		}
+	}
+}
+
+// copyUnknown calls from's CopyUnknownFieldsTo, from and to being of one
+// type.
+func copyUnknown(from, to proto.Message) {
+	switch f := from.(type) {
+	case *messages.PluginInfo:
+		f.CopyUnknownFieldsTo(to.(*messages.PluginInfo))
+	case *messages.ConnectionInfo:
+		f.CopyUnknownFieldsTo(to.(*messages.ConnectionInfo))
+	case *messages.TLSConfig:
+		f.CopyUnknownFieldsTo(to.(*messages.TLSConfig))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -91,16 +92,73 @@ func TestPlainPluginAcceptsOnlyValidPlugins(t *testing.T) {
 func TestCopyPluginCopiesEveryField(t *testing.T) {
 	p := &messages.PluginInfo{}
 	fill(t, p.ProtoReflect())
-	p.Connection.Tls = nil // a TLS config takes proto.Clone
 	got := copyPlugin(p).info()
 	require.True(t, proto.Equal(p, got), "copy: %v\norig: %v", got, p)
 	require.NotSame(t, p.Connection, got.Connection)
+	require.NotSame(t, p.Connection.Tls, got.Connection.Tls)
 	got.Options["k"] = "changed"
 	require.NotEqual(t, "changed", p.Options["k"], "the options are copied, not shared")
+}
 
-	withTLS := proto.Clone(p).(*messages.PluginInfo)
-	fill(t, withTLS.Connection.ProtoReflect())
-	require.True(t, proto.Equal(withTLS, copyPlugin(withTLS).info()))
+// TestCopyPluginKeepsNothingOfTheOriginal: a registration whose strings
+// are views of a buffer the caller reuses, with options, TLS settings and
+// unknown fields, is copied whole; changing every byte and field of the
+// original afterwards leaves the copy as it was.
+func TestCopyPluginKeepsNothingOfTheOriginal(t *testing.T) {
+	unknown := protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "newer")
+	var buf []byte
+	views := map[string]int{} // start of each part in buf
+	for _, part := range []string{"csi-node", "plugin", "v1", "alloc-1", "agent", "/run/p.sock", "tcp://h:1", "ca", "cert", "key", "opt", "value"} {
+		views[part] = len(buf)
+		buf = append(buf, part...)
+	}
+	view := func(part string) string { return unsafe.String(&buf[views[part]], len(part)) }
+	p := &messages.PluginInfo{
+		Type: view("csi-node"), Name: view("plugin"), Version: view("v1"), AllocId: view("alloc-1"), RegisteredBy: view("agent"),
+		Options: map[string]string{view("opt"): view("value")},
+		Connection: &messages.ConnectionInfo{
+			SocketPath: view("/run/p.sock"), Address: view("tcp://h:1"),
+			Tls: &messages.TLSConfig{InsecureSkipVerify: true, CaFile: view("ca"), CertFile: view("cert"), KeyFile: view("key")},
+		},
+	}
+	for _, m := range []proto.Message{p, p.Connection, p.Connection.Tls} {
+		require.NoError(t, proto.UnmarshalOptions{Merge: true}.Unmarshal(unknown, m))
+	}
+	encoded, err := proto.Marshal(p) // proto.Clone would share the strings
+	require.NoError(t, err)
+	got := copyPlugin(p).info()
+
+	for i := range buf {
+		buf[i] = 'x'
+	}
+	p.Options["opt"] = "changed"
+	p.Connection.Tls.InsecureSkipVerify = false
+	for _, m := range []proto.Message{p, p.Connection, p.Connection.Tls} {
+		u := m.ProtoReflect().GetUnknown()
+		u[len(u)-1] = 'x'
+	}
+	want := &messages.PluginInfo{}
+	require.NoError(t, proto.Unmarshal(encoded, want))
+	require.True(t, proto.Equal(want, got), "copy after the original changed: %v\nwant: %v", got, want)
+}
+
+// TestCopyPluginLeavesItsArgumentWhereItWas: copying a registration built
+// for the call costs two allocations, the allocation and its strings'
+// block; were copyPlugin to keep a reference to its argument, Go would
+// move the PluginInfo and ConnectionInfo (and here the socket path made
+// for them) to the heap as well. RegisterPlugin hands its argument to
+// copyPlugin alone.
+func TestCopyPluginLeavesItsArgumentWhereItWas(t *testing.T) {
+	alloc := "alloc-1"
+	var kept *allocation
+	allocs := testing.AllocsPerRun(100, func() {
+		kept = copyPlugin(&messages.PluginInfo{
+			Type: "csi-node", Name: "p", AllocId: alloc,
+			Connection: &messages.ConnectionInfo{SocketPath: "/run/" + alloc + "/csi.sock"},
+		})
+	})
+	require.Equal(t, "/run/alloc-1/csi.sock", kept.info().GetConnection().GetSocketPath())
+	require.EqualValues(t, 2, allocs, "allocations of one copy")
 }
 
 // fill sets every scalar, map and message field of m (messages

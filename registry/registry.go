@@ -175,8 +175,10 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // writes come one at a time, right after it while callers write
 // concurrently (one of the registry's last 16 batches held more than one
 // write, anyone's), so a caller may return before a subscriber has the
-// event. The registry keeps a copy of info: the caller may change info
-// afterwards.
+// event. The registry keeps a copy of info, strings included, and no
+// reference to info or to anything in it: the caller may change or reuse
+// info afterwards, and a PluginInfo built for the call does not escape to
+// the heap.
 //
 // A new allocation becomes current whether or not anything serves its
 // socket, and whatever the health of the one it replaces: RegisterPlugin
