@@ -3,6 +3,8 @@ package registry
 import (
 	"hash/maphash"
 	"math/bits"
+
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // maxGone bounds the deregistrations a gone remembers: past it, the
@@ -93,6 +95,24 @@ func (g *gone) remember(ptype, name, alloc string, order uint64) {
 	g.ring[i] = goneEntry{hash: h, ptype: ptype, name: name, alloc: alloc, order: order}
 	g.put(i)
 	g.live++
+}
+
+// goneViewsMax is the largest string block (see copyInto) whose views a
+// gone keeps as they are. A larger registration's type, name and alloc ID
+// are copied out of it, so that a gone's entries keep at most
+// maxGone × goneViewsMax bytes of blocks alive (1 MiB), not every
+// deregistered plugin's options.
+const goneViewsMax = 256
+
+// rememberPlugin is remember for the registry's copy p of a deregistered
+// allocation.
+func (g *gone) rememberPlugin(p *messages.PluginInfo, order uint64) {
+	ptype, name, alloc := p.GetType(), p.GetName(), p.GetAllocId()
+	if pluginStringBytes(p) > goneViewsMax {
+		key := ptype + name + alloc
+		ptype, name, alloc = key[:len(ptype)], key[len(ptype):len(ptype)+len(name)], key[len(ptype)+len(name):]
+	}
+	g.remember(ptype, name, alloc, order)
 }
 
 // take returns the order remembered for (ptype, name, alloc) and forgets

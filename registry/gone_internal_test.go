@@ -2,9 +2,14 @@ package registry
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
+
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // TestGoneRemembersTheNewestDeregistrationsAndForgetsTheOldestFirst: the
@@ -122,4 +127,41 @@ func TestGoneIsARingOfTheLastDeregistrations(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestGoneKeepsNoLargeRegistrationsStrings: a deregistered allocation's
+// type, name and alloc ID are views into its string block (copyInto).
+// gone keeps those views for a small registration, copying nothing, and
+// copies them out of a large one's block, so that its entries never keep a
+// deregistered plugin's options alive.
+func TestGoneKeepsNoLargeRegistrationsStrings(t *testing.T) {
+	g := newGoneOf(8)
+	small := copyPlugin(&messages.PluginInfo{Type: "csi-node", Name: "p", AllocId: "a1",
+		Connection: &messages.ConnectionInfo{SocketPath: "/run/a1/csi.sock"}}).info()
+	require.Zero(t, testing.AllocsPerRun(1, func() { g.rememberPlugin(small, 1) }), "allocations remembering a small registration")
+	require.Same(t, unsafe.StringData(small.GetName()), unsafe.StringData(goneEntryOf(t, g, "csi-node", "p", "a1").name))
+
+	large := copyPlugin(&messages.PluginInfo{Type: "csi-node", Name: "q", AllocId: "a2",
+		Connection: &messages.ConnectionInfo{SocketPath: "/run/a2/csi.sock"},
+		Options:    map[string]string{"k": strings.Repeat("v", goneViewsMax)}}).info()
+	g.rememberPlugin(large, 2)
+	e := goneEntryOf(t, g, "csi-node", "q", "a2")
+	require.Equal(t, [3]string{"csi-node", "q", "a2"}, [3]string{e.ptype, e.name, e.alloc})
+	block := unsafe.StringData(large.GetType()) // the first string of the block
+	for _, v := range []string{e.ptype, e.name, e.alloc} {
+		at := uintptr(unsafe.Pointer(unsafe.StringData(v)))
+		require.False(t, at >= uintptr(unsafe.Pointer(block)) && at < uintptr(unsafe.Pointer(block))+uintptr(pluginStringBytes(large)),
+			"gone keeps %q in the large registration's block", v)
+	}
+	order, ok := g.take("csi-node", "q", "a2")
+	require.True(t, ok)
+	require.EqualValues(t, 2, order)
+}
+
+// goneEntryOf returns g's entry for (ptype, name, alloc).
+func goneEntryOf(t *testing.T, g *gone, ptype, name, alloc string) goneEntry {
+	t.Helper()
+	at, ok := g.find(g.hash(name, alloc), ptype, name, alloc)
+	require.True(t, ok, "gone has no entry for (%s, %s, %s)", ptype, name, alloc)
+	return g.ring[g.index(at)]
 }

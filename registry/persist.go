@@ -102,7 +102,7 @@ func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 		t, ok := tables[info.GetType()]
 		if !ok {
 			t = newPluginTable()
-			tables[info.GetType()] = t
+			tables[strings.Clone(info.GetType())] = t // see pluginsActor.table
 		}
 		t.put(a)
 		last = max(last, a.changed())

@@ -3,6 +3,7 @@ package registry
 import (
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -236,7 +237,9 @@ func (a *pluginsActor) table(ptype string) *pluginTable {
 	t, ok := a.tables[ptype]
 	if !ok {
 		t = newPluginTable()
-		a.tables[ptype] = t
+		// A key of its own: ptype is a view into the string block of
+		// the type's first registration (copyInto).
+		a.tables[strings.Clone(ptype)] = t
 	}
 	return t
 }
@@ -297,7 +300,7 @@ func (a *pluginsActor) applyDeregister(w *write) {
 		return
 	}
 	now, hasNow := t.remove(old)
-	a.gone.remember(w.ptype, old.info().GetName(), old.info().GetAllocId(), old.order())
+	a.gone.rememberPlugin(old.info(), old.order())
 	w.gone, w.goneOrder = goneRemembered, old.order()
 	a.seq++
 	a.changed(w.ptype, t)
@@ -476,8 +479,7 @@ func (a *pluginsActor) rollback(ctx actor.Context, failed []*write) {
 func (a *pluginsActor) undoGone(w *write) {
 	switch w.gone {
 	case goneTaken:
-		p := w.plugin
-		a.gone.remember(w.ptype, p.GetName(), p.GetAllocId(), w.goneOrder)
+		a.gone.rememberPlugin(w.plugin, w.goneOrder)
 	case goneRemembered:
 		a.gone.take(w.ptype, w.name, w.allocID)
 	}

@@ -3,6 +3,7 @@ package registry
 import (
 	"cmp"
 	"slices"
+	"strings"
 )
 
 // typeTables is a snapshot's tables by plugin type, sorted by type. A node
@@ -61,7 +62,8 @@ func (ts typeTables) with(changed typeTables) typeTables {
 		if i, ok := out.find(c.ptype); ok {
 			out[i].table = t
 		} else {
-			out = slices.Insert(out, i, typeTable{c.ptype, t})
+			// A key of its own, as the actor's (pluginsActor.table).
+			out = slices.Insert(out, i, typeTable{strings.Clone(c.ptype), t})
 		}
 	}
 	return out
