@@ -140,6 +140,9 @@ func copyInto(a *allocation, p *messages.PluginInfo) {
 
 // pluginStringBytes is the length of all of p's strings together.
 func pluginStringBytes(p *messages.PluginInfo) int {
+	if p == nil {
+		return 0
+	}
 	n := len(p.Type) + len(p.Name) + len(p.Version) + len(p.AllocId) + len(p.RegisteredBy)
 	for k, v := range p.Options {
 		n += len(k) + len(v)

@@ -177,8 +177,10 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // write, anyone's), so a caller may return before a subscriber has the
 // event. The registry keeps a copy of info, strings included, and no
 // reference to info or to anything in it: the caller may change or reuse
-// info afterwards, and a PluginInfo built for the call does not escape to
-// the heap.
+// info afterwards, and a PluginInfo built for a direct call (not through
+// an interface) does not escape to the heap. A registration larger than
+// any valid one (more options than MaxOptions, or more bytes of strings
+// than the limits add up to) is refused before anything is copied.
 //
 // A new allocation becomes current whether or not anything serves its
 // socket, and whatever the health of the one it replaces: RegisterPlugin
@@ -191,6 +193,9 @@ func (r *Registry) Snapshot() *Snapshot { return r.snapshot.Load() }
 // actor, then hands it over with the writes of the other callers of the
 // moment (see inbox).
 func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
+	if err := checkCopySize(info); err != nil {
+		return err
+	}
 	w := newCall()
 	if w.held = copyPlugin(info); w.held != nil {
 		w.plugin = w.held.info()

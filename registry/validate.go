@@ -22,7 +22,16 @@ const (
 	MaxOptions = 64
 	// MaxOptionLen bounds each option key and value, in bytes.
 	MaxOptionLen = 4096
+	// MaxAddressLen bounds a connection's network address, in bytes.
+	MaxAddressLen = 2048
+	// MaxTLSPathLen bounds each file path of a connection's TLS settings,
+	// in bytes (PATH_MAX less its terminating NUL).
+	MaxTLSPathLen = 4095
 )
+
+// maxPluginBytes is the most bytes of strings a valid registration holds.
+const maxPluginBytes = 3*MaxIDLen + 2*MaxVersionLen + MaxSocketPathLen + MaxAddressLen +
+	3*MaxTLSPathLen + MaxOptions*2*MaxOptionLen
 
 // Defaults of Limits.
 const (
@@ -194,14 +203,28 @@ func validateConnection(c *messages.ConnectionInfo) error {
 	case socket != "" && addr != "":
 		return errorf(ErrInvalid, "connection info must give a socket path or an address, not both")
 	case socket != "":
-		return ValidateSocketPath(socket)
+		return errors.Join(ValidateSocketPath(socket), validateTLS(c.GetTls()))
 	}
-	return validateAddress(addr)
+	return errors.Join(validateAddress(addr), validateTLS(c.GetTls()))
+}
+
+func validateTLS(t *messages.TLSConfig) error {
+	for _, f := range []struct{ field, path string }{
+		{"TLS ca_file", t.GetCaFile()}, {"TLS cert_file", t.GetCertFile()}, {"TLS key_file", t.GetKeyFile()},
+	} {
+		if len(f.path) > MaxTLSPathLen {
+			return errorf(ErrInvalid, "%s is %d bytes, over the limit of %d", f.field, len(f.path), MaxTLSPathLen)
+		}
+	}
+	return nil
 }
 
 // validateAddress checks a network address as spec files give it: tcp://,
 // http:// or https://, with a host, and a port unless the scheme implies one.
 func validateAddress(addr string) error {
+	if len(addr) > MaxAddressLen {
+		return errorf(ErrInvalid, "address %q is %d bytes, over the limit of %d", truncate(addr), len(addr), MaxAddressLen)
+	}
 	u, err := url.Parse(addr)
 	if err != nil {
 		return errorf(ErrInvalid, "address %q: %w", addr, err)
@@ -221,8 +244,8 @@ func validateAddress(addr string) error {
 }
 
 func validateOptions(opts map[string]string) error {
-	if len(opts) > MaxOptions {
-		return errorf(ErrInvalid, "%d options, over the limit of %d", len(opts), MaxOptions)
+	if err := checkOptionCount(len(opts)); err != nil {
+		return err
 	}
 	for k, v := range opts {
 		if k == "" || len(k) > MaxOptionLen || len(v) > MaxOptionLen {
@@ -238,4 +261,27 @@ func truncate(s string) string {
 		return fmt.Sprintf("%s…", s[:32])
 	}
 	return s
+}
+
+func checkOptionCount(n int) error {
+	if n > MaxOptions {
+		return errorf(ErrInvalid, "%d options, over the limit of %d", n, MaxOptions)
+	}
+	return nil
+}
+
+// checkCopySize refuses, before the registry copies it, a registration
+// larger than any valid one: copyInto makes room for all of a
+// registration's strings and options at once, and an embedder's mistake
+// must get ErrInvalid, not an allocation that size. It reads only
+// lengths, so p does not escape.
+func checkCopySize(p *messages.PluginInfo) error {
+	if err := checkOptionCount(len(p.GetOptions())); err != nil {
+		return err
+	}
+	if n := pluginStringBytes(p); n > maxPluginBytes {
+		return errorf(ErrInvalid, "plugin info holds %d bytes of strings, more than a valid registration can (%d): "+
+			"check its options, address and TLS file paths against the registry's limits", n, maxPluginBytes)
+	}
+	return nil
 }

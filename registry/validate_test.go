@@ -1,9 +1,12 @@
 package registry_test
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -123,4 +126,75 @@ func FuzzValidatePlugin(f *testing.F) {
 			t.Fatalf("accepted socket %q and address %q", socket, addr)
 		}
 	})
+}
+
+// TestValidatePluginBoundsAddressesAndTLSPaths: a network address and each
+// TLS file path have a length limit, named in the error; at the limit they
+// pass.
+func TestValidatePluginBoundsAddressesAndTLSPaths(t *testing.T) {
+	withAddress := func(addr string) *messages.PluginInfo {
+		info := plugin(1)
+		info.Connection = &messages.ConnectionInfo{Address: addr}
+		return info
+	}
+	host := func(n int) string { return "tcp://" + strings.Repeat("h", n-len("tcp://:1")) + ":1" }
+	require.NoError(t, registry.ValidatePlugin(withAddress(host(registry.MaxAddressLen))))
+	err := registry.ValidatePlugin(withAddress(host(registry.MaxAddressLen + 1)))
+	require.ErrorIs(t, err, registry.ErrInvalid)
+	require.ErrorContains(t, err, "2049 bytes, over the limit of 2048")
+
+	for _, field := range []string{"ca_file", "cert_file", "key_file"} {
+		for _, n := range []int{registry.MaxTLSPathLen, registry.MaxTLSPathLen + 1} {
+			info := withAddress("https://plugins.example")
+			tls := &messages.TLSConfig{}
+			path := "/" + strings.Repeat("p", n-1)
+			switch field {
+			case "ca_file":
+				tls.CaFile = path
+			case "cert_file":
+				tls.CertFile = path
+			default:
+				tls.KeyFile = path
+			}
+			info.Connection.Tls = tls
+			err := registry.ValidatePlugin(info)
+			if n == registry.MaxTLSPathLen {
+				require.NoError(t, err, field)
+				continue
+			}
+			require.ErrorIs(t, err, registry.ErrInvalid, field)
+			require.ErrorContains(t, err, "TLS "+field+" is 4096 bytes, over the limit of 4095")
+		}
+	}
+}
+
+// TestRegisterPluginRefusesWhatNoValidRegistrationHoldsBeforeCopyingIt: 64
+// options whose values share one 1 MiB string would take a 64 MiB copy;
+// RegisterPlugin refuses the registration by its size first, allocating
+// next to nothing, and so it does one with more options than the limit.
+func TestRegisterPluginRefusesWhatNoValidRegistrationHoldsBeforeCopyingIt(t *testing.T) {
+	r, _ := newRegistry(t)
+	huge := strings.Repeat("v", 1<<20)
+	info := plugin(1)
+	info.Options = map[string]string{}
+	for i := range registry.MaxOptions {
+		info.Options[fmt.Sprint("k", i)] = huge
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := r.RegisterPlugin(info)
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, registry.ErrInvalid)
+	require.ErrorContains(t, err, "plugin info holds 67109")
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated refusing it")
+
+	info = plugin(1)
+	info.Options = map[string]string{}
+	for i := range registry.MaxOptions + 1 {
+		info.Options[fmt.Sprint("k", i)] = ""
+	}
+	err = r.RegisterPlugin(info)
+	require.ErrorIs(t, err, registry.ErrInvalid)
+	require.ErrorContains(t, err, "65 options, over the limit of 64")
+	require.Empty(t, r.ListPlugins(info.GetType()))
 }
