@@ -94,6 +94,7 @@ func TestCopyPluginCopiesEveryField(t *testing.T) {
 	fill(t, p.ProtoReflect())
 	got := copyPlugin(p).info()
 	require.True(t, proto.Equal(p, got), "copy: %v\norig: %v", got, p)
+	requireOneBlock(t, got, pluginStringBytes(p))
 	require.NotSame(t, p.Connection, got.Connection)
 	require.NotSame(t, p.Connection.Tls, got.Connection.Tls)
 	got.Options["k"] = "changed"
@@ -101,9 +102,11 @@ func TestCopyPluginCopiesEveryField(t *testing.T) {
 }
 
 // TestCopyPluginKeepsNothingOfTheOriginal: a registration whose strings
-// are views of a buffer the caller reuses, with options, TLS settings and
-// unknown fields, is copied whole; changing every byte and field of the
-// original afterwards leaves the copy as it was.
+// are views of one buffer of the caller's, with options, TLS settings and
+// unknown fields, is copied whole: no string of the copy points into the
+// caller's buffer, all of them sit in one block of the copy's own, exactly
+// as large as they are together, and changing the original's options, TLS
+// settings and unknown fields afterwards leaves the copy as it was.
 func TestCopyPluginKeepsNothingOfTheOriginal(t *testing.T) {
 	unknown := protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "newer")
 	var buf []byte
@@ -124,22 +127,56 @@ func TestCopyPluginKeepsNothingOfTheOriginal(t *testing.T) {
 	for _, m := range []proto.Message{p, p.Connection, p.Connection.Tls} {
 		require.NoError(t, proto.UnmarshalOptions{Merge: true}.Unmarshal(unknown, m))
 	}
-	encoded, err := proto.Marshal(p) // proto.Clone would share the strings
-	require.NoError(t, err)
+	want := proto.Clone(p).(*messages.PluginInfo)
 	got := copyPlugin(p).info()
+	require.True(t, proto.Equal(want, got), "copy: %v\nwant: %v", got, want)
 
-	for i := range buf {
-		buf[i] = 'x'
+	first, last := unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[len(buf)-1])
+	for _, v := range pluginStrings(got) {
+		at := unsafe.Pointer(unsafe.StringData(v))
+		require.False(t, uintptr(at) >= uintptr(first) && uintptr(at) <= uintptr(last), "the copy's %q points into the caller's buffer", v)
 	}
-	p.Options["opt"] = "changed"
+	requireOneBlock(t, got, len(buf))
+
+	p.Options[view("opt")] = "changed"
 	p.Connection.Tls.InsecureSkipVerify = false
 	for _, m := range []proto.Message{p, p.Connection, p.Connection.Tls} {
 		u := m.ProtoReflect().GetUnknown()
 		u[len(u)-1] = 'x'
 	}
-	want := &messages.PluginInfo{}
-	require.NoError(t, proto.Unmarshal(encoded, want))
+	require.False(t, proto.Equal(want, p), "the original changed")
 	require.True(t, proto.Equal(want, got), "copy after the original changed: %v\nwant: %v", got, want)
+}
+
+// pluginStrings returns every non-empty string of p: its fields, its
+// options' keys and values, and its connection's and TLS settings'.
+func pluginStrings(p *messages.PluginInfo) []string {
+	all := []string{p.GetType(), p.GetName(), p.GetVersion(), p.GetAllocId(), p.GetRegisteredBy(),
+		p.GetConnection().GetSocketPath(), p.GetConnection().GetAddress(),
+		p.GetConnection().GetTls().GetCaFile(), p.GetConnection().GetTls().GetCertFile(), p.GetConnection().GetTls().GetKeyFile()}
+	for k, v := range p.GetOptions() {
+		all = append(all, k, v)
+	}
+	var out []string
+	for _, v := range all {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// requireOneBlock fails unless every string of p lies in one span of
+// memory size bytes long, size being what they add up to (pluginStringBytes).
+func requireOneBlock(t *testing.T, p *messages.PluginInfo, size int) {
+	t.Helper()
+	require.Equal(t, size, pluginStringBytes(p))
+	low, high := ^uintptr(0), uintptr(0)
+	for _, v := range pluginStrings(p) {
+		at := uintptr(unsafe.Pointer(unsafe.StringData(v)))
+		low, high = min(low, at), max(high, at+uintptr(len(v)))
+	}
+	require.Equal(t, uintptr(size), high-low, "the copy's strings span %d bytes, in one block of %d", high-low, size)
 }
 
 // TestCopyPluginLeavesItsArgumentWhereItWas: copying a registration built

@@ -15,8 +15,8 @@ import (
 // immutable: a change makes a new allocation with the same order.
 type allocation struct {
 	plugin messages.PluginInfo
-	// conn is plugin.Connection's, unless the plugin was copied by
-	// protobuf (see copyInto).
+	// conn is plugin.Connection's when the plugin has a connection
+	// (copyInto).
 	conn messages.ConnectionInfo
 	// ord is the order (see order), with updatedBit set on an
 	// allocation made as an updatedAllocation.
