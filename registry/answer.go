@@ -36,13 +36,19 @@ func (a *pluginsActor) replyAll(ctx actor.Context, batch []*write) {
 	}
 }
 
-// measure reports w, answered at now, to the metrics.
+// measure reports w, answered at now, to the metrics. A write answered
+// without being taken from the inbox (refused at shutdown) took no time at
+// the actor.
 func (a *pluginsActor) measure(w *write, err error, now time.Time) {
 	op := "register"
 	if w.deregister {
 		op = "deregister"
 	}
-	a.metrics.Write(op, err, now.Sub(w.arrived))
+	var took time.Duration
+	if !w.arrived.IsZero() {
+		took = now.Sub(w.arrived)
+	}
+	a.metrics.Write(op, err, took)
 }
 
 // send answers w, unless it is a facade call that the sweep has ended

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +174,28 @@ func TestConcurrentCallersAreAnsweredBeforeTheEventsGoOut(t *testing.T) {
 		if len(w.done) != 0 {
 			t.Fatalf("concurrent %d: the caller was answered, though answering panicked", tc.concurrent)
 		}
+	}
+}
+
+// tookMetrics is Metrics that keeps the time of each answered write.
+type tookMetrics struct {
+	noMetrics
+	took []time.Duration
+}
+
+func (m *tookMetrics) Write(_ string, _ error, took time.Duration) { m.took = append(m.took, took) }
+
+// TestAWriteAnsweredWithoutArrivingTookNoTime: a write the actor answers
+// without having taken it from the inbox (refused as the actor stops) has
+// no arrival time; the metrics get 0 for it, not the time since the zero
+// time (292 years), and a write that arrived gets its time to the answer.
+func TestAWriteAnsweredWithoutArrivingTookNoTime(t *testing.T) {
+	m := &tookMetrics{}
+	a := &pluginsActor{metrics: m}
+	now := time.Now()
+	a.measure(&write{}, errorf(ErrShutdown, "the registry actor stopped"), now)
+	a.measure(&write{arrived: now.Add(-time.Millisecond)}, nil, now)
+	if want := []time.Duration{0, time.Millisecond}; !slices.Equal(m.took, want) {
+		t.Fatalf("the metrics got %v, want %v", m.took, want)
 	}
 }
