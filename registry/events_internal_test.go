@@ -1,0 +1,30 @@
+package registry
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// TestEventSlabHandsOutEachEventOnceZeroed: across several arrays, every
+// event an eventSlab hands out is zeroed and distinct, and one filled
+// before keeps its fields while later ones are handed out and filled.
+func TestEventSlabHandsOutEachEventOnceZeroed(t *testing.T) {
+	var s eventSlab[messages.PluginRegistered]
+	seen := map[*messages.PluginRegistered]bool{}
+	var handed []*messages.PluginRegistered
+	for i := range 3*eventSlabLen + 1 {
+		e := s.next()
+		require.False(t, seen[e], "event %d handed out twice", i)
+		require.True(t, proto.Equal(e, &messages.PluginRegistered{}), "event %d is not zeroed: %v", i, e)
+		seen[e] = true
+		e.Sequence = uint64(i + 1)
+		handed = append(handed, e)
+	}
+	for i, e := range handed {
+		require.EqualValues(t, i+1, e.GetSequence(), "event %d changed after it was handed out", i)
+	}
+}
