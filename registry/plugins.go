@@ -35,13 +35,14 @@ type pluginsActor struct {
 	tables    map[string]*pluginTable // working state, durable or not
 	dirty     typeTables              // working tables changed since the last batch was cut
 	gone      *gone                   // the order of recently deregistered allocations
+	seq       uint64                  // last sequence handed out
+	committed *Snapshot               // last durable state, as published
+	pending   *Snapshot               // state once the in-flight batch is durable
+
 	// registered and deregistered hand out the events of registrations
 	// and deregistrations (see eventSlab).
 	registered   eventSlab[messages.PluginRegistered]
 	deregistered eventSlab[messages.PluginDeregistered]
-	seq       uint64                  // last sequence handed out
-	committed *Snapshot               // last durable state, as published
-	pending   *Snapshot               // state once the in-flight batch is durable
 
 	queue    []*write     // accepted, waiting for the next batch
 	inflight []*write     // being written; nil when no batch is in flight
