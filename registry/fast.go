@@ -61,15 +61,15 @@ func plainSocketPath(path string) bool {
 }
 
 // plainPlugin reports whether ValidatePlugin certainly accepts p, judged
-// on the common case: plain IDs, a plain socket path and no address, and
-// options within their bounds.
+// on the common case: plain IDs, a plain socket path and no address or TLS
+// settings, and options within their bounds.
 func plainPlugin(p *messages.PluginInfo) bool {
 	if p == nil || !plainID(p.GetType()) || !plainID(p.GetName()) || !plainID(p.GetAllocId()) ||
 		len(p.GetVersion()) > MaxVersionLen || len(p.GetRegisteredBy()) > MaxVersionLen {
 		return false
 	}
 	c := p.GetConnection()
-	if c.GetAddress() != "" || !plainSocketPath(c.GetSocketPath()) || len(p.GetOptions()) > MaxOptions {
+	if c.GetAddress() != "" || c.GetTls() != nil || !plainSocketPath(c.GetSocketPath()) || len(p.GetOptions()) > MaxOptions {
 		return false
 	}
 	for k, v := range p.GetOptions() {

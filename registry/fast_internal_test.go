@@ -77,6 +77,9 @@ func TestPlainPluginAcceptsOnlyValidPlugins(t *testing.T) {
 		"a long registrant": func(p *messages.PluginInfo) { p.RegisteredBy = strings.Repeat("v", MaxVersionLen+1) },
 		"a bad name":        func(p *messages.PluginInfo) { p.Name = ".." },
 		"no type":           func(p *messages.PluginInfo) { p.Type = "" },
+		"a long TLS path": func(p *messages.PluginInfo) {
+			p.Connection.Tls = &messages.TLSConfig{CaFile: "/" + strings.Repeat("c", MaxTLSPathLen)}
+		},
 	} {
 		p := proto.Clone(ok).(*messages.PluginInfo)
 		change(p)
