@@ -16,6 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
+	"github.com/plugvisor/plugvisor/registry"
 )
 
 // MaxNameLen is the longest plugin name, in bytes, that discovery accepts.
@@ -375,7 +376,18 @@ func (c *Candidate) setTCPAddr(u *url.URL, t *TLSConfig) error {
 	case t == nil:
 		t = &TLSConfig{}
 	}
-	c.TCPAddr = net.JoinHostPort(u.Hostname(), port)
+	tcpAddr := net.JoinHostPort(u.Hostname(), port)
+	if n := len("tcp://") + len(tcpAddr); n > registry.MaxAddressLen {
+		return c.errorf(ErrBadAddress, "%.32q…: %d bytes as the registry keeps it (tcp://host:port), over the limit of %d", c.Addr, n, registry.MaxAddressLen)
+	}
+	if t != nil {
+		for _, f := range []struct{ field, path string }{{"CAFile", t.CAFile}, {"CertFile", t.CertFile}, {"KeyFile", t.KeyFile}} {
+			if len(f.path) > registry.MaxTLSPathLen {
+				return c.errorf(ErrTLSConfig, "TLSConfig.%s is %d bytes, over the limit of %d", f.field, len(f.path), registry.MaxTLSPathLen)
+			}
+		}
+	}
+	c.TCPAddr = tcpAddr
 	c.TLS = t
 	return nil
 }

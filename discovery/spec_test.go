@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
 )
 
 func TestValidateName(t *testing.T) {
@@ -101,6 +102,9 @@ func TestParseSpecText(t *testing.T) {
 		{"a relative unix path in the host part is a bad address", "unix://x.sock", Candidate{}, ErrBadAddress},
 		{"an opaque unix path is a bad address", "unix:x.sock", Candidate{}, ErrBadAddress},
 		{"a unix path of 108 bytes is too long", "unix:///" + strings.Repeat("a", MaxSocketPathLen), Candidate{}, ErrSocketPathTooLong},
+		{"an address the registry's limit holds", "tcp://" + strings.Repeat("h", registry.MaxAddressLen-len("tcp://:1")) + ":1",
+			Candidate{Addr: "tcp://" + strings.Repeat("h", registry.MaxAddressLen-len("tcp://:1")) + ":1", TCPAddr: strings.Repeat("h", registry.MaxAddressLen-len("tcp://:1")) + ":1"}, nil},
+		{"an address over the registry's limit, as it keeps it (tcp://host:443), is a bad address", "https://" + strings.Repeat("h", registry.MaxAddressLen-len("tcp://:443")+1), Candidate{}, ErrBadAddress},
 	})
 }
 
@@ -130,6 +134,7 @@ func TestParseSpecJSON(t *testing.T) {
 		{"an https address without TLS settings verifies against the system roots", `{"Addr": "https://h:1"}`, Candidate{Addr: "https://h:1", TCPAddr: "h:1", TLS: &TLSConfig{}}, nil},
 		{"a relative unix address is a bad address", `{"Addr": "unix://p.sock"}`, Candidate{}, ErrBadAddress},
 		{"an unknown scheme is a bad scheme", `{"Addr": "gopher://h:70"}`, Candidate{}, ErrBadScheme},
+		{"a TLS path over the registry's limit is unusable TLS", `{"Addr": "https://h:1", "TLSConfig": {"CAFile": "/` + strings.Repeat("c", registry.MaxTLSPathLen) + `"}}`, Candidate{}, ErrTLSConfig},
 	})
 }
 
