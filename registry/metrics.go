@@ -8,7 +8,8 @@ import "time"
 type Metrics interface {
 	// Write counts one answered register or deregister (op), its error,
 	// and how long it took from arriving at the actor to its answer
-	// (durable write included).
+	// (durable write included); 0 for a write refused before it arrived
+	// (one left in the inbox when the actor stopped).
 	Write(op string, err error, took time.Duration)
 	// Batch records how many writes went to disk in one transaction.
 	Batch(writes int)

@@ -578,8 +578,9 @@ const eventSlabLen = 8
 // allocation for the events of a batch or more instead of one an event,
 // which was a tenth of the registry's allocations. The actor fills an
 // event once, before sending it, and never writes it again. An event that
-// a subscriber keeps keeps the other events of its array alive with it:
-// at most eventSlabLen - 1 more.
+// a subscriber keeps keeps the other events of its array alive with it, at
+// most eventSlabLen - 1 more; the actor keeps the array it hands out from
+// alive until its next event.
 type eventSlab[T any] struct{ free []T }
 
 // next returns a zeroed event of the slab's own.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync/atomic"
 
 	"github.com/plugvisor/plugvisor/messages"
@@ -209,14 +210,15 @@ func validateConnection(c *messages.ConnectionInfo) error {
 }
 
 func validateTLS(t *messages.TLSConfig) error {
+	var problems []error
 	for _, f := range []struct{ field, path string }{
 		{"TLS ca_file", t.GetCaFile()}, {"TLS cert_file", t.GetCertFile()}, {"TLS key_file", t.GetKeyFile()},
 	} {
 		if len(f.path) > MaxTLSPathLen {
-			return errorf(ErrInvalid, "%s is %d bytes, over the limit of %d", f.field, len(f.path), MaxTLSPathLen)
+			problems = append(problems, errorf(ErrInvalid, "%s is %d bytes, over the limit of %d", f.field, len(f.path), MaxTLSPathLen))
 		}
 	}
-	return nil
+	return errors.Join(problems...)
 }
 
 // validateAddress checks a network address as spec files give it: tcp://,
@@ -280,8 +282,37 @@ func checkCopySize(p *messages.PluginInfo) error {
 		return err
 	}
 	if n := pluginStringBytes(p); n > maxPluginBytes {
-		return errorf(ErrInvalid, "plugin info holds %d bytes of strings, more than a valid registration can (%d): "+
-			"check its options, address and TLS file paths against the registry's limits", n, maxPluginBytes)
+		return errorf(ErrInvalid, "plugin info holds %d bytes of strings, more than a valid registration can (%d); "+
+			"over its limit: %s", n, maxPluginBytes, oversizeFields(p))
 	}
 	return nil
+}
+
+// oversizeFields names the fields of p longer than their limits, judged
+// on lengths alone, so p does not escape.
+func oversizeFields(p *messages.PluginInfo) string {
+	c, t := p.GetConnection(), p.GetConnection().GetTls()
+	optionsOver := false
+	for k, v := range p.GetOptions() {
+		optionsOver = optionsOver || len(k) > MaxOptionLen || len(v) > MaxOptionLen
+	}
+	var over []string
+	for _, f := range []struct {
+		field     string
+		len, most int
+	}{
+		{"type", len(p.GetType()), MaxIDLen}, {"name", len(p.GetName()), MaxIDLen}, {"alloc ID", len(p.GetAllocId()), MaxIDLen},
+		{"version", len(p.GetVersion()), MaxVersionLen}, {"registered_by", len(p.GetRegisteredBy()), MaxVersionLen},
+		{"socket path", len(c.GetSocketPath()), MaxSocketPathLen}, {"address", len(c.GetAddress()), MaxAddressLen},
+		{"TLS ca_file", len(t.GetCaFile()), MaxTLSPathLen}, {"TLS cert_file", len(t.GetCertFile()), MaxTLSPathLen},
+		{"TLS key_file", len(t.GetKeyFile()), MaxTLSPathLen},
+	} {
+		if f.len > f.most {
+			over = append(over, fmt.Sprintf("%s (%d bytes, at most %d)", f.field, f.len, f.most))
+		}
+	}
+	if optionsOver {
+		over = append(over, fmt.Sprintf("options (keys and values at most %d bytes each)", MaxOptionLen))
+	}
+	return strings.Join(over, ", ")
 }

@@ -166,6 +166,12 @@ func TestValidatePluginBoundsAddressesAndTLSPaths(t *testing.T) {
 			require.ErrorContains(t, err, "TLS "+field+" is 4096 bytes, over the limit of 4095")
 		}
 	}
+	long := "/" + strings.Repeat("p", registry.MaxTLSPathLen)
+	info := withAddress("https://plugins.example")
+	info.Connection.Tls = &messages.TLSConfig{CaFile: long, KeyFile: long}
+	err = registry.ValidatePlugin(info)
+	require.ErrorContains(t, err, "TLS ca_file is 4096 bytes")
+	require.ErrorContains(t, err, "TLS key_file is 4096 bytes", "every problem at once")
 }
 
 // TestRegisterPluginRefusesWhatNoValidRegistrationHoldsBeforeCopyingIt: 64
@@ -186,6 +192,7 @@ func TestRegisterPluginRefusesWhatNoValidRegistrationHoldsBeforeCopyingIt(t *tes
 	runtime.ReadMemStats(&after)
 	require.ErrorIs(t, err, registry.ErrInvalid)
 	require.ErrorContains(t, err, "plugin info holds 67109")
+	require.ErrorContains(t, err, "over its limit: options (keys and values at most 4096 bytes each)")
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated refusing it")
 
 	info = plugin(1)
