@@ -307,7 +307,7 @@ func (a *pluginsActor) applyDeregister(w *write) {
 	}
 	now, hasNow := t.remove(old)
 	a.gone.rememberPlugin(old.info(), old.order())
-	w.gone, w.goneOrder = goneRemembered, old.order()
+	w.gone = goneRemembered
 	a.seq++
 	a.changed(w.ptype, t)
 	event := a.deregistered.next()

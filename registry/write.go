@@ -29,8 +29,8 @@ type write struct {
 	op      storage.Op // the change, when event is not nil
 	err     error      // a refusal decided against the working state
 	// gone is what applying the command did to the actor's gone, for a
-	// rollback to undo: a register took order back from it, or a
-	// deregister remembered order in it.
+	// rollback to undo: a register took goneOrder back from it, or a
+	// deregister remembered its allocation's order in it.
 	gone      goneChange
 	goneOrder uint64
 
