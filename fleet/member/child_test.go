@@ -170,6 +170,10 @@ func childCommand(m *member.Member, args []string) string {
 		return answer(r.Release(ctx, "", arg(1), &model.Claim{AllocID: arg(2), State: model.ClaimStateReadyToFree}))
 	case "get":
 		return answer(r.GetVolume(ctx, "", arg(1)))
+	case "hammer":
+		return hammers.start(r, node, arg(1), arg(2))
+	case "hammered":
+		return hammers.stop()
 	default:
 		return "error unknown command " + args[0]
 	}

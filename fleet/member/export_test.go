@@ -7,7 +7,7 @@ package member
 func (m *Member) Crash() {
 	m.stopped.Do(func() {
 		m.endRejoins()
-		inc := m.current.Load()
+		inc := m.latest.Load()
 		inc.stopOnce.Do(func() {
 			inc.provider.abandon()
 			inc.stopCluster()

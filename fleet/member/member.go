@@ -137,8 +137,12 @@ type Member struct {
 	cfg    Config
 	log    hclog.Logger
 	router *Router
-	// current is the member's incarnation now; rejoin replaces it.
-	current atomic.Pointer[incarnation]
+	// current is the member's incarnation once it has started, nil while
+	// a rejoin starts the next one: protoactor's cluster takes requests
+	// only once StartMember has set its identity lookup up. latest is the
+	// incarnation started last, current or retired, for the member's ID
+	// and address while it joins again.
+	current, latest atomic.Pointer[incarnation]
 	// rejoining guards stopping; rejoins counts the rejoins running,
 	// which quit ends.
 	rejoining sync.Mutex
@@ -199,11 +203,12 @@ func Start(cfg Config) (*Member, error) {
 	m.changed.Store(new(make(chan struct{})))
 	inc := m.newIncarnation()
 	inc.provider.joined = m.openStore
-	m.current.Store(inc)
 	if err := inc.start(cfg.Address); err != nil {
+		_ = inc.stop()
 		_ = m.stopAll()
 		return nil, err
 	}
+	m.started(inc)
 	m.log.Info("joined the cluster", "cluster", cfg.ClusterName, "member", inc.system.ID, "address", inc.system.Address())
 	return m, nil
 }
@@ -307,14 +312,17 @@ func (m *Member) rejoin() {
 	m.rejoins.Add(1)
 	go func() {
 		defer m.rejoins.Done()
-		old := m.current.Load()
+		old := m.current.Swap(nil)
+		if old == nil { // a rejoin runs already
+			return
+		}
 		old.retired.Store(true)
 		_ = old.stop()
 		for m.quit.Err() == nil {
 			inc := m.newIncarnation()
-			m.current.Store(inc)
 			err := inc.start(m.cfg.Address)
 			if err == nil {
+				m.started(inc)
 				m.log.Info("joined the cluster again", "member", inc.system.ID, "was", old.system.ID, "address", inc.system.Address())
 				return
 			}
@@ -326,6 +334,14 @@ func (m *Member) rejoin() {
 			}
 		}
 	}()
+}
+
+// started makes inc, which has started, the member's incarnation, and
+// wakes the Router's requests that wait for one.
+func (m *Member) started(inc *incarnation) {
+	m.latest.Store(inc)
+	m.current.Store(inc)
+	close(*m.changed.Swap(new(make(chan struct{}))))
 }
 
 // recovered is the error of a panic of protoactor's start-up: the error it
@@ -363,14 +379,20 @@ func remoteOptions(t *RemoteTLS) []remote.ConfigOption {
 }
 
 // ID is the member's ID in the cluster (its actor system's ID); a new one
-// after each rejoin.
-func (m *Member) ID() string { return m.current.Load().system.ID }
+// after each rejoin, once the new incarnation has started.
+func (m *Member) ID() string { return m.latest.Load().system.ID }
 
 // Address is the address the member's remote listens on.
-func (m *Member) Address() string { return m.current.Load().system.Address() }
+func (m *Member) Address() string { return m.latest.Load().system.Address() }
 
-// Cluster is the protoactor cluster, to send grain requests with.
-func (m *Member) Cluster() *cluster.Cluster { return m.current.Load().cluster }
+// Cluster is the protoactor cluster, to send grain requests with; nil
+// while the member joins the cluster again.
+func (m *Member) Cluster() *cluster.Cluster {
+	if inc := m.current.Load(); inc != nil {
+		return inc.cluster
+	}
+	return nil
+}
 
 // Members are the IDs of the members this member sees, itself included,
 // in order.
@@ -386,7 +408,11 @@ func (m *Member) Members() []string {
 
 // Grains is how many volume grains run on this member now.
 func (m *Member) Grains() int {
-	if kind := m.Cluster().GetClusterKind(VolumeKind); kind != nil {
+	c := m.Cluster()
+	if c == nil {
+		return 0
+	}
+	if kind := c.GetClusterKind(VolumeKind); kind != nil {
 		return int(kind.Count())
 	}
 	return 0
@@ -423,7 +449,10 @@ func (m *Member) Stop() error {
 // failed half-way.
 func (m *Member) stopAll() error {
 	m.endRejoins()
-	err := m.current.Load().stop()
+	var err error
+	if inc := m.latest.Load(); inc != nil {
+		err = inc.stop()
+	}
 	if s := m.store.Load(); s != nil {
 		err = errors.Join(err, s.Close())
 	}

@@ -153,7 +153,11 @@ func (r *Router) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerp
 // Owner is the ID of the member whose grain answers for the volume now
 // (starting the grain if none runs), or "" when no member does.
 func (r *Router) Owner(namespace, id string) string {
-	pid := r.member.Cluster().Get(volumeIdentity(cmp.Or(namespace, model.DefaultNamespace), id), VolumeKind)
+	c := r.member.Cluster()
+	if c == nil {
+		return ""
+	}
+	pid := c.Get(volumeIdentity(cmp.Or(namespace, model.DefaultNamespace), id), VolumeKind)
 	if pid == nil {
 		return ""
 	}
@@ -228,6 +232,10 @@ func pause(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
 // sent again to whichever member hosts the grain now.
 var errTopologyChanged = errors.New("the cluster's topology changed")
 
+// errJoining: the member is joining the cluster again, and its new
+// incarnation has not started; the request waits for it.
+var errJoining = errors.New("this member is joining the cluster again")
+
 // send sends msg to the grain once. It gives up on the answer when the
 // topology changes meanwhile (changed closes): the grain's member may be the one that left,
 // and it would not answer before the timeout. The request goes on, to end
@@ -237,11 +245,15 @@ func (r *Router) send(ctx context.Context, identity string, msg proto.Message, t
 		res any
 		err error
 	}
+	c := r.member.Cluster()
+	if c == nil {
+		return nil, errJoining
+	}
 	done := make(chan result, 1)
 	r.sending.Add(1)
 	go func() {
 		defer r.sending.Done()
-		res, err := r.member.Cluster().Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout))
+		res, err := c.Request(identity, VolumeKind, msg, cluster.WithTimeout(timeout))
 		done <- result{res, err}
 	}()
 	select {
