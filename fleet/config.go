@@ -37,6 +37,15 @@ type Config struct {
 	// NodeID is this node: the owner of the lease, the liveness key and
 	// the fingerprints this Store puts.
 	NodeID string
+	// Identity is a secret that proves a live node ID is this agent's own:
+	// an agent keeps it in its data dir, so that after a kill -9 it takes
+	// its node ID back at once, while another agent with the same node ID
+	// is refused (ErrNodeIDTaken) until the first one's lease runs out.
+	// Empty means a new random one (NewIdentity) for this Store.
+	Identity string
+	// Address is where this agent's cluster member listens: the liveness
+	// record shows it, to name the agent holding a node ID.
+	Address string
 	// Prefix is where the keys live (default DefaultPrefix); it must start
 	// and end with "/".
 	Prefix string
@@ -100,6 +109,9 @@ func (cfg Config) withDefaults() Config {
 	cfg.Logger = cfg.Logger.Named("fleet")
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
+	}
+	if cfg.Identity == "" {
+		cfg.Identity = NewIdentity()
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)

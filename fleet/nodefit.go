@@ -106,7 +106,7 @@ func (s *Store) pluginClaimsOn(ctx context.Context, node, plugin string) ([]stri
 	var out []string
 	for _, kv := range resp.Kvs {
 		_, ref, ok := s.indexEntry(s.keys.claims(), string(kv.Key), nil)
-		if v := string(kv.Value); ok && (v == plugin || v == "") {
+		if v, _, _ := parseClaimIndexValue(string(kv.Value)); ok && (v == plugin || v == "") {
 			out = append(out, ref.ns+"/"+ref.id)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-func TestReindexNamesThePluginInClaimKeysWrittenBeforeTheirValuesDid(t *testing.T) {
+func TestReindexNamesThePluginAndTheAllocsInClaimKeysWrittenBeforeTheirValuesDid(t *testing.T) {
 	s, ctx := withVolume(t, 5*time.Second, model.AccessModeMultiNodeMultiWriter)
 	require.NoError(t, s.PutFingerprints(ctx, []*messages.CSIFingerprint{{Type: "csi-node", Name: "ebs", AllocId: "p1", Healthy: true,
 		NodeInfo: &messages.CSINodeInfo{NodeId: "csi-node-a"}}}))
@@ -24,14 +24,14 @@ func TestReindexNamesThePluginInClaimKeysWrittenBeforeTheirValuesDid(t *testing.
 	}
 	_, err := s.Claim(ctx, "", "db", &model.Claim{AllocID: "web", NodeID: "node-a", Mode: model.ClaimModeRead, State: model.ClaimStateTaken})
 	require.NoError(t, err)
-	require.Equal(t, "ebs", value(), "a claim key names its volume's plugin")
+	require.Equal(t, "ebs\nweb", value(), "a claim key names its volume's plugin, then the node's allocs that claim it")
 
 	_, err = s.client.Put(ctx, key, "") // as written before the values
 	require.NoError(t, err)
 	fixed, err := s.reindex(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, fixed)
-	require.Equal(t, "ebs", value(), "reindex named the plugin")
+	require.Equal(t, "ebs\nweb", value(), "reindex named the plugin and the allocs")
 	fixed, err = s.reindex(ctx)
 	require.NoError(t, err)
 	require.Zero(t, fixed, "a right index is left alone")

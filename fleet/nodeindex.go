@@ -24,7 +24,10 @@ import (
 // keys, never every volume:
 //   - claims/<node>/<ns>/<id>: node holds a claim (any state) on the volume;
 //     its value is the volume's plugin, for the node's volume limit
-//     (nodefit.go; keys written before are empty until reindex);
+//     (nodefit.go; keys written before are empty until reindex), then one
+//     line for each alloc of the node holding a claim, sorted, so that the
+//     node's watch of its index (watch.go) sees every change of its
+//     allocs' claims (keys written before name no alloc);
 //   - attachments/<node>/<ns>/<id>: the volume has an attachment to node.
 //
 // A leader of the GC checks them against the volumes once per term
@@ -51,8 +54,8 @@ func (s *Store) indexOps(ns, id string, old, next *model.CSIVolume) []clientv3.O
 	for _, idx := range s.indexes() {
 		before, after := idx.nodes(old), idx.nodes(next)
 		for _, node := range slices.Sorted(maps.Keys(after)) {
-			if !before[node] {
-				ops = append(ops, clientv3.OpPut(s.keys.indexed(idx.of, node, ns, id), idx.value(next)))
+			if value := idx.value(next, node); !before[node] || idx.value(old, node) != value {
+				ops = append(ops, clientv3.OpPut(s.keys.indexed(idx.of, node, ns, id), value))
 			}
 		}
 		for _, node := range slices.Sorted(maps.Keys(before)) {
@@ -65,26 +68,50 @@ func (s *Store) indexOps(ns, id string, old, next *model.CSIVolume) []clientv3.O
 }
 
 // index is one family of the node index: where its keys are, its keys of
-// a node, the nodes a volume puts in it and the value of its keys.
+// a node, the nodes a volume puts in it and the value of a node's key.
 type index struct {
 	root  string
 	of    func(node string) string
 	nodes func(v *model.CSIVolume) map[string]bool
-	value func(v *model.CSIVolume) string
+	value func(v *model.CSIVolume, node string) string
 }
 
 func (s *Store) indexes() []index { return []index{s.claimIndex(), s.attachmentIndex()} }
 
 func (s *Store) claimIndex() index {
-	return index{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes, value: volumePlugin}
+	return index{root: s.keys.claims(), of: s.keys.claimsOf, nodes: claimNodes, value: claimIndexValue}
 }
 
 func (s *Store) attachmentIndex() index {
-	return index{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes, value: func(*model.CSIVolume) string { return "" }}
+	return index{root: s.keys.attachments(), of: s.keys.attachmentsOf, nodes: attachmentNodes, value: func(*model.CSIVolume, string) string { return "" }}
 }
 
-// volumePlugin is v's plugin.
-func volumePlugin(v *model.CSIVolume) string { return v.PluginID }
+// claimIndexValue is the value of node's claim index key of v: v's plugin,
+// then a line for each alloc of node holding a claim on v, sorted ("" when
+// v is nil). Plugin names and alloc IDs hold no line break (names.Check).
+func claimIndexValue(v *model.CSIVolume, node string) string {
+	if v == nil {
+		return ""
+	}
+	var allocs []string
+	for _, c := range v.AllClaims() {
+		if c.NodeID == node {
+			allocs = append(allocs, c.AllocID)
+		}
+	}
+	slices.Sort(allocs)
+	return strings.Join(append([]string{v.PluginID}, allocs...), "\n")
+}
+
+// parseClaimIndexValue is the plugin and the allocs a claim index value
+// names; known is false for a value written before the allocs were.
+func parseClaimIndexValue(value string) (plugin string, allocs []string, known bool) {
+	plugin, rest, known := strings.Cut(value, "\n")
+	if known {
+		allocs = strings.Split(rest, "\n")
+	}
+	return plugin, allocs, known
+}
 
 // claimNodes are the nodes that hold a claim on v (none when v is nil).
 func claimNodes(v *model.CSIVolume) map[string]bool {
@@ -328,7 +355,7 @@ func (s *Store) indexFix(v *model.CSIVolume, present map[string]string) []client
 	if v != nil {
 		for _, idx := range s.indexes() {
 			for node := range idx.nodes(v) {
-				want[s.keys.indexed(idx.of, node, v.Namespace, v.ID)] = idx.value(v)
+				want[s.keys.indexed(idx.of, node, v.Namespace, v.ID)] = idx.value(v, node)
 			}
 		}
 	}

@@ -55,7 +55,9 @@ func startLease(ctx context.Context, s *Store) (*lease, error) {
 }
 
 // grant grants a new lease and puts the liveness key and the fingerprints
-// under it, in one transaction.
+// under it, in one transaction that holds only while the node ID is this
+// agent's (putLiveness). When another agent holds it, the new lease is
+// revoked and the error matches ErrNodeIDTaken.
 func (l *lease) grant(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -63,17 +65,40 @@ func (l *lease) grant(ctx context.Context) error {
 	if err != nil {
 		return etcdErr(err)
 	}
-	ops := []clientv3.Op{clientv3.OpPut(l.s.keys.node(l.s.cfg.NodeID), time.Now().UTC().Format(time.RFC3339Nano), clientv3.WithLease(granted.ID))}
 	puts, err := l.s.fingerprintPuts(l.fps, granted.ID)
-	if err != nil {
-		return err
+	if err == nil {
+		err = l.s.putLiveness(ctx, granted.ID, puts)
 	}
-	if _, err := l.s.client.Txn(ctx).Then(append(ops, puts...)...).Commit(); err != nil {
-		return etcdErr(err)
+	if err != nil {
+		_, _ = l.s.client.Revoke(ctx, granted.ID)
+		return err
 	}
 	l.id = granted.ID
 	l.touch()
 	return nil
+}
+
+// reassert puts the liveness key again under the lease held now, after a
+// watch saw it deleted while the lease lives (an operator's etcdctl del):
+// without it the fleet counts the node down, and its GC would free the
+// node's claims. Another agent holding the key by then loses this one its
+// node ID.
+func (l *lease) reassert() {
+	err := l.s.call(context.Background(), "put the liveness key again", func(ctx context.Context) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.s.putLiveness(ctx, l.id, nil)
+	})
+	switch {
+	case errors.Is(err, ErrNodeIDTaken):
+		if l.s.lost.lose(err.Error()) {
+			l.s.log.Error("this agent lost its node ID to another", "node", l.s.cfg.NodeID, "why", err)
+		}
+	case err != nil:
+		l.s.log.Warn("the node's liveness key was deleted and cannot be put again yet", "node", l.s.cfg.NodeID, "error", err)
+	default:
+		l.s.log.Warn("the node's liveness key was deleted while its lease lives: put it again", "node", l.s.cfg.NodeID)
+	}
 }
 
 // keepAlive renews the lease until ctx ends, and grants a new one
@@ -108,16 +133,28 @@ func (l *lease) touch() {
 }
 
 // regrant grants a new lease, retrying until it succeeds (true) or ctx
-// ends (false).
+// ends (false). While another agent holds the node ID, this one has lost
+// it (Standing is lost) and keeps trying: the ID is its own again once
+// the other agent leaves.
 func (l *lease) regrant(ctx context.Context) bool {
 	retry := time.NewTicker(l.s.cfg.LeaseTTL / 4)
 	defer retry.Stop()
 	for {
 		err := l.s.call(ctx, "grant a new lease", l.grant)
-		if err == nil {
+		switch {
+		case err == nil:
+			if l.s.lost.regain() {
+				l.s.log.Info("this agent holds its node ID again", "node", l.s.cfg.NodeID)
+			}
 			return true
+		case errors.Is(err, ErrNodeIDTaken):
+			if l.s.lost.lose(err.Error()) {
+				l.s.log.Error("this agent lost its node ID to another while its lease was lost: it fences its writers and takes no new claim",
+					"node", l.s.cfg.NodeID, "why", err)
+			}
+		default:
+			l.s.log.Debug("could not grant a new lease yet", "error", err)
 		}
-		l.s.log.Debug("could not grant a new lease yet", "error", err)
 		select {
 		case <-ctx.Done():
 			return false

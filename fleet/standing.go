@@ -12,14 +12,20 @@ import (
 // at risk after that, lost after a whole LeaseTTL (the lease may have
 // expired: etcd counts it from its own last renewal, which came before
 // this node heard of it). A new lease, granted once etcd answers again,
-// makes it held again.
+// makes it held again. While the node's watch (WatchNode) runs, its
+// last answer from etcd counts the same way: a change of the node's
+// claims may be waiting unheard. While another agent holds this node's ID
+// (IdentityLost), it is lost.
 //
 // The tick is there because the etcd client renews a lease a third of
 // its TTL after the last answer, at its next tick (keepAliveTick): with
 // a 2 s TTL, a renewal on time comes a whole second, half the TTL, after
 // the last one, which must not count as late.
 func (s *Store) Standing(now time.Time) model.Standing {
-	since := now.Sub(*s.lease.renewed.Load())
+	if s.lost.lost() != "" {
+		return model.StandingLost
+	}
+	since := max(now.Sub(*s.lease.renewed.Load()), s.watchAge(now))
 	switch ttl := s.cfg.LeaseTTL; {
 	case since >= ttl:
 		return model.StandingLost

@@ -26,6 +26,13 @@ type Store struct {
 
 	// lease keeps this node's lease alive; see nodes.go.
 	lease *lease
+	// identity is the hash of Config.Identity that this agent's liveness
+	// record holds, and lost why another agent holds the node ID now
+	// (identity.go).
+	identity []byte
+	lost     identityLoss
+	// watch is the node's watch while one runs (WatchNode).
+	watch atomic.Pointer[nodeWatch]
 	// lastPlugin is the plugin of the last volume read: readVolume reads
 	// its fingerprints with the next record, in one round trip, as most
 	// fleets run one plugin or a few. A wrong guess costs one more.
@@ -53,7 +60,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}}
+	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}, identity: identityHash(cfg.Identity)}
 	client, err := clientv3.New(s.clientConfig())
 	if err != nil {
 		return nil, model.Refusef(model.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)

@@ -26,6 +26,7 @@ const (
 type FleetClaimVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Claim         *CatalogClaim          `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -67,11 +68,19 @@ func (x *FleetClaimVolume) GetClaim() *CatalogClaim {
 	return nil
 }
 
+func (x *FleetClaimVolume) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetReleaseVolume asks the grain to move the claim of claim.alloc_id to
 // claim.state (ready-to-free, or empty, removes it).
 type FleetReleaseVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Claim         *CatalogClaim          `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -113,11 +122,19 @@ func (x *FleetReleaseVolume) GetClaim() *CatalogClaim {
 	return nil
 }
 
+func (x *FleetReleaseVolume) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetRegisterVolume asks the grain to register volume, or to change the
 // description of its volume while it has no claims.
 type FleetRegisterVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *CatalogVolume         `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,10 +176,19 @@ func (x *FleetRegisterVolume) GetVolume() *CatalogVolume {
 	return nil
 }
 
+func (x *FleetRegisterVolume) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetDeregisterVolume asks the grain to remove its volume, which must have
 // no claims.
 type FleetDeregisterVolume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id names the request across its attempts (see above).
+	RequestId     string `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -197,10 +223,19 @@ func (*FleetDeregisterVolume) Descriptor() ([]byte, []int) {
 	return file_messages_fleet_proto_rawDescGZIP(), []int{3}
 }
 
+func (x *FleetDeregisterVolume) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetMarkVolumeDeleting asks the grain to mark its volume as being
 // deleted: it takes no new claim from then on.
 type FleetMarkVolumeDeleting struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id names the request across its attempts (see above).
+	RequestId     string `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,11 +270,19 @@ func (*FleetMarkVolumeDeleting) Descriptor() ([]byte, []int) {
 	return file_messages_fleet_proto_rawDescGZIP(), []int{4}
 }
 
+func (x *FleetMarkVolumeDeleting) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetRecordVolumeCapacity asks the grain to record the capacity the
 // plugin reported for its volume.
 type FleetRecordVolumeCapacity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CapacityBytes int64                  `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -281,6 +324,13 @@ func (x *FleetRecordVolumeCapacity) GetCapacityBytes() int64 {
 	return 0
 }
 
+func (x *FleetRecordVolumeCapacity) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetAttachVolume asks the grain to record attachment (its node the
 // attaching node) of its volume: refused while the node holds no claim on
 // it, and, for a single-node volume, while another node holds an
@@ -288,6 +338,7 @@ func (x *FleetRecordVolumeCapacity) GetCapacityBytes() int64 {
 type FleetAttachVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Attachment    *CatalogAttachment     `protobuf:"bytes,1,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +380,13 @@ func (x *FleetAttachVolume) GetAttachment() *CatalogAttachment {
 	return nil
 }
 
+func (x *FleetAttachVolume) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetMarkDetaching asks the grain to mark the attachment of its volume
 // to node_id as being detached by the asking node: only while that node is
 // down and claims nothing; it cannot attach the volume again until
@@ -336,6 +394,7 @@ func (x *FleetAttachVolume) GetAttachment() *CatalogAttachment {
 type FleetMarkDetaching struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,11 +436,19 @@ func (x *FleetMarkDetaching) GetNodeId() string {
 	return ""
 }
 
+func (x *FleetMarkDetaching) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // FleetDetachVolume asks the grain to remove the attachment of its volume
 // to node_id, once the controller has unpublished it from that node.
 type FleetDetachVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +486,13 @@ func (*FleetDetachVolume) Descriptor() ([]byte, []int) {
 func (x *FleetDetachVolume) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetDetachVolume) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -487,33 +561,141 @@ func (x *FleetVolumeResponse) GetMember() string {
 	return ""
 }
 
+// FleetNodeRecord is the value of a node's liveness key,
+// <prefix>nodes/<node id>, under the node's lease: which agent holds the
+// node ID, and since when. An agent tells its own earlier incarnation
+// (killed, its lease not yet expired) from another agent by identity.
+type FleetNodeRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identity is a SHA-256 of the secret the agent keeps in its data dir.
+	Identity []byte `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// started_unix_nano is when the agent put the key under its lease.
+	StartedUnixNano int64 `protobuf:"varint,2,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	// address is where the agent's cluster member listens; hostname and
+	// pid say which process holds the node ID, for the operator.
+	Address       string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Hostname      string `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Pid           int64  `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetNodeRecord) Reset() {
+	*x = FleetNodeRecord{}
+	mi := &file_messages_fleet_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetNodeRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetNodeRecord) ProtoMessage() {}
+
+func (x *FleetNodeRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetNodeRecord.ProtoReflect.Descriptor instead.
+func (*FleetNodeRecord) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FleetNodeRecord) GetIdentity() []byte {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *FleetNodeRecord) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *FleetNodeRecord) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *FleetNodeRecord) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *FleetNodeRecord) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
 var File_messages_fleet_proto protoreflect.FileDescriptor
 
 const file_messages_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x14messages/fleet.proto\x12\x12plugvisor.messages\x1a\x16messages/catalog.proto\x1a\x15messages/plugin.proto\"J\n" +
+	"\x14messages/fleet.proto\x12\x12plugvisor.messages\x1a\x16messages/catalog.proto\x1a\x15messages/plugin.proto\"i\n" +
 	"\x10FleetClaimVolume\x126\n" +
-	"\x05claim\x18\x01 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05claim\"L\n" +
+	"\x05claim\x18\x01 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05claim\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"k\n" +
 	"\x12FleetReleaseVolume\x126\n" +
-	"\x05claim\x18\x01 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05claim\"P\n" +
+	"\x05claim\x18\x01 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05claim\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"o\n" +
 	"\x13FleetRegisterVolume\x129\n" +
-	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"\x17\n" +
-	"\x15FleetDeregisterVolume\"\x19\n" +
-	"\x17FleetMarkVolumeDeleting\"B\n" +
+	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"6\n" +
+	"\x15FleetDeregisterVolume\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"8\n" +
+	"\x17FleetMarkVolumeDeleting\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"a\n" +
 	"\x19FleetRecordVolumeCapacity\x12%\n" +
-	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\"Z\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"y\n" +
 	"\x11FleetAttachVolume\x12E\n" +
 	"\n" +
 	"attachment\x18\x01 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\n" +
-	"attachment\"-\n" +
+	"attachment\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"L\n" +
 	"\x12FleetMarkDetaching\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\",\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"K\n" +
 	"\x11FleetDetachVolume\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x99\x01\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\"\x99\x01\n" +
 	"\x13FleetVolumeResponse\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x16\n" +
-	"\x06member\x18\x03 \x01(\tR\x06memberB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	"\x06member\x18\x03 \x01(\tR\x06member\"\xa1\x01\n" +
+	"\x0fFleetNodeRecord\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\fR\bidentity\x12*\n" +
+	"\x11started_unix_nano\x18\x02 \x01(\x03R\x0fstartedUnixNano\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\x12\x10\n" +
+	"\x03pid\x18\x05 \x01(\x03R\x03pidB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_fleet_proto_rawDescOnce sync.Once
@@ -527,7 +709,7 @@ func file_messages_fleet_proto_rawDescGZIP() []byte {
 	return file_messages_fleet_proto_rawDescData
 }
 
-var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_messages_fleet_proto_goTypes = []any{
 	(*FleetClaimVolume)(nil),          // 0: plugvisor.messages.FleetClaimVolume
 	(*FleetReleaseVolume)(nil),        // 1: plugvisor.messages.FleetReleaseVolume
@@ -539,18 +721,19 @@ var file_messages_fleet_proto_goTypes = []any{
 	(*FleetMarkDetaching)(nil),        // 7: plugvisor.messages.FleetMarkDetaching
 	(*FleetDetachVolume)(nil),         // 8: plugvisor.messages.FleetDetachVolume
 	(*FleetVolumeResponse)(nil),       // 9: plugvisor.messages.FleetVolumeResponse
-	(*CatalogClaim)(nil),              // 10: plugvisor.messages.CatalogClaim
-	(*CatalogVolume)(nil),             // 11: plugvisor.messages.CatalogVolume
-	(*CatalogAttachment)(nil),         // 12: plugvisor.messages.CatalogAttachment
-	(*Error)(nil),                     // 13: plugvisor.messages.Error
+	(*FleetNodeRecord)(nil),           // 10: plugvisor.messages.FleetNodeRecord
+	(*CatalogClaim)(nil),              // 11: plugvisor.messages.CatalogClaim
+	(*CatalogVolume)(nil),             // 12: plugvisor.messages.CatalogVolume
+	(*CatalogAttachment)(nil),         // 13: plugvisor.messages.CatalogAttachment
+	(*Error)(nil),                     // 14: plugvisor.messages.Error
 }
 var file_messages_fleet_proto_depIdxs = []int32{
-	10, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	10, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	11, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	12, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
-	11, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	13, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.Error
+	11, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	11, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	12, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	13, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
+	12, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	14, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.Error
 	6,  // [6:6] is the sub-list for method output_type
 	6,  // [6:6] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -571,7 +754,7 @@ func file_messages_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_fleet_proto_rawDesc), len(file_messages_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

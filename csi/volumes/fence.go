@@ -117,15 +117,7 @@ func (m *manager) fenceNow(ctx actor.Context) {
 			}
 		}
 	}
-	m.workers.Add(1)
-	go func() {
-		defer m.workers.Done()
-		for _, target := range targets {
-			if err := remount(target, true); err != nil && !errors.Is(err, unix.EINVAL) {
-				m.log.Warn("could not make a writer's target read-only: retrying", "target_path", target, "error", err)
-			}
-		}
-	}()
+	m.remountReadOnly(targets)
 	m.reconcileAll(ctx)
 }
 

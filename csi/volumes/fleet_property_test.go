@@ -15,6 +15,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -45,6 +46,20 @@ func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSys
 		}
 	})
 	t.Cleanup(stop)
+	// And the fleet's claims, as the agent's does.
+	stopWatch := n.store.WatchNode(fleet.NodeWatchConfig{
+		Claims: func(c model.NodeClaims) {
+			if m := n.current.Load(); m != nil {
+				m.ClaimsChanged(c)
+			}
+		},
+		Resync: func(why string) {
+			if m := n.current.Load(); m != nil {
+				m.Resync(why)
+			}
+		},
+	})
+	t.Cleanup(stopWatch)
 	return l
 }
 

@@ -113,6 +113,10 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
 	case *standingChanged:
 		m.onStanding(ctx, msg.standing)
+	case *claimsChanged:
+		m.onClaimsChanged(ctx, msg.claims)
+	case *resyncAsked:
+		m.onResync(ctx, msg.reason)
 	case *messages.ShutdownVolumeManager:
 		m.onShutdown(ctx, msg)
 	case *actor.Stopped:

@@ -39,8 +39,8 @@ type Config struct {
 // as the Kubernetes apiserver compacts every 5 minutes.
 const DefaultCompactionRetention = 5 * time.Minute
 
-// memberName is the member's name in its one-member cluster.
-const memberName = "plugvisor-etcd"
+// MemberName is the member's name in its one-member cluster.
+const MemberName = "plugvisor-etcd"
 
 // Start runs the member and returns once it serves. Close the member to
 // stop it; its data stays in Dir for the next Start.
@@ -51,7 +51,7 @@ func Start(cfg Config) (*embed.Etcd, error) {
 		}
 	}
 	ec := embed.NewConfig()
-	ec.Dir, ec.Name = cfg.Dir, memberName
+	ec.Dir, ec.Name = cfg.Dir, MemberName
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cfg.Client}, []url.URL{*cfg.Client}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*cfg.Peer}, []url.URL{*cfg.Peer}
 	ec.InitialCluster = fmt.Sprintf("%s=%s", ec.Name, cfg.Peer)
@@ -100,8 +100,8 @@ func Restore(snapshot, dir string, peer *url.URL) error {
 		return fmt.Errorf("%w: %v; give http://127.0.0.1:PORT", ErrNotLoopback, peer)
 	}
 	err := etcdsnapshot.NewV3(zap.NewNop()).Restore(etcdsnapshot.RestoreConfig{
-		SnapshotPath: snapshot, Name: memberName, OutputDataDir: dir,
-		PeerURLs: []string{peer.String()}, InitialCluster: fmt.Sprintf("%s=%s", memberName, peer), InitialClusterToken: "etcd-cluster",
+		SnapshotPath: snapshot, Name: MemberName, OutputDataDir: dir,
+		PeerURLs: []string{peer.String()}, InitialCluster: fmt.Sprintf("%s=%s", MemberName, peer), InitialClusterToken: "etcd-cluster",
 		RevisionBump: restoreRevisionBump, MarkCompacted: true,
 	})
 	if err != nil {

@@ -18,7 +18,9 @@ import (
 	"sync"
 	"testing"
 
+	etcdsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 
 	"github.com/plugvisor/plugvisor/fleet/embedded"
 )
@@ -115,6 +117,33 @@ func (s *Server) Stop() {
 		return
 	}
 	s.etcd.Close()
+}
+
+// RestoreFrom stops the member and starts it again on the same ports from
+// a new data directory restored from snapshot, as an operator restores
+// etcd under running clients: with bump, as plugvisor's restore does it
+// (the revision moved far past the snapshot's and marked compacted), else
+// as a plain etcdutl snapshot restore does (the revision goes back to the
+// snapshot's).
+func (s *Server) RestoreFrom(snapshot string, bump bool) {
+	s.t.Helper()
+	s.Stop()
+	dir := s.t.TempDir() + "/restored"
+	var err error
+	if bump {
+		err = embedded.Restore(snapshot, dir, s.peer)
+	} else {
+		err = etcdsnapshot.NewV3(zap.NewNop()).Restore(etcdsnapshot.RestoreConfig{
+			SnapshotPath: snapshot, Name: embedded.MemberName, OutputDataDir: dir,
+			PeerURLs: []string{s.peer.String()}, InitialCluster: fmt.Sprintf("%s=%s", embedded.MemberName, s.peer),
+			InitialClusterToken: "etcd-cluster",
+		})
+	}
+	if err != nil {
+		s.t.Fatalf("etcdtest: restore: %v", err)
+	}
+	s.dir = dir
+	s.start()
 }
 
 // Restart starts the member again on the same data and ports.

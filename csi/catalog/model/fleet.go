@@ -58,3 +58,32 @@ type ModifyFleet interface {
 	// parameters by the catalog's rule (RecordModifyOn), atomically.
 	RecordVolumeModify(ctx context.Context, namespace, id string, params map[string]string) (*CSIVolume, error)
 }
+
+// NodeClaims is what a fleet's claim index says of one volume on one
+// node, as the node's watch of its index sees each change (fleet's
+// Store.WatchNode): which allocs of the node hold a claim on the volume.
+// The node's volume manager takes down a publish whose alloc is no longer
+// among them.
+type NodeClaims struct {
+	Namespace, VolumeID string
+	// Allocs are the allocs of the node that hold a claim (in any state)
+	// on the volume, sorted; none once the node holds no claim on it.
+	Allocs []string
+	// Known is false when the index did not say which allocs (its key was
+	// written by an agent of an earlier version): the volume must be read.
+	Known bool
+}
+
+// Holds reports whether alloc holds a claim, as far as c knows: true
+// when c does not know.
+func (c NodeClaims) Holds(alloc string) bool {
+	if !c.Known {
+		return true
+	}
+	for _, a := range c.Allocs {
+		if a == alloc {
+			return true
+		}
+	}
+	return false
+}

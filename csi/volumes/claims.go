@@ -1,0 +1,114 @@
+package volumes
+
+import (
+	"errors"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"golang.org/x/sys/unix"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// In cluster mode, a node's mounts follow the fleet's claims continuously:
+// the node's watch of its claim index (fleet's Store.WatchNode) tells the
+// manager, through ClaimsChanged, which allocs of the node claim a volume
+// after each change, and, through Resync, when every mount must be checked
+// again. Whoever freed a claim (the GC, a drain -force, an operator, a
+// restore of etcd), the publish of its alloc is made read-only at once
+// and then taken down through the plugin's way out (claimGone).
+
+// claimsChanged is sent by ClaimsChanged to the manager.
+type claimsChanged struct{ claims model.NodeClaims }
+
+// resyncAsked is sent by Resync to the manager.
+type resyncAsked struct{ reason string }
+
+// ClaimsChanged tells the manager which allocs of this node claim a volume
+// now, as the node's watch of the fleet's claim index saw it. A publish of
+// the volume whose alloc is not among them loses its claim: a writer's
+// target is remounted read-only at once, without waiting behind the
+// volume's queue, and a reconcile of the volume takes it down.
+func (m *Manager) ClaimsChanged(c model.NodeClaims) {
+	m.system.Root.Send(m.pid, &claimsChanged{claims: c})
+}
+
+// Resync makes the manager check every volume with a record against the
+// fleet's claims again (a reconcile each), because the node's watch may
+// have missed a change: it started, was compacted or cancelled, or found
+// etcd restored. A mount of a volume waits behind its reconcile. reason is
+// logged.
+func (m *Manager) Resync(reason string) {
+	m.system.Root.Send(m.pid, &resyncAsked{reason: reason})
+}
+
+// onClaimsChanged fences and queues a reconcile of the volume when a
+// publish of it lost its claim.
+func (m *manager) onClaimsChanged(ctx actor.Context, c model.NodeClaims) {
+	key := volumeKey{c.Namespace, c.VolumeID}
+	rec, ok := m.records[key]
+	if !ok || m.closing {
+		return
+	}
+	var gone []*messages.VolumePublish
+	for _, alloc := range publishedAllocs(rec) {
+		pub := rec.GetPublishes()[alloc]
+		if mayBeMounted(pub) && !c.Holds(alloc) {
+			gone = append(gone, pub)
+		}
+	}
+	if len(gone) == 0 && c.Known {
+		return
+	}
+	var targets []string
+	for _, pub := range gone {
+		m.log.Warn("the fleet no longer gives this alloc's claim to this node: its mount is made read-only and taken down",
+			"namespace", key.namespace, "volume_id", key.id, "alloc_id", pub.GetAllocId(), "target_path", pub.GetTargetPath(), "claims_now", c.Allocs)
+		if mayBeWritable(pub) {
+			targets = append(targets, pub.GetTargetPath())
+		}
+	}
+	m.remountReadOnly(targets)
+	m.forgetRetry(key)
+	m.enqueue(ctx, &op{kind: opReconcile, key: key})
+}
+
+// onResync queues a reconcile of every volume with a record.
+func (m *manager) onResync(ctx actor.Context, reason string) {
+	if m.closing {
+		return
+	}
+	m.log.Info("checking every mount against the fleet's claims", "why", reason, "volumes", len(m.records))
+	for key := range m.records {
+		m.forgetRetry(key)
+	}
+	m.reconcileAll(ctx)
+}
+
+// remountReadOnly makes each target read-only on a goroutine of its own,
+// so that a fence never waits behind a volume's queue. A target that is no
+// mount point (EINVAL) is not mounted, so not writable.
+func (m *manager) remountReadOnly(targets []string) {
+	if len(targets) == 0 {
+		return
+	}
+	m.workers.Add(1)
+	go func() {
+		defer m.workers.Done()
+		for _, target := range targets {
+			if err := remount(target, true); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				m.log.Warn("could not make a writer's target read-only: its reconcile tries again", "target_path", target, "error", err)
+			}
+		}
+	}()
+}
+
+// mayBeMounted reports whether pub's target may be mounted: on its way
+// in, mounted, or on its way out before its claim is released.
+func mayBeMounted(pub *messages.VolumePublish) bool {
+	switch pub.GetState() {
+	case statePublishing, statePublished, stateUnpublishing:
+		return true
+	}
+	return false
+}

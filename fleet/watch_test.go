@@ -1,0 +1,147 @@
+package fleet_test
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+)
+
+// nodeEvents records what a store's node watch reports.
+type nodeEvents struct {
+	mu      sync.Mutex
+	claims  []model.NodeClaims
+	resyncs []string
+}
+
+func (e *nodeEvents) onClaims(c model.NodeClaims) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.claims = append(e.claims, c)
+}
+
+func (e *nodeEvents) onResync(why string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.resyncs = append(e.resyncs, why)
+}
+
+// last is the latest change of volume id, and whether there is one.
+func (e *nodeEvents) last(id string) (model.NodeClaims, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := len(e.claims) - 1; i >= 0; i-- {
+		if e.claims[i].VolumeID == id {
+			return e.claims[i], true
+		}
+	}
+	return model.NodeClaims{}, false
+}
+
+// resynced reports whether a resync's reason holds want.
+func (e *nodeEvents) resynced(want string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.ContainsFunc(e.resyncs, func(r string) bool { return strings.Contains(r, want) })
+}
+
+// watchNode starts s's node watch, stopped with the test.
+func watchNode(t *testing.T, s *fleet.Store) *nodeEvents {
+	t.Helper()
+	e := &nodeEvents{}
+	stop := s.WatchNode(fleet.NodeWatchConfig{Claims: e.onClaims, Resync: e.onResync})
+	t.Cleanup(stop)
+	return e
+}
+
+// waitClaims waits until the latest change of volume id names allocs.
+func waitClaims(t *testing.T, e *nodeEvents, id string, allocs ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, ok := e.last(id)
+		return ok && c.Known && slices.Equal(c.Allocs, allocs)
+	}, timeout, 10*time.Millisecond, "the watch reports the claims of %v on %s", allocs, id)
+}
+
+// TestTheNodeWatchHearsEveryChangeOfItsAllocsClaims claims and releases
+// volume db for two allocs of node-a, claims it on node-b, then frees
+// node-a's claims as drain -force does: node-a's watch reports, after
+// each change, exactly which of its allocs hold a claim, and nothing of
+// node-b's. Before, a node learned that its claims were freed only at its
+// next start or change of lease standing.
+func TestTheNodeWatchHearsEveryChangeOfItsAllocsClaims(t *testing.T) {
+	a, b := twoWithDB(t, model.AccessModeMultiNodeMultiWriter)
+	e := watchNode(t, a)
+	ctx := testCtx(t)
+	_, err := a.Claim(ctx, "", "db", writeClaim("web-1", "node-a"))
+	require.NoError(t, err)
+	waitClaims(t, e, "db", "web-1")
+	_, err = a.Claim(ctx, "", "db", readClaim("web-2", "node-a"))
+	require.NoError(t, err)
+	waitClaims(t, e, "db", "web-1", "web-2")
+	_, err = a.Release(ctx, "", "db", free("web-1"))
+	require.NoError(t, err)
+	waitClaims(t, e, "db", "web-2")
+	_, err = b.Claim(ctx, "", "db", writeClaim("web-3", "node-b"))
+	require.NoError(t, err)
+
+	_, err = b.Drain(ctx, "node-a")
+	require.NoError(t, err)
+	freed, err := b.FreeNodeClaims(ctx, "node-a")
+	require.NoError(t, err)
+	require.Len(t, freed, 1)
+	waitClaims(t, e, "db")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.claims {
+		require.NotContains(t, c.Allocs, "web-3", "node-b's claim is not node-a's news")
+	}
+}
+
+// TestTheNodeWatchResyncsWhenEtcdIsRestoredUnderIt restores etcd from a
+// snapshot taken before node-a's claim, with node-a running, both as
+// plugvisor's restore does it (the revision bumped and marked compacted)
+// and as a plain restore does (the revision goes back): either way the
+// watch says every mount must be checked again, and why.
+func TestTheNodeWatchResyncsWhenEtcdIsRestoredUnderIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bump bool
+		why  string
+	}{
+		{"bumped and marked compacted", true, "compacted"},
+		{"the revision goes back", false, "revision went back"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := etcdtest.Start(t)
+			a := open(t, srv, "node-a", as("secret-a", ""))
+			healthyNode(t, a)
+			registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
+			snap := filepath.Join(t.TempDir(), "fleet.db")
+			_, err := fleet.SaveSnapshot(testCtx(t), srv.Endpoints(), nil, snap)
+			require.NoError(t, err)
+			e := watchNode(t, a)
+			for i := range 3 { // revisions past the snapshot's
+				_, err = a.Claim(testCtx(t), "", "db", writeClaim("web-1", "node-a"))
+				require.NoError(t, err)
+				waitClaims(t, e, "db", "web-1")
+				if i < 2 {
+					_, err = a.Release(testCtx(t), "", "db", free("web-1"))
+					require.NoError(t, err)
+				}
+			}
+
+			srv.RestoreFrom(snap, tc.bump)
+			require.Eventually(t, func() bool { return e.resynced(tc.why) }, timeout, 10*time.Millisecond,
+				"the watch resyncs once etcd is restored: %v", e.resyncs)
+		})
+	}
+}
