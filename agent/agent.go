@@ -403,6 +403,7 @@ func (a *Agent) startManagers() error {
 	if err != nil {
 		return err
 	}
+	claims := a.followClaims()
 	a.volumes, err = volumes.Start(a.system, volumes.Config{
 		Bucket:      records,
 		Catalog:     a.catalog,
@@ -421,6 +422,7 @@ func (a *Agent) startManagers() error {
 	}
 	a.metrics.reg.MustRegister(newVolumeStatsCollector(a.volumes.VolumeStats))
 	a.stops = append(a.stops, a.volumes.Shutdown)
+	claims.deliverTo(a.volumes)
 	a.followStanding()
 	if err := a.startGC(); err != nil {
 		return err

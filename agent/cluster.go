@@ -74,10 +74,14 @@ func (a *Agent) startCluster() error {
 	if c.CompactInterval < 0 {
 		return fmt.Errorf("%w: Cluster.CompactInterval is %v; give a positive duration, or 0 for no compactor", ErrInvalidConfig, c.CompactInterval)
 	}
+	identity, err := a.nodeIdentity()
+	if err != nil {
+		return err
+	}
 	a.metrics.fleet = newFleetMetrics(a.metrics.reg, a.fleetStore)
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
-			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Prefix: c.Prefix,
+			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Identity: identity, Prefix: c.Prefix,
 			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, MaxVolumes: a.cfg.MaxVolumes, Logger: a.log,
 			Metrics: a.metrics.fleet,
 		},

@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/fleet"
 )
@@ -49,6 +51,58 @@ func (a *Agent) followStanding() {
 	}
 	stop := a.member.Store().WatchStanding(a.volumes.SetStanding)
 	a.stops = append(a.stops, func(context.Context) error { stop(); return nil })
+}
+
+// followClaims, in cluster mode, starts this node's watch of its claims in
+// the fleet (fleet.Store.WatchNode) before the volume manager starts, so
+// that no change after the manager's first reconciles read the fleet goes
+// unheard; what it hears before the manager runs waits in the returned
+// forwarder, which startManagers points at the manager.
+func (a *Agent) followClaims() *claimsForwarder {
+	f := &claimsForwarder{}
+	if a.member == nil {
+		return f
+	}
+	stop := a.member.Store().WatchNode(fleet.NodeWatchConfig{Claims: f.claims, Resync: f.resync})
+	a.stops = append(a.stops, func(context.Context) error { stop(); return nil })
+	return f
+}
+
+// claimsForwarder hands the node watch's news to the volume manager once
+// it runs, in order, keeping what came before.
+type claimsForwarder struct {
+	mu      sync.Mutex
+	to      *volumes.Manager
+	waiting []func(*volumes.Manager)
+}
+
+func (f *claimsForwarder) claims(c model.NodeClaims) {
+	f.send(func(m *volumes.Manager) { m.ClaimsChanged(c) })
+}
+
+func (f *claimsForwarder) resync(reason string) {
+	f.send(func(m *volumes.Manager) { m.Resync(reason) })
+}
+
+func (f *claimsForwarder) send(deliver func(*volumes.Manager)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.to == nil {
+		f.waiting = append(f.waiting, deliver)
+		return
+	}
+	deliver(f.to)
+}
+
+// deliverTo makes m the recipient, and hands it what waited.
+func (f *claimsForwarder) deliverTo(m *volumes.Manager) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.to = m
+	for _, deliver := range f.waiting {
+		deliver(m)
+	}
+	f.waiting = nil
 }
 
 // onEvent logs and counts what became of a mount when this node's standing

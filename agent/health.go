@@ -106,6 +106,9 @@ func (a *Agent) fleetReasons() []string {
 	if err := s.EtcdUnreachable(); err != nil {
 		reasons = append(reasons, err.Error())
 	}
+	if why := s.IdentityLost(); why != "" {
+		reasons = append(reasons, "fleet: "+why)
+	}
 	if standing := s.Standing(time.Now()); standing != model.StandingHeld {
 		reasons = append(reasons, fmt.Sprintf("fleet: this node's lease is %s (last renewed %v ago, TTL %v): new claims and mounts are refused until etcd renews it",
 			standing, time.Since(s.LeaseRenewed()).Round(time.Millisecond), a.cfg.Cluster.LeaseTTL))

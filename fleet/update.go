@@ -161,13 +161,25 @@ func (s *Store) try(ctx context.Context, ns, id string, st *state, change func(*
 	if st.v != nil {
 		guess = &st.v.PluginID
 	}
+	reads := s.stateReads(ns, id, drainOf, guess)
+	abandoned, tombstone := s.requestGuard(ctx)
+	if tombstone != nil {
+		guards, reads = append(guards, abandoned...), append([]clientv3.Op{*tombstone}, reads...)
+	}
 	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", st.rev))...).
-		Then(ops...).Else(s.stateReads(ns, id, drainOf, guess)...).Commit()
+		Then(ops...).Else(reads...).Commit()
 	if err != nil {
 		return nil, nil, false, etcdErr(err)
 	}
 	if !resp.Succeeded {
-		after, err := s.stateFrom(ctx, drainOf, guess, resp.Responses)
+		rs := resp.Responses
+		if tombstone != nil {
+			if rs[0].GetResponseRange().GetCount() > 0 {
+				return nil, nil, false, ErrRequestAbandoned
+			}
+			rs = rs[1:]
+		}
+		after, err := s.stateFrom(ctx, drainOf, guess, rs)
 		return nil, after, false, err
 	}
 	if next == nil {

@@ -26,16 +26,26 @@ type Proxy struct {
 // Proxy starts a proxy to s on a free loopback port.
 func (s *Server) Proxy(t testing.TB) *Proxy {
 	t.Helper()
+	return NewProxy(t, s.client.Host)
+}
+
+// NewProxy starts a proxy to target (host:port) on a free loopback port,
+// as a cut of any TCP link, such as a cluster member's port, needs.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("etcdtest: proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: s.client.Host, conns: map[net.Conn]bool{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
 	return p
 }
+
+// Address is the proxy's host:port.
+func (p *Proxy) Address() string { return p.ln.Addr().String() }
 
 // Endpoints are the client URLs to dial through the proxy.
 func (p *Proxy) Endpoints() []string { return []string{"http://" + p.ln.Addr().String()} }

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +44,10 @@ const (
 	childAddressEnv = "PLUGVISOR_MEMBER_ADDRESS"
 	// childIdleEnv is the grains' idle timeout (default the member's).
 	childIdleEnv = "PLUGVISOR_MEMBER_GRAIN_IDLE"
+	// childAdvertiseEnv is the address the other members dial (default
+	// the member's own), and childTimeoutEnv its etcd request timeout.
+	childAdvertiseEnv = "PLUGVISOR_MEMBER_ADVERTISE"
+	childTimeoutEnv   = "PLUGVISOR_MEMBER_REQUEST_TIMEOUT"
 	// childTTL is the members' lease: 5 s, so that a loaded machine's slow
 	// keep-alives do not lose it while a member starts.
 	childTTL = 5 * time.Second
@@ -56,9 +62,12 @@ const (
 func runChild() int {
 	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Info, Name: os.Getenv(childEnv)})
 	remoteTLS, err := childTLS(os.Getenv(childTLSEnv))
-	var idle time.Duration
+	var idle, requestTimeout time.Duration
 	if err == nil && os.Getenv(childIdleEnv) != "" {
 		idle, err = time.ParseDuration(os.Getenv(childIdleEnv))
+	}
+	if err == nil && os.Getenv(childTimeoutEnv) != "" {
+		requestTimeout, err = time.ParseDuration(os.Getenv(childTimeoutEnv))
 	}
 	if err != nil {
 		fmt.Printf("error %v\n", err)
@@ -68,10 +77,12 @@ func runChild() int {
 		Fleet: fleet.Config{
 			Endpoints: strings.Split(os.Getenv(childEtcdEnv), ","),
 			NodeID:    os.Getenv(childEnv),
-			LeaseTTL:  childTTL,
-			Logger:    log,
+			LeaseTTL:       childTTL,
+			RequestTimeout: requestTimeout,
+			Logger:         log,
 		},
 		Address:          cmp.Or(os.Getenv(childAddressEnv), "127.0.0.1:0"),
+		Advertise:        os.Getenv(childAdvertiseEnv),
 		TLS:              remoteTLS,
 		GrainIdleTimeout: idle,
 	})
@@ -170,6 +181,8 @@ func childCommand(m *member.Member, args []string) string {
 		return answer(r.Release(ctx, "", arg(1), &model.Claim{AllocID: arg(2), State: model.ClaimStateReadyToFree}))
 	case "get":
 		return answer(r.GetVolume(ctx, "", arg(1)))
+	case "claims":
+		return claimsAtOnce(r, node, arg(1), arg(2))
 	case "hammer":
 		return hammers.start(r, node, arg(1), arg(2))
 	case "hammered":
@@ -179,16 +192,44 @@ func childCommand(m *member.Member, args []string) string {
 	}
 }
 
+// claimsAtOnce claims volume vol for n allocs (c1…cn) at once, and
+// answers "ok" with each alloc's answer kind (ok, refused, unavailable,
+// unknown or error), in order.
+func claimsAtOnce(r *member.Router, node, vol, n string) string {
+	count, err := strconv.Atoi(n)
+	if err != nil || count <= 0 {
+		return fmt.Sprintf("error claims %q: want a positive count", n)
+	}
+	kinds := make([]string, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := r.Claim(context.Background(), "", vol, &model.Claim{
+				AllocID: fmt.Sprintf("c%d", i+1), NodeID: node, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken})
+			kinds[i] = strings.Fields(answer(nil, err))[0]
+		}()
+	}
+	wg.Wait()
+	return "ok " + strings.Join(kinds, " ")
+}
+
 // answer is the one line of a volume or an error: "ok writers=<alloc>@<node>,...
 // readers=...", "refused <error>", "unavailable <error>" or "error <error>".
 func answer(v *model.CSIVolume, err error) string {
 	switch {
+	case errors.Is(err, model.ErrOutcomeUnknown):
+		return "unknown " + err.Error()
 	case errors.Is(err, csi.ErrClaimRefused):
 		return "refused " + err.Error()
 	case errors.Is(err, model.ErrFleetUnavailable):
 		return "unavailable " + err.Error()
 	case err != nil:
 		return "error " + err.Error()
+	}
+	if v == nil {
+		return "ok"
 	}
 	return fmt.Sprintf("ok writers=%s readers=%s", claims(v.WriteClaims), claims(v.ReadClaims))
 }

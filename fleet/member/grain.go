@@ -155,6 +155,9 @@ func (g *volumeGrain) next(ctx actor.Context) {
 func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
+	if r, ok := msg.(interface{ GetRequestId() string }); ok {
+		ctx = fleet.WithRequest(ctx, r.GetRequestId())
+	}
 	var v *model.CSIVolume
 	var err error
 	store := g.store()

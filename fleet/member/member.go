@@ -58,6 +58,9 @@ type Config struct {
 	// address the other members dial: an address of this host that they
 	// can reach (127.0.0.1 in tests); port 0 picks a free port.
 	Address string
+	// Advertise, when set, is the host:port the other members dial
+	// instead of Address: a NAT's, or a proxy's in front of it.
+	Advertise string
 	// TLS, when set, secures the remote: the server side serves
 	// TLS.Server (set ClientAuth to tls.RequireAndVerifyClientCert and
 	// ClientCAs for mTLS), the dialling side uses TLS.Client. Without it
@@ -97,6 +100,13 @@ func (c Config) validate() error {
 		}
 		if c.TLS == nil && !names.LoopbackHost(host) {
 			bad("Address %q is not loopback and TLS is not set: the remote carries claims, so secure it with TLS", c.Address)
+		}
+	}
+	if c.Advertise != "" {
+		if host, port, err := net.SplitHostPort(c.Advertise); err != nil || host == "" || port == "0" {
+			bad("Advertise %q is not host:port with a port: give the address the other members dial, say 203.0.113.5:7946", c.Advertise)
+		} else if c.TLS == nil && !names.LoopbackHost(host) {
+			bad("Advertise %q is not loopback and TLS is not set: the remote carries claims, so secure it with TLS", c.Advertise)
 		}
 	}
 	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Client == nil) {
@@ -202,7 +212,7 @@ func Start(cfg Config) (*Member, error) {
 	m.topology.Store(&[]*cluster.Member{})
 	m.changed.Store(new(make(chan struct{})))
 	inc := m.newIncarnation()
-	inc.provider.joined = m.openStore
+	inc.provider.joined = func(*clientv3.Client) error { return m.openStore(inc.system.Address()) }
 	if err := inc.start(cfg.Address); err != nil {
 		_ = inc.stop()
 		_ = m.stopAll()
@@ -231,7 +241,11 @@ func (m *Member) newIncarnation() *incarnation {
 	}
 	// protoactor's endpoint queues default to a million entries each,
 	// allocated up front: hundreds of MiB per member.
-	rc := remote.Configure(host, port, append(remoteOptions(cfg.TLS),
+	options := remoteOptions(cfg.TLS)
+	if cfg.Advertise != "" {
+		options = append(options, remote.WithAdvertisedHost(cfg.Advertise))
+	}
+	rc := remote.Configure(host, port, append(options,
 		remote.WithEndpointWriterQueueSize(remoteQueueSize), remote.WithEndpointManagerQueueSize(remoteQueueSize))...)
 	// protoactor's endpoint writer dials a peer up to MaxRetryCount times
 	// and leaks the gRPC connection of every failed attempt but the last,
@@ -353,11 +367,14 @@ func recovered(address string, r any) error {
 	return fmt.Errorf("member: join the cluster at %s: %v", address, r)
 }
 
-// openStore opens the fleet.Store once the provider reaches etcd.
-func (m *Member) openStore(*clientv3.Client) error {
+// openStore opens the fleet.Store once the provider reaches etcd; the
+// store's liveness record names address, where the member listens.
+func (m *Member) openStore(address string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Fleet.RequestTimeout)
 	defer cancel()
-	s, err := fleet.Open(ctx, m.cfg.Fleet)
+	cfg := m.cfg.Fleet
+	cfg.Address = address
+	s, err := fleet.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}

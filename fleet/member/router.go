@@ -3,15 +3,20 @@ package member
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -170,13 +175,17 @@ func (r *Router) Owner(namespace, id string) string {
 }
 
 // change sends msg to the grain of the volume (namespace, id) until a grain
-// answers or the time is up.
+// answers or the time is up. Every attempt carries one request ID. When no
+// grain answers in time (or ctx is cancelled) the outcome is resolved
+// before anything is answered: see resolve.
 func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Message) (*model.CSIVolume, error) {
 	namespace, err := model.VolumeKey(namespace, id)
 	if err != nil {
 		return nil, err
 	}
 	identity := volumeIdentity(namespace, id)
+	request := newRequestID()
+	stampRequest(msg, request)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.budget)
@@ -193,18 +202,109 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 		if err == nil {
 			err = fmt.Errorf("an answer of type %T", res)
 		}
-		if errors.Is(err, errTopologyChanged) {
+		if errors.Is(err, errTopologyChanged) || errors.Is(err, errJoining) {
 			wait = firstWait // the grain has a new place: no reason to wait long
 		}
 		if !pause(ctx, wait, changed) {
-			if errors.Is(ctx.Err(), context.Canceled) {
-				return nil, fmt.Errorf("member: %s of volume %s: %w", describe(msg), identity, ctx.Err())
-			}
-			return nil, model.Refusef(model.ErrFleetUnavailable,
-				"member: %s of volume %s: no member of the cluster answered within %v (%d attempts; last: %v): changes are refused until one does",
+			gaveUp := fmt.Errorf("member: %s of volume %s: no member of the cluster answered within %v (%d attempts; last: %v)",
 				describe(msg), identity, time.Since(start).Round(time.Millisecond), attempt, err)
+			if errors.Is(ctx.Err(), context.Canceled) {
+				gaveUp = fmt.Errorf("member: %s of volume %s: %w", describe(msg), identity, ctx.Err())
+			}
+			return r.resolve(namespace, id, msg, request, gaveUp)
 		}
 		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// resolve answers a change that its grain did not answer in time: it
+// may still commit, so it is never reported refused as it stands. The
+// Router first writes the request's tombstone (fleet.Store.AbandonRequest),
+// after which the request can never commit, then reads the volume back:
+// when the change is there (applied), it succeeded; when not, it was not
+// applied and never will be, and the error matches
+// model.ErrFleetUnavailable. When etcd does not answer either, the outcome
+// is unknown (model.ErrOutcomeUnknown): sending the same request again is
+// safe.
+func (r *Router) resolve(namespace, id string, msg proto.Message, request string, gaveUp error) (*model.CSIVolume, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.member.cfg.Fleet.RequestTimeout)
+	defer cancel()
+	store := r.member.store.Load()
+	err := store.AbandonRequest(ctx, request)
+	var v *model.CSIVolume
+	if err == nil {
+		v, err = store.GetVolume(ctx, namespace, id)
+		if errors.Is(err, model.ErrVolumeNotFound) {
+			v, err = nil, nil
+		}
+	}
+	switch {
+	case err != nil:
+		return nil, errclass.Also(model.Refusef(model.ErrOutcomeUnknown,
+			"%v, and its outcome cannot be read back (%v): it may or may not have been applied; sending the same request again is safe", gaveUp, err),
+			model.ErrFleetUnavailable)
+	case applied(msg, v):
+		r.member.log.Info("a change no grain answered in time was applied, as read back", "volume", volumeIdentity(namespace, id), "change", describe(msg))
+		return v, nil
+	}
+	return nil, model.Refusef(model.ErrFleetUnavailable, "%v; read back, it was not applied, and it never will be: retry once a member answers", gaveUp)
+}
+
+// applied reports whether v (nil: no such volume), read back after the
+// request was abandoned, shows what msg asked for: every change is safe to
+// send again, so what it asks for being there is its success.
+func applied(msg proto.Message, v *model.CSIVolume) bool {
+	switch msg.(type) {
+	case *messages.FleetDeregisterVolume:
+		return v == nil
+	case *messages.FleetRegisterVolume:
+		return v != nil
+	}
+	if v == nil {
+		return false
+	}
+	switch m := msg.(type) {
+	case *messages.FleetClaimVolume:
+		c := model.ClaimFromProto(m.GetClaim())
+		held := v.WriteClaims[c.AllocID]
+		if c.Mode == model.ClaimModeRead {
+			held = v.ReadClaims[c.AllocID]
+		}
+		return held != nil && held.NodeID == c.NodeID
+	case *messages.FleetReleaseVolume:
+		c := model.ClaimFromProto(m.GetClaim())
+		if c.State == "" || c.State == model.ClaimStateReadyToFree {
+			return !slices.Contains(v.Claimants(), c.AllocID)
+		}
+		past := v.PastClaims[c.AllocID]
+		return past != nil && past.State == c.State
+	case *messages.FleetMarkVolumeDeleting:
+		return v.Deleting
+	case *messages.FleetRecordVolumeCapacity:
+		return v.CapacityBytes == m.GetCapacityBytes()
+	case *messages.FleetAttachVolume:
+		return v.Attachments[m.GetAttachment().GetNodeId()] != nil
+	case *messages.FleetMarkDetaching:
+		a := v.Attachments[m.GetNodeId()]
+		return a != nil && a.State == model.AttachmentStateDetaching
+	case *messages.FleetDetachVolume:
+		return v.Attachments[m.GetNodeId()] == nil
+	}
+	return false
+}
+
+// newRequestID is a random request ID.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// stampRequest sets msg's request_id (every grain request has one).
+func stampRequest(msg proto.Message, id string) {
+	m := msg.ProtoReflect()
+	if fd := m.Descriptor().Fields().ByName("request_id"); fd != nil {
+		m.Set(fd, protoreflect.ValueOfString(id))
 	}
 }
 

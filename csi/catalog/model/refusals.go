@@ -45,6 +45,12 @@ var (
 	// request timeout, so a change was refused rather than guessed; the
 	// error names the endpoints. Claims are refused until etcd answers.
 	ErrFleetUnavailable = errclass.New(errclass.Unavailable, "cluster-wide catalog unavailable")
+	// ErrOutcomeUnknown: in cluster mode, a change was sent and no answer
+	// came back in time, and its outcome could not be read back: it may
+	// or may not have been applied. Sending the same request again is
+	// safe (a claim by the same alloc is taken once); the error names
+	// the change. It also matches ErrFleetUnavailable.
+	ErrOutcomeUnknown = errclass.New(errclass.Unavailable, "outcome unknown")
 	// ErrTopologyRequired: the volume has no topology, and its plugin
 	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS, so each of its volumes
 	// needs one (Nomad's TODO, enforced; TopologyRequiredOf); it also

@@ -1,0 +1,71 @@
+package member_test
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+)
+
+// TestAClaimWhoseAnswerIsLostIsResolvedNeverAnsweredRefused cuts member a
+// off from the others' traffic into its port, while it reaches etcd and
+// their ports: its claims reach the volume's grain on another member and
+// commit there, but their answers never come back. Each claim is resolved
+// by reading it back once the Router gave up (after a tombstone that
+// keeps it from committing later): every one that is held in etcd
+// afterwards was answered ok. Before, all of them were answered
+// "no member answered … changes are refused", and committed all the same.
+func TestAClaimWhoseAnswerIsLostIsResolvedNeverAnsweredRefused(t *testing.T) {
+	s := etcdtest.Start(t)
+	listen := freeAddress(t)
+	proxy := etcdtest.NewProxy(t, listen)
+	a := startChild(t, s.Endpoints(), "x", childAddressEnv+"="+listen, childAdvertiseEnv+"="+proxy.Address(), childTimeoutEnv+"=2s")
+	others := []*child{startChild(t, s.Endpoints(), "y"), startChild(t, s.Endpoints(), "z")}
+	all := append([]*child{a}, others...)
+	waitMembers(t, all, all...)
+	vol := ""
+	for _, name := range []string{"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"} {
+		require.Equal(t, "ok writers= readers=", others[0].ask("register %s multi-node-multi-writer", name))
+		if owner := a.ask("owner %s", name); owner != "" && owner != a.id {
+			vol = name
+			break
+		}
+	}
+	require.NotEmpty(t, vol, "a volume whose grain runs on another member")
+	// x knows where the grain is, as after any claim through it.
+	require.Equal(t, "ok writers=c0@x readers=", a.ask("claim %s c0 write", vol))
+
+	proxy.Cut()
+	answers := strings.Fields(a.ask("claims %s 12", vol))
+	proxy.Heal()
+	require.Equal(t, "ok", answers[0])
+	t.Logf("answers: %v", answers[1:])
+	held := others[0].ask("get %s", vol)
+	writers := strings.Split(strings.TrimPrefix(strings.Fields(held)[1], "writers="), ",")
+	for i, kind := range answers[1:] {
+		alloc := fmt.Sprintf("c%d", i+1)
+		committed := slices.Contains(writers, alloc+"@x")
+		require.NotEqual(t, "refused", kind, "claim %s", alloc)
+		require.NotEqual(t, "error", kind, "claim %s", alloc)
+		if committed {
+			require.Equal(t, "ok", kind, "claim %s is held in etcd (%s), and was answered %s", alloc, held, kind)
+		} else {
+			require.NotEqual(t, "ok", kind, "claim %s was answered ok and is not held (%s)", alloc, held)
+		}
+	}
+}
+
+// freeAddress is a loopback host:port that was free a moment ago.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
