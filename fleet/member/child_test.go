@@ -75,8 +75,8 @@ func runChild() int {
 	}
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
-			Endpoints: strings.Split(os.Getenv(childEtcdEnv), ","),
-			NodeID:    os.Getenv(childEnv),
+			Endpoints:      strings.Split(os.Getenv(childEtcdEnv), ","),
+			NodeID:         os.Getenv(childEnv),
 			LeaseTTL:       childTTL,
 			RequestTimeout: requestTimeout,
 			Logger:         log,
