@@ -94,9 +94,10 @@ func (a *Agent) health() api.Health {
 }
 
 // fleetReasons are why the fleet is degraded for this node, in cluster
-// mode: etcd did not answer its latest call, or the node's lease is at
-// risk or lost (claims and mounts then wait or answer 503). Both clear by
-// themselves once etcd answers again.
+// mode: etcd did not answer its latest call, the node's lease is at risk
+// or lost (claims and mounts then wait or answer 503), another agent holds
+// the node ID, or other members do not answer this one's pings. Each
+// clears by itself once the cause is gone.
 func (a *Agent) fleetReasons() []string {
 	s := a.fleetStore()
 	if s == nil {
@@ -109,6 +110,8 @@ func (a *Agent) fleetReasons() []string {
 	if why := s.IdentityLost(); why != "" {
 		reasons = append(reasons, "fleet: "+why)
 	}
+	reasons = appendReason(reasons, "fleet: cluster members do not answer this one (changes of the volumes whose grains they run wait or fail here)",
+		a.member.Unreachable())
 	if standing := s.Standing(time.Now()); standing != model.StandingHeld {
 		reasons = append(reasons, fmt.Sprintf("fleet: this node's lease is %s (last renewed %v ago, TTL %v): new claims and mounts are refused until etcd renews it",
 			standing, time.Since(s.LeaseRenewed()).Round(time.Millisecond), a.cfg.Cluster.LeaseTTL))

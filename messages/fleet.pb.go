@@ -645,6 +645,100 @@ func (x *FleetNodeRecord) GetPid() int64 {
 	return 0
 }
 
+// MemberPing is sent by each cluster member, every second or so, to the
+// actor "plugvisor-ping" of every other member it sees, with its own ping
+// actor as the sender; that actor answers with a MemberPong. A member whose
+// pongs stop coming cannot be reached, one way or the other, and the
+// sender's health says so.
+type MemberPing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberPing) Reset() {
+	*x = MemberPing{}
+	mi := &file_messages_fleet_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberPing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberPing) ProtoMessage() {}
+
+func (x *MemberPing) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberPing.ProtoReflect.Descriptor instead.
+func (*MemberPing) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MemberPing) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+// MemberPong answers a MemberPing: member is the answering member's ID.
+type MemberPong struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberPong) Reset() {
+	*x = MemberPong{}
+	mi := &file_messages_fleet_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberPong) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberPong) ProtoMessage() {}
+
+func (x *MemberPong) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberPong.ProtoReflect.Descriptor instead.
+func (*MemberPong) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MemberPong) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
 var File_messages_fleet_proto protoreflect.FileDescriptor
 
 const file_messages_fleet_proto_rawDesc = "" +
@@ -695,7 +789,13 @@ const file_messages_fleet_proto_rawDesc = "" +
 	"\x11started_unix_nano\x18\x02 \x01(\x03R\x0fstartedUnixNano\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12\x10\n" +
-	"\x03pid\x18\x05 \x01(\x03R\x03pidB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	"\x03pid\x18\x05 \x01(\x03R\x03pid\"$\n" +
+	"\n" +
+	"MemberPing\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\"$\n" +
+	"\n" +
+	"MemberPong\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06memberB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_fleet_proto_rawDescOnce sync.Once
@@ -709,7 +809,7 @@ func file_messages_fleet_proto_rawDescGZIP() []byte {
 	return file_messages_fleet_proto_rawDescData
 }
 
-var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_messages_fleet_proto_goTypes = []any{
 	(*FleetClaimVolume)(nil),          // 0: plugvisor.messages.FleetClaimVolume
 	(*FleetReleaseVolume)(nil),        // 1: plugvisor.messages.FleetReleaseVolume
@@ -722,18 +822,20 @@ var file_messages_fleet_proto_goTypes = []any{
 	(*FleetDetachVolume)(nil),         // 8: plugvisor.messages.FleetDetachVolume
 	(*FleetVolumeResponse)(nil),       // 9: plugvisor.messages.FleetVolumeResponse
 	(*FleetNodeRecord)(nil),           // 10: plugvisor.messages.FleetNodeRecord
-	(*CatalogClaim)(nil),              // 11: plugvisor.messages.CatalogClaim
-	(*CatalogVolume)(nil),             // 12: plugvisor.messages.CatalogVolume
-	(*CatalogAttachment)(nil),         // 13: plugvisor.messages.CatalogAttachment
-	(*Error)(nil),                     // 14: plugvisor.messages.Error
+	(*MemberPing)(nil),                // 11: plugvisor.messages.MemberPing
+	(*MemberPong)(nil),                // 12: plugvisor.messages.MemberPong
+	(*CatalogClaim)(nil),              // 13: plugvisor.messages.CatalogClaim
+	(*CatalogVolume)(nil),             // 14: plugvisor.messages.CatalogVolume
+	(*CatalogAttachment)(nil),         // 15: plugvisor.messages.CatalogAttachment
+	(*Error)(nil),                     // 16: plugvisor.messages.Error
 }
 var file_messages_fleet_proto_depIdxs = []int32{
-	11, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	11, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	12, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	13, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
-	12, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	14, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.Error
+	13, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	13, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	14, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	15, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
+	14, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	16, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.Error
 	6,  // [6:6] is the sub-list for method output_type
 	6,  // [6:6] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -754,7 +856,7 @@ func file_messages_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_fleet_proto_rawDesc), len(file_messages_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -181,6 +181,8 @@ func childCommand(m *member.Member, args []string) string {
 		return answer(r.Release(ctx, "", arg(1), &model.Claim{AllocID: arg(2), State: model.ClaimStateReadyToFree}))
 	case "get":
 		return answer(r.GetVolume(ctx, "", arg(1)))
+	case "unreachable":
+		return cmp.Or(strings.Join(m.Unreachable(), "; "), "none")
 	case "claims":
 		return claimsAtOnce(r, node, arg(1), arg(2))
 	case "hammer":

@@ -168,6 +168,10 @@ type Member struct {
 	topology atomic.Pointer[[]*cluster.Member]
 	// changed is closed, and replaced, at each change of the topology.
 	changed atomic.Pointer[chan struct{}]
+	// reach is when each other member last answered a ping (reach.go);
+	// probing counts the prober, which quit ends.
+	reach   *reach
+	probing sync.WaitGroup
 	stopped sync.Once
 	stopErr error
 }
@@ -206,7 +210,7 @@ func Start(cfg Config) (*Member, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	m := &Member{cfg: cfg, log: cfg.Fleet.Logger.Named("member")}
+	m := &Member{cfg: cfg, log: cfg.Fleet.Logger.Named("member"), reach: &reach{heard: map[string]time.Time{}}}
 	m.quit, m.cancel = context.WithCancel(context.Background())
 	m.router = newRouter(m)
 	m.topology.Store(&[]*cluster.Member{})
@@ -219,6 +223,11 @@ func Start(cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.started(inc)
+	m.probing.Add(1)
+	go func() {
+		defer m.probing.Done()
+		m.probe(m.quit)
+	}()
 	m.log.Info("joined the cluster", "cluster", cfg.ClusterName, "member", inc.system.ID, "address", inc.system.Address())
 	return m, nil
 }
@@ -353,6 +362,9 @@ func (m *Member) rejoin() {
 // started makes inc, which has started, the member's incarnation, and
 // wakes the Router's requests that wait for one.
 func (m *Member) started(inc *incarnation) {
+	if err := m.spawnPing(inc); err != nil {
+		m.log.Warn("cannot start the member's ping actor: the others count it unreachable", "error", err)
+	}
 	m.latest.Store(inc)
 	m.current.Store(inc)
 	close(*m.changed.Swap(new(make(chan struct{}))))
@@ -484,6 +496,7 @@ func (m *Member) endRejoins() {
 	m.rejoining.Unlock()
 	m.cancel()
 	m.rejoins.Wait()
+	m.probing.Wait()
 }
 
 // stop stops the provider (revoking the lease) and protoactor's parts,

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -18,7 +19,9 @@ import (
 // commit there, but their answers never come back. Each claim is resolved
 // by reading it back once the Router gave up (after a tombstone that
 // keeps it from committing later): every one that is held in etcd
-// afterwards was answered ok. Before, all of them were answered
+// afterwards was answered ok. While cut, x hears no other member, and
+// they do not hear x, and each says so (Member.Unreachable, which the
+// agent's health reports), until the cut heals. Before, all of them were answered
 // "no member answered … changes are refused", and committed all the same.
 func TestAClaimWhoseAnswerIsLostIsResolvedNeverAnsweredRefused(t *testing.T) {
 	s := etcdtest.Start(t)
@@ -41,8 +44,17 @@ func TestAClaimWhoseAnswerIsLostIsResolvedNeverAnsweredRefused(t *testing.T) {
 	require.Equal(t, "ok writers=c0@x readers=", a.ask("claim %s c0 write", vol))
 
 	proxy.Cut()
+	// Both sides see the cut, and say so in their health.
+	require.Eventually(t, func() bool {
+		got := a.ask("unreachable")
+		return strings.Contains(got, others[0].id) && strings.Contains(got, others[1].id)
+	}, timeout, 50*time.Millisecond, "x hears no member")
+	require.Eventually(t, func() bool { return strings.Contains(others[0].ask("unreachable"), a.id) }, timeout, 50*time.Millisecond)
 	answers := strings.Fields(a.ask("claims %s 12", vol))
 	proxy.Heal()
+	for _, c := range all {
+		require.Eventually(t, func() bool { return c.ask("unreachable") == "none" }, timeout, 50*time.Millisecond, "%s hears every member again", c.node)
+	}
 	require.Equal(t, "ok", answers[0])
 	t.Logf("answers: %v", answers[1:])
 	held := others[0].ask("get %s", vol)
