@@ -573,6 +573,9 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	if a.cancel != nil {
 		a.cancel()
 	}
+	if s := a.fleetStore(); s != nil {
+		s.Hurry()
+	}
 	for _, s := range a.listeners {
 		_ = s.listener.Close()
 	}

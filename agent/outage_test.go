@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
@@ -102,4 +103,23 @@ func toStrings(v any) []string {
 		out = append(out, s.(string))
 	}
 	return out
+}
+
+// TestAnAgentWhoseEtcdIsGoneStopsCleanly kills the fleet's etcd, then
+// stops a cluster agent: its leases cannot be revoked, which it says at
+// WARN (they expire by themselves), and it stops without an error and
+// without an ERROR line; each call it makes while stopping waits at most
+// a second (fleet.Store.Hurry). Before, it took 25–50 s and exited
+// non-zero with an ERROR.
+func TestAnAgentWhoseEtcdIsGoneStopsCleanly(t *testing.T) {
+	srv := etcdtest.StartProcess(t)
+	logs := &probe.LogBuffer{}
+	a, err := agent.Start(agent.Config{DataDir: dataDir(t), Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), NodeID: "n1",
+		Cluster: &agent.ClusterConfig{Etcd: srv.Endpoints(), Address: "127.0.0.1:0", LeaseTTL: fleet.MinLeaseTTL, GCInterval: time.Second, GCGrace: 10 * time.Second}})
+	require.NoError(t, err)
+	waitHeld(t, a, unixClient(t, a))
+	srv.Stop()
+	require.NoError(t, a.Shutdown(context.Background()))
+	require.NotContains(t, logs.String(), "[ERROR]")
+	require.Contains(t, logs.String(), "could not revoke the node's lease")
 }

@@ -207,7 +207,8 @@ func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 }
 
 // Undrain makes node eligible for new claims again, and reports whether
-// it was draining (a node that was not stays as it is).
+// it was draining (a node that was not stays as it is). A node the fleet
+// does not know is model.ErrNodeNotFound.
 func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 	if err := names.Check("node ID", node); err != nil {
 		return false, model.Refusef(model.ErrInvalid, "fleet: eligibility: %v", err)
@@ -215,8 +216,17 @@ func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 	var deleted bool
 	err := s.call(ctx, "end a node's drain", func(ctx context.Context) error {
 		resp, err := s.client.Delete(ctx, s.keys.drain(node))
-		deleted = err == nil && resp.Deleted > 0
-		return etcdErr(err)
+		if err != nil {
+			return etcdErr(err)
+		}
+		if deleted = resp.Deleted > 0; deleted {
+			return nil
+		}
+		nodes, err := s.readNodes(ctx)
+		if err == nil && nodes[node] == nil {
+			err = nodeNotFound(node, nodes)
+		}
+		return err
 	})
 	if deleted {
 		s.log.Info("a node is eligible again: it takes new claims", "node", node)

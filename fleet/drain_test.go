@@ -46,7 +46,8 @@ func TestADrainingNodeTakesNoNewClaimUntilEligibleAgain(t *testing.T) {
 }
 
 // TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing drains an
-// unknown node, a node with a bad name, and a node twice.
+// unknown node, a node with a bad name, and a node twice, and makes an
+// unknown node eligible.
 func TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing(t *testing.T) {
 	srv := etcdtest.Start(t)
 	a := open(t, srv, "node-a")
@@ -67,6 +68,9 @@ func TestABadDrainIsRefusedNamingWhatIsWrongAndChangesNothing(t *testing.T) {
 	require.Equal(t, before[0].DrainingSince, nodesOf(t, a)[0].DrainingSince, "the first drain's start stays")
 	_, err = a.FreeNodeClaims(ctx, "node-x")
 	require.ErrorIs(t, err, model.ErrNodeDraining, "only a draining node's claims are forced free")
+	_, err = a.Undrain(ctx, "node-x")
+	require.ErrorIs(t, err, model.ErrNodeNotFound, "eligibility of an unknown node: it answered as if done")
+	require.ErrorContains(t, err, `the fleet knows no node "node-x" (known: node-a)`)
 }
 
 // TestNodesListsEachNodeWithItsLeaseClaimsAndAttachments lists a node up

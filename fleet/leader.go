@@ -95,7 +95,7 @@ func (e *elector) term(ctx context.Context) error {
 // expires by itself.
 func (e *elector) revoke(session *concurrency.Session) {
 	session.Orphan()
-	ctx, cancel := context.WithTimeout(context.Background(), e.s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.s.CallTimeout())
 	defer cancel()
 	_, _ = e.client.Revoke(ctx, session.Lease())
 }
@@ -106,7 +106,7 @@ func (e *elector) stop() {
 	e.cancel()
 	select {
 	case <-e.done:
-	case <-time.After(e.s.cfg.RequestTimeout):
+	case <-time.After(e.s.CallTimeout()):
 		_ = e.client.Close()
 		<-e.done
 	}

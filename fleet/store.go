@@ -33,6 +33,8 @@ type Store struct {
 	lost     identityLoss
 	// watch is the node's watch while one runs (WatchNode).
 	watch atomic.Pointer[nodeWatch]
+	// hurry is set once the agent stops (Hurry).
+	hurry atomic.Bool
 	// lastPlugin is the plugin of the last volume read: readVolume reads
 	// its fingerprints with the next record, in one round trip, as most
 	// fleets run one plugin or a few. A wrong guess costs one more.
@@ -84,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.lease.stop()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), s.CallTimeout())
 		defer cancel()
 		if err := s.lease.revoke(ctx); err != nil {
 			s.log.Warn("could not revoke the node's lease: the node stays up until it expires", "error", err)
@@ -93,6 +95,35 @@ func (s *Store) Close() error {
 		s.log.Info("left the fleet", "node", s.cfg.NodeID)
 	})
 	return s.closeErr
+}
+
+// quickStop bounds each call to etcd once the agent stops (Hurry) while
+// etcd does not answer.
+const quickStop = time.Second
+
+// Hurry tells the Store that its agent is stopping: from now on, while
+// etcd did not answer the latest call or the lease is not held, each call
+// (the revocations of Close and of the fleet's elections included) waits
+// at most a second, so that an agent whose etcd is gone stops in seconds.
+// Its leases then expire by themselves, within their TTL.
+// Hurry asks etcd once, for at most a second, whether it answers.
+func (s *Store) Hurry() {
+	s.hurry.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), quickStop)
+	defer cancel()
+	if _, err := s.client.Get(ctx, s.keys.node(s.cfg.NodeID), clientv3.WithCountOnly()); err != nil {
+		s.reach.observe(s.unavailable("check that etcd answers before stopping", err))
+	}
+}
+
+// CallTimeout is how long a call to etcd may wait now: the request
+// timeout, or a second once the agent hurries to stop and etcd does not
+// answer (see Hurry).
+func (s *Store) CallTimeout() time.Duration {
+	if s.hurry.Load() && (s.EtcdUnreachable() != nil || s.Standing(time.Now()) != model.StandingHeld) {
+		return quickStop
+	}
+	return s.cfg.RequestTimeout
 }
 
 // clientConfig is how the Store's clients reach etcd.
@@ -115,7 +146,7 @@ func (s *Store) NodeID() string { return s.cfg.NodeID }
 // caller's own ctx ended; every other error (a refusal, bad input, a
 // corrupt record) passes through as it is.
 func (s *Store) call(ctx context.Context, what string, op func(ctx context.Context) error) error {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	cctx, cancel := context.WithTimeout(ctx, s.CallTimeout())
 	defer cancel()
 	start := time.Now()
 	err := s.classify(ctx, what, op(cctx))

@@ -187,7 +187,10 @@ type incarnation struct {
 	peers sync.Map
 	// retired is set when a rejoin replaces the incarnation: its
 	// topology is no longer the member's.
-	retired  atomic.Bool
+	retired atomic.Bool
+	// stopping is set once the incarnation stops: protoactor's complaints
+	// about the parts being stopped are not the operator's news.
+	stopping *atomic.Bool
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -243,8 +246,15 @@ func (m *Member) newIncarnation() *incarnation {
 		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
 	}
 	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
-	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(log, p.left)))
+	stopping := &atomic.Bool{}
+	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(log, p.left, stopping)))
 	p.lost = m.rejoin
+	p.stopTimeout = func() time.Duration {
+		if s := m.store.Load(); s != nil {
+			return s.CallTimeout()
+		}
+		return cfg.Fleet.RequestTimeout
+	}
 	if cfg.TLS != nil {
 		p.check = tlsPeerCheck(cfg.TLS.Client, cfg.Fleet.RequestTimeout)
 	}
@@ -261,7 +271,7 @@ func (m *Member) newIncarnation() *incarnation {
 	// which then redials forever: a dead peer gets one attempt, whose
 	// connection is closed with its writer.
 	rc.MaxRetryCount = 1
-	inc := &incarnation{system: system, provider: p}
+	inc := &incarnation{system: system, provider: p, stopping: stopping}
 	// A grain gives the Store twice its request timeout, so that an etcd
 	// that does not answer fails the Store's own call first, as
 	// model.ErrFleetUnavailable, rather than the grain's deadline.
@@ -503,6 +513,7 @@ func (m *Member) endRejoins() {
 // once.
 func (inc *incarnation) stop() error {
 	inc.stopOnce.Do(func() {
+		inc.stopping.Store(true)
 		inc.stopErr = inc.provider.Shutdown(true)
 		inc.stopCluster()
 	})
@@ -540,13 +551,41 @@ func (inc *incarnation) stopCluster() {
 }
 
 // quietLogger gives protoactor a logger that writes warnings and errors
-// only, through l; trouble with the connection to another member is no
-// error, and none at all when the member left (left) or the connection
-// closed as a clean stop closes it (peerLoss).
-func quietLogger(l hclog.Logger, left func(address string) bool) func(*actor.ActorSystem) *slog.Logger {
+// only, through l, and nothing once the system stops (stopping); trouble
+// with the connection to another member is no error, and none at all when
+// the member left (left) or the connection closed as a clean stop closes
+// it (peerLoss).
+func quietLogger(l hclog.Logger, left func(address string) bool, stopping *atomic.Bool) func(*actor.ActorSystem) *slog.Logger {
 	return func(system *actor.ActorSystem) *slog.Logger {
-		return slog.New(peerLoss{minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}, left}).With("system", system.ID)
+		h := minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}
+		return slog.New(peerLoss{untilStopped{h, stopping}, left}).With("system", system.ID)
 	}
+}
+
+// untilStopped is a slog handler that drops every record once stopping is
+// set.
+type untilStopped struct {
+	slog.Handler
+	stopping *atomic.Bool
+}
+
+func (h untilStopped) Enabled(ctx context.Context, l slog.Level) bool {
+	return !h.stopping.Load() && h.Handler.Enabled(ctx, l)
+}
+
+func (h untilStopped) Handle(ctx context.Context, r slog.Record) error {
+	if h.stopping.Load() {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h untilStopped) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return untilStopped{h.Handler.WithAttrs(attrs), h.stopping}
+}
+
+func (h untilStopped) WithGroup(name string) slog.Handler {
+	return untilStopped{h.Handler.WithGroup(name), h.stopping}
 }
 
 // minLevel is a slog handler that drops records below a level.

@@ -50,6 +50,9 @@ type provider struct {
 	// check, when set (the remote runs TLS), checks the members already
 	// there before this one registers (see checkPeers).
 	check peerCheck
+	// stopTimeout, when set, bounds the revocation of the lease at
+	// Shutdown (the fleet.Store's CallTimeout); else timeout does.
+	stopTimeout func() time.Duration
 	// subscribe, when set, subscribes the member to the topology events.
 	// StartMember calls it before the first topology: protoactor has
 	// set its identity lookup up by then, and the EventStream calls its
@@ -151,7 +154,10 @@ func (p *provider) StartClient(*cluster.Cluster) error { return errClientMode }
 // a failed StartMember.
 func (p *provider) Shutdown(bool) error {
 	p.stop()
-	err := p.revoke()
+	var err error
+	if rerr := p.revoke(); rerr != nil {
+		p.log.Warn("could not revoke the member's lease: the others see it leave once the lease expires", "error", rerr)
+	}
 	if p.client != nil {
 		if cerr := p.client.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("member: close the etcd client: %w", cerr)
@@ -181,7 +187,11 @@ func (p *provider) revoke() error {
 	if p.lease == clientv3.NoLease {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	timeout := p.timeout
+	if p.stopTimeout != nil {
+		timeout = p.stopTimeout()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_, err := p.client.Revoke(ctx, p.lease)
 	p.lease = clientv3.NoLease
