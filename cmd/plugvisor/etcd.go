@@ -60,7 +60,7 @@ save, and shrink its file after compaction with plugvisor etcd defrag
 			case <-signals:
 			case err = <-e.Err():
 			}
-			e.Close()
+			embedded.Stop(e, time.Second)
 			return err
 		},
 	}

@@ -81,6 +81,25 @@ func Start(cfg Config) (*embed.Etcd, error) {
 	}
 }
 
+// Stop stops the member within about grace, where Close can wait for
+// etcd's request timeout (5 s and more) on the watch streams its clients
+// keep open: it stops the etcd server first (each write is durable in its
+// log and db as it is applied, so nothing acknowledged is lost), then
+// closes it, waiting at most grace. A Close still waiting after that is
+// left to the process's exit: for a process that stops (plugvisor etcd).
+func Stop(e *embed.Etcd, grace time.Duration) {
+	e.Server.Stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
+	}
+}
+
 // restoreRevisionBump is how far a restore moves etcd's revision past the
 // snapshot's, as etcd advises for a restore under running clients: a
 // client that watched at a later revision than the snapshot's sees its
