@@ -271,7 +271,11 @@ type VolumeStage struct {
 	LastError  string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// mount_group is the mount group of the mount that staged the volume
 	// (see VolumePublish.mount_group), sent again by reconcile.
-	MountGroup    string `protobuf:"bytes,5,opt,name=mount_group,json=mountGroup,proto3" json:"mount_group,omitempty"`
+	MountGroup string `protobuf:"bytes,5,opt,name=mount_group,json=mountGroup,proto3" json:"mount_group,omitempty"`
+	// fenced is set while the node's fence keeps the staging path read-only
+	// (a writer's publish is a bind mount of it, so a process could write
+	// the volume there): the unfence makes it writable again.
+	Fenced        bool `protobuf:"varint,6,opt,name=fenced,proto3" json:"fenced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,6 +343,13 @@ func (x *VolumeStage) GetMountGroup() string {
 		return x.MountGroup
 	}
 	return ""
+}
+
+func (x *VolumeStage) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
 }
 
 // VolumePublish is one alloc's use of a VolumeRecord.
@@ -1610,7 +1621,7 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbf\x01\n" +
 	"\vVolumeStage\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12!\n" +
 	"\fstaging_path\x18\x02 \x01(\tR\vstagingPath\x12\x1f\n" +
@@ -1619,7 +1630,8 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x04 \x01(\tR\tlastError\x12\x1f\n" +
 	"\vmount_group\x18\x05 \x01(\tR\n" +
-	"mountGroup\"\x9f\x02\n" +
+	"mountGroup\x12\x16\n" +
+	"\x06fenced\x18\x06 \x01(\bR\x06fenced\"\x9f\x02\n" +
 	"\rVolumePublish\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +

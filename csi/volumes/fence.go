@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"golang.org/x/sys/unix"
@@ -111,10 +112,14 @@ func (m *manager) announce(kind EventKind, detail string) {
 func (m *manager) fenceNow(ctx actor.Context) {
 	var targets []string
 	for _, rec := range m.records {
+		writer := false
 		for _, pub := range rec.GetPublishes() {
 			if mayBeWritable(pub) {
-				targets = append(targets, pub.GetTargetPath())
+				targets, writer = append(targets, pub.GetTargetPath()), true
 			}
+		}
+		if st := rec.GetStage(); writer && st != nil {
+			targets = append(targets, st.GetStagingPath())
 		}
 	}
 	m.remountReadOnly(targets)
@@ -176,12 +181,58 @@ func (j *job) fence(mounts map[string]bool) error {
 			j.env.emit(kind, j.key, pub, note)
 		}
 	}
+	if err := j.fenceStage(); err != nil {
+		refused = append(refused, err)
+	} else if st := j.rec.GetStage(); st != nil && st.GetFenced() {
+		changed = true
+	}
 	if changed {
 		if err := j.save(); err != nil {
 			return err
 		}
 	}
 	return fmt.Errorf("%w: volume %s is fenced until this node's lease is renewed%s", ErrFenced, j.key, joinedNote(refused))
+}
+
+// fenceStage makes the staging path read-only too while a writer's
+// publish is fenced: the publish is a bind mount of it, and a process of
+// the host could write the volume there. Only a stage that a writer
+// publishes is made read-only, and the record says so (stage.fenced), so
+// that the unfence makes writable again only what the fence made
+// read-only.
+func (j *job) fenceStage() error {
+	st := j.rec.GetStage()
+	if st == nil || st.GetFenced() || !j.writerPublished() {
+		return nil
+	}
+	if err := remount(st.GetStagingPath(), true); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("staging path %s NOT read-only: the kernel refused to remount it (%v)", st.GetStagingPath(), err)
+	}
+	st.Fenced = true
+	j.log.Warn("staging path fenced: read-only until the claims are checked", "staging_path", st.GetStagingPath())
+	return nil
+}
+
+// unfenceStage makes the staging path writable again once the fence that
+// made it read-only is lifted: one the record says was fenced, or one a
+// writer publishes and the kernel has read-only (fenceNow made it so
+// before a job recorded it; a writer's stage is writable by design).
+func (j *job) unfenceStage() error {
+	st := j.rec.GetStage()
+	if st == nil || !st.GetFenced() && !(j.writerPublished() && readOnlyMount(st.GetStagingPath())) {
+		return nil
+	}
+	if err := remount(st.GetStagingPath(), false); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("volumes: make the fenced staging path %s writable again: %w", st.GetStagingPath(), err)
+	}
+	st.Fenced = false
+	return nil
+}
+
+// writerPublished reports whether a writer's publish of the volume may be
+// mounted.
+func (j *job) writerPublished() bool {
+	return slices.ContainsFunc(publishedAllocs(j.rec), func(a string) bool { return mayBeWritable(j.rec.GetPublishes()[a]) })
 }
 
 func joinedNote(errs []error) string {
@@ -240,6 +291,9 @@ func (j *job) claimGone(ctx context.Context, alloc string, holders map[string]st
 // this node's; when the node's standing was lost meanwhile, it is made
 // read-only again (see fencedAfter).
 func (j *job) unfence(pub *messages.VolumePublish) error {
+	if err := j.unfenceStage(); err != nil {
+		return j.failed(pub, err)
+	}
 	if !pub.GetReadOnly() {
 		if err := remount(pub.GetTargetPath(), false); err != nil {
 			return j.failed(pub, fmt.Errorf("volumes: make the fenced target %s writable again: %w", pub.GetTargetPath(), err))

@@ -124,6 +124,9 @@ func TestANodeCutFromEtcdFencesItsWriterAndTakesItDownOnceTheFleetGaveTheVolumeA
 	f.proxy.Cut()
 	require.Eventually(t, func() bool { return errors.Is(writable(res.TargetPath), unix.EROFS) }, wait, 10*time.Millisecond,
 		"n2's writer stayed writable with its lease lost")
+	require.NotEmpty(t, res.StagingPath)
+	require.Eventually(t, func() bool { return errors.Is(writable(res.StagingPath), unix.EROFS) }, wait, 10*time.Millisecond,
+		"n2's staging path, of which the writer's target is a bind mount, stayed writable with its lease lost")
 	_, err = f.n2.manager.Mount(ctx, "", "db", "a2b", true)
 	require.ErrorIs(t, err, volumes.ErrFenced)
 	require.Eventually(t, func() bool { return f.n2.status("db").Record.GetPublishes()["a2"].GetFence() != "" }, wait, 10*time.Millisecond)
@@ -150,8 +153,9 @@ func TestANodeCutFromEtcdFencesItsWriterAndTakesItDownOnceTheFleetGaveTheVolumeA
 }
 
 // TestAFencedWriterIsWritableAgainWhenItsClaimOutlivedTheCut: a cut
-// shorter than the GC's grace fences the writer, and the node, back, finds
-// its claim still its own and makes the target writable again.
+// shorter than the GC's grace fences the writer and its staging path, and
+// the node, back, finds its claim still its own and makes both writable
+// again.
 func TestAFencedWriterIsWritableAgainWhenItsClaimOutlivedTheCut(t *testing.T) {
 	f := newPartitionedFleet(t)
 	res, err := f.n2.manager.Mount(ctx, "", "db", "a2", false)
@@ -159,14 +163,19 @@ func TestAFencedWriterIsWritableAgainWhenItsClaimOutlivedTheCut(t *testing.T) {
 
 	f.proxy.Cut()
 	require.Eventually(t, func() bool { return errors.Is(writable(res.TargetPath), unix.EROFS) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return errors.Is(writable(res.StagingPath), unix.EROFS) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return f.n2.status("db").Record.GetStage().GetFenced() }, wait, 10*time.Millisecond,
+		"the record says the fence made the staging path read-only")
 	f.proxy.Heal()
 	require.Eventually(t, func() bool { return writable(res.TargetPath) == nil }, wait, 10*time.Millisecond,
 		"the writer stayed read-only although its claim is n2's")
+	require.NoError(t, writable(res.StagingPath), "the staging path is writable again with its writer")
 	require.Eventually(t, func() bool {
 		return slices.Equal(f.heard.kinds("a2"), []volumes.EventKind{volumes.EventClaimAtRisk, volumes.EventClaimLost, volumes.EventClaimRestored})
 	}, wait, 10*time.Millisecond, "heard %v", f.heard.kinds("a2"))
 	st := f.n2.settle("db")
 	require.Empty(t, st.Record.GetPublishes()["a2"].GetFence())
+	require.False(t, st.Record.GetStage().GetFenced())
 	require.NoError(t, f.n2.manager.Unmount(ctx, "", "db", "a2"))
 }
 
