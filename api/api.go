@@ -18,10 +18,12 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/dockervolume"
@@ -167,14 +169,34 @@ func statusOf(err error) int {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	// A 4xx is the caller's to fix, so it is news, not an error of the agent's.
+	// A 4xx is the caller's to fix, so it is news, not an error of the
+	// agent's; a 503 is a service the agent needs that did not answer.
 	status := statusOf(err)
-	if status >= 500 {
+	switch {
+	case status == http.StatusServiceUnavailable:
+		s.Logger.Warn("request failed: a service it needs did not answer", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+	case status >= 500:
 		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
-	} else {
+	default:
 		s.Logger.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	}
-	writeJSON(w, status, map[string]string{"error": err.Error()})
+	writeJSON(w, status, map[string]string{"error": err.Error(), "code": errorCode(err, status)})
+}
+
+// errorCode is the code of an error answer, for a program to act on: the
+// error's class in snake case ("not_found", "conflict", "unavailable",
+// ...), "outcome_unknown" for a fleet change whose outcome could not be
+// read back (retrying the same request is safe), and the status's name
+// for an error of no class.
+func errorCode(err error, status int) string {
+	name := http.StatusText(status)
+	switch class := errclass.Of(err); {
+	case errors.Is(err, model.ErrOutcomeUnknown):
+		return "outcome_unknown"
+	case class != nil:
+		name = class.Error()
+	}
+	return strings.ToLower(strings.ReplaceAll(name, " ", "_"))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -57,7 +57,7 @@ func (s *Server) HandlerFor(l Listener) http.Handler {
 			if status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="plugvisor"`)
 			}
-			writeJSON(w, status, map[string]string{"error": err.Error()})
+			writeJSON(w, status, map[string]string{"error": err.Error(), "code": errorCode(err, status)})
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)

@@ -102,11 +102,12 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		defer resp.Body.Close()
 		var apiErr struct {
 			Error string `json:"error"`
+			Code  string `json:"code"`
 		}
 		if json.NewDecoder(resp.Body).Decode(&apiErr) != nil || apiErr.Error == "" {
 			apiErr.Error = resp.Status
 		}
-		return nil, &apiError{status: resp.StatusCode, message: apiErr.Error}
+		return nil, &apiError{status: resp.StatusCode, message: apiErr.Error, code: apiErr.Code}
 	}
 	return resp, nil
 }
@@ -116,13 +117,19 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 type apiError struct {
 	status  int
 	message string
+	// code is the API's code of the error (its class, or
+	// "outcome_unknown"); empty from an agent that sends none.
+	code string
 }
 
 func (e *apiError) Error() string { return e.message }
 
-// Code is the status's name in snake case ("not_found", "conflict", ...),
-// the code of the error under -json.
+// Code is the API's code of the error, or the status's name in snake case
+// ("not_found", "conflict", ...): the code of the error under -json.
 func (e *apiError) Code() string {
+	if e.code != "" {
+		return e.code
+	}
 	return strings.ToLower(strings.ReplaceAll(cmp.Or(http.StatusText(e.status), fmt.Sprintf("status %d", e.status)), " ", "_"))
 }
 
