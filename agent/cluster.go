@@ -25,6 +25,9 @@ type ClusterConfig struct {
 	// the other members dial (required): an address of this host they can
 	// reach; port 0 picks a free port. Beyond loopback it needs RemoteTLS.
 	Address string
+	// Advertise, when set, is the host:port the other members dial instead
+	// of Address (behind a NAT, or a proxy).
+	Advertise string
 	// RemoteTLS secures the members' traffic; set ClientAuth in its Server
 	// config for mTLS.
 	RemoteTLS *member.RemoteTLS
@@ -85,7 +88,7 @@ func (a *Agent) startCluster() error {
 			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, MaxVolumes: a.cfg.MaxVolumes, Logger: a.log,
 			Metrics: a.metrics.fleet,
 		},
-		Address: c.Address, TLS: c.RemoteTLS, ClusterName: c.ClusterName,
+		Address: c.Address, Advertise: c.Advertise, TLS: c.RemoteTLS, ClusterName: c.ClusterName,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster mode: %w", err)

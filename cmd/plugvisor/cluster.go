@@ -21,7 +21,7 @@ import (
 type clusterFlags struct {
 	etcd                      string
 	etcdCA, etcdCert, etcdKey string
-	address                   string
+	address, advertise        string
 	ca, cert, key             string
 	insecure                  bool
 	name, prefix              string
@@ -37,6 +37,7 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.etcdCert, "cluster-etcd-cert", "", "PEM client certificate for etcd")
 	fs.StringVar(&f.etcdKey, "cluster-etcd-key", "", "PEM private key of -cluster-etcd-cert")
 	fs.StringVar(&f.address, "cluster-address", "", "host:port this agent's cluster member listens on and the others dial, e.g. 10.0.0.5:7946 (required in cluster mode)")
+	fs.StringVar(&f.advertise, "cluster-advertise", "", "host:port the other members dial, when not -cluster-address (behind a NAT or a proxy), e.g. 203.0.113.5:7946")
 	fs.StringVar(&f.ca, "cluster-ca", "", "PEM CA that signs every member's certificate (members talk over mutual TLS)")
 	fs.StringVar(&f.cert, "cluster-cert", "", "PEM certificate of this member, for -cluster-address (server and client use)")
 	fs.StringVar(&f.key, "cluster-key", "", "PEM private key of -cluster-cert")
@@ -70,7 +71,7 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 	if f.address == "" {
 		return nil, usageError("-cluster-address is required in cluster mode: the host:port this member listens on, e.g. 10.0.0.5:7946")
 	}
-	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, ClusterName: f.name, Prefix: f.prefix,
+	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, Advertise: f.advertise, ClusterName: f.name, Prefix: f.prefix,
 		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace, FenceMargin: f.fenceMargin, CompactInterval: f.compactInterval}
 	var err error
 	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
@@ -94,6 +95,8 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 		return nil, usageError("cluster mode needs -cluster-ca, -cluster-cert and -cluster-key (members talk over mutual TLS), or -cluster-insecure on a loopback -cluster-address to try a fleet on one machine")
 	case !loopbackAddress(f.address):
 		return nil, usageError("-cluster-insecure works only on a loopback -cluster-address, not %q: give -cluster-ca, -cluster-cert and -cluster-key", f.address)
+	case f.advertise != "" && !loopbackAddress(f.advertise):
+		return nil, usageError("-cluster-insecure works only on a loopback -cluster-advertise, not %q: give -cluster-ca, -cluster-cert and -cluster-key", f.advertise)
 	}
 	return c, nil
 }

@@ -1,0 +1,124 @@
+package chaos_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/internal/racelog"
+)
+
+// proc is a process of the fleet: etcd, an agent or a plugin. Its output
+// is kept, and its end noted: a process that ends without the harness
+// ending it is a crash.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *probe.LogBuffer
+	done chan struct{}
+	// ended is set before the harness ends the process (kill, stop), so
+	// that its end is not a crash.
+	ended atomic.Bool
+	err   error
+	races string
+}
+
+// start runs binary with args, writing race reports under races.
+func start(name, races string, args ...string) (*proc, error) {
+	cmd := exec.Command(binary, args...)
+	p := &proc{name: name, cmd: cmd, out: &probe.LogBuffer{}, done: make(chan struct{}), races: races}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.Env = append(os.Environ(), racelog.Env(races))
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// alive reports whether the process runs.
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill9 kills the process with SIGKILL and waits for it.
+func (p *proc) kill9() {
+	p.ended.Store(true)
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends SIGTERM and waits up to grace, then kills it; it reports
+// whether it stopped by itself, cleanly.
+func (p *proc) stop(grace time.Duration) error {
+	p.ended.Store(true)
+	if !p.alive() {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("%s exited with %v: %s", p.name, p.err, tail(p.out.String(), 20))
+		}
+		return nil
+	case <-time.After(grace):
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s did not stop within %v of SIGTERM: %s", p.name, grace, tail(p.out.String(), 20))
+	}
+}
+
+// crashed says how the process ended when the harness did not end it, or
+// "" while it runs or when the harness ended it.
+func (p *proc) crashed() string {
+	if p.alive() || p.ended.Load() {
+		return ""
+	}
+	return fmt.Sprintf("%s exited by itself (%v): %s", p.name, p.err, tail(p.out.String(), 30))
+}
+
+// trouble is what the process's output says went wrong at its worst: a
+// panic, a fatal error, a data race.
+func (p *proc) trouble() string {
+	out := p.out.String()
+	for _, sign := range []string{"panic:", "fatal error:", "SIGSEGV", "WARNING: DATA RACE"} {
+		if i := strings.Index(out, sign); i >= 0 {
+			return fmt.Sprintf("%s: %q in its output: %s", p.name, sign, out[max(0, i-200):min(len(out), i+2000)])
+		}
+	}
+	return ""
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// procs is a set of processes that a test stops at its end.
+type procs struct {
+	mu  sync.Mutex
+	all []*proc
+}
+
+func (ps *procs) add(p *proc) *proc {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.all = append(ps.all, p)
+	return p
+}
