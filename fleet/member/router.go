@@ -17,6 +17,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/errclass"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -197,7 +198,11 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 		changed := r.member.topologyChanged()
 		res, err := r.send(ctx, identity, msg, min(r.attempt, time.Until(deadline)), changed)
 		if answer, ok := res.(*messages.FleetVolumeResponse); ok {
-			return answered(answer, msg, attempt)
+			v, err := answered(answer, msg, attempt)
+			if attempt > 1 {
+				return r.settle(namespace, id, msg, request, v, err)
+			}
+			return v, err
 		}
 		if err == nil {
 			err = fmt.Errorf("an answer of type %T", res)
@@ -248,6 +253,36 @@ func (r *Router) resolve(namespace, id string, msg proto.Message, request string
 		return v, nil
 	}
 	return nil, model.Refusef(model.ErrFleetUnavailable, "%v; read back, it was not applied, and it never will be: retry once a member answers", gaveUp)
+}
+
+// settle makes the answer of a change that was sent more than once final:
+// an earlier attempt may still be on its way to a grain (sent before a
+// topology change, or given up on), and would apply the change again
+// after whatever the caller does next, a release after a claim, say. The
+// request's tombstone stops every attempt still out; a refusal is then
+// checked against the volume read back, as an earlier attempt may have
+// applied the change before. When the tombstone cannot be written, the
+// outcome is unknown (model.ErrOutcomeUnknown).
+func (r *Router) settle(namespace, id string, msg proto.Message, request string, v *model.CSIVolume, answer error) (*model.CSIVolume, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.member.cfg.Fleet.RequestTimeout)
+	defer cancel()
+	store := r.member.store.Load()
+	if err := store.AbandonRequest(ctx, request); err != nil {
+		return nil, errclass.Also(model.Refusef(model.ErrOutcomeUnknown,
+			"member: %s of volume %s was answered after more than one attempt, and the others cannot be stopped (%v): sending the same request again is safe",
+			describe(msg), volumeIdentity(namespace, id), err), model.ErrFleetUnavailable)
+	}
+	if answer == nil || errors.Is(answer, fleet.ErrRequestAbandoned) {
+		return v, answer
+	}
+	got, err := store.GetVolume(ctx, namespace, id)
+	if errors.Is(err, model.ErrVolumeNotFound) {
+		got, err = nil, nil
+	}
+	if err == nil && applied(msg, got) {
+		return got, nil
+	}
+	return nil, answer
 }
 
 // applied reports whether v (nil: no such volume), read back after the

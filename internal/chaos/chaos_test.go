@@ -56,6 +56,9 @@ func TestTheFleetHoldsUnderFixedSchedules(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			parent := f.t
+			f.t = t // the harness's failures are the case's
+			defer func() { f.t = parent }()
 			res := f.run(uint64(i), 0, fmt.Sprintf("f%d-", i), tc.body)
 			require.Empty(t, res.violations, "fixed schedule %q: %s", tc.name, strings.Join(res.violations, "\n"))
 			t.Logf("converged in %v; %d checks", res.converged.Round(time.Millisecond), res.checks)
@@ -122,7 +125,6 @@ func (f *chaosFleet) restoreCase(ctx context.Context, nm *nemesis, h *history) {
 	require.NoError(f.t, err, out)
 	taken := time.Now()
 	require.Equal(f.t, answerOK, f.mountOn(h, n2, vol, "forgotten"))
-	f.etcd.proc.kill9()
 	nm.note(event{at: time.Now(), kind: faultRestore, snapshot: taken})
 	f.restoreEtcd(nm, snap)
 	require.Eventually(f.t, func() bool { return f.mountOn(h, n3, vol, fmt.Sprintf("after-%d", time.Now().UnixNano())) == answerOK },

@@ -225,7 +225,6 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 			return
 		}
 		ev.snapshot = snap.at
-		f.etcd.proc.kill9()
 		nm.note(ev)
 		f.restoreEtcd(nm, snap.path)
 	case faultDrain, faultDrainForce:
@@ -390,16 +389,19 @@ func (f *chaosFleet) startEtcdOrFail(nm *nemesis) {
 	nm.failed("etcd did not start again: %s", tail(f.etcd.proc.out.String(), 10))
 }
 
-// restoreEtcd restores etcd from snapshot into a new data dir and starts
-// it there, on the same ports, under the running agents.
+// restoreEtcd restores etcd from snapshot into a new data dir, then
+// kills etcd and starts it there, on the same ports, under the running
+// agents: etcd is away for the second it takes to start, less than the
+// time the agents' leases take to be at risk.
 func (f *chaosFleet) restoreEtcd(nm *nemesis, snapshot string) {
 	f.etcd.restores++
 	dir := filepath.Join(f.dir, fmt.Sprintf("etcd-restored-%d", f.etcd.restores))
-	if out, err := cli("etcd", "snapshot", "restore", snapshot, "-data-dir", dir, "-peer", f.etcd.peer); err != nil {
+	out, err := cli("etcd", "snapshot", "restore", snapshot, "-data-dir", dir, "-peer", f.etcd.peer)
+	f.etcd.proc.kill9()
+	if err != nil {
 		nm.failed("restore %s: %v: %s", snapshot, err, out)
-		f.startEtcdOrFail(nm)
-		return
+	} else {
+		f.etcd.dir = dir
 	}
-	f.etcd.dir = dir
 	f.startEtcdOrFail(nm)
 }
