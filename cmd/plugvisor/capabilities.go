@@ -62,13 +62,20 @@ func capabilitiesLine(caps []api.CapabilityJSON) string {
 // checkUsageFlags checks a claim's or mount's -access-mode and
 // -attachment-mode before any request.
 func checkUsageFlags(body api.AllocBody) error {
-	if body.AccessMode != "" {
-		if _, err := model.ParseAccessMode(body.AccessMode); err != nil {
+	return checkModes(body.AccessMode, body.AttachmentMode)
+}
+
+// checkModes checks the values of -access-mode and -attachment-mode
+// (either may be empty) before any request: a mode the agent would refuse
+// is a usage error that names the modes there are.
+func checkModes(access, attachment string) error {
+	if access != "" {
+		if _, err := model.ParseAccessMode(access); err != nil {
 			return usageError("-access-mode: %v", err)
 		}
 	}
-	if body.AttachmentMode != "" {
-		if _, err := model.ParseAttachmentMode(body.AttachmentMode); err != nil {
+	if attachment != "" {
+		if _, err := model.ParseAttachmentMode(attachment); err != nil {
 			return usageError("-attachment-mode: %v", err)
 		}
 	}
