@@ -215,3 +215,13 @@ func TestClusterDurationsAreRefusedByTheirFlagsBeforeJoining(t *testing.T) {
 		})
 	}
 }
+
+// TestThePackagedConfigLoads loads packaging/agent.hcl, the file make
+// install puts in /etc/plugvisor for the systemd unit.
+func TestThePackagedConfigLoads(t *testing.T) {
+	fs := agentFlags(t)
+	file, err := loadConfig("../../packaging/agent.hcl", fs)
+	require.NoError(t, err)
+	require.NoError(t, file.apply(fs))
+	require.Equal(t, "/var/lib/plugvisor", fs.Lookup("data-dir").Value.String(), "the unit's StateDirectory")
+}
