@@ -36,7 +36,7 @@ func allCommands() [][]string {
 	var paths [][]string
 	var walk func(c *cobra.Command, path []string)
 	walk = func(c *cobra.Command, path []string) {
-		if c.Hidden {
+		if c.Hidden || c.IsAdditionalHelpTopicCommand() {
 			return
 		}
 		paths = append(paths, path)

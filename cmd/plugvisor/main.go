@@ -24,7 +24,8 @@ const rootLong = `plugvisor manages plugins that come and go at run time.
 It runs an agent (state, plugin discovery and the API in ./.plugvisor), talks
 to one, and serves the reference plugins. Commands that talk to an agent
 find it through -data-dir (default $PLUGVISOR_DATA_DIR or ./.plugvisor).
-Flags take one dash (-json) or two, and may come anywhere after the command.`
+Flags take one dash (-json) or two, and may come anywhere after the command.
+The concepts: plugvisor help volumes, claims, fleet, tokens.`
 
 const rootExample = `  plugvisor demo
   plugvisor agent &
@@ -44,6 +45,8 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newNodeCmd(), newSnapshotCmd(), newDockerCmd(),
 		newEventsCmd(), newDemoCmd(), newDemoClusterCmd(), newEtcdCmd(), newVersionCmd(), newCompletionCmd(root),
 		servePlugin(hostpath.Command()), servePlugin(localvolume.Command()))
+	root.AddCommand(helpTopics()...)
+	root.AddCommand(newManCmd(root))
 	root.SetHelpCommand(newHelpCmd(root))
 	return root
 }
@@ -101,9 +104,9 @@ complete with Tab. Load it in the current shell, or install it for every one.`,
 
 func newHelpCmd(root *cobra.Command) *cobra.Command {
 	return &cobra.Command{
-		Use:     "help [command]",
-		Short:   "show help for any command",
-		Example: "  plugvisor help\n  plugvisor help volume create",
+		Use:     "help [command | topic]",
+		Short:   "show help for any command, or a topic: volumes, claims, fleet, tokens",
+		Example: "  plugvisor help\n  plugvisor help volume create\n  plugvisor help claims",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target, rest, err := root.Find(args)
 			if err != nil || len(rest) > 0 {
