@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/rogpeppe/go-internal/txtar"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/agent"
@@ -78,6 +80,7 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"shows":       showsOutput,
 			"schedulable": waitSchedulable,
 			"nomounts": func(ts *testscript.TestScript, neg bool, args []string) {
 				if neg || len(args) != 1 {
@@ -93,11 +96,15 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 	})
 }
 
-// scriptStep is one command of a README block or a script, and the
-// patterns of the lines it must print.
+// scriptStep is one command of a README block or a script, and what it
+// must print. A block's want are its lines as the README shows them; a
+// script's are the patterns of its stdout and stderr checks, or, when
+// whole, the lines of the file its shows check compares the whole output
+// with.
 type scriptStep struct {
 	command string
 	want    []string
+	whole   bool
 }
 
 // TestTheReadmeBlocksAreTheScripts checks that every block of README.md
@@ -112,7 +119,7 @@ func TestTheReadmeBlocksAreTheScripts(t *testing.T) {
 	for name, block := range blocks {
 		t.Run(name, func(t *testing.T) {
 			steps := scriptSteps(t, filepath.Join(readmeScripts, name+".txtar"))
-			require.Equal(t, block, steps, "the block %q (README.md or docs/) and %s/%s.txtar differ", name, readmeScripts, name)
+			require.Equal(t, asScripted(block, steps), steps, "the block %q (README.md or docs/) and %s/%s.txtar differ", name, readmeScripts, name)
 		})
 	}
 }
@@ -179,13 +186,13 @@ func fileBlocks(t *testing.T, file, text string) map[string][]scriptStep {
 			case strings.HasPrefix(line, "#"):
 				if inOutput {
 					last := &steps[len(steps)-1]
-					last.want = append(last.want, wantPattern(strings.TrimSpace(strings.TrimPrefix(line, "#"))))
+					last.want = append(last.want, shownLine(line))
 				}
-			case strings.HasPrefix(line, "plugvisor "):
+			case strings.HasPrefix(line, "plugvisor "), strings.HasPrefix(line, "curl "), strings.HasPrefix(line, "export "):
 				steps = append(steps, scriptStep{command: line})
-				inOutput = !strings.HasSuffix(line, " &")
+				inOutput = !strings.HasSuffix(line, " &") && !strings.HasPrefix(line, "export ")
 			default:
-				t.Fatalf("%s: the block %q has a line that is neither a plugvisor command nor a comment: %q", file, name, line)
+				t.Fatalf("%s: the block %q has a line that is neither a plugvisor or curl command, an export, nor a comment: %q", file, name, line)
 			}
 		}
 		require.NotEmpty(t, steps, "%s: %s", file, name)
@@ -207,19 +214,28 @@ func TestABlockNameMarksOneBlockAcrossTheFiles(t *testing.T) {
 	require.Len(t, blocks, 2)
 }
 
-// scriptSteps reads a script's exec lines and the stdout and stderr
-// patterns under each; its other lines (comments, conditions, checks of
-// its own) are not in the README.
+// scriptSteps reads a script's exec and env lines, and the stdout and
+// stderr patterns or the shows check under each; its other lines
+// (comments, conditions, checks of its own) are not in the README.
 func scriptSteps(t *testing.T, path string) []scriptStep {
-	f, err := os.Open(path)
+	archive, err := txtar.ParseFile(path)
 	require.NoError(t, err)
-	defer f.Close()
 	var steps []scriptStep
-	lines := bufio.NewScanner(f)
+	lines := bufio.NewScanner(bytes.NewReader(archive.Comment))
 	for lines.Scan() {
 		line := strings.TrimPrefix(lines.Text(), "! ")
 		if command, ok := strings.CutPrefix(line, "exec "); ok {
 			steps = append(steps, scriptStep{command: namedBackground.ReplaceAllString(command, "&")})
+			continue
+		}
+		if assignment, ok := strings.CutPrefix(line, "env "); ok {
+			steps = append(steps, scriptStep{command: "export " + assignment})
+			continue
+		}
+		if args, ok := strings.CutPrefix(line, "shows "); ok {
+			require.NotEmpty(t, steps, "%s: a check before the first command", path)
+			last := &steps[len(steps)-1]
+			last.want, last.whole = append(last.want, archiveLines(t, archive, path, strings.Fields(args))...), true
 			continue
 		}
 		for _, check := range []string{"stdout ", "stderr "} {
