@@ -71,13 +71,22 @@ func checkUsageFlags(body api.AllocBody) error {
 func checkModes(access, attachment string) error {
 	if access != "" {
 		if _, err := model.ParseAccessMode(access); err != nil {
-			return usageError("-access-mode: %v", err)
+			return usageError("-access-mode %q: want one of %s", access, joinModes(model.AccessModes()))
 		}
 	}
 	if attachment != "" {
 		if _, err := model.ParseAttachmentMode(attachment); err != nil {
-			return usageError("-attachment-mode: %v", err)
+			return usageError("-attachment-mode %q: want %s", attachment, joinModes(model.AttachmentModes()))
 		}
 	}
 	return nil
+}
+
+// joinModes is modes as a list: "a, b or c".
+func joinModes[M ~string](modes []M) string {
+	s := make([]string, len(modes))
+	for i, m := range modes {
+		s[i] = string(m)
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }

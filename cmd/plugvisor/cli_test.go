@@ -36,7 +36,7 @@ func allCommands() [][]string {
 	var paths [][]string
 	var walk func(c *cobra.Command, path []string)
 	walk = func(c *cobra.Command, path []string) {
-		if c.Hidden || c.IsAdditionalHelpTopicCommand() {
+		if c.Hidden {
 			return
 		}
 		paths = append(paths, path)
@@ -145,13 +145,13 @@ func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
 		{"volume register -f of a file that is no list", []string{"volume", "register", "-f", notAList}, "not a JSON list of volumes"},
 		{"volume register without -id or -f", []string{"volume", "register", "-access-mode", "single-node-writer"}, "missing required flags -id (the volume's ID, as the plugin knows it), -plugin"},
 		{"volume create with an unknown access mode", []string{"volume", "create", "-plugin", "hp", "-access-mode", "bogus", "db"},
-			`-access-mode: unknown access mode "bogus" (want one of single-node-reader-only, single-node-writer,`},
+			`-access-mode "bogus": want one of single-node-reader-only, single-node-writer, multi-node-reader-only, multi-node-single-writer or multi-node-multi-writer`},
 		{"volume create with an unknown attachment mode", []string{"volume", "create", "-plugin", "hp", "-access-mode", "single-node-writer", "-attachment-mode", "blk", "db"},
-			`-attachment-mode: unknown attachment mode "blk" (want one of block-device, file-system)`},
+			`-attachment-mode "blk": want block-device or file-system`},
 		{"volume register with an unknown access mode", []string{"volume", "register", "-id", "db", "-plugin", "hp", "-access-mode", "bogus"},
-			`-access-mode: unknown access mode "bogus"`},
+			`-access-mode "bogus": want one of`},
 		{"plugin list with a flag near -type", []string{"plugin", "list", "-typ", "csi-node"}, "unknown flag: -typ (did you mean -type?)"},
-		{"volume mount with an unknown access mode", []string{"volume", "mount", "-access-mode", "often", "db", "web-1"}, `-access-mode: unknown access mode "often"`},
+		{"volume mount with an unknown access mode", []string{"volume", "mount", "-access-mode", "often", "db", "web-1"}, `-access-mode "often": want one of`},
 		{"volume mount with a negative mount group", []string{"volume", "mount", "-mount-group", "-1", "db", "web-1"}, `-mount-group "-1" is not a GID: give a decimal number from 0 to 4294967294`},
 		{"volume mount with a mount group that is no number", []string{"volume", "mount", "-mount-group", "staff", "db", "web-1"}, `-mount-group "staff" is not a GID`},
 		{"volume mount with an absurd mount group", []string{"volume", "mount", "-mount-group", "4294967295", "db", "web-1"}, `-mount-group "4294967295" is not a GID`},

@@ -24,8 +24,7 @@ const rootLong = `plugvisor manages plugins that come and go at run time.
 It runs an agent (state, plugin discovery and the API in ./.plugvisor), talks
 to one, and serves the reference plugins. Commands that talk to an agent
 find it through -data-dir (default $PLUGVISOR_DATA_DIR or ./.plugvisor).
-Flags take one dash (-json) or two, and may come anywhere after the command.
-The concepts: plugvisor help volumes, claims, fleet, tokens.`
+Flags take one dash (-json) or two, and may come anywhere after the command.`
 
 const rootExample = `  plugvisor demo
   plugvisor agent &
@@ -36,7 +35,7 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:     "plugvisor",
 		Short:   "manage plugins that come and go at run time",
-		Long:    rootLong,
+		Long:    rootLong + "\n\n" + topicList(),
 		Example: rootExample,
 		Version: version.Get().String(),
 		// The default completion command has no example; ours has.
@@ -45,7 +44,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newNodeCmd(), newSnapshotCmd(), newDockerCmd(),
 		newEventsCmd(), newDemoCmd(), newDemoClusterCmd(), newEtcdCmd(), newVersionCmd(), newCompletionCmd(root),
 		servePlugin(hostpath.Command()), servePlugin(localvolume.Command()))
-	root.AddCommand(helpTopics()...)
 	root.AddCommand(newManCmd(root))
 	root.SetHelpCommand(newHelpCmd(root))
 	return root
@@ -108,6 +106,10 @@ func newHelpCmd(root *cobra.Command) *cobra.Command {
 		Short:   "show help for any command, or a topic: volumes, claims, fleet, tokens",
 		Example: "  plugvisor help\n  plugvisor help volume create\n  plugvisor help claims",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if t := findTopic(args); t != nil {
+				t.SetOut(cmd.OutOrStdout())
+				return t.Help()
+			}
 			target, rest, err := root.Find(args)
 			if err != nil || len(rest) > 0 {
 				return cmdline.Usagef("no command %q (see plugvisor -h)", args)

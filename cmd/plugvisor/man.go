@@ -43,12 +43,14 @@ func writeManPages(root *cobra.Command, dir string) error {
 	if err := doc.GenManTree(root, header, dir); err != nil {
 		return fmt.Errorf("man pages: %w", err)
 	}
-	// GenManTree leaves help topics out: each gets its page here.
-	for _, c := range root.Commands() {
-		if c.IsAdditionalHelpTopicCommand() {
-			if err := writeManPage(c, header, filepath.Join(dir, "plugvisor-"+c.Name()+".1")); err != nil {
-				return err
-			}
+	// The help topics are no commands of the tree: each gets its page
+	// under a parent of the same name as the root.
+	parent := &cobra.Command{Use: root.Name()}
+	for _, c := range helpTopics() {
+		parent.AddCommand(c)
+		plainText(c)
+		if err := writeManPage(c, header, filepath.Join(dir, "plugvisor-"+c.Name()+".1")); err != nil {
+			return err
 		}
 	}
 	pages, _ := filepath.Glob(filepath.Join(dir, "*.1"))

@@ -2,13 +2,15 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 // helpTopics are the concepts an operator meets, each a help topic:
 // `plugvisor help volumes` shows one, and each has its man page
-// (plugvisor-volumes(1)). A topic is a command that does not run.
+// (plugvisor-volumes(1)). A topic is a command that does not run, and no
+// command of the tree: `plugvisor volumes` stays an unknown command.
 func helpTopics() []*cobra.Command {
 	return []*cobra.Command{
 		topic("volumes", "CSI volumes: created or registered, mounted for allocs, deleted", topicVolumes, `  plugvisor volume create -plugin hostpath -access-mode single-node-writer -size 1GiB db
@@ -29,6 +31,29 @@ func helpTopics() []*cobra.Command {
   plugvisor agent -http 127.0.0.1:4646 -token-file /etc/plugvisor/tokens
   curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:4646/v1/volumes`),
 	}
+}
+
+// findTopic is the help topic args name, or nil.
+func findTopic(args []string) *cobra.Command {
+	if len(args) != 1 {
+		return nil
+	}
+	for _, t := range helpTopics() {
+		if t.Name() == args[0] {
+			return t
+		}
+	}
+	return nil
+}
+
+// topicList is the paragraph of the root's help that names the topics.
+func topicList() string {
+	var b strings.Builder
+	b.WriteString("Help topics (plugvisor help TOPIC):")
+	for _, t := range helpTopics() {
+		fmt.Fprintf(&b, "\n  %-9s %s", t.Name(), t.Short)
+	}
+	return b.String()
 }
 
 // topic is a help topic: its help is its text, then its examples.
