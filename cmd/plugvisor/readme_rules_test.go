@@ -137,7 +137,7 @@ func TestEveryCommandBlockOfTheDocsRunsOrSaysWhyNot(t *testing.T) {
 				continue
 			}
 			above := lineAbove(string(text), m[0])
-			require.Regexp(t, `^<!-- (testscript:[a-z-]+|not-run: \S.*) -->$`, above,
+			require.Regexp(t, `^<!-- (testscript:[a-z-]+( continued)?|not-run: \S.*) -->$`, above,
 				"%s:%d: a block of commands runs as a testscript (<!-- testscript:NAME --> above it) or says why not (<!-- not-run: REASON -->)", file, line)
 		}
 	}

@@ -136,7 +136,9 @@ func docFiles(t *testing.T) []string {
 // readmeBlocks reads every ```sh block marked <!-- testscript:NAME --> in
 // README.md and docs/*.md. A "# " line right under a command is what it
 // prints; other comments and blank lines are prose. A block exports the
-// data dir first. A name marks one block only, across every file.
+// data dir first. A name marks one block only, across every file; later
+// blocks of the same page marked <!-- testscript:NAME continued --> go on
+// with its session, in the same shell, as a reader runs them in order.
 func readmeBlocks(t *testing.T) map[string][]scriptStep {
 	blocks := map[string][]scriptStep{}
 	where := map[string]string{}
@@ -167,19 +169,24 @@ func addBlocks(blocks map[string][]scriptStep, where map[string]string, file str
 // fileBlocks reads the testscript blocks of one file, named by file in
 // errors.
 func fileBlocks(t *testing.T, file, text string) map[string][]scriptStep {
-	marker := regexp.MustCompile("<!-- testscript:([a-z-]+) -->\n```sh\n")
+	marker := regexp.MustCompile("<!-- testscript:([a-z-]+)( continued)? -->\n```sh\n")
 	blocks := map[string][]scriptStep{}
 	for _, m := range marker.FindAllStringSubmatchIndex(text, -1) {
-		name := text[m[2]:m[3]]
-		require.NotContains(t, blocks, name, "%s marks two blocks %q: give one another name", file, name)
+		name, continued := text[m[2]:m[3]], m[4] >= 0
 		block, _, found := strings.Cut(text[m[1]:], "```\n")
 		require.True(t, found, "%s: the block %q is not closed", file, name)
 		lines := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
-		require.True(t, strings.HasPrefix(lines[0], "export "+agent.DataDirEnv+"="),
-			"%s: the block %q exports %s first, so that it runs as written", file, name, agent.DataDirEnv)
-		var steps []scriptStep
+		if continued {
+			require.Contains(t, blocks, name, "%s: a block continues %q, which no block above starts", file, name)
+		} else {
+			require.NotContains(t, blocks, name, "%s marks two blocks %q: give one another name, or mark the later one continued", file, name)
+			require.True(t, strings.HasPrefix(lines[0], "export "+agent.DataDirEnv+"="),
+				"%s: the block %q exports %s first, so that it runs as written", file, name, agent.DataDirEnv)
+			lines = lines[1:]
+		}
+		steps := blocks[name]
 		inOutput := false
-		for _, line := range lines[1:] {
+		for _, line := range lines {
 			switch {
 			case strings.TrimSpace(line) == "":
 				inOutput = false
