@@ -2,7 +2,8 @@
 # runs (plugvisor agent -config /etc/plugvisor). Every agent flag is a key,
 # its name with _ for - (docs/agent.md lists them all). Check a change with
 #   plugvisor agent -config /etc/plugvisor -validate
-# then `systemctl reload plugvisor` (log_level) or restart (anything else).
+# then `systemctl reload plugvisor` (log_level, and the token file's
+# tokens) or restart (anything else).
 
 # The state, the API socket and the watched plugins/ and specs/ directories.
 data_dir = "/var/lib/plugvisor"

@@ -42,8 +42,9 @@ this node in the fleet; -cluster-address is where its member listens.
 -config reads the same settings from an HCL file, or from every *.hcl file
 of a directory: each key is a flag's name with _ for - (data_dir = "/var/lib/plugvisor"),
 and a flag on the command line overrides the file. -validate checks the
-flags and the file, then exits without starting. SIGHUP rereads -config
-and applies its log_level; other changes wait for a restart. Under systemd
+flags and the file, then exits without starting. SIGHUP reads the token
+file again and rereads -config to apply its log_level; other changes wait
+for a restart. Under systemd
 (Type=notify) the agent reports READY=1 once the API serves.
 
 SIGINT or SIGTERM stops it cleanly. A second signal within 1s of the first
@@ -197,6 +198,9 @@ func runAgent(cfg agent.Config, stdout io.Writer, reload *reloader) error {
 	a, err := agent.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if cfg.TokenFile != "" {
+		reload.tokens = a.ReloadTokens
 	}
 	running := fmt.Sprintf("API on %s; drop plugins into %s", a.SocketPath(), a.PluginDir())
 	fmt.Fprintf(stdout, "plugvisor agent running: %s\n", running)

@@ -16,14 +16,16 @@ import (
 )
 
 // reloadable are the config keys a running agent takes on at SIGHUP. The
-// log level is the one setting that changes nothing but what is written:
-// every other key (listeners, directories, limits, the fleet) shapes a
-// part that runs, and takes effect at the next start.
+// log level changes nothing but what is written; every other key
+// (listeners, directories, limits, the fleet) shapes a part that runs,
+// and takes effect at the next start. Besides the keys, SIGHUP reads the
+// token file again: its path stays, its tokens change.
 var reloadable = []string{"log-level"}
 
-// reloader re-reads the agent's -config at SIGHUP and applies what may
-// change while the agent runs: the log level, unless the command line set
-// it. It logs the other keys that changed, which wait for a restart.
+// reloader acts on SIGHUP: it reads the token file again, when the agent
+// has one, and re-reads the agent's -config to apply what may change while
+// the agent runs: the log level, unless the command line set it. It logs
+// the other keys that changed, which wait for a restart.
 type reloader struct {
 	// path is -config, "" when the agent was started without one.
 	path string
@@ -33,6 +35,9 @@ type reloader struct {
 	// loaded is what the file set at start or at the last reload.
 	loaded configFile
 	logger hclog.Logger
+	// tokens reads the token file again (agent.ReloadTokens); nil without
+	// one.
+	tokens func() (int, error)
 }
 
 // givenFlags are the flags of fs that the command line set.
@@ -45,8 +50,17 @@ func givenFlags(fs *pflag.FlagSet) map[string]bool {
 // reload reads the config again and applies it. A file that no longer
 // loads changes nothing, and says why.
 func (r *reloader) reload() {
+	if r.tokens != nil {
+		if n, err := r.tokens(); err != nil {
+			r.logger.Error("SIGHUP: the token file was not reloaded; the tokens in force stay", "error", err)
+		} else {
+			r.logger.Info("SIGHUP: token file reloaded", "tokens", n)
+		}
+	}
 	if r.path == "" {
-		r.logger.Info("SIGHUP: nothing to reload: the agent was started without -config")
+		if r.tokens == nil {
+			r.logger.Info("SIGHUP: nothing to reload: the agent was started without -config or -token-file")
+		}
 		return
 	}
 	fs := newAgentCmd().Flags()

@@ -2,9 +2,11 @@ package main
 
 import (
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,4 +116,44 @@ func TestTheAgentTellsSystemdItsStateAndReloadsItsLogLevelAtSIGHUP(t *testing.T)
 		t.Fatal("the agent did not stop")
 	}
 	checkRaces(t, races)
+}
+
+// TestSIGHUPReadsTheTokenFileAgain runs an agent with -http and
+// -token-file and no -config: after the file is rewritten and SIGHUP
+// sent, a token it dropped is refused and a new one works, and a file
+// that no longer loads leaves the tokens in force.
+func TestSIGHUPReadsTheTokenFileAgain(t *testing.T) {
+	const oldToken, newToken = "old-0123456789abcdef0123", "new-0123456789abcdef0123"
+	dir := dataDir(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte(oldToken+" read ops\n"), 0o600))
+	a := startAgent(t, dir, "-http", "127.0.0.1:0", "-token-file", tokens)
+	m := regexp.MustCompile(`agent started: .* http=(127\.0\.0\.1:[0-9]+)`).FindStringSubmatch(a.stderr.String())
+	require.NotNil(t, m, "the agent logs its TCP address:\n%s", a.stderr)
+	health := func(token string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", "http://"+m[1]+"/v1/health", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, health(oldToken))
+
+	require.NoError(t, os.WriteFile(tokens, []byte(newToken+" read dashboards\n"), 0o600))
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(a.stderr.String(), "SIGHUP: token file reloaded: tokens=1") },
+		settle, 20*time.Millisecond)
+	require.Equal(t, http.StatusUnauthorized, health(oldToken), "a token the file dropped is revoked")
+	require.Equal(t, http.StatusOK, health(newToken))
+
+	require.NoError(t, os.Chmod(tokens, 0o644))
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.stderr.String(), "SIGHUP: the token file was not reloaded; the tokens in force stay")
+	}, settle, 20*time.Millisecond)
+	require.Equal(t, http.StatusOK, health(newToken))
+	require.NotContains(t, a.stderr.String(), newToken[:12], "no token in the logs")
 }

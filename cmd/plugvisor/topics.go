@@ -136,5 +136,6 @@ A token is at least 16 characters; rights are a comma-separated list of:
 and the name says who acted, in logs and events ("token:<name>"). A client sends
 "Authorization: Bearer <token>"; a missing or unknown token answers 401, a
 token without the route's right 403. Tokens never appear in output or logs,
-and never in a config file: token_file is a path. The file is read at start:
-restart the agent to add or revoke one. More: docs/security.md.`
+and never in a config file: token_file is a path. SIGHUP (systemctl reload)
+reads the file again: a token taken out of it is refused from then on.
+More: docs/security.md.`
