@@ -15,10 +15,24 @@ VERSION     ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>
 COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 LDFLAGS     := -X github.com/plugvisor/plugvisor/version.Version=$(VERSION) -X github.com/plugvisor/plugvisor/version.Commit=$(COMMIT)
 
-.PHONY: help proto build test examples readme bench bench-volumes bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability kubelet-registration
+# make install puts the binary in $(DESTDIR)$(PREFIX)/bin, its man pages in
+# $(DESTDIR)$(MANDIR)/man1, the systemd unit in $(DESTDIR)$(UNITDIR) and,
+# when there is none, packaging/agent.hcl as $(DESTDIR)$(CONFDIR)/agent.hcl.
+PREFIX      ?= /usr/local
+MANDIR      ?= $(PREFIX)/share/man
+UNITDIR     ?= /etc/systemd/system
+CONFDIR     ?= /etc/plugvisor
+DESTDIR     ?=
+# make release VERSION=x.y.z builds these archs into RELEASE_DIR.
+ARCHS       ?= amd64 arm64
+RELEASE_DIR ?= $(BIN)/release
+
+.PHONY: help proto build test examples readme bench bench-volumes bench-soak bench-idle bench-cluster demo demo-cluster run clean fuzz fuzz-short reliability kubelet-registration man install release
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+		'{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1) } \
+		END { for (i = 1; i <= NR; i++) printf "  make %-*s  %s\n", w, name[i], text[i] }'
 
 $(PROTOC_GEN_GO): go.mod
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go
@@ -32,6 +46,25 @@ proto: $(PROTOC_GEN_GO) ## regenerate messages/*.pb.go from messages/*.proto
 
 build: ## build the plugvisor binary into .bin/, stamped with its version and commit
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+man: build ## write the man pages of every command and help topic into .bin/man/man1
+	rm -rf $(BIN)/man
+	$(BIN)/plugvisor man $(BIN)/man/man1
+
+install: ## install what make build made (run it first, as yourself): the binary, man pages, systemd unit and config; PREFIX=/usr/local, DESTDIR
+	@test -x $(BIN)/plugvisor || { echo "make install installs .bin/plugvisor: run make build first (as yourself, then sudo make install)" >&2; exit 1; }
+	install -D -m 0755 $(BIN)/plugvisor $(DESTDIR)$(PREFIX)/bin/plugvisor
+	$(BIN)/plugvisor man $(DESTDIR)$(MANDIR)/man1 >/dev/null
+	install -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed 's|/usr/local/bin/plugvisor|$(PREFIX)/bin/plugvisor|g' packaging/systemd/plugvisor.service > $(DESTDIR)$(UNITDIR)/plugvisor.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/plugvisor.service
+	install -d -m 0700 $(DESTDIR)$(CONFDIR)
+	@if [ -e $(DESTDIR)$(CONFDIR)/agent.hcl ]; then echo "kept $(DESTDIR)$(CONFDIR)/agent.hcl"; \
+	else install -m 0600 packaging/agent.hcl $(DESTDIR)$(CONFDIR)/agent.hcl; fi
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/plugvisor; as root: systemctl daemon-reload && systemctl enable --now plugvisor (docs/systemd.md)"
+
+release: ## release tarballs of VERSION=x.y.z for ARCHS (amd64 arm64) with SHA256SUMS into .bin/release, checked (packaging/release.sh)
+	ARCHS='$(ARCHS)' OUT='$(RELEASE_DIR)' GO='$(GO)' packaging/release.sh '$(VERSION)'
 
 test: ## go vet, then every test under the race detector (the scripts of the README and docs/ among them)
 	$(GO) vet ./...

@@ -220,7 +220,7 @@ type Agent struct {
 	// every part runs; Shutdown closes those not served yet.
 	listeners []served
 	servers   []*http.Server
-	httpAddr  string             // the TCP listener's bound address
+	tcp       tcpListener        // the TCP listener's bound address and tokens
 	cancel    context.CancelFunc // ends long-lived API requests (event streams)
 	stops     []func(context.Context) error
 }
@@ -304,7 +304,7 @@ func start(cfg Config) (_ *Agent, err error) {
 	// Nothing fails from here on. The start-up is in the log before the
 	// API answers its first request.
 	log.Succeeded()
-	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", a.httpAddr,
+	a.log.Info("agent started", "data_dir", cfg.DataDir, "api", a.SocketPath(), "http", a.tcp.addr,
 		"plugins", len(a.registry.ListPlugins("")))
 	a.serveAPI()
 	return a, nil

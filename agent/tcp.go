@@ -69,7 +69,7 @@ func (a *Agent) listenTCP() (served, error) {
 	for _, h := range cfg.HTTPHosts {
 		hosts = append(hosts, net.JoinHostPort(h, port))
 	}
-	a.httpAddr = addr.String()
+	a.tcp = tcpListener{addr: addr.String(), tokens: tokens}
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
@@ -81,6 +81,27 @@ func (a *Agent) listenTCP() (served, error) {
 		listener = tls.NewListener(g, g.TLSConfig(tlsConfig))
 	}
 	return served{listener: listener, policy: policy, gate: g, maxStreams: cfg.HTTPLimits.MaxStreams}, nil
+}
+
+// ReloadTokens reads TokenFile again and puts its tokens in force on the
+// TCP listener, for every request checked from then on (an event stream
+// already open keeps going). A file that no longer loads changes nothing:
+// the tokens in force stay, and the error says why. It returns how many
+// tokens are in force, and 0 without a TokenFile. Call it while the agent
+// runs, not during Shutdown.
+func (a *Agent) ReloadTokens() (int, error) {
+	if a.cfg.TokenFile == "" {
+		return 0, nil
+	}
+	tokens, err := api.LoadTokens(a.cfg.TokenFile)
+	if err != nil {
+		return 0, fmt.Errorf("-token-file: %w", err)
+	}
+	if a.tcp.tokens == nil {
+		return 0, fmt.Errorf("%w: -token-file is set but no TCP listener uses it; give -http too", ErrInvalidConfig)
+	}
+	a.tcp.tokens.Replace(tokens)
+	return tokens.Len(), nil
 }
 
 // loopbackOnly says whether hostport can only be reached from this host:
@@ -149,4 +170,10 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 
 // HTTPAddr is the address the TCP listener is bound to (the port chosen
 // for port 0), or "" without -http.
-func (a *Agent) HTTPAddr() string { return a.httpAddr }
+func (a *Agent) HTTPAddr() string { return a.tcp.addr }
+
+// tcpListener is what the agent keeps of its TCP listener once it serves.
+type tcpListener struct {
+	addr   string      // the bound address
+	tokens *api.Tokens // the ACL tokens in force, which ReloadTokens replaces; nil without TokenFile
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/names"
@@ -103,10 +104,11 @@ var ErrInvalidTokens = errclass.New(errclass.Invalid, "invalid token file")
 // Tokens is a set of ACL tokens, each with its name and rights. It keeps
 // only the tokens' SHA-256 digests, and compares every one of them in
 // constant time on every check, so neither the answer's timing nor a memory
-// dump gives a token away. It is read-only once built and safe for
-// concurrent use.
+// dump gives a token away. It is safe for concurrent use; Replace swaps
+// the whole set at once, for a token file read again.
 type Tokens struct {
-	entries []tokenEntry
+	entries []tokenEntry                 // as parsed
+	current atomic.Pointer[[]tokenEntry] // what Replace put in force; nil before
 }
 
 type tokenEntry struct {
@@ -234,7 +236,23 @@ func LoadTokens(path string) (*Tokens, error) {
 }
 
 // Len is how many tokens the set holds.
-func (t *Tokens) Len() int { return len(t.entries) }
+func (t *Tokens) Len() int { return len(t.list()) }
+
+// Replace puts the tokens of with in force in t, all at once: a check that
+// starts after it sees the new set only. A listener keeps its *Tokens, so
+// a token file read again takes effect without restarting it.
+func (t *Tokens) Replace(with *Tokens) {
+	entries := with.list()
+	t.current.Store(&entries)
+}
+
+// list is the set in force.
+func (t *Tokens) list() []tokenEntry {
+	if p := t.current.Load(); p != nil {
+		return *p
+	}
+	return t.entries
+}
 
 // Rights is what token may do: NoRights when it is not in the set. Every
 // entry is compared, in constant time, whatever matches.
@@ -247,7 +265,7 @@ func (t *Tokens) Rights(token string) Rights {
 // in the set. Every entry is compared, in constant time, whatever matches.
 func (t *Tokens) Lookup(token string) (name string, rights Rights) {
 	digest := sha256.Sum256([]byte(token))
-	for _, e := range t.entries {
+	for _, e := range t.list() {
 		if subtle.ConstantTimeCompare(digest[:], e.digest[:]) == 1 {
 			name, rights = e.name, e.rights
 		}

@@ -2,11 +2,14 @@
 // the commit it was built from and the Go toolchain. The agent puts it in
 // /v1/health and every binary prints it with `version` and `-version`.
 //
-// `make build` sets Version and Commit at link time from git. A binary
-// built without them (`go install` or `go build`) reports what Go stamped
-// into it: the module version (a release for `go install ...@v0.1.0`, a
-// pseudo-version in a checkout), and the VCS revision, marked "-dirty"
-// when the checkout had changes.
+// `make build` sets Version and Commit at link time from git, and `make
+// release` sets the release. A binary built without them (`go install` or
+// `go build`) reports what Go stamped into it: the module version (a
+// release for `go install ...@v0.2.0`, a pseudo-version in a checkout),
+// and the VCS revision, marked "-dirty" when the checkout had changes.
+// Where Go stamped no version either (a tree outside git, or
+// -buildvcs=false), it reports Release with "+devel": the release this
+// source is, or follows.
 package version
 
 import (
@@ -15,9 +18,14 @@ import (
 	"runtime/debug"
 )
 
+// Release is the last release of this source tree, as its CHANGELOG.md
+// names it: `make release VERSION=x.y.z` refuses a version that is not
+// this one, so it is raised with each release.
+const Release = "v0.2.0"
+
 // Version is the release, set at link time with
 // -ldflags "-X github.com/plugvisor/plugvisor/version.Version=v1.2.3".
-// A build without it reports the module version, or "devel".
+// A build without it reports the module version, or Release+"+devel".
 var Version = ""
 
 // Commit is the commit the binary was built from, set at link time like
@@ -39,7 +47,7 @@ func Get() Info {
 }
 
 // fromBuild prefers what the linker set, then the build information bi
-// (nil when the binary has none), then "devel" and "unknown".
+// (nil when the binary has none), then Release+"+devel" and "unknown".
 func fromBuild(linkedVersion, linkedCommit string, bi *debug.BuildInfo) Info {
 	info := Info{Version: linkedVersion, Commit: linkedCommit, GoVersion: runtime.Version()}
 	if bi != nil && info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -49,7 +57,7 @@ func fromBuild(linkedVersion, linkedCommit string, bi *debug.BuildInfo) Info {
 		info.Commit = stampedCommit(bi.Settings)
 	}
 	if info.Version == "" {
-		info.Version = "devel"
+		info.Version = Release + "+devel"
 	}
 	if info.Commit == "" {
 		info.Commit = "unknown"

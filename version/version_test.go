@@ -53,8 +53,8 @@ func TestWithoutLinkerFlagsTheBuildInformationNamesTheBuild(t *testing.T) {
 			"v0.1.1-0.20261126001509-20dcb8056e7a", "20dcb80"},
 		{"a checkout with changes", stamped("v0.0.0-20261126001509-20dcb8056e7a+dirty", "vcs.revision", "20dcb80", "vcs.modified", "true"),
 			"v0.0.0-20261126001509-20dcb8056e7a+dirty", "20dcb80-dirty"},
-		{"a build without VCS stamps", stamped("(devel)"), "devel", "unknown"},
-		{"no build information at all", nil, "devel", "unknown"},
+		{"a build without VCS stamps", stamped("(devel)"), Release + "+devel", "unknown"},
+		{"no build information at all", nil, Release + "+devel", "unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			info := fromBuild("", "", tc.bi)
@@ -89,6 +89,15 @@ func TestABinaryBuiltInACheckoutReportsItsCommit(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "changed.txt"), []byte("x"), 0o600))
 	out = buildAndRun(t, dir, "-buildvcs=true")
 	require.Contains(t, out, "(commit "+head+"-dirty, ")
+}
+
+// TestABinaryBuiltWithoutVCSReportsTheReleaseItFollows builds as `go
+// install ./cmd/plugvisor` does where Go stamps nothing (a tree outside
+// git, or -buildvcs=false): the binary names the release, not "devel".
+func TestABinaryBuiltWithoutVCSReportsTheReleaseItFollows(t *testing.T) {
+	dir := printerModule(t)
+	out := buildAndRun(t, dir, "-buildvcs=false")
+	require.Equal(t, "plugvisor "+Release+"+devel (commit unknown, "+runtime.Version()+")", out)
 }
 
 // printerModule writes a module whose program prints Get().String().

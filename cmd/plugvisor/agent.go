@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,11 +13,13 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
+	"github.com/plugvisor/plugvisor/internal/sdnotify"
 	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -36,11 +39,21 @@ node's plugin health live in etcd, and each volume's claims go through one
 grain of the fleet (docs/fleet.md). -node-id names
 this node in the fleet; -cluster-address is where its member listens.
 
+-config reads the same settings from an HCL file, or from every *.hcl file
+of a directory: each key is a flag's name with _ for - (data_dir = "/var/lib/plugvisor"),
+and a flag on the command line overrides the file. -validate checks the
+flags and the file, then exits without starting. SIGHUP reads the token
+file again and rereads -config to apply its log_level; other changes wait
+for a restart. Under systemd
+(Type=notify) the agent reports READY=1 once the API serves.
+
 SIGINT or SIGTERM stops it cleanly. A second signal within 1s of the first
 is ignored (timeout(1) and process groups deliver two); a later one forces
 exit.`
 
 const agentExample = `  plugvisor agent
+  plugvisor agent -config /etc/plugvisor/agent.hcl
+  plugvisor agent -config /etc/plugvisor/ -validate
   plugvisor agent -data-dir /var/lib/plugvisor -http 127.0.0.1:4646 -token-file /etc/plugvisor/tokens
   plugvisor agent -http 0.0.0.0:4646 -http-host node1.example.com \
       -tls-cert agent.pem -tls-key agent-key.pem -tls-ca clients-ca.pem -token-file tokens
@@ -62,6 +75,8 @@ func newAgentCmd() *cobra.Command {
 	var level string
 	var jsonLogs bool
 	var cluster clusterFlags
+	var configPath string
+	var validateOnly bool
 	cmd := &cobra.Command{
 		Use:     "agent",
 		Short:   "run an agent (state, plugin discovery and the API in ./.plugvisor)",
@@ -69,6 +84,21 @@ func newAgentCmd() *cobra.Command {
 		Example: agentExample,
 		Args:    cmdline.Args("", "plugvisor agent -data-dir /var/lib/plugvisor"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			fs := cmd.Flags()
+			reload := &reloader{path: configPath, given: givenFlags(fs)}
+			if configPath != "" {
+				file, err := loadConfig(configPath, fs)
+				if err != nil {
+					return err
+				}
+				if err := file.apply(fs); err != nil {
+					return err
+				}
+				reload.loaded = file
+			}
+			if err := checkNotNegative(fs); err != nil {
+				return err
+			}
 			lvl := hclog.LevelFromString(level)
 			if lvl == hclog.NoLevel {
 				return usageError("-log-level %q: want trace, debug, info, warn or error", level)
@@ -79,14 +109,20 @@ func newAgentCmd() *cobra.Command {
 			if cfg.Cluster, err = cluster.config(cmd.Flags()); err != nil {
 				return err
 			}
+			if validateOnly {
+				return validateConfig(cfg, reload, cmd.OutOrStdout())
+			}
 			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: lvl, JSONFormat: jsonLogs, Output: cmd.ErrOrStderr()})
 			if cfg.Cluster != nil && cfg.Cluster.RemoteTLS == nil {
 				cfg.Logger.Warn("INSECURE: -cluster-insecure: cluster members talk without TLS; anyone on this host can reach " + cfg.Cluster.Address)
 			}
-			return runAgent(cfg, cmd.OutOrStdout())
+			reload.logger = cfg.Logger
+			return runAgent(cfg, cmd.OutOrStdout(), reload)
 		},
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&configPath, "config", "", "HCL config file, or a directory whose *.hcl files are read in lexical order; each key is a flag's name with _ for - (data_dir), and a flag given here overrides it (docs/agent.md)")
+	fs.BoolVar(&validateOnly, "validate", false, "check the flags and -config, then exit without starting")
 	fs.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir(), "data dir (env "+agent.DataDirEnv+")")
 	fs.Var(&socketDirs, "plugin-dir", "extra directory to watch for plugin sockets (repeatable)")
 	fs.Var(&specDirs, "spec-dir", "extra directory to watch for plugin spec files (repeatable)")
@@ -126,18 +162,60 @@ func newAgentCmd() *cobra.Command {
 	return cmd
 }
 
+// checkNotNegative refuses, naming the flag, a negative value of any
+// count or duration flag of the agent, none of which takes one. The
+// cluster flags have checks of their own (clusterFlags.checkDurations).
+func checkNotNegative(fs *pflag.FlagSet) error {
+	var problems []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if strings.HasPrefix(f.Name, "cluster-") {
+			return
+		}
+		switch f.Value.Type() {
+		case "int", "duration":
+			if strings.HasPrefix(f.Value.String(), "-") {
+				problems = append(problems, fmt.Errorf("-%s is %s: give 0 or more (plugvisor agent -h says what 0 means)", f.Name, f.Value))
+			}
+		}
+	})
+	if len(problems) > 0 {
+		return usageError("%w", errors.Join(problems...))
+	}
+	return nil
+}
+
 // runAgent runs an agent until SIGINT or SIGTERM, then shuts it down.
-func runAgent(cfg agent.Config, stdout io.Writer) error {
+// SIGHUP reloads what reload can change while the agent runs. Under
+// systemd (Type=notify), it says when the API serves, reloads and stops.
+func runAgent(cfg agent.Config, stdout io.Writer, reload *reloader) error {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	defer signal.Stop(hangups)
 
 	a, err := agent.Start(cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "plugvisor agent running: API on %s; drop plugins into %s\n", a.SocketPath(), a.PluginDir())
-	sig := <-signals
+	if cfg.TokenFile != "" {
+		reload.tokens = a.ReloadTokens
+	}
+	running := fmt.Sprintf("API on %s; drop plugins into %s", a.SocketPath(), a.PluginDir())
+	fmt.Fprintf(stdout, "plugvisor agent running: %s\n", running)
+	notify(cfg.Logger, sdnotify.Ready, sdnotify.Status(running))
+	var sig os.Signal
+	for sig == nil {
+		select {
+		case <-hangups:
+			notify(cfg.Logger, sdnotify.Reloading())
+			reload.reload()
+			notify(cfg.Logger, sdnotify.Ready, sdnotify.Status(running))
+		case sig = <-signals:
+		}
+	}
+	notify(cfg.Logger, sdnotify.Stopping)
 	cfg.Logger.Info("shutting down", "signal", sig.String())
 	go forceExitOnLaterSignal(signals, time.Now(), time.Now, cfg.Logger, func() { os.Exit(1) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -62,15 +62,31 @@ func capabilitiesLine(caps []api.CapabilityJSON) string {
 // checkUsageFlags checks a claim's or mount's -access-mode and
 // -attachment-mode before any request.
 func checkUsageFlags(body api.AllocBody) error {
-	if body.AccessMode != "" {
-		if _, err := model.ParseAccessMode(body.AccessMode); err != nil {
-			return usageError("-access-mode: %v", err)
+	return checkModes(body.AccessMode, body.AttachmentMode)
+}
+
+// checkModes checks the values of -access-mode and -attachment-mode
+// (either may be empty) before any request: a mode the agent would refuse
+// is a usage error that names the modes there are.
+func checkModes(access, attachment string) error {
+	if access != "" {
+		if _, err := model.ParseAccessMode(access); err != nil {
+			return usageError("-access-mode %q: want one of %s", access, joinModes(model.AccessModes()))
 		}
 	}
-	if body.AttachmentMode != "" {
-		if _, err := model.ParseAttachmentMode(body.AttachmentMode); err != nil {
-			return usageError("-attachment-mode: %v", err)
+	if attachment != "" {
+		if _, err := model.ParseAttachmentMode(attachment); err != nil {
+			return usageError("-attachment-mode %q: want %s", attachment, joinModes(model.AttachmentModes()))
 		}
 	}
 	return nil
+}
+
+// joinModes is modes as a list: "a, b or c".
+func joinModes[M ~string](modes []M) string {
+	s := make([]string, len(modes))
+	for i, m := range modes {
+		s[i] = string(m)
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }

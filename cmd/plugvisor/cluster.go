@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -71,6 +73,9 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 	if f.address == "" {
 		return nil, usageError("-cluster-address is required in cluster mode: the host:port this member listens on, e.g. 10.0.0.5:7946")
 	}
+	if err := f.checkDurations(); err != nil {
+		return nil, err
+	}
 	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, Advertise: f.advertise, ClusterName: f.name, Prefix: f.prefix,
 		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace, FenceMargin: f.fenceMargin, CompactInterval: f.compactInterval}
 	var err error
@@ -99,6 +104,45 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 		return nil, usageError("-cluster-insecure works only on a loopback -cluster-advertise, not %q: give -cluster-ca, -cluster-cert and -cluster-key", f.advertise)
 	}
 	return c, nil
+}
+
+// checkDurations refuses, before the agent starts or joins anything, the
+// cluster durations the fleet would refuse, each named by its flag: a
+// negative one, a lease TTL etcd cannot grant, and a GC grace that ends
+// before a node cut off from etcd has fenced its writers.
+func (f *clusterFlags) checkDurations() error {
+	var problems []error
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+		zero  string
+	}{
+		{"cluster-lease-ttl", f.leaseTTL, fmt.Sprintf("the default %v", fleet.DefaultLeaseTTL)},
+		{"cluster-gc-interval", f.gcInterval, "no GC on this node"},
+		{"cluster-gc-grace", f.gcGrace, fmt.Sprintf("the default %v", fleet.DefaultGCGrace)},
+		{"cluster-fence-margin", f.fenceMargin, fmt.Sprintf("the default %v", agent.DefaultFenceMargin)},
+		{"cluster-compact-interval", f.compactInterval, "no compaction by the fleet"},
+	} {
+		if d.value < 0 {
+			problems = append(problems, fmt.Errorf("-%s is %v: give a positive duration, or 0 for %s", d.flag, d.value, d.zero))
+		}
+	}
+	if f.leaseTTL > 0 && (f.leaseTTL < fleet.MinLeaseTTL || f.leaseTTL%time.Second != 0) {
+		problems = append(problems, fmt.Errorf("-cluster-lease-ttl is %v: give whole seconds, at least %v (etcd grants leases in seconds), or 0 for the default %v",
+			f.leaseTTL, fleet.MinLeaseTTL, fleet.DefaultLeaseTTL))
+	}
+	if len(problems) > 0 {
+		return usageError("%w", errors.Join(problems...))
+	}
+	ttl := cmp.Or(f.leaseTTL, fleet.DefaultLeaseTTL)
+	grace := cmp.Or(f.gcGrace, fleet.DefaultGCGrace)
+	margin := cmp.Or(f.fenceMargin, agent.DefaultFenceMargin)
+	if grace <= ttl+margin {
+		return usageError("-cluster-gc-grace %v must be longer than -cluster-lease-ttl %v plus -cluster-fence-margin %v, so that a node cut off from etcd "+
+			"has made its writers read-only before the GC frees its claims: give -cluster-gc-grace %v or more, or a shorter -cluster-lease-ttl",
+			grace, ttl, margin, ttl+margin+time.Second)
+	}
+	return nil
 }
 
 // tlsPair is a TLS config with the certificate and key of cert and key

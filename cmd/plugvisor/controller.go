@@ -152,6 +152,9 @@ func newVolumeCreateCmd() *cobra.Command {
 		Args:    cmdline.Args("ID", "plugvisor volume create -plugin hostpath -access-mode single-node-writer db"),
 	})
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkModes(body.AccessMode, body.AttachmentMode); err != nil {
+			return err
+		}
 		secrets, err := readSecrets(secretsFile)
 		if err != nil {
 			return err

@@ -35,7 +35,7 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:     "plugvisor",
 		Short:   "manage plugins that come and go at run time",
-		Long:    rootLong,
+		Long:    rootLong + "\n\n" + topicList(),
 		Example: rootExample,
 		Version: version.Get().String(),
 		// The default completion command has no example; ours has.
@@ -44,6 +44,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newNodeCmd(), newSnapshotCmd(), newDockerCmd(),
 		newEventsCmd(), newDemoCmd(), newDemoClusterCmd(), newEtcdCmd(), newVersionCmd(), newCompletionCmd(root),
 		servePlugin(hostpath.Command()), servePlugin(localvolume.Command()))
+	root.AddCommand(newManCmd(root))
 	root.SetHelpCommand(newHelpCmd(root))
 	return root
 }
@@ -101,10 +102,14 @@ complete with Tab. Load it in the current shell, or install it for every one.`,
 
 func newHelpCmd(root *cobra.Command) *cobra.Command {
 	return &cobra.Command{
-		Use:     "help [command]",
-		Short:   "show help for any command",
-		Example: "  plugvisor help\n  plugvisor help volume create",
+		Use:     "help [command | topic]",
+		Short:   "show help for any command, or a topic: volumes, claims, fleet, tokens",
+		Example: "  plugvisor help\n  plugvisor help volume create\n  plugvisor help claims",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if t := findTopic(args); t != nil {
+				t.SetOut(cmd.OutOrStdout())
+				return t.Help()
+			}
 			target, rest, err := root.Find(args)
 			if err != nil || len(rest) > 0 {
 				return cmdline.Usagef("no command %q (see plugvisor -h)", args)

@@ -40,8 +40,8 @@ earlier modifies set: volume status shows them.`,
 		if vf.common.json {
 			return printJSON(cmd.OutOrStdout(), out)
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "modified volume %s/%s: %d mutable parameters set; now %s\n",
-			vf.namespace, args[0], len(params), keyValuesLine(out.Volume.MutableParameters))
+		fmt.Fprintf(cmd.OutOrStdout(), "modified volume %s/%s: %s set; now %s\n",
+			vf.namespace, args[0], count(len(params), "mutable parameter"), keyValuesLine(out.Volume.MutableParameters))
 		return nil
 	}
 	return cmd

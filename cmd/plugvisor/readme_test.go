@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/rogpeppe/go-internal/txtar"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/agent"
@@ -78,6 +80,7 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"shows":       showsOutput,
 			"schedulable": waitSchedulable,
 			"nomounts": func(ts *testscript.TestScript, neg bool, args []string) {
 				if neg || len(args) != 1 {
@@ -93,11 +96,15 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 	})
 }
 
-// scriptStep is one command of a README block or a script, and the
-// patterns of the lines it must print.
+// scriptStep is one command of a README block or a script, and what it
+// must print. A block's want are its lines as the README shows them; a
+// script's are the patterns of its stdout and stderr checks, or, when
+// whole, the lines of the file its shows check compares the whole output
+// with.
 type scriptStep struct {
 	command string
 	want    []string
+	whole   bool
 }
 
 // TestTheReadmeBlocksAreTheScripts checks that every block of README.md
@@ -112,7 +119,7 @@ func TestTheReadmeBlocksAreTheScripts(t *testing.T) {
 	for name, block := range blocks {
 		t.Run(name, func(t *testing.T) {
 			steps := scriptSteps(t, filepath.Join(readmeScripts, name+".txtar"))
-			require.Equal(t, block, steps, "the block %q (README.md or docs/) and %s/%s.txtar differ", name, readmeScripts, name)
+			require.Equal(t, asScripted(block, steps), steps, "the block %q (README.md or docs/) and %s/%s.txtar differ", name, readmeScripts, name)
 		})
 	}
 }
@@ -129,7 +136,9 @@ func docFiles(t *testing.T) []string {
 // readmeBlocks reads every ```sh block marked <!-- testscript:NAME --> in
 // README.md and docs/*.md. A "# " line right under a command is what it
 // prints; other comments and blank lines are prose. A block exports the
-// data dir first. A name marks one block only, across every file.
+// data dir first. A name marks one block only, across every file; later
+// blocks of the same page marked <!-- testscript:NAME continued --> go on
+// with its session, in the same shell, as a reader runs them in order.
 func readmeBlocks(t *testing.T) map[string][]scriptStep {
 	blocks := map[string][]scriptStep{}
 	where := map[string]string{}
@@ -160,32 +169,37 @@ func addBlocks(blocks map[string][]scriptStep, where map[string]string, file str
 // fileBlocks reads the testscript blocks of one file, named by file in
 // errors.
 func fileBlocks(t *testing.T, file, text string) map[string][]scriptStep {
-	marker := regexp.MustCompile("<!-- testscript:([a-z-]+) -->\n```sh\n")
+	marker := regexp.MustCompile("<!-- testscript:([a-z-]+)( continued)? -->\n```sh\n")
 	blocks := map[string][]scriptStep{}
 	for _, m := range marker.FindAllStringSubmatchIndex(text, -1) {
-		name := text[m[2]:m[3]]
-		require.NotContains(t, blocks, name, "%s marks two blocks %q: give one another name", file, name)
+		name, continued := text[m[2]:m[3]], m[4] >= 0
 		block, _, found := strings.Cut(text[m[1]:], "```\n")
 		require.True(t, found, "%s: the block %q is not closed", file, name)
 		lines := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
-		require.True(t, strings.HasPrefix(lines[0], "export "+agent.DataDirEnv+"="),
-			"%s: the block %q exports %s first, so that it runs as written", file, name, agent.DataDirEnv)
-		var steps []scriptStep
+		if continued {
+			require.Contains(t, blocks, name, "%s: a block continues %q, which no block above starts", file, name)
+		} else {
+			require.NotContains(t, blocks, name, "%s marks two blocks %q: give one another name, or mark the later one continued", file, name)
+			require.True(t, strings.HasPrefix(lines[0], "export "+agent.DataDirEnv+"="),
+				"%s: the block %q exports %s first, so that it runs as written", file, name, agent.DataDirEnv)
+			lines = lines[1:]
+		}
+		steps := blocks[name]
 		inOutput := false
-		for _, line := range lines[1:] {
+		for _, line := range lines {
 			switch {
 			case strings.TrimSpace(line) == "":
 				inOutput = false
 			case strings.HasPrefix(line, "#"):
 				if inOutput {
 					last := &steps[len(steps)-1]
-					last.want = append(last.want, wantPattern(strings.TrimSpace(strings.TrimPrefix(line, "#"))))
+					last.want = append(last.want, shownLine(line))
 				}
-			case strings.HasPrefix(line, "plugvisor "):
+			case strings.HasPrefix(line, "plugvisor "), strings.HasPrefix(line, "curl "), strings.HasPrefix(line, "export "):
 				steps = append(steps, scriptStep{command: line})
-				inOutput = !strings.HasSuffix(line, " &")
+				inOutput = !strings.HasSuffix(line, " &") && !strings.HasPrefix(line, "export ")
 			default:
-				t.Fatalf("%s: the block %q has a line that is neither a plugvisor command nor a comment: %q", file, name, line)
+				t.Fatalf("%s: the block %q has a line that is neither a plugvisor or curl command, an export, nor a comment: %q", file, name, line)
 			}
 		}
 		require.NotEmpty(t, steps, "%s: %s", file, name)
@@ -207,19 +221,28 @@ func TestABlockNameMarksOneBlockAcrossTheFiles(t *testing.T) {
 	require.Len(t, blocks, 2)
 }
 
-// scriptSteps reads a script's exec lines and the stdout and stderr
-// patterns under each; its other lines (comments, conditions, checks of
-// its own) are not in the README.
+// scriptSteps reads a script's exec and env lines, and the stdout and
+// stderr patterns or the shows check under each; its other lines
+// (comments, conditions, checks of its own) are not in the README.
 func scriptSteps(t *testing.T, path string) []scriptStep {
-	f, err := os.Open(path)
+	archive, err := txtar.ParseFile(path)
 	require.NoError(t, err)
-	defer f.Close()
 	var steps []scriptStep
-	lines := bufio.NewScanner(f)
+	lines := bufio.NewScanner(bytes.NewReader(archive.Comment))
 	for lines.Scan() {
 		line := strings.TrimPrefix(lines.Text(), "! ")
 		if command, ok := strings.CutPrefix(line, "exec "); ok {
 			steps = append(steps, scriptStep{command: namedBackground.ReplaceAllString(command, "&")})
+			continue
+		}
+		if assignment, ok := strings.CutPrefix(line, "env "); ok {
+			steps = append(steps, scriptStep{command: "export " + assignment})
+			continue
+		}
+		if args, ok := strings.CutPrefix(line, "shows "); ok {
+			require.NotEmpty(t, steps, "%s: a check before the first command", path)
+			last := &steps[len(steps)-1]
+			last.want, last.whole = append(last.want, archiveLines(t, archive, path, strings.Fields(args))...), true
 			continue
 		}
 		for _, check := range []string{"stdout ", "stderr "} {

@@ -105,6 +105,9 @@ func newVolumeRegisterCmd() *cobra.Command {
 		if err := registerModes(&body, caps, modeSet); err != nil {
 			return err
 		}
+		if err := checkModes(body.AccessMode, body.AttachmentMode); err != nil {
+			return err
+		}
 		var v api.VolumeJSON
 		if err := vf.client().call(cmd.Context(), "POST", "/v1/volumes", nil, body, &v); err != nil {
 			return err
@@ -291,8 +294,8 @@ func printVolume(w io.Writer, common commonFlags, v api.VolumeJSON, head string)
 	if common.json {
 		return printJSON(w, v)
 	}
-	fmt.Fprintf(w, "%s\n  plugin %s, %s, %s, schedulable: %v (%d healthy nodes)\n  writers: %s\n  readers: %s\n",
-		head, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable, v.NodesHealthy,
+	fmt.Fprintf(w, "%s\n  plugin %s, %s, %s, schedulable: %v (%s)\n  writers: %s\n  readers: %s\n",
+		head, v.PluginID, v.AccessMode, v.AttachmentMode, v.Schedulable, count(v.NodesHealthy, "healthy node"),
 		orNone(v.WriteClaims), orNone(v.ReadClaims))
 	fmt.Fprint(w, capabilitiesLine(v.Capabilities))
 	if len(v.MutableParameters) > 0 {

@@ -41,7 +41,7 @@ func registerBatch(cmd *cobra.Command, vf *volumeFlags, file string) error {
 	var out struct {
 		Volumes []api.VolumeJSON `json:"volumes"`
 	}
-	if err := vf.callShowing(cmd, fmt.Sprintf("registering %d volumes", len(body.Volumes)), "POST", "/v1/volumes:batch", nil, body, &out); err != nil {
+	if err := vf.callShowing(cmd, "registering "+count(len(body.Volumes), "volume"), "POST", "/v1/volumes:batch", nil, body, &out); err != nil {
 		return err
 	}
 	stdout := cmd.OutOrStdout()

@@ -65,6 +65,7 @@ var mayImport = map[string][]string{
 	"internal/mountinfo":          nil,
 	"internal/httpgate":           nil,
 	"internal/startlog":           nil,
+	"internal/sdnotify":           nil,
 	"fleet":                       {"csi", "csi/catalog/model", "names", "messages"},
 	"fleet/member":                {"fleet", "csi/catalog", "csi/catalog/model", "names", "actors", "messages"},
 }

@@ -132,9 +132,7 @@ func execute(ctx context.Context, root *cobra.Command, args []string, stdout, st
 // calls it; tests that look at the commands' flags call it first.
 func Prepare(root *cobra.Command) {
 	root.SilenceErrors, root.SilenceUsage = true, true
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return Usagef("%s", strings.ReplaceAll(err.Error(), "--", "-"))
-	})
+	root.SetFlagErrorFunc(flagError)
 	root.SetUsageTemplate(usageTemplate)
 	root.SetHelpTemplate(helpTemplate)
 	if root.Version != "" {

@@ -57,6 +57,8 @@ func TestExecuteParsesOneDashFlagsAnywhereAndSaysWhatIsWrong(t *testing.T) {
 		{"a missing required flag", "greet you", 2, nil, "", "tool greet: missing required flag -name (who greets)\nsee: tool greet -h\n"},
 		{"a missing argument", "greet -name me", 2, nil, "", "tool greet: greet needs WHO, e.g. tool greet -name me you\nsee: tool greet -h\n"},
 		{"an unknown flag", "greet -name me you -shout", 2, nil, "", "tool greet: unknown flag: -shout\nsee: tool greet -h\n"},
+		{"an unknown flag near one", "greet -nme me you", 2, nil, "", "tool greet: unknown flag: -nme (did you mean -name?)\nsee: tool greet -h\n"},
+		{"a two-dash unknown flag near one", "greet --name me you --lod", 2, nil, "", "tool greet: unknown flag: -lod (did you mean -loud?)\nsee: tool greet -h\n"},
 		{"a failure", "fail", 1, nil, "", "tool fail: it broke\n"},
 		{"a group without its subcommand", "group", 2, nil, "", "tool group: missing subcommand (want inner)\nsee: tool group -h\n"},
 		{"a group with a subcommand it lacks", "group outer -name x", 2, nil, "", "tool group: unknown subcommand \"outer\" (want inner)\nsee: tool group -h\n"},
@@ -136,5 +138,22 @@ func TestWithJSONAnErrorIsOneJSONObjectOnStderr(t *testing.T) {
 			require.Equal(t, tc.stderr, stderr.String())
 			require.Empty(t, stdout.String())
 		})
+	}
+}
+
+func TestClosestSuggestsOnlyANearCandidate(t *testing.T) {
+	names := []string{"type", "name", "namespace", "json", "data-dir"}
+	for _, tc := range []struct{ word, want string }{
+		{"typ", "type"},
+		{"tpye", "type"}, // two letters swapped
+		{"nmae", "name"},
+		{"namspace", "namespace"},
+		{"datadir", "data-dir"},
+		{"JSON", "json"},
+		{"x", ""},
+		{"ty", ""}, // two letters off a four-letter word is not near
+		{"volume", ""},
+	} {
+		require.Equal(t, tc.want, cli.Closest(tc.word, names), tc.word)
 	}
 }
