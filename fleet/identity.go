@@ -49,12 +49,19 @@ func NewIdentity() string {
 	return hex.EncodeToString(b[:])
 }
 
+// newIncarnation is a random tag of one start of an agent.
+func newIncarnation() []byte {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return b
+}
+
 // livenessRecord is this agent's liveness record, started now.
 func (s *Store) livenessRecord() *messages.FleetNodeRecord {
 	host, _ := os.Hostname()
 	return &messages.FleetNodeRecord{
 		Identity: identityHash(s.cfg.Identity), StartedUnixNano: time.Now().UnixNano(),
-		Address: s.cfg.Address, Hostname: host, Pid: int64(os.Getpid()),
+		Address: s.cfg.Address, Hostname: host, Pid: int64(os.Getpid()), Incarnation: s.incarnation,
 	}
 }
 
@@ -88,6 +95,12 @@ func (h holder) joined(value []byte) time.Time {
 // incarnation.
 func (s *Store) ours(h holder) bool {
 	return h.rec != nil && subtle.ConstantTimeCompare(h.rec.GetIdentity(), s.identity) == 1
+}
+
+// this reports whether the holder is this incarnation of this agent: a
+// later start of the same identity (a copy of its data dir) is not.
+func (s *Store) this(h holder) bool {
+	return s.ours(h) && subtle.ConstantTimeCompare(h.rec.GetIncarnation(), s.incarnation) == 1
 }
 
 // describe names the holder for an operator.
@@ -202,14 +215,14 @@ func (s *Store) noteHolder(kv *mvccpb.KeyValue) {
 		return
 	}
 	h := decodeHolder(kv)
-	if s.ours(h) {
+	if s.this(h) {
 		if s.lost.regain() {
 			s.log.Info("this agent holds its node ID again", "node", s.cfg.NodeID)
 		}
 		return
 	}
 	reason := fmt.Sprintf("node ID %q is now held by %s: this agent fenced its writers and takes no new claim. "+
-		"Two agents must not share a node ID: stop one of them", s.cfg.NodeID, h.describe(kv.Value))
+		"Two agents must not share a node ID (nor a copy of one data dir): stop one of them", s.cfg.NodeID, h.describe(kv.Value))
 	if s.lost.lose(reason) {
 		s.log.Error("this agent lost its node ID to another", "node", s.cfg.NodeID, "why", reason)
 	}

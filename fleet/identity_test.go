@@ -125,3 +125,18 @@ func etcdClient(t *testing.T, srv *etcdtest.Server) *clientv3.Client {
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
 }
+
+// TestTheOlderOfTwoAgentsSharingAnIdentityFences starts node-a twice with
+// one identity, as two agents started from copies of one data dir are:
+// the second takes the node ID as a restart after a kill would, and the
+// first, still running, sees its key hold another start of its identity
+// and fences, rather than both writing.
+func TestTheOlderOfTwoAgentsSharingAnIdentityFences(t *testing.T) {
+	srv := etcdtest.Start(t)
+	first := open(t, srv, "node-a", as("secret-a", "10.0.0.5:7946"))
+	watchNode(t, first)
+	second := open(t, srv, "node-a", as("secret-a", "10.0.0.6:7946"))
+	require.Eventually(t, func() bool { return first.Standing(time.Now()) == model.StandingLost }, timeout, 10*time.Millisecond)
+	require.Contains(t, first.IdentityLost(), "member address 10.0.0.6:7946")
+	require.Equal(t, model.StandingHeld, second.Standing(time.Now()))
+}

@@ -29,8 +29,8 @@ type Store struct {
 	// identity is the hash of Config.Identity that this agent's liveness
 	// record holds, and lost why another agent holds the node ID now
 	// (identity.go).
-	identity []byte
-	lost     identityLoss
+	identity, incarnation []byte
+	lost                  identityLoss
 	// watch is the node's watch while one runs (WatchNode).
 	watch atomic.Pointer[nodeWatch]
 	// hurry is set once the agent stops (Hurry).
@@ -62,7 +62,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}, identity: identityHash(cfg.Identity)}
+	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}, identity: identityHash(cfg.Identity), incarnation: newIncarnation()}
 	client, err := clientv3.New(s.clientConfig())
 	if err != nil {
 		return nil, model.Refusef(model.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)

@@ -573,9 +573,13 @@ type FleetNodeRecord struct {
 	StartedUnixNano int64 `protobuf:"varint,2,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	// address is where the agent's cluster member listens; hostname and
 	// pid say which process holds the node ID, for the operator.
-	Address       string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	Hostname      string `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	Pid           int64  `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
+	Address  string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Hostname string `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Pid      int64  `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
+	// incarnation is random for each start of the agent: a key holding its
+	// identity and another incarnation was put by a later start of it, which
+	// the earlier one, still running (a copied data dir), must yield to.
+	Incarnation   []byte `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,6 +647,13 @@ func (x *FleetNodeRecord) GetPid() int64 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *FleetNodeRecord) GetIncarnation() []byte {
+	if x != nil {
+		return x.Incarnation
+	}
+	return nil
 }
 
 // MemberPing is sent by each cluster member, every second or so, to the
@@ -783,13 +794,14 @@ const file_messages_fleet_proto_rawDesc = "" +
 	"\x13FleetVolumeResponse\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x16\n" +
-	"\x06member\x18\x03 \x01(\tR\x06member\"\xa1\x01\n" +
+	"\x06member\x18\x03 \x01(\tR\x06member\"\xc3\x01\n" +
 	"\x0fFleetNodeRecord\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\fR\bidentity\x12*\n" +
 	"\x11started_unix_nano\x18\x02 \x01(\x03R\x0fstartedUnixNano\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12\x10\n" +
-	"\x03pid\x18\x05 \x01(\x03R\x03pid\"$\n" +
+	"\x03pid\x18\x05 \x01(\x03R\x03pid\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\fR\vincarnation\"$\n" +
 	"\n" +
 	"MemberPing\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\"$\n" +
