@@ -126,6 +126,20 @@ fuzz-short: ## run every fuzz target for FUZZTIME (default 5000 executions) each
 fuzz: ## run every fuzz target for FUZZTIME_LONG (default 500,000 executions) each
 	$(MAKE) fuzz-short FUZZTIME=$(FUZZTIME_LONG)
 
+# chaos: the nemesis of internal/chaos for CHAOS_DURATION (default 10m):
+# random schedules of composed faults (kills, cuts, restores, drains,
+# duplicate node IDs, lease revocations) on a real fleet of three agents,
+# as root, with the invariants checked throughout; it prints a table.
+# make test runs its fixed schedules and a minute of random ones.
+CHAOS_DURATION ?= 10m
+.PHONY: chaos
+chaos: ## run the fleet's nemesis for CHAOS_DURATION (default 10m; as root) and print its table
+	@mkdir -p $(BIN)
+	@echo "chaos: $(CHAOS_DURATION) of random schedules; the whole log goes to $(BIN)/chaos.log"
+	@CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -timeout 60m -v -run '^TestTheFleetHoldsUnderRandomSchedules$$' ./internal/chaos/ > $(BIN)/chaos.log 2>&1; \
+		status=$$?; sed -n '/seed [0-9]*:/p;/^ *| /p;/^--- /p;/^ok/p;/^FAIL/p;/violations:/,/^---/p' $(BIN)/chaos.log; \
+		echo "chaos: load average $$(cut -d' ' -f1-3 /proc/loadavg)"; exit $$status
+
 reliability: ## run the reliability suite (a few minutes, as root); its table goes into RELIABILITY.md
 	RELIABILITY_OUT=$(CURDIR)/RELIABILITY.md $(GO) test -tags reliability -count=1 -timeout 20m -v ./reliability/
 
