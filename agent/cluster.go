@@ -3,7 +3,11 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -25,6 +29,13 @@ type ClusterConfig struct {
 	// the other members dial (required): an address of this host they can
 	// reach; port 0 picks a free port. Beyond loopback it needs RemoteTLS.
 	Address string
+	// Keyring, when set, seals the fleet's records in etcd and signs the
+	// members' requests (fleet.Keyring); every agent of the fleet needs the
+	// same one. Without it, the data dir's file "keyring", when there, is
+	// the keyring. AcceptUnsealed reads records it did not seal, while a
+	// fleet moves to a keyring.
+	Keyring        *fleet.Keyring
+	AcceptUnsealed bool
 	// Advertise, when set, is the host:port the other members dial instead
 	// of Address (behind a NAT, or a proxy).
 	Advertise string
@@ -81,10 +92,15 @@ func (a *Agent) startCluster() error {
 	if err != nil {
 		return err
 	}
+	keyring, err := a.keyring()
+	if err != nil {
+		return err
+	}
 	a.metrics.fleet = newFleetMetrics(a.metrics.reg, a.fleetStore)
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
 			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Identity: identity, Prefix: c.Prefix,
+			Keyring: keyring, AcceptUnsealed: c.AcceptUnsealed,
 			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, MaxVolumes: a.cfg.MaxVolumes, Logger: a.log,
 			Metrics: a.metrics.fleet,
 		},
@@ -96,6 +112,28 @@ func (a *Agent) startCluster() error {
 	a.member = m
 	a.stops = append(a.stops, func(context.Context) error { return m.Stop() })
 	return nil
+}
+
+// keyringFile is where the agent looks for the fleet's keyring when none
+// is given: once a key exists there, the fleet's records are sealed.
+const keyringFile = "keyring"
+
+// keyring is the fleet's keyring: the one given, else the data dir's
+// keyring file when it exists, else none.
+func (a *Agent) keyring() (*fleet.Keyring, error) {
+	if k := a.cfg.Cluster.Keyring; k != nil {
+		return k, nil
+	}
+	path := filepath.Join(a.cfg.DataDir, keyringFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	k, err := fleet.LoadKeyring(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster mode: the data dir's keyring: %w", err)
+	}
+	a.log.Info("the fleet's records are sealed with the data dir's keyring", "path", path, "primary", k.Primary())
+	return k, nil
 }
 
 // startGC starts, in cluster mode when GCInterval is set, once the volume

@@ -138,7 +138,7 @@ func (s *Store) attemptBatch(ctx context.Context, items []*batchItem,
 	if err != nil {
 		return false, err
 	}
-	w := indexChange{}
+	w := indexChange{codec: s.codec}
 	if err := s.indexBatch(ctx, &w, items, got); err != nil {
 		return false, err
 	}
@@ -150,7 +150,7 @@ func (s *Store) attemptBatch(ctx context.Context, items []*batchItem,
 		w.cmps = append(w.cmps, clientv3.Compare(clientv3.ModRevision(key), "=", b.rev))
 		write := clientv3.OpDelete(key)
 		if b.next != nil {
-			value, err := encodeRecord(key, b.next.Proto())
+			value, err := s.codec.encode(key, b.next.Proto())
 			if err != nil {
 				return false, err
 			}

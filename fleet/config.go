@@ -46,6 +46,15 @@ type Config struct {
 	// Address is where this agent's cluster member listens: the liveness
 	// record shows it, to name the agent holding a node ID.
 	Address string
+	// Keyring, when set, seals every record this Store writes and checks
+	// every record it reads (see Keyring): secrets encrypted at rest,
+	// records authenticated. Every agent of a fleet needs the same one.
+	Keyring *Keyring
+	// AcceptUnsealed lets a Store with a Keyring read records that are not
+	// sealed, while a fleet moves to a keyring: until plugvisor keyring
+	// rotate has sealed every record. Off, such a record is refused
+	// (ErrUnsealed), as a forgery would be.
+	AcceptUnsealed bool
 	// Prefix is where the keys live (default DefaultPrefix); it must start
 	// and end with "/".
 	Prefix string

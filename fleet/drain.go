@@ -135,7 +135,7 @@ func (s *Store) nodesOf(live, drains []*mvccpb.KeyValue, volumes []*model.CSIVol
 	for _, kv := range live {
 		n := node(strings.TrimPrefix(string(kv.Key), s.keys.nodes()))
 		n.Up, n.Lease = true, kv.Lease
-		n.Joined = decodeHolder(kv).joined(kv.Value)
+		n.Joined = s.decodeHolder(kv).joined(kv.Value)
 	}
 	for _, kv := range drains {
 		node(strings.TrimPrefix(string(kv.Key), s.keys.drains())).DrainingSince = drainedSince(kv.Value)

@@ -41,11 +41,11 @@ func Fill(ctx context.Context, s *Store, vols []*model.CSIVolume) error {
 		if err != nil {
 			return err
 		}
-		w := indexChange{}
+		w := indexChange{codec: s.codec}
 		for ; start < len(vols); start++ {
 			v := vols[start]
 			key := s.keys.volume(v.Namespace, v.ID)
-			value, err := encodeRecord(key, v.Proto())
+			value, err := s.codec.encode(key, v.Proto())
 			if err != nil {
 				return err
 			}

@@ -74,9 +74,9 @@ type holder struct {
 // decodeHolder reads the liveness key kv. A value that is no record (an
 // agent of an earlier version wrote the time it joined) names an agent of
 // unknown identity.
-func decodeHolder(kv *mvccpb.KeyValue) holder {
+func (s *Store) decodeHolder(kv *mvccpb.KeyValue) holder {
 	var rec messages.FleetNodeRecord
-	if decodeRecord(string(kv.Key), kv.Value, &rec) != nil {
+	if s.codec.decode(string(kv.Key), kv.Value, &rec) != nil {
 		return holder{lease: kv.Lease}
 	}
 	return holder{rec: &rec, lease: kv.Lease}
@@ -128,7 +128,7 @@ func truncate(s string, n int) string {
 
 // takenError is ErrNodeIDTaken for the holder of kv.
 func (s *Store) takenError(kv *mvccpb.KeyValue, ttl int64) error {
-	h := decodeHolder(kv)
+	h := s.decodeHolder(kv)
 	return fmt.Errorf("%w: node ID %q is held by %s; its lease has %ds left. "+
 		"Stop that agent, or give this one another -node-id; if that agent is gone, start this one again once its lease has run out",
 		ErrNodeIDTaken, s.cfg.NodeID, h.describe(kv.Value), max(ttl, 0))
@@ -141,7 +141,7 @@ func (s *Store) takenError(kv *mvccpb.KeyValue, ttl int64) error {
 // revoked, best effort, once the key is this lease's.
 func (s *Store) putLiveness(ctx context.Context, lease clientv3.LeaseID, ops []clientv3.Op) error {
 	key := s.keys.node(s.cfg.NodeID)
-	value, err := encodeRecord(key, s.livenessRecord())
+	value, err := s.codec.encode(key, s.livenessRecord())
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (s *Store) putLiveness(ctx context.Context, lease clientv3.LeaseID, ops []c
 		return s.putLiveness(ctx, lease, ops[1:])
 	}
 	kv := kvs[0]
-	if !s.ours(decodeHolder(kv)) {
+	if !s.ours(s.decodeHolder(kv)) {
 		ttl, err := s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 		if err != nil {
 			return etcdErr(err)
@@ -214,7 +214,7 @@ func (s *Store) noteHolder(kv *mvccpb.KeyValue) {
 		s.lease.reassert()
 		return
 	}
-	h := decodeHolder(kv)
+	h := s.decodeHolder(kv)
 	if s.this(h) {
 		if s.lost.regain() {
 			s.log.Info("this agent holds its node ID again", "node", s.cfg.NodeID)

@@ -84,7 +84,7 @@ func (s *Store) indexWrite(ctx context.Context, old, next *model.CSIVolume) ([]c
 			got[string(kv.Key)] = kv
 		}
 	}
-	w := indexChange{}
+	w := indexChange{codec: s.codec}
 	shard, err := s.dropPluginVolume(&w, old, got[oldKey], oldKey != newKey)
 	if err != nil {
 		return nil, nil, err
@@ -104,10 +104,12 @@ func (s *Store) indexWrite(ctx context.Context, old, next *model.CSIVolume) ([]c
 	return w.cmps, w.ops, nil
 }
 
-// indexChange collects the compares and writes of indexWrite.
+// indexChange collects the compares and writes of indexWrite; codec
+// encodes its records.
 type indexChange struct {
-	cmps []clientv3.Cmp
-	ops  []clientv3.Op
+	codec codec
+	cmps  []clientv3.Cmp
+	ops   []clientv3.Op
 }
 
 // unchanged guards key (kv as read, nil when absent).
@@ -121,7 +123,7 @@ func (w *indexChange) unchanged(key string, kv *mvccpb.KeyValue) {
 
 // put writes value, sealed, under key.
 func (w *indexChange) put(key string, value *wrapperspb.StringValue) error {
-	sealed, err := encodeRecord(key, value)
+	sealed, err := w.codec.encode(key, value)
 	if err == nil {
 		w.ops = append(w.ops, clientv3.OpPut(key, sealed))
 	}
@@ -130,7 +132,7 @@ func (w *indexChange) put(key string, value *wrapperspb.StringValue) error {
 
 // putInt writes n, sealed, under key.
 func (w *indexChange) putInt(key string, n int64) error {
-	sealed, err := encodeRecord(key, wrapperspb.Int64(n))
+	sealed, err := w.codec.encode(key, wrapperspb.Int64(n))
 	if err == nil {
 		w.ops = append(w.ops, clientv3.OpPut(key, sealed))
 	}
@@ -251,7 +253,7 @@ func entryValue(shard int, volumeKey string) *wrapperspb.StringValue {
 // decodeEntry is the shard and the volume key of a plugin volume entry.
 func (s *Store) decodeEntry(kv *mvccpb.KeyValue) (int, string, error) {
 	var value wrapperspb.StringValue
-	if err := decodeRecord(string(kv.Key), kv.Value, &value); err != nil {
+	if err := s.decode(string(kv.Key), kv.Value, &value); err != nil {
 		return -1, "", err
 	}
 	shardText, holder, _ := strings.Cut(value.GetValue(), " ")
@@ -265,7 +267,7 @@ func (s *Store) decodeEntry(kv *mvccpb.KeyValue) (int, string, error) {
 // decodeCount is the count a count shard holds.
 func (s *Store) decodeCount(kv *mvccpb.KeyValue) (int64, error) {
 	var count wrapperspb.Int64Value
-	if err := decodeRecord(string(kv.Key), kv.Value, &count); err != nil {
+	if err := s.decode(string(kv.Key), kv.Value, &count); err != nil {
 		return 0, err
 	}
 	return count.GetValue(), nil
@@ -301,7 +303,7 @@ func (s *Store) buildIndexes(ctx context.Context) error {
 		if err != nil {
 			return etcdErr(err)
 		}
-		w := indexChange{}
+		w := indexChange{codec: s.codec}
 		for i, kv := range resp.Kvs {
 			v, err := s.decodeVolume(kv)
 			if err != nil {
@@ -316,7 +318,7 @@ func (s *Store) buildIndexes(ctx context.Context) error {
 				return etcdErr(err)
 			}
 		}
-		shards := indexChange{}
+		shards := indexChange{codec: s.codec}
 		for k := range countShards {
 			n := len(resp.Kvs)/countShards + min(1, max(0, len(resp.Kvs)%countShards-k))
 			if err := shards.putInt(s.keys.volumeCount(k), int64(n)); err != nil {

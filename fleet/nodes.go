@@ -233,7 +233,7 @@ func (s *Store) fingerprintPuts(fps []*messages.CSIFingerprint, id clientv3.Leas
 	for _, fp := range fps {
 		key := s.keys.fingerprint(s.cfg.NodeID, fp.GetType(), fp.GetName())
 		for _, k := range []string{key, s.byPlugin(key)} {
-			value, err := encodeRecord(k, fp)
+			value, err := s.codec.encode(k, fp)
 			if err != nil {
 				return nil, err
 			}
@@ -305,7 +305,7 @@ func (s *Store) decodePlugins(kvs []*mvccpb.KeyValue, byPlugin bool) (map[string
 	for _, kv := range kvs {
 		key := string(kv.Key)
 		var fp messages.CSIFingerprint
-		if err := decodeRecord(key, kv.Value, &fp); err != nil {
+		if err := s.decode(key, kv.Value, &fp); err != nil {
 			return nil, err
 		}
 		node, _, _ := strings.Cut(strings.TrimPrefix(key, s.keys.fingerprints()), "/")

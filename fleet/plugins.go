@@ -59,7 +59,7 @@ func (s *Store) Plugin(ctx context.Context, name string) (*model.CSIPlugin, erro
 // addExpectation sets the jobs of the expectation stored under key on p.
 func (s *Store) addExpectation(p *model.CSIPlugin, key string, value []byte) error {
 	var m messages.CatalogPlugin
-	if err := decodeRecord(key, value, &m); err != nil {
+	if err := s.decode(key, value, &m); err != nil {
 		return err
 	}
 	if m.GetId() != p.ID {
@@ -90,7 +90,7 @@ func (s *Store) ExpectPlugin(ctx context.Context, name string, nodes, controller
 	key := s.keys.pluginExpect(name)
 	op := clientv3.OpDelete(key)
 	if len(expected.Jobs) > 0 {
-		value, err := encodeRecord(key, &messages.CatalogPlugin{Id: name, Jobs: expected.Proto().GetJobs()})
+		value, err := s.codec.encode(key, &messages.CatalogPlugin{Id: name, Jobs: expected.Proto().GetJobs()})
 		if err != nil {
 			return nil, err
 		}

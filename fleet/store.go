@@ -14,6 +14,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 )
 
 // Store is the cluster-wide catalog in etcd, as seen from one node. Its
@@ -31,6 +32,8 @@ type Store struct {
 	// (identity.go).
 	identity, incarnation []byte
 	lost                  identityLoss
+	// codec encodes and decodes the records (record.go, keyring.go).
+	codec codec
 	// watch is the node's watch while one runs (WatchNode).
 	watch atomic.Pointer[nodeWatch]
 	// hurry is set once the agent stops (Hurry).
@@ -62,7 +65,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}, identity: identityHash(cfg.Identity), incarnation: newIncarnation()}
+	s := &Store{cfg: cfg, log: cfg.Logger, keys: keys{prefix: cfg.Prefix}, identity: identityHash(cfg.Identity), incarnation: newIncarnation(),
+		codec: codec{keyring: cfg.Keyring, acceptPlain: cfg.AcceptUnsealed}}
 	client, err := clientv3.New(s.clientConfig())
 	if err != nil {
 		return nil, model.Refusef(model.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
@@ -167,6 +171,17 @@ func (s *Store) classify(ctx context.Context, what string, err error) error {
 	}
 	err = s.unavailable(what, u.err)
 	s.reach.observe(err)
+	return err
+}
+
+// decode decodes the record kv holds under key (record.go), and warns of
+// one that is not sealed with the fleet's keyring: something other than an
+// agent of the fleet wrote it.
+func (s *Store) decode(key string, value []byte, m proto.Message) error {
+	err := s.codec.decode(key, value, m)
+	if errors.Is(err, ErrUnsealed) {
+		s.log.Warn("refused a record in etcd that the fleet's keyring does not seal", "key", key, "error", err)
+	}
 	return err
 }
 

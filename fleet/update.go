@@ -147,7 +147,7 @@ func (s *Store) try(ctx context.Context, ns, id string, st *state, change func(*
 	}
 	write := clientv3.OpDelete(key)
 	if next != nil {
-		value, err := encodeRecord(key, next.Proto())
+		value, err := s.codec.encode(key, next.Proto())
 		if err != nil {
 			return nil, nil, false, err
 		}

@@ -162,7 +162,7 @@ func (s *Store) changeClaims(ctx context.Context, what, namespace, id string, c 
 func (s *Store) decodeVolume(kv *mvccpb.KeyValue) (*model.CSIVolume, error) {
 	key := string(kv.Key)
 	var m messages.CatalogVolume
-	if err := decodeRecord(key, kv.Value, &m); err != nil {
+	if err := s.decode(key, kv.Value, &m); err != nil {
 		return nil, err
 	}
 	v := model.VolumeFromProto(&m)

@@ -27,6 +27,8 @@ type FleetClaimVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Claim         *CatalogClaim          `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
 	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -75,12 +77,28 @@ func (x *FleetClaimVolume) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetClaimVolume) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetClaimVolume) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetReleaseVolume asks the grain to move the claim of claim.alloc_id to
 // claim.state (ready-to-free, or empty, removes it).
 type FleetReleaseVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Claim         *CatalogClaim          `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
 	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -129,12 +147,28 @@ func (x *FleetReleaseVolume) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetReleaseVolume) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetReleaseVolume) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetRegisterVolume asks the grain to register volume, or to change the
 // description of its volume while it has no claims.
 type FleetRegisterVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *CatalogVolume         `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
 	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -183,12 +217,28 @@ func (x *FleetRegisterVolume) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetRegisterVolume) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetRegisterVolume) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetDeregisterVolume asks the grain to remove its volume, which must have
 // no claims.
 type FleetDeregisterVolume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// request_id names the request across its attempts (see above).
 	RequestId     string `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,12 +280,28 @@ func (x *FleetDeregisterVolume) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetDeregisterVolume) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetDeregisterVolume) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetMarkVolumeDeleting asks the grain to mark its volume as being
 // deleted: it takes no new claim from then on.
 type FleetMarkVolumeDeleting struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// request_id names the request across its attempts (see above).
 	RequestId     string `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,12 +343,28 @@ func (x *FleetMarkVolumeDeleting) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetMarkVolumeDeleting) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetMarkVolumeDeleting) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetRecordVolumeCapacity asks the grain to record the capacity the
 // plugin reported for its volume.
 type FleetRecordVolumeCapacity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CapacityBytes int64                  `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +413,20 @@ func (x *FleetRecordVolumeCapacity) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetRecordVolumeCapacity) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetRecordVolumeCapacity) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetAttachVolume asks the grain to record attachment (its node the
 // attaching node) of its volume: refused while the node holds no claim on
 // it, and, for a single-node volume, while another node holds an
@@ -339,6 +435,8 @@ type FleetAttachVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Attachment    *CatalogAttachment     `protobuf:"bytes,1,opt,name=attachment,proto3" json:"attachment,omitempty"`
 	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +485,20 @@ func (x *FleetAttachVolume) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetAttachVolume) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetAttachVolume) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetMarkDetaching asks the grain to mark the attachment of its volume
 // to node_id as being detached by the asking node: only while that node is
 // down and claims nothing; it cannot attach the volume again until
@@ -395,6 +507,8 @@ type FleetMarkDetaching struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -443,12 +557,28 @@ func (x *FleetMarkDetaching) GetRequestId() string {
 	return ""
 }
 
+func (x *FleetMarkDetaching) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetMarkDetaching) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // FleetDetachVolume asks the grain to remove the attachment of its volume
 // to node_id, once the controller has unpublished it from that node.
 type FleetDetachVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	RequestId     string                 `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -495,6 +625,20 @@ func (x *FleetDetachVolume) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *FleetDetachVolume) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetDetachVolume) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
 }
 
 // FleetVolumeResponse is the grain's answer to each request above: the
@@ -754,43 +898,61 @@ var File_messages_fleet_proto protoreflect.FileDescriptor
 
 const file_messages_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x14messages/fleet.proto\x12\x12plugvisor.messages\x1a\x16messages/catalog.proto\x1a\x15messages/plugin.proto\"i\n" +
+	"\x14messages/fleet.proto\x12\x12plugvisor.messages\x1a\x16messages/catalog.proto\x1a\x15messages/plugin.proto\"\x9e\x01\n" +
 	"\x10FleetClaimVolume\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05claim\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"k\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\xa0\x01\n" +
 	"\x12FleetReleaseVolume\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .plugvisor.messages.CatalogClaimR\x05claim\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"o\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\xa4\x01\n" +
 	"\x13FleetRegisterVolume\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"6\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"k\n" +
 	"\x15FleetDeregisterVolume\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"8\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"m\n" +
 	"\x17FleetMarkVolumeDeleting\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"a\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\x96\x01\n" +
 	"\x19FleetRecordVolumeCapacity\x12%\n" +
 	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"y\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\xae\x01\n" +
 	"\x11FleetAttachVolume\x12E\n" +
 	"\n" +
 	"attachment\x18\x01 \x01(\v2%.plugvisor.messages.CatalogAttachmentR\n" +
 	"attachment\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"L\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\x81\x01\n" +
 	"\x12FleetMarkDetaching\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"K\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\x80\x01\n" +
 	"\x11FleetDetachVolume\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x0f \x01(\tR\trequestId\"\x99\x01\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\x99\x01\n" +
 	"\x13FleetVolumeResponse\x129\n" +
 	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x16\n" +

@@ -31,6 +31,8 @@ type clusterFlags struct {
 	gcInterval, gcGrace       time.Duration
 	fenceMargin               time.Duration
 	compactInterval           time.Duration
+	keyring                   string
+	acceptUnsealed            bool
 }
 
 func (f *clusterFlags) add(fs *pflag.FlagSet) {
@@ -39,6 +41,8 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.etcdCert, "cluster-etcd-cert", "", "PEM client certificate for etcd")
 	fs.StringVar(&f.etcdKey, "cluster-etcd-key", "", "PEM private key of -cluster-etcd-cert")
 	fs.StringVar(&f.address, "cluster-address", "", "host:port this agent's cluster member listens on and the others dial, e.g. 10.0.0.5:7946 (required in cluster mode)")
+	fs.StringVar(&f.keyring, "cluster-keyring", "", "the fleet's keyring file (plugvisor keyring generate), the same on every agent: seals the fleet's records in etcd (secrets encrypted, records authenticated) and signs the members' requests")
+	fs.BoolVar(&f.acceptUnsealed, "cluster-keyring-accept-unsealed", false, "while a fleet moves to a keyring, read records the keyring did not seal, until plugvisor keyring rotate has sealed them all")
 	fs.StringVar(&f.advertise, "cluster-advertise", "", "host:port the other members dial, when not -cluster-address (behind a NAT or a proxy), e.g. 203.0.113.5:7946")
 	fs.StringVar(&f.ca, "cluster-ca", "", "PEM CA that signs every member's certificate (members talk over mutual TLS)")
 	fs.StringVar(&f.cert, "cluster-cert", "", "PEM certificate of this member, for -cluster-address (server and client use)")
@@ -79,6 +83,14 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 	c := &agent.ClusterConfig{Etcd: strings.Split(f.etcd, ","), Address: f.address, Advertise: f.advertise, ClusterName: f.name, Prefix: f.prefix,
 		LeaseTTL: f.leaseTTL, GCInterval: f.gcInterval, GCGrace: f.gcGrace, FenceMargin: f.fenceMargin, CompactInterval: f.compactInterval}
 	var err error
+	if f.keyring != "" {
+		if c.Keyring, err = fleet.LoadKeyring(f.keyring); err != nil {
+			return nil, fmt.Errorf("-cluster-keyring: %w", err)
+		}
+		c.AcceptUnsealed = f.acceptUnsealed
+	} else if f.acceptUnsealed {
+		return nil, usageError("-cluster-keyring-accept-unsealed needs -cluster-keyring: it is for a fleet moving to a keyring")
+	}
 	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
 		if c.EtcdTLS, err = tlsPair("cluster-etcd", f.etcdCA, f.etcdCert, f.etcdKey, true); err != nil {
 			return nil, err

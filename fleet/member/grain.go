@@ -49,6 +49,7 @@ func volumeIdentity(namespace, id string) string { return namespace + "/" + id }
 // messages/fleet.proto).
 type volumeGrain struct {
 	store   func() model.Fleet
+	keyring *fleet.Keyring
 	member  string
 	timeout time.Duration
 	idle    time.Duration
@@ -75,13 +76,13 @@ type grainDone struct {
 }
 
 // volumeProps are the props of the grains that apply requests to the
-// store that store returns; member is the ID of the member they run on,
+// store that store returns, when keyring (nil: none) signed them; member is the ID of the member they run on,
 // timeout bounds each request's work in etcd, idle is how long a grain
 // waits for a request before it stops. The cluster kind is
 // cluster.NewKind(VolumeKind, volumeProps(...)).
-func volumeProps(store func() model.Fleet, member string, timeout, idle time.Duration, log hclog.Logger) *actor.Props {
+func volumeProps(store func() model.Fleet, keyring *fleet.Keyring, member string, timeout, idle time.Duration, log hclog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &volumeGrain{store: store, member: member, timeout: timeout, idle: idle, log: log}
+		return &volumeGrain{store: store, keyring: keyring, member: member, timeout: timeout, idle: idle, log: log}
 	})
 }
 
@@ -155,6 +156,10 @@ func (g *volumeGrain) next(ctx actor.Context) {
 func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
+	if err := checkSignature(g.keyring, msg); err != nil {
+		g.log.Warn("refused a volume change that no key of the fleet's keyring signed", "volume", volumeIdentity(g.namespace, g.id), "error", err)
+		return &messages.FleetVolumeResponse{Error: messages.ErrorToProto(err), Member: g.member}
+	}
 	if r, ok := msg.(interface{ GetRequestId() string }); ok {
 		ctx = fleet.WithRequest(ctx, r.GetRequestId())
 	}

@@ -40,7 +40,13 @@ func openStore(t *testing.T, s *etcdtest.Server, node string) *fleet.Store {
 // spawnGrain starts a volume grain for volume id of the default namespace
 // outside any cluster, as disthash would on a member.
 func spawnGrain(system *actor.ActorSystem, st model.Fleet, member, id string) *actor.PID {
-	props := volumeProps(func() model.Fleet { return st }, member, grainTimeout, time.Hour, hclog.NewNullLogger())
+	return spawnKeyedGrain(system, st, nil, member, id)
+}
+
+// spawnKeyedGrain is spawnGrain of a grain that takes only requests that
+// keyring signed.
+func spawnKeyedGrain(system *actor.ActorSystem, st model.Fleet, keyring *fleet.Keyring, member, id string) *actor.PID {
+	props := volumeProps(func() model.Fleet { return st }, keyring, member, grainTimeout, time.Hour, hclog.NewNullLogger())
 	props = cluster.WithClusterIdentity(props, cluster.NewClusterIdentity(volumeIdentity(model.DefaultNamespace, id), VolumeKind))
 	return system.Root.Spawn(props)
 }

@@ -275,7 +275,7 @@ func (m *Member) newIncarnation() *incarnation {
 	// A grain gives the Store twice its request timeout, so that an etcd
 	// that does not answer fails the Store's own call first, as
 	// model.ErrFleetUnavailable, rather than the grain's deadline.
-	kind := cluster.NewKind(VolumeKind, countActivations(volumeProps(m.fleetStore, system.ID, 2*cfg.Fleet.RequestTimeout, cfg.GrainIdleTimeout, log), cfg.Fleet.Metrics))
+	kind := cluster.NewKind(VolumeKind, countActivations(volumeProps(m.fleetStore, cfg.Fleet.Keyring, system.ID, 2*cfg.Fleet.RequestTimeout, cfg.GrainIdleTimeout, log), cfg.Fleet.Metrics))
 	// Membership is etcd's: protoactor's gossip must not exclude a member
 	// whose heartbeats it missed (on a loaded host it does, for good, while
 	// the member's lease is alive), so its expiry is an hour; and nothing

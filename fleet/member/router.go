@@ -187,6 +187,9 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 	identity := volumeIdentity(namespace, id)
 	request := newRequestID()
 	stampRequest(msg, request)
+	if err := sign(r.member.cfg.Fleet.Keyring, msg); err != nil {
+		return nil, fmt.Errorf("member: sign the %s of volume %s: %w", describe(msg), identity, err)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.budget)

@@ -87,10 +87,13 @@ func newChaosFleet(t *testing.T, n, vols int) *chaosFleet {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pvc")
 	require.NoError(t, err)
+	var out string
 	f := &chaosFleet{t: t, dir: dir, root: filepath.Join(dir, "storage"), races: filepath.Join(dir, "races")}
 	require.NoError(t, os.MkdirAll(f.races, 0o700))
 	t.Cleanup(f.close)
 	f.etcd = &etcdServer{dir: filepath.Join(dir, "etcd"), client: "http://" + freeAddress(t), peer: "http://" + freeAddress(t)}
+	out, err = cli("keyring", "generate", f.keyring())
+	require.NoError(t, err, out)
 	f.startEtcd()
 	f.admin, err = clientv3.New(clientv3.Config{Endpoints: []string{f.etcd.client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
@@ -150,8 +153,12 @@ func (f *chaosFleet) agentArgs(n *chaosNode, id, dir string) []string {
 	return []string{"agent", "-data-dir", dir, "-node-id", id, "-log-level", "info",
 		"-cluster-etcd", "http://" + n.etcdProxy.Address(), "-cluster-address", n.listen, "-cluster-advertise", n.member.Address(),
 		"-cluster-insecure", "-cluster-lease-ttl", leaseTTL.String(), "-cluster-fence-margin", fenceMargin.String(),
-		"-cluster-gc-interval", "1s", "-cluster-gc-grace", gcGrace.String()}
+		"-cluster-gc-interval", "1s", "-cluster-gc-grace", gcGrace.String(), "-cluster-keyring", f.keyring()}
 }
+
+// keyring is the fleet's keyring file: its records in etcd are sealed, and
+// its members' requests signed.
+func (f *chaosFleet) keyring() string { return filepath.Join(f.dir, "keyring") }
 
 // startAgent starts node's agent; waitAgent waits until its API answers.
 func (f *chaosFleet) startAgent(n *chaosNode) {
