@@ -76,7 +76,8 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	}
 	cfg.Logger.Info("volume manager starting", "root", cfg.Root, "records", len(records), "orphans", len(m.orphans))
 	// The producer hands back the same actor: a restart after a panic keeps
-	// the queues and the jobs in flight.
+	// the queues and the jobs in flight, which only this instance knows of,
+	// and reconciles every volume again (manager.onStarted).
 	props := actor.PropsFromProducer(func() actor.Actor { return m },
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)

@@ -124,10 +124,16 @@ func (m *manager) Receive(ctx actor.Context) {
 	}
 }
 
-// onStarted queues a reconcile of every record loaded at start. (A restart
-// after a panic keeps the actor, and reconciles nothing again.)
+// onStarted queues a reconcile of every record loaded at start. A panic
+// in Receive restarts the actor with this same instance (facade.go's
+// producer): its jobs run on goroutines that report to it, and only it
+// knows which volumes they hold, so its queues and records are kept; the
+// message being received is lost, so every volume is reconciled again,
+// each behind the jobs on it.
 func (m *manager) onStarted(ctx actor.Context) {
 	if m.started {
+		m.log.Warn("the volume manager restarted after a panic: checking every volume again", "volumes", len(m.records))
+		m.reconcileAll(ctx)
 		return
 	}
 	m.started = true
