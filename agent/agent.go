@@ -34,6 +34,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/fleet/member"
 	"github.com/plugvisor/plugvisor/internal/startlog"
@@ -205,7 +206,7 @@ type Agent struct {
 	registry *registry.Registry
 	docker   *dockervolume.Manager
 	// dockerVolumes is the Docker volume service.
-	dockerVolumes *dockervolume.Volumes
+	dockerVolumes *dockervolumes.Service
 	csi           *manager.Manager
 	catalog       *catalog.Catalog
 	volumes       *volumes.Manager
@@ -362,7 +363,7 @@ func (a *Agent) startRegistry() error {
 // instances (whose final fingerprints reach the catalog), then the catalog,
 // then the CSI manager actor it subscribed to, then Docker's.
 func (a *Agent) startManagers() error {
-	docker, err := dockervolume.StartManager(a.system, dockervolume.ManagerConfig{
+	docker, err := dockervolume.Start(a.system, dockervolume.Config{
 		Registry:       a.registry,
 		Logger:         a.log,
 		ResyncInterval: a.cfg.ResyncInterval,
@@ -444,13 +445,13 @@ func (a *Agent) startManagers() error {
 // startDockerVolumes starts the Docker volume service on the store, finding
 // drivers through discovery (Docker's Get semantics).
 func (a *Agent) startDockerVolumes() error {
-	bucket, err := a.store.Bucket(dockervolume.VolumesBucket)
+	bucket, err := a.store.Bucket(dockervolumes.Bucket)
 	if err != nil {
 		return err
 	}
-	a.dockerVolumes, err = dockervolume.StartVolumes(a.system, dockervolume.VolumesConfig{
+	a.dockerVolumes, err = dockervolumes.Start(a.system, dockervolumes.Config{
 		Bucket:  bucket,
-		Drivers: dockervolume.RegistryDrivers{Registry: a.registry, Discovery: a.disc},
+		Drivers: dockervolumes.RegistryDrivers{Registry: a.registry, Discovery: a.disc},
 		Logger:  a.log,
 	})
 	if err != nil {
@@ -563,7 +564,7 @@ func (a *Agent) Discovery() *discovery.Discovery { return a.disc }
 func (a *Agent) DockerVolumes() *dockervolume.Manager { return a.docker }
 
 // DockerVolumeService is the agent's Docker volume service.
-func (a *Agent) DockerVolumeService() *dockervolume.Volumes { return a.dockerVolumes }
+func (a *Agent) DockerVolumeService() *dockervolumes.Service { return a.dockerVolumes }
 
 // Shutdown stops the API, then the managers (so final fingerprints mark
 // plugins unhealthy), then the registry, then closes the store. It returns

@@ -26,7 +26,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
 	"github.com/plugvisor/plugvisor/csi/volumes"
-	"github.com/plugvisor/plugvisor/dockervolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -60,7 +60,7 @@ type Server struct {
 	Health func() Health
 	// DockerVolumes, DockerPlugins and Discovery serve /v1/docker/... and
 	// /v1/discovery/plugins; nil turns those endpoints into 404s.
-	DockerVolumes *dockervolume.Volumes
+	DockerVolumes *dockervolumes.Service
 	DockerPlugins DockerPlugins
 	Discovery     DiscoveredPlugins
 	// Fences, when set, adds the volume manager's fence events to the

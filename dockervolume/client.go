@@ -10,7 +10,6 @@ import (
 
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/errclass"
-	"github.com/plugvisor/plugvisor/messages"
 )
 
 // PluginType is the plugvisor plugin type of Docker volume plugins.
@@ -248,14 +247,4 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, method string,
 		}
 		wait = min(2*wait, DefaultRetryWithin)
 	}
-}
-
-// clientOf returns a client for plugin name at the registry's address ci,
-// retrying as r says.
-func clientOf(name string, ci *messages.ConnectionInfo, r Retry) (*Client, error) {
-	c, err := discovery.FromConnectionInfo(name, ci)
-	if err != nil {
-		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
-	}
-	return NewClient(c).WithRetry(r), nil
 }

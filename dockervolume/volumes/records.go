@@ -1,4 +1,4 @@
-package dockervolume
+package volumes
 
 import (
 	"encoding/binary"
@@ -12,8 +12,8 @@ import (
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// VolumesBucket is the store bucket of the Docker volume service.
-const VolumesBucket = "docker-volumes"
+// Bucket is the store bucket of the Docker volume service.
+const Bucket = "docker-volumes"
 
 // ErrCorruptRecord: a record in the store fails its checksum or does not
 // decode; the service refuses to start rather than guess what is mounted.
