@@ -33,7 +33,7 @@ var mayImport = map[string][]string{
 	"registry":                      {"names", "storage", "actors", "messages"},
 	"registry/registrytest":         {"registry", "messages", "storage"},
 	"reliability":                   nil,
-	"registry/workload":             {"registry", "messages"},
+	"registry/workload":             {"registry", "csi/catalog/model", "messages"},
 	"csi/catalog/model":             {"names", "messages"},
 	"csi":                           {"csi/catalog/model", "names", "messages"},
 	"csi/manager":                   {"csi", "registry", "supervisor", "actors", "actors/plugintype", "messages"},

@@ -9,6 +9,16 @@ import (
 	"github.com/plugvisor/plugvisor/names"
 )
 
+// The plugin types of a CSI plugin in the registry, one for each of its
+// services. A monolith plugin registers under both. A fingerprint carries
+// the type of the service it describes. These are the only definitions of
+// the two names: package csi names them again as csi.TypeController and
+// csi.TypeNode.
+const (
+	TypeController = "csi-controller"
+	TypeNode       = "csi-node"
+)
+
 // ControllerInfo is the fingerprint of a CSI controller plugin: what its
 // controller service can do.
 type ControllerInfo struct {
