@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry/internal/table"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -115,7 +116,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	published := &atomic.Pointer[Snapshot]{}
-	published.Store(newSnapshot(tablesOf(tables), seq))
+	published.Store(newSnapshot(tables.Freeze(), seq))
 	dispatcher := newOwnGoroutine()
 	var writer *storeWriter // none with memory: the actor commits itself
 	if cfg.Memory == nil {
@@ -153,7 +154,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 }
 
 // restore reads the state cfg's store holds.
-func restore(cfg Config) (map[string]*pluginTable, uint64, error) {
+func restore(cfg Config) (*table.Working, uint64, error) {
 	if cfg.Memory != nil {
 		tables, seq := cfg.Memory.restore()
 		return tables, seq, nil
@@ -197,8 +198,8 @@ func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 		return err
 	}
 	w := newCall()
-	if w.held = copyPlugin(info); w.held != nil {
-		w.plugin = w.held.info()
+	if w.held = table.Copy(info); w.held != nil {
+		w.plugin = w.held.Info()
 	}
 	if err := w.check(r.encode); err != nil {
 		return err
