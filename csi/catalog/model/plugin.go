@@ -428,7 +428,7 @@ func (p *CSIPlugin) SetJob(job PluginJob) error {
 		return p.errorf("job %s expects %d instances", job.ID, job.Expected)
 	}
 	if err := job.Type.check(); err != nil {
-		return err.within(ErrInvalidPlugin, "plugin %q: job %s", p.ID, job.ID)
+		return within(err, ErrInvalidPlugin, "plugin %q: job %s", p.ID, job.ID)
 	}
 	p.ensureMaps()
 	p.Jobs[job.ID] = job

@@ -16,7 +16,6 @@ import (
 // keeps on disk, and turns the CSI manager's fingerprints into CSIInfo.
 // Decoding never validates: callers run Validate on what they decoded.
 
-
 // capability ties a CSI capability name to the flag of the model that says
 // the plugin has it.
 type capability[T any] struct {
