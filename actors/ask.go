@@ -6,11 +6,13 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // ErrTargetGone is returned by Ask when the actor asked stopped, or was
-// never there, before it answered.
-var ErrTargetGone = errors.New("actors: the actor asked is gone")
+// never there, before it answered. Its class is errclass.ShutDown.
+var ErrTargetGone = errclass.New(errclass.ShutDown, "the actor asked is gone")
 
 // Ask is request/reply for Go callers that are not actors, without a
 // protoactor Future: it spawns a one-shot reply actor, which watches target

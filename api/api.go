@@ -148,7 +148,7 @@ func (s *Server) mux() *http.ServeMux {
 }
 
 var (
-	errMethod   = errors.New("method not allowed")
+	errMethod   = errclass.New(errclass.Invalid, "method not allowed")
 	errNotFound = errclass.New(errclass.NotFound, "not found")
 )
 

@@ -91,7 +91,7 @@ func TestRoundTripWithAGoPluginsHelpersPlugin(t *testing.T) {
 	t.Run("creating it again gives the plugin's error text", func(t *testing.T) {
 		err := c.Create(ctx, "v1", nil)
 		require.ErrorIs(t, err, discovery.ErrPluginFailed)
-		require.ErrorContains(t, err, `dockervolume: create volume "v1": `)
+		require.ErrorContains(t, err, `create volume "v1": `)
 		require.ErrorContains(t, err, "volume v1 already exists (HTTP 500)")
 	})
 	t.Run("list gives both volumes", func(t *testing.T) {
@@ -252,7 +252,7 @@ func TestAnErrFieldInA200AnswerIsAnError(t *testing.T) {
 	})
 	_, err := c.Mount(context.Background(), "v", "c1")
 	require.ErrorIs(t, err, discovery.ErrPluginFailed)
-	require.EqualError(t, err, `dockervolume: mount volume "v": plugin returned an error: plugin "mem", VolumeDriver.Mount: device busy`)
+	require.EqualError(t, err, `mount volume "v": plugin returned an error: plugin "mem", VolumeDriver.Mount: device busy`)
 }
 
 func TestEmptyVolumeNamesAreRefusedBeforeSending(t *testing.T) {
@@ -296,5 +296,5 @@ func TestCallsStopAtTheContextDeadline(t *testing.T) {
 	defer cancel()
 	_, err := c.List(ctx)
 	require.ErrorIs(t, err, discovery.ErrTimeout)
-	require.ErrorContains(t, err, "dockervolume: list volumes: ")
+	require.ErrorContains(t, err, "list volumes: ")
 }

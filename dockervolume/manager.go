@@ -106,11 +106,11 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		Snapshot: func() plugintype.Snapshot { return cfg.Registry.Snapshot() }, Logger: cfg.Logger, Metrics: cfg.Metrics,
 	}
 	if err := icfg.Validate(); err != nil {
-		return nil, fmt.Errorf("dockervolume: %w", err)
+		return nil, err
 	}
 	strategy, err := supervisor.NewStrategy(cfg.Supervision)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: %w", err)
+		return nil, err
 	}
 	published := &atomic.Pointer[[]*messages.DockerVolumePluginHealth]{}
 	published.Store(&[]*messages.DockerVolumePluginHealth{})
@@ -123,7 +123,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	}, actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: start manager actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start manager actor %q: %w", cfg.Name, err)
 	}
 	return &Manager{system: system, pid: pid, published: published}, nil
 }

@@ -191,7 +191,7 @@ func TestHealthComesFromCapabilitiesOrElseList(t *testing.T) {
 			name:        "a plugin whose Capabilities fails but List answers is healthy",
 			plugin:      fakeVolumePlugin(http.StatusInternalServerError, `{"Err": "capabilities are broken"}`, http.StatusOK, `{"Volumes": []}`),
 			healthy:     true,
-			description: "VolumeDriver.List answered (VolumeDriver.Capabilities failed: dockervolume: get capabilities: plugin returned an error",
+			description: "VolumeDriver.List answered (VolumeDriver.Capabilities failed: get capabilities: plugin returned an error",
 		},
 		{
 			name:        "a plugin whose Capabilities and List fail is unhealthy",

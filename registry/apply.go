@@ -54,7 +54,7 @@ func (a *pluginsActor) onCommand(ctx actor.Context, w *write) {
 // refused on its face. It reports whether w was queued.
 func (a *pluginsActor) accept(ctx actor.Context, w *write) bool {
 	if a.closing {
-		a.reply(ctx, w, errorf(ErrShutdown, "registry is shutting down"))
+		a.reply(ctx, w, errorf(ErrShutdown, "the write came while it was stopping"))
 		return false
 	}
 	if err := a.apply(w); err != nil {

@@ -87,10 +87,10 @@ func load(bucket storage.Bucket) (*table.Working, uint64, error) {
 		if string(key) == string(sequenceKey) {
 			seq, n := protowire.ConsumeVarint(value)
 			if n != len(value) {
-				return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the sequence record does not decode"))
+				return storage.CorruptRecord(BucketName, key, fmt.Errorf("the sequence record does not decode"))
 			}
 			if seq > table.MaxSequence {
-				return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the sequence record's %d is beyond the last, %d", seq, uint64(table.MaxSequence)))
+				return storage.CorruptRecord(BucketName, key, fmt.Errorf("the sequence record's %d is beyond the last, %d", seq, uint64(table.MaxSequence)))
 			}
 			last = max(last, seq)
 			return nil
@@ -112,14 +112,14 @@ func load(bucket storage.Bucket) (*table.Working, uint64, error) {
 func decodeAllocation(key, value []byte) (*table.Allocation, error) {
 	var stored messages.StoredAllocation
 	if err := proto.Unmarshal(value, &stored); err != nil {
-		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", err))
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record does not decode: %w", err))
 	}
 	info := stored.GetPlugin()
 	if err := ValidatePlugin(info); err != nil {
-		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record is invalid: %w", err))
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record is invalid: %w", err))
 	}
 	if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
-		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record holds plugin %q", printable(want)))
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record holds plugin %q", printable(want)))
 	}
 	// A sequence beyond table.MaxSequence would set updatedBit on an
 	// allocation that has no changed field (see table.Allocation.Changed).
@@ -128,7 +128,7 @@ func decodeAllocation(key, value []byte) (*table.Allocation, error) {
 		value uint64
 	}{{"sequence", stored.GetSequence()}, {"changed", stored.GetChanged()}} {
 		if seq.value > table.MaxSequence {
-			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record's %s %d is beyond the last, %d", seq.field, seq.value, uint64(table.MaxSequence)))
+			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record's %s %d is beyond the last, %d", seq.field, seq.value, uint64(table.MaxSequence)))
 		}
 	}
 	return table.NewAllocation(info, stored.GetSequence(), max(stored.GetSequence(), stored.GetChanged())), nil

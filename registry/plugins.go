@@ -142,7 +142,7 @@ func (a *pluginsActor) onStarted(ctx actor.Context) {
 // of a batch in flight may be durable or not: their callers time out.
 func (a *pluginsActor) onStopped(ctx actor.Context) {
 	a.in.close()
-	err := errorf(ErrShutdown, "the registry actor stopped")
+	err := errorf(ErrShutdown, "its actor stopped before it took the write")
 	for _, w := range append(a.queue, a.in.take()...) {
 		a.reply(ctx, w, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -553,6 +554,8 @@ func TestARestartAfterAPanicKeepsDurableStateAndSubscribers(t *testing.T) {
 	// caller is being answered: the caller hears nothing.
 	err = r.RegisterPlugin(plugin(0))
 	require.ErrorIs(t, err, actor.ErrTimeout)
+	require.ErrorIs(t, err, registry.ErrTimeout)
+	require.ErrorIs(t, err, errclass.Deadline, "over HTTP a 504, not a 500")
 	require.ErrorContains(t, err, "no answer from the registry actor after 300ms to 450ms", "the error says how long a write may wait")
 	probe.Expect[*messages.PluginRegistered](t, p, timeout)
 

@@ -155,7 +155,7 @@ func (s *subscribers) removeSink(sink *channelSink) {
 func (s *subscribers) endSinks() {
 	for ptype, sinks := range s.sinks {
 		for _, sink := range sinks {
-			sink.end(errorf(ErrShutdown, "the registry shut down"), false)
+			sink.end(ErrShutdown, false)
 		}
 		delete(s.sinks, ptype)
 	}

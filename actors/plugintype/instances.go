@@ -28,6 +28,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -150,13 +151,16 @@ type Instances struct {
 	stopping bool
 }
 
+// ErrInvalidConfig is wrapped by every problem Config.Validate reports.
+var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
+
 // Validate reports what is missing from cfg.
 func (cfg Config) Validate() error {
 	switch {
 	case len(cfg.Types) == 0 || cfg.Registry == nil || cfg.Snapshot == nil:
-		return fmt.Errorf("plugintype: Types, Registry and Snapshot are required")
+		return fmt.Errorf("%w: Types, Registry and Snapshot are required", ErrInvalidConfig)
 	case cfg.ResyncInterval < 0:
-		return fmt.Errorf("plugintype: resync interval %v must not be negative", cfg.ResyncInterval)
+		return fmt.Errorf("%w: resync interval %v must not be negative", ErrInvalidConfig, cfg.ResyncInterval)
 	}
 	return nil
 }

@@ -159,7 +159,7 @@ func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *ac
 	}
 	w := &catalogWrite{cmd: cmd, replyTo: cmp.Or(replyTo, ctx.Sender())}
 	if a.closing {
-		a.reply(ctx, w, model.Refusef(ErrShutdown, "the catalog is shutting down"))
+		a.reply(ctx, w, model.Refusef(ErrShutdown, "the request came while it was stopping"))
 		return
 	}
 	a.enqueue(ctx, w)

@@ -152,19 +152,19 @@ var (
 func (c *Controller) connect(ctx context.Context, plugin, what string, need ...capability) (*csi.Client, error) {
 	info, ok := c.cfg.Plugins.Snapshot().Current(csi.TypeController, plugin)
 	if !ok {
-		return nil, fmt.Errorf("controller: %s: %w: no %s plugin %q is registered; start the plugin's controller service",
-			what, ErrNoController, csi.TypeController, plugin)
+		return nil, fmt.Errorf("%s: %w: %q is not registered as %s; start the plugin's controller service",
+			what, ErrNoController, plugin, csi.TypeController)
 	}
 	socket := info.GetConnection().GetSocketPath()
 	if socket == "" {
-		return nil, fmt.Errorf("controller: %s: %w: plugin %q (alloc %s) has no unix socket",
+		return nil, fmt.Errorf("%s: %w: plugin %q (alloc %s) has no unix socket",
 			what, ErrNoController, plugin, info.GetAllocId())
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
 	client, err := csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: c.cfg.RPCTimeout})
 	if err != nil {
-		return nil, fmt.Errorf("controller: %s: plugin %q (alloc %s): %w", what, plugin, info.GetAllocId(), err)
+		return nil, fmt.Errorf("%s: plugin %q (alloc %s): %w", what, plugin, info.GetAllocId(), err)
 	}
 	caps, err := client.ControllerGetCapabilities(ctx)
 	if err == nil {
@@ -177,7 +177,7 @@ func (c *Controller) connect(ctx context.Context, plugin, what string, need ...c
 	}
 	if err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("controller: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return client, nil
 }
@@ -205,13 +205,13 @@ var (
 
 // invalid returns an error matching ErrInvalidRequest for each problem,
 // joined; nil for none.
-func invalid(what string, problems []string) error {
+func invalid(problems []string) error {
 	if len(problems) == 0 {
 		return nil
 	}
 	errs := make([]error, len(problems))
 	for i, p := range problems {
-		errs[i] = fmt.Errorf("controller: %s: %w: %s", what, ErrInvalidRequest, p)
+		errs[i] = fmt.Errorf("%w: %s", ErrInvalidRequest, p)
 	}
 	return errors.Join(errs...)
 }

@@ -506,7 +506,7 @@ func TestAPluginWithoutAControllerIsRefused(t *testing.T) {
 	f := newFixture(t, nil)
 	_, err := f.ctl.Create(context.Background(), createRequest())
 	require.ErrorIs(t, err, controller.ErrNoController)
-	require.Contains(t, err.Error(), `no csi-controller plugin "disk" is registered`)
+	require.Contains(t, err.Error(), `no controller plugin: "disk" is not registered as csi-controller`)
 }
 
 func TestBadInputsAreRefusedBeforeAnyRPCAndChangeNothing(t *testing.T) {

@@ -74,13 +74,13 @@ func (d RegistryDrivers) Driver(ctx context.Context, name string) (*dockervolume
 	if d.Discovery != nil {
 		p, err := d.Discovery.Get(ctx, name, "VolumeDriver")
 		if err != nil {
-			return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
+			return nil, fmt.Errorf("driver %q: %w", name, err)
 		}
 		return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 	}
 	p, ok := d.Registry.Snapshot().Current(dockervolume.PluginType, name)
 	if !ok {
-		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, discovery.ErrNotFound)
+		return nil, fmt.Errorf("driver %q: %w", name, discovery.ErrNotFound)
 	}
 	return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 }
@@ -101,7 +101,7 @@ func (d RegistryDrivers) All() map[string]*dockervolume.Client {
 func clientOf(name string, ci *messages.ConnectionInfo, r dockervolume.Retry) (*dockervolume.Client, error) {
 	c, err := discovery.FromConnectionInfo(name, ci)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
+		return nil, fmt.Errorf("driver %q: %w", name, err)
 	}
 	return dockervolume.NewClient(c).WithRetry(r), nil
 }
@@ -231,7 +231,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Service, error) {
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: start actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start actor %q: %w", cfg.Name, err)
 	}
 	cfg.Logger.Info("docker volume service started", "volumes", len(records))
 	return &Service{system: system, pid: pid, cfg: cfg}, nil
@@ -344,7 +344,7 @@ func (v *Service) ask(ctx context.Context, req *volumeRequest) (volumeReply, err
 		return volumeReply{}, fmt.Errorf("%w: %w", ErrShutDown, err)
 	}
 	if err != nil {
-		return volumeReply{}, fmt.Errorf("dockervolume: %w", err)
+		return volumeReply{}, fmt.Errorf("waiting for the volume service's answer: %w", err)
 	}
 	r := answer.(*volumeReply)
 	return *r, r.err
