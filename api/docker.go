@@ -92,7 +92,7 @@ func (s *Server) notADockerPlugin(plugin string) error {
 		errDockerPlugin, plugin, plugin)
 }
 
-func (s *Server) dockerVolumes() (*dockervolumes.Service, error) {
+func (s *Server) dockerVolumes() (DockerVolumes, error) {
 	if s.DockerVolumes == nil {
 		return nil, fmt.Errorf("%w: this agent runs no Docker volume service", errNotFound)
 	}

@@ -53,7 +53,7 @@ var mayImport = map[string][]string{
 	"kubeletreg/kubeletregtest":     nil,
 	"dockervolume":                  {"discovery", "names", "registry", "supervisor", "actors", "actors/plugintype", "messages"},
 	"dockervolume/localvolume":      {"dockervolume", "internal/cli", "names"},
-	"api":                           {"names", "csi", "csi/catalog", "csi/catalog/model", "csi/controller", "csi/volumes", "discovery", "dockervolume", "dockervolume/volumes", "registry", "messages", "version"},
+	"api":                           {"names", "csi", "csi/catalog/model", "csi/controller", "csi/volumes", "discovery", "dockervolume", "dockervolume/volumes", "registry", "messages", "version"},
 	"agent":                         {"*"},
 	"cmd/plugvisor":                 {"*"},
 	"cmd/hostpath-csi":              {"csi/hostpath", "internal/cli"},
