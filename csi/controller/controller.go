@@ -3,23 +3,30 @@
 // volume, and create, delete and list snapshots.
 //
 // A Controller is a plain Go value, not an actor: it owns no state. For
-// each operation it looks up the current csi-controller allocation of the
-// plugin in the registry's snapshot, dials its unix socket, checks that the
-// controller advertises the capability the operation needs, sends the RPCs,
-// and writes the outcome to the catalog through the small [Catalog]
-// interface. The catalog is the authority on volumes; the plugin on what
-// exists on the storage side. Every step is safe to run again: CreateVolume
-// is idempotent by name, DeleteVolume treats NotFound as done, and the
-// catalog's Deleting marker survives a crash so that delete runs again.
+// each operation it:
+//  1. looks up the current csi-controller allocation of the plugin in the
+//     registry's snapshot, and dials its unix socket;
+//  2. checks that the controller advertises the capability the operation
+//     needs;
+//  3. sends the RPCs;
+//  4. writes the outcome to the catalog, through the small [Catalog]
+//     interface.
 //
-// Deadlines: every RPC has its own timeout (Config.RPCTimeout) and a whole
-// operation a deadline (Config.OperationTimeout, default 2 min). An
-// operation is not tied to its caller's context: a caller that goes away
-// does not stop it half way; it runs to its end or its deadline, and the
-// caller's answer comes within the deadline.
+// The catalog is the authority on volumes. The plugin is the authority on
+// what exists on the storage side. Every step is safe to run again:
+// CreateVolume is idempotent by name, and DeleteVolume treats NotFound as
+// done. The catalog's Deleting marker survives a crash, so that delete
+// runs again.
 //
-// Secrets travel from the request or the catalog to the plugin only: no
-// error and no log line of this package carries a secret's value.
+// Every RPC has its own timeout (Config.RPCTimeout). A whole operation has
+// a deadline (Config.OperationTimeout, default 2 min). An operation is not
+// tied to its caller's context. A caller that goes away does not stop it
+// half way: it runs to its end or its deadline. The caller's answer comes
+// within the deadline.
+//
+// An error names the volume of the operation first ("default/db: ..."),
+// once. Secrets travel from the request or the catalog to the plugin only:
+// no error and no log line of this package carries a secret's value.
 package controller
 
 import (
