@@ -59,6 +59,7 @@ var mayImport = map[string][]string{
 	"cmd/hostpath-csi":              {"csi/hostpath", "internal/cli"},
 	"internal/archtest":             nil,
 	"internal/testpki":              nil,
+	"internal/chaos":                nil,
 	"internal/racelog":              nil,
 	"internal/errwalk":              nil,
 	"internal/slowclients":          nil,
