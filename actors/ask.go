@@ -6,22 +6,28 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // ErrTargetGone is returned by Ask when the actor asked stopped, or was
-// never there, before it answered.
-var ErrTargetGone = errors.New("actors: the actor asked is gone")
+// never there, before it answered. Its class is errclass.ShutDown.
+var ErrTargetGone = errclass.New(errclass.ShutDown, "the actor asked is gone")
 
-// Ask is request/reply for Go callers that are not actors, without a
-// protoactor Future: it spawns a one-shot reply actor, which watches target
-// and sends it the message build makes for the reply actor's address (put
-// it in the message's reply_to). Ask returns the first message the reply
-// actor receives; ErrTargetGone when target stops (or does not exist)
-// before answering; or ctx's error when ctx ends first, which is safe while
-// an answer is in flight (the late answer goes to a dead letter).
+// Ask is request and reply for Go callers that are not actors. It uses no
+// protoactor Future.
 //
-// Never call Ask from inside an actor's Receive: there, send with ctx.Request
-// and handle the answer as a message.
+// Ask spawns a one-shot reply actor. The reply actor watches target and
+// sends it the message that build makes for the reply actor's address;
+// build puts that address in the message's reply_to. Ask returns:
+//   - the first message the reply actor receives;
+//   - ErrTargetGone when target stops, or does not exist, before it
+//     answers;
+//   - ctx's error when ctx ends first. That is safe while an answer is in
+//     flight: the late answer goes to a dead letter.
+//
+// Never call Ask from inside an actor's Receive. There, send with
+// ctx.Request and handle the answer as a message.
 func Ask(ctx context.Context, system *actor.ActorSystem, target *actor.PID, build func(replyTo *actor.PID) any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -58,7 +64,7 @@ func Ask(ctx context.Context, system *actor.ActorSystem, target *actor.PID, buil
 }
 
 // deliver hands the first answer to the waiting caller and drops any later
-// one: the reply actor may receive more before its Stop takes effect.
+// one. The reply actor may receive more before its Stop takes effect.
 func deliver(answers chan<- any, answer any) {
 	select {
 	case answers <- answer:

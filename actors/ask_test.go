@@ -10,6 +10,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -27,6 +28,8 @@ func TestAskReturnsTheAnswerOrSaysWhyThereIsNone(t *testing.T) {
 		target  func(system *actor.ActorSystem) *actor.PID
 		ctx     func() (context.Context, context.CancelFunc)
 		wantErr error
+		// wantClass is the error's class (errclass), when it has one.
+		wantClass *errclass.Class
 	}{
 		{
 			name:   "an actor that answers gives its answer",
@@ -42,8 +45,9 @@ func TestAskReturnsTheAnswerOrSaysWhyThereIsNone(t *testing.T) {
 				require.NoError(t, s.Root.StopFuture(pid).Wait())
 				return pid
 			},
-			ctx:     func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
-			wantErr: actors.ErrTargetGone,
+			ctx:       func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
+			wantErr:   actors.ErrTargetGone,
+			wantClass: errclass.ShutDown,
 		},
 		{
 			name: "an actor that never answers gives the context's error",
@@ -66,6 +70,9 @@ func TestAskReturnsTheAnswerOrSaysWhyThereIsNone(t *testing.T) {
 			answer, err := actors.Ask(ctx, system, target, build)
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
+				if tt.wantClass != nil {
+					require.ErrorIs(t, err, tt.wantClass)
+				}
 				return
 			}
 			require.NoError(t, err)

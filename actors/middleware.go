@@ -9,9 +9,9 @@ import (
 )
 
 // PanicStack is receive middleware that logs the stack of a panic in
-// Receive, with the actor and the message type, then panics again so the
-// actor's supervisor still handles the failure. protoactor on its own logs
-// only the panic's reason.
+// Receive, with the actor and the message type. Then it panics again, so
+// that the actor's supervisor still handles the failure. protoactor on its
+// own logs only the panic's reason.
 func PanicStack(logger hclog.Logger) actor.ReceiverMiddleware {
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
@@ -26,10 +26,10 @@ func PanicStack(logger hclog.Logger) actor.ReceiverMiddleware {
 }
 
 // LogPanic is PanicStack for an actor that defers it first thing in its
-// own Receive (`defer actors.LogPanic(logger, ctx)`): it logs the same
+// own Receive: `defer actors.LogPanic(logger, ctx)`. It logs the same
 // entry and panics again. A receiver middleware makes protoactor wrap
-// every message in an envelope, an allocation per message; an actor on a
-// hot path (the registry's) does without it.
+// every message in an envelope, which costs an allocation per message. An
+// actor on a hot path, such as the registry, does without it.
 func LogPanic(logger hclog.Logger, c actor.Context) {
 	if r := recover(); r != nil {
 		logPanic(logger, c.Self(), c.Message(), r)

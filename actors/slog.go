@@ -21,8 +21,8 @@ func NewSlogHandler(logger hclog.Logger) *SlogHandler {
 	return hclogslog.New(logger, redact)
 }
 
-// redact logs a protobuf message (other than a PID) by its type only.
-// protoactor logs whole messages (dead letters, supervision), and the
+// redact logs a protobuf message, other than a PID, by its type only.
+// protoactor logs whole messages, in dead letters and supervision. The
 // messages that cross actor boundaries can carry CSI secrets, which must
 // never reach a log.
 func redact(v any) any {

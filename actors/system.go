@@ -12,9 +12,9 @@ import (
 // under the name "actor". A nil logger discards them. opts are passed on to
 // protoactor after plugvisor's, so a caller may override them.
 //
-// Dead letters are logged at most three per 100ms window (protoactor's
-// default is per second). protoactor keeps a goroutine alive for one window
-// after a dead letter, so the short window also means nothing is left
+// Dead letters are logged at most three per 100ms window; protoactor's
+// default window is a second. protoactor keeps a goroutine alive for one
+// window after a dead letter. The short window means that nothing is left
 // running soon after a shutdown.
 //
 // Remember that ActorSystem.Shutdown stops no actors: the owner of each

@@ -19,14 +19,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/actors"
-	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/controller"
@@ -34,6 +32,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/fleet/member"
 	"github.com/plugvisor/plugvisor/internal/startlog"
@@ -43,158 +42,8 @@ import (
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// DataDirEnv names the environment variable that sets the default data dir.
-const DataDirEnv = "PLUGVISOR_DATA_DIR"
-
-// DefaultDataDir is $PLUGVISOR_DATA_DIR, or ./.plugvisor.
-func DefaultDataDir() string {
-	if d := os.Getenv(DataDirEnv); d != "" {
-		return d
-	}
-	return ".plugvisor"
-}
-
-// SocketPath is where the agent of dataDir serves its API.
-func SocketPath(dataDir string) string { return filepath.Join(dataDir, "plugvisor.sock") }
-
-// Config configures an agent. The zero value plus a DataDir works.
-type Config struct {
-	// DataDir holds the state file, the API socket and the watched plugin
-	// directories (default DefaultDataDir()).
-	DataDir string
-	// SocketDirs and SpecDirs are watched for plugins besides
-	// <data>/plugins and <data>/specs.
-	SocketDirs, SpecDirs []string
-	// RegistrationDirs are watched for kubelet's registration sockets
-	// (node-driver-registrar's; kubelet's own directory is
-	// kubeletreg.KubeletDir); none by default.
-	RegistrationDirs []string
-	// DockerDirs also watches Docker's own plugin directories
-	// (discovery.DockerDirs), so the agent runs beside dockerd as a drop-in.
-	DockerDirs bool
-	// HTTPAddr, when set (e.g. 127.0.0.1:4646), also serves the API on
-	// TCP. Beyond loopback it needs TLS; on loopback, TLS or TokenFile;
-	// else the agent refuses to start (ErrUnprotectedHTTP) unless
-	// HTTPInsecure is set.
-	HTTPAddr string
-	// HTTPHosts are further host names (no port) by which clients reach
-	// HTTPAddr: the Host header of a request must name the listener.
-	HTTPHosts []string
-	// TLSCert and TLSKey are the TCP listener's certificate and key (PEM
-	// files); clients must present a certificate signed by TLSCA.
-	TLSCert, TLSKey, TLSCA string
-	// TokenFile lists the ACL tokens the TCP listener requires (see
-	// api.ParseTokens). The unix socket trusts its file mode instead.
-	TokenFile string
-	// HTTPInsecure serves HTTPAddr even without the protection its address
-	// needs, with a warning at every start.
-	HTTPInsecure bool
-	// HTTPLimits bound the API server's timeouts, header size and
-	// connections.
-	HTTPLimits HTTPLimits
-	// ResyncInterval and FingerprintInterval tune the plugin managers
-	// (defaults 30s each).
-	ResyncInterval, FingerprintInterval time.Duration
-	// NodeID names this node in the CSI catalog (default: the host name).
-	NodeID string
-	// ResetCorruptState moves a corrupt state file aside and starts empty
-	// instead of refusing to start.
-	ResetCorruptState bool
-	// LockTimeout bounds the wait for another agent's lock on the state
-	// file (default 1s).
-	LockTimeout time.Duration
-	// VolumeOperationTimeout bounds a whole volume operation (mount,
-	// unmount, claim, release, detach, create, delete, expand, snapshots)
-	// and how long its caller waits; zero means the default (2 minutes),
-	// negative is refused.
-	VolumeOperationTimeout time.Duration
-	// VolumeStatsInterval is how often each published volume's node plugin
-	// is asked NodeGetVolumeStats, when it advertises GET_VOLUME_STATS:
-	// the plugvisor_volume_stats_* series and the volume's condition
-	// events follow it. Zero asks never; negative is refused.
-	VolumeStatsInterval time.Duration
-	// MaxPluginsPerType bounds the allocations of one plugin type
-	// (default registry.DefaultPluginsPerType).
-	MaxPluginsPerType int
-	// MaxPluginOptionsBytes bounds one plugin's options, keys and values
-	// together (default registry.DefaultOptionsBytes).
-	MaxPluginOptionsBytes int
-	// MaxSubscribers bounds the open event subscriptions, every API event
-	// stream among them (default registry.DefaultSubscribers).
-	MaxSubscribers int
-	// BodyLimits bound the counts in one API request body: secrets,
-	// parameters, topology segments, mount flags (api.Limits; zero fields
-	// take their defaults, negative ones are refused).
-	BodyLimits api.Limits
-	// MaxVolumes bounds the volumes of the CSI catalog (default
-	// model.DefaultMaxVolumes).
-	MaxVolumes int
-	// Logger receives the agent's logs (default: discard).
-	Logger hclog.Logger
-	// Cluster, when set, runs the agent in cluster mode (see
-	// ClusterConfig); nil keeps the catalog on this node.
-	Cluster *ClusterConfig
-	// PluginTypes are the embedder's own plugin types (see PluginType),
-	// started in order after the agent's own managers and stopped before
-	// them, in reverse.
-	PluginTypes []PluginType
-}
-
-// validate checks the raw config: a negative duration is an error, not a
-// default.
-func (c Config) validate() error {
-	problems := []error{c.validateHTTP(), validatePluginTypes(c.PluginTypes)}
-	if err := c.BodyLimits.Validate(); err != nil {
-		problems = append(problems, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
-	for _, d := range []struct {
-		name  string
-		value time.Duration
-	}{{"ResyncInterval", c.ResyncInterval}, {"FingerprintInterval", c.FingerprintInterval}, {"LockTimeout", c.LockTimeout}} {
-		if d.value < 0 {
-			problems = append(problems, fmt.Errorf("%w: %s is %v; give a positive duration, or 0 for the default", ErrInvalidConfig, d.name, d.value))
-		}
-	}
-	for _, dir := range c.RegistrationDirs {
-		if !filepath.IsAbs(dir) {
-			problems = append(problems, fmt.Errorf("%w: registration dir %q is not absolute; give the full path from /, e.g. %s",
-				ErrInvalidConfig, dir, kubeletreg.KubeletDir))
-		}
-	}
-	return errors.Join(problems...)
-}
-
-func (c Config) withDefaults() Config {
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir()
-	}
-	if abs, err := filepath.Abs(c.DataDir); err == nil {
-		c.DataDir = abs
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
-	if c.ResyncInterval <= 0 {
-		c.ResyncInterval = 30 * time.Second
-	}
-	if c.FingerprintInterval <= 0 {
-		c.FingerprintInterval = 30 * time.Second
-	}
-	if c.LockTimeout <= 0 {
-		c.LockTimeout = time.Second
-	}
-	if c.NodeID == "" {
-		c.NodeID, _ = os.Hostname()
-	}
-	c.HTTPLimits = c.HTTPLimits.withDefaults()
-	return c
-}
-
 // ErrAlreadyRunning: another agent holds the data dir.
 var ErrAlreadyRunning = errclass.New(errclass.Conflict, "another plugvisor agent is using this data dir")
-
-// ErrInvalidConfig: a setting is out of range or missing its partner.
-var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
 
 // Agent is a running plugvisor agent.
 type Agent struct {
@@ -205,7 +54,7 @@ type Agent struct {
 	registry *registry.Registry
 	docker   *dockervolume.Manager
 	// dockerVolumes is the Docker volume service.
-	dockerVolumes *dockervolume.Volumes
+	dockerVolumes *dockervolumes.Service
 	csi           *manager.Manager
 	catalog       *catalog.Catalog
 	volumes       *volumes.Manager
@@ -336,155 +185,6 @@ func (a *Agent) openStore() error {
 	return nil
 }
 
-func (a *Agent) startRegistry() error {
-	bucket, err := a.store.Bucket(registry.BucketName)
-	if err != nil {
-		return err
-	}
-	a.registry, err = registry.New(a.system, registry.Config{
-		Bucket:  bucket,
-		Logger:  a.log,
-		Metrics: registryMetrics{m: a.metrics, store: &a.storeHealth},
-		Limits: registry.Limits{PluginsPerType: a.cfg.MaxPluginsPerType, OptionsBytes: a.cfg.MaxPluginOptionsBytes,
-			Subscribers: a.cfg.MaxSubscribers},
-	})
-	if err != nil {
-		return err
-	}
-	a.stops = append(a.stops, func(context.Context) error { return a.registry.Shutdown() })
-	return nil
-}
-
-// startManagers starts the plugin-type managers (one supervised instance
-// actor per plugin, fed by the registry), the CSI catalog fed by the CSI
-// manager's fingerprints, and the volume manager that claims through the
-// catalog. Their stops run in reverse: volumes, then the CSI manager's
-// instances (whose final fingerprints reach the catalog), then the catalog,
-// then the CSI manager actor it subscribed to, then Docker's.
-func (a *Agent) startManagers() error {
-	docker, err := dockervolume.StartManager(a.system, dockervolume.ManagerConfig{
-		Registry:       a.registry,
-		Logger:         a.log,
-		ResyncInterval: a.cfg.ResyncInterval,
-		HealthInterval: a.cfg.FingerprintInterval,
-		Metrics:        csiMetrics{a.metrics},
-	})
-	if err != nil {
-		return err
-	}
-	a.docker = docker
-	a.stops = append(a.stops, func(context.Context) error { return docker.Shutdown() })
-
-	a.csi, err = manager.Start(a.system, manager.Config{
-		Registry:       a.registry,
-		Logger:         a.log,
-		ResyncInterval: a.cfg.ResyncInterval,
-		Fingerprint:    manager.FingerprintOptions{Interval: a.cfg.FingerprintInterval, Observe: a.metrics.observeFingerprint},
-		Metrics:        csiMetrics{a.metrics},
-	})
-	if err != nil {
-		return err
-	}
-	bucket, err := a.store.Bucket(catalog.Bucket)
-	if err != nil {
-		return err
-	}
-	a.catalog, err = catalog.Start(a.system, catalog.Config{
-		Bucket: bucket, NodeID: a.cfg.NodeID, Manager: a.csi.PID(), Logger: a.log, MaxVolumes: a.cfg.MaxVolumes,
-		Fleet: a.fleet(),
-	})
-	if err != nil {
-		_ = a.csi.Shutdown(context.Background())
-		return err
-	}
-	a.stops = append(a.stops, a.csi.Shutdown, a.catalog.Shutdown, a.csi.StopInstances)
-
-	records, err := a.store.Bucket(volumes.Bucket)
-	if err != nil {
-		return err
-	}
-	claims := a.followClaims()
-	a.volumes, err = volumes.Start(a.system, volumes.Config{
-		Bucket:      records,
-		Catalog:     a.catalog,
-		Attachments: a.fleet(),
-		Registry:    a.registry,
-		Root:        filepath.Join(a.cfg.DataDir, "csi"),
-		Logger:      a.log,
-		NodeID:      a.cfg.NodeID,
-		OnEvent:     a.onEvent,
-
-		OperationTimeout: a.cfg.VolumeOperationTimeout,
-		StatsInterval:    a.cfg.VolumeStatsInterval, StatsSupported: a.nodeSupportsStats,
-	})
-	if err != nil {
-		return err
-	}
-	a.metrics.reg.MustRegister(newVolumeStatsCollector(a.volumes.VolumeStats))
-	a.stops = append(a.stops, a.volumes.Shutdown)
-	claims.deliverTo(a.volumes)
-	a.followStanding()
-	if err := a.startGC(); err != nil {
-		return err
-	}
-	if err := a.startCompactor(); err != nil {
-		return err
-	}
-
-	a.ctl, err = controller.New(controller.Config{
-		Catalog: a.catalog, Plugins: a.registry, NodeExpander: a.volumes,
-		OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
-	})
-	if err != nil {
-		return err
-	}
-	return nil
-}
-
-// startDockerVolumes starts the Docker volume service on the store, finding
-// drivers through discovery (Docker's Get semantics).
-func (a *Agent) startDockerVolumes() error {
-	bucket, err := a.store.Bucket(dockervolume.VolumesBucket)
-	if err != nil {
-		return err
-	}
-	a.dockerVolumes, err = dockervolume.StartVolumes(a.system, dockervolume.VolumesConfig{
-		Bucket:  bucket,
-		Drivers: dockervolume.RegistryDrivers{Registry: a.registry, Discovery: a.disc},
-		Logger:  a.log,
-	})
-	if err != nil {
-		return err
-	}
-	a.stops = append(a.stops, func(context.Context) error { return a.dockerVolumes.Shutdown() })
-	return nil
-}
-
-// startDiscovery watches the plugin directories and registers what it finds.
-func (a *Agent) startDiscovery() error {
-	dirs := discovery.Dirs{
-		Sockets: append([]string{a.PluginDir()}, a.cfg.SocketDirs...),
-		Specs:   append([]string{a.SpecDir()}, a.cfg.SpecDirs...),
-	}
-	if a.cfg.DockerDirs {
-		docker := discovery.DockerDirs()
-		dirs.Sockets, dirs.Specs = append(dirs.Sockets, docker.Sockets...), append(dirs.Specs, docker.Specs...)
-	}
-	disc, err := discovery.Start(a.system, discovery.Config{
-		Dirs:     dirs,
-		Registry: a.registry,
-		Logger:   a.log,
-		Metrics:  a.metrics,
-	})
-	if err != nil {
-		return err
-	}
-	a.disc = disc
-	a.metrics.reg.MustRegister(newDiscoveredCollector(a.Plugins))
-	a.stops = append(a.stops, func(context.Context) error { return disc.Shutdown() })
-	return nil
-}
-
 // Plugins returns what discovery and the kubelet registration watcher
 // know of every plugin found on disk, each with its health as its manager
 // last saw it (the docker-volume manager's checks, the CSI manager's
@@ -563,7 +263,7 @@ func (a *Agent) Discovery() *discovery.Discovery { return a.disc }
 func (a *Agent) DockerVolumes() *dockervolume.Manager { return a.docker }
 
 // DockerVolumeService is the agent's Docker volume service.
-func (a *Agent) DockerVolumeService() *dockervolume.Volumes { return a.dockerVolumes }
+func (a *Agent) DockerVolumeService() *dockervolumes.Service { return a.dockerVolumes }
 
 // Shutdown stops the API, then the managers (so final fingerprints mark
 // plugins unhealthy), then the registry, then closes the store. It returns

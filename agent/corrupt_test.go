@@ -71,7 +71,7 @@ var damage = []struct {
 			require.NoError(t, b.Apply([]storage.Op{storage.Put([]byte("volume/default/db"), []byte{0xff, 0xff, 0xff})}))
 			require.NoError(t, s.Close())
 		},
-		want: `bucket "csi.catalog", record "volume/default/db": csi: catalog: catalog record corrupt: restore:`,
+		want: `bucket "csi.catalog", record "volume/default/db": catalog record corrupt: restore:`,
 	},
 }
 

@@ -13,6 +13,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/catalog"
+	"github.com/plugvisor/plugvisor/csi/controller"
+	"github.com/plugvisor/plugvisor/csi/volumes"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	"github.com/plugvisor/plugvisor/internal/httpgate"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -26,12 +30,21 @@ type served struct {
 	maxStreams int
 }
 
+// The agent's parts are the API's as they are.
+var (
+	_ api.Registry      = (*registry.Registry)(nil)
+	_ api.Catalog       = (*catalog.Catalog)(nil)
+	_ api.VolumeManager = (*volumes.Manager)(nil)
+	_ api.Controller    = (*controller.Controller)(nil)
+	_ api.DockerVolumes = (*dockervolumes.Service)(nil)
+)
+
 // serveAPI serves the API on each listener bound at start (the unix
 // socket and, when configured, TCP) under its policy and the HTTP limits.
 func (a *Agent) serveAPI() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	apiServer := &api.Server{
+	apiServer := &api.Server{ // its parts as they are: see the assertions above
 		Registry:   a.registry,
 		CSI:        a.csi,
 		Catalog:    a.catalog,

@@ -22,6 +22,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/internal/testpki"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -128,6 +129,7 @@ func TestAnUnprotectedOrMisconfiguredListenerIsRefusedAtStart(t *testing.T) {
 			tc.cfg.DataDir = dataDir(t)
 			_, err := agent.Start(tc.cfg)
 			require.ErrorIs(t, err, tc.is)
+			require.ErrorIs(t, err, errclass.Invalid, "a refused config is the caller's to fix")
 			require.ErrorContains(t, err, tc.want)
 			_, statErr := os.Stat(agent.SocketPath(tc.cfg.DataDir))
 			require.ErrorIs(t, statErr, os.ErrNotExist, "a refused agent serves nothing")

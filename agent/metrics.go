@@ -196,7 +196,7 @@ func (r registryMetrics) Batch(writes int)  { r.m.registryBatch.Observe(float64(
 func (r registryMetrics) EventsSent(n int)  { r.m.eventsDelivered.Add(float64(n)) }
 func (r registryMetrics) Subscribers(n int) { r.m.subscribers.Set(float64(n)) }
 
-// csiMetrics is the csi.ManagerMetrics, dockervolume.ManagerMetrics and
+// csiMetrics is the csi.ManagerMetrics, dockervolume.Metrics and
 // TypeMetrics the agent gives its plugin managers: restarts and give-ups of
 // every plugin type.
 type csiMetrics struct{ m *metrics }

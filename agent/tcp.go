@@ -3,19 +3,19 @@ package agent
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/internal/httpgate"
 )
 
 // ErrUnprotectedHTTP: the TCP listener would serve the API without the
 // protection its address needs, and -http-insecure was not given.
-var ErrUnprotectedHTTP = errors.New("refusing to serve the API on TCP unprotected")
+var ErrUnprotectedHTTP = errclass.New(errclass.Invalid, "refusing to serve the API on TCP unprotected")
 
 // listenTCP opens the -http listener, refusing to serve it with less
 // protection than its address needs:

@@ -22,14 +22,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/plugvisor/plugvisor/csi/catalog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/csi/controller"
-	"github.com/plugvisor/plugvisor/csi/volumes"
-	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
-	"github.com/plugvisor/plugvisor/registry"
 )
 
 // MaxBodyBytes bounds a request body.
@@ -40,16 +35,17 @@ type CSIPlugins interface {
 	Plugins() []*messages.CSIFingerprint
 }
 
-// Server holds what the API serves. Registry is required; a nil CSI,
-// Catalog, Volumes or Metrics turns their endpoints into 404s that say so.
+// Server holds what the API serves, each part as the interface the API
+// defines for it (parts.go). Registry is required; a nil CSI, Catalog,
+// Volumes or Metrics turns their endpoints into 404s that say so.
 type Server struct {
-	Registry *registry.Registry
+	Registry Registry
 	CSI      CSIPlugins
-	Catalog  *catalog.Catalog
-	Volumes  *volumes.Manager
+	Catalog  Catalog
+	Volumes  VolumeManager
 	// Controller runs create, expand, delete and snapshots through the
 	// plugins' controllers (api/controller.go); nil turns them into 404s.
-	Controller *controller.Controller
+	Controller Controller
 	Metrics    http.Handler
 	Logger     hclog.Logger
 	// OnMount, when set, hears of every mount and unmount ("mount",
@@ -60,7 +56,7 @@ type Server struct {
 	Health func() Health
 	// DockerVolumes, DockerPlugins and Discovery serve /v1/docker/... and
 	// /v1/discovery/plugins; nil turns those endpoints into 404s.
-	DockerVolumes *dockervolume.Volumes
+	DockerVolumes DockerVolumes
 	DockerPlugins DockerPlugins
 	Discovery     DiscoveredPlugins
 	// Fences, when set, adds the volume manager's fence events to the
@@ -148,7 +144,7 @@ func (s *Server) mux() *http.ServeMux {
 }
 
 var (
-	errMethod   = errors.New("method not allowed")
+	errMethod   = errclass.New(errclass.Invalid, "method not allowed")
 	errNotFound = errclass.New(errclass.NotFound, "not found")
 )
 

@@ -48,16 +48,16 @@ func (s *Server) pluginCapacity(w http.ResponseWriter, r *http.Request) error {
 func capacityRequest(plugin string, q url.Values) (controller.CapacityRequest, error) {
 	req := controller.CapacityRequest{PluginID: plugin}
 	bad := func(field, v, want string) error {
-		return fmt.Errorf("api: capacity: %w: %s %q is not %s", controller.ErrInvalidRequest, field, v, want)
+		return fmt.Errorf("%w: %s %q is not %s", controller.ErrInvalidRequest, field, v, want)
 	}
 	for _, c := range q["capability"] {
 		if access, attach, _ := strings.Cut(c, "/"); !strings.Contains(c, "=") {
-			return req, fmt.Errorf("api: capacity: %w: capability %q: the form ACCESS/ATTACHMENT is no longer taken; give the CLI's, %s: capability=access=%s,attachment=%s",
+			return req, fmt.Errorf("%w: capability %q: the form ACCESS/ATTACHMENT is no longer taken; give the CLI's, %s: capability=access=%s,attachment=%s",
 				controller.ErrInvalidRequest, c, model.CapabilitySyntax, access, cmp.Or(attach, string(model.AttachmentModeFileSystem)))
 		}
 		parsed, err := model.ParseCapability(c)
 		if err != nil {
-			return req, fmt.Errorf("api: capacity: %w: capability: %w", controller.ErrInvalidRequest, err)
+			return req, fmt.Errorf("%w: capability: %w", controller.ErrInvalidRequest, err)
 		}
 		req.Capabilities = append(req.Capabilities, parsed)
 	}
@@ -83,7 +83,7 @@ func capacityRequest(plugin string, q url.Values) (controller.CapacityRequest, e
 			req.Topology.Segments[k] = v
 		}
 	default:
-		return req, fmt.Errorf("api: capacity: %w: topology is given %d times; GetCapacity takes one topology: join its segments with commas", controller.ErrInvalidRequest, len(t))
+		return req, fmt.Errorf("%w: topology is given %d times; GetCapacity takes one topology: join its segments with commas", controller.ErrInvalidRequest, len(t))
 	}
 	return req, nil
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/dockervolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -33,13 +35,16 @@ import (
 // secretValue may appear in no response and no log line.
 const secretValue = "s3cr3t-do-not-print"
 
-// apiFixture serves the API over a real catalog, registry, volume manager
-// and controller operations, and records every response body and log line.
+// apiFixture serves the API over a real catalog, registry, volume manager,
+// controller operations and Docker volume service, and records every
+// response body and log line.
 type apiFixture struct {
 	t       *testing.T
 	handler http.Handler
 	reg     *registry.Registry
 	cat     *catalog.Catalog
+	vols    *volumes.Manager
+	docker  *dockervolumes.Service
 	logs    *probe.LogBuffer
 	bodies  []string
 }
@@ -68,8 +73,14 @@ func newAPIFixture(t *testing.T) *apiFixture {
 	t.Cleanup(func() { require.NoError(t, vols.Shutdown(context.Background())) })
 	ctl, err := controller.New(controller.Config{Catalog: cat, Plugins: reg, NodeExpander: vols, OperationTimeout: 30 * time.Second, Logger: logger})
 	require.NoError(t, err)
-	f := &apiFixture{t: t, reg: reg, cat: cat, logs: logs,
-		handler: (&api.Server{Registry: reg, Catalog: cat, Volumes: vols, Controller: ctl, Logger: logger}).Handler()}
+	dockerBucket, err := mem.Bucket(dockervolumes.Bucket)
+	require.NoError(t, err)
+	docker, err := dockervolumes.Start(system, dockervolumes.Config{Bucket: dockerBucket,
+		Drivers: dockervolumes.RegistryDrivers{Registry: reg, Retry: dockervolume.NoRetry}, Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, docker.Shutdown()) })
+	f := &apiFixture{t: t, reg: reg, cat: cat, vols: vols, docker: docker, logs: logs,
+		handler: (&api.Server{Registry: reg, Catalog: cat, Volumes: vols, Controller: ctl, DockerVolumes: docker, Logger: logger}).Handler()}
 	t.Cleanup(func() {
 		for _, b := range f.bodies {
 			require.NotContains(t, b, secretValue, "no response carries a secret")
@@ -242,7 +253,7 @@ func TestControllerRoutesWithoutAControllerPluginSayWhatIsMissing(t *testing.T) 
 	f := newAPIFixture(t)
 	code, body := f.do("POST", "/v1/volumes/default/db/create", createBody)
 	require.Equal(t, http.StatusNotFound, code, "the plugin the caller named is not there")
-	require.Contains(t, errorOf(t, body), `no csi-controller plugin "hostpath" is registered`)
+	require.Contains(t, errorOf(t, body), `no controller plugin: "hostpath" is not registered as csi-controller`)
 	require.Contains(t, f.logs.String(), "[INFO]  request refused")
 	require.NotContains(t, f.logs.String(), "[ERROR]", "a caller's mistake is not the agent's error")
 	code, body = f.do("POST", "/v1/volumes/default/db/expand", `{"required_bytes": 5}`)

@@ -37,7 +37,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return fmt.Errorf("api: request body is over the limit of %d bytes: %w", MaxBodyBytes, err)
+			return errclass.Also(fmt.Errorf("%w: it may hold %d bytes", errOverLimit, MaxBodyBytes), err)
 		}
 		return fmt.Errorf("%w: %w", errBadBody, err)
 	}

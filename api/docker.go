@@ -10,12 +10,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/dockervolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 // DockerVolumeBody is the body of POST /v1/docker/volumes. An empty name
-// makes an anonymous volume; an empty driver is dockervolume.DefaultDriver.
+// makes an anonymous volume; an empty driver is dockervolumes.DefaultDriver.
 type DockerVolumeBody struct {
 	Name    string            `json:"name,omitempty"`
 	Driver  string            `json:"driver,omitempty"`
@@ -47,7 +48,7 @@ func (s *Server) dockerRoutes() []route {
 // DockerVolumeJSON is a Docker volume as the API renders it: its maps and
 // lists are always present, {} and [] when empty.
 type DockerVolumeJSON struct {
-	dockervolume.VolumeInfo
+	dockervolumes.Volume
 	Options       map[string]string `json:"options"`
 	Mounts        map[string]int    `json:"mounts"`
 	PendingMounts []string          `json:"pending_mounts"`
@@ -61,8 +62,8 @@ type DockerVolumeListJSON struct {
 	Warnings []string           `json:"warnings"`
 }
 
-func dockerVolumeJSON(v dockervolume.VolumeInfo) DockerVolumeJSON {
-	out := DockerVolumeJSON{VolumeInfo: v, Options: map[string]string{}, Mounts: map[string]int{},
+func dockerVolumeJSON(v dockervolumes.Volume) DockerVolumeJSON {
+	out := DockerVolumeJSON{Volume: v, Options: map[string]string{}, Mounts: map[string]int{},
 		PendingMounts: append([]string{}, v.PendingMounts...), Status: map[string]any{}}
 	maps.Copy(out.Options, v.Options)
 	maps.Copy(out.Mounts, v.Mounts)
@@ -91,7 +92,7 @@ func (s *Server) notADockerPlugin(plugin string) error {
 		errDockerPlugin, plugin, plugin)
 }
 
-func (s *Server) dockerVolumes() (*dockervolume.Volumes, error) {
+func (s *Server) dockerVolumes() (DockerVolumes, error) {
 	if s.DockerVolumes == nil {
 		return nil, fmt.Errorf("%w: this agent runs no Docker volume service", errNotFound)
 	}

@@ -130,7 +130,7 @@ func stream(w http.ResponseWriter, sub *registry.Subscription, events <-chan vol
 			}
 		case ev, ok := <-events:
 			if !ok {
-				_ = enc.Encode(Event{Kind: KindLagged, Sequence: max(last, sub.Sequence), Error: "api: the stream fell too far behind the volume events"})
+				_ = enc.Encode(Event{Kind: KindLagged, Sequence: max(last, sub.Sequence), Error: "the stream fell too far behind the volume events"})
 				flush()
 				return
 			}

@@ -70,22 +70,22 @@ func (s *Server) HandlerFor(l Listener) http.Handler {
 // name when r may be served.
 func (l Listener) refuse(r *http.Request, hosts map[string]bool, need Rights) (*http.Request, int, error) {
 	if !l.names(r, hosts) {
-		return r, http.StatusMisdirectedRequest, fmt.Errorf("api: the Host header %q does not name this listener (%s); "+
+		return r, http.StatusMisdirectedRequest, fmt.Errorf("the Host header %q does not name this listener (%s); "+
 			"send Host: %s", r.Host, l.Name, l.hostHint())
 	}
 	write := r.Method != http.MethodGet && r.Method != http.MethodHead
 	if l.Tokens != nil {
 		token, ok := bearer(r)
 		if !ok {
-			return r, http.StatusUnauthorized, fmt.Errorf("api: this listener (%s) needs an ACL token: "+
+			return r, http.StatusUnauthorized, fmt.Errorf("this listener (%s) needs an ACL token: "+
 				"send Authorization: Bearer <token>, with a token from the agent's -token-file", l.Name)
 		}
 		switch name, rights := l.Tokens.Lookup(token); {
 		case rights == NoRights:
-			return r, http.StatusUnauthorized, fmt.Errorf("api: the ACL token is not valid on this listener (%s); "+
+			return r, http.StatusUnauthorized, fmt.Errorf("the ACL token is not valid on this listener (%s); "+
 				"use a token from the agent's -token-file", l.Name)
 		case !rights.Has(need):
-			return r, http.StatusForbidden, fmt.Errorf("api: the ACL token %q has the rights %s; %s %s needs the %s right: "+
+			return r, http.StatusForbidden, fmt.Errorf("the ACL token %q has the rights %s; %s %s needs the %s right: "+
 				"use a token whose rights include %s or admin", name, rights, r.Method, r.URL.Path, need, need)
 		default:
 			r = withCaller(r, name)
@@ -94,7 +94,7 @@ func (l Listener) refuse(r *http.Request, hosts map[string]bool, need Rights) (*
 	if write {
 		mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || mediaType != "application/json" {
-			return r, http.StatusUnsupportedMediaType, fmt.Errorf("api: %s needs Content-Type: application/json, not %q",
+			return r, http.StatusUnsupportedMediaType, fmt.Errorf("%s needs Content-Type: application/json, not %q",
 				r.Method, r.Header.Get("Content-Type"))
 		}
 	}

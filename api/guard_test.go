@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/internal/errwalk"
 )
 
 const (
@@ -90,7 +91,10 @@ func TestEveryListenerRefusesWhatItMustWithAClearError(t *testing.T) {
 			if tc.status == http.StatusOK {
 				return
 			}
-			require.Contains(t, got.error(t), tc.want)
+			msg := got.error(t)
+			require.Contains(t, msg, tc.want)
+			require.Empty(t, errwalk.Repeated(msg), "%q says a thing twice", msg)
+			require.False(t, packagePrefix.MatchString(msg), "%q names a package", msg)
 			require.Empty(t, b.registry.ListPlugins(""), "a refused request changes nothing")
 			if tc.status == http.StatusUnauthorized {
 				require.Equal(t, `Bearer realm="plugvisor"`, got.header.Get("WWW-Authenticate"))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
@@ -109,7 +111,7 @@ func (s *Server) healthy(p *messages.PluginInfo) bool {
 		return healthy && (ptype == "" || ptype == p.GetType()) && name == p.GetName() && alloc == p.GetAllocId()
 	}
 	switch p.GetType() {
-	case "csi-node", "csi-controller":
+	case csi.TypeNode, csi.TypeController:
 		if s.CSI != nil {
 			for _, f := range s.CSI.Plugins() {
 				if same(f.GetType(), f.GetName(), f.GetAllocId(), f.GetHealthy()) {
@@ -117,7 +119,7 @@ func (s *Server) healthy(p *messages.PluginInfo) bool {
 				}
 			}
 		}
-	case "docker-volume":
+	case dockervolume.PluginType:
 		if s.DockerPlugins != nil {
 			for _, h := range s.DockerPlugins.Plugins() {
 				if same("", h.GetName(), h.GetAllocId(), h.GetHealthy()) {

@@ -72,7 +72,7 @@ func TestThePluginRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 		{name: "an invalid plugin", method: "POST", path: "/v1/plugins", body: `{"type":"csi-node","alloc_id":"a"}`, status: 400,
 			want: "plugin name must not be empty"},
 		{name: "a body over the limit", method: "POST", path: "/v1/plugins", body: `{"name":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`,
-			status: 413, want: "request body is over the limit of 1048576 bytes"},
+			status: 413, want: "request body is over a limit: it may hold 1048576 bytes"},
 		{name: "a registration while the store fails", method: "POST", path: "/v1/plugins", body: registerBody("q", "a1"),
 			before: func(b *backend) { b.bucket.Failing.Store(true) }, status: 500, want: "durable store failed"},
 		{name: "a deregistration of an unknown alloc", method: "DELETE", path: "/v1/plugins/csi-node/p/nope",

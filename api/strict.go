@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -48,7 +49,7 @@ func (l Limits) Validate() error {
 	var errs []error
 	for _, c := range l.counts() {
 		if c.limit < 0 {
-			errs = append(errs, fmt.Errorf("api: %s is %d; give a positive count, or 0 for the default %d", c.flag, c.limit, c.fallback))
+			errs = append(errs, fmt.Errorf("%s is %d; give a positive count, or 0 for the default %d", c.flag, c.limit, c.fallback))
 		}
 	}
 	return errors.Join(errs...)
@@ -79,8 +80,9 @@ func cmpZero(v, fallback int) int {
 	return v
 }
 
-// errOverLimit is a body over one of Limits: 413.
-var errOverLimit = errors.New("request body is over a limit")
+// errOverLimit is a body over one of Limits: 413, where its class alone
+// would be 429.
+var errOverLimit = errclass.New(errclass.Limit, "request body is over a limit")
 
 // bounded is a body whose maps and lists are checked against Limits once
 // it has decoded: their counts, and their keys by names.CheckKey.

@@ -213,12 +213,12 @@ func printableASCII(s string) bool {
 func LoadTokens(path string) (*Tokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("api: token file: %w", err)
+		return nil, fmt.Errorf("token file: %w", err)
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("api: token file: %w", err)
+		return nil, fmt.Errorf("token file: %w", err)
 	}
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s is not a regular file (%s); use a regular file with mode 0600",

@@ -3,12 +3,13 @@ package bench
 import (
 	"container/list"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hashicorp/nomad/client/dynamicplugins"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // BoltState is a dynamicplugins.StateStorage that keeps Nomad's registry
@@ -107,7 +108,7 @@ func (s *BoltState) PutDynamicPluginRegistryState(state *dynamicplugins.Registry
 }
 
 // errNoState says the file holds no registry state yet.
-var errNoState = errors.New("bench: no registry state stored")
+var errNoState = errclass.New(errclass.NotFound, "no registry state stored")
 
 // GetDynamicPluginRegistryState reads and decodes the stored state.
 func (s *BoltState) GetDynamicPluginRegistryState() (*dynamicplugins.RegistryState, error) {

@@ -83,9 +83,9 @@ func (o Options) WithDefaults() Options {
 func (o Options) validate() error {
 	switch {
 	case o.RPCTimeout < 0 || o.BackoffInitial < 0 || o.BackoffMax < 0:
-		return fmt.Errorf("csi: %w: durations must not be negative: %+v", ErrInvalidOptions, o)
+		return fmt.Errorf("%w: durations must not be negative: %+v", ErrInvalidOptions, o)
 	case o.BackoffMax < o.BackoffInitial:
-		return fmt.Errorf("csi: %w: BackoffMax %s is shorter than BackoffInitial %s",
+		return fmt.Errorf("%w: BackoffMax %s is shorter than BackoffInitial %s",
 			ErrInvalidOptions, o.BackoffMax, o.BackoffInitial)
 	}
 	return nil
@@ -144,14 +144,14 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		}),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("csi: %w to %q: %w", ErrConnect, socketPath, err)
+		return nil, fmt.Errorf("%w to %q: %w", ErrConnect, socketPath, err)
 	}
 	if err := waitReady(ctx, conn); err != nil {
 		_ = conn.Close()
 		if last := dialer.lastError(); last != nil {
-			return nil, fmt.Errorf("csi: %w to %q: %w (last attempt: %v)", ErrConnect, socketPath, err, last)
+			return nil, fmt.Errorf("%w to %q: %w (last attempt: %v)", ErrConnect, socketPath, err, last)
 		}
-		return nil, fmt.Errorf("csi: %w to %q: %w", ErrConnect, socketPath, err)
+		return nil, fmt.Errorf("%w to %q: %w", ErrConnect, socketPath, err)
 	}
 	c := &Client{
 		conn:       conn,
@@ -223,7 +223,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
 		if err := c.conn.Close(); err != nil {
-			c.closeErr = fmt.Errorf("csi: close: %w", err)
+			c.closeErr = fmt.Errorf("close: %w", err)
 		}
 	})
 	return c.closeErr

@@ -204,7 +204,7 @@ func TestDialGivesUpWhenTheContextEndsBeforeTheSocketAppears(t *testing.T) {
 		require.Nil(t, c)
 		require.ErrorIs(t, err, csi.ErrConnect)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.ErrorContains(t, err, `csi: cannot connect to "`+path+`"`)
+		require.ErrorContains(t, err, `cannot connect to "`+path+`"`)
 		require.ErrorContains(t, err, "no such file or directory")
 	})
 

@@ -24,9 +24,13 @@
 // `NodeStageVolume: not found: volume "v1" does not exist`.
 package csi
 
+import "github.com/plugvisor/plugvisor/csi/catalog/model"
+
 // Plugin types of CSI plugins in the registry. A monolith plugin registers
-// under both and gets an instance for each.
+// under both and gets an instance for each. They are the model's
+// (model.TypeController and model.TypeNode), named here for the protocol's
+// users.
 const (
-	TypeController = "csi-controller"
-	TypeNode       = "csi-node"
+	TypeController = model.TypeController
+	TypeNode       = model.TypeNode
 )

@@ -195,7 +195,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Discovery, error) {
 		actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("discovery: start actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start actor %q: %w", cfg.Name, err)
 	}
 	return &Discovery{system: system, pid: pid, registry: cfg.Registry, backoff: cfg.LookupBackoff,
 		published: published, log: cfg.Logger}, nil
@@ -213,7 +213,7 @@ func (d *Discovery) Plugins() []*messages.DiscoveredPlugin { return *d.published
 // "docker-volume"); a plugin type ("docker-volume", "csi-node") is itself.
 func typeOf(implements string) (string, error) {
 	if err := registry.ValidateID("interface", implements); err != nil {
-		return "", fmt.Errorf("discovery: %w", err)
+		return "", err
 	}
 	return TypesFor(Manifest{Implements: []string{implements}})[0], nil
 }
@@ -233,7 +233,7 @@ func (d *Discovery) Handle(iface string, fn func(name string, plugin *messages.P
 		return err
 	}
 	if fn == nil {
-		return errors.New("discovery: Handle needs a function")
+		return fmt.Errorf("%w: Handle needs a function", ErrInvalidConfig)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -292,7 +292,7 @@ func (d *Discovery) Get(ctx context.Context, name, implements string) (*messages
 			step, timer = step+1, nil
 		case <-s.Changed():
 		case <-ctx.Done():
-			return nil, fmt.Errorf("discovery: looking up plugin %q: %w", name, ctx.Err())
+			return nil, fmt.Errorf("looking up plugin %q: %w", name, ctx.Err())
 		}
 	}
 }
@@ -339,7 +339,7 @@ func (d *Discovery) Shutdown() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("discovery: shut down: %w", err)
+		return fmt.Errorf("shut down: %w", err)
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ func (d Dirs) usable() (Dirs, []error) {
 		var out []string
 		for _, dir := range dirs {
 			if !filepath.IsAbs(dir) {
-				errs = append(errs, fmt.Errorf("discovery: plugin directory %q is not an absolute path", dir))
+				errs = append(errs, fmt.Errorf("plugin directory %q is not an absolute path", dir))
 				continue
 			}
 			out = append(out, dir)

@@ -306,7 +306,7 @@ func TestScanCarriesOnPastBadDirectories(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, "x", got[0].Name)
 	require.Len(t, errs, 2)
-	require.ErrorContains(t, errs[0], `discovery: plugin directory "relative/dir" is not an absolute path`)
+	require.ErrorContains(t, errs[0], `plugin directory "relative/dir" is not an absolute path`)
 	require.ErrorIs(t, errs[1], ErrUnreadable)
 	require.ErrorIs(t, errs[1], syscall.ENOTDIR)
 	require.ErrorContains(t, errs[1], filepath.Join(root, "run"))

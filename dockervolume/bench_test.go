@@ -1,24 +1,21 @@
 package dockervolume_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/docker/go-plugins-helpers/volume"
-	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
-	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
+	"github.com/plugvisor/plugvisor/dockervolume/dockervolumetest"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -46,7 +43,7 @@ func newBenchStack(b *testing.B, healthInterval time.Duration) *benchStack {
 	require.NoError(b, err)
 	s.registry, err = registry.New(s.system, registry.Config{Bucket: bucket})
 	require.NoError(b, err)
-	s.manager, err = dockervolume.StartManager(s.system, dockervolume.ManagerConfig{Registry: s.registry, HealthInterval: healthInterval})
+	s.manager, err = dockervolume.Start(s.system, dockervolume.Config{Registry: s.registry, HealthInterval: healthInterval})
 	require.NoError(b, err)
 	s.disc, err = discovery.Start(s.system, discovery.Config{Dirs: discovery.Dirs{Sockets: []string{s.sockets}, Specs: []string{s.specs}},
 		Registry: s.registry})
@@ -86,7 +83,10 @@ func (s *benchStack) waitHealthy(b *testing.B, want int, within time.Duration) {
 // servePlugin serves an in-memory volume plugin on l until stop.
 func servePlugin(l net.Listener) (stop func()) {
 	done := make(chan struct{})
-	go func() { defer close(done); _ = volume.NewHandler(newMemDriver(dockervolume.ScopeLocal)).Serve(l) }()
+	go func() {
+		defer close(done)
+		_ = volume.NewHandler(dockervolumetest.NewMemDriver(dockervolume.ScopeLocal)).Serve(l)
+	}()
 	return func() { l.Close(); <-done }
 }
 
@@ -162,68 +162,4 @@ func (s *benchStack) waitUnhealthy(b *testing.B) {
 	for s.healthy() > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// BenchmarkMountUnmount: Docker volume mount + unmount pairs through the
-// volume service, with its records in bbolt (fsync'd), against the
-// reference plugin on a unix socket.
-func BenchmarkMountUnmount(b *testing.B) {
-	v := benchVolumes(b)
-	ctx := context.Background()
-	_, err := v.Create(ctx, "data", "local", nil)
-	require.NoError(b, err)
-	b.ResetTimer()
-	for i := range b.N {
-		id := fmt.Sprintf("c%d", i)
-		_, err := v.Mount(ctx, "data", id)
-		require.NoError(b, err)
-		require.NoError(b, v.Unmount(ctx, "data", id))
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
-}
-
-// BenchmarkMountUnmountParallel: the same on one volume per goroutine:
-// each volume's operations are serialised, different volumes' are not, and
-// their durable writes share transactions (group commit).
-func BenchmarkMountUnmountParallel(b *testing.B) {
-	v := benchVolumes(b)
-	ctx := context.Background()
-	var n atomic.Int64
-	b.SetParallelism(8) // 16 goroutines on 2 cores: their store writes share fsyncs
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		name := fmt.Sprintf("v%d", n.Add(1))
-		_, err := v.Create(ctx, name, "local", nil)
-		require.NoError(b, err)
-		for i := 0; pb.Next(); i++ {
-			id := fmt.Sprintf("c%d", i)
-			_, err := v.Mount(ctx, name, id)
-			require.NoError(b, err)
-			require.NoError(b, v.Unmount(ctx, name, id))
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
-}
-
-func benchVolumes(b *testing.B) *dockervolume.Volumes {
-	b.Helper()
-	s := newBenchStack(b, time.Minute)
-	d, err := localvolume.New(filepath.Join(filepath.Dir(s.sockets), "vols"), hclog.NewNullLogger())
-	require.NoError(b, err)
-	l, err := net.Listen("unix", filepath.Join(s.sockets, "local.sock"))
-	require.NoError(b, err)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = volume.NewHandler(d).Serve(l) }()
-	b.Cleanup(func() { l.Close(); <-done })
-	s.waitHealthy(b, 1, time.Minute)
-	store, err := storage.OpenBolt(filepath.Join(filepath.Dir(s.sockets), "state.db"), storage.BoltOptions{})
-	require.NoError(b, err)
-	b.Cleanup(func() { require.NoError(b, store.Close()) })
-	bucket, err := store.Bucket(dockervolume.VolumesBucket)
-	require.NoError(b, err)
-	v, err := dockervolume.StartVolumes(s.system, dockervolume.VolumesConfig{Bucket: bucket,
-		Drivers: dockervolume.RegistryDrivers{Registry: s.registry, Discovery: s.disc}})
-	require.NoError(b, err)
-	b.Cleanup(func() { require.NoError(b, v.Shutdown()) })
-	return v
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/errclass"
-	"github.com/plugvisor/plugvisor/messages"
 )
 
 // PluginType is the plugvisor plugin type of Docker volume plugins.
@@ -185,7 +184,7 @@ func (c *Client) Get(ctx context.Context, name string) (Volume, error) {
 func (c *Client) List(ctx context.Context) ([]Volume, error) {
 	var resp listResponse
 	if err := c.call(ctx, ShortTimeout, "List", struct{}{}, &resp); err != nil {
-		return nil, fmt.Errorf("dockervolume: list volumes: %w", err)
+		return nil, fmt.Errorf("list volumes: %w", err)
 	}
 	return resp.Volumes, nil
 }
@@ -201,7 +200,7 @@ func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	case errors.Is(err, discovery.ErrNotImplemented):
 		return Capabilities{Scope: ScopeLocal}, nil
 	case err != nil:
-		return Capabilities{}, fmt.Errorf("dockervolume: get capabilities: %w", err)
+		return Capabilities{}, fmt.Errorf("get capabilities: %w", err)
 	}
 	scope := strings.ToLower(resp.Capabilities.Scope)
 	switch scope {
@@ -221,7 +220,7 @@ func (c *Client) onVolume(ctx context.Context, verb, name string, timeout time.D
 		return fmt.Errorf("%w: %s volume: volume name must not be empty", ErrInvalidArgument, verb)
 	}
 	if err := c.call(ctx, timeout, method, req, resp); err != nil {
-		return fmt.Errorf("dockervolume: %s volume %q: %w", verb, name, err)
+		return fmt.Errorf("%s volume %q: %w", verb, name, err)
 	}
 	return nil
 }
@@ -248,14 +247,4 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, method string,
 		}
 		wait = min(2*wait, DefaultRetryWithin)
 	}
-}
-
-// clientOf returns a client for plugin name at the registry's address ci,
-// retrying as r says.
-func clientOf(name string, ci *messages.ConnectionInfo, r Retry) (*Client, error) {
-	c, err := discovery.FromConnectionInfo(name, ci)
-	if err != nil {
-		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
-	}
-	return NewClient(c).WithRetry(r), nil
 }

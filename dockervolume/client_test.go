@@ -3,14 +3,12 @@ package dockervolume_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -21,126 +19,11 @@ import (
 
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/dockervolume/dockervolumetest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// memDriver is an in-memory volume.Driver: the plugin side of the tests,
-// served by go-plugins-helpers.
-type memDriver struct {
-	scope string
-	mu    sync.Mutex
-	vols  map[string]*memVolume
-}
-
-type memVolume struct {
-	opts    map[string]string
-	created time.Time
-	mounts  map[string]bool // by caller ID
-}
-
-func newMemDriver(scope string) *memDriver {
-	return &memDriver{scope: scope, vols: map[string]*memVolume{}}
-}
-
-func (d *memDriver) mountpoint(name string) string {
-	if len(d.vols[name].mounts) == 0 {
-		return ""
-	}
-	return "/mnt/mem/" + name
-}
-
-// with runs f on volume name, under the lock. A missing volume is an error
-// that the plugin sends back.
-func (d *memDriver) with(name string, f func(v *memVolume) error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	v, ok := d.vols[name]
-	if !ok {
-		return fmt.Errorf("no such volume: %s", name)
-	}
-	return f(v)
-}
-
-func (d *memDriver) describe(name string) *volume.Volume {
-	v := d.vols[name]
-	status := map[string]any{}
-	for k, val := range v.opts {
-		status[k] = val
-	}
-	return &volume.Volume{Name: name, Mountpoint: d.mountpoint(name), CreatedAt: v.created.Format(time.RFC3339), Status: status}
-}
-
-func (d *memDriver) Create(r *volume.CreateRequest) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.vols[r.Name]; ok {
-		return fmt.Errorf("volume %s already exists", r.Name)
-	}
-	d.vols[r.Name] = &memVolume{opts: r.Options, created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), mounts: map[string]bool{}}
-	return nil
-}
-
-func (d *memDriver) List() (*volume.ListResponse, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	resp := &volume.ListResponse{Volumes: []*volume.Volume{}}
-	for name := range d.vols {
-		resp.Volumes = append(resp.Volumes, d.describe(name))
-	}
-	sort.Slice(resp.Volumes, func(i, j int) bool { return resp.Volumes[i].Name < resp.Volumes[j].Name })
-	return resp, nil
-}
-
-func (d *memDriver) Get(r *volume.GetRequest) (*volume.GetResponse, error) {
-	resp := &volume.GetResponse{}
-	return resp, d.with(r.Name, func(*memVolume) error {
-		resp.Volume = d.describe(r.Name)
-		return nil
-	})
-}
-
-func (d *memDriver) Remove(r *volume.RemoveRequest) error {
-	return d.with(r.Name, func(v *memVolume) error {
-		if len(v.mounts) > 0 {
-			return fmt.Errorf("volume %s is in use", r.Name)
-		}
-		delete(d.vols, r.Name)
-		return nil
-	})
-}
-
-func (d *memDriver) Path(r *volume.PathRequest) (*volume.PathResponse, error) {
-	resp := &volume.PathResponse{}
-	return resp, d.with(r.Name, func(*memVolume) error {
-		resp.Mountpoint = d.mountpoint(r.Name)
-		return nil
-	})
-}
-
-func (d *memDriver) Mount(r *volume.MountRequest) (*volume.MountResponse, error) {
-	resp := &volume.MountResponse{}
-	return resp, d.with(r.Name, func(v *memVolume) error {
-		v.mounts[r.ID] = true
-		resp.Mountpoint = d.mountpoint(r.Name)
-		return nil
-	})
-}
-
-func (d *memDriver) Unmount(r *volume.UnmountRequest) error {
-	return d.with(r.Name, func(v *memVolume) error {
-		if !v.mounts[r.ID] {
-			return fmt.Errorf("volume %s is not mounted by %s", r.Name, r.ID)
-		}
-		delete(v.mounts, r.ID)
-		return nil
-	})
-}
-
-func (d *memDriver) Capabilities() *volume.CapabilitiesResponse {
-	return &volume.CapabilitiesResponse{Capabilities: volume.Capability{Scope: d.scope}}
 }
 
 // pluginSocket returns a listener on a short socket path and a function
@@ -193,7 +76,7 @@ func answer(w http.ResponseWriter, body string) {
 
 func TestRoundTripWithAGoPluginsHelpersPlugin(t *testing.T) {
 	ctx := context.Background()
-	c := startPlugin(t, newMemDriver("global"))
+	c := startPlugin(t, dockervolumetest.NewMemDriver("global"))
 	require.Equal(t, "mem", c.Plugin().Name)
 
 	t.Run("capabilities give the scope", func(t *testing.T) {
@@ -208,7 +91,7 @@ func TestRoundTripWithAGoPluginsHelpersPlugin(t *testing.T) {
 	t.Run("creating it again gives the plugin's error text", func(t *testing.T) {
 		err := c.Create(ctx, "v1", nil)
 		require.ErrorIs(t, err, discovery.ErrPluginFailed)
-		require.ErrorContains(t, err, `dockervolume: create volume "v1": `)
+		require.ErrorContains(t, err, `create volume "v1": `)
 		require.ErrorContains(t, err, "volume v1 already exists (HTTP 500)")
 	})
 	t.Run("list gives both volumes", func(t *testing.T) {
@@ -369,7 +252,7 @@ func TestAnErrFieldInA200AnswerIsAnError(t *testing.T) {
 	})
 	_, err := c.Mount(context.Background(), "v", "c1")
 	require.ErrorIs(t, err, discovery.ErrPluginFailed)
-	require.EqualError(t, err, `dockervolume: mount volume "v": plugin returned an error: plugin "mem", VolumeDriver.Mount: device busy`)
+	require.EqualError(t, err, `mount volume "v": plugin returned an error: plugin "mem", VolumeDriver.Mount: device busy`)
 }
 
 func TestEmptyVolumeNamesAreRefusedBeforeSending(t *testing.T) {
@@ -413,5 +296,5 @@ func TestCallsStopAtTheContextDeadline(t *testing.T) {
 	defer cancel()
 	_, err := c.List(ctx)
 	require.ErrorIs(t, err, discovery.ErrTimeout)
-	require.ErrorContains(t, err, "dockervolume: list volumes: ")
+	require.ErrorContains(t, err, "list volumes: ")
 }

@@ -19,15 +19,15 @@ import (
 	"github.com/plugvisor/plugvisor/supervisor"
 )
 
-// Default values of ManagerConfig.
+// Default values of Config.
 const (
 	DefaultHealthInterval = 10 * time.Second
 	DefaultHealthTimeout  = 5 * time.Second
 	DefaultManagerName    = "docker-volume-manager"
 )
 
-// ManagerConfig configures the docker-volume manager. Only Registry is required.
-type ManagerConfig struct {
+// Config configures the docker-volume manager. Only Registry is required.
+type Config struct {
 	// Registry is where the manager learns which volume plugins run.
 	Registry *registry.Registry
 	// Logger receives the manager's and its instances' log lines; nil discards them.
@@ -45,21 +45,21 @@ type ManagerConfig struct {
 	// Name is the manager actor's name (default DefaultManagerName).
 	Name string
 	// Metrics, when set, hears of supervision decisions and health.
-	Metrics ManagerMetrics
+	Metrics Metrics
 }
 
-// ManagerMetrics counts what the manager's supervision decides, and
+// Metrics counts what the manager's supervision decides, and
 // follows each current plugin's health.
-type ManagerMetrics interface {
+type Metrics interface {
 	plugintype.Metrics // the supervision's decisions, counted by plugintype
 	PluginHealth(ptype, name string, healthy bool)
 }
 
-// ErrInvalidManagerConfig: StartManager was given a config it cannot use.
-var ErrInvalidManagerConfig = errclass.New(errclass.Invalid, "invalid manager config")
+// ErrInvalidConfig: Start was given a config it cannot use.
+var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid manager config")
 
 // validate reports every problem with c, each naming its field.
-func (c ManagerConfig) validate() error {
+func (c Config) validate() error {
 	var problems []error
 	if c.Registry == nil {
 		problems = append(problems, errors.New("a Registry is required"))
@@ -72,12 +72,12 @@ func (c ManagerConfig) validate() error {
 	}
 	problems = append(problems, c.Supervision.StopsOnGiveUp("Supervision"))
 	if err := errors.Join(problems...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidManagerConfig, err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
 
-func (c ManagerConfig) withDefaults() ManagerConfig {
+func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or[hclog.Logger](c.Logger, hclog.NewNullLogger()).Named("docker-volume")
 	c.HealthInterval = cmp.Or(c.HealthInterval, DefaultHealthInterval)
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, DefaultHealthTimeout)
@@ -95,8 +95,8 @@ type Manager struct {
 	published *atomic.Pointer[[]*messages.DockerVolumePluginHealth]
 }
 
-// StartManager starts the docker-volume manager actor in system.
-func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error) {
+// Start starts the docker-volume manager actor in system.
+func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -106,11 +106,11 @@ func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error
 		Snapshot: func() plugintype.Snapshot { return cfg.Registry.Snapshot() }, Logger: cfg.Logger, Metrics: cfg.Metrics,
 	}
 	if err := icfg.Validate(); err != nil {
-		return nil, fmt.Errorf("dockervolume: %w", err)
+		return nil, err
 	}
 	strategy, err := supervisor.NewStrategy(cfg.Supervision)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: %w", err)
+		return nil, err
 	}
 	published := &atomic.Pointer[[]*messages.DockerVolumePluginHealth]{}
 	published.Store(&[]*messages.DockerVolumePluginHealth{})
@@ -123,7 +123,7 @@ func StartManager(system *actor.ActorSystem, cfg ManagerConfig) (*Manager, error
 	}, actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: start manager actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start manager actor %q: %w", cfg.Name, err)
 	}
 	return &Manager{system: system, pid: pid, published: published}, nil
 }
@@ -148,7 +148,7 @@ func (m *Manager) Shutdown() error { return m.system.Root.StopFuture(m.pid).Wait
 // while the subscriber lives; a slow subscriber delays nobody; one that
 // terminates is dropped. The messages are shared: treat them as read-only.
 type managerActor struct {
-	cfg         ManagerConfig
+	cfg         Config
 	instances   *plugintype.Instances
 	health      map[string]*messages.DockerVolumePluginHealth // by plugin name
 	subscribers *plugintype.Subscribers

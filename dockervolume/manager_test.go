@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/dockervolume/dockervolumetest"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -49,7 +49,7 @@ func newManagerEnv(t *testing.T) *managerEnv {
 	e.registry, err = registry.New(e.system, registry.Config{Bucket: bucket, Logger: probe.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.registry.Shutdown()) })
-	e.manager, err = dockervolume.StartManager(e.system, dockervolume.ManagerConfig{
+	e.manager, err = dockervolume.Start(e.system, dockervolume.Config{
 		Registry: e.registry, Logger: probe.Logger(t), ResyncInterval: 200 * time.Millisecond,
 		HealthInterval: 50 * time.Millisecond, HealthTimeout: time.Second,
 	})
@@ -88,28 +88,6 @@ func (e *managerEnv) register(t *testing.T, name, alloc, socket string) {
 		AllocId: alloc, Connection: &messages.ConnectionInfo{SocketPath: socket}}))
 }
 
-// serveAt serves h on a unix socket at path until the test ends, or until
-// the returned function stops it (which removes the socket).
-func serveAt(t *testing.T, path string, h interface{ Serve(net.Listener) error }) (stop func()) {
-	t.Helper()
-	l, err := net.Listen("unix", path)
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.Serve(l)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			l.Close()
-			<-done
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // httpServer serves an http.Handler the way go-plugins-helpers handlers serve.
 type httpServer struct{ http.Handler }
 
@@ -146,7 +124,7 @@ func TestADiscoveredVolumePluginIsHealthyWithinOneSecondAndStopsWhenItGoes(t *te
 
 	socket := filepath.Join(e.dir, "vol.sock")
 	start := time.Now()
-	stop := serveAt(t, socket, volume.NewHandler(newMemDriver(dockervolume.ScopeGlobal)))
+	stop := dockervolumetest.ServeAt(t, socket, volume.NewHandler(dockervolumetest.NewMemDriver(dockervolume.ScopeGlobal)))
 	alloc := discovery.AllocID(socket)
 	h := e.expect(t, wait, "vol", alloc, healthy)
 	t.Logf("healthy %v after the socket appeared", time.Since(start))
@@ -168,8 +146,8 @@ func TestADiscoveredVolumePluginIsHealthyWithinOneSecondAndStopsWhenItGoes(t *te
 func TestANewerAllocationTakesOver(t *testing.T) {
 	e := newManagerEnv(t)
 	first, second := filepath.Join(e.dir, "a1.sock"), filepath.Join(e.dir, "a2.sock")
-	serveAt(t, first, volume.NewHandler(newMemDriver(dockervolume.ScopeLocal)))
-	serveAt(t, second, volume.NewHandler(newMemDriver(dockervolume.ScopeGlobal)))
+	dockervolumetest.ServeAt(t, first, volume.NewHandler(dockervolumetest.NewMemDriver(dockervolume.ScopeLocal)))
+	dockervolumetest.ServeAt(t, second, volume.NewHandler(dockervolumetest.NewMemDriver(dockervolume.ScopeGlobal)))
 
 	e.register(t, "vol", "a1", first)
 	old := e.expect(t, wait, "vol", "a1", healthy)
@@ -213,7 +191,7 @@ func TestHealthComesFromCapabilitiesOrElseList(t *testing.T) {
 			name:        "a plugin whose Capabilities fails but List answers is healthy",
 			plugin:      fakeVolumePlugin(http.StatusInternalServerError, `{"Err": "capabilities are broken"}`, http.StatusOK, `{"Volumes": []}`),
 			healthy:     true,
-			description: "VolumeDriver.List answered (VolumeDriver.Capabilities failed: dockervolume: get capabilities: plugin returned an error",
+			description: "VolumeDriver.List answered (VolumeDriver.Capabilities failed: get capabilities: plugin returned an error",
 		},
 		{
 			name:        "a plugin whose Capabilities and List fail is unhealthy",
@@ -225,7 +203,7 @@ func TestHealthComesFromCapabilitiesOrElseList(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newManagerEnv(t)
 			socket := filepath.Join(e.dir, "fake.sock")
-			serveAt(t, socket, tt.plugin)
+			dockervolumetest.ServeAt(t, socket, tt.plugin)
 			e.register(t, "fake", "a1", socket)
 			h := e.expect(t, wait, "fake", "a1", func(*messages.DockerVolumePluginHealth) bool { return true })
 			require.Equal(t, tt.healthy, h.GetHealthy(), h.GetDescription())
@@ -238,7 +216,7 @@ func TestHealthComesFromCapabilitiesOrElseList(t *testing.T) {
 func TestHealthGoesBadWhenThePluginStopsAndBackWhenItReturns(t *testing.T) {
 	e := newManagerEnv(t)
 	socket := filepath.Join(e.dir, "vol.sock")
-	stop := serveAt(t, socket, volume.NewHandler(newMemDriver(dockervolume.ScopeLocal)))
+	stop := dockervolumetest.ServeAt(t, socket, volume.NewHandler(dockervolumetest.NewMemDriver(dockervolume.ScopeLocal)))
 	e.register(t, "vol", "a1", socket)
 	e.expect(t, wait, "vol", "a1", healthy)
 
@@ -248,7 +226,7 @@ func TestHealthGoesBadWhenThePluginStopsAndBackWhenItReturns(t *testing.T) {
 	require.Contains(t, bad.GetDescription(), "VolumeDriver.Capabilities and VolumeDriver.List failed")
 	require.False(t, e.manager.Plugins()[0].GetHealthy())
 
-	serveAt(t, socket, volume.NewHandler(newMemDriver(dockervolume.ScopeLocal)))
+	dockervolumetest.ServeAt(t, socket, volume.NewHandler(dockervolumetest.NewMemDriver(dockervolume.ScopeLocal)))
 	e.expect(t, wait, "vol", "a1", healthy)
 }
 
@@ -264,11 +242,11 @@ func TestAnUnreachablePluginIsReportedUnhealthyOnlyOnce(t *testing.T) {
 
 func TestStartManagerRefusesABadConfig(t *testing.T) {
 	system := probe.NewSystem(t)
-	_, err := dockervolume.StartManager(system, dockervolume.ManagerConfig{HealthTimeout: -time.Second})
-	require.ErrorIs(t, err, dockervolume.ErrInvalidManagerConfig)
+	_, err := dockervolume.Start(system, dockervolume.Config{HealthTimeout: -time.Second})
+	require.ErrorIs(t, err, dockervolume.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Registry is required")
 	require.ErrorContains(t, err, "HealthTimeout is -1s, must not be negative")
-	_, err = dockervolume.StartManager(system, dockervolume.ManagerConfig{Registry: &registry.Registry{},
+	_, err = dockervolume.Start(system, dockervolume.Config{Registry: &registry.Registry{},
 		Supervision: supervisor.Spec{OnGiveUp: supervisor.Escalate}})
 	require.ErrorContains(t, err, "Supervision.OnGiveUp is escalate, must be stop")
 }
@@ -283,7 +261,7 @@ func TestAnUnhealthyTCPPluginIsRecheckedWithinSecondsNotAtTheNextPoll(t *testing
 	reg, err := registry.New(system, registry.Config{Bucket: bucket, Logger: probe.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Shutdown()) })
-	m, err := dockervolume.StartManager(system, dockervolume.ManagerConfig{
+	m, err := dockervolume.Start(system, dockervolume.Config{
 		Registry: reg, Logger: probe.Logger(t), HealthInterval: time.Minute, HealthTimeout: time.Second,
 	})
 	require.NoError(t, err)
@@ -301,7 +279,7 @@ func TestAnUnhealthyTCPPluginIsRecheckedWithinSecondsNotAtTheNextPoll(t *testing
 
 	l, err = net.Listen("tcp", addr)
 	require.NoError(t, err)
-	h := volume.NewHandler(newMemDriver(dockervolume.ScopeLocal))
+	h := volume.NewHandler(dockervolumetest.NewMemDriver(dockervolume.ScopeLocal))
 	served := make(chan struct{})
 	go func() { defer close(served); _ = h.Serve(l) }()
 	t.Cleanup(func() { _ = l.Close(); <-served })

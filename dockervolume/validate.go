@@ -122,7 +122,8 @@ func ValidateOptions(opts map[string]string) error {
 	return errors.Join(problems...)
 }
 
-// validateDriver checks a volume driver (plugin) name.
-func validateDriver(name string) error {
+// ValidateDriver reports why name cannot name a volume driver (a plugin),
+// nil when it can.
+func ValidateDriver(name string) error {
 	return validateWord("driver", name, MaxVolumeNameLen)
 }

@@ -1,13 +1,16 @@
 // Package errclass is plugvisor's one set of error classes, as containerd's
-// errdefs: every sentinel of every package belongs to one class, so a caller
-// asks errors.Is(err, errclass.NotFound) without knowing which package
-// refused, and the wire (messages.ErrorToProto) and the HTTP API each map
-// the classes once.
+// errdefs is. Every sentinel of every package belongs to one class:
 //
 //	var ErrVolumeNotFound = errclass.New(errclass.NotFound, "volume not found")
 //
-// A sentinel's text has no package prefix; callers add context once, with
-// %w: fmt.Errorf("volume %q: %w", id, ErrVolumeNotFound). See "Errors" in
+// A caller asks errors.Is(err, errclass.NotFound) without knowing which
+// package refused. The wire (messages.ErrorToProto) and the HTTP API each
+// map the classes once.
+//
+// A sentinel's text has no package prefix. A caller adds context once,
+// with %w: fmt.Errorf("%w: no volume %q", ErrVolumeNotFound, id). A layer
+// that adds a sentinel of its own to an error that already says what
+// happened uses Also, which keeps the text. See "Errors" in
 // ARCHITECTURE.md.
 package errclass
 

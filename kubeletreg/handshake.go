@@ -61,7 +61,7 @@ type refusal struct {
 func (r *refusal) Error() string { return r.err.Error() }
 
 func refuse(reason string, permanent bool, format string, args ...any) *refusal {
-	return &refusal{reason: reason, permanent: permanent, err: fmt.Errorf("kubeletreg: "+format, args...)}
+	return &refusal{reason: reason, permanent: permanent, err: fmt.Errorf(format, args...)}
 }
 
 // plan is what a registration socket asks for, checked: the registrations

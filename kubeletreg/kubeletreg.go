@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/actors"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/supervisor"
@@ -52,7 +53,7 @@ const (
 const KindRegistration = "kubelet"
 
 // ErrInvalidConfig: Start was given a config it cannot use.
-var ErrInvalidConfig = errors.New("kubeletreg: invalid config")
+var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
 
 // DefaultRetry returns the fast backoff of failed registrations when
 // Config.Retry is zero: after 500ms (kubelet's first wait), doubling up to
@@ -176,7 +177,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Watcher, error) {
 		actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("kubeletreg: start actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start actor %q: %w", cfg.Name, err)
 	}
 	return &Watcher{system: system, pid: pid, published: published}, nil
 }
@@ -194,7 +195,7 @@ func (w *Watcher) Plugins() []*messages.DiscoveredPlugin { return *w.published.L
 // next start removes those whose socket went away meanwhile.
 func (w *Watcher) Shutdown() error {
 	if err := w.system.Root.StopFuture(w.pid).Wait(); err != nil {
-		return fmt.Errorf("kubeletreg: shut down: %w", err)
+		return fmt.Errorf("shut down: %w", err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/kubeletreg"
 	"github.com/plugvisor/plugvisor/kubeletreg/kubeletregtest"
 	"github.com/plugvisor/plugvisor/messages"
@@ -343,6 +344,8 @@ func TestAConfigWithoutDirsOrRegistryOrWithARelativeDirIsRefused(t *testing.T) {
 	system := actorprobe.NewSystem(t)
 	_, err := kubeletreg.Start(system, kubeletreg.Config{Dirs: []string{"plugins_registry"}, Timeout: -time.Second})
 	require.ErrorIs(t, err, kubeletreg.ErrInvalidConfig)
+	require.ErrorIs(t, err, errclass.Invalid)
+	require.False(t, strings.HasPrefix(err.Error(), "kubeletreg: "), "no package prefix: %v", err)
 	for _, says := range []string{"a registry is required", `registration directory "plugins_registry" is not absolute`, "Timeout is -1s"} {
 		require.Contains(t, err.Error(), says)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -28,7 +29,7 @@ const DefaultMaxBacklog = 65536
 // ErrLagged: a channel subscription's reader fell more than MaxBacklog
 // events behind and the subscription ended; subscribe again with Replay to
 // resynchronise.
-var ErrLagged = errors.New("registry: subscriber fell too far behind")
+var ErrLagged = errclass.New(errclass.Limit, "subscriber fell too far behind")
 
 // SubscribeOptions shape a channel subscription.
 type SubscribeOptions struct {
@@ -120,7 +121,7 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.closed {
-		return nil, errorf(ErrShutdown, "registry is shut down")
+		return nil, errorf(ErrShutdown, "the subscription came after Shutdown")
 	}
 	if !r.channels.acquire() {
 		return nil, errorf(ErrLimit, "%d subscriptions are open, the limit (registry.Limits.Subscribers, agent flag -max-subscribers); "+
@@ -135,14 +136,14 @@ func (r *Registry) Subscribe(ctx context.Context, ptype string, opts SubscribeOp
 	}
 	sink.mu.Lock()
 	sink.stopAfter = context.AfterFunc(ctx, func() {
-		sink.end(fmt.Errorf("registry: subscription to %q ended by its context: %w", ptype, ctx.Err()), true)
+		sink.end(fmt.Errorf("subscription to %q ended by its context: %w", ptype, ctx.Err()), true)
 	})
 	sink.mu.Unlock()
 	r.system.Root.Send(r.pid, &subscribeChannel{sink: sink, replay: opts.Replay})
 	select {
 	case <-sink.ready:
 	case <-time.After(r.timeout):
-		sink.end(fmt.Errorf("registry: no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout), true)
+		sink.end(errorf(ErrTimeout, "no answer from the registry actor within %v: %w", r.timeout, actor.ErrTimeout), true)
 		return nil, sink.ended
 	}
 	return &Subscription{C: sink.out, Sequence: sink.sequence, sink: sink}, nil

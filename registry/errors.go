@@ -21,6 +21,9 @@ var (
 	ErrNoDispenser = errclass.New(errclass.NotFound, "no dispenser for plugin type")
 	// ErrLimit: a limit of Limits was reached; nothing changed.
 	ErrLimit = errclass.New(errclass.Limit, "limit reached")
+	// ErrTimeout: the registry actor did not answer within
+	// Config.RequestTimeout. A write may or may not be durable.
+	ErrTimeout = errclass.New(errclass.Deadline, "request timed out")
 )
 
 // errorf returns an error that reads "<sentinel>: <detail>" and matches

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -113,6 +114,7 @@ func TestAChannelSaysWhyItClosed(t *testing.T) {
 		}
 		requireClosed(t, sub.C)
 		require.ErrorIs(t, sub.Err(), registry.ErrLagged)
+		require.ErrorIs(t, sub.Err(), errclass.Limit)
 		require.True(t, sub.Lagged())
 	})
 	t.Run("its context was cancelled", func(t *testing.T) {

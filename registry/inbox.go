@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"errors"
 	"sync"
 	"time"
 )
@@ -138,7 +137,7 @@ func (l *calls) unlink(w *write) {
 }
 
 // tick ends the calls that have waited expiryEpochs ticks: each gets
-// errExpired in its reply channel, which nobody else writes once the call
+// ErrTimeout in its reply channel, which nobody else writes once the call
 // is unlinked (see claim). The sweep stops while no call waits, so an idle
 // registry arms no timer, and a busy one arms one for all its callers
 // instead of one per call: a timer per call, armed and stopped, was a
@@ -149,7 +148,7 @@ func (in *inbox) tick() {
 	in.epoch++
 	for w := in.calls.head; w != nil && in.epoch-w.epoch >= expiryEpochs; w = in.calls.head {
 		in.calls.unlink(w)
-		w.done <- errExpired // unlinked only now: nobody has answered it
+		w.done <- ErrTimeout // unlinked only now: nobody has answered it
 	}
 	if in.calls.head == nil {
 		in.sweeping = false
@@ -160,7 +159,7 @@ func (in *inbox) tick() {
 
 // claim takes the facade's calls among ws off the sweep's list, under one
 // lock, and marks each claimed: the actor answers only claimed calls, so a
-// call gets one answer, the actor's or the sweep's errExpired. A call the
+// call gets one answer, the actor's or the sweep's ErrTimeout. A call the
 // sweep has ended stays unclaimed.
 func (in *inbox) claim(ws ...*write) {
 	in.mu.Lock()
@@ -182,10 +181,6 @@ var writes = sync.Pool{New: func() any { return &write{done: make(chan error, 1)
 // newCall returns a pooled write for a facade call.
 func newCall() *write { return writes.Get().(*write) }
 
-// errExpired is what the sweep leaves in the reply channel of a call whose
-// request timeout has passed.
-var errExpired = errors.New("registry: request timed out")
-
 // wait blocks until the actor answers w or the inbox's sweep ends it (see
 // tick): the caller waits on its reply channel alone, since a select on
 // the reply and a timer's channel cost a tenth of a writer's CPU. An
@@ -193,7 +188,7 @@ var errExpired = errors.New("registry: request timed out")
 // touches it once it is answered. One that timed out may still be in the
 // actor's hands, so it is left to the garbage collector.
 func (w *write) wait() (answered bool, err error) {
-	if err = <-w.done; err == errExpired {
+	if err = <-w.done; err == ErrTimeout {
 		return false, nil
 	}
 	done := w.done

@@ -1,6 +1,10 @@
 package registry
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/plugvisor/plugvisor/registry/internal/table"
+)
 
 // MemoryStore keeps a registry's state in memory, as the Go values the
 // registry holds: no record is encoded and no copy is made. A write is
@@ -29,12 +33,12 @@ func (m *MemoryStore) keep(s *Snapshot) {
 // restore returns the tables and sequence kept last, the tables cloned
 // (in O(1) each) so that the new registry's working state never changes
 // the kept one.
-func (m *MemoryStore) restore() (map[string]*pluginTable, uint64) {
+func (m *MemoryStore) restore() (*table.Working, uint64) {
 	m.mu.Lock()
 	s := m.state
 	m.mu.Unlock()
 	if s == nil {
-		return map[string]*pluginTable{}, 0
+		return table.NewWorking(), 0
 	}
-	return s.tables.working(), s.sequence
+	return s.tables.Working(), s.sequence
 }

@@ -34,11 +34,11 @@ func Open(path string, opts OpenOptions) (*Registry, error) {
 	}
 	store, err := storage.OpenBolt(path, opts.Store)
 	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
+		return nil, err // it names the file
 	}
 	bucket, err := store.Bucket(BucketName)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("registry: %w", err), store.Close())
+		return nil, errors.Join(err, store.Close())
 	}
 	opts.Config.Bucket = bucket
 	system := actors.NewSystem(opts.Config.Logger)

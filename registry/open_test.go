@@ -56,7 +56,7 @@ func TestOpenFailsCleanlyWhenTheFileCannotOpen(t *testing.T) {
 	running := goleak.IgnoreCurrent()
 	_, err := registry.Open(filepath.Join(t.TempDir(), "no-such-dir", "state.db"), registry.OpenOptions{})
 	require.Error(t, err)
-	require.ErrorContains(t, err, "registry: ")
+	require.ErrorContains(t, err, "no-such-dir", "the error names the file")
 	goleak.VerifyNone(t, running)
 }
 

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry/internal/table"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -57,14 +58,14 @@ func encodePlugin(info *messages.PluginInfo) []byte {
 // appends to plugin in the room encodePlugin left: a write's record is
 // made again only when the write is applied again after a failed batch,
 // and by then no batch holds the earlier one.
-func putOp(a *allocation, plugin []byte) storage.Op {
+func putOp(a *table.Allocation, plugin []byte) storage.Op {
 	value := protowire.AppendTag(plugin, orderField, protowire.VarintType)
-	value = protowire.AppendVarint(value, a.order())
-	if a.changed() != a.order() {
+	value = protowire.AppendVarint(value, a.Order())
+	if a.Changed() != a.Order() {
 		value = protowire.AppendTag(value, changedField, protowire.VarintType)
-		value = protowire.AppendVarint(value, a.changed())
+		value = protowire.AppendVarint(value, a.Changed())
 	}
-	return storage.Put(storageKey(a.info().GetType(), a.info().GetName(), a.info().GetAllocId()), value)
+	return storage.Put(storageKey(a.Info().GetType(), a.Info().GetName(), a.Info().GetAllocId()), value)
 }
 
 func deleteOp(info *messages.PluginInfo) storage.Op {
@@ -77,19 +78,19 @@ func sequenceOp(seq uint64) storage.Op {
 
 // load rebuilds the tables and the last sequence from a bucket. A record
 // that does not decode, fails validation, sits under the wrong key or
-// holds a sequence beyond maxSequence is corruption (storage.CorruptRecord, matching storage.ErrCorrupt) naming it
+// holds a sequence beyond table.MaxSequence is corruption (storage.CorruptRecord, matching storage.ErrCorrupt) naming it
 // and the remedy: a registry never starts silently empty or half-restored.
-func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
-	tables := map[string]*pluginTable{}
+func load(bucket storage.Bucket) (*table.Working, uint64, error) {
+	tables := table.NewWorking()
 	var last uint64
 	err := bucket.Load(func(key, value []byte) error {
 		if string(key) == string(sequenceKey) {
 			seq, n := protowire.ConsumeVarint(value)
 			if n != len(value) {
-				return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the sequence record does not decode"))
+				return storage.CorruptRecord(BucketName, key, fmt.Errorf("the sequence record does not decode"))
 			}
-			if seq > maxSequence {
-				return storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the sequence record's %d is beyond the last, %d", seq, uint64(maxSequence)))
+			if seq > table.MaxSequence {
+				return storage.CorruptRecord(BucketName, key, fmt.Errorf("the sequence record's %d is beyond the last, %d", seq, uint64(table.MaxSequence)))
 			}
 			last = max(last, seq)
 			return nil
@@ -98,14 +99,8 @@ func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 		if err != nil {
 			return err
 		}
-		info := a.info()
-		t, ok := tables[info.GetType()]
-		if !ok {
-			t = newPluginTable()
-			tables[strings.Clone(info.GetType())] = t // see pluginsActor.table
-		}
-		t.put(a)
-		last = max(last, a.changed())
+		tables.Table(a.Info().GetType()).Put(a)
+		last = max(last, a.Changed())
 		return nil
 	})
 	if err != nil {
@@ -114,29 +109,29 @@ func load(bucket storage.Bucket) (map[string]*pluginTable, uint64, error) {
 	return tables, last, nil
 }
 
-func decodeAllocation(key, value []byte) (*allocation, error) {
+func decodeAllocation(key, value []byte) (*table.Allocation, error) {
 	var stored messages.StoredAllocation
 	if err := proto.Unmarshal(value, &stored); err != nil {
-		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record does not decode: %w", err))
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record does not decode: %w", err))
 	}
 	info := stored.GetPlugin()
 	if err := ValidatePlugin(info); err != nil {
-		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record is invalid: %w", err))
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record is invalid: %w", err))
 	}
 	if want := storageKey(info.GetType(), info.GetName(), info.GetAllocId()); string(want) != string(key) {
-		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record holds plugin %q", printable(want)))
+		return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record holds plugin %q", printable(want)))
 	}
-	// A sequence beyond maxSequence would set updatedBit on an
-	// allocation that has no changed field (see allocation.changed).
+	// A sequence beyond table.MaxSequence would set updatedBit on an
+	// allocation that has no changed field (see table.Allocation.Changed).
 	for _, seq := range []struct {
 		field string
 		value uint64
 	}{{"sequence", stored.GetSequence()}, {"changed", stored.GetChanged()}} {
-		if seq.value > maxSequence {
-			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("registry: restore: the record's %s %d is beyond the last, %d", seq.field, seq.value, uint64(maxSequence)))
+		if seq.value > table.MaxSequence {
+			return nil, storage.CorruptRecord(BucketName, key, fmt.Errorf("the record's %s %d is beyond the last, %d", seq.field, seq.value, uint64(table.MaxSequence)))
 		}
 	}
-	return newAllocation(info, stored.GetSequence(), max(stored.GetSequence(), stored.GetChanged())), nil
+	return table.NewAllocation(info, stored.GetSequence(), max(stored.GetSequence(), stored.GetChanged())), nil
 }
 
 func printable(key []byte) string {

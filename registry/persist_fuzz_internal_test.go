@@ -9,12 +9,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry/internal/table"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
 // FuzzLoad: load never panics on a record and a sequence record of any
 // value; it refuses what it cannot use as corruption, and what it loads
-// has sequences no higher than maxSequence, each allocation's changed at
+// has sequences no higher than table.MaxSequence, each allocation's changed at
 // or after its order and at or before the last sequence.
 func FuzzLoad(f *testing.F) {
 	const key = "csi-node\x00p\x00a"
@@ -30,10 +31,10 @@ func FuzzLoad(f *testing.F) {
 	}
 	f.Add([]byte(key), record(1, 1), uint64(1))
 	f.Add([]byte(key), record(2, 5), uint64(5))
-	f.Add([]byte(key), record(maxSequence, maxSequence), uint64(maxSequence))
-	f.Add([]byte(key), record(maxSequence+1, maxSequence+1), uint64(1))
+	f.Add([]byte(key), record(table.MaxSequence, table.MaxSequence), uint64(table.MaxSequence))
+	f.Add([]byte(key), record(table.MaxSequence+1, table.MaxSequence+1), uint64(1))
 	f.Add([]byte(key), record(3, math.MaxUint64), uint64(3))
-	f.Add([]byte(key), record(1, 1), uint64(maxSequence+1))
+	f.Add([]byte(key), record(1, 1), uint64(table.MaxSequence+1))
 	f.Add([]byte(key), []byte{0xff}, uint64(0))
 	f.Fuzz(func(t *testing.T, key, value []byte, seq uint64) {
 		bucket, err := storage.NewMemory().Bucket(BucketName)
@@ -54,13 +55,13 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if last > maxSequence {
+		if last > table.MaxSequence {
 			t.Fatalf("loaded the last sequence %d", last)
 		}
-		for _, table := range tables {
-			table.small.each(func(a *allocation) {
-				if a.order() > a.changed() || a.changed() > last {
-					t.Fatalf("loaded order %d, changed %d with the last %d", a.order(), a.changed(), last)
+		for _, tt := range tables.Freeze() {
+			tt.Table.EachCurrent(func(a *table.Allocation) {
+				if a.Order() > a.Changed() || a.Changed() > last {
+					t.Fatalf("loaded order %d, changed %d with the last %d", a.Order(), a.Changed(), last)
 				}
 			})
 		}

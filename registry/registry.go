@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry/internal/table"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -115,7 +116,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	published := &atomic.Pointer[Snapshot]{}
-	published.Store(newSnapshot(tablesOf(tables), seq))
+	published.Store(newSnapshot(tables.Freeze(), seq))
 	dispatcher := newOwnGoroutine()
 	var writer *storeWriter // none with memory: the actor commits itself
 	if cfg.Memory == nil {
@@ -134,7 +135,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 	if err != nil {
 		dispatcher.close()
 		writer.close()
-		return nil, fmt.Errorf("registry: start actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start actor %q: %w", cfg.Name, err)
 	}
 	restored := len(published.Load().List(""))
 	cfg.Logger.Info("registry started", "restored_plugins", restored, "last_sequence", seq)
@@ -153,7 +154,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Registry, error) {
 }
 
 // restore reads the state cfg's store holds.
-func restore(cfg Config) (map[string]*pluginTable, uint64, error) {
+func restore(cfg Config) (*table.Working, uint64, error) {
 	if cfg.Memory != nil {
 		tables, seq := cfg.Memory.restore()
 		return tables, seq, nil
@@ -197,8 +198,8 @@ func (r *Registry) RegisterPlugin(info *messages.PluginInfo) error {
 		return err
 	}
 	w := newCall()
-	if w.held = copyPlugin(info); w.held != nil {
-		w.plugin = w.held.info()
+	if w.held = table.Copy(info); w.held != nil {
+		w.plugin = w.held.Info()
 	}
 	if err := w.check(r.encode); err != nil {
 		return err
@@ -224,7 +225,7 @@ func (r *Registry) DeregisterPlugin(ptype, name, allocID string) error {
 func (r *Registry) submit(w *write) error {
 	accepted, wake := r.in.put(w)
 	if !accepted {
-		return errorf(ErrShutdown, "registry is shut down")
+		return errorf(ErrShutdown, "the write came after Shutdown")
 	}
 	if wake {
 		r.system.Root.Send(r.pid, drainInbox{})
@@ -233,16 +234,19 @@ func (r *Registry) submit(w *write) error {
 	if !answered {
 		// The sweep ends a call between one and one and a half
 		// request timeouts after it was put (inbox.tick).
-		return fmt.Errorf("registry: no answer from the registry actor after %v to %v (Config.RequestTimeout to one and a half times it): %w", r.timeout, r.timeout*3/2, actor.ErrTimeout)
+		return errorf(ErrTimeout, "no answer from the registry actor after %v to %v (Config.RequestTimeout to one and a half times it): %w", r.timeout, r.timeout*3/2, actor.ErrTimeout)
 	}
 	return err
 }
 
 func (r *Registry) futureError(err error) error {
 	if errors.Is(err, actor.ErrDeadLetter) {
-		return errorf(ErrShutdown, "registry actor is gone")
+		return errorf(ErrShutdown, "its actor is gone")
 	}
-	return fmt.Errorf("registry: no answer from the registry actor: %w", err)
+	if errors.Is(err, actor.ErrTimeout) {
+		return errorf(ErrTimeout, "no answer from the registry actor: %w", err)
+	}
+	return fmt.Errorf("no answer from the registry actor: %w", err)
 }
 
 // ListPlugins returns the current allocation of every plugin of ptype,
@@ -291,9 +295,9 @@ func (r *Registry) WaitForPlugin(ctx context.Context, ptype, name string) (*mess
 		select {
 		case <-s.Changed():
 		case <-ctx.Done():
-			return nil, fmt.Errorf("registry: waiting for plugin %q of type %q: %w", name, ptype, ctx.Err())
+			return nil, fmt.Errorf("waiting for plugin %q of type %q: %w", name, ptype, ctx.Err())
 		case <-r.done:
-			return nil, errorf(ErrShutdown, "registry shut down while waiting for plugin %q of type %q", name, ptype)
+			return nil, errorf(ErrShutdown, "waiting for plugin %q of type %q", name, ptype)
 		}
 	}
 }
@@ -321,7 +325,7 @@ func (r *Registry) Shutdown() error {
 		err = r.futureError(err)
 	}
 	if stopErr := r.system.Root.PoisonFuture(r.pid).Wait(); err == nil && stopErr != nil {
-		err = fmt.Errorf("registry: stop actor: %w", stopErr)
+		err = fmt.Errorf("stop actor: %w", stopErr)
 	}
 	r.log.Info("registry shut down")
 	return err

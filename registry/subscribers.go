@@ -155,7 +155,7 @@ func (s *subscribers) removeSink(sink *channelSink) {
 func (s *subscribers) endSinks() {
 	for ptype, sinks := range s.sinks {
 		for _, sink := range sinks {
-			sink.end(errorf(ErrShutdown, "the registry shut down"), false)
+			sink.end(ErrShutdown, false)
 		}
 		delete(s.sinks, ptype)
 	}
@@ -257,4 +257,38 @@ func byType(events []Event) map[string][]Event {
 		out[t] = append(out[t], ev)
 	}
 	return out
+}
+
+func (a *pluginsActor) onSubscribe(ctx actor.Context, msg *messages.Subscribe, batched bool) {
+	sub := msg.GetSubscriber()
+	if sub == nil {
+		a.log.Warn("subscribe without a subscriber address: ignored", "sender", ctx.Sender())
+		return
+	}
+	if msg.GetType() != "" {
+		if err := ValidateID("plugin type", msg.GetType()); err != nil {
+			a.log.Warn("subscribe refused", "subscriber", sub, "error", err)
+			return
+		}
+	}
+	a.subs.add(ctx, msg.GetType(), sub, batched)
+	a.metrics.Subscribers(a.subs.len())
+	ack := &messages.Subscribed{Type: msg.GetType(), Sequence: a.committed.sequence}
+	if msg.GetReplay() && !batched {
+		ack.Current = a.committed.List(msg.GetType())
+	}
+	ctx.Send(sub, ack)
+	if msg.GetReplay() && batched {
+		ctx.Send(sub, &Events{Events: a.committed.replay(msg.GetType()), Replayed: true})
+	}
+}
+
+func (a *pluginsActor) onUnsubscribe(ctx actor.Context, msg *messages.Unsubscribe) {
+	sub := msg.GetSubscriber()
+	if sub == nil {
+		return
+	}
+	a.subs.remove(ctx, msg.GetType(), sub)
+	a.metrics.Subscribers(a.subs.len())
+	ctx.Send(sub, &messages.Unsubscribed{Type: msg.GetType()})
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/names"
+	"github.com/plugvisor/plugvisor/registry/internal/plain"
+	"github.com/plugvisor/plugvisor/registry/internal/table"
 )
 
 // Limits on what the registry accepts.
@@ -140,6 +142,18 @@ func ValidatePlugin(p *messages.PluginInfo) error {
 	}
 	return errors.Join(problems...)
 }
+
+// validatePlugin is ValidatePlugin, quick for a plain plugin.
+func validatePlugin(p *messages.PluginInfo) error {
+	if plain.Plugin(p, plainBounds) {
+		return nil
+	}
+	return ValidatePlugin(p)
+}
+
+// plainBounds are the limits a plain registration keeps, for the fast
+// path's check.
+var plainBounds = plain.Bounds{Version: MaxVersionLen, Options: MaxOptions, Option: MaxOptionLen}
 
 // ValidateRegistration checks a registration that arrives through the API:
 // ValidatePlugin's rules, and then a unix socket only (network addresses
@@ -281,7 +295,7 @@ func checkCopySize(p *messages.PluginInfo) error {
 	if err := checkOptionCount(len(p.GetOptions())); err != nil {
 		return err
 	}
-	if n := pluginStringBytes(p); n > maxPluginBytes {
+	if n := table.StringBytes(p); n > maxPluginBytes {
 		return errorf(ErrInvalid, "plugin info holds %d bytes of strings, more than a valid registration can (%d); "+
 			"over its limit: %s", n, maxPluginBytes, oversizeFields(p))
 	}

@@ -6,6 +6,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry/internal/plain"
+	"github.com/plugvisor/plugvisor/registry/internal/table"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
@@ -15,7 +17,7 @@ import (
 type write struct {
 	deregister bool
 	plugin     *messages.PluginInfo // register: the allocation
-	held       *allocation          // register from the facade: plugin's copy, to keep
+	held       *table.Allocation    // register from the facade: plugin's copy, to keep
 	ptype      string
 	name       string // deregister
 	allocID    string // deregister
@@ -65,16 +67,15 @@ func (w *write) check(encode bool) error {
 // and changed: the facade's copy (held) for a new allocation, else a new
 // copy (an update, which keeps its changed sequence, or an actor's
 // command). It is not yet in any table.
-func (w *write) keep(order, changed uint64) *allocation {
+func (w *write) keep(order, changed uint64) *table.Allocation {
 	if a := w.held; a != nil && changed == order {
-		a.ord = order
-		return a
+		return a.SetOrder(order)
 	}
-	return newAllocation(w.plugin, order, changed)
+	return table.NewAllocation(w.plugin, order, changed)
 }
 
 func validateDeregister(ptype, name, allocID string) error {
-	if plainID(ptype) && plainID(name) && plainID(allocID) {
+	if plain.ID(ptype) && plain.ID(name) && plain.ID(allocID) {
 		return nil
 	}
 	for _, err := range []error{
@@ -88,3 +89,12 @@ func validateDeregister(ptype, name, allocID string) error {
 	}
 	return nil
 }
+
+// goneChange is what a write did to the actor's gone.Set (see write.gone).
+type goneChange uint8
+
+const (
+	goneUntouched  goneChange = iota
+	goneTaken                 // a registration took its order back
+	goneRemembered            // a deregistration was remembered
+)

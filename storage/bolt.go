@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // DefaultLockTimeout is how long OpenBolt waits for another holder of the
@@ -126,7 +128,7 @@ func (s *Bolt) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		if err := s.db.Close(); err != nil {
-			s.closeErr = fmt.Errorf("storage: close %s: %w", s.path, err)
+			s.closeErr = fmt.Errorf("close %s: %w", s.path, err)
 		}
 	})
 	return s.closeErr
@@ -199,7 +201,7 @@ func openVerified(path string, opts BoltOptions) (*bolt.DB, error) {
 	case err != nil:
 		return nil, ioError(path, err)
 	case !info.Mode().IsRegular():
-		return nil, fmt.Errorf("storage: %s is not a regular file (mode %s): give the agent the path of a state file", path, info.Mode())
+		return nil, fmt.Errorf("%w: %s is not a regular file (mode %s): give the agent the path of a state file", ErrInvalid, path, info.Mode())
 	case info.Size() == 0:
 		return nil, corrupt(path, errors.New("the file is empty"))
 	}
@@ -236,7 +238,7 @@ func openVerified(path string, opts BoltOptions) (*bolt.DB, error) {
 	}
 	if err := recoverPanic(func() error { return upgrade(db) }); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("storage: %s: add checksums to the records of an older file: %w", path, err)
+		return nil, fmt.Errorf("%s: add checksums to the records of an older file: %w", path, err)
 	}
 	return db, nil
 }
@@ -409,7 +411,8 @@ func remaining(deadline time.Time) time.Duration {
 }
 
 // errPanicked marks an error recovered from a panic or a memory fault.
-var errPanicked = errors.New("bbolt panicked")
+// It is reported as corruption (corrupt).
+var errPanicked = errclass.New(errclass.Corrupt, "bbolt panicked")
 
 // recoverPanic calls fn, turning a panic, or a memory fault while reading the
 // mapped file, into an error that wraps errPanicked.
@@ -435,9 +438,9 @@ func isSystemError(err error) bool {
 func ioError(path string, err error) error {
 	var pathErr *fs.PathError
 	if errors.As(err, &pathErr) {
-		return fmt.Errorf("storage: %w", err)
+		return err // it names the path
 	}
-	return fmt.Errorf("storage: %s: %w", path, err)
+	return fmt.Errorf("%s: %w", path, err)
 }
 
 // asCorrupt reports err, met while checking the file's contents, as

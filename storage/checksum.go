@@ -3,12 +3,13 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"strconv"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // The record format of a Bolt file.
@@ -41,7 +42,7 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // errChecksum marks a record whose stored checksum does not match.
-var errChecksum = errors.New("checksum mismatch")
+var errChecksum = errclass.New(errclass.Corrupt, "checksum mismatch")
 
 // recordSum is the CRC32C of a record: its bucket, key and value, each
 // preceded by its length so that no two records share an input.
@@ -96,7 +97,7 @@ func readFormat(tx *bolt.Tx) (int, error) {
 }
 
 // errNewerFormat is a file this code must not touch; it is not corrupt.
-var errNewerFormat = errors.New("state file is from a newer version")
+var errNewerFormat = errclass.New(errclass.Unsupported, "state file is from a newer version")
 
 // verify checks the checksum of every record of a sealed file; an unsealed
 // file has none to check.

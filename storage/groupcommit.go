@@ -11,6 +11,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // groupCommit writes Apply calls that arrive together in one bbolt
@@ -45,9 +47,9 @@ type commitRequest struct {
 	done chan error
 }
 
-// errLead tells a waiting request to lead the next commit; it never leaves
-// this file.
-var errLead = errors.New("storage: lead the next group commit")
+// errLead tells a waiting request to lead the next commit. It never leaves
+// this file: its class is a formality.
+var errLead = errclass.New(errclass.Store, "lead the next group commit")
 
 // apply writes ops to bucket as part of a group commit and returns once the
 // commit that held them is durable (or failed).
@@ -127,7 +129,7 @@ func (g *groupCommit) commit(group []*commitRequest) {
 		case errors.Is(err, berrors.ErrDatabaseNotOpen):
 			err = ErrClosed
 		default:
-			err = fmt.Errorf("storage: commit to %s: %w", g.path, err)
+			err = fmt.Errorf("commit to %s: %w", g.path, err)
 		}
 		for _, r := range group {
 			r.done <- err
@@ -141,7 +143,7 @@ func (g *groupCommit) commit(group []*commitRequest) {
 func writeOps(tx *bolt.Tx, bucket []byte, ops []Op) error {
 	b, err := tx.CreateBucketIfNotExists(bucket)
 	if err != nil {
-		return fmt.Errorf("storage: bucket %q: %w", bucket, err)
+		return fmt.Errorf("bucket %q: %w", bucket, err)
 	}
 	for i, op := range ops {
 		if op.Value == nil {
@@ -150,7 +152,7 @@ func writeOps(tx *bolt.Tx, bucket []byte, ops []Op) error {
 			err = b.Put(op.Key, seal(bucket, op.Key, op.Value))
 		}
 		if err != nil {
-			return fmt.Errorf("storage: bucket %q, op %d: %w", bucket, i, err)
+			return fmt.Errorf("bucket %q, op %d: %w", bucket, i, err)
 		}
 	}
 	return nil

@@ -105,6 +105,6 @@ func ExampleSpec_Validate() {
 	err := supervisor.Spec{Within: 1000, Jitter: 1.5}.Validate()
 	fmt.Println(err)
 	// Output:
-	// supervisor: invalid spec: Within is 1µs, must be at least 1ms (durations are time.Duration: write 10 * time.Second, not 10000)
-	// supervisor: invalid spec: Jitter is 1.5, must be a fraction from 0 to 1
+	// invalid spec: Within is 1µs, must be at least 1ms (durations are time.Duration: write 10 * time.Second, not 10000)
+	// invalid spec: Jitter is 1.5, must be a fraction from 0 to 1
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // Default values that WithDefaults gives the zero fields of a Spec.
@@ -26,8 +28,9 @@ const (
 // (protoactor's own example passes 1000 and gets a window of 1µs).
 const MinWithin = time.Millisecond
 
-// ErrInvalidSpec is wrapped by every problem Validate reports.
-var ErrInvalidSpec = errors.New("supervisor: invalid spec")
+// ErrInvalidSpec is wrapped by every problem Validate and NewStrategy
+// report.
+var ErrInvalidSpec = errclass.New(errclass.Invalid, "invalid spec")
 
 // Directive is what a Decider asks for when a child fails.
 type Directive int

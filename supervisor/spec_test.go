@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/supervisor"
 )
 
@@ -125,7 +126,8 @@ func TestValidateRejectsBadSpecs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.spec.Validate()
 			require.ErrorIs(t, err, supervisor.ErrInvalidSpec)
-			require.ErrorContains(t, err, "supervisor: invalid spec: "+tc.want)
+			require.ErrorIs(t, err, errclass.Invalid)
+			require.ErrorContains(t, err, "invalid spec: "+tc.want)
 
 			strategy, err := supervisor.NewStrategy(tc.spec)
 			require.ErrorContains(t, err, tc.want, "NewStrategy rejects it too")
@@ -140,7 +142,7 @@ func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 	lines := strings.Split(err.Error(), "\n")
 	require.Len(t, lines, 4, err.Error())
 	for i, field := range []string{"MaxRestarts", "Multiplier", "Jitter", "OnGiveUp"} {
-		require.True(t, strings.HasPrefix(lines[i], "supervisor: invalid spec: "+field+" is "), lines[i])
+		require.True(t, strings.HasPrefix(lines[i], "invalid spec: "+field+" is "), lines[i])
 	}
 }
 
@@ -150,13 +152,15 @@ func TestNewStrategyRejectsNilOptions(t *testing.T) {
 		opt  supervisor.Option
 		want string
 	}{
-		{name: "a nil clock", opt: supervisor.WithClock(nil), want: "supervisor: WithClock was given a nil clock"},
-		{name: "a nil observer", opt: supervisor.WithObserver(nil), want: "supervisor: WithObserver was given a nil PID"},
+		{name: "a nil clock", opt: supervisor.WithClock(nil), want: "invalid spec: WithClock was given a nil clock"},
+		{name: "a nil observer", opt: supervisor.WithObserver(nil), want: "invalid spec: WithObserver was given a nil PID"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			strategy, err := supervisor.NewStrategy(supervisor.Spec{}, tc.opt)
 			require.EqualError(t, err, tc.want)
+			require.ErrorIs(t, err, supervisor.ErrInvalidSpec)
+			require.ErrorIs(t, err, errclass.Invalid)
 			require.Nil(t, strategy)
 		})
 	}

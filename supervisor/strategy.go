@@ -83,11 +83,11 @@ func NewStrategy(spec Spec, opts ...Option) (*Strategy, error) {
 	}
 	var problems []error
 	if s.clock == nil {
-		problems = append(problems, errors.New("supervisor: WithClock was given a nil clock"))
+		problems = append(problems, fmt.Errorf("%w: WithClock was given a nil clock", ErrInvalidSpec))
 	}
 	for _, o := range s.observers {
 		if o == nil {
-			problems = append(problems, errors.New("supervisor: WithObserver was given a nil PID"))
+			problems = append(problems, fmt.Errorf("%w: WithObserver was given a nil PID", ErrInvalidSpec))
 			break
 		}
 	}

@@ -1,22 +1,25 @@
-// Package plugintype is the generic half of a plugin-type manager: the
-// bookkeeping that keeps one supervised instance actor per plugin of some
-// registry plugin types, whatever those instances do.
+// Package plugintype is the generic half of a plugin-type manager. It is
+// the bookkeeping that keeps one supervised instance actor per plugin of
+// some registry plugin types, whatever those instances do.
 //
 // An embedder adds a plugin type of its own with it, from outside
-// plugvisor: a manager actor that embeds an *Instances (New), hands it
-// every message first, and implements Type for the part only it knows:
-// what an instance is, and what to say when one is replaced, fails or is
-// gone. The supervision is the manager's (actor.WithSupervisor with a
-// supervisor.Strategy); Instances reads the *messages.ChildSupervised
-// events the strategy sends. examples/deviceplugin is a whole type, and
-// dockervolume and csi/manager embed it.
+// plugvisor. It writes a manager actor that:
+//   - embeds an *Instances (New) and hands it every message first;
+//   - implements Type, the part only it knows: what an instance is, and
+//     what to say when one is replaced, fails or is gone;
+//   - supervises its instances with actor.WithSupervisor and a
+//     supervisor.Strategy. Instances reads the *messages.ChildSupervised
+//     events the strategy sends.
 //
-// Instances keeps one instance per (type, name) serving the plugin's
-// current allocation: it takes over for a newer allocation, stops the
-// instance of a plugin that is gone, corrects any difference from a
-// registry snapshot every ResyncInterval, and reports an instance that
-// gives up as failed. The whole contract (names, takeover, Close) is in
-// ARCHITECTURE.md ("Plugin instances").
+// examples/deviceplugin is a whole type. dockervolume and csi/manager
+// embed Instances too.
+//
+// Instances keeps one instance per (type, name), serving the plugin's
+// current allocation. It takes over for a newer allocation. It stops the
+// instance of a plugin that is gone. Every ResyncInterval it corrects any
+// difference from a registry snapshot. It reports an instance that gives
+// up as failed. The whole contract, names, takeover and Close included, is
+// in ARCHITECTURE.md, "Plugin instances".
 package plugintype
 
 import (
@@ -28,6 +31,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -132,31 +136,36 @@ type Instances struct {
 	plugins  map[key]*managed
 	children map[string]*child // by PID ID, until terminated
 	// applied is, per type, the last registry sequence reflected in
-	// plugins. Each type has a subscription of its own, whose events and
-	// replay can reach the manager before or after another type's: one
-	// sequence for all types would drop an event of one type as stale
+	// plugins. Each type has a subscription of its own. Its events and
+	// replay can reach the manager before or after another type's. So one
+	// sequence for all types would drop an event of one type as stale,
 	// because another type's replay was newer.
 	applied map[string]uint64
 	spawned uint64 // instances started, to name each uniquely
 	resync  *time.Timer
 	closed  bool // Close was called: registry events and resyncs start nothing
-	// stopping is set by Stopping or Restarting. On a stop protoactor stops
-	// the instances and still delivers messages until the last has
-	// terminated: registry events and resyncs start nothing then (an
-	// instance started would be a child nobody stops, and the manager would
-	// never finish stopping), and an instance that ends has not failed. (A
-	// restart after a panic holds the manager's messages until the new
-	// incarnation starts; the flag covers any restart that does not.)
+	// stopping is set by Stopping or Restarting. On a stop, protoactor
+	// stops the instances and still delivers messages until the last has
+	// terminated. While stopping:
+	//   - registry events and resyncs start nothing. An instance started
+	//     then would be a child nobody stops, and the manager would never
+	//     finish stopping.
+	//   - an instance that ends has not failed.
+	// A restart after a panic holds the manager's messages until the new
+	// incarnation starts. The flag covers any restart that does not.
 	stopping bool
 }
+
+// ErrInvalidConfig is wrapped by every problem Config.Validate reports.
+var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
 
 // Validate reports what is missing from cfg.
 func (cfg Config) Validate() error {
 	switch {
 	case len(cfg.Types) == 0 || cfg.Registry == nil || cfg.Snapshot == nil:
-		return fmt.Errorf("plugintype: Types, Registry and Snapshot are required")
+		return fmt.Errorf("%w: Types, Registry and Snapshot are required", ErrInvalidConfig)
 	case cfg.ResyncInterval < 0:
-		return fmt.Errorf("plugintype: resync interval %v must not be negative", cfg.ResyncInterval)
+		return fmt.Errorf("%w: resync interval %v must not be negative", ErrInvalidConfig, cfg.ResyncInterval)
 	}
 	return nil
 }
@@ -175,11 +184,11 @@ func New(cfg Config, typ Type) *Instances {
 }
 
 // Receive handles the messages of the instances' life cycle and reports
-// whether the message was one of them. Started, Stopping, Restarting and
-// the Terminated of actors other than instances are left to the manager
-// too (Receive reports false for them). From Stopping or Restarting on,
-// like after Close, registry events and resyncs start nothing; nor is an
-// instance that ends then reported failed.
+// whether the message was one of them. It reports false for Started,
+// Stopping, Restarting and the Terminated of actors other than instances:
+// the manager handles those too. From Stopping or Restarting on, as after
+// Close, registry events and resyncs start nothing, and an instance that
+// ends then is not reported failed.
 func (m *Instances) Receive(ctx actor.Context) bool {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:

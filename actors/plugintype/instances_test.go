@@ -11,6 +11,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/plugintype"
 	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/supervisor"
 )
@@ -286,6 +287,7 @@ func TestRegistryNewsWhileStoppingStartsNothing(t *testing.T) {
 
 func TestConfigNeedsItsRequiredFields(t *testing.T) {
 	require.ErrorContains(t, plugintype.Config{}.Validate(), "required")
+	require.ErrorIs(t, plugintype.Config{}.Validate(), errclass.Invalid)
 	require.ErrorContains(t, plugintype.Config{Types: []string{"t"}, Registry: &actor.PID{},
 		Snapshot: func() plugintype.Snapshot { return nil }, ResyncInterval: -1}.Validate(), "negative")
 }

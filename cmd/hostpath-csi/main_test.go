@@ -30,7 +30,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		want string
 	}{
 		{"no endpoint", []string{root}, "missing required flag -endpoint (unix socket to serve on"},
-		{"empty endpoint", []string{root, "-endpoint="}, "-endpoint: hostpath: invalid endpoint: the unix socket path must not be empty"},
+		{"empty endpoint", []string{root, "-endpoint="}, "-endpoint: invalid endpoint: the unix socket path must not be empty"},
 		{"relative endpoint", []string{root, "-endpoint=csi.sock"}, `unix socket path "csi.sock" must be absolute`},
 		{"endpoint longer than a unix socket allows", []string{root, "-endpoint=/" + strings.Repeat("s", 110)}, "is 111 bytes, longer than the 107 a unix socket allows"},
 		{"unknown mode", []string{root, endpoint, "-mode=both"}, `mode "both" must be controller, node or monolith`},

@@ -57,9 +57,15 @@ type errNoAgent struct {
 // Code is the code of the error under -json.
 func (e *errNoAgent) Code() string { return "no_agent" }
 
+// Error names the socket once: of the dial's error it says only the
+// system call's ("connect: no such file or directory").
 func (e *errNoAgent) Error() string {
+	cause := e.err
+	if sys := (*os.SyscallError)(nil); errors.As(cause, &sys) {
+		cause = sys
+	}
 	return fmt.Sprintf("no agent is running at %s (%v)\nstart one with: plugvisor agent -data-dir %s",
-		e.socket, e.err, e.dataDir)
+		e.socket, cause, e.dataDir)
 }
 
 // do sends a request with an optional JSON body and returns the response,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
@@ -111,13 +112,13 @@ func newDockerVolumeCmd(use, short, want, example string, aliases ...string) *co
 			case "create":
 				return dockerCreate(ctx, c, common, stdout, body, name, opts)
 			case "ls":
-				var list dockervolume.VolumeList
+				var list dockervolumes.List
 				if err := c.call(ctx, "GET", "/v1/docker/volumes", nil, nil, &list); err != nil {
 					return err
 				}
 				return printDockerVolumes(stdout, common, list)
 			case "inspect":
-				var v dockervolume.VolumeInfo
+				var v dockervolumes.Volume
 				if err := c.call(ctx, "GET", path, nil, nil, &v); err != nil {
 					return err
 				}
@@ -158,7 +159,7 @@ func dockerCreate(ctx context.Context, c *client, common commonFlags, stdout io.
 	if err := dockervolume.ValidateOptions(body.Options); err != nil {
 		return usageError("%v", err)
 	}
-	var v dockervolume.VolumeInfo
+	var v dockervolumes.Volume
 	if err := c.call(ctx, "POST", "/v1/docker/volumes", nil, body, &v); err != nil {
 		return err
 	}
@@ -219,7 +220,7 @@ func dockerDo(ctx context.Context, c *client, common commonFlags, stdout io.Writ
 	return nil
 }
 
-func printDockerVolume(w io.Writer, common commonFlags, v dockervolume.VolumeInfo, head string) error {
+func printDockerVolume(w io.Writer, common commonFlags, v dockervolumes.Volume, head string) error {
 	if common.json {
 		return printJSON(w, v)
 	}
@@ -231,7 +232,7 @@ func printDockerVolume(w io.Writer, common commonFlags, v dockervolume.VolumeInf
 	return nil
 }
 
-func mountsText(v dockervolume.VolumeInfo) string {
+func mountsText(v dockervolumes.Volume) string {
 	var parts []string
 	for id, n := range v.Mounts {
 		parts = append(parts, fmt.Sprintf("%s×%d", id, n))
@@ -253,7 +254,7 @@ func orDash(s string) string {
 	return s
 }
 
-func printDockerVolumes(w io.Writer, common commonFlags, list dockervolume.VolumeList) error {
+func printDockerVolumes(w io.Writer, common commonFlags, list dockervolumes.List) error {
 	if common.json {
 		return printJSON(w, list)
 	}

@@ -165,7 +165,7 @@ func TestBadAPIRequestsGetClearErrorsAndChangeNothing(t *testing.T) {
 		{"empty body", "POST", "/v1/plugins", ``, 400, "empty"},
 		{"unknown field", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","alloc_id":"a","colour":"red"}`, 400, "colour"},
 		{"wrong field type", "POST", "/v1/plugins", `{"type":7}`, 400, "bad request body"},
-		{"oversized body", "POST", "/v1/plugins", `{"type":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "over the limit"},
+		{"oversized body", "POST", "/v1/plugins", `{"type":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "request body is over a limit: it may hold 1048576 bytes"},
 		{"missing name", "POST", "/v1/plugins", `{"type":"csi-node","alloc_id":"a","connection":{"socket_path":"/x.sock"}}`, 400, "plugin name must not be empty"},
 		{"missing alloc", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","connection":{"socket_path":"/x.sock"}}`, 400, "alloc ID must not be empty"},
 		{"missing connection", "POST", "/v1/plugins", `{"type":"csi-node","name":"x","alloc_id":"a"}`, 400, "socket path or an address"},

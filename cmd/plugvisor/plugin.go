@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/dockervolume"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
@@ -313,7 +315,8 @@ type healthJSON struct {
 // (false until it has checked), and whether it checks the health of the
 // type at all.
 func pluginHealthy(ctx context.Context, c *client, ptype, name, alloc string) (healthy, checked bool, err error) {
-	path := map[string]string{"csi-controller": "/v1/csi/plugins", "csi-node": "/v1/csi/plugins", "docker-volume": "/v1/docker/plugins"}[ptype]
+	path := map[string]string{csi.TypeController: "/v1/csi/plugins", csi.TypeNode: "/v1/csi/plugins",
+		dockervolume.PluginType: "/v1/docker/plugins"}[ptype]
 	if path == "" {
 		return false, false, nil
 	}

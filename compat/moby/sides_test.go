@@ -22,6 +22,7 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
@@ -308,7 +309,7 @@ func (p v1Plugin) Client() *plugins.Client    { return p.client }
 // plugvisor is plugvisor's volume service on its registry, with the
 // reference local driver registered as "local" and the plugins beside it.
 type plugvisor struct {
-	volumes *dockervolume.Volumes
+	volumes *dockervolumes.Service
 }
 
 func newPlugvisor(t *testing.T, ps ...plugin) *plugvisor {
@@ -332,10 +333,10 @@ func newPlugvisor(t *testing.T, ps ...plugin) *plugvisor {
 	store, err := storage.OpenBolt(filepath.Join(t.TempDir(), "state.db"), storage.BoltOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	volumes, err := store.Bucket(dockervolume.VolumesBucket)
+	volumes, err := store.Bucket(dockervolumes.Bucket)
 	require.NoError(t, err)
-	v, err := dockervolume.StartVolumes(system, dockervolume.VolumesConfig{
-		Bucket: volumes, Drivers: dockervolume.RegistryDrivers{Registry: reg}, Logger: probe.Logger(t),
+	v, err := dockervolumes.Start(system, dockervolumes.Config{
+		Bucket: volumes, Drivers: dockervolumes.RegistryDrivers{Registry: reg}, Logger: probe.Logger(t),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, v.Shutdown()) })
@@ -369,4 +370,4 @@ func (p *plugvisor) remove(name string, force bool) error {
 }
 
 func (p *plugvisor) notFound(err error) bool { return errors.Is(err, dockervolume.ErrNoSuchVolume) }
-func (p *plugvisor) inUse(err error) bool    { return errors.Is(err, dockervolume.ErrVolumeInUse) }
+func (p *plugvisor) inUse(err error) bool    { return errors.Is(err, dockervolumes.ErrVolumeInUse) }

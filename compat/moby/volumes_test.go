@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plugvisor/plugvisor/dockervolume"
+	dockervolumes "github.com/plugvisor/plugvisor/dockervolume/volumes"
 )
 
 // Each test gives one sequence of inputs to dockerd's volume service and
@@ -28,7 +28,7 @@ func step(s side, err error) string {
 		return "no such volume"
 	case s.inUse(err):
 		return "in use"
-	case errors.Is(err, dockervolume.ErrNotMounted):
+	case errors.Is(err, dockervolumes.ErrNotMounted):
 		return "not mounted"
 	}
 	return err.Error()
@@ -203,7 +203,7 @@ func TestInspectWhileTheDriverIsGoneFailsInDockerdAndAnswersTheRecordInPlugvisor
 	close(gone.stopped)
 
 	var dockerdErr, plugvisorErr error
-	var info dockervolume.VolumeInfo
+	var info dockervolumes.Volume
 	var both sync.WaitGroup
 	both.Go(func() { _, dockerdErr = d.inspect("data") })
 	both.Go(func() { info, plugvisorErr = p.volumes.Inspect(context.Background(), "data") })

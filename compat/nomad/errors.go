@@ -24,15 +24,8 @@ var (
 	ErrNoDispenser = errclass.New(errclass.NotFound, "no plugin dispenser found")
 )
 
-// nomadError reads as Nomad's error and matches its sentinel.
-type nomadError struct {
-	sentinel error
-	text     string
-}
-
-func (e *nomadError) Error() string { return e.text }
-func (e *nomadError) Unwrap() error { return e.sentinel }
-
+// refuse returns an error that reads as Nomad's error and matches
+// sentinel, whose class it has.
 func refuse(sentinel error, format string, args ...any) error {
-	return &nomadError{sentinel: sentinel, text: fmt.Sprintf(format, args...)}
+	return errclass.Also(fmt.Errorf(format, args...), sentinel)
 }

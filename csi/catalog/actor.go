@@ -51,8 +51,8 @@ type catalogActor struct {
 
 // catalogWrite is one accepted write on its way to disk.
 type catalogWrite struct {
-	// cmd is a RegisterVolume, DeregisterVolume, ClaimVolume, ReleaseVolume
-	// or CSIPluginFingerprinted (which nobody waits for).
+	// cmd is a messages.CatalogWrite, or a CSIPluginFingerprinted, which
+	// nobody waits for.
 	cmd     proto.Message
 	replyTo *actor.PID
 	volume  *model.CSIVolume // the volume the answer carries
@@ -86,56 +86,37 @@ func newCatalogActor(cfg Config, durable *atomic.Pointer[catalogState]) *catalog
 	return a
 }
 
-// Receive handles the catalog's commands, queries, fingerprints and
-// internal results.
+// Receive handles the catalog's lifecycle, commands, queries and internal
+// results, in that order. Every write is one case: a
+// messages.CatalogWrite, applied in order and answered once durable.
 func (a *catalogActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		a.onStarted(ctx)
-	case *messages.RegisterVolume:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.DeregisterVolume:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.RegisterVolumes:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.DeregisterVolumes:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.ClaimVolume:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.ReleaseVolume:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.MarkVolumeDeleting:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.RecordVolumeCapacity:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.ExpectPlugin:
-		a.onWrite(ctx, msg, msg.GetReplyTo())
-	case *messages.RecordVolumeModify:
+	case *actor.Stopped:
+		a.onStopped()
+	case *messages.ShutdownCatalog:
+		a.onShutdown(ctx, msg)
+	case messages.CatalogWrite:
 		a.onWrite(ctx, msg, msg.GetReplyTo())
 	case *messages.CSIPluginFingerprinted:
 		a.onFingerprinted(ctx, msg)
 	case *messages.CSIPluginHealthChanged, *messages.CSIPluginFailed:
 		// The fingerprint that goes with each says the same.
-	case *catalogBatchWritten:
-		a.onBatchWritten(ctx, msg)
-	case *fleetAnswered:
-		a.onFleetAnswered(ctx, msg)
-	case *fleetFingerprintsPut:
-		a.onFleetFingerprintsPut(ctx, msg)
-	case *actor.Stopped:
-		if a.cluster != nil {
-			a.cluster.cancel()
-		}
 	case *messages.ListVolumesRequest:
 		a.onListVolumes(ctx, msg)
 	case *messages.GetVolumeRequest:
 		a.onGetVolume(ctx, msg)
 	case *messages.ListCatalogPluginsRequest:
 		a.onListPlugins(ctx, msg)
+	case *catalogBatchWritten:
+		a.onBatchWritten(ctx, msg)
+	case *fleetAnswered:
+		a.onFleetAnswered(ctx, msg)
+	case *fleetFingerprintsPut:
+		a.onFleetFingerprintsPut(ctx, msg)
 	case *actor.Terminated:
 		a.log.Warn("the CSI manager stopped: plugin health stays as last fingerprinted", "manager", msg.GetWho())
-	case *messages.ShutdownCatalog:
-		a.onShutdown(ctx, msg)
 	}
 }
 
@@ -147,6 +128,15 @@ func (a *catalogActor) onStarted(ctx actor.Context) {
 	ctx.Send(a.manager, &messages.SubscribeCSI{Subscriber: ctx.Self(), Replay: true})
 }
 
+// onStopped cancels the Fleet calls in flight, in cluster mode.
+func (a *catalogActor) onStopped() {
+	if a.cluster != nil {
+		a.cluster.cancel()
+	}
+}
+
+// onWrite takes a write: a messages.CatalogWrite from a caller, or a
+// fingerprint from the CSI manager.
 func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *actor.PID) {
 	if a.cluster != nil {
 		if err := a.topologyRefusal(cmd); err != nil {
@@ -159,7 +149,7 @@ func (a *catalogActor) onWrite(ctx actor.Context, cmd proto.Message, replyTo *ac
 	}
 	w := &catalogWrite{cmd: cmd, replyTo: cmp.Or(replyTo, ctx.Sender())}
 	if a.closing {
-		a.reply(ctx, w, model.Refusef(ErrShutdown, "the catalog is shutting down"))
+		a.reply(ctx, w, model.Refusef(ErrShutdown, "the request came while it was stopping"))
 		return
 	}
 	a.enqueue(ctx, w)

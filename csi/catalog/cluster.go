@@ -91,7 +91,7 @@ func (a *catalogActor) deferToFleet(ctx actor.Context, cmd proto.Message, replyT
 	}
 	replyTo = cmp.Or(replyTo, ctx.Sender())
 	if a.closing {
-		a.fleetReply(ctx, replyTo, fleetResponse(cmd, nil, model.Refusef(ErrShutdown, "the catalog is shutting down")))
+		a.fleetReply(ctx, replyTo, fleetResponse(cmd, nil, model.Refusef(ErrShutdown, "the request came while it was stopping")))
 		return true
 	}
 	a.cluster.calls++

@@ -130,7 +130,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Catalog, error) {
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("csi: catalog: start actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start actor %q: %w", cfg.Name, err)
 	}
 	cfg.Logger.Info("catalog started", "volumes", len(state.volumes), "plugins", len(state.plugins),
 		"index", state.index, "node", cfg.NodeID)
@@ -281,7 +281,7 @@ func (c *Catalog) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
 	out := make([]*model.CSIPlugin, len(resp.GetPlugins()))
 	for i, m := range resp.GetPlugins() {
 		if out[i], err = model.PluginFromProto(m); err != nil {
-			return nil, fmt.Errorf("csi: catalog: plugin %q in the answer: %w", m.GetId(), err)
+			return nil, fmt.Errorf("plugin %q in the answer: %w", m.GetId(), err)
 		}
 	}
 	return out, nil
@@ -303,7 +303,7 @@ func (c *Catalog) Shutdown(ctx context.Context) error {
 		return &messages.ShutdownCatalog{ReplyTo: replyTo}
 	})
 	if stopErr := c.system.Root.PoisonFuture(c.pid).Wait(); err == nil && stopErr != nil {
-		err = fmt.Errorf("csi: catalog: stop actor: %w", stopErr)
+		err = fmt.Errorf("stop actor: %w", stopErr)
 	}
 	c.log.Info("catalog shut down")
 	return err
@@ -315,7 +315,7 @@ func catalogCall[R proto.Message](ctx context.Context, c *Catalog, build func(re
 	defer c.mu.RUnlock()
 	if c.closed {
 		var none R
-		return none, model.Refusef(ErrShutdown, "the catalog is shut down")
+		return none, model.Refusef(ErrShutdown, "the request came after Shutdown")
 	}
 	return catalogAsk[R](ctx, c, build)
 }
@@ -327,13 +327,13 @@ func catalogAsk[R proto.Message](ctx context.Context, c *Catalog, build func(rep
 	answer, err := actors.Ask(ctx, c.system, c.pid, func(replyTo *actor.PID) any { return build(replyTo) })
 	switch {
 	case errors.Is(err, actors.ErrTargetGone):
-		return none, model.Refusef(ErrShutdown, "the catalog actor is gone")
+		return none, model.Refusef(ErrShutdown, "its actor is gone")
 	case err != nil:
-		return none, fmt.Errorf("csi: catalog: waiting for the catalog's answer: %w", err)
+		return none, fmt.Errorf("waiting for the catalog's answer: %w", err)
 	}
 	resp, ok := answer.(R)
 	if !ok {
-		return none, fmt.Errorf("csi: catalog: unexpected answer %T", answer)
+		return none, fmt.Errorf("unexpected answer %T", answer)
 	}
 	if failed, ok := any(resp).(interface{ GetError() *messages.Error }); ok {
 		return resp, messages.ErrorFromProto(failed.GetError())

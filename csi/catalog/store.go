@@ -231,7 +231,7 @@ func loadCatalog(bucket storage.Bucket) (*catalogState, error) {
 			err = errors.New("it is not a catalog record")
 		}
 		if err != nil {
-			return storage.CorruptRecord(Bucket, rawKey, fmt.Errorf("csi: catalog: %w: restore: %w", model.ErrCorrupt, err))
+			return storage.CorruptRecord(Bucket, rawKey, fmt.Errorf("%w: restore: %w", model.ErrCorrupt, err))
 		}
 		return nil
 	})

@@ -66,7 +66,7 @@ func (r CapacityRequest) Validate() error {
 			}
 		}
 	}
-	return invalid("capacity", problems)
+	return invalid(problems)
 }
 
 // Capacity asks the plugin's controller for its capacity (GetCapacity),
@@ -78,7 +78,7 @@ func (c *Controller) Capacity(ctx context.Context, req CapacityRequest) (Capacit
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := "capacity of plugin " + req.PluginID
+	what := fmt.Sprintf("plugin %q", req.PluginID)
 	client, err := c.connect(ctx, req.PluginID, what, capCapacity)
 	if err != nil {
 		return CapacityResult{}, err
@@ -93,7 +93,7 @@ func (c *Controller) Capacity(ctx context.Context, req CapacityRequest) (Capacit
 	}
 	resp, err := client.GetCapacity(ctx, in)
 	if err != nil {
-		return CapacityResult{}, fmt.Errorf("controller: %s: %w", what, err)
+		return CapacityResult{}, fmt.Errorf("%s: %w", what, err)
 	}
 	out := CapacityResult{AvailableBytes: resp.GetAvailableCapacity()}
 	if v := resp.GetMaximumVolumeSize(); v != nil {

@@ -38,11 +38,11 @@ func (c *Controller) cloneSource(ctx context.Context, what string, req CreateReq
 	src, err := c.cfg.Catalog.GetVolume(ctx, req.Namespace, req.CloneFrom)
 	switch {
 	case errors.Is(err, model.ErrVolumeNotFound):
-		return "", fmt.Errorf("controller: %s: clone_from: %w: %s/%s; name a volume of the namespace", what, err, nsOrDefault(req.Namespace), req.CloneFrom)
+		return "", fmt.Errorf("%s: clone_from: %w; name a volume of the namespace", what, err)
 	case err != nil:
-		return "", fmt.Errorf("controller: %s: clone_from: %w", what, err)
+		return "", fmt.Errorf("%s: clone_from: %w", what, err)
 	case src.PluginID != req.PluginID:
-		return "", invalid("create", []string{fmt.Sprintf(
+		return "", invalid([]string{fmt.Sprintf(
 			"clone_from: volume %s/%s is of plugin %q, and the new volume of plugin %q: a plugin clones only its own volumes",
 			src.Namespace, src.ID, src.PluginID, req.PluginID)})
 	}

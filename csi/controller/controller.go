@@ -3,23 +3,30 @@
 // volume, and create, delete and list snapshots.
 //
 // A Controller is a plain Go value, not an actor: it owns no state. For
-// each operation it looks up the current csi-controller allocation of the
-// plugin in the registry's snapshot, dials its unix socket, checks that the
-// controller advertises the capability the operation needs, sends the RPCs,
-// and writes the outcome to the catalog through the small [Catalog]
-// interface. The catalog is the authority on volumes; the plugin on what
-// exists on the storage side. Every step is safe to run again: CreateVolume
-// is idempotent by name, DeleteVolume treats NotFound as done, and the
-// catalog's Deleting marker survives a crash so that delete runs again.
+// each operation it:
+//  1. looks up the current csi-controller allocation of the plugin in the
+//     registry's snapshot, and dials its unix socket;
+//  2. checks that the controller advertises the capability the operation
+//     needs;
+//  3. sends the RPCs;
+//  4. writes the outcome to the catalog, through the small [Catalog]
+//     interface.
 //
-// Deadlines: every RPC has its own timeout (Config.RPCTimeout) and a whole
-// operation a deadline (Config.OperationTimeout, default 2 min). An
-// operation is not tied to its caller's context: a caller that goes away
-// does not stop it half way; it runs to its end or its deadline, and the
-// caller's answer comes within the deadline.
+// The catalog is the authority on volumes. The plugin is the authority on
+// what exists on the storage side. Every step is safe to run again:
+// CreateVolume is idempotent by name, and DeleteVolume treats NotFound as
+// done. The catalog's Deleting marker survives a crash, so that delete
+// runs again.
 //
-// Secrets travel from the request or the catalog to the plugin only: no
-// error and no log line of this package carries a secret's value.
+// Every RPC has its own timeout (Config.RPCTimeout). A whole operation has
+// a deadline (Config.OperationTimeout, default 2 min). An operation is not
+// tied to its caller's context. A caller that goes away does not stop it
+// half way: it runs to its end or its deadline. The caller's answer comes
+// within the deadline.
+//
+// An error names the volume of the operation first ("default/db: ..."),
+// once. Secrets travel from the request or the catalog to the plugin only:
+// no error and no log line of this package carries a secret's value.
 package controller
 
 import (
@@ -152,19 +159,19 @@ var (
 func (c *Controller) connect(ctx context.Context, plugin, what string, need ...capability) (*csi.Client, error) {
 	info, ok := c.cfg.Plugins.Snapshot().Current(csi.TypeController, plugin)
 	if !ok {
-		return nil, fmt.Errorf("controller: %s: %w: no %s plugin %q is registered; start the plugin's controller service",
-			what, ErrNoController, csi.TypeController, plugin)
+		return nil, fmt.Errorf("%s: %w: %q is not registered as %s; start the plugin's controller service",
+			what, ErrNoController, plugin, csi.TypeController)
 	}
 	socket := info.GetConnection().GetSocketPath()
 	if socket == "" {
-		return nil, fmt.Errorf("controller: %s: %w: plugin %q (alloc %s) has no unix socket",
+		return nil, fmt.Errorf("%s: %w: plugin %q (alloc %s) has no unix socket",
 			what, ErrNoController, plugin, info.GetAllocId())
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
 	client, err := csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: c.cfg.RPCTimeout})
 	if err != nil {
-		return nil, fmt.Errorf("controller: %s: plugin %q (alloc %s): %w", what, plugin, info.GetAllocId(), err)
+		return nil, fmt.Errorf("%s: plugin %q (alloc %s): %w", what, plugin, info.GetAllocId(), err)
 	}
 	caps, err := client.ControllerGetCapabilities(ctx)
 	if err == nil {
@@ -177,7 +184,7 @@ func (c *Controller) connect(ctx context.Context, plugin, what string, need ...c
 	}
 	if err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("controller: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return client, nil
 }
@@ -205,13 +212,13 @@ var (
 
 // invalid returns an error matching ErrInvalidRequest for each problem,
 // joined; nil for none.
-func invalid(what string, problems []string) error {
+func invalid(problems []string) error {
 	if len(problems) == 0 {
 		return nil
 	}
 	errs := make([]error, len(problems))
 	for i, p := range problems {
-		errs[i] = fmt.Errorf("controller: %s: %w: %s", what, ErrInvalidRequest, p)
+		errs[i] = fmt.Errorf("%w: %s", ErrInvalidRequest, p)
 	}
 	return errors.Join(errs...)
 }

@@ -98,7 +98,7 @@ func (r CreateRequest) Validate() error {
 		problems = append(problems, err.Error())
 	}
 	slices.Sort(problems)
-	return invalid("create", problems)
+	return invalid(problems)
 }
 
 // checkRange says what is wrong with a capacity range.
@@ -180,16 +180,16 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := fmt.Sprintf("create %s/%s", nsOrDefault(req.Namespace), req.ID)
+	what := fmt.Sprintf("%s/%s", nsOrDefault(req.Namespace), req.ID)
 	if err := c.checkNotOtherVolume(ctx, what, req); err != nil {
 		return nil, err
 	}
 	if err := c.cfg.Catalog.CheckRoom(req.Namespace, req.ID); err != nil {
-		return nil, fmt.Errorf("controller: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if tc, ok := c.cfg.Catalog.(topologyChecker); ok {
 		if err := tc.CheckTopologyRequired(req.volume(""), len(req.Requisite)+len(req.Preferred) > 0); err != nil {
-			return nil, fmt.Errorf("controller: %s: %w", what, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	need := []capability{capCreateDelete}
@@ -215,19 +215,19 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 	}
 	resp, err := client.CreateVolume(ctx, cvr)
 	if err != nil {
-		return nil, fmt.Errorf("controller: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	pv := resp.GetVolume()
 	v := req.volume(pv.GetVolumeId())
 	v.CapacityBytes, v.Context = pv.GetCapacityBytes(), maps.Clone(pv.GetVolumeContext())
 	v.Topologies = model.TopologiesFromCSI(pv.GetAccessibleTopology())
 	if pv.GetVolumeId() == "" || v.CapacityBytes < 0 {
-		return nil, fmt.Errorf("controller: %s: CreateVolume: %w: volume ID %q, capacity %d bytes",
+		return nil, fmt.Errorf("%s: CreateVolume: %w: volume ID %q, capacity %d bytes",
 			what, csi.ErrInvalidResponse, pv.GetVolumeId(), v.CapacityBytes)
 	}
 	got, err := c.cfg.Catalog.RegisterVolume(ctx, v)
 	if err != nil {
-		return nil, fmt.Errorf("controller: %s: the plugin made volume %q, but the catalog did not register it (run the same create again to finish, or delete the plugin volume): %w",
+		return nil, fmt.Errorf("%s: the plugin made volume %q, but the catalog did not register it (run the same create again to finish, or delete the plugin volume): %w",
 			what, pv.GetVolumeId(), err)
 	}
 	c.log.Info("volume created", "namespace", got.Namespace, "volume_id", got.ID, "plugin", got.PluginID,
@@ -243,11 +243,11 @@ func (c *Controller) checkNotOtherVolume(ctx context.Context, what string, req C
 	case errors.Is(err, model.ErrVolumeNotFound):
 		return nil
 	case err != nil:
-		return fmt.Errorf("controller: %s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	case old.Deleting:
-		return fmt.Errorf("controller: %s: %w: it is being deleted; run the delete again to finish it first", what, model.ErrVolumeDeleting)
+		return fmt.Errorf("%s: %w: it is being deleted; run the delete again to finish it first", what, model.ErrVolumeDeleting)
 	case !old.Created || old.PluginID != req.PluginID || old.AccessMode != req.AccessMode || old.AttachmentMode != req.AttachmentMode:
-		return fmt.Errorf("controller: %s: %w: the catalog holds it as plugin %q volume %q (%s, %s, created: %t); delete or deregister it, or choose another ID",
+		return fmt.Errorf("%s: %w: the catalog holds it as plugin %q volume %q (%s, %s, created: %t); delete or deregister it, or choose another ID",
 			what, ErrVolumeExists, old.PluginID, old.PluginVolumeID(), old.AccessMode, old.AttachmentMode, old.Created)
 	}
 	return nil

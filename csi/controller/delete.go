@@ -25,18 +25,18 @@ import (
 func (c *Controller) Delete(ctx context.Context, namespace, id string) error {
 	var problems []string
 	checkVolumeKey(namespace, id, &problems)
-	if err := invalid("delete", problems); err != nil {
+	if err := invalid(problems); err != nil {
 		return err
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := fmt.Sprintf("delete %s/%s", nsOrDefault(namespace), id)
+	what := fmt.Sprintf("%s/%s", nsOrDefault(namespace), id)
 	v, err := c.cfg.Catalog.GetVolume(ctx, namespace, id)
 	if err != nil {
-		return fmt.Errorf("controller: %s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if allocs := strings.Join(v.Claimants(), ", "); allocs != "" {
-		return fmt.Errorf("controller: %s: %w: claimed by allocs %s; they must release it before it is deleted", what, model.ErrVolumeInUse, allocs)
+		return fmt.Errorf("%s: %w: claimed by allocs %s; they must release it before it is deleted", what, model.ErrVolumeInUse, allocs)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capCreateDelete)
 	if err != nil {
@@ -44,14 +44,14 @@ func (c *Controller) Delete(ctx context.Context, namespace, id string) error {
 	}
 	defer client.Close()
 	if v, err = c.cfg.Catalog.MarkVolumeDeleting(ctx, namespace, id); err != nil {
-		return fmt.Errorf("controller: %s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	_, err = client.DeleteVolume(ctx, &csipb.DeleteVolumeRequest{VolumeId: v.PluginVolumeID(), Secrets: maps.Clone(v.Secrets)})
 	if err != nil && !errors.Is(err, csi.ErrNotFound) {
-		return fmt.Errorf("controller: %s: the volume stays marked as deleting (run the delete again): %w", what, err)
+		return fmt.Errorf("%s: the volume stays marked as deleting (run the delete again): %w", what, err)
 	}
 	if err := c.cfg.Catalog.DeregisterVolume(ctx, namespace, id); err != nil {
-		return fmt.Errorf("controller: %s: the plugin deleted volume %q, but the catalog still holds it (run the delete again): %w",
+		return fmt.Errorf("%s: the plugin deleted volume %q, but the catalog still holds it (run the delete again): %w",
 			what, v.PluginVolumeID(), err)
 	}
 	c.log.Info("volume deleted", "namespace", v.Namespace, "volume_id", v.ID, "plugin", v.PluginID, "external_id", v.PluginVolumeID())

@@ -39,18 +39,18 @@ func (c *Controller) Expand(ctx context.Context, namespace, id string, requiredB
 	if requiredBytes == 0 && limitBytes == 0 {
 		problems = append(problems, "capacity.required_bytes or capacity.limit_bytes must be set: the size to grow to")
 	}
-	if err := invalid("expand", problems); err != nil {
+	if err := invalid(problems); err != nil {
 		return ExpandResult{}, err
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := fmt.Sprintf("expand %s/%s", nsOrDefault(namespace), id)
+	what := fmt.Sprintf("%s/%s", nsOrDefault(namespace), id)
 	v, err := c.cfg.Catalog.GetVolume(ctx, namespace, id)
 	if err != nil {
-		return ExpandResult{}, fmt.Errorf("controller: %s: %w", what, err)
+		return ExpandResult{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if v.Deleting {
-		return ExpandResult{}, fmt.Errorf("controller: %s: %w", what, model.ErrVolumeDeleting)
+		return ExpandResult{}, fmt.Errorf("%s: %w", what, model.ErrVolumeDeleting)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capExpand)
 	if err != nil {
@@ -64,21 +64,21 @@ func (c *Controller) Expand(ctx context.Context, namespace, id string, requiredB
 		VolumeCapability: v.Capability(),
 	})
 	if err != nil {
-		return ExpandResult{}, fmt.Errorf("controller: %s: %w", what, err)
+		return ExpandResult{}, fmt.Errorf("%s: %w", what, err)
 	}
 	res := ExpandResult{CapacityBytes: resp.GetCapacityBytes(), NodeExpansionRequired: resp.GetNodeExpansionRequired()}
 	if res.CapacityBytes < requiredBytes {
-		return ExpandResult{}, fmt.Errorf("controller: %s: ControllerExpandVolume: %w: %d bytes, less than the %d required",
+		return ExpandResult{}, fmt.Errorf("%s: ControllerExpandVolume: %w: %d bytes, less than the %d required",
 			what, csi.ErrInvalidResponse, res.CapacityBytes, requiredBytes)
 	}
 	if res.Volume, err = c.cfg.Catalog.RecordVolumeCapacity(ctx, namespace, id, res.CapacityBytes); err != nil {
-		return ExpandResult{}, fmt.Errorf("controller: %s: the plugin expanded volume %q to %d bytes, but the catalog did not record it (run the expand again): %w",
+		return ExpandResult{}, fmt.Errorf("%s: the plugin expanded volume %q to %d bytes, but the catalog did not record it (run the expand again): %w",
 			what, v.PluginVolumeID(), res.CapacityBytes, err)
 	}
 	if res.NodeExpansionRequired && c.cfg.NodeExpander != nil {
 		expanded, err := c.cfg.NodeExpander.ExpandOnNodes(ctx, res.Volume, res.CapacityBytes)
 		if err != nil {
-			return res, fmt.Errorf("controller: %s: the controller expanded it to %d bytes; the nodes did not: %w", what, res.CapacityBytes, err)
+			return res, fmt.Errorf("%s: the controller expanded it to %d bytes; the nodes did not: %w", what, res.CapacityBytes, err)
 		}
 		res.NodeExpanded = expanded
 	}

@@ -31,21 +31,21 @@ func (c *Controller) Modify(ctx context.Context, namespace, id string, params ma
 	if len(params) > model.MaxMutableParameters {
 		problems = append(problems, fmt.Sprintf("mutable_parameters holds %d keys, over the limit of %d", len(params), model.MaxMutableParameters))
 	}
-	if err := invalid("modify", problems); err != nil {
+	if err := invalid(problems); err != nil {
 		return nil, err
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := fmt.Sprintf("modify %s/%s", nsOrDefault(namespace), id)
+	what := fmt.Sprintf("%s/%s", nsOrDefault(namespace), id)
 	v, err := c.cfg.Catalog.GetVolume(ctx, namespace, id)
 	if err != nil {
-		return nil, fmt.Errorf("controller: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	// The catalog's own check of the record to come, before the RPC: a
 	// change the plugin took must be one the catalog can record (a
 	// volume being deleted, or too many keys once merged, is refused now).
 	if _, err := model.RecordModifyOn(v, params); err != nil {
-		return nil, fmt.Errorf("controller: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capModify)
 	if err != nil {
@@ -55,12 +55,12 @@ func (c *Controller) Modify(ctx context.Context, namespace, id string, params ma
 	if _, err := client.ControllerModifyVolume(ctx, &csipb.ControllerModifyVolumeRequest{
 		VolumeId: v.PluginVolumeID(), Secrets: maps.Clone(v.Secrets), MutableParameters: maps.Clone(params),
 	}); err != nil {
-		return nil, fmt.Errorf("controller: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	c.log.Info("volume modified", "namespace", v.Namespace, "volume_id", v.ID, "plugin", v.PluginID, "keys", slices.Sorted(maps.Keys(params)))
 	recorded, err := c.cfg.Catalog.RecordVolumeModify(ctx, namespace, id, params)
 	if err != nil {
-		return nil, fmt.Errorf("controller: %s: the plugin took the change, the catalog did not record it (modify again to record it): %w", what, err)
+		return nil, fmt.Errorf("%s: the plugin took the change, the catalog did not record it (modify again to record it): %w", what, err)
 	}
 	return recorded, nil
 }

@@ -65,15 +65,15 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req SnapshotRequest) (S
 			problems = append(problems, field+" has an empty key")
 		}
 	}
-	if err := invalid("create snapshot", problems); err != nil {
+	if err := invalid(problems); err != nil {
 		return Snapshot{}, err
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := fmt.Sprintf("create snapshot %q of %s/%s", req.Name, nsOrDefault(req.Namespace), req.VolumeID)
+	what := fmt.Sprintf("snapshot %q of %s/%s", req.Name, nsOrDefault(req.Namespace), req.VolumeID)
 	v, err := c.cfg.Catalog.GetVolume(ctx, req.Namespace, req.VolumeID)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("controller: %s: %w", what, err)
+		return Snapshot{}, fmt.Errorf("%s: %w", what, err)
 	}
 	client, err := c.connect(ctx, v.PluginID, what, capSnapshots)
 	if err != nil {
@@ -88,11 +88,11 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req SnapshotRequest) (S
 		SourceVolumeId: v.PluginVolumeID(), Name: req.Name, Parameters: maps.Clone(req.Parameters), Secrets: maps.Clone(secrets),
 	})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("controller: %s: %w", what, err)
+		return Snapshot{}, fmt.Errorf("%s: %w", what, err)
 	}
 	s := snapshotFrom(v.PluginID, resp.GetSnapshot())
 	if s.ID == "" {
-		return Snapshot{}, fmt.Errorf("controller: %s: CreateSnapshot: %w: no snapshot ID", what, csi.ErrInvalidResponse)
+		return Snapshot{}, fmt.Errorf("%s: CreateSnapshot: %w: no snapshot ID", what, csi.ErrInvalidResponse)
 	}
 	c.log.Info("snapshot created", "plugin", v.PluginID, "snapshot_id", s.ID, "namespace", v.Namespace, "volume_id", v.ID)
 	return s, nil
@@ -109,12 +109,12 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, pluginID, snapshotID st
 	if p := checkPluginID(snapshotID); p != "" {
 		problems = append(problems, "snapshot_id "+p)
 	}
-	if err := invalid("delete snapshot", problems); err != nil {
+	if err := invalid(problems); err != nil {
 		return err
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := fmt.Sprintf("delete snapshot %q of plugin %q", snapshotID, pluginID)
+	what := fmt.Sprintf("snapshot %q of plugin %q", snapshotID, pluginID)
 	client, err := c.connect(ctx, pluginID, what, capSnapshots)
 	if err != nil {
 		return err
@@ -122,7 +122,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, pluginID, snapshotID st
 	defer client.Close()
 	_, err = client.DeleteSnapshot(ctx, &csipb.DeleteSnapshotRequest{SnapshotId: snapshotID, Secrets: maps.Clone(secrets)})
 	if err != nil && !errors.Is(err, csi.ErrNotFound) {
-		return fmt.Errorf("controller: %s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	c.log.Info("snapshot deleted", "plugin", pluginID, "snapshot_id", snapshotID)
 	return nil
@@ -157,20 +157,20 @@ func (c *Controller) ListSnapshots(ctx context.Context, req ListSnapshotsRequest
 			problems = append(problems, "snapshot_id "+p)
 		}
 	}
-	if err := invalid("list snapshots", problems); err != nil {
+	if err := invalid(problems); err != nil {
 		return nil, err
 	}
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	plugin, what, rpc := req.PluginID, fmt.Sprintf("list snapshots of plugin %q", req.PluginID), &csipb.ListSnapshotsRequest{SnapshotId: req.SnapshotID}
+	plugin, what, rpc := req.PluginID, fmt.Sprintf("snapshots of plugin %q", req.PluginID), &csipb.ListSnapshotsRequest{SnapshotId: req.SnapshotID}
 	if req.VolumeID != "" {
-		what = fmt.Sprintf("list snapshots of %s/%s", nsOrDefault(req.Namespace), req.VolumeID)
+		what = fmt.Sprintf("snapshots of %s/%s", nsOrDefault(req.Namespace), req.VolumeID)
 		v, err := c.cfg.Catalog.GetVolume(ctx, req.Namespace, req.VolumeID)
 		if err != nil {
-			return nil, fmt.Errorf("controller: %s: %w", what, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if plugin != "" && plugin != v.PluginID {
-			return nil, invalid("list snapshots", []string{fmt.Sprintf("plugin_id %q is not the plugin of volume %s/%s (%q)", plugin, v.Namespace, v.ID, v.PluginID)})
+			return nil, invalid([]string{fmt.Sprintf("plugin_id %q is not the plugin of volume %s/%s (%q)", plugin, v.Namespace, v.ID, v.PluginID)})
 		}
 		plugin, rpc.SourceVolumeId = v.PluginID, v.PluginVolumeID()
 	}
@@ -183,7 +183,7 @@ func (c *Controller) ListSnapshots(ctx context.Context, req ListSnapshotsRequest
 	for range maxSnapshotPages {
 		resp, err := client.ListSnapshots(ctx, rpc)
 		if err != nil {
-			return nil, fmt.Errorf("controller: %s: %w", what, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		for _, e := range resp.GetEntries() {
 			out = append(out, snapshotFrom(plugin, e.GetSnapshot()))
@@ -192,5 +192,5 @@ func (c *Controller) ListSnapshots(ctx context.Context, req ListSnapshotsRequest
 			return out, nil
 		}
 	}
-	return nil, fmt.Errorf("controller: %s: ListSnapshots: %w: more than %d pages", what, csi.ErrInvalidResponse, maxSnapshotPages)
+	return nil, fmt.Errorf("%s: ListSnapshots: %w: more than %d pages", what, csi.ErrInvalidResponse, maxSnapshotPages)
 }

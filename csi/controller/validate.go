@@ -28,7 +28,7 @@ var ErrCapabilityRefused = errclass.New(errclass.Invalid, "capability refused by
 func (c *Controller) ValidateCapabilities(ctx context.Context, v *model.CSIVolume) error {
 	ctx, cancel := c.operation(ctx)
 	defer cancel()
-	what := fmt.Sprintf("validate the capabilities of volume %s/%s", v.Namespace, v.ID)
+	what := fmt.Sprintf("capabilities of volume %s/%s", v.Namespace, v.ID)
 	client, err := c.connect(ctx, v.PluginID, what)
 	if errors.Is(err, ErrNoController) {
 		return nil
@@ -39,23 +39,23 @@ func (c *Controller) ValidateCapabilities(ctx context.Context, v *model.CSIVolum
 	defer func() { _ = client.Close() }()
 	caps, err := client.ControllerGetCapabilities(ctx)
 	if err != nil {
-		return fmt.Errorf("controller: %s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if !caps.PublishUnpublishVolume {
 		return nil
 	}
 	if err := v.Validate(); err != nil {
-		return fmt.Errorf("controller: %s: %w: %w", what, ErrInvalidRequest, err)
+		return fmt.Errorf("%s: %w: %w", what, ErrInvalidRequest, err)
 	}
 	resp, err := client.ValidateVolumeCapabilities(ctx, &csipb.ValidateVolumeCapabilitiesRequest{
 		VolumeId: v.PluginVolumeID(), VolumeCapabilities: v.CSICapabilities(), VolumeContext: v.Context,
 		Parameters: v.Parameters, Secrets: v.Secrets,
 	})
 	if err != nil {
-		return fmt.Errorf("controller: %s: plugin %q: %w", what, v.PluginID, err)
+		return fmt.Errorf("%s: plugin %q: %w", what, v.PluginID, err)
 	}
 	if resp.GetConfirmed() == nil {
-		return fmt.Errorf("controller: %s: %w: plugin %q did not confirm capabilities %v: %s; register the volume with capabilities the plugin supports",
+		return fmt.Errorf("%s: %w: plugin %q did not confirm capabilities %v: %s; register the volume with capabilities the plugin supports",
 			what, ErrCapabilityRefused, v.PluginID, v.Capabilities(), resp.GetMessage())
 	}
 	return nil

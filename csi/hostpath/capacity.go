@@ -28,7 +28,7 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csi.GetCapacityRe
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(s.d.cfg.Root, &st); err != nil {
-		return nil, internal(fmt.Errorf("hostpath: statfs %s: %w", s.d.cfg.Root, err))
+		return nil, internal(fmt.Errorf("statfs %s: %w", s.d.cfg.Root, err))
 	}
 	available := int64(st.Bavail) * int64(st.Bsize)
 	return &csi.GetCapacityResponse{AvailableCapacity: available, MaximumVolumeSize: wrapperspb.Int64(available)}, nil

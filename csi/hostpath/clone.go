@@ -28,7 +28,7 @@ func contentSource(src *csi.VolumeContentSource) (snapshotID, volumeID string, e
 		}
 		return "", id, nil
 	}
-	return "", "", invalidArgument(errors.New("hostpath: volume content source must be a snapshot or a volume"))
+	return "", "", invalidArgument(errors.New("volume content source must be a snapshot or a volume"))
 }
 
 // fillFromVolume checks the source volume of a clone, as the spec asks:

@@ -58,7 +58,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	name := req.GetName()
 	if name == "" {
-		return nil, invalidArgument(errors.New("hostpath: volume name must not be empty"))
+		return nil, invalidArgument(errors.New("volume name must not be empty"))
 	}
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return nil, invalidArgument(err)
@@ -123,12 +123,12 @@ func (d *Driver) makeVolumeDir(rec volumeRecord) error {
 	}
 	if rec.SourceSnapshotID == "" && rec.SourceVolumeID == "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return internal(fmt.Errorf("hostpath: create volume directory: %w", err))
+			return internal(fmt.Errorf("create volume directory: %w", err))
 		}
 		return nil
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return internal(fmt.Errorf("hostpath: remove half-made volume directory: %w", err))
+		return internal(fmt.Errorf("remove half-made volume directory: %w", err))
 	}
 	if err := copyTree(source, dir); err != nil {
 		return internal(err)
@@ -239,7 +239,7 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolume
 	// The directory first, the record last: a plugin killed in between still
 	// lists the volume, and the CO's retry finishes the job.
 	if err := os.RemoveAll(d.volumeDir(id)); err != nil {
-		return nil, internal(fmt.Errorf("hostpath: remove volume directory: %w", err))
+		return nil, internal(fmt.Errorf("remove volume directory: %w", err))
 	}
 	if err := removeRecord(d.volumeFile(id)); err != nil {
 		return nil, internal(err)
@@ -260,7 +260,7 @@ func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *cs
 	}
 	caps := req.GetVolumeCapabilities()
 	if len(caps) == 0 {
-		return nil, invalidArgument(errors.New("hostpath: volume capabilities must not be empty"))
+		return nil, invalidArgument(errors.New("volume capabilities must not be empty"))
 	}
 	rec, err := s.d.requireVolume(id)
 	if err != nil {

@@ -2,7 +2,6 @@ package hostpath
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,11 +13,12 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
-	"github.com/plugvisor/plugvisor/errclass"
-	"github.com/plugvisor/plugvisor/names"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/plugvisor/plugvisor/errclass"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // DefaultName is the plugin name GetPluginInfo reports when Config.Name is empty.
@@ -43,7 +43,7 @@ const (
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("hostpath: invalid config")
+var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid config")
 
 // Config configures a Driver. The zero value of a field means its default
 // where one is given.
@@ -133,7 +133,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	for _, dir := range dirs {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("hostpath: create %s: %w", dir, err)
+			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
 	if cfg.Mode.node() {

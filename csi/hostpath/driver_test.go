@@ -14,6 +14,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // plugin is a driver served in-process with clients for its services.
@@ -157,8 +158,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			_, err := hostpath.New(cfg)
 			require.ErrorIs(t, err, hostpath.ErrInvalidConfig)
 			require.ErrorContains(t, err, tt.want)
-			require.True(t, strings.HasPrefix(err.Error(), "hostpath: "))
-			require.Equal(t, 1, strings.Count(err.Error(), "hostpath: "), "the package is named once: %v", err)
+			require.ErrorIs(t, err, errclass.Invalid)
+			require.True(t, strings.HasPrefix(err.Error(), "invalid config: "), "no package prefix: %v", err)
 			require.Equal(t, 1, strings.Count(err.Error(), "invalid"), "the refusal says invalid once: %v", err)
 			if strings.HasPrefix(tt.name, "node id") || tt.name == "empty node id" {
 				require.ErrorIs(t, err, hostpath.ErrInvalidID)

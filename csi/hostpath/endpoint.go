@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // MaxSocketPathLength is the longest unix socket path the kernel accepts:
@@ -16,7 +18,7 @@ import (
 const MaxSocketPathLength = 107
 
 // ErrInvalidEndpoint is wrapped by every error ParseEndpoint returns.
-var ErrInvalidEndpoint = errors.New("hostpath: invalid endpoint")
+var ErrInvalidEndpoint = errclass.New(errclass.Invalid, "invalid endpoint")
 
 // ParseEndpoint returns the socket path of a unix socket endpoint, given as
 // a path or as a unix:// (or unix:) URL. The path must be absolute and at
@@ -53,11 +55,11 @@ func (d *Driver) Listen(endpoint string) (net.Listener, error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("hostpath: create socket directory: %w", err)
+		return nil, fmt.Errorf("create socket directory: %w", err)
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("hostpath: listen: %w", err)
+		return nil, fmt.Errorf("listen: %w", err)
 	}
 	return l, nil
 }
@@ -69,16 +71,16 @@ func (d *Driver) removeStaleSocket(path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("hostpath: inspect socket path: %w", err)
+		return fmt.Errorf("inspect socket path: %w", err)
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("hostpath: socket path %s exists and is not a socket", path)
+		return fmt.Errorf("socket path %s exists and is not a socket", path)
 	}
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		_ = conn.Close()
-		return fmt.Errorf("hostpath: socket %s is in use by another process", path)
+		return fmt.Errorf("socket %s is in use by another process", path)
 	}
 	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("hostpath: remove stale socket: %w", err)
+		return fmt.Errorf("remove stale socket: %w", err)
 	}
 	d.log.Info("hostpath: removed stale socket", "path", path)
 	return nil

@@ -20,7 +20,7 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csi.Co
 		return nil, invalidArgument(err)
 	}
 	if req.GetCapacityRange() == nil {
-		return nil, invalidArgument(errors.New("hostpath: capacity range must be set"))
+		return nil, invalidArgument(errors.New("capacity range must be set"))
 	}
 	if c := req.GetVolumeCapability(); c != nil {
 		if err := checkCapability(c); err != nil {

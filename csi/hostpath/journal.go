@@ -106,7 +106,7 @@ func openNodeJournal(dir string) (*nodeJournal, error) {
 		if f != nil {
 			_ = f.Close()
 		}
-		return nil, fmt.Errorf("hostpath: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	j.f = f
 	return j, nil
@@ -148,7 +148,7 @@ func readLegacyRecords(dir string, recs map[string]nodeRecord) ([]string, error)
 func loadJournal(path string) (data []byte, recs map[string]nodeRecord, good, lines int, err error) {
 	data, err = os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, 0, 0, fmt.Errorf("hostpath: read %s: %w", path, err)
+		return nil, nil, 0, 0, fmt.Errorf("read %s: %w", path, err)
 	}
 	recs, good, lines, err = replayJournal(path, data)
 	return data, recs, good, lines, err
@@ -170,7 +170,7 @@ func replayJournal(path string, data []byte) (recs map[string]nodeRecord, good, 
 			if good+end+1 == len(data) {
 				return recs, good, lines, nil // cut short by a crash
 			}
-			return nil, 0, 0, fmt.Errorf("hostpath: %s line %d is corrupt (%v): the node's records cannot be trusted; "+
+			return nil, 0, 0, fmt.Errorf("%s line %d is corrupt (%v): the node's records cannot be trusted; "+
 				"unmount its volumes by hand and remove the file", path, lines+1, err)
 		}
 		if rec.empty() {
@@ -189,7 +189,7 @@ func replayJournal(path string, data []byte) (recs map[string]nodeRecord, good, 
 func encodeJournalLine(buf []byte, rec nodeRecord) ([]byte, error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
-		return buf, fmt.Errorf("hostpath: encode node record of %s: %w", rec.VolumeID, err)
+		return buf, fmt.Errorf("encode node record of %s: %w", rec.VolumeID, err)
 	}
 	buf = fmt.Appendf(buf, "%08x ", crc32.Checksum(data, castagnoli))
 	buf = append(buf, data...)
@@ -244,7 +244,7 @@ func (j *nodeJournal) save(rec nodeRecord) error {
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
-		return errors.New("hostpath: the driver is stopped")
+		return errors.New("the driver is stopped")
 	}
 	if j.broken != nil {
 		j.mu.Unlock()
@@ -315,11 +315,11 @@ func (j *nodeJournal) lead() {
 // write appends data to the journal and syncs it.
 func (j *nodeJournal) write(data []byte) error {
 	if _, err := j.f.Write(data); err != nil {
-		return fmt.Errorf("hostpath: write %s: %w", j.path, err)
+		return fmt.Errorf("write %s: %w", j.path, err)
 	}
 	j.syncs.Add(1)
 	if err := j.f.Sync(); err != nil {
-		return fmt.Errorf("hostpath: sync %s: %w", j.path, err)
+		return fmt.Errorf("sync %s: %w", j.path, err)
 	}
 	return nil
 }
@@ -338,13 +338,13 @@ func (j *nodeJournal) rewrite() error {
 	spare := spareOf(j.path)
 	f, err := os.OpenFile(spare, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("hostpath: rewrite %s: %w", j.path, err)
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
 	_, werr := f.Write(data)
 	j.syncs.Add(2) // the file's and its directory's
 	if err := errors.Join(werr, f.Sync(), os.Rename(spare, j.path), syncDir(filepath.Dir(j.path))); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("hostpath: rewrite %s: %w", j.path, err)
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
 	if j.f != nil {
 		_ = j.f.Close()

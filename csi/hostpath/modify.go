@@ -27,14 +27,14 @@ func checkMutable(params map[string]string) error {
 		switch k {
 		case MutableTier:
 			if v != "standard" && v != "fast" {
-				return fmt.Errorf("hostpath: mutable parameter %s is %q: it is standard or fast", k, v)
+				return fmt.Errorf("mutable parameter %s is %q: it is standard or fast", k, v)
 			}
 		case MutableLabel:
 			if len(v) > 64 || strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-				return fmt.Errorf("hostpath: mutable parameter %s must be at most 64 printable bytes", k)
+				return fmt.Errorf("mutable parameter %s must be at most 64 printable bytes", k)
 			}
 		default:
-			return fmt.Errorf("hostpath: unknown mutable parameter %q: this driver takes %s and %s", k, MutableTier, MutableLabel)
+			return fmt.Errorf("unknown mutable parameter %q: this driver takes %s and %s", k, MutableTier, MutableLabel)
 		}
 	}
 	return nil

@@ -171,7 +171,7 @@ func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, e
 			}()
 		}
 		if err := os.MkdirAll(staging, 0o750); err != nil {
-			return false, internal(fmt.Errorf("hostpath: create staging path: %w", err))
+			return false, internal(fmt.Errorf("create staging path: %w", err))
 		}
 		// Recorded as mounted before it is: the bind mount that follows
 		// needs no second write, and a plugin killed in between leaves a
@@ -213,7 +213,7 @@ func (d *Driver) stageRecorded(rec *nodeRecord, staging string) (changed bool, e
 		if !again {
 			rec.StagingPath = ""
 		}
-		return true, internal(fmt.Errorf("hostpath: %w", err))
+		return true, internal(fmt.Errorf("%w", err))
 	}
 	changed = !rec.StagingMounted
 	rec.StagingMounted = true
@@ -416,7 +416,7 @@ func (d *Driver) publish(source, target string, readonly, again bool) (symlink b
 			}
 		}()
 	case err != nil:
-		return false, internal(fmt.Errorf("hostpath: inspect target path: %w", err))
+		return false, internal(fmt.Errorf("inspect target path: %w", err))
 	case fi.Mode()&fs.ModeSymlink != 0:
 		if dest, _ := os.Readlink(target); again && dest == source {
 			return true, nil
@@ -442,7 +442,7 @@ func (d *Driver) publish(source, target string, readonly, again bool) (symlink b
 	needsRoot, denied := d.bindDenied(err)
 	switch {
 	case !denied:
-		return false, internal(fmt.Errorf("hostpath: %w", err))
+		return false, internal(fmt.Errorf("%w", err))
 	case !d.cfg.SymlinkFallback:
 		return false, status.Error(codes.FailedPrecondition, needsRoot+"; run the plugin as root, or with -symlink-fallback")
 	case readonly:
@@ -452,7 +452,7 @@ func (d *Driver) publish(source, target string, readonly, again bool) (symlink b
 		return false, status.Errorf(codes.FailedPrecondition, "hostpath: replace target directory with a symlink: %v", err)
 	}
 	if err := os.Symlink(source, target); err != nil {
-		return false, internal(fmt.Errorf("hostpath: symlink fallback: %w", err))
+		return false, internal(fmt.Errorf("symlink fallback: %w", err))
 	}
 	d.log.Warn("hostpath: bind mount not permitted, published with a symlink instead (-symlink-fallback)", "target_path", target, "source", source, "reason", needsRoot)
 	return true, nil
@@ -505,7 +505,7 @@ func unpublish(target string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return internal(fmt.Errorf("hostpath: inspect target path: %w", err))
+		return internal(fmt.Errorf("inspect target path: %w", err))
 	case fi.Mode()&fs.ModeSymlink != 0:
 		if err := removeFile(target); err != nil {
 			return internal(err)
@@ -516,7 +516,7 @@ func unpublish(target string) error {
 		return err
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return internal(fmt.Errorf("hostpath: remove target path: %w", err))
+		return internal(fmt.Errorf("remove target path: %w", err))
 	}
 	return nil
 }
@@ -536,7 +536,7 @@ func unmountAll(path string) error {
 			return nil
 		}
 		if unmounts == maxStackedMounts {
-			return internal(fmt.Errorf("hostpath: %s is still a mount point after %d unmounts", path, unmounts))
+			return internal(fmt.Errorf("%s is still a mount point after %d unmounts", path, unmounts))
 		}
 		err = mount.Unmount(path)
 		switch {
@@ -544,7 +544,7 @@ func unmountAll(path string) error {
 			return status.Errorf(codes.FailedPrecondition, "hostpath: %s is busy: a process holds files or its working "+
 				"directory there; stop it, then unpublish again", path)
 		case err != nil:
-			return internal(fmt.Errorf("hostpath: %w", err))
+			return internal(fmt.Errorf("%w", err))
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 func (s *controllerServer) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	name, source := req.GetName(), req.GetSourceVolumeId()
 	if name == "" {
-		return nil, invalidArgument(errors.New("hostpath: snapshot name must not be empty"))
+		return nil, invalidArgument(errors.New("snapshot name must not be empty"))
 	}
 	if err := checkID("source volume", source); err != nil {
 		return nil, invalidArgument(err)
@@ -50,7 +50,7 @@ func (s *controllerServer) CreateSnapshot(_ context.Context, req *csi.CreateSnap
 	// The copy first, the record last, as for volumes.
 	dir := d.snapshotDir(id)
 	if err := os.RemoveAll(dir); err != nil {
-		return nil, internal(fmt.Errorf("hostpath: remove half-made snapshot: %w", err))
+		return nil, internal(fmt.Errorf("remove half-made snapshot: %w", err))
 	}
 	if err := copyTree(d.volumeDir(source), dir); err != nil {
 		return nil, internal(err)
@@ -77,7 +77,7 @@ func (rec snapshotRecord) snapshot() *csi.Snapshot {
 // symbolic links, to dst, which must not exist.
 func copyTree(src, dst string) error {
 	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
-		return fmt.Errorf("hostpath: copy %s to %s: %w", src, dst, err)
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return nil
 }
@@ -118,7 +118,7 @@ func (s *controllerServer) DeleteSnapshot(_ context.Context, req *csi.DeleteSnap
 		return nil, internal(err)
 	}
 	if err := os.RemoveAll(d.snapshotDir(id)); err != nil {
-		return nil, internal(fmt.Errorf("hostpath: remove snapshot: %w", err))
+		return nil, internal(fmt.Errorf("remove snapshot: %w", err))
 	}
 	if err := removeRecord(d.snapshotFile(id)); err != nil {
 		return nil, internal(err)

@@ -38,7 +38,7 @@ func volumePathRequest(id, path string) (string, string, error) {
 		return "", "", invalidArgument(err)
 	}
 	if path == "" {
-		return "", "", invalidArgument(errors.New("hostpath: volume path must not be empty"))
+		return "", "", invalidArgument(errors.New("volume path must not be empty"))
 	}
 	return id, filepath.Clean(path), nil
 }
@@ -65,7 +65,7 @@ func (d *Driver) requireNodePath(id, path string) (nodeRecord, error) {
 func volumeStats(dir string) (*csi.NodeGetVolumeStatsResponse, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
-		return nil, internal(fmt.Errorf("hostpath: statfs %s: %w", dir, err))
+		return nil, internal(fmt.Errorf("statfs %s: %w", dir, err))
 	}
 	var usedBytes, usedInodes int64
 	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
@@ -83,7 +83,7 @@ func volumeStats(dir string) (*csi.NodeGetVolumeStatsResponse, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, internal(fmt.Errorf("hostpath: measure %s: %w", dir, err))
+		return nil, internal(fmt.Errorf("measure %s: %w", dir, err))
 	}
 	bsize := int64(st.Bsize)
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{

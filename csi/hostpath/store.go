@@ -162,7 +162,7 @@ func (d *Driver) nodeExists(id string) (bool, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
 	}
-	return false, fmt.Errorf("hostpath: check node %s: %w", id, err)
+	return false, fmt.Errorf("check node %s: %w", id, err)
 }
 
 // nodeUses reports whether node stages or publishes volume id.
@@ -173,7 +173,7 @@ func (d *Driver) nodeUses(node, id string) (bool, error) {
 	}
 	recs, err := readNodeRecords(filepath.Join(d.nodesStateDir(), node))
 	if err != nil {
-		return false, fmt.Errorf("hostpath: check node %s: %w", node, err)
+		return false, fmt.Errorf("check node %s: %w", node, err)
 	}
 	_, ok := recs[id]
 	return ok, nil
@@ -210,7 +210,7 @@ func (d *Driver) stagedCount() (int64, error) {
 func (d *Driver) nodesUsing(id string) ([]string, error) {
 	entries, err := os.ReadDir(d.nodesStateDir())
 	if err != nil {
-		return nil, fmt.Errorf("hostpath: list nodes: %w", err)
+		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	var nodes []string
 	for _, e := range entries {
@@ -230,7 +230,7 @@ func (d *Driver) nodesUsing(id string) ([]string, error) {
 func recordIDs(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("hostpath: list %s: %w", dir, err)
+		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
 	ids := make([]string, 0, len(entries))
 	for _, e := range entries {
@@ -250,10 +250,10 @@ func readJSON(path string, v any) (found bool, err error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("hostpath: read %s: %w", path, err)
+		return false, fmt.Errorf("read %s: %w", path, err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return false, fmt.Errorf("hostpath: decode %s: %w", path, err)
+		return false, fmt.Errorf("decode %s: %w", path, err)
 	}
 	return true, nil
 }
@@ -268,16 +268,16 @@ func readJSON(path string, v any) (found bool, err error) {
 func writeJSON(path string, v any) (err error) {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("hostpath: encode %s: %w", path, err)
+		return fmt.Errorf("encode %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("hostpath: create %s: %w", dir, err)
+		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	spare := spareOf(path)
 	f, err := os.OpenFile(spare, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("hostpath: write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
@@ -288,15 +288,15 @@ func writeJSON(path string, v any) (err error) {
 	serr := f.Sync()
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("hostpath: write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if exchange(spare, path) != nil {
 		if err := os.Rename(spare, path); err != nil {
-			return fmt.Errorf("hostpath: write %s: %w", path, err)
+			return fmt.Errorf("write %s: %w", path, err)
 		}
 	}
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("hostpath: write %s: sync its directory: %w", path, err)
+		return fmt.Errorf("write %s: sync its directory: %w", path, err)
 	}
 	return nil
 }
@@ -329,7 +329,7 @@ func removeRecord(path string) error {
 // removeFile removes path; a missing file is not an error.
 func removeFile(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("hostpath: remove %s: %w", path, err)
+		return fmt.Errorf("remove %s: %w", path, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/names"
 )
 
@@ -17,11 +18,11 @@ import (
 const MaxIDLength = names.MaxLen
 
 // ErrInvalidID is wrapped by every error about a malformed volume or node ID.
-var ErrInvalidID = errors.New("hostpath: invalid id")
+var ErrInvalidID = errclass.New(errclass.Invalid, "invalid id")
 
 // ErrUnsupportedCapability is wrapped by every error about a volume
 // capability the driver cannot provide.
-var ErrUnsupportedCapability = errors.New("hostpath: unsupported volume capability")
+var ErrUnsupportedCapability = errclass.New(errclass.Unsupported, "unsupported volume capability")
 
 // checkID checks an ID that becomes a file name under the root with
 // names.Check: present, at most MaxIDLength bytes, not "." or "..", no
@@ -37,14 +38,14 @@ func checkID(kind, id string) error {
 // absolute and outside the driver's root. It returns the cleaned path.
 func (d *Driver) checkPath(kind, path string) (string, error) {
 	if path == "" {
-		return "", fmt.Errorf("hostpath: %s path must not be empty", kind)
+		return "", fmt.Errorf("%s path must not be empty", kind)
 	}
 	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
-		return "", fmt.Errorf("hostpath: %s path %q must be an absolute path", kind, path)
+		return "", fmt.Errorf("%s path %q must be an absolute path", kind, path)
 	}
 	path = filepath.Clean(path)
 	if rel, err := filepath.Rel(d.cfg.Root, path); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("hostpath: %s path %q must not be inside the driver root %s", kind, path, d.cfg.Root)
+		return "", fmt.Errorf("%s path %q must not be inside the driver root %s", kind, path, d.cfg.Root)
 	}
 	return path, nil
 }
@@ -52,7 +53,7 @@ func (d *Driver) checkPath(kind, path string) (string, error) {
 // checkCapabilities checks that caps is not empty and each one is supported.
 func checkCapabilities(caps []*csi.VolumeCapability) error {
 	if len(caps) == 0 {
-		return errors.New("hostpath: volume capabilities must not be empty")
+		return errors.New("volume capabilities must not be empty")
 	}
 	for _, c := range caps {
 		if err := checkCapability(c); err != nil {
@@ -68,14 +69,14 @@ func checkCapabilities(caps []*csi.VolumeCapability) error {
 // and ignored: a bind mount of a directory has neither.
 func checkCapability(c *csi.VolumeCapability) error {
 	if c == nil {
-		return errors.New("hostpath: volume capability must be set")
+		return errors.New("volume capability must be set")
 	}
 	switch c.GetAccessType().(type) {
 	case *csi.VolumeCapability_Mount:
 	case *csi.VolumeCapability_Block:
 		return fmt.Errorf("%w: block access type: a hostpath volume is a directory, only the mount access type is supported", ErrUnsupportedCapability)
 	default:
-		return errors.New("hostpath: volume capability must have an access type (mount)")
+		return errors.New("volume capability must have an access type (mount)")
 	}
 	mode := c.GetAccessMode().GetMode()
 	switch mode {
@@ -85,17 +86,25 @@ func checkCapability(c *csi.VolumeCapability) error {
 		csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
 		return nil
 	case csi.VolumeCapability_AccessMode_UNKNOWN:
-		return errors.New("hostpath: volume capability must have an access mode")
+		return errors.New("volume capability must have an access mode")
 	}
 	return fmt.Errorf("%w: access mode %s: a hostpath volume lives on one node, only single-node modes are supported", ErrUnsupportedCapability, mode)
 }
 
 // invalidArgument wraps err as a gRPC InvalidArgument status.
 func invalidArgument(err error) error {
-	return status.Error(codes.InvalidArgument, err.Error())
+	return status.Error(codes.InvalidArgument, statusMessage(err))
 }
 
 // internal reports a failure of the driver itself (disk, mount table).
 func internal(err error) error {
-	return status.Error(codes.Internal, err.Error())
+	return status.Error(codes.Internal, statusMessage(err))
+}
+
+// statusMessage is the message of a gRPC status made of err: the driver's
+// name, then err's text. The gRPC boundary is where the name is said, once:
+// every status message of the driver starts with "hostpath: ", as
+// docs/hostpath.md says.
+func statusMessage(err error) string {
+	return "hostpath: " + err.Error()
 }

@@ -92,7 +92,7 @@ func (o FingerprintOptions) withDefaults() FingerprintOptions {
 // validate reports negative durations.
 func (o FingerprintOptions) validate() error {
 	if o.Interval < 0 || o.Retry < 0 || o.RPCTimeout < 0 {
-		return fmt.Errorf("csi: %w: fingerprint durations must not be negative: interval %v, retry %v, RPC timeout %v",
+		return fmt.Errorf("%w: fingerprint durations must not be negative: interval %v, retry %v, RPC timeout %v",
 			csi.ErrInvalidOptions, o.Interval, o.Retry, o.RPCTimeout)
 	}
 	return nil

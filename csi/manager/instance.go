@@ -58,11 +58,11 @@ func NewInstanceProps(cfg InstanceConfig) (*actor.Props, error) {
 func (c InstanceConfig) validate() error {
 	var problems []error
 	if t := c.Plugin.GetType(); t != csi.TypeController && t != csi.TypeNode {
-		problems = append(problems, fmt.Errorf("csi: %w: instance plugin type is %q, must be %q or %q",
+		problems = append(problems, fmt.Errorf("%w: instance plugin type is %q, must be %q or %q",
 			csi.ErrInvalidOptions, t, csi.TypeController, csi.TypeNode))
 	}
 	if c.ReportTo == nil {
-		problems = append(problems, fmt.Errorf("csi: %w: instance needs a ReportTo address", csi.ErrInvalidOptions))
+		problems = append(problems, fmt.Errorf("%w: instance needs a ReportTo address", csi.ErrInvalidOptions))
 	}
 	return errors.Join(append(problems, c.Fingerprint.validate())...)
 }

@@ -71,17 +71,17 @@ type Config struct {
 func (c Config) validate() error {
 	var problems []error
 	if c.Registry == nil {
-		problems = append(problems, fmt.Errorf("csi: %w: the CSI manager needs a registry", csi.ErrInvalidOptions))
+		problems = append(problems, fmt.Errorf("%w: the CSI manager needs a registry", csi.ErrInvalidOptions))
 	}
 	if c.ResyncInterval < 0 || c.ShutdownTimeout < 0 {
-		problems = append(problems, fmt.Errorf("csi: %w: resync interval %v and shutdown timeout %v must not be negative",
+		problems = append(problems, fmt.Errorf("%w: resync interval %v and shutdown timeout %v must not be negative",
 			csi.ErrInvalidOptions, c.ResyncInterval, c.ShutdownTimeout))
 	}
 	if err := c.Supervision.StopsOnGiveUp("Supervision"); err != nil {
-		problems = append(problems, fmt.Errorf("csi: %w: %w: the manager reports a plugin that gave up", csi.ErrInvalidOptions, err))
+		problems = append(problems, fmt.Errorf("%w: %w: the manager reports a plugin that gave up", csi.ErrInvalidOptions, err))
 	}
 	if err := c.Supervision.Validate(); err != nil {
-		problems = append(problems, fmt.Errorf("csi: %w: supervision: %w", csi.ErrInvalidOptions, err))
+		problems = append(problems, fmt.Errorf("%w: supervision: %w", csi.ErrInvalidOptions, err))
 	}
 	return errors.Join(append(problems, c.Fingerprint.validate())...)
 }
@@ -144,7 +144,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("csi: start manager actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start manager actor %q: %w", cfg.Name, err)
 	}
 	return &Manager{system: system, pid: pid, published: published, timeout: cfg.ShutdownTimeout, log: cfg.Logger}, nil
 }
@@ -191,11 +191,11 @@ func (m *Manager) stopInstances(ctx context.Context) error {
 	res, ok := reply.(*messages.ShutdownCSIManagerResponse)
 	switch {
 	case err != nil:
-		return fmt.Errorf("csi: shut down the CSI manager: %w", err)
+		return fmt.Errorf("shut down the CSI manager: %w", err)
 	case !ok:
-		return fmt.Errorf("csi: shut down the CSI manager: unexpected answer %T", reply)
+		return fmt.Errorf("shut down the CSI manager: unexpected answer %T", reply)
 	case len(res.GetNotStopped()) > 0:
-		return fmt.Errorf("csi: shut down the CSI manager: %d plugin instances did not stop within %v: %s",
+		return fmt.Errorf("shut down the CSI manager: %d plugin instances did not stop within %v: %s",
 			len(res.GetNotStopped()), timeout, strings.Join(res.GetNotStopped(), ", "))
 	}
 	return nil
@@ -207,7 +207,7 @@ func (m *Manager) stop(ctx context.Context) error {
 		return err
 	}
 	if err := m.system.Root.StopFuture(m.pid).Wait(); err != nil {
-		return fmt.Errorf("csi: stop the CSI manager actor: %w", err)
+		return fmt.Errorf("stop the CSI manager actor: %w", err)
 	}
 	m.log.Info("CSI manager shut down")
 	return nil

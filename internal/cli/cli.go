@@ -18,22 +18,21 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // ErrUsage marks an error in how a command was called: exit code 2.
-var ErrUsage = errors.New("usage")
+var ErrUsage = errclass.New(errclass.Invalid, "usage")
 
 // Usagef returns a usage error with the message format makes.
 func Usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
+	return usage(fmt.Errorf(format, args...))
 }
 
-// usageError is a usage error: its text is its cause's alone, and it
-// matches ErrUsage as well as what its cause matches.
-type usageError struct{ cause error }
-
-func (e usageError) Error() string   { return e.cause.Error() }
-func (e usageError) Unwrap() []error { return []error{ErrUsage, e.cause} }
+// usage returns a usage error: its text is cause's alone, and it matches
+// ErrUsage as well as what cause matches.
+func usage(cause error) error { return errclass.Also(cause, ErrUsage) }
 
 // failure is an error a command's run returned that is not a usage error:
 // exit code 1.
@@ -112,7 +111,7 @@ func Run(ctx context.Context, root *cobra.Command, args []string, stdout, stderr
 		return f.err
 	}
 	if err != nil && !errors.Is(err, ErrUsage) {
-		return usageError{err}
+		return usage(err)
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/internal/cli"
 )
 
@@ -97,6 +98,7 @@ Flags:
 func TestRunReturnsTheErrorAndMarksUsageErrors(t *testing.T) {
 	err := cli.Run(t.Context(), tool(new([]string)), []string{"greet", "you"}, &bytes.Buffer{}, &bytes.Buffer{})
 	require.ErrorIs(t, err, cli.ErrUsage)
+	require.ErrorIs(t, err, errclass.Invalid)
 	err = cli.Run(t.Context(), tool(new([]string)), []string{"fail"}, &bytes.Buffer{}, &bytes.Buffer{})
 	require.EqualError(t, err, "it broke")
 	require.NotErrorIs(t, err, cli.ErrUsage)

@@ -19,7 +19,8 @@ var small = map[string]bool{
 }
 
 // Repeated returns what msg says twice, or "" when it says each thing once.
-// Quoted values ("v1") are left out, as they name things. It finds:
+// Quoted values ("v1") and absolute paths (/run/x.sock) are left out, as
+// they name things. It finds:
 //   - a word said twice in a row ("agent: agent: ...");
 //   - a prefix said twice: a segment before ": " of one or two words that
 //     stands again as a segment ("names: invalid: names: not a unix socket");
@@ -92,7 +93,7 @@ func wordsOf(msg string) []string {
 	return words
 }
 
-// unquoted is msg with every "..." value left out.
+// unquoted is msg with every "..." value and every absolute path left out.
 func unquoted(msg string) string {
 	var b strings.Builder
 	in := false
@@ -105,7 +106,13 @@ func unquoted(msg string) string {
 			if !in {
 				b.WriteString("_")
 			}
-		case !in:
+		case in:
+		case msg[i] == '/' && (i == 0 || strings.IndexByte(" (=", msg[i-1]) >= 0):
+			for i+1 < len(msg) && strings.IndexByte(" ),;:\n", msg[i+1]) < 0 {
+				i++
+			}
+			b.WriteString("_")
+		default:
 			b.WriteByte(msg[i])
 		}
 	}

@@ -28,6 +28,8 @@ func TestRepeatedLetsAPlainMessagePass(t *testing.T) {
 		`plugvisor volume mount: volume not found: no volume "v1"`,
 		`claim refused: volume "db" is claimed on node n1: claim by alloc a2 on node n2 refused`,
 		`plugin "v1" of type "v1": the "v1" value`, // quoted values may repeat
+		// absolute paths name things too
+		`no agent is running at /tmp/pv1/plugvisor.sock: start one with: plugvisor agent -data-dir /tmp/pv1`,
 		`a volume of the plugin is one of the volumes of the node`,
 	} {
 		require.Empty(t, errwalk.Repeated(msg), msg)

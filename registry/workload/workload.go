@@ -11,10 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // PluginType is the plugin type every workload registers.
-const PluginType = "csi-node"
+const PluginType = model.TypeNode
 
 // Target is a registry reduced to what the workloads use.
 type Target interface {

@@ -5,14 +5,14 @@
 package storagetest
 
 import (
-	"errors"
 	"sync/atomic"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
 // ErrNoSpace is what a FlakyBucket's Apply returns while it is failing.
-var ErrNoSpace = errors.New("storagetest: no space left on device")
+var ErrNoSpace = errclass.New(errclass.Store, "no space left on device")
 
 // FlakyBucket is a storage.Bucket whose Apply fails with ErrNoSpace, and
 // writes nothing, while Failing is set: a disk that fills up. Load and, while

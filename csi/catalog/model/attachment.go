@@ -53,9 +53,9 @@ func (a *Attachment) Copy() *Attachment {
 
 // Validate returns nil when every field of a is set to a known value, and
 // an error matching ErrInvalidAttachment otherwise.
-func (a *Attachment) Validate() error { return asError(a.check()) }
+func (a *Attachment) Validate() error { return a.check() }
 
-func (a *Attachment) check() *catalogError {
+func (a *Attachment) check() error {
 	switch {
 	case a == nil:
 		return errorf(ErrInvalidAttachment, "attachment is nil")
@@ -142,11 +142,11 @@ func (v *CSIVolume) AttachmentNamed(node string) *Attachment {
 	return nil
 }
 
-func (v *CSIVolume) checkAttachments(bad func(string, ...any), within func(*catalogError)) {
+func (v *CSIVolume) checkAttachments(bad func(string, ...any), add func(error)) {
 	for _, node := range slices.Sorted(maps.Keys(v.Attachments)) {
 		a := v.Attachments[node]
 		if err := a.check(); err != nil {
-			within(err.within(ErrInvalidVolume, "attachment filed under node %s", node))
+			add(within(err, ErrInvalidVolume, "attachment filed under node %s", node))
 		} else if a.NodeID != node {
 			bad("attachment filed under node %s belongs to node %s", node, a.NodeID)
 		}

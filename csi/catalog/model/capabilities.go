@@ -84,10 +84,10 @@ func (c RequestedCapability) same(o RequestedCapability) bool {
 func (c RequestedCapability) check(i int) []string {
 	var problems []string
 	if err := c.AccessMode.check(); err != nil {
-		problems = append(problems, fmt.Sprintf("capabilities[%d].access_mode: %s", i, err.detail))
+		problems = append(problems, fmt.Sprintf("capabilities[%d].access_mode: %s", i, err))
 	}
 	if err := c.AttachmentMode.check(); err != nil {
-		problems = append(problems, fmt.Sprintf("capabilities[%d].attachment_mode: %s", i, err.detail))
+		problems = append(problems, fmt.Sprintf("capabilities[%d].attachment_mode: %s", i, err))
 	}
 	switch {
 	case c.AttachmentMode == AttachmentModeBlockDevice && c.FSType != "":
@@ -166,7 +166,7 @@ func (v *CSIVolume) capabilityOf(c *Claim) RequestedCapability {
 // did before volumes had several. A claim that names no capability of v,
 // or too little to choose one, is refused with ErrInvalidClaim naming the
 // field and v's capabilities.
-func (v *CSIVolume) chooseCapability(c *Claim) *catalogError {
+func (v *CSIVolume) chooseCapability(c *Claim) error {
 	caps := v.Capabilities()
 	var fit []RequestedCapability
 	for _, cp := range caps {
@@ -192,7 +192,7 @@ func (v *CSIVolume) chooseCapability(c *Claim) *catalogError {
 
 // capabilityConflict refuses c when it chose another attachment mode than
 // the claims v holds (a volume is used one way at a time, as in Nomad).
-func (v *CSIVolume) capabilityConflict(c *Claim) *catalogError {
+func (v *CSIVolume) capabilityConflict(c *Claim) error {
 	for _, h := range v.heldClaims() {
 		if got, want := v.capabilityOf(h).AttachmentMode, v.capabilityOf(c).AttachmentMode; got != want {
 			return v.errorf(ErrCapabilityConflict, "is held as %s by alloc %s: claim by alloc %s as %s refused; choose a %s capability or wait for the volume to be released",

@@ -10,12 +10,12 @@ import (
 
 func TestAFingerprintThatLearnedNothingCarriesTheCapabilitiesOfTheRecordItReplaces(t *testing.T) {
 	learned := &messages.CSIFingerprint{
-		Type: fingerprintNode, Name: "zoned", AllocId: "a1", Healthy: true, HealthDescription: "healthy", SocketPath: "/run/a1.sock",
+		Type: TypeNode, Name: "zoned", AllocId: "a1", Healthy: true, HealthDescription: "healthy", SocketPath: "/run/a1.sock",
 		Capabilities: &messages.CSICapabilities{Plugin: []string{"VOLUME_ACCESSIBILITY_CONSTRAINTS", "CONTROLLER_SERVICE"},
 			Node: []string{"STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS"}, Unknown: []int32{99}},
 		NodeInfo: &messages.CSINodeInfo{NodeId: "csi-n1", MaxVolumes: 4, AccessibleTopology: map[string]string{"zone": "a"}},
 	}
-	nothing := &messages.CSIFingerprint{Type: fingerprintNode, Name: "zoned", AllocId: "a2", HealthDescription: "connect: connection refused"}
+	nothing := &messages.CSIFingerprint{Type: TypeNode, Name: "zoned", AllocId: "a2", HealthDescription: "connect: connection refused"}
 	p := NewCSIPlugin("zoned", 1)
 	for _, fp := range []*messages.CSIFingerprint{learned, nothing} {
 		info, err := InstanceFromFingerprint(fp)
@@ -40,7 +40,7 @@ func TestAFingerprintThatLearnedNothingCarriesTheCapabilitiesOfTheRecordItReplac
 	require.Equal(t, rec, again, "the fingerprint a node hands the fleet says what its record says")
 	require.Same(t, learned, FingerprintCarrying(learned, rec), "a fingerprint with capabilities is its own word")
 
-	other := &messages.CSIFingerprint{Type: fingerprintNode, Name: "zoned", AllocId: "a3"}
+	other := &messages.CSIFingerprint{Type: TypeNode, Name: "zoned", AllocId: "a3"}
 	require.Same(t, other, FingerprintCarrying(other, rec), "a record of another allocation carries nothing for it")
 }
 

@@ -25,7 +25,7 @@ func (v *CSIVolume) Claim(c *Claim) error {
 // nothing. An alloc that holds a write claim gets ErrClaimModeConflict, one
 // whose claim is being released ErrClaimReleasing. On error v is unchanged.
 func (v *CSIVolume) ClaimRead(c *Claim) error {
-	return asError(v.take(c, ClaimModeRead, func(AccessMode) *catalogError { return v.readRefusal() }))
+	return v.take(c, ClaimModeRead, func(AccessMode) error { return v.readRefusal() })
 }
 
 // ClaimWrite grants c, a write claim in state taken, to its alloc, as
@@ -33,13 +33,13 @@ func (v *CSIVolume) ClaimRead(c *Claim) error {
 // (ErrWriteClaimRefused) or has no free writer slot (ErrVolumeMaxClaims). On
 // error v is unchanged.
 func (v *CSIVolume) ClaimWrite(c *Claim) error {
-	return asError(v.take(c, ClaimModeWrite, v.writeRefusal))
+	return v.take(c, ClaimModeWrite, v.writeRefusal)
 }
 
 // take grants c, which must be a claim of the given mode in state taken,
 // unless its capability, refusal or the claims already held say no. The
 // claim granted carries the capability it chose.
-func (v *CSIVolume) take(c *Claim, mode ClaimMode, refusal func(AccessMode) *catalogError) *catalogError {
+func (v *CSIVolume) take(c *Claim, mode ClaimMode, refusal func(AccessMode) error) error {
 	if err := v.checkClaimable(c); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (v *CSIVolume) GC(allocID string) bool {
 
 // checkClaimable checks that v can take claims at all (an ID, known modes)
 // and that c is well formed.
-func (v *CSIVolume) checkClaimable(c *Claim) *catalogError {
+func (v *CSIVolume) checkClaimable(c *Claim) error {
 	if v == nil {
 		return errorf(ErrInvalidVolume, "volume is nil")
 	}
@@ -140,17 +140,17 @@ func (v *CSIVolume) checkClaimable(c *Claim) *catalogError {
 		}
 	}
 	if err := v.AccessMode.check(); err != nil {
-		return err.within(ErrInvalidVolume, "volume %q cannot be claimed", v.ID)
+		return within(err, ErrInvalidVolume, "volume %q cannot be claimed", v.ID)
 	}
 	if err := v.AttachmentMode.check(); err != nil {
-		return err.within(ErrInvalidVolume, "volume %q cannot be claimed", v.ID)
+		return within(err, ErrInvalidVolume, "volume %q cannot be claimed", v.ID)
 	}
 	return c.check()
 }
 
 // matchHeld checks that c names the same mode and node as held, the claim
 // its alloc holds.
-func (v *CSIVolume) matchHeld(held, c *Claim) *catalogError {
+func (v *CSIVolume) matchHeld(held, c *Claim) error {
 	if held.Mode != c.Mode {
 		return v.errorf(ErrClaimModeConflict, "has a %s claim by alloc %s, not a %s claim; release it first",
 			held.Mode, c.AllocID, c.Mode)
@@ -164,7 +164,7 @@ func (v *CSIVolume) matchHeld(held, c *Claim) *catalogError {
 
 // nodeConflict refuses c when its capability or a held claim's is
 // single-node and v is claimed on another node.
-func (v *CSIVolume) nodeConflict(c *Claim) *catalogError {
+func (v *CSIVolume) nodeConflict(c *Claim) error {
 	if !v.capabilityOf(c).AccessMode.SingleNode() && v.singleNodeHeld() == nil {
 		return nil
 	}

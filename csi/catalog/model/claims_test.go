@@ -231,7 +231,7 @@ func TestCanReadOnlyAndCanWrite(t *testing.T) {
 			require.Equal(t, tc.canRead, v.CanReadOnly())
 			require.Equal(t, tc.canWrite, v.CanWrite())
 			if tc.writeFail != nil {
-				require.ErrorIs(t, asError(v.writeRefusal(v.AccessMode)), tc.writeFail)
+				require.ErrorIs(t, v.writeRefusal(v.AccessMode), tc.writeFail)
 			}
 		})
 	}

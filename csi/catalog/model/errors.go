@@ -81,37 +81,15 @@ var (
 	ErrCapabilityConflict = errclass.New(errclass.Conflict, "claim's capability conflicts with the volume's claims")
 )
 
-// catalogError is an error with a message of its own that
-// matches one or more sentinels with errors.Is.
-type catalogError struct {
-	detail string
-	kinds  []error
+// errorf returns an error that reads as the formatted detail and matches
+// kind, whose class it has.
+func errorf(kind error, format string, args ...any) error {
+	return errclass.Also(fmt.Errorf(format, args...), kind)
 }
 
-// errorf returns an error matching kind whose message is the formatted
-// detail.
-func errorf(kind error, format string, args ...any) *catalogError {
-	return &catalogError{detail: fmt.Sprintf(format, args...), kinds: []error{kind}}
-}
-
-func (e *catalogError) Error() string { return e.detail }
-
-func (e *catalogError) Unwrap() []error { return e.kinds }
-
-// within puts e in a wider context: the result matches kind as well as what e
-// matches, and its detail is the formatted context, a colon, and e's detail.
-func (e *catalogError) within(kind error, format string, args ...any) *catalogError {
-	return &catalogError{
-		detail: fmt.Sprintf(format, args...) + ": " + e.detail,
-		kinds:  append([]error{kind}, e.kinds...),
-	}
-}
-
-// asError turns a possibly nil *catalogError into an error that is nil when
-// it is.
-func asError(e *catalogError) error {
-	if e == nil {
-		return nil
-	}
-	return e
+// within puts err in a wider context: the result reads as the formatted
+// context, a colon and err's text, and matches kind as well as what err
+// matches.
+func within(err, kind error, format string, args ...any) error {
+	return errclass.Also(fmt.Errorf(format+": %w", append(args, err)...), kind)
 }

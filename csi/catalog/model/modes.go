@@ -47,9 +47,9 @@ func ParseAccessMode(s string) (AccessMode, error) {
 
 // Validate returns nil for one of the AccessMode constants and an error
 // matching ErrUnknownAccessMode for anything else, the empty string included.
-func (m AccessMode) Validate() error { return asError(m.check()) }
+func (m AccessMode) Validate() error { return m.check() }
 
-func (m AccessMode) check() *catalogError {
+func (m AccessMode) check() error {
 	return checkEnum(m, AccessModes(), "access mode", ErrUnknownAccessMode)
 }
 
@@ -103,9 +103,9 @@ func ParseAttachmentMode(s string) (AttachmentMode, error) {
 // Validate returns nil for one of the AttachmentMode constants and an error
 // matching ErrUnknownAttachmentMode for anything else, the empty string
 // included.
-func (m AttachmentMode) Validate() error { return asError(m.check()) }
+func (m AttachmentMode) Validate() error { return m.check() }
 
-func (m AttachmentMode) check() *catalogError {
+func (m AttachmentMode) check() error {
 	return checkEnum(m, AttachmentModes(), "attachment mode", ErrUnknownAttachmentMode)
 }
 
@@ -122,9 +122,9 @@ const (
 
 // Validate returns nil for ClaimModeRead and ClaimModeWrite and an error
 // matching ErrUnknownClaimMode for anything else.
-func (m ClaimMode) Validate() error { return asError(m.check()) }
+func (m ClaimMode) Validate() error { return m.check() }
 
-func (m ClaimMode) check() *catalogError {
+func (m ClaimMode) check() error {
 	return checkEnum(m, []ClaimMode{ClaimModeRead, ClaimModeWrite}, "claim mode", ErrUnknownClaimMode)
 }
 
@@ -152,9 +152,9 @@ const (
 
 // Validate returns nil for one of the ClaimState constants and an error
 // matching ErrUnknownClaimState for anything else.
-func (s ClaimState) Validate() error { return asError(s.check()) }
+func (s ClaimState) Validate() error { return s.check() }
 
-func (s ClaimState) check() *catalogError {
+func (s ClaimState) check() error {
 	return checkEnum(s, []ClaimState{
 		ClaimStateTaken, ClaimStateUnpublishing, ClaimStateNodeDetached,
 		ClaimStateControllerDetached, ClaimStateReadyToFree,
@@ -176,9 +176,9 @@ const (
 
 // Validate returns nil for one of the PluginType constants and an error
 // matching ErrUnknownPluginType for anything else.
-func (t PluginType) Validate() error { return asError(t.check()) }
+func (t PluginType) Validate() error { return t.check() }
 
-func (t PluginType) check() *catalogError {
+func (t PluginType) check() error {
 	return checkEnum(t, []PluginType{PluginTypeController, PluginTypeNode, PluginTypeMonolith},
 		"plugin type", ErrUnknownPluginType)
 }
@@ -195,7 +195,7 @@ func (t PluginType) runsNode() bool {
 
 // checkEnum returns nil when v is one of all, and otherwise an error matching
 // kind that names what v is and lists the valid values.
-func checkEnum[T ~string](v T, all []T, what string, kind error) *catalogError {
+func checkEnum[T ~string](v T, all []T, what string, kind error) error {
 	if slices.Contains(all, v) {
 		return nil
 	}
@@ -207,7 +207,7 @@ func checkEnum[T ~string](v T, all []T, what string, kind error) *catalogError {
 }
 
 // parseEnum converts s to T when check accepts it.
-func parseEnum[T ~string](s string, check func(T) *catalogError) (T, error) {
+func parseEnum[T ~string](s string, check func(T) error) (T, error) {
 	if err := check(T(s)); err != nil {
 		return "", err
 	}

@@ -9,6 +9,16 @@ import (
 	"github.com/plugvisor/plugvisor/names"
 )
 
+// The plugin types of a CSI plugin in the registry, one for each of its
+// services. A monolith plugin registers under both. A fingerprint carries
+// the type of the service it describes. These are the only definitions of
+// the two names: package csi names them again as csi.TypeController and
+// csi.TypeNode.
+const (
+	TypeController = "csi-controller"
+	TypeNode       = "csi-node"
+)
+
 // ControllerInfo is the fingerprint of a CSI controller plugin: what its
 // controller service can do.
 type ControllerInfo struct {
@@ -418,7 +428,7 @@ func (p *CSIPlugin) SetJob(job PluginJob) error {
 		return p.errorf("job %s expects %d instances", job.ID, job.Expected)
 	}
 	if err := job.Type.check(); err != nil {
-		return err.within(ErrInvalidPlugin, "plugin %q: job %s", p.ID, job.ID)
+		return within(err, ErrInvalidPlugin, "plugin %q: job %s", p.ID, job.ID)
 	}
 	p.ensureMaps()
 	p.Jobs[job.ID] = job

@@ -16,12 +16,6 @@ import (
 // keeps on disk, and turns the CSI manager's fingerprints into CSIInfo.
 // Decoding never validates: callers run Validate on what they decoded.
 
-// The registry plugin types a CSI fingerprint can carry.
-const (
-	fingerprintController = "csi-controller"
-	fingerprintNode       = "csi-node"
-)
-
 // capability ties a CSI capability name to the flag of the model that says
 // the plugin has it.
 type capability[T any] struct {
@@ -105,10 +99,10 @@ func InstanceFromFingerprint(fp *messages.CSIFingerprint) (*CSIInfo, error) {
 		CapabilitiesFrom:         fp.GetCapabilitiesFrom(),
 	}
 	switch fp.GetType() {
-	case fingerprintController:
+	case TypeController:
 		info.ControllerInfo = &ControllerInfo{UnknownCapabilities: slices.Clone(caps.GetUnknown())}
 		setCapabilities(controllerCapabilities, info.ControllerInfo, caps.GetController())
-	case fingerprintNode:
+	case TypeNode:
 		node := fp.GetNodeInfo()
 		info.NodeInfo = &NodeInfo{
 			NodeID:              node.GetNodeId(),
@@ -121,7 +115,7 @@ func InstanceFromFingerprint(fp *messages.CSIFingerprint) (*CSIInfo, error) {
 		setCapabilities(nodeCapabilities, info.NodeInfo, caps.GetNode())
 	default:
 		return nil, errorf(ErrInvalidPlugin, "fingerprint of plugin %q (alloc %s) has type %q, want %q or %q",
-			fp.GetName(), fp.GetAllocId(), fp.GetType(), fingerprintController, fingerprintNode)
+			fp.GetName(), fp.GetAllocId(), fp.GetType(), TypeController, TypeNode)
 	}
 	return info, nil
 }
@@ -144,10 +138,10 @@ func FingerprintCarrying(fp *messages.CSIFingerprint, rec *CSIInfo) *messages.CS
 	if rec.RequiresTopologies {
 		caps.Plugin = append(caps.Plugin, "VOLUME_ACCESSIBILITY_CONSTRAINTS")
 	}
-	if c := rec.ControllerInfo; c != nil && fp.GetType() == fingerprintController {
+	if c := rec.ControllerInfo; c != nil && fp.GetType() == TypeController {
 		caps.Controller, caps.Unknown = capabilityNames(controllerCapabilities, c), slices.Clone(c.UnknownCapabilities)
 	}
-	if n := rec.NodeInfo; n != nil && fp.GetType() == fingerprintNode {
+	if n := rec.NodeInfo; n != nil && fp.GetType() == TypeNode {
 		caps.Node, caps.Unknown = capabilityNames(nodeCapabilities, n), slices.Clone(n.UnknownCapabilities)
 	}
 	out := proto.CloneOf(fp)

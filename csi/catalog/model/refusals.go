@@ -71,17 +71,6 @@ var (
 // namespace together, unless configured otherwise.
 const DefaultMaxVolumes = 16384
 
-// refusal is a refusal of the catalog's rules: its text is the whole
-// message, and errors.Is matches each of its kinds; the first gives its
-// class.
-type refusal struct {
-	text  string
-	kinds []error
-}
-
-func (e *refusal) Error() string   { return e.text }
-func (e *refusal) Unwrap() []error { return e.kinds }
-
 // Refusef returns an error that matches sentinel and reads
 // "<sentinel>: <detail>".
 func Refusef(sentinel error, format string, args ...any) error {
@@ -92,7 +81,7 @@ func Refusef(sentinel error, format string, args ...any) error {
 // refusal that matches sentinel as well as everything err matches, and
 // has err's class.
 func Refusal(sentinel, err error) error {
-	return &refusal{text: fmt.Sprintf("%v: %s", sentinel, err), kinds: []error{err, sentinel}}
+	return errclass.Also(fmt.Errorf("%v: %w", sentinel, err), sentinel)
 }
 
 // Classify classifies an error of the model's volume operations: bad
@@ -162,12 +151,7 @@ const MaxBatch = 25
 // BatchItemError is err, a refusal of the item at index i (volume id) of
 // a batch, naming that item; it matches everything err matches.
 func BatchItemError(i int, id string, err error) error {
-	detail := err.Error()
-	kinds := []error{err}
-	if r := (*refusal)(nil); errors.As(err, &r) {
-		kinds = r.kinds
-	}
-	return &refusal{text: fmt.Sprintf("volumes[%d] (volume %q): %s", i, id, detail), kinds: kinds}
+	return fmt.Errorf("volumes[%d] (volume %q): %w", i, id, err)
 }
 
 // CheckRegisterBatch checks a batch of registrations on its face: one to

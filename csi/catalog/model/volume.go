@@ -45,9 +45,9 @@ func (c *Claim) Copy() *Claim {
 
 // Validate returns nil when every field of c is set to a known value, and an
 // error matching ErrInvalidClaim otherwise.
-func (c *Claim) Validate() error { return asError(c.check()) }
+func (c *Claim) Validate() error { return c.check() }
 
-func (c *Claim) check() *catalogError {
+func (c *Claim) check() error {
 	switch {
 	case c == nil:
 		return errorf(ErrInvalidClaim, "claim is nil")
@@ -62,19 +62,19 @@ func (c *Claim) check() *catalogError {
 		}
 	}
 	if err := c.Mode.check(); err != nil {
-		return err.within(ErrInvalidClaim, "claim by alloc %s", c.AllocID)
+		return within(err, ErrInvalidClaim, "claim by alloc %s", c.AllocID)
 	}
 	if err := c.State.check(); err != nil {
-		return err.within(ErrInvalidClaim, "claim by alloc %s", c.AllocID)
+		return within(err, ErrInvalidClaim, "claim by alloc %s", c.AllocID)
 	}
 	if c.AccessMode != "" {
 		if err := c.AccessMode.check(); err != nil {
-			return err.within(ErrInvalidClaim, "claim by alloc %s: access_mode", c.AllocID)
+			return within(err, ErrInvalidClaim, "claim by alloc %s: access_mode", c.AllocID)
 		}
 	}
 	if c.AttachmentMode != "" {
 		if err := c.AttachmentMode.check(); err != nil {
-			return err.within(ErrInvalidClaim, "claim by alloc %s: attachment_mode", c.AllocID)
+			return within(err, ErrInvalidClaim, "claim by alloc %s: attachment_mode", c.AllocID)
 		}
 	}
 	return nil
@@ -272,7 +272,7 @@ func (v *CSIVolume) CanWrite() bool {
 }
 
 // readRefusal says why no new read claim can be granted, or nil.
-func (v *CSIVolume) readRefusal() *catalogError {
+func (v *CSIVolume) readRefusal() error {
 	if !v.Schedulable {
 		reach := ""
 		if len(v.Topologies) > 0 {
@@ -292,7 +292,7 @@ func (v *CSIVolume) readRefusal() *catalogError {
 // writeRefusal says why no new write claim with access mode access can be
 // granted, or nil: the writers' limit is the fewest that any writer's
 // capability allows, the new one's included.
-func (v *CSIVolume) writeRefusal(access AccessMode) *catalogError {
+func (v *CSIVolume) writeRefusal(access AccessMode) error {
 	if err := v.readRefusal(); err != nil {
 		return err
 	}
@@ -322,7 +322,7 @@ func (v *CSIVolume) UpdateHealth(p *CSIPlugin) error {
 
 // errorf returns an error about v matching kind: "volume "ID"
 // (access mode) " followed by the formatted detail.
-func (v *CSIVolume) errorf(kind error, format string, args ...any) *catalogError {
+func (v *CSIVolume) errorf(kind error, format string, args ...any) error {
 	return errorf(kind, "volume %q (%s) "+format, append([]any{v.ID, v.AccessMode}, args...)...)
 }
 
@@ -372,9 +372,9 @@ func (v *CSIVolume) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, errorf(ErrInvalidVolume, "volume %q: "+format, append([]any{v.ID}, args...)...))
 	}
-	within := func(err *catalogError) {
+	add := func(err error) {
 		if err != nil {
-			errs = append(errs, err.within(ErrInvalidVolume, "volume %q", v.ID))
+			errs = append(errs, within(err, ErrInvalidVolume, "volume %q", v.ID))
 		}
 	}
 	for _, f := range []struct{ field, value string }{{"ID", v.ID}, {"namespace", v.Namespace}, {"plugin ID", v.PluginID}} {
@@ -384,8 +384,8 @@ func (v *CSIVolume) Validate() error {
 			bad("%v", err)
 		}
 	}
-	within(v.AccessMode.check())
-	within(v.AttachmentMode.check())
+	add(v.AccessMode.check())
+	add(v.AttachmentMode.check())
 	v.checkCapabilities(bad)
 	for i, t := range v.Topologies {
 		if t == nil {
@@ -399,14 +399,14 @@ func (v *CSIVolume) Validate() error {
 		}
 	}
 	v.checkPluginSide(bad)
-	v.checkClaimMaps(bad, within)
-	v.checkAttachments(bad, within)
+	v.checkClaimMaps(bad, add)
+	v.checkAttachments(bad, add)
 	return errors.Join(errs...)
 }
 
-// checkClaimMaps reports, through bad and within, what is wrong with v's
+// checkClaimMaps reports, through bad and add, what is wrong with v's
 // claim maps.
-func (v *CSIVolume) checkClaimMaps(bad func(string, ...any), within func(*catalogError)) {
+func (v *CSIVolume) checkClaimMaps(bad func(string, ...any), add func(error)) {
 	claimSets := []struct {
 		name   string
 		claims map[string]*Claim
@@ -415,7 +415,7 @@ func (v *CSIVolume) checkClaimMaps(bad func(string, ...any), within func(*catalo
 		for _, id := range slices.Sorted(maps.Keys(m.claims)) {
 			c := m.claims[id]
 			if err := c.check(); err != nil {
-				within(err.within(ErrInvalidVolume, "%s claim filed under alloc %s", m.name, id))
+				add(within(err, ErrInvalidVolume, "%s claim filed under alloc %s", m.name, id))
 				continue
 			}
 			if c.AllocID != id {

@@ -4,16 +4,17 @@ package mount
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // ErrUnsupported is returned by Bind, Unmount and Detach on systems without
 // Linux mount system calls.
-var ErrUnsupported = errors.New("mount: bind mounts are only supported on Linux")
+var ErrUnsupported = errclass.New(errclass.Unsupported, "bind mounts are only supported on Linux")
 
 // mountInfoPath is the mount table of the calling process.
 const mountInfoPath = "/proc/self/mountinfo"
@@ -23,7 +24,7 @@ const mountInfoPath = "/proc/self/mountinfo"
 func Points() ([]string, error) {
 	f, err := os.Open(mountInfoPath)
 	if err != nil {
-		return nil, fmt.Errorf("mount: read mount table: %w", err)
+		return nil, fmt.Errorf("read mount table: %w", err)
 	}
 	defer f.Close()
 	var points []string
@@ -38,7 +39,7 @@ func Points() ([]string, error) {
 		points = append(points, unescape(fields[4]))
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("mount: read mount table: %w", err)
+		return nil, fmt.Errorf("read mount table: %w", err)
 	}
 	return points, nil
 }
@@ -53,7 +54,7 @@ func IsMountPoint(path string) (bool, error) {
 	}
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return false, fmt.Errorf("mount: resolve %s: %w", path, err)
+		return false, fmt.Errorf("resolve %s: %w", path, err)
 	}
 	points, err := Points()
 	if err != nil {
@@ -72,7 +73,7 @@ func IsMountPoint(path string) (bool, error) {
 func Under(dir string) ([]string, error) {
 	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return nil, fmt.Errorf("mount: resolve %s: %w", dir, err)
+		return nil, fmt.Errorf("resolve %s: %w", dir, err)
 	}
 	points, err := Points()
 	if err != nil {

@@ -17,7 +17,7 @@ func isMountRoot(path string) (root, known bool, err error) {
 		if errors.Is(err, unix.ENOSYS) {
 			return false, false, nil
 		}
-		return false, false, fmt.Errorf("mount: resolve %s: %w", path, err)
+		return false, false, fmt.Errorf("resolve %s: %w", path, err)
 	}
 	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
 		return false, false, nil
@@ -30,7 +30,7 @@ func isMountRoot(path string) (root, known bool, err error) {
 // returned error wraps the errno, so callers can test for syscall.EPERM.
 func Bind(source, target string, readonly bool) error {
 	if err := syscall.Mount(source, target, "", syscall.MS_BIND, ""); err != nil {
-		return fmt.Errorf("mount: mount --bind %s %s: %w", source, target, err)
+		return fmt.Errorf("mount --bind %s %s: %w", source, target, err)
 	}
 	if !readonly {
 		return nil
@@ -38,7 +38,7 @@ func Bind(source, target string, readonly bool) error {
 	flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_RDONLY)
 	if err := syscall.Mount("", target, "", flags, ""); err != nil {
 		undo := syscall.Unmount(target, 0)
-		return errors.Join(fmt.Errorf("mount: remount %s read-only: %w", target, err), undo)
+		return errors.Join(fmt.Errorf("remount %s read-only: %w", target, err), undo)
 	}
 	return nil
 }
@@ -60,5 +60,5 @@ func unmount(target string, flags int) error {
 	if err == nil || errors.Is(err, syscall.EINVAL) {
 		return nil
 	}
-	return fmt.Errorf("mount: umount %s: %w", target, err)
+	return fmt.Errorf("umount %s: %w", target, err)
 }

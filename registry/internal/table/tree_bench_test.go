@@ -1,4 +1,4 @@
-package registry
+package table
 
 import (
 	"fmt"
@@ -12,21 +12,21 @@ import (
 // benchTree is what the tree benchmarks ask of allocTree and of
 // google/btree, which the registry used before it.
 type benchTree interface {
-	put(a *allocation)
-	remove(a *allocation)
+	put(a *Allocation)
+	remove(a *Allocation)
 	clone() benchTree
 }
 
 type ownTree struct{ *allocTree }
 
-func (t ownTree) put(a *allocation)    { t.ReplaceOrInsert(a) }
-func (t ownTree) remove(a *allocation) { t.Delete(a) }
+func (t ownTree) put(a *Allocation)    { t.ReplaceOrInsert(a) }
+func (t ownTree) remove(a *Allocation) { t.Delete(a) }
 func (t ownTree) clone() benchTree     { return ownTree{t.Clone()} }
 
-type googleTree struct{ *btree.BTreeG[*allocation] }
+type googleTree struct{ *btree.BTreeG[*Allocation] }
 
-func (t googleTree) put(a *allocation)    { t.ReplaceOrInsert(a) }
-func (t googleTree) remove(a *allocation) { t.Delete(a) }
+func (t googleTree) put(a *Allocation)    { t.ReplaceOrInsert(a) }
+func (t googleTree) remove(a *Allocation) { t.Delete(a) }
 func (t googleTree) clone() benchTree     { return googleTree{t.Clone()} }
 
 // BenchmarkAllocTree compares allocTree's node sizes with google/btree at
@@ -41,7 +41,7 @@ func BenchmarkAllocTree(b *testing.B) {
 		make func() benchTree
 	}{
 		{"btree-degree16", func() benchTree {
-			return googleTree{btree.NewG(16, func(a, b *allocation) bool { return compareAlloc(a, b) < 0 })}
+			return googleTree{btree.NewG(16, func(a, b *Allocation) bool { return compareAlloc(a, b) < 0 })}
 		}},
 	}
 	for _, max := range []int{31, 63, treeMaxItems} {
@@ -57,7 +57,7 @@ func BenchmarkAllocTree(b *testing.B) {
 	for _, n := range []int{10000, 100000} {
 		for _, order := range []string{"random", "registered"} {
 			// registered is MemoryPerPlugin's order: p0, p1, p2 and on.
-			items := make([]*allocation, n)
+			items := make([]*Allocation, n)
 			for i := range items {
 				items[i] = probe(fmt.Sprint("p", i), "a0")
 			}
@@ -73,7 +73,7 @@ func BenchmarkAllocTree(b *testing.B) {
 	}
 }
 
-func benchTreeOps(b *testing.B, make func() benchTree, items []*allocation) {
+func benchTreeOps(b *testing.B, make func() benchTree, items []*Allocation) {
 	n := float64(len(items))
 	before := liveHeap()
 	tree := make()

@@ -1,4 +1,4 @@
-package registry
+package table
 
 import (
 	"slices"
@@ -30,7 +30,7 @@ const treeMaxItems = 127
 type allocTree struct {
 	root    *treeNode
 	length  int
-	compare func(a, b *allocation) int
+	compare func(a, b *Allocation) int
 	owner   *treeOwner
 	// maxItems is treeMaxItems, or less (at least 2, or a split would
 	// leave an empty node) in tests that need deep trees.
@@ -45,13 +45,13 @@ type treeOwner struct{ _ byte }
 // with one child more than items, children[i] holding the allocations
 // before items[i].
 type treeNode struct {
-	items    []*allocation
+	items    []*Allocation
 	children []*treeNode
 	owner    *treeOwner
 }
 
 // newAllocTree returns an empty tree ordered by compare.
-func newAllocTree(compare func(a, b *allocation) int) *allocTree {
+func newAllocTree(compare func(a, b *Allocation) int) *allocTree {
 	return &allocTree{compare: compare, owner: new(treeOwner), maxItems: treeMaxItems}
 }
 
@@ -68,7 +68,7 @@ func (t *allocTree) Clone() *allocTree {
 }
 
 // Get returns the allocation equal to key.
-func (t *allocTree) Get(key *allocation) (*allocation, bool) {
+func (t *allocTree) Get(key *Allocation) (*Allocation, bool) {
 	n := t.root
 	for n != nil {
 		i, found := slices.BinarySearchFunc(n.items, key, t.compare)
@@ -85,7 +85,7 @@ func (t *allocTree) Get(key *allocation) (*allocation, bool) {
 
 // AscendGreaterOrEqual calls fn with each allocation from pivot on, in
 // order, until fn returns false.
-func (t *allocTree) AscendGreaterOrEqual(pivot *allocation, fn func(*allocation) bool) {
+func (t *allocTree) AscendGreaterOrEqual(pivot *Allocation, fn func(*Allocation) bool) {
 	if t.root != nil {
 		t.root.ascend(pivot, t.compare, fn)
 	}
@@ -93,7 +93,7 @@ func (t *allocTree) AscendGreaterOrEqual(pivot *allocation, fn func(*allocation)
 
 // ascend calls fn with the allocations of n's subtree from pivot on (all
 // of them when pivot is nil), and returns false once fn has.
-func (n *treeNode) ascend(pivot *allocation, compare func(a, b *allocation) int, fn func(*allocation) bool) bool {
+func (n *treeNode) ascend(pivot *Allocation, compare func(a, b *Allocation) int, fn func(*Allocation) bool) bool {
 	start, found := 0, false
 	if pivot != nil {
 		start, found = slices.BinarySearchFunc(n.items, pivot, compare)
@@ -119,9 +119,9 @@ func (n *treeNode) ascend(pivot *allocation, compare func(a, b *allocation) int,
 
 // ReplaceOrInsert puts a in the tree, replacing the allocation equal to
 // it, which it returns.
-func (t *allocTree) ReplaceOrInsert(a *allocation) (old *allocation, replaced bool) {
+func (t *allocTree) ReplaceOrInsert(a *Allocation) (old *Allocation, replaced bool) {
 	if t.root == nil {
-		t.root = &treeNode{items: []*allocation{a}, owner: t.owner}
+		t.root = &treeNode{items: []*Allocation{a}, owner: t.owner}
 		t.length++
 		return nil, false
 	}
@@ -129,7 +129,7 @@ func (t *allocTree) ReplaceOrInsert(a *allocation) (old *allocation, replaced bo
 	old, replaced = t.insert(t.root, a)
 	if len(t.root.items) > t.maxItems {
 		median, right := t.split(t.root)
-		t.root = &treeNode{items: []*allocation{median}, children: []*treeNode{t.root, right}, owner: t.owner}
+		t.root = &treeNode{items: []*Allocation{median}, children: []*treeNode{t.root, right}, owner: t.owner}
 	}
 	if !replaced {
 		t.length++
@@ -139,7 +139,7 @@ func (t *allocTree) ReplaceOrInsert(a *allocation) (old *allocation, replaced bo
 
 // insert puts a in the subtree of n, which t owns. A node it grows may
 // hold one item too many: n's parent splits it.
-func (t *allocTree) insert(n *treeNode, a *allocation) (*allocation, bool) {
+func (t *allocTree) insert(n *treeNode, a *Allocation) (*Allocation, bool) {
 	i, found := slices.BinarySearchFunc(n.items, a, t.compare)
 	if found {
 		old := n.items[i]
@@ -162,7 +162,7 @@ func (t *allocTree) insert(n *treeNode, a *allocation) (*allocation, bool) {
 
 // split cuts n, which holds one item too many, in two: n keeps the first
 // half, and split returns the median and a new node with the second.
-func (t *allocTree) split(n *treeNode) (median *allocation, right *treeNode) {
+func (t *allocTree) split(n *treeNode) (median *Allocation, right *treeNode) {
 	mid := len(n.items) / 2
 	median = n.items[mid]
 	right = &treeNode{items: sizedCopy(n.items[mid+1:]), owner: t.owner}
@@ -176,7 +176,7 @@ func (t *allocTree) split(n *treeNode) (median *allocation, right *treeNode) {
 
 // Delete removes the allocation equal to key, and returns it. A key the
 // tree does not hold copies no node.
-func (t *allocTree) Delete(key *allocation) (*allocation, bool) {
+func (t *allocTree) Delete(key *Allocation) (*Allocation, bool) {
 	if t.root == nil {
 		return nil, false
 	}
@@ -200,9 +200,9 @@ func (t *allocTree) Delete(key *allocation) (*allocation, bool) {
 // root: n, or t's copy of n once remove has found key below it. A child
 // left with too few items borrows from a sibling or is merged with one
 // (rebalance), so n may be left with too few: its parent's turn.
-func (t *allocTree) remove(n *treeNode, key *allocation) (*treeNode, *allocation, bool) {
+func (t *allocTree) remove(n *treeNode, key *Allocation) (*treeNode, *Allocation, bool) {
 	i, found := slices.BinarySearchFunc(n.items, key, t.compare)
-	var old *allocation
+	var old *Allocation
 	switch {
 	case n.children == nil && !found:
 		return n, nil, false
@@ -229,7 +229,7 @@ func (t *allocTree) remove(n *treeNode, key *allocation) (*treeNode, *allocation
 }
 
 // removeLast deletes the last allocation of n's subtree, and returns it.
-func (t *allocTree) removeLast(n *treeNode) *allocation {
+func (t *allocTree) removeLast(n *treeNode) *Allocation {
 	if n.children == nil {
 		last := n.items[len(n.items)-1]
 		n.items = removeAt(n.items, len(n.items)-1)
@@ -284,7 +284,7 @@ func (t *allocTree) rebalance(n *treeNode, i int) {
 // child i. Neither child holds more than minItems, so the join fits.
 func (t *allocTree) merge(n *treeNode, i int) {
 	left, right := t.ownChild(n, i), n.children[i+1]
-	items := sized[*allocation](len(left.items) + 1 + len(right.items))
+	items := sized[*Allocation](len(left.items) + 1 + len(right.items))
 	at := copy(items, left.items)
 	items[at] = n.items[i]
 	copy(items[at+1:], right.items)
@@ -302,7 +302,7 @@ func (t *allocTree) own(n *treeNode) *treeNode {
 	if n.owner == t.owner {
 		return n
 	}
-	items := sized[*allocation](len(n.items) + 1)[:len(n.items)]
+	items := sized[*Allocation](len(n.items) + 1)[:len(n.items)]
 	copy(items, n.items)
 	c := &treeNode{items: items, owner: t.owner}
 	if n.children != nil {
@@ -319,7 +319,7 @@ func (t *allocTree) ownChild(n *treeNode, i int) *treeNode {
 }
 
 // pointers is what a node's slices hold.
-type pointers interface{ *allocation | *treeNode }
+type pointers interface{ *Allocation | *treeNode }
 
 // sized returns a slice of length n whose capacity fills its allocation:
 // n rounded up to the Go size class, as append rounds it.
@@ -365,7 +365,7 @@ var classCap = func() (caps [2*treeMaxItems + 4]int) {
 		if n > 0 && n <= caps[n-1] {
 			caps[n] = caps[n-1] // the same size class: no slice to make
 		} else if n > 0 {
-			caps[n] = cap(sized[*allocation](n))
+			caps[n] = cap(sized[*Allocation](n))
 		}
 	}
 	return caps
@@ -373,7 +373,7 @@ var classCap = func() (caps [2*treeMaxItems + 4]int) {
 
 // compareAlloc orders allocations by name, then alloc ID: the order of a
 // table's allocs tree.
-func compareAlloc(a, b *allocation) int {
+func compareAlloc(a, b *Allocation) int {
 	if c := strings.Compare(a.plugin.Name, b.plugin.Name); c != 0 {
 		return c
 	}

@@ -1,4 +1,4 @@
-package dockervolume
+package volumes
 
 import (
 	"cmp"
@@ -17,18 +17,20 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/discovery"
+	"github.com/plugvisor/plugvisor/dockervolume"
 	"github.com/plugvisor/plugvisor/errclass"
+	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// DefaultVolumesName is the volume service actor's name when
-// VolumesConfig.Name is empty.
-const DefaultVolumesName = "docker-volumes"
+// DefaultName is the volume service actor's name when
+// Config.Name is empty.
+const DefaultName = "docker-volumes"
 
 // DefaultOpTimeout bounds one volume operation: Docker's longest call
-// (LongTimeout) plus the wait for a driver to appear (1+2+4+8 s).
-const DefaultOpTimeout = LongTimeout + 15*time.Second
+// (dockervolume.LongTimeout) plus the wait for a driver to appear (1+2+4+8 s).
+const DefaultOpTimeout = dockervolume.LongTimeout + 15*time.Second
 
 // Sentinel errors of the volume service.
 var (
@@ -41,19 +43,19 @@ var (
 	ErrNotMounted = errclass.New(errclass.NotFound, "volume is not mounted by that ID")
 	// ErrStore: the durable write failed; nothing changed.
 	ErrStore = errclass.New(errclass.Store, "cannot write the volume record")
-	// ErrVolumesShutDown: the service is shut down.
-	ErrVolumesShutDown = errclass.New(errclass.ShutDown, "the volume service is shut down")
-	// ErrInvalidVolumesConfig: StartVolumes was given a config it cannot use.
-	ErrInvalidVolumesConfig = errclass.New(errclass.Invalid, "invalid volume service config")
+	// ErrShutDown: the service is shut down.
+	ErrShutDown = errclass.New(errclass.ShutDown, "the volume service is shut down")
+	// ErrInvalidConfig: Start was given a config it cannot use.
+	ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid volume service config")
 )
 
 // Drivers finds the volume plugins (drivers) that serve volumes.
 type Drivers interface {
 	// Driver returns a client for the volume plugin name, waiting for it
 	// to appear as Docker does.
-	Driver(ctx context.Context, name string) (*Client, error)
+	Driver(ctx context.Context, name string) (*dockervolume.Client, error)
 	// All returns a client for every volume plugin registered now, by name.
-	All() map[string]*Client
+	All() map[string]*dockervolume.Client
 }
 
 // RegistryDrivers are the volume plugins of a registry. With a Discovery,
@@ -62,31 +64,31 @@ type Drivers interface {
 type RegistryDrivers struct {
 	Registry  *registry.Registry
 	Discovery *discovery.Discovery
-	// Retry is how the drivers' clients retry a plugin they cannot reach
-	// (the zero Retry is moby's).
-	Retry Retry
+	// Retry is how the drivers' clients retry a plugin they cannot reach.
+	// The zero Retry is moby's.
+	Retry dockervolume.Retry
 }
 
 // Driver implements Drivers.
-func (d RegistryDrivers) Driver(ctx context.Context, name string) (*Client, error) {
+func (d RegistryDrivers) Driver(ctx context.Context, name string) (*dockervolume.Client, error) {
 	if d.Discovery != nil {
 		p, err := d.Discovery.Get(ctx, name, "VolumeDriver")
 		if err != nil {
-			return nil, fmt.Errorf("dockervolume: driver %q: %w", name, err)
+			return nil, fmt.Errorf("driver %q: %w", name, err)
 		}
 		return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 	}
-	p, ok := d.Registry.Snapshot().Current(PluginType, name)
+	p, ok := d.Registry.Snapshot().Current(dockervolume.PluginType, name)
 	if !ok {
-		return nil, fmt.Errorf("dockervolume: driver %q: %w", name, discovery.ErrNotFound)
+		return nil, fmt.Errorf("driver %q: %w", name, discovery.ErrNotFound)
 	}
 	return clientOf(p.GetName(), p.GetConnection(), d.Retry)
 }
 
 // All implements Drivers; plugins whose address is unusable are left out.
-func (d RegistryDrivers) All() map[string]*Client {
-	out := map[string]*Client{}
-	for _, p := range d.Registry.Snapshot().List(PluginType) {
+func (d RegistryDrivers) All() map[string]*dockervolume.Client {
+	out := map[string]*dockervolume.Client{}
+	for _, p := range d.Registry.Snapshot().List(dockervolume.PluginType) {
 		if c, err := clientOf(p.GetName(), p.GetConnection(), d.Retry); err == nil {
 			out[p.GetName()] = c
 		}
@@ -94,9 +96,19 @@ func (d RegistryDrivers) All() map[string]*Client {
 	return out
 }
 
-// VolumesConfig configures the volume service. Bucket and Drivers are required.
-type VolumesConfig struct {
-	// Bucket holds the volume records (VolumesBucket in the agent's store).
+// clientOf returns a client for plugin name at the registry's address ci,
+// retrying as r says.
+func clientOf(name string, ci *messages.ConnectionInfo, r dockervolume.Retry) (*dockervolume.Client, error) {
+	c, err := discovery.FromConnectionInfo(name, ci)
+	if err != nil {
+		return nil, fmt.Errorf("driver %q: %w", name, err)
+	}
+	return dockervolume.NewClient(c).WithRetry(r), nil
+}
+
+// Config configures the volume service. Bucket and Drivers are required.
+type Config struct {
+	// Bucket holds the volume records (Bucket in the agent's store).
 	Bucket storage.Bucket
 	// Drivers finds volume plugins by name.
 	Drivers Drivers
@@ -104,7 +116,7 @@ type VolumesConfig struct {
 	Logger hclog.Logger
 	// OpTimeout bounds one operation, driver lookup included (default DefaultOpTimeout).
 	OpTimeout time.Duration
-	// Name is the actor's name (default DefaultVolumesName).
+	// Name is the actor's name (default DefaultName).
 	Name string
 	// DefaultDriver is the driver of a create that names none, as dockerd's
 	// "local" is (default DefaultDriver). It must be registered then: a
@@ -112,13 +124,13 @@ type VolumesConfig struct {
 	DefaultDriver string
 }
 
-// DefaultDriver is the default VolumesConfig.DefaultDriver, dockerd's.
+// DefaultDriver is the default Config.DefaultDriver, dockerd's.
 const DefaultDriver = "local"
 
-func (c VolumesConfig) validate() error {
+func (c Config) validate() error {
 	var problems []error
 	if c.Bucket == nil {
-		problems = append(problems, errors.New("a Bucket is required: give the store's VolumesBucket"))
+		problems = append(problems, errors.New("a Bucket is required: give the store's Bucket"))
 	}
 	if c.Drivers == nil {
 		problems = append(problems, errors.New("a Drivers is required: give RegistryDrivers"))
@@ -127,21 +139,21 @@ func (c VolumesConfig) validate() error {
 		problems = append(problems, fmt.Errorf("OpTimeout is %v, must not be negative", c.OpTimeout))
 	}
 	if err := errors.Join(problems...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidVolumesConfig, err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
 
-func (c VolumesConfig) withDefaults() VolumesConfig {
+func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or[hclog.Logger](c.Logger, hclog.NewNullLogger()).Named("docker-volumes")
 	c.OpTimeout = cmp.Or(c.OpTimeout, DefaultOpTimeout)
-	c.Name = cmp.Or(c.Name, DefaultVolumesName)
+	c.Name = cmp.Or(c.Name, DefaultName)
 	c.DefaultDriver = cmp.Or(c.DefaultDriver, DefaultDriver)
 	return c
 }
 
-// VolumeInfo is a volume as the service shows it.
-type VolumeInfo struct {
+// Volume is a volume as the service shows it.
+type Volume struct {
 	Name   string `json:"name"`
 	Driver string `json:"driver"`
 	// Scope is the driver's ("local" or "global"), when it answered.
@@ -164,15 +176,15 @@ type VolumeInfo struct {
 	Error string `json:"error,omitempty"`
 }
 
-// VolumeList is the answer of List.
-type VolumeList struct {
-	Volumes []VolumeInfo `json:"volumes"`
+// List is the answer of List.
+type List struct {
+	Volumes []Volume `json:"volumes"`
 	// Warnings name the drivers whose List failed, as dockerd's do.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-func (r *record) info() VolumeInfo {
-	v := VolumeInfo{Name: r.Name, Driver: r.Driver, CreatedAt: r.CreatedAt, Options: maps.Clone(r.Options), Known: true}
+func (r *record) info() Volume {
+	v := Volume{Name: r.Name, Driver: r.Driver, CreatedAt: r.CreatedAt, Options: maps.Clone(r.Options), Known: true}
 	for id, m := range r.Mounts {
 		if m.Pending {
 			v.PendingMounts = append(v.PendingMounts, id)
@@ -187,22 +199,25 @@ func (r *record) info() VolumeInfo {
 	return v
 }
 
-// Volumes is the Go facade over the volume service actor, which owns the
-// Docker volumes of this node as dockerd's volume store does: each name
-// maps to one driver (a name it has no record of is asked of every
-// driver's Get, and the one driver that knows it is recorded), mounts are
-// counted by mount ID, and a volume in use cannot be removed. Every change is in the store before it is answered,
-// and the service loads the store at start, so it knows its mounts after
-// a restart. Its methods are safe for concurrent use; each checks its
-// arguments before anything is sent.
-type Volumes struct {
+// Service is the Go facade over the volume service actor. The actor owns
+// the Docker volumes of this node, as dockerd's volume store does:
+//   - Each name maps to one driver. A name the service has no record of is
+//     asked of every driver's Get, and the one driver that knows it is
+//     recorded.
+//   - Mounts are counted by mount ID, and a volume in use cannot be removed.
+//   - Every change is in the store before it is answered. The service loads
+//     the store at start, so it knows its mounts after a restart.
+//
+// Its methods are safe for concurrent use. Each checks its arguments
+// before anything is sent.
+type Service struct {
 	system *actor.ActorSystem
 	pid    *actor.PID
-	cfg    VolumesConfig
+	cfg    Config
 }
 
-// StartVolumes loads the volume records and starts the service actor.
-func StartVolumes(system *actor.ActorSystem, cfg VolumesConfig) (*Volumes, error) {
+// Start loads the volume records and starts the service actor.
+func Start(system *actor.ActorSystem, cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -216,10 +231,10 @@ func StartVolumes(system *actor.ActorSystem, cfg VolumesConfig) (*Volumes, error
 		actor.WithReceiverMiddleware(actors.PanicStack(cfg.Logger)))
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: start actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start actor %q: %w", cfg.Name, err)
 	}
 	cfg.Logger.Info("docker volume service started", "volumes", len(records))
-	return &Volumes{system: system, pid: pid, cfg: cfg}, nil
+	return &Service{system: system, pid: pid, cfg: cfg}, nil
 }
 
 // Create creates volume name on driver with opts, and answers it with its
@@ -228,28 +243,28 @@ func StartVolumes(system *actor.ActorSystem, cfg VolumesConfig) (*Volumes, error
 // As in dockerd, an empty name makes an anonymous volume, named by 64 random
 // hex digits, and an empty driver is the DefaultDriver, when it is
 // registered.
-func (v *Volumes) Create(ctx context.Context, name, driver string, opts map[string]string) (VolumeInfo, error) {
+func (v *Service) Create(ctx context.Context, name, driver string, opts map[string]string) (Volume, error) {
 	if name == "" {
 		name = anonymousName()
 	}
 	if driver == "" {
 		if _, ok := v.cfg.Drivers.All()[v.cfg.DefaultDriver]; !ok {
-			return VolumeInfo{}, fmt.Errorf("%w: no driver named, and the default driver %q is not registered; name one",
-				ErrInvalidArgument, v.cfg.DefaultDriver)
+			return Volume{}, fmt.Errorf("%w: no driver named, and the default driver %q is not registered; name one",
+				dockervolume.ErrInvalidArgument, v.cfg.DefaultDriver)
 		}
 		driver = v.cfg.DefaultDriver
 	}
-	if err := errors.Join(ValidateVolumeName(name), validateDriver(driver), ValidateOptions(opts)); err != nil {
-		return VolumeInfo{}, err
+	if err := errors.Join(dockervolume.ValidateVolumeName(name), dockervolume.ValidateDriver(driver), dockervolume.ValidateOptions(opts)); err != nil {
+		return Volume{}, err
 	}
 	r, err := v.ask(ctx, &volumeRequest{op: opCreate, name: name, driver: driver, opts: maps.Clone(opts)})
 	return r.volume, err
 }
 
 // Inspect returns volume name, with what its driver says of it.
-func (v *Volumes) Inspect(ctx context.Context, name string) (VolumeInfo, error) {
-	if err := ValidateVolumeName(name); err != nil {
-		return VolumeInfo{}, err
+func (v *Service) Inspect(ctx context.Context, name string) (Volume, error) {
+	if err := dockervolume.ValidateVolumeName(name); err != nil {
+		return Volume{}, err
 	}
 	r, err := v.ask(ctx, &volumeRequest{op: opInspect, name: name})
 	return r.volume, err
@@ -257,15 +272,15 @@ func (v *Volumes) Inspect(ctx context.Context, name string) (VolumeInfo, error) 
 
 // List returns every volume the service knows and every volume a driver
 // lists, each with its driver's scope, sorted by name.
-func (v *Volumes) List(ctx context.Context) (VolumeList, error) {
+func (v *Service) List(ctx context.Context) (List, error) {
 	r, err := v.ask(ctx, &volumeRequest{op: opList})
 	return r.list, err
 }
 
 // Remove removes volume name from its driver and from the store;
 // ErrVolumeInUse while any mount ID holds it.
-func (v *Volumes) Remove(ctx context.Context, name string) error {
-	if err := ValidateVolumeName(name); err != nil {
+func (v *Service) Remove(ctx context.Context, name string) error {
+	if err := dockervolume.ValidateVolumeName(name); err != nil {
 		return err
 	}
 	_, err := v.ask(ctx, &volumeRequest{op: opRemove, name: name})
@@ -276,8 +291,8 @@ func (v *Volumes) Remove(ctx context.Context, name string) error {
 // that does not exist is no error, and a driver that fails to remove it (or
 // is gone) does not keep its record, which is dropped; the driver's error
 // is returned all the same. A volume in use is still ErrVolumeInUse.
-func (v *Volumes) ForceRemove(ctx context.Context, name string) error {
-	if err := ValidateVolumeName(name); err != nil {
+func (v *Service) ForceRemove(ctx context.Context, name string) error {
+	if err := dockervolume.ValidateVolumeName(name); err != nil {
 		return err
 	}
 	_, err := v.ask(ctx, &volumeRequest{op: opForceRemove, name: name})
@@ -286,8 +301,8 @@ func (v *Volumes) ForceRemove(ctx context.Context, name string) error {
 
 // Mount mounts volume name for mount ID id and returns its mount point.
 // The driver hears of an ID's first mount only; later ones are counted.
-func (v *Volumes) Mount(ctx context.Context, name, id string) (string, error) {
-	if err := errors.Join(ValidateVolumeName(name), ValidateMountID(id)); err != nil {
+func (v *Service) Mount(ctx context.Context, name, id string) (string, error) {
+	if err := errors.Join(dockervolume.ValidateVolumeName(name), dockervolume.ValidateMountID(id)); err != nil {
 		return "", err
 	}
 	r, err := v.ask(ctx, &volumeRequest{op: opMount, name: name, id: id})
@@ -296,8 +311,8 @@ func (v *Volumes) Mount(ctx context.Context, name, id string) (string, error) {
 
 // Unmount undoes one mount of volume name by id; the driver hears of the
 // ID's last unmount only. ErrNotMounted when id does not hold it.
-func (v *Volumes) Unmount(ctx context.Context, name, id string) error {
-	if err := errors.Join(ValidateVolumeName(name), ValidateMountID(id)); err != nil {
+func (v *Service) Unmount(ctx context.Context, name, id string) error {
+	if err := errors.Join(dockervolume.ValidateVolumeName(name), dockervolume.ValidateMountID(id)); err != nil {
 		return err
 	}
 	_, err := v.ask(ctx, &volumeRequest{op: opUnmount, name: name, id: id})
@@ -306,8 +321,8 @@ func (v *Volumes) Unmount(ctx context.Context, name, id string) error {
 
 // Path returns the mount point of volume name as its driver gives it
 // (VolumeDriver.Path), empty when it is not mounted.
-func (v *Volumes) Path(ctx context.Context, name string) (string, error) {
-	if err := ValidateVolumeName(name); err != nil {
+func (v *Service) Path(ctx context.Context, name string) (string, error) {
+	if err := dockervolume.ValidateVolumeName(name); err != nil {
 		return "", err
 	}
 	r, err := v.ask(ctx, &volumeRequest{op: opPath, name: name})
@@ -316,20 +331,20 @@ func (v *Volumes) Path(ctx context.Context, name string) (string, error) {
 
 // Shutdown stops the service, cancelling the operations in flight and
 // waiting for them. Records stay in the store. A second call returns nil.
-func (v *Volumes) Shutdown() error { return v.system.Root.StopFuture(v.pid).Wait() }
+func (v *Service) Shutdown() error { return v.system.Root.StopFuture(v.pid).Wait() }
 
 // ask sends req to the actor and waits for its answer. The operation goes
 // on when ctx ends first: its outcome shows in the volume.
-func (v *Volumes) ask(ctx context.Context, req *volumeRequest) (volumeReply, error) {
+func (v *Service) ask(ctx context.Context, req *volumeRequest) (volumeReply, error) {
 	answer, err := actors.Ask(ctx, v.system, v.pid, func(replyTo *actor.PID) any {
 		req.replyTo = replyTo
 		return req
 	})
 	if errors.Is(err, actors.ErrTargetGone) {
-		return volumeReply{}, fmt.Errorf("%w: %w", ErrVolumesShutDown, err)
+		return volumeReply{}, fmt.Errorf("%w: %w", ErrShutDown, err)
 	}
 	if err != nil {
-		return volumeReply{}, fmt.Errorf("dockervolume: %w", err)
+		return volumeReply{}, fmt.Errorf("waiting for the volume service's answer: %w", err)
 	}
 	r := answer.(*volumeReply)
 	return *r, r.err

@@ -1,4 +1,4 @@
-package registry
+package table
 
 import (
 	"cmp"
@@ -19,14 +19,14 @@ const smallMax = 32
 
 // smallSet is the allocations of a small table, sorted by name, newest
 // first within a name (compareNewest): the first of a name is current.
-// A slice shared with a snapshot is never changed; see pluginTable.owned.
-type smallSet []*allocation
+// A slice shared with a snapshot is never changed; see Table.owned.
+type smallSet []*Allocation
 
-func compareNewest(a, b *allocation) int {
-	if c := strings.Compare(a.info().GetName(), b.info().GetName()); c != 0 {
+func compareNewest(a, b *Allocation) int {
+	if c := strings.Compare(a.Info().GetName(), b.Info().GetName()); c != 0 {
 		return c
 	}
-	return cmp.Compare(b.order(), a.order())
+	return cmp.Compare(b.Order(), a.Order())
 }
 
 // run returns the bounds of name's allocations: a lower bound by one
@@ -49,10 +49,10 @@ func (s smallSet) run(name string) (from, to int) {
 }
 
 // get finds the allocation alloc of name.
-func (s smallSet) get(name, alloc string) (*allocation, bool) {
+func (s smallSet) get(name, alloc string) (*Allocation, bool) {
 	from, to := s.run(name)
 	for _, a := range s[from:to] {
-		if a.info().GetAllocId() == alloc {
+		if a.Info().GetAllocId() == alloc {
 			return a, true
 		}
 	}
@@ -60,7 +60,7 @@ func (s smallSet) get(name, alloc string) (*allocation, bool) {
 }
 
 // current returns name's newest allocation.
-func (s smallSet) current(name string) (*allocation, bool) {
+func (s smallSet) current(name string) (*Allocation, bool) {
 	from, to := s.run(name)
 	if from == to {
 		return nil, false
@@ -69,9 +69,9 @@ func (s smallSet) current(name string) (*allocation, bool) {
 }
 
 // each calls fn with the current allocation of each name, in name order.
-func (s smallSet) each(fn func(*allocation)) {
+func (s smallSet) each(fn func(*Allocation)) {
 	for i, a := range s {
-		if i == 0 || s[i-1].info().GetName() != a.info().GetName() {
+		if i == 0 || s[i-1].Info().GetName() != a.Info().GetName() {
 			fn(a)
 		}
 	}
@@ -79,10 +79,10 @@ func (s smallSet) each(fn func(*allocation)) {
 
 // without returns s less the allocation with a's name and alloc ID, and
 // whether it held one. It changes s in place.
-func (s smallSet) without(a *allocation) (smallSet, bool) {
-	from, to := s.run(a.info().GetName())
+func (s smallSet) without(a *Allocation) (smallSet, bool) {
+	from, to := s.run(a.Info().GetName())
 	for i := from; i < to; i++ {
-		if s[i].info().GetAllocId() == a.info().GetAllocId() {
+		if s[i].Info().GetAllocId() == a.Info().GetAllocId() {
 			return slices.Delete(s, i, i+1), true
 		}
 	}
@@ -91,7 +91,7 @@ func (s smallSet) without(a *allocation) (smallSet, bool) {
 
 // removeSmall is remove for a small table: the search that finds a finds
 // its name's new current too.
-func (t *pluginTable) removeSmall(a *allocation) (now *allocation, ok bool) {
+func (t *Table) removeSmall(a *Allocation) (now *Allocation, ok bool) {
 	s := t.mutable()
 	from, to := s.run(a.plugin.Name)
 	for i := from; i < to; i++ {
@@ -109,21 +109,21 @@ func (t *pluginTable) removeSmall(a *allocation) (now *allocation, ok bool) {
 
 // with returns s with a in its place, replacing the allocation with the
 // same name and alloc ID. It changes s in place.
-func (s smallSet) with(a *allocation) smallSet {
+func (s smallSet) with(a *Allocation) smallSet {
 	s, _ = s.without(a)
 	return s.inserted(a)
 }
 
 // inserted returns s with a, which it does not hold, in its place. It
 // changes s in place.
-func (s smallSet) inserted(a *allocation) smallSet {
+func (s smallSet) inserted(a *Allocation) smallSet {
 	i, _ := slices.BinarySearchFunc(s, a, compareNewest)
 	return slices.Insert(s, i, a)
 }
 
 // mutable returns the table's slice, copied first unless the working
 // table already owns it (it has changed it since the last cut).
-func (t *pluginTable) mutable() smallSet {
+func (t *Table) mutable() smallSet {
 	if !t.owned {
 		s := make(smallSet, len(t.small), max(len(t.small)+1, 4))
 		copy(s, t.small)
@@ -134,7 +134,7 @@ func (t *pluginTable) mutable() smallSet {
 
 // putSmall is put (replace) or add for a small table, moving it into
 // B-trees once it grows past smallMax.
-func (t *pluginTable) putSmall(a *allocation, replace bool) {
+func (t *Table) putSmall(a *Allocation, replace bool) {
 	if replace {
 		t.small = t.mutable().with(a)
 	} else {
@@ -146,9 +146,9 @@ func (t *pluginTable) putSmall(a *allocation, replace bool) {
 	t.allocs, t.newest = newTrees()
 	for i, x := range t.small {
 		t.allocs.ReplaceOrInsert(x)
-		name := x.info().GetName()
-		if i > 0 && t.small[i-1].info().GetName() == name || i+1 < len(t.small) && t.small[i+1].info().GetName() == name {
-			t.newest.ReplaceOrInsert(x) // see pluginTable: names of two or more
+		name := x.Info().GetName()
+		if i > 0 && t.small[i-1].Info().GetName() == name || i+1 < len(t.small) && t.small[i+1].Info().GetName() == name {
+			t.newest.ReplaceOrInsert(x) // see Table: names of two or more
 		}
 	}
 	t.small, t.owned = nil, false

@@ -1,4 +1,4 @@
-package registry
+package table
 
 import (
 	"fmt"
@@ -12,9 +12,9 @@ import (
 )
 
 // treeModel is the reference for allocTree: a sorted slice.
-type treeModel []*allocation
+type treeModel []*Allocation
 
-func (m treeModel) find(key *allocation) (int, bool) {
+func (m treeModel) find(key *Allocation) (int, bool) {
 	return slices.BinarySearchFunc(m, key, compareAlloc)
 }
 
@@ -30,11 +30,11 @@ type treeMachine struct {
 	frozen []treeModel // the model as it was at each clone
 }
 
-func (m *treeMachine) key(t *rapid.T) *allocation {
+func (m *treeMachine) key(t *rapid.T) *Allocation {
 	name := fmt.Sprint("p", rapid.IntRange(0, 400).Draw(t, "name"))
 	alloc := fmt.Sprint("a", rapid.IntRange(0, 3).Draw(t, "alloc"))
 	a := probe(name, alloc)
-	a.ord = rapid.Uint64Range(0, maxSequence).Draw(t, "order")
+	a.ord = rapid.Uint64Range(0, MaxSequence).Draw(t, "order")
 	return a
 }
 
@@ -85,8 +85,8 @@ func (m *treeMachine) Get(t *rapid.T) {
 func (m *treeMachine) Ascend(t *rapid.T) {
 	key := m.key(t)
 	limit := rapid.IntRange(1, 50).Draw(t, "limit")
-	var got []*allocation
-	m.tree.AscendGreaterOrEqual(key, func(a *allocation) bool {
+	var got []*Allocation
+	m.tree.AscendGreaterOrEqual(key, func(a *Allocation) bool {
 		got = append(got, a)
 		return len(got) < limit
 	})
@@ -123,8 +123,8 @@ func checkTree(t *rapid.T, tree *allocTree, want treeModel) {
 	if tree.Len() != len(want) {
 		t.Fatalf("Len() = %d, want %d", tree.Len(), len(want))
 	}
-	var got []*allocation
-	tree.AscendGreaterOrEqual(probe("", ""), func(a *allocation) bool {
+	var got []*Allocation
+	tree.AscendGreaterOrEqual(probe("", ""), func(a *Allocation) bool {
 		got = append(got, a)
 		return true
 	})
@@ -191,8 +191,8 @@ func TestAllocTreeDeleteOfAMissingKeyCopiesNoNode(t *testing.T) {
 }
 
 // fillTree inserts n allocations, p0000 a0 and on, into tree, and returns them.
-func fillTree(tree *allocTree, n int) []*allocation {
-	items := make([]*allocation, n)
+func fillTree(tree *allocTree, n int) []*Allocation {
+	items := make([]*Allocation, n)
 	for i := range items {
 		items[i] = probe(fmt.Sprintf("p%04d", i), "a0")
 		tree.ReplaceOrInsert(items[i])
@@ -213,8 +213,8 @@ func TestAllocTreeCloneReadWhileWritten(t *testing.T) {
 	for range 2 {
 		go func() {
 			for range 20 {
-				var got []*allocation
-				clone.AscendGreaterOrEqual(probe("", ""), func(a *allocation) bool {
+				var got []*Allocation
+				clone.AscendGreaterOrEqual(probe("", ""), func(a *Allocation) bool {
 					got = append(got, a)
 					return true
 				})
@@ -247,7 +247,7 @@ func TestAllocTreeCloneReadWhileWritten(t *testing.T) {
 func TestAllocTreeKeepsNoDeletedAllocation(t *testing.T) {
 	tree := newAllocTree(compareAlloc)
 	tree.maxItems = 5
-	var deleted []weak.Pointer[allocation]
+	var deleted []weak.Pointer[Allocation]
 	for i := range 1000 {
 		a := probe(fmt.Sprint("p", i), "a0")
 		tree.ReplaceOrInsert(a)
@@ -276,7 +276,7 @@ func TestAllocTreeKeepsNoDeletedAllocation(t *testing.T) {
 // the nodes' share), where google/btree's half-empty nodes cost 16 to 29.
 func TestAllocTreeHeapPerItem(t *testing.T) {
 	const n = 10000
-	items := make([]*allocation, n)
+	items := make([]*Allocation, n)
 	for i := range items {
 		items[i] = probe(fmt.Sprint("p", i), "a0")
 	}

@@ -1,4 +1,4 @@
-package registry
+package table
 
 import (
 	"fmt"
@@ -10,50 +10,57 @@ import (
 // with the changed types' clones in place and new types inserted in
 // order; the snapshot they were copied from keeps what it had.
 func TestTypeTablesChangeOnlyTheirCopy(t *testing.T) {
-	working := map[string]*pluginTable{"csi-node": newPluginTable(), "docker-volume": newPluginTable()}
-	first := tablesOf(working)
+	working := NewWorking()
+	working.Table("csi-node")
+	working.Table("docker-volume")
+	first := working.Freeze()
 	kept := slices.Clone(first)
 
-	working["csi-controller"] = newPluginTable()
-	second := first.with(typeTables{{"csi-controller", working["csi-controller"]}, {"docker-volume", working["docker-volume"]}})
+	for _, ptype := range []string{"csi-controller", "docker-volume"} {
+		working.Changed(ptype, working.Table(ptype))
+	}
+	second := working.Cut(first)
 
 	var types []string
 	for _, tt := range second {
-		types = append(types, tt.ptype)
+		types = append(types, tt.Type)
 	}
 	if want := []string{"csi-controller", "csi-node", "docker-volume"}; !slices.Equal(types, want) {
 		t.Fatalf("types %v, want %v", types, want)
 	}
 	if !slices.Equal(first, kept) {
-		t.Fatal("with changed the tables it was called on: a snapshot's tables must never change")
+		t.Fatal("Cut changed the tables it was given: a snapshot's tables must never change")
 	}
-	if got, _ := second.get("csi-node"); got != kept[0].table {
+	if got, _ := second.Get("csi-node"); got != kept[0].Table {
 		t.Fatal("an unchanged type must keep its frozen table")
 	}
-	if got, _ := second.get("docker-volume"); got == kept[1].table {
+	if got, _ := second.Get("docker-volume"); got == kept[1].Table {
 		t.Fatal("a changed type must get a fresh clone")
 	}
-	if _, ok := second.get("csi-other"); ok {
+	if _, ok := second.Get("csi-other"); ok {
 		t.Fatal("a type never registered was found")
+	}
+	if third := working.Cut(second); !slices.Equal(third, second) {
+		t.Fatal("a Cut with no change since the last one changed the tables")
 	}
 }
 
-// TestTypeTablesFindEveryTypeWhetherScannedOrSearched: get finds each
+// TestTypeTablesFindEveryTypeWhetherScannedOrSearched: Get finds each
 // type and no other, below scanTypes (a scan) and past it (a search).
 func TestTypeTablesFindEveryTypeWhetherScannedOrSearched(t *testing.T) {
 	for _, n := range []int{1, scanTypes, scanTypes + 1, 3 * scanTypes} {
-		working := map[string]*pluginTable{}
+		working := NewWorking()
 		for i := range n {
-			working[fmt.Sprintf("type-%02d", i)] = newPluginTable()
+			working.Table(fmt.Sprintf("type-%02d", i))
 		}
-		ts := tablesOf(working)
+		ts := working.Freeze()
 		for _, tt := range ts {
-			if got, ok := ts.get(tt.ptype); !ok || got != tt.table {
-				t.Fatalf("%d types: %s not found", n, tt.ptype)
+			if got, ok := ts.Get(tt.Type); !ok || got != tt.Table {
+				t.Fatalf("%d types: %s not found", n, tt.Type)
 			}
 		}
 		for _, missing := range []string{"", "type-", "type-99", "a", "z"} {
-			if _, ok := ts.get(missing); ok {
+			if _, ok := ts.Get(missing); ok {
 				t.Fatalf("%d types: %q found, but there is no such type", n, missing)
 			}
 		}

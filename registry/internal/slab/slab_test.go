@@ -1,4 +1,4 @@
-package registry
+package slab_test
 
 import (
 	"testing"
@@ -7,17 +7,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry/internal/slab"
 )
 
 // TestEventSlabHandsOutEachEventOnceZeroed: across several arrays, every
-// event an eventSlab hands out is zeroed and distinct, and one filled
+// event a Slab hands out is zeroed and distinct, and one filled
 // before keeps its fields while later ones are handed out and filled.
 func TestEventSlabHandsOutEachEventOnceZeroed(t *testing.T) {
-	var s eventSlab[messages.PluginRegistered]
+	var s slab.Slab[messages.PluginRegistered]
 	seen := map[*messages.PluginRegistered]bool{}
 	var handed []*messages.PluginRegistered
-	for i := range 3*eventSlabLen + 1 {
-		e := s.next()
+	for i := range 3*slab.Len + 1 {
+		e := s.Next()
 		require.False(t, seen[e], "event %d handed out twice", i)
 		require.True(t, proto.Equal(e, &messages.PluginRegistered{}), "event %d is not zeroed: %v", i, e)
 		seen[e] = true

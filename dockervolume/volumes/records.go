@@ -1,4 +1,4 @@
-package dockervolume
+package volumes
 
 import (
 	"encoding/binary"
@@ -12,8 +12,8 @@ import (
 	"github.com/plugvisor/plugvisor/storage"
 )
 
-// VolumesBucket is the store bucket of the Docker volume service.
-const VolumesBucket = "docker-volumes"
+// Bucket is the store bucket of the Docker volume service.
+const Bucket = "docker-volumes"
 
 // ErrCorruptRecord: a record in the store fails its checksum or does not
 // decode; the service refuses to start rather than guess what is mounted.
@@ -68,7 +68,7 @@ func recordKey(name string) []byte { return []byte("volume/" + name) }
 func (r *record) encode() ([]byte, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: encode volume %q: %w", r.Name, err)
+		return nil, fmt.Errorf("encode volume %q: %w", r.Name, err)
 	}
 	out := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), crc32.Checksum(body, castagnoli))
 	return append(out, body...), nil
@@ -103,7 +103,7 @@ func loadRecords(bucket storage.Bucket) (map[string]*record, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dockervolume: load volume records: %w", err)
+		return nil, fmt.Errorf("load volume records: %w", err)
 	}
 	return out, nil
 }

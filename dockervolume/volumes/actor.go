@@ -1,4 +1,4 @@
-package dockervolume
+package volumes
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/plugvisor/plugvisor/dockervolume"
 )
 
 // opKind is what a volumeRequest asks.
@@ -39,7 +41,7 @@ var opNames = map[opKind]string{opCreate: "create", opInspect: "inspect", opList
 // facade sends volumeRequest and gets volumeReply at replyTo; the work
 // goroutines send opDone to the actor.
 type (
-	// volumeRequest is sent by the Volumes facade to the service actor.
+	// volumeRequest is sent by the Service facade to the service actor.
 	volumeRequest struct {
 		op               opKind
 		name, driver, id string
@@ -48,8 +50,8 @@ type (
 	}
 	// volumeReply is the service's answer to replyTo.
 	volumeReply struct {
-		volume VolumeInfo
-		list   VolumeList
+		volume Volume
+		list   List
 		err    error
 	}
 	// opDone is sent by an operation's goroutine to the service actor:
@@ -73,7 +75,7 @@ type (
 // flight (whose outcomes reach the new incarnation), and drops the
 // requests queued behind them, whose callers' contexts end them.
 type volumesActor struct {
-	cfg     VolumesConfig
+	cfg     Config
 	log     hclog.Logger
 	records map[string]*record
 	queues  map[string][]*volumeRequest // by volume name; the head is running
@@ -82,7 +84,7 @@ type volumesActor struct {
 	running *sync.WaitGroup // the goroutines in flight
 }
 
-func newVolumesActor(cfg VolumesConfig, records map[string]*record, running *sync.WaitGroup) *volumesActor {
+func newVolumesActor(cfg Config, records map[string]*record, running *sync.WaitGroup) *volumesActor {
 	return &volumesActor{cfg: cfg, log: cfg.Logger, records: records, queues: map[string][]*volumeRequest{}, running: running}
 }
 
@@ -104,7 +106,7 @@ func (a *volumesActor) Receive(ctx actor.Context) {
 func (a *volumesActor) onRequest(ctx actor.Context, req *volumeRequest) {
 	switch req.op {
 	case opList:
-		known := make([]VolumeInfo, 0, len(a.records))
+		known := make([]Volume, 0, len(a.records))
 		for _, r := range a.records {
 			known = append(known, r.info())
 		}
@@ -180,7 +182,7 @@ func failed(err error) *volumeReply { return &volumeReply{err: err} }
 
 // find looks for a volume the service has no record of among the drivers,
 // as dockerd does for a name it does not know: the one driver whose Get
-// knows it. Two that do are a conflict; none is ErrNoSuchVolume.
+// knows it. Two that do are a conflict; none is dockervolume.ErrNoSuchVolume.
 func (a *volumesActor) find(ctx context.Context, name string) (*record, error) {
 	var found []string
 	for driver, c := range a.cfg.Drivers.All() {
@@ -223,7 +225,7 @@ func (a *volumesActor) adopting(fn op) op {
 }
 
 func noSuchVolume(name string) error {
-	return fmt.Errorf("%w: %q; create it first", ErrNoSuchVolume, name)
+	return fmt.Errorf("%w: %q; create it first", dockervolume.ErrNoSuchVolume, name)
 }
 
 func (a *volumesActor) create(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
@@ -254,7 +256,7 @@ func (a *volumesActor) create(ctx context.Context, req *volumeRequest, rec *reco
 }
 
 // scopeOf is the driver's scope, empty when it does not say.
-func scopeOf(ctx context.Context, client *Client) string {
+func scopeOf(ctx context.Context, client *dockervolume.Client) string {
 	caps, err := client.Capabilities(ctx)
 	if err != nil {
 		return ""
@@ -268,8 +270,8 @@ func scopeOf(ctx context.Context, client *Client) string {
 func (a *volumesActor) forceRemove(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
 	if rec == nil {
 		found, err := a.find(ctx, req.name)
-		if errors.Is(err, ErrNoSuchVolume) {
-			return &volumeReply{volume: VolumeInfo{Name: req.name}}, false, nil
+		if errors.Is(err, dockervolume.ErrNoSuchVolume) {
+			return &volumeReply{volume: Volume{Name: req.name}}, false, nil
 		}
 		if err != nil {
 			return failed(err), false, nil
@@ -326,7 +328,7 @@ func (a *volumesActor) mount(ctx context.Context, req *volumeRequest, rec *recor
 		if err := save(a.cfg.Bucket, req.name, rec); err != nil {
 			return failed(err), false, nil
 		}
-		return &volumeReply{volume: VolumeInfo{Name: req.name, Driver: rec.Driver, Mountpoint: m.Mountpoint}}, true, rec
+		return &volumeReply{volume: Volume{Name: req.name, Driver: rec.Driver, Mountpoint: m.Mountpoint}}, true, rec
 	}
 	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
 	if err != nil {
@@ -350,7 +352,7 @@ func (a *volumesActor) mount(ctx context.Context, req *volumeRequest, rec *recor
 	if err := save(a.cfg.Bucket, req.name, rec); err != nil {
 		return failed(err), true, rec.withPending(req.id)
 	}
-	return &volumeReply{volume: VolumeInfo{Name: req.name, Driver: rec.Driver, Mountpoint: mountpoint}}, true, rec
+	return &volumeReply{volume: Volume{Name: req.name, Driver: rec.Driver, Mountpoint: mountpoint}}, true, rec
 }
 
 // withPending returns r with id pending again: what the store holds when
@@ -373,7 +375,7 @@ func (a *volumesActor) unmount(ctx context.Context, req *volumeRequest, rec *rec
 		if err := save(a.cfg.Bucket, req.name, rec); err != nil {
 			return failed(err), false, nil
 		}
-		return &volumeReply{volume: VolumeInfo{Name: req.name, Driver: rec.Driver}}, true, rec
+		return &volumeReply{volume: Volume{Name: req.name, Driver: rec.Driver}}, true, rec
 	}
 	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
 	if err != nil {
@@ -388,7 +390,7 @@ func (a *volumesActor) unmount(ctx context.Context, req *volumeRequest, rec *rec
 	if err := save(a.cfg.Bucket, req.name, rec); err != nil {
 		return failed(err), false, nil
 	}
-	return &volumeReply{volume: VolumeInfo{Name: req.name, Driver: rec.Driver}}, true, rec
+	return &volumeReply{volume: Volume{Name: req.name, Driver: rec.Driver}}, true, rec
 }
 
 func (a *volumesActor) path(ctx context.Context, req *volumeRequest, rec *record) (*volumeReply, bool, *record) {
@@ -403,7 +405,7 @@ func (a *volumesActor) path(ctx context.Context, req *volumeRequest, rec *record
 	if err != nil {
 		return failed(err), false, nil
 	}
-	return &volumeReply{volume: VolumeInfo{Name: req.name, Driver: rec.Driver, Mountpoint: mountpoint}}, false, nil
+	return &volumeReply{volume: Volume{Name: req.name, Driver: rec.Driver, Mountpoint: mountpoint}}, false, nil
 }
 
 // inspect describes a known volume with what its driver's Get says; a
@@ -423,13 +425,13 @@ func (a *volumesActor) inspect(ctx context.Context, req *volumeRequest, rec *rec
 	// does not come back, answer what the records hold, and why.
 	client, err := a.cfg.Drivers.Driver(ctx, rec.Driver)
 	if err == nil {
-		var got Volume
+		var got dockervolume.Volume
 		if got, err = client.Get(ctx, req.name); err == nil {
 			v.Mountpoint, v.Status = got.Mountpoint, got.Status
 		}
 	}
 	if err == nil {
-		var caps Capabilities
+		var caps dockervolume.Capabilities
 		caps, err = client.Capabilities(ctx)
 		v.Scope = caps.Scope
 	}
@@ -442,29 +444,29 @@ func (a *volumesActor) inspect(ctx context.Context, req *volumeRequest, rec *rec
 // listVolumes merges the volumes the service knows with every driver's
 // List, each with its driver's Capabilities scope, as dockerd's List does.
 // A driver that fails is a warning; its known volumes are still listed.
-func listVolumes(ctx context.Context, drivers map[string]*Client, known []VolumeInfo) VolumeList {
+func listVolumes(ctx context.Context, drivers map[string]*dockervolume.Client, known []Volume) List {
 	type answer struct {
 		driver  string
 		scope   string
-		volumes []Volume
+		volumes []dockervolume.Volume
 		err     error
 	}
 	answers := make(chan answer, len(drivers))
 	for name, c := range drivers {
 		go func() {
 			vols, err := c.List(ctx)
-			var caps Capabilities
+			var caps dockervolume.Capabilities
 			if err == nil {
 				caps, err = c.Capabilities(ctx)
 			}
 			answers <- answer{driver: name, scope: caps.Scope, volumes: vols, err: err}
 		}()
 	}
-	byName := map[string]*VolumeInfo{}
+	byName := map[string]*Volume{}
 	for i := range known {
 		byName[known[i].Name] = &known[i]
 	}
-	var out VolumeList
+	var out List
 	for range drivers {
 		ans := <-answers
 		if ans.err != nil {
@@ -475,7 +477,7 @@ func listVolumes(ctx context.Context, drivers map[string]*Client, known []Volume
 			v := byName[dv.Name]
 			switch {
 			case v == nil:
-				v = &VolumeInfo{Name: dv.Name, Driver: ans.driver}
+				v = &Volume{Name: dv.Name, Driver: ans.driver}
 				byName[dv.Name] = v
 			case v.Driver != ans.driver:
 				continue // another driver's volume of the same name: ours maps it elsewhere
@@ -489,7 +491,7 @@ func listVolumes(ctx context.Context, drivers map[string]*Client, known []Volume
 	for _, v := range byName {
 		out.Volumes = append(out.Volumes, *v)
 	}
-	slices.SortFunc(out.Volumes, func(x, y VolumeInfo) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(out.Volumes, func(x, y Volume) int { return strings.Compare(x.Name, y.Name) })
 	slices.Sort(out.Warnings)
 	return out
 }

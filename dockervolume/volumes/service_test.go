@@ -1,4 +1,4 @@
-package dockervolume_test
+package volumes_test
 
 import (
 	"context"
@@ -8,50 +8,78 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/docker/go-plugins-helpers/volume"
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/dockervolume/dockervolumetest"
 	"github.com/plugvisor/plugvisor/dockervolume/localvolume"
+	"github.com/plugvisor/plugvisor/dockervolume/volumes"
+	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/registry"
+	"github.com/plugvisor/plugvisor/registry/registrytest"
 	"github.com/plugvisor/plugvisor/storage"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fastRetry retries as moby does, a hundred times faster.
+var fastRetry = dockervolume.Retry{Within: 300 * time.Millisecond, First: 10 * time.Millisecond}
 
 // volumesEnv is a registry with the reference volume plugin registered as
 // "local", a bbolt store, and the volume service on both.
 type volumesEnv struct {
-	*managerEnv
-	store   *storage.Bolt
-	bucket  storage.Bucket
-	volumes *dockervolume.Volumes
-	root    string
+	system   *actor.ActorSystem
+	registry *registry.Registry
+	dir      string // a short directory for sockets
+	store    *storage.Bolt
+	bucket   storage.Bucket
+	volumes  *volumes.Service
+	root     string
 }
 
 func newVolumesEnv(t *testing.T) *volumesEnv {
 	t.Helper()
-	e := &volumesEnv{managerEnv: newManagerEnv(t)}
+	e := &volumesEnv{system: probe.NewSystem(t)}
+	dir, err := os.MkdirTemp("", "pv")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e.dir = dir
+	e.registry = registrytest.New(t, e.system, registry.Config{Logger: probe.Logger(t)})
 	e.root = filepath.Join(e.dir, "vols")
 	d, err := localvolume.New(e.root, hclog.NewNullLogger())
 	require.NoError(t, err)
 	socket := filepath.Join(e.dir, "local.sock")
-	serveAt(t, socket, volume.NewHandler(d))
+	dockervolumetest.ServeAt(t, socket, volume.NewHandler(d))
 	e.register(t, "local", "a1", socket)
 	e.store, err = storage.OpenBolt(filepath.Join(e.dir, "state.db"), storage.BoltOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.store.Close()) })
-	e.bucket, err = e.store.Bucket(dockervolume.VolumesBucket)
+	e.bucket, err = e.store.Bucket(volumes.Bucket)
 	require.NoError(t, err)
 	e.start(t)
 	return e
 }
 
+// register registers a Docker volume plugin served at socket.
+func (e *volumesEnv) register(t *testing.T, name, alloc, socket string) {
+	t.Helper()
+	require.NoError(t, e.registry.RegisterPlugin(&messages.PluginInfo{Type: dockervolume.PluginType, Name: name,
+		AllocId: alloc, Connection: &messages.ConnectionInfo{SocketPath: socket}}))
+}
+
 // start starts the volume service on the env's store.
 func (e *volumesEnv) start(t *testing.T) {
 	t.Helper()
-	v, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{
-		Bucket: e.bucket, Drivers: dockervolume.RegistryDrivers{Registry: e.registry, Retry: fastRetry}, Logger: probe.Logger(t),
+	v, err := volumes.Start(e.system, volumes.Config{
+		Bucket: e.bucket, Drivers: volumes.RegistryDrivers{Registry: e.registry, Retry: fastRetry}, Logger: probe.Logger(t),
 	})
 	require.NoError(t, err)
 	e.volumes = v
@@ -70,7 +98,7 @@ func TestTheVolumeServiceHasDockerdsSemanticsAndKnowsItsMountsAfterARestart(t *t
 	require.NoError(t, err, "creating an existing volume with its driver returns it")
 	require.Equal(t, created.CreatedAt, again.CreatedAt)
 	_, err = v.Create(ctx, "data", "other", nil)
-	require.ErrorIs(t, err, dockervolume.ErrNameConflict)
+	require.ErrorIs(t, err, volumes.ErrNameConflict)
 
 	mp1, err := v.Mount(ctx, "data", "c1")
 	require.NoError(t, err)
@@ -87,8 +115,8 @@ func TestTheVolumeServiceHasDockerdsSemanticsAndKnowsItsMountsAfterARestart(t *t
 	require.Equal(t, dockervolume.ScopeLocal, info.Scope)
 
 	require.NoError(t, v.Unmount(ctx, "data", "c1"))
-	require.ErrorIs(t, v.Unmount(ctx, "data", "c1"), dockervolume.ErrNotMounted)
-	require.ErrorIs(t, v.Remove(ctx, "data"), dockervolume.ErrVolumeInUse)
+	require.ErrorIs(t, v.Unmount(ctx, "data", "c1"), volumes.ErrNotMounted)
+	require.ErrorIs(t, v.Remove(ctx, "data"), volumes.ErrVolumeInUse)
 
 	// The agent restarts in the middle: the service knows its mounts.
 	require.NoError(t, v.Shutdown())
@@ -97,10 +125,10 @@ func TestTheVolumeServiceHasDockerdsSemanticsAndKnowsItsMountsAfterARestart(t *t
 	info, err = v.Inspect(ctx, "data")
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"c2": 2}, info.Mounts)
-	require.ErrorIs(t, v.Remove(ctx, "data"), dockervolume.ErrVolumeInUse, "still refused after the restart")
+	require.ErrorIs(t, v.Remove(ctx, "data"), volumes.ErrVolumeInUse, "still refused after the restart")
 
 	require.NoError(t, v.Unmount(ctx, "data", "c2"))
-	require.ErrorIs(t, v.Remove(ctx, "data"), dockervolume.ErrVolumeInUse, "c2 mounted twice, unmounted once")
+	require.ErrorIs(t, v.Remove(ctx, "data"), volumes.ErrVolumeInUse, "c2 mounted twice, unmounted once")
 	require.NoError(t, v.Unmount(ctx, "data", "c2"))
 	path, err := v.Path(ctx, "data")
 	require.NoError(t, err)
@@ -116,8 +144,8 @@ func TestListMergesEveryDriversVolumesWithItsScope(t *testing.T) {
 	e := newVolumesEnv(t)
 	ctx := context.Background()
 	global := filepath.Join(e.dir, "g.sock")
-	gd := newMemDriver(dockervolume.ScopeGlobal)
-	serveAt(t, global, volume.NewHandler(gd))
+	gd := dockervolumetest.NewMemDriver(dockervolume.ScopeGlobal)
+	dockervolumetest.ServeAt(t, global, volume.NewHandler(gd))
 	e.register(t, "shared", "g1", global)
 	require.NoError(t, gd.Create(&volume.CreateRequest{Name: "made-outside"}))
 	_, err := e.volumes.Create(ctx, "mine", "local", nil)
@@ -148,7 +176,7 @@ func TestListMergesEveryDriversVolumesWithItsScope(t *testing.T) {
 	require.True(t, info.Known)
 	require.Equal(t, map[string]int{"c1": 1}, info.Mounts)
 	_, err = e.volumes.Create(ctx, "made-outside", "local", nil)
-	require.ErrorIs(t, err, dockervolume.ErrNameConflict, "the name maps to its driver now")
+	require.ErrorIs(t, err, volumes.ErrNameConflict, "the name maps to its driver now")
 	_, err = e.volumes.Mount(ctx, "nowhere", "c1")
 	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
 }
@@ -223,15 +251,15 @@ func TestAMountThatFailsLeavesNoRecordAndAMissingDriverSaysSo(t *testing.T) {
 func TestACorruptRecordIsRefusedAtStart(t *testing.T) {
 	e := newVolumesEnv(t)
 	require.NoError(t, e.bucket.Apply([]storage.Op{storage.Put([]byte("volume/x"), []byte("garbage!"))}))
-	_, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{
-		Bucket: e.bucket, Drivers: dockervolume.RegistryDrivers{Registry: e.registry}, Name: "second",
+	_, err := volumes.Start(e.system, volumes.Config{
+		Bucket: e.bucket, Drivers: volumes.RegistryDrivers{Registry: e.registry}, Name: "second",
 	})
-	require.ErrorIs(t, err, dockervolume.ErrCorruptRecord)
+	require.ErrorIs(t, err, volumes.ErrCorruptRecord)
 }
 
 func TestStartVolumesRefusesABadConfig(t *testing.T) {
-	_, err := dockervolume.StartVolumes(probe.NewSystem(t), dockervolume.VolumesConfig{OpTimeout: -time.Second})
-	require.ErrorIs(t, err, dockervolume.ErrInvalidVolumesConfig)
+	_, err := volumes.Start(probe.NewSystem(t), volumes.Config{OpTimeout: -time.Second})
+	require.ErrorIs(t, err, volumes.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Bucket is required")
 	require.ErrorContains(t, err, "Drivers is required")
 	require.ErrorContains(t, err, "OpTimeout is -1s")

@@ -1,4 +1,4 @@
-package dockervolume_test
+package volumes_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
+	"github.com/plugvisor/plugvisor/dockervolume/dockervolumetest"
+	"github.com/plugvisor/plugvisor/dockervolume/volumes"
 )
 
 // These tests are the rows of docs/docker.md's table of differences from
@@ -27,7 +29,7 @@ func TestAnUnmountByAnIDThatNeverMountedTheVolumeIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	// dockerd answers nil; a typo in an ID would then leave c1's mount
 	// held with nobody told.
-	require.ErrorIs(t, e.volumes.Unmount(ctx, "data", "c2"), dockervolume.ErrNotMounted)
+	require.ErrorIs(t, e.volumes.Unmount(ctx, "data", "c2"), volumes.ErrNotMounted)
 	info, err := e.volumes.Inspect(ctx, "data")
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"c1": 1}, info.Mounts, "nothing changed")
@@ -45,7 +47,7 @@ func TestAnIDMountedTwiceHoldsTheVolumeUntilItsSecondUnmount(t *testing.T) {
 	// dockerd releases c1's reference at the first unmount; the second
 	// mount's holder would lose the volume under it.
 	require.NoError(t, e.volumes.Unmount(ctx, "data", "c1"))
-	require.ErrorIs(t, e.volumes.Remove(ctx, "data"), dockervolume.ErrVolumeInUse)
+	require.ErrorIs(t, e.volumes.Remove(ctx, "data"), volumes.ErrVolumeInUse)
 	require.NoError(t, e.volumes.Unmount(ctx, "data", "c1"))
 	require.NoError(t, e.volumes.Remove(ctx, "data"))
 }
@@ -59,8 +61,8 @@ func TestACreateWithoutADriverUsesLocalWhenItIsRegistered(t *testing.T) {
 	require.DirExists(t, filepath.Join(e.root, "data"))
 
 	require.NoError(t, e.volumes.Shutdown())
-	other, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{Bucket: e.bucket,
-		Drivers: dockervolume.RegistryDrivers{Registry: e.registry}, DefaultDriver: "nfs", Name: "nfs-default"})
+	other, err := volumes.Start(e.system, volumes.Config{Bucket: e.bucket,
+		Drivers: volumes.RegistryDrivers{Registry: e.registry}, DefaultDriver: "nfs", Name: "nfs-default"})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, other.Shutdown()) })
 	_, err = other.Create(ctx, "more", "", nil)
@@ -85,7 +87,7 @@ func TestTheCreateAnswerHasTheDriversScope(t *testing.T) {
 	e := newVolumesEnv(t)
 	ctx := context.Background()
 	socket := filepath.Join(e.dir, "g.sock")
-	serveAt(t, socket, volume.NewHandler(newMemDriver("global")))
+	dockervolumetest.ServeAt(t, socket, volume.NewHandler(dockervolumetest.NewMemDriver("global")))
 	e.register(t, "cluster", "g1", socket)
 	v, err := e.volumes.Create(ctx, "shared", "cluster", nil)
 	require.NoError(t, err)
@@ -101,7 +103,7 @@ func TestForceRemoveDropsTheRecordAndAnswersTheDriversErrorButKeepsAVolumeInUse(
 	require.NoError(t, e.volumes.ForceRemove(ctx, "never"), "no such volume is no error")
 
 	socket := filepath.Join(e.dir, "g.sock")
-	stop := serveAt(t, socket, volume.NewHandler(newMemDriver("local")))
+	stop := dockervolumetest.ServeAt(t, socket, volume.NewHandler(dockervolumetest.NewMemDriver("local")))
 	e.register(t, "flaky", "f1", socket)
 	_, err := e.volumes.Create(ctx, "data", "flaky", nil)
 	require.NoError(t, err)
@@ -117,14 +119,14 @@ func TestForceRemoveDropsTheRecordAndAnswersTheDriversErrorButKeepsAVolumeInUse(
 	_, err = e.volumes.Inspect(ctx, "data")
 	require.ErrorIs(t, err, dockervolume.ErrNoSuchVolume)
 
-	require.ErrorIs(t, e.volumes.ForceRemove(ctx, "busy"), dockervolume.ErrVolumeInUse, "force does not unmount")
+	require.ErrorIs(t, e.volumes.ForceRemove(ctx, "busy"), volumes.ErrVolumeInUse, "force does not unmount")
 	require.DirExists(t, filepath.Join(e.root, "busy"))
 }
 
 // waitingDrivers is RegistryDrivers whose Driver waits for back, as
 // discovery's lookup waits for a plugin to come back.
 type waitingDrivers struct {
-	dockervolume.RegistryDrivers
+	volumes.RegistryDrivers
 	asked chan string
 	back  chan struct{}
 }
@@ -145,14 +147,14 @@ func TestInspectWaitsForADriverThatIsGoneAndAnswersTheRecordWhenItStaysGone(t *t
 	_, err := e.volumes.Create(ctx, "data", "local", nil)
 	require.NoError(t, err)
 	require.NoError(t, e.volumes.Shutdown())
-	drivers := waitingDrivers{RegistryDrivers: dockervolume.RegistryDrivers{Registry: e.registry},
+	drivers := waitingDrivers{RegistryDrivers: volumes.RegistryDrivers{Registry: e.registry},
 		asked: make(chan string, 1), back: make(chan struct{})}
-	v, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{Bucket: e.bucket, Drivers: drivers,
+	v, err := volumes.Start(e.system, volumes.Config{Bucket: e.bucket, Drivers: drivers,
 		Logger: probe.Logger(t), Name: "waiting", OpTimeout: time.Minute})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, v.Shutdown()) })
 
-	answered := make(chan dockervolume.VolumeInfo, 1)
+	answered := make(chan volumes.Volume, 1)
 	go func() {
 		info, err := v.Inspect(ctx, "data")
 		require.NoError(t, err)
@@ -170,7 +172,7 @@ func TestInspectWaitsForADriverThatIsGoneAndAnswersTheRecordWhenItStaysGone(t *t
 	defer cancel()
 	gone := waitingDrivers{RegistryDrivers: drivers.RegistryDrivers, asked: make(chan string, 1), back: make(chan struct{})}
 	require.NoError(t, v.Shutdown())
-	v2, err := dockervolume.StartVolumes(e.system, dockervolume.VolumesConfig{Bucket: e.bucket, Drivers: gone,
+	v2, err := volumes.Start(e.system, volumes.Config{Bucket: e.bucket, Drivers: gone,
 		Logger: probe.Logger(t), Name: "gone", OpTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, v2.Shutdown()) })

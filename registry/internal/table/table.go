@@ -1,0 +1,340 @@
+package table
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/plugvisor/plugvisor/messages"
+)
+
+// Table holds the allocations of one plugin type.
+//
+// Up to smallMax allocations sit in one sorted slice (see smallSet). Past
+// that they sit in two B-trees (allocTree):
+//   - by (name, alloc), for lookups;
+//   - by (name, newest first), whose first item of a name is that name's
+//     current allocation. It holds only the names with two allocations or
+//     more. A name with one, the common case, is its own current: it is
+//     found in the first tree and costs one tree's item instead of two
+//     (about 10 bytes of a plugin's heap).
+//
+// Every change of a large table costs O(log n), whatever the number of
+// older allocations of a name. Clone is O(1) either way. The trees share
+// nodes copy-on-write, and the slice is copied on the first change after a
+// clone. So a clone handed to readers never changes under them.
+//
+// A working table is written by one goroutine, the registry actor's. A
+// clone frozen in a snapshot may be read by any number of goroutines.
+type Table struct {
+	small smallSet // nil once allocs and newest hold the table
+	// owned is set on a working table that has copied small since its
+	// last clone, and so may change it in place.
+	owned bool
+	// dirty is set on a working table changed since the last cut
+	// (Working.Changed).
+	dirty  bool
+	allocs *allocTree
+	newest *allocTree
+
+	// frozen caches list() and an index of it by name, once the table is
+	// frozen in a snapshot. Working tables never read it.
+	frozen atomic.Pointer[currentIndex]
+}
+
+// currentIndex is the current allocation of each name of a frozen table,
+// in name order and by name.
+type currentIndex struct {
+	list   []*messages.PluginInfo
+	byName map[string]*messages.PluginInfo
+}
+
+// New returns an empty table.
+func New() *Table { return &Table{} }
+
+// newTrees returns the two empty trees of a large table: by (name, alloc)
+// and by (name, newest first).
+func newTrees() (allocs, newest *allocTree) {
+	return newAllocTree(compareAlloc), newAllocTree(compareNewest)
+}
+
+// Clone returns a copy that shares nodes until either side changes.
+func (t *Table) Clone() *Table {
+	if t.allocs == nil {
+		if t.owned {
+			t.owned = false // a table frozen in a snapshot is never written
+		}
+		return &Table{small: t.small}
+	}
+	return &Table{allocs: t.allocs.Clone(), newest: t.newest.Clone()}
+}
+
+// Len is how many allocations the table holds.
+func (t *Table) Len() int {
+	if t.allocs == nil {
+		return len(t.small)
+	}
+	return t.allocs.Len()
+}
+
+func probe(name, alloc string) *Allocation {
+	a := &Allocation{}
+	a.plugin.Name, a.plugin.AllocId = name, alloc
+	return a
+}
+
+// probes recycles the search keys of lookups: readers look plugins up
+// from many goroutines at once, and a fresh key per lookup was most of the
+// cost of DispensePlugin.
+var probes = sync.Pool{New: func() any { return probe("", "") }}
+
+// lookup finds the item of tree with name and alloc.
+func lookup(tree *allocTree, name, alloc string) (*Allocation, bool) {
+	key := borrowKey(name, alloc, 0)
+	defer returnKey(key)
+	return tree.Get(key)
+}
+
+// borrowKey takes a search key from probes; returnKey gives it back.
+// order is at most MaxSequence (the newest first of a name takes
+// MaxSequence), so that a key, like every allocation not made by
+// NewAllocation, has no updatedBit.
+func borrowKey(name, alloc string, order uint64) *Allocation {
+	key := probes.Get().(*Allocation)
+	key.plugin.Name, key.plugin.AllocId, key.ord = name, alloc, order
+	return key
+}
+
+func returnKey(key *Allocation) {
+	key.plugin.Name, key.plugin.AllocId, key.ord = "", "", 0
+	probes.Put(key)
+}
+
+func (t *Table) Get(name, alloc string) (*Allocation, bool) {
+	if t.allocs == nil {
+		return t.small.get(name, alloc)
+	}
+	return lookup(t.allocs, name, alloc)
+}
+
+// find returns the current allocation of name and its allocation alloc,
+// each nil when there is none: for a small table, with one search.
+func (t *Table) Find(name, alloc string) (current, found *Allocation) {
+	if t.allocs == nil {
+		from, to := t.small.run(name)
+		if from == to {
+			return nil, nil
+		}
+		for _, a := range t.small[from:to] {
+			if a.Info().GetAllocId() == alloc {
+				found = a
+				break
+			}
+		}
+		return t.small[from], found
+	}
+	current, _ = t.currentOf(name)
+	found, _ = t.Get(name, alloc)
+	return current, found
+}
+
+// sole returns the first allocation of name in a large table's allocs,
+// nil when it has none, and whether name has more than that one.
+func (t *Table) sole(name string) (first *Allocation, more bool) {
+	key := borrowKey(name, "", 0)
+	defer returnKey(key)
+	t.allocs.AscendGreaterOrEqual(key, func(a *Allocation) bool {
+		if a.Info().GetName() != name {
+			return false
+		}
+		if first != nil {
+			more = true
+			return false
+		}
+		first = a
+		return true
+	})
+	return first, more
+}
+
+// topOf returns the current allocation of name from a large table's
+// newest-first tree, nil when name has fewer than two allocations.
+func (t *Table) topOf(name string) *Allocation {
+	key := borrowKey(name, "", MaxSequence)
+	defer returnKey(key)
+	top := t.first(key)
+	if top == nil || top.Info().GetName() != name {
+		return nil
+	}
+	return top
+}
+
+// currentOf returns the current allocation of name: its newest.
+func (t *Table) currentOf(name string) (*Allocation, bool) {
+	if t.allocs == nil {
+		return t.small.current(name)
+	}
+	if top := t.topOf(name); top != nil {
+		return top, true
+	}
+	first, _ := t.sole(name)
+	return first, first != nil
+}
+
+// first returns the first allocation of the newest-first tree at or after
+// key, or nil.
+func (t *Table) first(key *Allocation) *Allocation {
+	var top *Allocation
+	t.newest.AscendGreaterOrEqual(key, func(a *Allocation) bool {
+		top = a
+		return false
+	})
+	return top
+}
+
+// eachCurrent calls fn with the current allocation of each name, in name
+// order. It walks the (name, alloc) tree in order; a name with one
+// allocation is its own current, and for a name with more it takes the
+// newest from the newest-first tree and skips the rest of the name with
+// one search: one step per name, however many older allocations each has.
+func (t *Table) EachCurrent(fn func(*Allocation)) {
+	if t.allocs == nil {
+		t.small.each(fn)
+		return
+	}
+	key := borrowKey("", "", 0)
+	defer returnKey(key)
+	for walking := true; walking; {
+		walking = false
+		var pending *Allocation // the first of a name, not yet told
+		t.allocs.AscendGreaterOrEqual(key, func(a *Allocation) bool {
+			name := a.Info().GetName()
+			if pending != nil && name == pending.Info().GetName() {
+				fn(t.topOf(name))
+				pending = nil
+				// The smallest name after name's: names hold no NUL.
+				key.plugin.Name, walking = name+"\x00", true
+				return false
+			}
+			if pending != nil {
+				fn(pending)
+			}
+			pending = a
+			return true
+		})
+		if pending != nil {
+			fn(pending)
+		}
+	}
+}
+
+// put adds a or replaces the allocation with the same name and alloc ID.
+// A replacement must keep its order.
+func (t *Table) Put(a *Allocation) {
+	if t.allocs == nil {
+		t.putSmall(a, true)
+		return
+	}
+	if _, ok := lookup(t.allocs, a.Info().GetName(), a.Info().GetAllocId()); !ok {
+		t.Add(a)
+		return
+	}
+	t.allocs.ReplaceOrInsert(a)
+	if t.topOf(a.Info().GetName()) != nil {
+		t.newest.ReplaceOrInsert(a)
+	}
+}
+
+// add is put for an allocation the table does not hold.
+func (t *Table) Add(a *Allocation) {
+	if t.allocs == nil {
+		t.putSmall(a, false)
+		return
+	}
+	if t.topOf(a.Info().GetName()) != nil {
+		t.newest.ReplaceOrInsert(a)
+	} else if first, _ := t.sole(a.Info().GetName()); first != nil {
+		t.newest.ReplaceOrInsert(first)
+		t.newest.ReplaceOrInsert(a)
+	}
+	t.allocs.ReplaceOrInsert(a)
+}
+
+// remove deletes a, which the table holds; the next newest allocation of
+// its name, if any, becomes current, and remove returns it.
+func (t *Table) Remove(a *Allocation) (now *Allocation, ok bool) {
+	if t.allocs == nil {
+		return t.removeSmall(a)
+	}
+	t.allocs.Delete(a)
+	if _, was := t.newest.Delete(a); was {
+		if first, more := t.sole(a.Info().GetName()); first != nil && !more {
+			t.newest.Delete(first) // one left: it needs no newest-first item
+		}
+	}
+	return t.currentOf(a.Info().GetName())
+}
+
+// list returns the current allocation of each name, sorted by name.
+func (t *Table) list() []*messages.PluginInfo {
+	out := []*messages.PluginInfo{}
+	t.EachCurrent(func(a *Allocation) { out = append(out, a.Info()) })
+	return out
+}
+
+// index returns the currentIndex of a table frozen in a snapshot: the
+// first reader walks the tree and keeps it, later readers share it. A
+// lookup by name is then one map read instead of a B-tree search, which
+// is what DispensePlugin costs.
+func (t *Table) index() *currentIndex {
+	cached := t.frozen.Load()
+	if cached == nil {
+		l := t.list()
+		cached = &currentIndex{list: l, byName: make(map[string]*messages.PluginInfo, len(l))}
+		for _, p := range l {
+			cached.byName[p.GetName()] = p
+		}
+		t.frozen.Store(cached)
+	}
+	return cached
+}
+
+// Plugins returns the current allocation of each name, sorted by name,
+// for a table frozen in a snapshot. Each caller gets a slice of its own.
+func (t *Table) Plugins() []*messages.PluginInfo {
+	return slices.Clone(t.index().list)
+}
+
+// Current returns the current allocation of name, for a table frozen in a
+// snapshot.
+func (t *Table) Current(name string) (*messages.PluginInfo, bool) {
+	p, ok := t.index().byName[name]
+	return p, ok
+}
+
+// Allocations returns every allocation of name, newest (current) first.
+func (t *Table) Allocations(name string) []*messages.PluginInfo {
+	var out []*messages.PluginInfo
+	switch {
+	case t.allocs == nil:
+		from, to := t.small.run(name)
+		for _, a := range t.small[from:to] {
+			out = append(out, a.Info())
+		}
+	case t.topOf(name) == nil:
+		if first, _ := t.sole(name); first != nil {
+			out = append(out, first.Info())
+		}
+	default:
+		key := borrowKey(name, "", MaxSequence)
+		defer returnKey(key)
+		t.newest.AscendGreaterOrEqual(key, func(a *Allocation) bool {
+			if a.Info().GetName() != name {
+				return false
+			}
+			out = append(out, a.Info())
+			return true
+		})
+	}
+	return out
+}
