@@ -29,7 +29,7 @@ func startClusterAgent(t *testing.T, srv *etcdtest.Server) *agent.Agent {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if err := a.Shutdown(context.Background()); err != nil {
-			require.ErrorContains(t, err, "member: revoke the lease of")
+			require.ErrorContains(t, err, "revoke the lease of")
 		}
 	})
 	return a

@@ -33,7 +33,7 @@ type refusal struct {
 // packagePrefix finds a segment of a message that is one of our packages'
 // names: "registry: ...". The volume manager's ("volumes: ") and the
 // fleet's are not in it yet: their turn is another change of issue 43's.
-var packagePrefix = regexp.MustCompile(`(^|: )(api|csi|catalog|controller|registry|storage|discovery|dockervolume|supervisor|actors|names|plugintype|kubeletreg|agent|errclass|messages): `)
+var packagePrefix = regexp.MustCompile(`(^|: )(api|csi|catalog|controller|registry|storage|discovery|dockervolume|supervisor|actors|names|plugintype|kubeletreg|agent|errclass|messages|volumes|fleet|member): `)
 
 // walk sends each refusal and checks its answer: the status of its class,
 // never a 500 (the status of an error of no class), a message that holds

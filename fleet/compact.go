@@ -52,7 +52,7 @@ type Compactor struct {
 func StartCompactor(s *Store, cfg CompactConfig) (*Compactor, error) {
 	if cfg.Interval < 0 {
 		return nil, model.Refusef(model.ErrInvalid,
-			"fleet: compactor: Interval is %v: give a positive duration, or 0 for the default %v", cfg.Interval, DefaultCompactInterval)
+			"compactor: Interval is %v: give a positive duration, or 0 for the default %v", cfg.Interval, DefaultCompactInterval)
 	}
 	log := cfg.Logger
 	if log == nil {

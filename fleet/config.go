@@ -106,7 +106,7 @@ func (cfg Config) validate() error {
 		bad("MaxAttempts is %d: give a positive number, or 0 for the default %d", cfg.MaxAttempts, DefaultMaxAttempts)
 	}
 	if len(problems) > 0 {
-		return model.Refusef(model.ErrInvalid, "fleet: config: %s", strings.Join(problems, "; "))
+		return model.Refusef(model.ErrInvalid, "config: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }

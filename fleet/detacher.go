@@ -55,7 +55,7 @@ type Detacher struct {
 func StartDetacher(s *Store, cfg DetacherConfig) (*Detacher, error) {
 	if cfg.Controls == nil || cfg.Detach == nil || cfg.Interval < 0 {
 		return nil, model.Refusef(model.ErrInvalid,
-			"fleet: detacher: Controls and Detach are required, and Interval (%v) must not be negative (0: the default %v)",
+			"detacher: Controls and Detach are required, and Interval (%v) must not be negative (0: the default %v)",
 			cfg.Interval, DefaultDetachInterval)
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultDetachInterval)

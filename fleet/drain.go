@@ -168,7 +168,7 @@ func drainedSince(value []byte) time.Time {
 // model.ErrNodeDraining; Undrain ends the drain.
 func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, model.Refusef(model.ErrInvalid, "fleet: drain: %v", err)
+		return nil, model.Refusef(model.ErrInvalid, "drain: %v", err)
 	}
 	var out *Node
 	err := s.call(ctx, "drain a node", func(ctx context.Context) error {
@@ -211,7 +211,7 @@ func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 // does not know is model.ErrNodeNotFound.
 func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return false, model.Refusef(model.ErrInvalid, "fleet: eligibility: %v", err)
+		return false, model.Refusef(model.ErrInvalid, "eligibility: %v", err)
 	}
 	var deleted bool
 	err := s.call(ctx, "end a node's drain", func(ctx context.Context) error {
@@ -241,7 +241,7 @@ func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 // returns the claims it freed.
 func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error) {
 	if err := names.Check("node ID", node); err != nil {
-		return nil, model.Refusef(model.ErrInvalid, "fleet: free claims: %v", err)
+		return nil, model.Refusef(model.ErrInvalid, "free claims: %v", err)
 	}
 	var nodes map[string]*Node
 	if err := s.call(ctx, "list nodes", func(ctx context.Context) (err error) { nodes, err = s.readNodes(ctx); return err }); err != nil {

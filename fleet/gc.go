@@ -80,7 +80,7 @@ type GC struct {
 func StartGC(s *Store, cfg GCConfig) (*GC, error) {
 	if cfg.Interval < 0 || cfg.Grace < 0 {
 		return nil, model.Refusef(model.ErrInvalid,
-			"fleet: GC: Interval (%v) and Grace (%v) must not be negative; 0 means no GC run by itself and the default grace %v",
+			"GC: Interval (%v) and Grace (%v) must not be negative; 0 means no GC run by itself and the default grace %v",
 			cfg.Interval, cfg.Grace, DefaultGCGrace)
 	}
 	log := cfg.Logger

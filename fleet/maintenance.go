@@ -21,7 +21,7 @@ import (
 // snapshot; an existing path is refused.
 func SaveSnapshot(ctx context.Context, endpoints []string, tlsConfig *tls.Config, path string) (int64, error) {
 	if _, err := os.Stat(path); err == nil {
-		return 0, fmt.Errorf("fleet: snapshot: %s exists: give a new file", path)
+		return 0, fmt.Errorf("snapshot: %s exists: give a new file", path)
 	}
 	client, err := maintenanceClient(endpoints, tlsConfig)
 	if err != nil {
@@ -30,13 +30,13 @@ func SaveSnapshot(ctx context.Context, endpoints []string, tlsConfig *tls.Config
 	defer client.Close()
 	rc, err := client.Snapshot(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("fleet: snapshot of etcd at %s: %w", strings.Join(endpoints, ","), err)
+		return 0, fmt.Errorf("snapshot of etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	defer rc.Close()
 	part := path + ".part"
 	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("fleet: snapshot: %w", err)
+		return 0, fmt.Errorf("snapshot: %w", err)
 	}
 	n, err := io.Copy(f, rc)
 	err = errors.Join(err, f.Sync(), f.Close())
@@ -45,7 +45,7 @@ func SaveSnapshot(ctx context.Context, endpoints []string, tlsConfig *tls.Config
 	}
 	if err != nil {
 		_ = os.Remove(part)
-		return 0, fmt.Errorf("fleet: snapshot of etcd at %s into %s: %w", strings.Join(endpoints, ","), path, err)
+		return 0, fmt.Errorf("snapshot of etcd at %s into %s: %w", strings.Join(endpoints, ","), path, err)
 	}
 	return n, nil
 }
@@ -62,7 +62,7 @@ func Defragment(ctx context.Context, endpoints []string, tlsConfig *tls.Config) 
 	defer client.Close()
 	for _, ep := range endpoints {
 		if _, err := client.Defragment(ctx, ep); err != nil {
-			return fmt.Errorf("fleet: defragment etcd at %s: %w", ep, err)
+			return fmt.Errorf("defragment etcd at %s: %w", ep, err)
 		}
 	}
 	return nil
@@ -78,18 +78,18 @@ func DBSize(ctx context.Context, endpoint string, tlsConfig *tls.Config) (size, 
 	defer client.Close()
 	st, err := client.Status(ctx, endpoint)
 	if err != nil {
-		return 0, 0, fmt.Errorf("fleet: status of etcd at %s: %w", endpoint, err)
+		return 0, 0, fmt.Errorf("status of etcd at %s: %w", endpoint, err)
 	}
 	return st.DbSize, st.DbSizeInUse, nil
 }
 
 func maintenanceClient(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
-		return nil, errors.New("fleet: no etcd endpoints: give the etcd client URLs, e.g. http://127.0.0.1:2379")
+		return nil, errors.New("no etcd endpoints: give the etcd client URLs, e.g. http://127.0.0.1:2379")
 	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: DefaultRequestTimeout, Logger: zap.NewNop()})
 	if err != nil {
-		return nil, fmt.Errorf("fleet: connect to etcd at %s: %w", strings.Join(endpoints, ","), err)
+		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	return client, nil
 }

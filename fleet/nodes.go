@@ -196,7 +196,7 @@ func (s *Store) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerpr
 			err = names.Check("plugin name", info.PluginID)
 		}
 		if err != nil {
-			return model.Refusef(model.ErrInvalid, "fleet: fingerprint: %v", err)
+			return model.Refusef(model.ErrInvalid, "fingerprint: %v", err)
 		}
 		kept = append(kept, proto.Clone(fp).(*messages.CSIFingerprint))
 	}

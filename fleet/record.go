@@ -22,7 +22,7 @@ const sumLen = 4
 var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
 // errCorruptRecord is the cause of every record that does not decode.
-var errCorruptRecord = errors.New("fleet: record corrupt")
+var errCorruptRecord = errclass.New(errclass.Corrupt, "record corrupt")
 
 func recordSum(key string, body []byte) uint32 {
 	var n [binary.MaxVarintLen64]byte
@@ -50,7 +50,7 @@ var ErrUnsealed = errclass.New(errclass.Corrupt, "record not sealed with the fle
 func (c codec) encode(key string, m proto.Message) (string, error) {
 	body, err := proto.Marshal(m)
 	if err != nil {
-		return "", model.Refusef(model.ErrInvalid, "fleet: %s cannot be stored: %v", key, err)
+		return "", model.Refusef(model.ErrInvalid, "%s cannot be stored: %v", key, err)
 	}
 	if c.keyring != nil {
 		return string(c.keyring.seal(key, body)), nil

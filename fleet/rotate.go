@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // RotateResult counts what RotateRecords did.
@@ -39,14 +41,14 @@ func RotateRecords(ctx context.Context, endpoints []string, tlsConfig *tls.Confi
 	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: DefaultRequestTimeout, Logger: zap.NewNop()})
 	if err != nil {
-		return res, fmt.Errorf("fleet: connect to etcd at %s: %w", strings.Join(endpoints, ","), err)
+		return res, fmt.Errorf("connect to etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	defer client.Close()
 	c := codec{keyring: keyring, acceptPlain: true}
 	for from := prefix; ; {
 		resp, err := client.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(500))
 		if err != nil {
-			return res, fmt.Errorf("fleet: rotate: read %s: %w", from, err)
+			return res, fmt.Errorf("rotate: read %s: %w", from, err)
 		}
 		for _, kv := range resp.Kvs {
 			key := string(kv.Key)
@@ -64,7 +66,7 @@ func RotateRecords(ctx context.Context, endpoints []string, tlsConfig *tls.Confi
 			txn, err := client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 				Then(clientv3.OpPut(key, string(keyring.seal(key, body)), clientv3.WithIgnoreLease())).Commit()
 			if err != nil {
-				return res, fmt.Errorf("fleet: rotate: write %s: %w", key, err)
+				return res, fmt.Errorf("rotate: write %s: %w", key, err)
 			}
 			if txn.Succeeded {
 				res.Resealed++
@@ -80,7 +82,7 @@ func RotateRecords(ctx context.Context, endpoints []string, tlsConfig *tls.Confi
 }
 
 // errNoRecord: a value is neither sealed nor a checksummed record.
-var errNoRecord = errors.New("not a record")
+var errNoRecord = errclass.New(errclass.Corrupt, "not a record")
 
 // body is the protobuf bytes of the record value of key holds, and the ID
 // of the key that sealed it ("" for a checksummed record); a value that is

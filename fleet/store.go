@@ -69,7 +69,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		codec: codec{keyring: cfg.Keyring, acceptPlain: cfg.AcceptUnsealed}}
 	client, err := clientv3.New(s.clientConfig())
 	if err != nil {
-		return nil, model.Refusef(model.ErrFleetUnavailable, "fleet: connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
+		return nil, model.Refusef(model.ErrFleetUnavailable, "connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s.client = client
 	if err := s.call(ctx, "build the volume indexes", s.buildIndexes); err != nil {
@@ -167,7 +167,7 @@ func (s *Store) classify(ctx context.Context, what string, err error) error {
 		s.reach.observe(nil)
 		return err
 	case ctx.Err() != nil:
-		return fmt.Errorf("fleet: %s: %w", what, ctx.Err())
+		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 	err = s.unavailable(what, u.err)
 	s.reach.observe(err)
@@ -188,7 +188,7 @@ func (s *Store) decode(key string, value []byte, m proto.Message) error {
 // unavailable is the error of a call that etcd did not answer.
 func (s *Store) unavailable(what string, err error) error {
 	return model.Refusef(model.ErrFleetUnavailable,
-		"fleet: %s: etcd at %s did not answer within %v (%v); claims are refused until etcd answers",
+		"%s: etcd at %s did not answer within %v (%v); claims are refused until etcd answers",
 		what, strings.Join(s.cfg.Endpoints, ","), s.cfg.RequestTimeout, err)
 }
 

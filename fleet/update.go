@@ -80,7 +80,7 @@ func (s *Store) updateSeeing(ctx context.Context, what, ns, id string,
 // lostRaces is the error of a write that lost the race for its volume
 // times times in a row, until its attempts or its time ran out.
 func (s *Store) lostRaces(what, ns, id string, times int) error {
-	return model.Refusef(model.ErrStore, "fleet: %s of volume %s/%s lost the race to other writers %d times in a row (limits: %d attempts, Config.MaxAttempts, within %v, Config.RequestTimeout); try again",
+	return model.Refusef(model.ErrStore, "%s of volume %s/%s lost the race to other writers %d times in a row (limits: %d attempts, Config.MaxAttempts, within %v, Config.RequestTimeout); try again",
 		what, ns, id, times, s.cfg.MaxAttempts, s.cfg.RequestTimeout)
 }
 

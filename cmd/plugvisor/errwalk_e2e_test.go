@@ -146,4 +146,4 @@ func requireSaidOnce(t *testing.T, stderr string, code, exit int, want string) {
 // packagePrefix finds a segment of a message that is one of our packages'
 // names: "registry: ...". The volume manager's ("volumes: ") and the
 // fleet's are not in it yet: their turn is another change of issue 43's.
-var packagePrefix = regexp.MustCompile(`(^|: )(api|csi|catalog|controller|registry|storage|discovery|dockervolume|supervisor|actors|names|plugintype|kubeletreg|agent|errclass|messages): `)
+var packagePrefix = regexp.MustCompile(`(^|: )(api|csi|catalog|controller|registry|storage|discovery|dockervolume|supervisor|actors|names|plugintype|kubeletreg|agent|errclass|messages|volumes|fleet|member): `)

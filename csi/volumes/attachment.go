@@ -163,5 +163,5 @@ func listedNodes(ctx context.Context, ctrl *csi.Client, id string) (nodes []stri
 		}
 		token = resp.GetNextToken()
 	}
-	return nil, false, fmt.Errorf("volumes: ListVolumes still had pages after %d", maxListPages)
+	return nil, false, fmt.Errorf("ListVolumes still had pages after %d", maxListPages)
 }

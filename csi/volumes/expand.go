@@ -126,7 +126,7 @@ func (j *job) expandAt(ctx context.Context, vol *model.CSIVolume, pub *messages.
 		return NodeExpandResult{}, err
 	}
 	if !caps.ExpandVolume {
-		return NodeExpandResult{}, fmt.Errorf("volumes: node expansion of volume %s: %w: the node plugin %q does not advertise EXPAND_VOLUME",
+		return NodeExpandResult{}, fmt.Errorf("node expansion of volume %s: %w: the node plugin %q does not advertise EXPAND_VOLUME",
 			j.key, csi.ErrUnimplemented, j.rec.GetPluginId())
 	}
 	resp, err := node.NodeExpandVolume(ctx, &csipb.NodeExpandVolumeRequest{

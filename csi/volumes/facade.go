@@ -83,7 +83,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Manager, error) {
 	pid, err := system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("volumes: start actor %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start actor %q: %w", cfg.Name, err)
 	}
 	return &Manager{system: system, pid: pid, timeout: cfg.OperationTimeout, workers: m.workers, conns: &m.env.conns, feed: m.env.feed, samples: samples}, nil
 }
@@ -283,7 +283,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		err = messages.ErrorFromProto(answer.(*messages.VolumeOpResponse).GetError())
 	}
 	if stopErr := m.system.Root.PoisonFuture(m.pid).Wait(); err == nil && stopErr != nil {
-		err = fmt.Errorf("volumes: stop actor: %w", stopErr)
+		err = fmt.Errorf("stop actor: %w", stopErr)
 	}
 	m.workers.Wait()
 	m.conns.close()
@@ -321,7 +321,7 @@ func (m *Manager) ask(ctx context.Context, build func(replyTo *actor.PID) proto.
 	case errors.Is(err, actors.ErrTargetGone):
 		return nil, fmt.Errorf("%w: %w", ErrShutDown, err)
 	case err != nil:
-		return nil, fmt.Errorf("volumes: waiting for the volume manager: %w", err)
+		return nil, fmt.Errorf("waiting for the volume manager: %w", err)
 	}
 	return answer, nil
 }

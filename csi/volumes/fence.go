@@ -223,7 +223,7 @@ func (j *job) unfenceStage() error {
 		return nil
 	}
 	if err := remount(st.GetStagingPath(), false); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("volumes: make the fenced staging path %s writable again: %w", st.GetStagingPath(), err)
+		return fmt.Errorf("make the fenced staging path %s writable again: %w", st.GetStagingPath(), err)
 	}
 	st.Fenced = false
 	return nil
@@ -296,7 +296,7 @@ func (j *job) unfence(pub *messages.VolumePublish) error {
 	}
 	if !pub.GetReadOnly() {
 		if err := remount(pub.GetTargetPath(), false); err != nil {
-			return j.failed(pub, fmt.Errorf("volumes: make the fenced target %s writable again: %w", pub.GetTargetPath(), err))
+			return j.failed(pub, fmt.Errorf("make the fenced target %s writable again: %w", pub.GetTargetPath(), err))
 		}
 		if err := j.fencedAfter(pub); err != nil {
 			return err

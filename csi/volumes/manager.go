@@ -204,7 +204,7 @@ func (m *manager) start(ctx actor.Context, o *op) {
 		done := &jobDone{op: o}
 		defer func() {
 			if r := recover(); r != nil {
-				done.err = fmt.Errorf("volumes: %s of volume %s panicked: %v", o, o.key, r)
+				done.err = fmt.Errorf("%s of volume %s panicked: %v", o, o.key, r)
 			}
 			done.note = j.note
 			j.close(done.err)

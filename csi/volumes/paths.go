@@ -101,7 +101,7 @@ func removeAllocDirs(allocDir string) error {
 // mkdirPrivate creates dir and its parents, readable by the agent only.
 func mkdirPrivate(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("volumes: create directory: %w", err)
+		return fmt.Errorf("create directory: %w", err)
 	}
 	return nil
 }
@@ -117,5 +117,5 @@ func removeEmpty(dir string) (gone bool, err error) {
 	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
 		return false, nil
 	}
-	return false, fmt.Errorf("volumes: remove %s: %w", dir, err)
+	return false, fmt.Errorf("remove %s: %w", dir, err)
 }

@@ -41,7 +41,7 @@ func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
 		case pub.GetState() != statePublished:
 			errs = append(errs, j.takeDown(ctx, alloc))
 		case claimsErr != nil: // kept as it is, a fenced one read-only, until the catalog answers
-			errs = append(errs, fmt.Errorf("volumes: check the claim of alloc %s: %w", alloc, claimsErr))
+			errs = append(errs, fmt.Errorf("check the claim of alloc %s: %w", alloc, claimsErr))
 		case !j.ours(holders, alloc):
 			errs = append(errs, j.claimGone(ctx, alloc, holders))
 		case mounts != nil && !mounts[pub.GetTargetPath()]:

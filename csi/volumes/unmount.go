@@ -120,7 +120,7 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 		return fmt.Errorf("%w: NodeUnpublishVolume succeeded but left %s mounted or not empty (%v); "+
 			"stop what uses it, then unmount again", ErrTargetBusy, pub.GetTargetPath(), errors.Unwrap(err))
 	default:
-		return fmt.Errorf("volumes: NodeUnpublishVolume succeeded but the target is still there: %w", err)
+		return fmt.Errorf("NodeUnpublishVolume succeeded but the target is still there: %w", err)
 	}
 	return nil
 }
@@ -144,7 +144,7 @@ func (j *job) unstageUnsaved(ctx context.Context) (removed bool, err error) {
 		return false, nil
 	}
 	if others := publishedAllocs(j.rec); len(others) > 1 {
-		return false, fmt.Errorf("volumes: internal error: unstage of %s with allocs %v published", j.key, others)
+		return false, fmt.Errorf("internal error: unstage of %s with allocs %v published", j.key, others)
 	}
 	s.State = stateUnstaging
 	if err := j.save(); err != nil {

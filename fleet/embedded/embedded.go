@@ -5,11 +5,11 @@
 package embedded
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/names"
 	etcdsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -17,7 +17,7 @@ import (
 )
 
 // ErrNotLoopback is returned for a URL whose host is not loopback.
-var ErrNotLoopback = errors.New("embedded: etcd without TLS listens on loopback only")
+var ErrNotLoopback = errclass.New(errclass.Invalid, "etcd without TLS listens on loopback only")
 
 // Config says where the member keeps its data and listens.
 type Config struct {

@@ -205,7 +205,7 @@ func (g *volumeGrain) register(ctx context.Context, store model.Fleet, m *messag
 	v := model.VolumeFromProto(m)
 	if v.Namespace != g.namespace || v.ID != g.id {
 		return nil, model.Refusef(model.ErrInvalid,
-			"member: the grain of volume %s was sent the volume %s", volumeIdentity(g.namespace, g.id), volumeIdentity(v.Namespace, v.ID))
+			"the grain of volume %s was sent the volume %s", volumeIdentity(g.namespace, g.id), volumeIdentity(v.Namespace, v.ID))
 	}
 	return store.RegisterVolume(ctx, v)
 }

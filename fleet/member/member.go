@@ -27,6 +27,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/names"
 )
@@ -43,7 +44,7 @@ const unstartedAddress = "nonhost"
 const remoteQueueSize = 16 << 10
 
 // ErrInvalidConfig: a Config field is wrong; the error names it and the fix.
-var ErrInvalidConfig = errors.New("member: invalid config")
+var ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid cluster member config")
 
 // Config is what a member needs to join the cluster.
 type Config struct {
@@ -384,9 +385,9 @@ func (m *Member) started(inc *incarnation) {
 // panicked with is kept for errors.Is.
 func recovered(address string, r any) error {
 	if err, ok := r.(error); ok {
-		return fmt.Errorf("member: join the cluster at %s: %w", address, err)
+		return fmt.Errorf("join the cluster at %s: %w", address, err)
 	}
-	return fmt.Errorf("member: join the cluster at %s: %v", address, r)
+	return fmt.Errorf("join the cluster at %s: %v", address, r)
 }
 
 // openStore opens the fleet.Store once the provider reaches etcd; the

@@ -9,19 +9,21 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // ErrPeerTLS is returned by Start when the members already in the fleet
 // and this one do not accept each other's certificates: this member would
 // hold volume grains nobody could reach, so it does not join.
-var ErrPeerTLS = errors.New("member: the fleet's members and this one refuse each other's TLS")
+var ErrPeerTLS = errclass.New(errclass.Denied, "the fleet's members and this one refuse each other's TLS")
 
 // maxPeerChecks bounds how many members a joining member checks.
 const maxPeerChecks = 5
 
 // errTLSRefused marks a TLS handshake with a peer that failed on
 // certificates (either side's), not on reaching it.
-var errTLSRefused = errors.New("TLS refused")
+var errTLSRefused = errclass.New(errclass.Denied, "TLS refused")
 
 // peerCheck is a TLS handshake with a peer's remote, as protoactor's
 // remote would make it, at an address.

@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // provider is protoactor's cluster membership kept in etcd: each member
@@ -83,7 +85,7 @@ type provider struct {
 var _ cluster.ClusterProvider = (*provider)(nil)
 
 // errClientMode says that the provider only runs members.
-var errClientMode = errors.New("member: the etcd provider runs members only, not cluster clients")
+var errClientMode = errclass.New(errclass.Unsupported, "the etcd provider runs members only, not cluster clients")
 
 func newProvider(etcd clientv3.Config, prefix, clusterName string, ttl, timeout time.Duration, log hclog.Logger) *provider {
 	return &provider{
@@ -101,19 +103,19 @@ func newProvider(etcd clientv3.Config, prefix, clusterName string, ttl, timeout 
 func (p *provider) StartMember(c *cluster.Cluster) error {
 	host, port, err := c.ActorSystem.GetHostPort()
 	if err != nil {
-		return fmt.Errorf("member: the member's address %q: %w", c.ActorSystem.Address(), err)
+		return fmt.Errorf("the member's address %q: %w", c.ActorSystem.Address(), err)
 	}
 	self := &cluster.Member{Id: c.ActorSystem.ID, Host: host, Port: int32(port), Kinds: c.GetClusterKinds()}
 	p.value, err = proto.Marshal(self)
 	if err != nil {
-		return fmt.Errorf("member: encode the member record: %w", err)
+		return fmt.Errorf("encode the member record: %w", err)
 	}
 	p.cluster, p.key = c, p.prefix+self.Id
 	if p.subscribe != nil {
 		p.subscribe()
 	}
 	if p.client, err = clientv3.New(p.etcd); err != nil {
-		return fmt.Errorf("member: etcd client for %v: %w", p.etcd.Endpoints, err)
+		return fmt.Errorf("etcd client for %v: %w", p.etcd.Endpoints, err)
 	}
 	p.asked.Store(p.client)
 	if p.joined != nil {
@@ -160,7 +162,7 @@ func (p *provider) Shutdown(bool) error {
 	}
 	if p.client != nil {
 		if cerr := p.client.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("member: close the etcd client: %w", cerr)
+			err = fmt.Errorf("close the etcd client: %w", cerr)
 		}
 	}
 	return err
@@ -199,7 +201,7 @@ func (p *provider) revoke() error {
 		return nil // it expired (during an outage): the key went with it
 	}
 	if err != nil {
-		return fmt.Errorf("member: revoke the lease of %s (it expires by itself within %v): %w", p.key, p.ttl, err)
+		return fmt.Errorf("revoke the lease of %s (it expires by itself within %v): %w", p.key, p.ttl, err)
 	}
 	return nil
 }
@@ -210,11 +212,11 @@ func (p *provider) register(ctx context.Context) error {
 	defer cancel()
 	lease, err := p.client.Grant(ctx, int64(p.ttl/time.Second))
 	if err != nil {
-		return fmt.Errorf("member: grant a lease in etcd %v: %w", p.client.Endpoints(), err)
+		return fmt.Errorf("grant a lease in etcd %v: %w", p.client.Endpoints(), err)
 	}
 	p.lease = lease.ID
 	if _, err := p.client.Put(ctx, p.key, string(p.value), clientv3.WithLease(lease.ID)); err != nil {
-		return fmt.Errorf("member: register %s in etcd %v: %w", p.key, p.client.Endpoints(), err)
+		return fmt.Errorf("register %s in etcd %v: %w", p.key, p.client.Endpoints(), err)
 	}
 	return nil
 }
@@ -260,7 +262,7 @@ func (p *provider) leaseAlive(ctx context.Context) (bool, error) {
 	defer cancel()
 	resp, err := p.client.TimeToLive(ctx, p.lease)
 	if err != nil {
-		return false, fmt.Errorf("member: ask etcd %v about the lease of %s: %w", p.client.Endpoints(), p.key, err)
+		return false, fmt.Errorf("ask etcd %v about the lease of %s: %w", p.client.Endpoints(), p.key, err)
 	}
 	return resp.TTL > 0, nil
 }
@@ -331,7 +333,7 @@ func (p *provider) list(ctx context.Context) ([]*cluster.Member, int64, error) {
 func (p *provider) listWith(ctx context.Context, client *clientv3.Client) ([]*cluster.Member, int64, error) {
 	resp, err := client.Get(ctx, p.prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, fmt.Errorf("member: list the members in etcd %v: %w", client.Endpoints(), err)
+		return nil, 0, fmt.Errorf("list the members in etcd %v: %w", client.Endpoints(), err)
 	}
 	members := make([]*cluster.Member, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -373,10 +375,10 @@ func (p *provider) retryDelay() time.Duration { return p.ttl / 4 }
 func decodeMember(b []byte) (*cluster.Member, error) {
 	m := &cluster.Member{}
 	if err := proto.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("member: decode a member record: %w", err)
+		return nil, fmt.Errorf("decode a member record: %w", err)
 	}
 	if m.GetId() == "" || m.GetHost() == "" {
-		return nil, errors.New("member: a member record has no ID or host")
+		return nil, errors.New("a member record has no ID or host")
 	}
 	return m, nil
 }

@@ -188,7 +188,7 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 	request := newRequestID()
 	stampRequest(msg, request)
 	if err := sign(r.member.cfg.Fleet.Keyring, msg); err != nil {
-		return nil, fmt.Errorf("member: sign the %s of volume %s: %w", describe(msg), identity, err)
+		return nil, fmt.Errorf("sign the %s of volume %s: %w", describe(msg), identity, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -214,10 +214,10 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 			wait = firstWait // the grain has a new place: no reason to wait long
 		}
 		if !pause(ctx, wait, changed) {
-			gaveUp := fmt.Errorf("member: %s of volume %s: no member of the cluster answered within %v (%d attempts; last: %v)",
+			gaveUp := fmt.Errorf("%s of volume %s: no member of the cluster answered within %v (%d attempts; last: %v)",
 				describe(msg), identity, time.Since(start).Round(time.Millisecond), attempt, err)
 			if errors.Is(ctx.Err(), context.Canceled) {
-				gaveUp = fmt.Errorf("member: %s of volume %s: %w", describe(msg), identity, ctx.Err())
+				gaveUp = fmt.Errorf("%s of volume %s: %w", describe(msg), identity, ctx.Err())
 			}
 			return r.resolve(namespace, id, msg, request, gaveUp)
 		}
@@ -272,7 +272,7 @@ func (r *Router) settle(namespace, id string, msg proto.Message, request string,
 	store := r.member.store.Load()
 	if err := store.AbandonRequest(ctx, request); err != nil {
 		return nil, errclass.Also(model.Refusef(model.ErrOutcomeUnknown,
-			"member: %s of volume %s was answered after more than one attempt, and the others cannot be stopped (%v): sending the same request again is safe",
+			"%s of volume %s was answered after more than one attempt, and the others cannot be stopped (%v): sending the same request again is safe",
 			describe(msg), volumeIdentity(namespace, id), err), model.ErrFleetUnavailable)
 	}
 	if answer == nil || errors.Is(answer, fleet.ErrRequestAbandoned) {
@@ -368,11 +368,11 @@ func pause(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
 
 // errTopologyChanged: the topology changed while a request was out; it is
 // sent again to whichever member hosts the grain now.
-var errTopologyChanged = errors.New("the cluster's topology changed")
+var errTopologyChanged = errclass.New(errclass.Unavailable, "the cluster's topology changed")
 
 // errJoining: the member is joining the cluster again, and its new
 // incarnation has not started; the request waits for it.
-var errJoining = errors.New("this member is joining the cluster again")
+var errJoining = errclass.New(errclass.Unavailable, "this member is joining the cluster again")
 
 // send sends msg to the grain once. It gives up on the answer when the
 // topology changes meanwhile (changed closes): the grain's member may be the one that left,

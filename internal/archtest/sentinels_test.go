@@ -15,11 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// notYet are the packages whose sentinels still use errors.New: their
-// turn is another change of issue 43's. Drop a row once its package is
-// done; the test then holds it too.
-var notYet = []string{"fleet", "csi/volumes"}
-
 // TestEverySentinelHasAClass checks the house rule of ARCHITECTURE.md's
 // "Errors": no package-level error of the module's non-test code is made
 // with errors.New. Each is made with errclass.New, so that it has a class
@@ -35,23 +30,11 @@ func TestEverySentinelHasAClass(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		parts := strings.SplitN(line, "|", 3)
 		require.Len(t, parts, 3, "go list line %q", line)
-		if skipped(strings.TrimPrefix(parts[0], module)) {
-			continue
-		}
 		for _, file := range strings.Fields(parts[2]) {
 			found = append(found, plainSentinels(t, filepath.Join(parts[1], file))...)
 		}
 	}
 	require.Empty(t, found, "sentinels made with errors.New or prefixed: make each with errclass.New(class, text), unprefixed")
-}
-
-func skipped(pkg string) bool {
-	for _, p := range notYet {
-		if pkg == p || strings.HasPrefix(pkg, p+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // plainSentinels lists the package-level variables of file whose value is
