@@ -50,8 +50,8 @@ type NodeWatchConfig struct {
 func (s *Store) WatchNode(cfg NodeWatchConfig) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &nodeWatch{s: s, cfg: cfg}
-	s.watch.Store(w)
 	w.fresh()
+	s.watch.Store(w)
 	rev, err := w.start(ctx)
 	done := make(chan struct{})
 	go func() {

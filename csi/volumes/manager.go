@@ -72,28 +72,30 @@ type jobDone struct {
 	note string
 }
 
-// Receive dispatches the manager's messages.
+// Receive dispatches the manager's messages: lifecycle, requests, queries,
+// the fleet's news, then what its jobs and timers send back.
 func (m *manager) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		m.onStarted(ctx)
-	case *messages.MountAllocVolume:
-		m.onRequest(ctx, &op{kind: opMount, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo(),
-			access: model.AccessMode(msg.GetAccessMode()), attachment: model.AttachmentMode(msg.GetAttachmentMode()),
-			mountGroup: msg.GetMountGroup()}, msg.GetNamespace(), msg.GetVolumeId())
-	case *messages.UnmountAllocVolume:
-		m.onRequest(ctx, &op{kind: opUnmount, alloc: msg.GetAllocId(), force: msg.GetForce(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
-	case *messages.ClaimAllocVolume:
-		m.onRequest(ctx, &op{kind: opClaim, alloc: msg.GetAllocId(), readOnly: msg.GetReadOnly(), replyTo: msg.GetReplyTo(),
-			access: model.AccessMode(msg.GetAccessMode()), attachment: model.AttachmentMode(msg.GetAttachmentMode())}, msg.GetNamespace(), msg.GetVolumeId())
-	case *messages.ReleaseAllocVolume:
-		m.onRequest(ctx, &op{kind: opRelease, alloc: msg.GetAllocId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
-	case *messages.DetachVolume:
-		m.onRequest(ctx, &op{kind: opDetach, nodeID: msg.GetNodeId(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
-	case *messages.NodeExpandAllocVolume:
-		m.onRequest(ctx, &op{kind: opNodeExpand, capacityBytes: msg.GetCapacityBytes(), replyTo: msg.GetReplyTo()}, msg.GetNamespace(), msg.GetVolumeId())
+	case *messages.ShutdownVolumeManager:
+		m.onShutdown(ctx, msg)
+	case *actor.Stopped:
+		m.onStopped()
+	case *messages.MountAllocVolume, *messages.UnmountAllocVolume, *messages.ClaimAllocVolume,
+		*messages.ReleaseAllocVolume, *messages.DetachVolume, *messages.NodeExpandAllocVolume:
+		m.onRequest(ctx, requestOp(msg))
 	case *messages.VolumeStatusRequest:
 		m.onStatus(ctx, msg)
+	case *messages.Subscribed:
+	case *messages.PluginRegistered, *messages.PluginUpdated:
+		m.onPluginAvailable(ctx, msg.(interface{ GetPlugin() *messages.PluginInfo }).GetPlugin().GetName())
+	case *standingChanged:
+		m.onStanding(ctx, msg.standing)
+	case *claimsChanged:
+		m.onClaimsChanged(ctx, msg.claims)
+	case *resyncAsked:
+		m.onResync(ctx, msg.reason)
 	case *recordSaved:
 		m.onRecordSaved(msg)
 	case *jobDone:
@@ -106,21 +108,6 @@ func (m *manager) Receive(ctx actor.Context) {
 		m.onSweepDue(ctx)
 	case *statsPolled:
 		m.onStatsPolled(ctx, msg)
-	case *messages.Subscribed:
-	case *messages.PluginRegistered:
-		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
-	case *messages.PluginUpdated:
-		m.onPluginAvailable(ctx, msg.GetPlugin().GetName())
-	case *standingChanged:
-		m.onStanding(ctx, msg.standing)
-	case *claimsChanged:
-		m.onClaimsChanged(ctx, msg.claims)
-	case *resyncAsked:
-		m.onResync(ctx, msg.reason)
-	case *messages.ShutdownVolumeManager:
-		m.onShutdown(ctx, msg)
-	case *actor.Stopped:
-		m.onStopped()
 	}
 }
 
@@ -157,9 +144,8 @@ func (m *manager) onStarted(ctx actor.Context) {
 }
 
 // onRequest checks a request's IDs and queues it, or refuses it.
-func (m *manager) onRequest(ctx actor.Context, o *op, namespace, id string) {
+func (m *manager) onRequest(ctx actor.Context, o *op) {
 	o.replyTo = replyTo(ctx, o.replyTo)
-	o.key = volumeKey{namespace, id}
 	err := checkRequest(o)
 	if err == nil && m.closing {
 		err = fmt.Errorf("%w: %s of volume %s refused", ErrShutDown, o, o.key)

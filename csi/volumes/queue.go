@@ -1,9 +1,12 @@
 package volumes
 
 import (
+	"fmt"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/messages"
 )
 
 // opKind is what an operation does to its volume.
@@ -52,6 +55,31 @@ type op struct {
 	condition, target string
 	// replyTo is the requester; nil for the manager's own reconciles.
 	replyTo *actor.PID
+}
+
+// requestOp is the operation a request message asks for (one of the
+// types Receive hands to onRequest).
+func requestOp(msg any) *op {
+	switch m := msg.(type) {
+	case *messages.MountAllocVolume:
+		return &op{kind: opMount, key: volumeKey{m.GetNamespace(), m.GetVolumeId()}, alloc: m.GetAllocId(), readOnly: m.GetReadOnly(),
+			access: model.AccessMode(m.GetAccessMode()), attachment: model.AttachmentMode(m.GetAttachmentMode()),
+			mountGroup: m.GetMountGroup(), replyTo: m.GetReplyTo()}
+	case *messages.UnmountAllocVolume:
+		return &op{kind: opUnmount, key: volumeKey{m.GetNamespace(), m.GetVolumeId()}, alloc: m.GetAllocId(), force: m.GetForce(),
+			replyTo: m.GetReplyTo()}
+	case *messages.ClaimAllocVolume:
+		return &op{kind: opClaim, key: volumeKey{m.GetNamespace(), m.GetVolumeId()}, alloc: m.GetAllocId(), readOnly: m.GetReadOnly(),
+			access: model.AccessMode(m.GetAccessMode()), attachment: model.AttachmentMode(m.GetAttachmentMode()), replyTo: m.GetReplyTo()}
+	case *messages.ReleaseAllocVolume:
+		return &op{kind: opRelease, key: volumeKey{m.GetNamespace(), m.GetVolumeId()}, alloc: m.GetAllocId(), replyTo: m.GetReplyTo()}
+	case *messages.DetachVolume:
+		return &op{kind: opDetach, key: volumeKey{m.GetNamespace(), m.GetVolumeId()}, nodeID: m.GetNodeId(), replyTo: m.GetReplyTo()}
+	case *messages.NodeExpandAllocVolume:
+		return &op{kind: opNodeExpand, key: volumeKey{m.GetNamespace(), m.GetVolumeId()}, capacityBytes: m.GetCapacityBytes(),
+			replyTo: m.GetReplyTo()}
+	}
+	panic(fmt.Sprintf("no operation for a %T", msg))
 }
 
 // String names the operation for the volume's status and the logs.

@@ -238,7 +238,10 @@ func (r *Router) resolve(namespace, id string, msg proto.Message, request string
 	ctx, cancel := context.WithTimeout(context.Background(), r.member.cfg.Fleet.RequestTimeout)
 	defer cancel()
 	store := r.member.store.Load()
-	err := store.AbandonRequest(ctx, request)
+	err := errNoStore
+	if store != nil {
+		err = store.AbandonRequest(ctx, request)
+	}
 	var v *model.CSIVolume
 	if err == nil {
 		v, err = store.GetVolume(ctx, namespace, id)
@@ -270,7 +273,11 @@ func (r *Router) settle(namespace, id string, msg proto.Message, request string,
 	ctx, cancel := context.WithTimeout(context.Background(), r.member.cfg.Fleet.RequestTimeout)
 	defer cancel()
 	store := r.member.store.Load()
-	if err := store.AbandonRequest(ctx, request); err != nil {
+	err := errNoStore
+	if store != nil {
+		err = store.AbandonRequest(ctx, request)
+	}
+	if err != nil {
 		return nil, errclass.Also(model.Refusef(model.ErrOutcomeUnknown,
 			"%s of volume %s was answered after more than one attempt, and the others cannot be stopped (%v): sending the same request again is safe",
 			describe(msg), volumeIdentity(namespace, id), err), model.ErrFleetUnavailable)
@@ -369,6 +376,10 @@ func pause(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
 // errTopologyChanged: the topology changed while a request was out; it is
 // sent again to whichever member hosts the grain now.
 var errTopologyChanged = errclass.New(errclass.Unavailable, "the cluster's topology changed")
+
+// errNoStore: the member has not reached etcd yet, so a change's outcome
+// cannot be read back.
+var errNoStore = errclass.New(errclass.Unavailable, "the member has not reached etcd yet")
 
 // errJoining: the member is joining the cluster again, and its new
 // incarnation has not started; the request waits for it.
