@@ -357,16 +357,33 @@ func (nm *nemesis) olderSnapshot() *snapshotFile {
 	return &s
 }
 
-// restartAgent starts n's agent again on its data dir.
+// restartAgent starts n's agent again on its data dir, until its API
+// answers: an agent whose start cannot reach etcd (cut off, or etcd down
+// meanwhile) exits with the reason, as it must, which is no crash; it is
+// started again a second later, as systemd would.
 func (f *chaosFleet) restartAgent(n *chaosNode) {
-	p, err := start("agent-"+n.id, f.races, f.agentArgs(n, n.id, n.dir)...)
-	if err != nil {
-		f.t.Errorf("restart agent %s: %v", n.id, err)
-		return
+	for deadline := time.Now().Add(settle); time.Now().Before(deadline); time.Sleep(time.Second) {
+		p, err := start("agent-"+n.id, f.races, f.agentArgs(n, n.id, n.dir)...)
+		if err != nil {
+			f.t.Errorf("restart agent %s: %v", n.id, err)
+			return
+		}
+		n.mu.Lock()
+		n.agent, n.agentRuns, n.restarts = f.procs.add(p), n.agentRuns+1, n.restarts+1
+		n.mu.Unlock()
+		for p.alive() {
+			var h map[string]any
+			if n.call(context.Background(), "GET", "/v1/health", nil, &h) == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !strings.Contains(p.out.String(), "cluster mode:") {
+			return // not a start that could not join: the checker reports it
+		}
+		p.ended.Store(true)
 	}
-	n.mu.Lock()
-	n.agent, n.agentRuns, n.restarts = f.procs.add(p), n.agentRuns+1, n.restarts+1
-	n.mu.Unlock()
+	f.t.Errorf("agent %s did not start again within %v", n.id, settle)
 }
 
 // startEtcdOrFail starts etcd again on its data dir and ports.

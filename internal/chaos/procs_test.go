@@ -86,10 +86,17 @@ func (p *proc) stop(grace time.Duration) error {
 // crashed says how the process ended when the harness did not end it, or
 // "" while it runs or when the harness ended it.
 func (p *proc) crashed() string {
-	if p.alive() || p.ended.Load() {
+	if p.alive() || p.ended.Load() || p.refusedToStart() {
 		return ""
 	}
 	return fmt.Sprintf("%s exited by itself (%v): %s", p.name, p.err, tail(p.out.String(), 30))
+}
+
+// refusedToStart reports whether the process was an agent that could not
+// join its fleet at start (etcd out of its reach): it says so and exits,
+// which is what it must do, not a crash.
+func (p *proc) refusedToStart() bool {
+	return strings.HasPrefix(tail(p.out.String(), 1), "plugvisor agent: cluster mode:")
 }
 
 // trouble is what the process's output says went wrong at its worst: a
