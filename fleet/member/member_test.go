@@ -73,6 +73,6 @@ func TestAnAddressInUseIsAnErrorAndLeavesNothingBehind(t *testing.T) {
 		childAddressEnv+"="+l.Addr().String())
 	out, err := cmd.Output()
 	require.Error(t, err, "the child exits 1")
-	require.Contains(t, string(out), "error member: join the cluster at "+l.Addr().String())
+	require.Contains(t, string(out), "error join the cluster at "+l.Addr().String())
 	require.Zero(t, memberKeys(t, s), "the member registered nothing")
 }
