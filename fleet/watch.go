@@ -107,7 +107,7 @@ func (w *nodeWatch) run(ctx context.Context, rev int64, err error) {
 	for {
 		if err != nil {
 			w.s.log.Warn("cannot watch this node's claims yet: retrying", "error", err)
-			if !sleepCtx(ctx, w.s.cfg.LeaseTTL/4) {
+			if sleep(ctx, w.s.cfg.LeaseTTL/4) != nil {
 				return
 			}
 			if rev, err = w.start(ctx); err != nil {
@@ -250,16 +250,4 @@ func (s *Store) Resyncs() int64 {
 		return w.resyncs.Load()
 	}
 	return 0
-}
-
-// sleepCtx waits d, or less when ctx ends; it reports whether ctx lives.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -16,32 +16,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugvisor/plugvisor/actors/probe"
-
-	"github.com/plugvisor/plugvisor/internal/racelog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/plugvisor/plugvisor/actors/probe"
+	"github.com/plugvisor/plugvisor/internal/racelog"
+	"github.com/plugvisor/plugvisor/internal/testbin"
 )
 
 // binary is the plugvisor binary the end-to-end tests run, built once.
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pvbin")
+	bin, cleanup, err := testbin.Build(".", raceEnabled)
 	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "plugvisor")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building plugvisor: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binary = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

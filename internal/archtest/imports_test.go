@@ -61,6 +61,7 @@ var mayImport = map[string][]string{
 	"internal/testpki":              nil,
 	"internal/chaos":                nil,
 	"internal/racelog":              nil,
+	"internal/testbin":              nil,
 	"internal/errwalk":              nil,
 	"internal/slowclients":          nil,
 	"fleet/etcdtest":                {"fleet/embedded"},

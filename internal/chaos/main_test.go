@@ -3,11 +3,11 @@ package chaos_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/plugvisor/plugvisor/internal/testbin"
 )
 
 // binary is the plugvisor binary the fleet runs, built once, with the race
@@ -15,21 +15,14 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pvchaos")
+	bin, cleanup, err := testbin.Build("github.com/plugvisor/plugvisor/cmd/plugvisor", raceEnabled)
 	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "plugvisor")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command("go", append(args, "github.com/plugvisor/plugvisor/cmd/plugvisor")...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building plugvisor: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binary = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
