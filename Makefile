@@ -107,7 +107,8 @@ FUZZ_TARGETS := \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody \
 	api:FuzzCheckRawString api:FuzzCreateBodyBounds \
-	api:FuzzDecodeVolumeBatchBody api:FuzzDecodeDeregisterBatchBody api:FuzzDecodeExpectBody api:FuzzMountGroup
+	api:FuzzDecodeVolumeBatchBody api:FuzzDecodeDeregisterBatchBody api:FuzzDecodeExpectBody api:FuzzMountGroup \
+	api:FuzzScanBody
 # FUZZTIME is a count of executions, not a duration: with a duration, Go
 # 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when the time runs out under load (golang/go#75804, fixed in
