@@ -98,7 +98,7 @@ readme: ## run the command blocks of the README and docs/ against a real agent, 
 # target at a time); its seed corpus is in the package's testdata/fuzz/, and
 # any input that fails is written there too, to become a regression test.
 FUZZ_TARGETS := \
-	names:FuzzCheck names:FuzzCheckSocketPath names:FuzzCheckKey \
+	names:FuzzCheck names:FuzzCheckSocketPath names:FuzzCheckKey names:FuzzText \
 	registry:FuzzValidatePlugin registry:FuzzLoad \
 	csi/catalog/model:FuzzClaims internal/mountinfo:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \

@@ -27,11 +27,12 @@ import (
 
 // hangingPlugin is the reference plugin, served so that the RPCs named
 // in hang block until released: they then fail, and never reach the
-// plugin.
+// plugin; and those named in fail answer their error at once.
 type hangingPlugin struct {
 	endpoint string
 	mu       sync.Mutex
 	hang     map[string]bool
+	fail     map[string]error
 	released chan struct{}
 }
 
@@ -61,8 +62,12 @@ func serveHangingHostpath(t *testing.T, dir string) *hangingPlugin {
 // intercept blocks an RPC named in hang until release.
 func (p *hangingPlugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	p.mu.Lock()
-	hang, released := p.hang[filepath.Base(info.FullMethod)], p.released
+	rpc := filepath.Base(info.FullMethod)
+	hang, failure, released := p.hang[rpc], p.fail[rpc], p.released
 	p.mu.Unlock()
+	if failure != nil {
+		return nil, failure
+	}
 	if !hang {
 		return next(ctx, req)
 	}
@@ -75,10 +80,18 @@ func (p *hangingPlugin) hangOnly(rpcs ...string) {
 	p.release()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.hang, p.released = map[string]bool{}, make(chan struct{})
+	p.hang, p.fail, p.released = map[string]bool{}, nil, make(chan struct{})
 	for _, rpc := range rpcs {
 		p.hang[rpc] = true
 	}
+}
+
+// failWith makes rpc answer err, and no other RPC fail or hang.
+func (p *hangingPlugin) failWith(rpc string, err error) {
+	p.hangOnly()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fail = map[string]error{rpc: err}
 }
 
 func (p *hangingPlugin) release() {
@@ -91,6 +104,51 @@ func (p *hangingPlugin) release() {
 	}
 }
 
+// startWithHangingPlugin starts an agent of node n1 with cfg, quick to
+// fingerprint, serves the reference plugin "hp" through a hangingPlugin
+// and registers it, and waits until its controller and node are healthy.
+// The agent stops with the test.
+func startWithHangingPlugin(t *testing.T, cfg agent.Config) (*agent.Agent, *hangingPlugin, *http.Client) {
+	t.Helper()
+	cfg.NodeID, cfg.FingerprintInterval, cfg.ResyncInterval = "n1", 50*time.Millisecond, time.Second
+	a, err := agent.Start(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
+	plugin := serveHangingHostpath(t, cfg.DataDir)
+	for _, ptype := range []string{csi.TypeController, csi.TypeNode} {
+		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: "a1",
+			Connection: &messages.ConnectionInfo{SocketPath: plugin.endpoint}}))
+	}
+	require.Eventually(t, func() bool {
+		healthy := 0
+		for _, fp := range a.CSI().Plugins() {
+			if fp.GetHealthy() {
+				healthy++
+			}
+		}
+		return healthy == 2
+	}, 20*time.Second, 10*time.Millisecond, "the controller and node plugins are healthy")
+	return a, plugin, unixClient(t, a)
+}
+
+// createDB creates volume default/db on "hp" through a's API, requires
+// the status want, and returns the answer; once created, it waits until
+// the volume is schedulable.
+func createDB(t *testing.T, a *agent.Agent, c *http.Client, want int) string {
+	t.Helper()
+	status, body, err := call(c, "POST", "http://plugvisor/v1/volumes/default/db/create", "",
+		`{"plugin_id":"hp","access_mode":"single-node-writer","capacity":{"required_bytes":1048576}}`)
+	require.NoError(t, err)
+	require.Equal(t, want, status, "create: %s", body)
+	if status == http.StatusCreated {
+		require.Eventually(t, func() bool {
+			v, err := a.Catalog().GetVolume(context.Background(), "default", "db")
+			return err == nil && v.Schedulable
+		}, 20*time.Second, 20*time.Millisecond)
+	}
+	return body
+}
+
 // TestAHangingPluginGetsTheOperationTimeoutNotTheServers is attack 4 of
 // issue 39: a mount or unmount whose plugin hangs answers 504 at the
 // volume operation timeout, not 500 when the HTTP server's read timeout
@@ -101,17 +159,8 @@ func (p *hangingPlugin) release() {
 func TestAHangingPluginGetsTheOperationTimeoutNotTheServers(t *testing.T) {
 	const readTimeout, opTimeout = 300 * time.Millisecond, 3 * time.Second
 	dir := dataDir(t)
-	a, err := agent.Start(agent.Config{DataDir: dir, Logger: probe.Logger(t), NodeID: "n1",
-		FingerprintInterval: 50 * time.Millisecond, ResyncInterval: time.Second,
+	a, plugin, c := startWithHangingPlugin(t, agent.Config{DataDir: dir, Logger: probe.Logger(t),
 		VolumeOperationTimeout: opTimeout, HTTPLimits: agent.HTTPLimits{ReadTimeout: readTimeout}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
-	plugin := serveHangingHostpath(t, dir)
-	for _, ptype := range []string{csi.TypeController, csi.TypeNode} {
-		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: "a1",
-			Connection: &messages.ConnectionInfo{SocketPath: plugin.endpoint}}))
-	}
-	c := unixClient(t, a)
 	do := func(op string, want int) string {
 		t.Helper()
 		status, body, err := call(c, "POST", "http://plugvisor/v1/volumes/default/db/"+op, "", `{"alloc_id":"web-1"}`)
@@ -120,33 +169,12 @@ func TestAHangingPluginGetsTheOperationTimeoutNotTheServers(t *testing.T) {
 		return body
 	}
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		healthy := 0
-		for _, fp := range a.CSI().Plugins() {
-			if fp.GetHealthy() {
-				healthy++
-			}
-		}
-		return healthy == 2
-	}, 20*time.Second, 10*time.Millisecond, "the controller and node plugins are healthy")
-	create := func(want int) string {
-		t.Helper()
-		status, body, err := call(c, "POST", "http://plugvisor/v1/volumes/default/db/create", "",
-			`{"plugin_id":"hp","access_mode":"single-node-writer","capacity":{"required_bytes":1048576}}`)
-		require.NoError(t, err)
-		require.Equal(t, want, status, "create: %s", body)
-		return body
-	}
 	plugin.hangOnly("CreateVolume")
-	require.Contains(t, create(http.StatusGatewayTimeout), "CreateVolume")
-	_, err = a.Catalog().GetVolume(ctx, "default", "db")
+	require.Contains(t, createDB(t, a, c, http.StatusGatewayTimeout), "CreateVolume")
+	_, err := a.Catalog().GetVolume(ctx, "default", "db")
 	require.Error(t, err, "a create that timed out registered nothing")
 	plugin.hangOnly()
-	create(http.StatusCreated)
-	require.Eventually(t, func() bool {
-		v, err := a.Catalog().GetVolume(ctx, "default", "db")
-		return err == nil && v.Schedulable
-	}, 20*time.Second, 20*time.Millisecond)
+	createDB(t, a, c, http.StatusCreated)
 
 	plugin.hangOnly("NodePublishVolume")
 	require.Contains(t, do("mount", http.StatusGatewayTimeout), "mount did not finish within 3s")
