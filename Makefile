@@ -98,7 +98,7 @@ readme: ## run the command blocks of the README and docs/ against a real agent, 
 # target at a time); its seed corpus is in the package's testdata/fuzz/, and
 # any input that fails is written there too, to become a regression test.
 FUZZ_TARGETS := \
-	names:FuzzCheck names:FuzzCheckSocketPath names:FuzzCheckKey \
+	names:FuzzCheck names:FuzzCheckSocketPath names:FuzzCheckKey names:FuzzText \
 	registry:FuzzValidatePlugin registry:FuzzLoad \
 	csi/catalog/model:FuzzClaims internal/mountinfo:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
@@ -107,7 +107,8 @@ FUZZ_TARGETS := \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody \
 	api:FuzzCheckRawString api:FuzzCreateBodyBounds \
-	api:FuzzDecodeVolumeBatchBody api:FuzzDecodeDeregisterBatchBody api:FuzzDecodeExpectBody api:FuzzMountGroup
+	api:FuzzDecodeVolumeBatchBody api:FuzzDecodeDeregisterBatchBody api:FuzzDecodeExpectBody api:FuzzMountGroup \
+	api:FuzzScanBody
 # FUZZTIME is a count of executions, not a duration: with a duration, Go
 # 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when the time runs out under load (golang/go#75804, fixed in

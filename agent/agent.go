@@ -160,8 +160,8 @@ func start(cfg Config) (_ *Agent, err error) {
 }
 
 func (a *Agent) openStore() error {
-	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := makeDataDir(a.cfg.DataDir); err != nil {
+		return err
 	}
 	for _, dir := range []string{a.PluginDir(), a.SpecDir()} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {

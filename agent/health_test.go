@@ -64,8 +64,9 @@ func TestHealthIsDegradedWithTheReasons(t *testing.T) {
 
 func TestHealthIsDegradedWhileTheStoreFailsWrites(t *testing.T) {
 	dir := dataDir(t)
-	// A small tmpfs as the data dir: filled up, it fails the store's writes.
-	require.NoError(t, exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).Run())
+	// A small tmpfs as the data dir (the owner's alone: a tmpfs is 1777
+	// unless told): filled up, it fails the store's writes.
+	require.NoError(t, exec.Command("mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", dir).Run())
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
 	a, err := agent.Start(agent.Config{DataDir: dir, NodeID: "n1", Logger: probe.Logger(t)})
 	require.NoError(t, err)

@@ -18,13 +18,16 @@ type HTTPLimits struct {
 	// long a new connection to a crowded listener may wait aside for its
 	// request.
 	ReadHeaderTimeout time.Duration
-	// ReadTimeout bounds reading a whole request, body included (default
-	// 30s).
+	// ReadTimeout bounds reading a request's body, from the moment its
+	// headers are in (default 30s). It never ends a request whose body
+	// has arrived: a mount waits on its plugin for as long as the volume
+	// operation timeout, and WriteTimeout bounds its answer.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds a request from its headers to the end of its
 	// answer (default 5m: a mount waits on CSI calls of up to 2 minutes
-	// each). The event stream instead bounds each write by
-	// api.StreamWriteTimeout.
+	// each). Keep it above Config.VolumeOperationTimeout, or an operation
+	// that times out cannot say so. The event stream instead bounds each
+	// write by api.StreamWriteTimeout.
 	WriteTimeout time.Duration
 	// IdleTimeout closes a kept-alive connection idle this long (default 2m).
 	IdleTimeout time.Duration

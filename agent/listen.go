@@ -70,10 +70,14 @@ func (a *Agent) serveAPI() {
 	a.listeners = nil // the servers close them
 	errorLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	for _, s := range listeners {
+		// No ReadTimeout: in net/http it also ends, by cancelling its
+		// context, a request whose body has arrived, so a mount waiting on
+		// its plugin would answer 500 when it ran out. The gate's Handler
+		// bounds the body by limits.ReadTimeout instead, and clears the
+		// read deadline once the body is in.
 		srv := &http.Server{
 			Handler:           s.gate.Handler(s.policy.Authenticated, apiServer.HandlerFor(s.policy)),
 			ReadHeaderTimeout: limits.ReadHeaderTimeout,
-			ReadTimeout:       limits.ReadTimeout,
 			WriteTimeout:      limits.WriteTimeout,
 			IdleTimeout:       limits.IdleTimeout,
 			MaxHeaderBytes:    limits.MaxHeaderBytes,

@@ -91,7 +91,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/plugins", []string{"type"}, s.listPlugins},
 		{"POST", "/v1/plugins", nil, s.registerPlugin},
 		{"GET", "/v1/plugins/{type}/{name}", nil, s.getPlugin},
-		{"DELETE", "/v1/plugins/{type}/{name}/{alloc}", nil, s.deregisterPlugin},
+		{"DELETE", "/v1/plugins/{type}/{name}/{alloc}", []string{"force"}, s.deregisterPlugin},
 		{"GET", "/v1/events", []string{"type", "replay"}, streaming(s.events)},
 		{"GET", "/v1/csi/plugins", nil, s.csiPlugins},
 	}, s.volumeRoutes(), s.controllerRoutes(), s.dockerRoutes(), s.fleetRoutes(), s.pluginViewRoutes())

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -28,10 +26,11 @@ var (
 )
 
 // decodeBody reads a size-limited JSON object into v, a pointer to one of
-// the API's body structs. It refuses anything but one JSON object, an
-// unknown field (names are matched exactly), a value of the wrong type and
-// anything after the object, each with an error that names the field. An
-// empty body is refused unless emptyOK.
+// the API's body structs. It refuses anything but one JSON object, what
+// scanBody refuses (an unknown field, a member named twice, a string that
+// would change, too deep or too many values), a value of the wrong type
+// and anything after the object, each with an error that names the field.
+// An empty body is refused unless emptyOK.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
@@ -50,7 +49,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 	case body[0] != '{':
 		return fmt.Errorf("%w: send a JSON object ({...})", errBadBody)
 	}
-	if err := cmp.Or(scanMembers(body), exactNames(body, v)); err != nil {
+	if err := scanBody(body, v); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -66,128 +65,6 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 		return fmt.Errorf("%w: data after the JSON object; send exactly one object", errBadBody)
 	}
 	return nil
-}
-
-// scanMembers refuses an object, at any depth, that names a member twice
-// (encoding/json would keep the last value silently), and a string, key or
-// value, that is not valid UTF-8 or escapes half a surrogate pair
-// (encoding/json would turn either into U+FFFD silently). The error gives
-// the member's path. Malformed JSON is left to the decoder to describe.
-func scanMembers(body []byte) error {
-	type level struct {
-		path      string
-		seen      map[string]bool // nil for an array
-		key       string          // the member whose value comes next
-		expectKey bool
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var stack []*level
-	for {
-		from := dec.InputOffset()
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var top *level
-		if n := len(stack); n > 0 {
-			top = stack[n-1]
-		}
-		child := ""
-		if top != nil {
-			child = cmp.Or(top.key, top.path)
-		}
-		if key, ok := tok.(string); ok && top != nil && top.expectKey {
-			name := strings.TrimPrefix(top.path+"."+key, ".")
-			if err := checkRawString(memberName(top.path), body[from:dec.InputOffset()]); err != nil {
-				return err
-			}
-			if top.seen[key] {
-				return fmt.Errorf("%w: field %q appears twice; send each field once", errBadBody, name)
-			}
-			top.seen[key], top.key, top.expectKey = true, name, false
-			continue
-		}
-		if _, ok := tok.(string); ok {
-			if err := checkRawString(fmt.Sprintf("field %q", child), body[from:dec.InputOffset()]); err != nil {
-				return err
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &level{path: child, seen: map[string]bool{}, expectKey: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, &level{path: child})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		if n := len(stack); n > 0 && stack[n-1].seen != nil {
-			stack[n-1].expectKey = true
-		}
-	}
-}
-
-// exactNames refuses a member of the body, at any depth, that names no
-// field of v's type exactly: encoding/json alone would take "ALLOC_ID" for
-// "alloc_id". The error gives the member's path, e.g. "connection.socket".
-func exactNames(body []byte, v any) error {
-	var tree any
-	if err := json.Unmarshal(body, &tree); err != nil {
-		return nil // the decoder says what is wrong
-	}
-	return checkNames(tree, reflect.TypeOf(v), "")
-}
-
-func checkNames(value any, t reflect.Type, path string) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch value := value.(type) {
-	case map[string]any:
-		switch t.Kind() {
-		case reflect.Map:
-			for k, member := range value {
-				if err := checkNames(member, t.Elem(), path+k+"."); err != nil {
-					return err
-				}
-			}
-		case reflect.Struct:
-			fields := jsonFields(t)
-			for _, k := range slices.Sorted(maps.Keys(value)) {
-				field, ok := fields[k]
-				if !ok {
-					return fmt.Errorf("%w: unknown field %q", errBadBody, path+k)
-				}
-				if err := checkNames(value[k], field, path+k+"."); err != nil {
-					return err
-				}
-			}
-		}
-	case []any:
-		if t.Kind() == reflect.Slice {
-			for _, item := range value {
-				if err := checkNames(item, t.Elem(), path); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// jsonFields maps the JSON names of struct type t's fields, embedded
-// structs' included, to their types.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	out := map[string]reflect.Type{}
-	for _, f := range reflect.VisibleFields(t) {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if !f.IsExported() || f.Anonymous || name == "-" {
-			continue
-		}
-		out[cmp.Or(name, f.Name)] = f.Type
-	}
-	return out
 }
 
 // checkQuery refuses a malformed query, a query parameter that the route

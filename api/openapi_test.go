@@ -364,7 +364,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("DELETE", "/v1/docker/volumes/data?force=true", "", 200)
 	c.refuse("DELETE", "/v1/docker/volumes/data?force=perhaps", "")
 
-	c.do("DELETE", "/v1/plugins/csi-node/hp/a1", "", 200)
+	c.do("DELETE", "/v1/plugins/csi-node/hp/a1", "", 409) // healthy, current and serving
+	c.refuse("DELETE", "/v1/plugins/csi-node/hp/a1?force=perhaps", "")
+	c.do("DELETE", "/v1/plugins/csi-node/hp/a1?force=true", "", 200)
 	for op := range operations(doc) {
 		require.True(t, c.covered[op] || isFleetOp(op), "%s was driven to a success", op)
 	}

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/plugvisor/plugvisor/csi"
-	"github.com/plugvisor/plugvisor/dockervolume"
-	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
@@ -80,57 +77,6 @@ func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// errTakeover refuses a registration that would replace a healthy
-// current allocation without force.
-var errTakeover = errclass.New(errclass.Conflict, "not registered")
-
-// checkTakeover refuses info when previous, the plugin's current
-// allocation, is another one that the agent found healthy, unless force:
-// the new allocation would become current whether or not anything serves
-// its socket, and would receive the secrets and data of every volume of
-// the plugin. The CLI's -force sends force. The check and the
-// registration are two steps: two registrations racing may both pass it,
-// which the plugins right, needed for either, makes an operator's race.
-// The Go facade (registry.RegisterPlugin) does not check: its callers
-// (discovery, embedders) decide for themselves.
-func (s *Server) checkTakeover(info, previous *messages.PluginInfo, force bool) error {
-	if force || previous == nil || previous.GetAllocId() == info.GetAllocId() || !s.healthy(previous) {
-		return nil
-	}
-	return fmt.Errorf("%w: %s %s is served by healthy allocation %s (%s); %s would replace it as current.\n"+
-		"Its socket would receive the volumes of the plugin, secrets included: deregister %s first, "+
-		"or send \"force\": true (plugvisor plugin register -force)", errTakeover, info.GetType(), info.GetName(),
-		previous.GetAllocId(), previous.GetConnection().GetSocketPath()+previous.GetConnection().GetAddress(),
-		info.GetAllocId(), previous.GetAllocId())
-}
-
-// healthy says whether the agent found p healthy at its last check; false
-// for a type whose health it does not check, or before the first check.
-func (s *Server) healthy(p *messages.PluginInfo) bool {
-	same := func(ptype, name, alloc string, healthy bool) bool {
-		return healthy && (ptype == "" || ptype == p.GetType()) && name == p.GetName() && alloc == p.GetAllocId()
-	}
-	switch p.GetType() {
-	case csi.TypeNode, csi.TypeController:
-		if s.CSI != nil {
-			for _, f := range s.CSI.Plugins() {
-				if same(f.GetType(), f.GetName(), f.GetAllocId(), f.GetHealthy()) {
-					return true
-				}
-			}
-		}
-	case dockervolume.PluginType:
-		if s.DockerPlugins != nil {
-			for _, h := range s.DockerPlugins.Plugins() {
-				if same("", h.GetName(), h.GetAllocId(), h.GetHealthy()) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
 func pathIDs(r *http.Request, names ...string) ([]string, error) {
 	var errs []error
 	values := make([]string, len(names))
@@ -163,10 +109,21 @@ func (s *Server) deregisterPlugin(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	force, err := queryBool(r.URL.Query(), "force")
+	if err != nil {
+		return err
+	}
+	if err := s.checkDeregistration(r.Context(), ids[0], ids[1], ids[2], force); err != nil {
+		return err
+	}
 	if err := s.Registry.DeregisterPlugin(ids[0], ids[1], ids[2]); err != nil {
 		return err
 	}
-	s.Logger.Info("plugin deregistered", "type", ids[0], "name", ids[1], "alloc_id", ids[2], "by", callerOf(r))
+	log := s.Logger.Info
+	if force {
+		log = s.Logger.Warn
+	}
+	log("plugin deregistered", "type", ids[0], "name", ids[1], "alloc_id", ids[2], "force", force, "by", callerOf(r))
 	current, _ := s.Registry.Snapshot().Current(ids[0], ids[1])
 	writeJSON(w, http.StatusOK, map[string]any{"deregistered": ids[2], "current": protoJSON(current)})
 	return nil

@@ -173,7 +173,7 @@ func memberName(path string) string {
 	if path == "" {
 		return "a member name"
 	}
-	return fmt.Sprintf("a member name in %q", path)
+	return "a member name in " + quotePath(path)
 }
 
 // checkRawString refuses the JSON string raw (with its quotes, as sent,
@@ -182,9 +182,19 @@ func memberName(path string) string {
 // half a surrogate pair (\ud800 alone): encoding/json would replace either
 // with U+FFFD.
 func checkRawString(what string, raw []byte) error {
+	if problem := rawStringProblem(raw); problem != "" {
+		return fmt.Errorf("%w: %s %s", errBadBody, what, problem)
+	}
+	return nil
+}
+
+// rawStringProblem is what checkRawString refuses in raw, e.g. "is not
+// valid UTF-8 (byte 0xff); send UTF-8 text", or "" when nothing. It
+// describes no field, so that a caller names one only for a refusal.
+func rawStringProblem(raw []byte) string {
 	start := bytes.IndexByte(raw, '"')
 	if start < 0 || len(raw)-start < 2 {
-		return nil // not a string: the decoder describes it
+		return "" // not a string: the decoder describes it
 	}
 	s := raw[start+1 : len(raw)-1]
 	for i := 0; i < len(s); {
@@ -192,7 +202,7 @@ func checkRawString(what string, raw []byte) error {
 		case s[i] == '\\' && i+5 < len(s) && s[i+1] == 'u':
 			r, n := escapedRune(s[i:])
 			if r < 0 {
-				return fmt.Errorf("%w: %s escapes half a surrogate pair (%s); send UTF-8 text", errBadBody, what, s[i:i+6])
+				return fmt.Sprintf("escapes half a surrogate pair (%s); send UTF-8 text", s[i:i+6])
 			}
 			i += n
 		case s[i] == '\\':
@@ -202,12 +212,12 @@ func checkRawString(what string, raw []byte) error {
 		default:
 			r, size := utf8.DecodeRune(s[i:])
 			if r == utf8.RuneError && size == 1 {
-				return fmt.Errorf("%w: %s is not valid UTF-8 (byte %#x); send UTF-8 text", errBadBody, what, s[i])
+				return fmt.Sprintf("is not valid UTF-8 (byte %#x); send UTF-8 text", s[i])
 			}
 			i += size
 		}
 	}
-	return nil
+	return ""
 }
 
 // escapedRune reads the \uXXXX escape at the start of s, with the low half

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plugvisor/plugvisor/errclass"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Sentinel errors for the gRPC status codes a plugin answers with. Every RPC
@@ -73,7 +74,9 @@ var codeErrors = map[codes.Code]error{
 
 // rpcError turns the error of the RPC named rpc into a package-prefixed
 // error wrapping the sentinel of its status code and keeping the plugin's
-// message.
+// message, made safe by names.Text: at most names.MaxTextLen bytes of
+// UTF-8, without control or bidirectional characters, before it reaches
+// the API's answers, events, records and logs.
 func rpcError(rpc string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
@@ -86,10 +89,10 @@ func rpcError(rpc string, err error) error {
 	if st.Message() == "" {
 		return fmt.Errorf("%s: %w", rpc, sentinel)
 	}
-	return fmt.Errorf("%s: %w: %s", rpc, sentinel, st.Message())
+	return fmt.Errorf("%s: %w: %s", rpc, sentinel, names.Text(st.Message()))
 }
 
 // invalidResponse reports a plugin answer the CSI spec forbids.
 func invalidResponse(rpc, format string, args ...any) error {
-	return fmt.Errorf("%s: %w: %s", rpc, ErrInvalidResponse, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %w: %s", rpc, ErrInvalidResponse, names.Text(fmt.Sprintf(format, args...)))
 }

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/plugvisor/plugvisor/errclass"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // Media types of the Docker plugin protocol.
@@ -40,9 +41,6 @@ const localHost = "plugin.moby.localhost"
 
 // maxResponseSize bounds a plugin's response body.
 const maxResponseSize = 16 << 20
-
-// maxMessageLen bounds the text of a plugin error kept in a CallError.
-const maxMessageLen = 1024
 
 // Plugin types that Docker plugin interfaces map to (see TypesFor).
 const (
@@ -266,7 +264,7 @@ func call(ctx context.Context, c Candidate, method string, req any, notFound err
 	}
 	var e struct{ Err string }
 	if json.Unmarshal(data, &e) == nil && e.Err != "" {
-		return nil, c.pluginError(method, ErrPluginFailed, status, truncate(e.Err))
+		return nil, c.pluginError(method, ErrPluginFailed, status, names.Text(e.Err))
 	}
 	return data, nil
 }
@@ -380,24 +378,12 @@ func (c *requestFirst) Close() error {
 func errorText(body []byte, status int) string {
 	var e struct{ Err string }
 	if json.Unmarshal(body, &e) == nil && e.Err != "" {
-		return truncate(e.Err)
+		return names.Text(e.Err)
 	}
 	if s := strings.TrimSpace(string(body)); s != "" {
-		return truncate(s)
+		return names.Text(s)
 	}
 	return http.StatusText(status)
-}
-
-// truncate shortens s to at most maxMessageLen bytes, on a rune boundary.
-func truncate(s string) string {
-	if len(s) <= maxMessageLen {
-		return s
-	}
-	cut := maxMessageLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // checkMediaType accepts the content types of a Docker plugin answer:

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/docker/go-plugins-helpers/sdk"
 	"github.com/docker/go-plugins-helpers/volume"
@@ -22,6 +23,7 @@ import (
 	actorprobe "github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // server is what go-plugins-helpers handlers offer.
@@ -405,14 +407,27 @@ func TestCallErrorMessageHoldsThePluginText(t *testing.T) {
 	require.Equal(t, "no space left", ce.Message)
 }
 
-func TestLongPluginErrorsAreTruncated(t *testing.T) {
-	long := strings.Repeat("é", maxMessageLen) // two bytes each
-	plugin := fakePlugin(t, reply(http.StatusInternalServerError, "", long))
-	err := Call(context.Background(), plugin, "X.Y", nil, nil)
-	var ce *CallError
-	require.ErrorAs(t, err, &ce)
-	require.LessOrEqual(t, len(ce.Message), maxMessageLen+len("…"))
-	require.True(t, strings.HasSuffix(ce.Message, "é…"), "cut on a rune boundary")
+// TestLongPluginErrorsAreCutAndMadeSafe: a plugin's error text, in a
+// body or in its "Err", is kept as names.Text makes it: at most
+// names.MaxTextLen bytes, cut on a rune boundary, one line of UTF-8
+// without control or bidirectional characters.
+func TestLongPluginErrorsAreCutAndMadeSafe(t *testing.T) {
+	long := strings.Repeat("é", names.MaxTextLen) // two bytes each
+	hostile := "no\nspace \u202Eleft\xff" + strings.Repeat("x", 3<<20)
+	for _, plugin := range []Candidate{
+		fakePlugin(t, reply(http.StatusInternalServerError, "", long)),
+		fakePlugin(t, reply(http.StatusInternalServerError, "", hostile)),
+		fakePlugin(t, reply(http.StatusOK, MediaTypeV11, `{"Err":"`+strings.ReplaceAll(hostile, "\n", `\n`)+`"}`)),
+	} {
+		err := Call(context.Background(), plugin, "X.Y", nil, nil)
+		var ce *CallError
+		require.ErrorAs(t, err, &ce)
+		require.LessOrEqual(t, len(ce.Message), names.MaxTextLen+64)
+		require.Contains(t, ce.Message, "… (cut at 1024 of ")
+		require.True(t, utf8.ValidString(ce.Message))
+		require.NotContains(t, ce.Message, "\u202E")
+		require.NotContains(t, ce.Message, "\n")
+	}
 }
 
 func TestTypesFor(t *testing.T) {

@@ -35,10 +35,12 @@ func DockerDirs() Dirs {
 	}
 }
 
-// place is one path where a plugin file may be, and the kind it would be.
+// place is one path where a plugin file may be, the kind it would be, and
+// the watched directory it is in.
 type place struct {
 	path string
 	kind Kind
+	dir  string
 }
 
 // places lists where plugin name may be found, in Docker's order of
@@ -48,8 +50,8 @@ func (d Dirs) places(name string) []place {
 	var ps []place
 	at := func(dir, ext string, kind Kind) {
 		ps = append(ps,
-			place{filepath.Join(dir, name+ext), kind},
-			place{filepath.Join(dir, name, name+ext), kind})
+			place{filepath.Join(dir, name+ext), kind, dir},
+			place{filepath.Join(dir, name, name+ext), kind, dir})
 	}
 	for _, dir := range d.Sockets {
 		at(dir, ".sock", KindSocket)
@@ -83,7 +85,8 @@ func (d Dirs) usable() (Dirs, []error) {
 // place in order of precedence (see Dirs) that holds a socket, or a spec file,
 // decides. As in Docker, a <name>.sock that is not a socket, or a path that
 // cannot be resolved (a symlink loop, a dangling symlink), is passed over for
-// the places after it; the problem is returned only when no place has the
+// the places after it; so is, unlike Docker, a file that another user than
+// root and the agent's could have put there (ErrUntrusted); the problem is returned only when no place has the
 // plugin. A spec file that is found but bad is the answer: its error is
 // returned, with no fallback to later places.
 //
@@ -130,6 +133,9 @@ func probe(name string, p place) (c Candidate, found bool, err error) {
 			return Candidate{}, false, perr(ErrUnreadable, fmt.Errorf("dangling symlink: %w", err))
 		}
 		return Candidate{}, false, nil
+	}
+	if err := checkTrusted(p.dir, p.path); err != nil {
+		return Candidate{}, false, perr(ErrUntrusted, err)
 	}
 	if p.kind != KindSocket {
 		if !fi.Mode().IsRegular() {

@@ -56,6 +56,10 @@ var (
 	// ErrTLSConfig: TLS settings cannot be used (a missing CA file, a bad
 	// key pair, a certificate without its key).
 	ErrTLSConfig = errclass.New(errclass.Invalid, "unusable TLS settings")
+	// ErrUntrusted: a socket or spec file is owned by a user other than
+	// root and the agent's, in a directory its group or others can write:
+	// anyone could have put it there.
+	ErrUntrusted = errclass.New(errclass.Invalid, "untrusted plugin file")
 )
 
 // Kind says which kind of file a Candidate came from.

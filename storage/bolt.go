@@ -81,7 +81,9 @@ func (b *Bolt) CommitTime() time.Duration {
 // an empty file behind: a new file is initialised under a temporary name and
 // linked into place, so an empty file at path was cut short by something
 // else; creating needs hard links in the file's directory). With
-// opts.MoveAsideCorrupt a corrupt file is moved aside instead.
+// opts.MoveAsideCorrupt a corrupt file is moved aside instead. A meta page
+// whose header alone is damaged is rewritten, with a warning: the header
+// has one right value (metaheader.go).
 func OpenBolt(path string, opts BoltOptions) (*Bolt, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = DefaultLockTimeout
@@ -221,13 +223,22 @@ func openVerified(path string, opts BoltOptions) (*bolt.DB, error) {
 		return checkPages(ro)
 	})
 	_ = ro.Close() // read-only: nothing to flush
-	if err != nil {
+	var headers *damagedMetaHeaders
+	if err != nil && !errors.As(err, &headers) {
 		return nil, asCorrupt(path, err)
 	}
 
 	db, err := openBolt(path, &bolt.Options{Timeout: remaining(deadline), NoSync: opts.NoSync}, opts.LockTimeout)
 	if err != nil {
 		return nil, err
+	}
+	if headers != nil {
+		if err := headers.repair(path); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("%s: %v; rewriting them failed: %w", path, headers, err)
+		}
+		opts.Logger.Warn("storage: rewrote the damaged header of a meta page, which has one right value; both commits are kept",
+			"path", path, "found", headers.Error())
 	}
 	if err := recoverPanic(func() error { return check(db) }); err != nil {
 		_ = db.Close()

@@ -49,7 +49,7 @@ func checkPages(db *bolt.DB) error {
 	}
 	defer func() { _ = f.Close() }()
 	p := &pageChecker{file: f, pageSize: uint64(db.Info().PageSize), seen: map[uint64]bool{0: true, 1: true}}
-	m, err := p.meta()
+	m, headers, err := p.meta()
 	if err != nil {
 		return err
 	}
@@ -85,6 +85,9 @@ func checkPages(db *bolt.DB) error {
 			return fmt.Errorf("page %d is neither reached nor free", id)
 		}
 	}
+	if len(headers.pages) > 0 {
+		return headers
+	}
 	return nil
 }
 
@@ -101,15 +104,19 @@ type boltMeta struct {
 	root, freelist, pages, txid uint64
 }
 
-// meta returns the meta page bbolt uses: the valid one of the two with the
-// higher transaction id.
-func (p *pageChecker) meta() (boltMeta, error) {
+// meta returns the meta page bbolt uses, the valid one of the two with
+// the higher transaction id, and the meta pages whose header is damaged.
+func (p *pageChecker) meta() (boltMeta, *damagedMetaHeaders, error) {
 	var metas [2]boltMeta
 	var errs [2]error
+	headers := &damagedMetaHeaders{pageSize: p.pageSize}
 	for i := range metas {
 		buf := make([]byte, pageHeaderSize+64)
 		if _, err := p.file.ReadAt(buf, int64(uint64(i)*p.pageSize)); err != nil {
-			return boltMeta{}, readError(uint64(i), err)
+			return boltMeta{}, nil, readError(uint64(i), err)
+		}
+		if damage := metaHeaderDamage(uint64(i), buf); damage != "" {
+			headers.pages, headers.found = append(headers.pages, uint64(i)), append(headers.found, damage)
 		}
 		metas[i], errs[i] = p.parseMeta(buf[pageHeaderSize:])
 	}
@@ -118,12 +125,12 @@ func (p *pageChecker) meta() (boltMeta, error) {
 		first, second = 1, 0
 	}
 	if errs[first] == nil {
-		return metas[first], nil
+		return metas[first], headers, nil
 	}
 	if errs[second] == nil {
-		return metas[second], nil
+		return metas[second], headers, nil
 	}
-	return boltMeta{}, errors.Join(errs[:]...)
+	return boltMeta{}, nil, errors.Join(errs[:]...)
 }
 
 func (p *pageChecker) parseMeta(b []byte) (boltMeta, error) {

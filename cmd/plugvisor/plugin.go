@@ -134,16 +134,24 @@ only with -force: a socket nobody serves would replace a working plugin.`,
 
 func newPluginDeregisterCmd() *cobra.Command {
 	var common commonFlags
+	var force bool
 	cmd := &cobra.Command{
-		Use:     "deregister TYPE NAME ALLOC",
-		Short:   "remove one allocation of a plugin",
-		Example: "  plugvisor plugin deregister csi-node ebs a1",
-		Args:    cmdline.Args("TYPE NAME ALLOC", "plugvisor plugin deregister csi-node ebs a1"),
+		Use:   "deregister TYPE NAME ALLOC",
+		Short: "remove one allocation of a plugin",
+		Long: `Removes one allocation of a plugin. When it is the plugin's current
+allocation, found healthy, and its plugin still serves its socket,
+deregister refuses, says why, and deregisters only with -force: the next
+registration would otherwise become current without -force. Stop the
+plugin first, and no -force is needed.`,
+		Example: `  plugvisor plugin deregister csi-node ebs a1
+  plugvisor plugin deregister -force csi-node ebs a2`,
+		Args: cmdline.Args("TYPE NAME ALLOC", "plugvisor plugin deregister csi-node ebs a1"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return pluginDeregister(cmd.Context(), common, args[0], args[1], args[2], cmd.OutOrStdout())
+			return pluginDeregister(cmd.Context(), common, args[0], args[1], args[2], force, cmd.OutOrStdout())
 		},
 	}
 	common.register(cmd.Flags())
+	cmd.Flags().BoolVar(&force, "force", false, "deregister even the healthy current allocation of a plugin that still serves")
 	return cmd
 }
 
@@ -284,12 +292,16 @@ func pluginRegister(ctx context.Context, common commonFlags, p pluginJSON, force
 	return nil
 }
 
-func pluginDeregister(ctx context.Context, common commonFlags, ptype, name, alloc string, stdout io.Writer) error {
+func pluginDeregister(ctx context.Context, common commonFlags, ptype, name, alloc string, force bool, stdout io.Writer) error {
 	var out struct {
 		Current *pluginJSON `json:"current"`
 	}
 	path := "/v1/plugins/" + url.PathEscape(ptype) + "/" + url.PathEscape(name) + "/" + url.PathEscape(alloc)
-	if err := newClient(common.dataDir).call(ctx, "DELETE", path, nil, nil, &out); err != nil {
+	var query url.Values
+	if force {
+		query = url.Values{"force": {"true"}}
+	}
+	if err := newClient(common.dataDir).call(ctx, "DELETE", path, query, nil, &out); err != nil {
 		return err
 	}
 	if common.json {

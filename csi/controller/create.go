@@ -226,7 +226,17 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 			what, csi.ErrInvalidResponse, pv.GetVolumeId(), v.CapacityBytes)
 	}
 	got, err := c.cfg.Catalog.RegisterVolume(ctx, v)
-	if err != nil {
+	switch {
+	case errors.Is(err, model.ErrVolumeConflict):
+		// The plugin names a volume by the request's name, the volume ID
+		// unless one is given: the same ID in another namespace is the
+		// same plugin volume, which another catalog volume holds, and the
+		// plugin answered with it. It is that volume's data: nothing here
+		// may invite anyone to delete it.
+		return nil, fmt.Errorf("%s: CreateVolume %q answered with a volume another catalog volume holds; nothing was created or changed: %w.\n"+
+			"The plugin names its volumes by \"name\", the volume ID when none is sent: choose another volume ID, or send another \"name\"",
+			what, cvr.GetName(), err)
+	case err != nil:
 		return nil, fmt.Errorf("%s: the plugin made volume %q, but the catalog did not register it (run the same create again to finish, or delete the plugin volume): %w",
 			what, pv.GetVolumeId(), err)
 	}

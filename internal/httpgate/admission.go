@@ -16,7 +16,11 @@ import (
 //   - one with a body is admitted when all of it has arrived, and the
 //     body must keep up minRate bytes a second after a grace: its n-th
 //     byte is due grace + n/minRate after the handler starts, and all of
-//     it within the read timeout.
+//     it within the read timeout. Once it has arrived, the connection's
+//     read deadline is cleared: the server's read deadline cancels the
+//     request's context when it passes, and the handler may wait long on
+//     what the request asked for. (Serve with http.Server.ReadTimeout
+//     zero, for the same reason.)
 func (g *Listener) Handler(authenticated func(*http.Request) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, _ := r.Context().Value(gateConnKey{}).(*gateConn)
@@ -77,11 +81,12 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// finish admits the request once its body is in, and gives the
-// connection the whole request's deadline back.
+// finish admits the request once its body is in, and clears the
+// connection's read deadline: from here on the server reads only to see
+// the client hang up, and a deadline passing would cancel the request.
 func (b *pacedBody) finish() {
 	b.once.Do(func() {
-		_ = b.rc.SetReadDeadline(b.last)
+		_ = b.rc.SetReadDeadline(time.Time{})
 		b.done()
 	})
 }

@@ -75,7 +75,7 @@ type Config struct {
 	// HeaderTimeout is the longest a new connection waits on probation,
 	// and the grace a request body gets before MinBodyRate applies.
 	HeaderTimeout time.Duration
-	// ReadTimeout bounds reading a whole request, body included.
+	// ReadTimeout bounds reading a request body, from the handler's start.
 	ReadTimeout time.Duration
 	// MinBodyRate is the slowest a request body may arrive, in bytes a
 	// second, after HeaderTimeout.

@@ -132,7 +132,7 @@ func PluginVolumeTaken(v *CSIVolume, others []*CSIVolume) error {
 	for _, o := range others {
 		if o.PluginID == v.PluginID && o.PluginVolumeID() == v.PluginVolumeID() {
 			return Refusef(ErrVolumeConflict,
-				"volume %s/%s: plugin %q volume %q is already catalog volume %q in namespace %q; a plugin volume lives in one namespace only (use that volume, or deregister it first)",
+				"volume %s/%s: plugin %q volume %q is already catalog volume %q in namespace %q; a plugin volume belongs to one catalog volume only: use it there, or register another plugin volume",
 				v.Namespace, v.ID, v.PluginID, v.PluginVolumeID(), o.ID, o.Namespace)
 		}
 	}
