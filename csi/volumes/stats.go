@@ -14,6 +14,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/messages"
+	"github.com/plugvisor/plugvisor/names"
 )
 
 // conditionPrefix started the last error that older versions recorded on
@@ -150,7 +151,7 @@ func conditionOf(stats *messages.VolumeStats, err error) (want string, known boo
 		return "", false
 	}
 	if c := stats.GetCondition(); c.GetAbnormal() {
-		return cmp.Or(c.GetMessage(), "abnormal (the plugin gave no message)"), true
+		return cmp.Or(names.Text(c.GetMessage()), "abnormal (the plugin gave no message)"), true
 	}
 	return "", true
 }

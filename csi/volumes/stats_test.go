@@ -4,9 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
@@ -148,6 +150,15 @@ func TestTheStartReconcileRecordsAnAbnormalVolumeCondition(t *testing.T) {
 		return withCondition(&csipb.NodeGetVolumeStatsResponse{Usage: usage()}, true, "disk gone"), nil
 	})
 	require.Equal(t, "disk gone", got)
+
+	hostile := "disk \u202egone\n" + strings.Repeat("\xff", 3<<20)
+	got = restart(func() (*csipb.NodeGetVolumeStatsResponse, error) {
+		return withCondition(&csipb.NodeGetVolumeStatsResponse{Usage: usage()}, true, hostile), nil
+	})
+	require.Less(t, len(got), 1200, "a plugin's condition is cut at 1 KiB before the record, the events and the logs")
+	require.True(t, utf8.ValidString(got))
+	require.NotContains(t, got, "\u202e")
+	require.NotContains(t, got, "\n")
 
 	got = restart(func() (*csipb.NodeGetVolumeStatsResponse, error) {
 		return withCondition(&csipb.NodeGetVolumeStatsResponse{Usage: usage()}, false, "fine"), nil
