@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/api"
+	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/kubeletreg"
 )
@@ -126,6 +128,10 @@ func (c Config) validate() error {
 			problems = append(problems, fmt.Errorf("%w: %s is %v; give a positive duration, or 0 for the default", ErrInvalidConfig, d.name, d.value))
 		}
 	}
+	if w, op := c.HTTPLimits.WriteTimeout, cmp.Or(c.VolumeOperationTimeout, volumes.DefaultOperationTimeout); w > 0 && w <= op {
+		problems = append(problems, fmt.Errorf("%w: HTTPLimits.WriteTimeout is %v, not above the volume operation timeout %v (flag -volume-op-timeout): "+
+			"a mount that times out could not say so; give a longer write timeout, or leave it 0 for the default", ErrInvalidConfig, w, op))
+	}
 	for _, dir := range c.RegistrationDirs {
 		if !filepath.IsAbs(dir) {
 			problems = append(problems, fmt.Errorf("%w: registration dir %q is not absolute; give the full path from /, e.g. %s",
@@ -156,6 +162,10 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NodeID == "" {
 		c.NodeID, _ = os.Hostname()
+	}
+	if c.HTTPLimits.WriteTimeout == 0 {
+		// An answer must outlive the operation it reports.
+		c.HTTPLimits.WriteTimeout = max(5*time.Minute, c.VolumeOperationTimeout+time.Minute)
 	}
 	c.HTTPLimits = c.HTTPLimits.withDefaults()
 	return c

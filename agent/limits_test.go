@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -78,4 +79,17 @@ func TestTheVolumeLimitReachesTheCatalogAndTheAPIAnswers429(t *testing.T) {
 	require.Contains(t, body, "-max-volumes")
 	status, body = register("first")
 	require.Equal(t, http.StatusOK, status, "a volume already there can be registered again: %s", body)
+}
+
+// TestAWriteTimeoutNotAboveTheOperationTimeoutIsRefused: the HTTP write
+// timeout bounds a mount's answer, so one that a volume operation could
+// outlive is refused, naming both; left 0, it outlives the operation.
+func TestAWriteTimeoutNotAboveTheOperationTimeoutIsRefused(t *testing.T) {
+	_, err := agent.Start(agent.Config{DataDir: dataDir(t), Logger: probe.Logger(t), NodeID: "n1",
+		VolumeOperationTimeout: 10 * time.Minute, HTTPLimits: agent.HTTPLimits{WriteTimeout: 5 * time.Minute}})
+	require.ErrorIs(t, err, agent.ErrInvalidConfig)
+	require.ErrorContains(t, err, "HTTPLimits.WriteTimeout is 5m0s, not above the volume operation timeout 10m0s (flag -volume-op-timeout)")
+	a, err := agent.Start(agent.Config{DataDir: dataDir(t), Logger: probe.Logger(t), NodeID: "n1", VolumeOperationTimeout: 10 * time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, a.Shutdown(context.Background()))
 }

@@ -275,7 +275,7 @@ func TestSlowBodiesCannotHoldMoreThanTheConnectionCap(t *testing.T) {
 
 func TestTheEventStreamOutlivesTheRequestTimeouts(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	a := startWith(t, agent.Config{HTTPLimits: agent.HTTPLimits{ReadTimeout: timeout, WriteTimeout: timeout}})
+	a := startWith(t, agent.Config{HTTPLimits: agent.HTTPLimits{ReadTimeout: timeout, WriteTimeout: timeout}, VolumeOperationTimeout: timeout / 2})
 	c := unixClient(t, a)
 	c.Timeout = 0
 	ctx, cancel := context.WithCancel(context.Background())
