@@ -111,6 +111,9 @@ func (a *Agent) startCluster() error {
 	}
 	a.member = m
 	a.stops = append(a.stops, func(context.Context) error { return m.Stop() })
+	if c.RemoteTLS == nil {
+		a.log.Warn("INSECURE: -cluster-insecure: cluster members talk without TLS; anyone on this host can reach this member at " + m.Address())
+	}
 	return nil
 }
 

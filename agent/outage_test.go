@@ -122,4 +122,8 @@ func TestAnAgentWhoseEtcdIsGoneStopsCleanly(t *testing.T) {
 	require.NoError(t, a.Shutdown(context.Background()))
 	require.NotContains(t, logs.String(), "[ERROR]")
 	require.Contains(t, logs.String(), "could not revoke the node's lease")
+	// Without member TLS, the start warned naming the port the member
+	// bound, not the 0 it was asked for.
+	require.Regexp(t, `INSECURE: -cluster-insecure: .* reach this member at 127\.0\.0\.1:[1-9][0-9]*`, logs.String())
+	require.NotContains(t, logs.String(), "at 127.0.0.1:0")
 }

@@ -113,9 +113,6 @@ func newAgentCmd() *cobra.Command {
 				return validateConfig(cfg, reload, cmd.OutOrStdout())
 			}
 			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugvisor", Level: lvl, JSONFormat: jsonLogs, Output: cmd.ErrOrStderr()})
-			if cfg.Cluster != nil && cfg.Cluster.RemoteTLS == nil {
-				cfg.Logger.Warn("INSECURE: -cluster-insecure: cluster members talk without TLS; anyone on this host can reach " + cfg.Cluster.Address)
-			}
 			reload.logger = cfg.Logger
 			return runAgent(cfg, cmd.OutOrStdout(), reload)
 		},
