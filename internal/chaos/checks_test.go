@@ -159,6 +159,13 @@ func (c *checker) sample() {
 			c.unclaimed[p.target] = now
 		}
 		c.mu.Unlock()
+		// The bound runs from the agent's start: one that does not run
+		// fences nothing (docs/fleet-operations.md).
+		since, serving := c.f.node(p.node).servingSince()
+		if !serving {
+			continue
+		}
+		first = later(first, since)
 		if was && now.Sub(first) > fenceBound {
 			c.violate("unclaimed "+p.target, "%s: %s is mounted writable on %s without its write claim there, for %v (bound %v)",
 				now.Format(time.TimeOnly), p.target, p.node, now.Sub(first).Round(time.Millisecond), fenceBound)
@@ -178,7 +185,12 @@ func (c *checker) sample() {
 		first, was := c.twoWriters[vol]
 		if !was {
 			c.twoWriters[vol] = now
-		} else if now.Sub(first) > fenceBound {
+		}
+		for node := range nodes {
+			since, serving := c.f.node(node).servingSince()
+			first, was = later(first, since), was && serving
+		}
+		if was && now.Sub(first) > fenceBound {
 			defer c.violate("two writers "+vol, "%s: volume %s is mounted writable on %v, for %v (bound %v)",
 				now.Format(time.TimeOnly), vol, slices.Sorted(maps.Keys(nodes)), now.Sub(first).Round(time.Millisecond), fenceBound)
 		}
@@ -191,6 +203,14 @@ func (c *checker) sample() {
 	c.checks++
 	c.mu.Unlock()
 	c.checkProcesses()
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // checkProcesses records a process that ended by itself, or whose output

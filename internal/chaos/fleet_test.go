@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +80,25 @@ type chaosNode struct {
 	api                 *http.Client
 	mu                  sync.Mutex
 	agentRuns, restarts int
+	// serving is when the node's agent last began to serve its API, nil
+	// while it is down: an agent that does not run fences nothing, and
+	// its start checks its mounts first.
+	serving atomic.Pointer[time.Time]
+}
+
+// servingSince is when the node's agent began to serve, and whether it
+// serves now.
+func (n *chaosNode) servingSince() (time.Time, bool) {
+	if at := n.serving.Load(); at != nil && n.currentAgent().alive() {
+		return *at, true
+	}
+	return time.Time{}, false
+}
+
+// served notes that the node's agent serves from now.
+func (n *chaosNode) served() {
+	now := time.Now()
+	n.serving.Store(&now)
 }
 
 // newChaosFleet starts etcd and n nodes, and creates and registers vols
@@ -144,6 +164,16 @@ func (f *chaosFleet) startPlugin(n *chaosNode) {
 	n.plugin = f.procs.add(p)
 }
 
+// node is the node of ID id.
+func (f *chaosFleet) node(id string) *chaosNode {
+	for _, n := range f.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	panic("no node " + id)
+}
+
 // socket is the node's plugin socket, where its agent's discovery finds it.
 func (n *chaosNode) socket() string { return filepath.Join(n.dir, "plugins", "hp.sock") }
 
@@ -178,6 +208,9 @@ func (f *chaosFleet) waitAgent(n *chaosNode) {
 		return n.call(context.Background(), "GET", "/v1/health", nil, &h) == nil || !agent.alive()
 	}, settle, 50*time.Millisecond)
 	require.True(f.t, agent.alive(), "agent %s ended at start: %s", n.id, agent.out.String())
+	if _, serving := n.servingSince(); !serving {
+		n.served()
+	}
 }
 
 func (n *chaosNode) currentAgent() *proc {

@@ -200,6 +200,7 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 	}
 	switch ft.Kind {
 	case faultKill:
+		n.serving.Store(nil)
 		n.currentAgent().kill9()
 		nm.note(ev)
 		sleepCtx(ctx, ft.For)
@@ -230,6 +231,9 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 	case faultDrain, faultDrainForce:
 		nm.drain(ctx, ft, n, ev)
 	case faultDuplicateID:
+		if _, serving := n.servingSince(); !serving {
+			return // its node ID is not live: a second agent may take it
+		}
 		nm.note(ev)
 		nm.duplicate(n)
 	case faultRevoke:
@@ -374,6 +378,7 @@ func (f *chaosFleet) restartAgent(n *chaosNode) {
 		for p.alive() {
 			var h map[string]any
 			if n.call(context.Background(), "GET", "/v1/health", nil, &h) == nil {
+				n.served()
 				return
 			}
 			time.Sleep(50 * time.Millisecond)
