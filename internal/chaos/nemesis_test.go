@@ -231,7 +231,7 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 	case faultDrain, faultDrainForce:
 		nm.drain(ctx, ft, n, ev)
 	case faultDuplicateID:
-		if _, serving := n.servingSince(); !serving {
+		if _, serving := n.servingSince(); !serving || !nm.live(n) {
 			return // its node ID is not live: a second agent may take it
 		}
 		nm.note(ev)
@@ -293,6 +293,14 @@ func (nm *nemesis) duplicate(n *chaosNode) {
 		_ = p.stop(10 * time.Second)
 		nm.failed("a second agent with the live node ID %s was accepted: %s", n.id, tail(p.out.String(), 20))
 	}
+}
+
+// live reports whether n's liveness key is in etcd: its node ID is held.
+func (nm *nemesis) live(n *chaosNode) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := nm.f.admin.Get(ctx, "/plugvisor/nodes/"+n.id, clientv3.WithCountOnly())
+	return err == nil && resp.Count > 0
 }
 
 // removeFlag removes flag and its value from args.
