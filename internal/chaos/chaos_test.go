@@ -109,7 +109,9 @@ func (f *chaosFleet) duplicateCase(ctx context.Context, nm *nemesis, h *history)
 	vol, n2 := f.volumes[0], f.nodes[1]
 	require.Equal(f.t, answerOK, f.mountOn(h, n2, vol, "held"))
 	nm.note(event{at: time.Now(), kind: faultDuplicateID, node: n2.id})
-	nm.duplicate(n2)
+	lease, live := nm.live(n2)
+	require.True(f.t, live, "n2 holds its node ID")
+	nm.duplicate(n2, lease)
 	// The real n2 holds its node ID, its lease and its claim all along.
 	var health struct{ Status string }
 	require.NoError(f.t, n2.call(ctx, "GET", "/v1/health", nil, &health))

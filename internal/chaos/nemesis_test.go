@@ -231,11 +231,12 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 	case faultDrain, faultDrainForce:
 		nm.drain(ctx, ft, n, ev)
 	case faultDuplicateID:
-		if _, serving := n.servingSince(); !serving || !nm.live(n) {
+		lease, live := nm.live(n)
+		if _, serving := n.servingSince(); !serving || !live {
 			return // its node ID is not live: a second agent may take it
 		}
 		nm.note(ev)
-		nm.duplicate(n)
+		nm.duplicate(n, lease)
 	case faultRevoke:
 		if nm.revokeMemberLease(n) {
 			nm.note(ev)
@@ -267,10 +268,11 @@ func (nm *nemesis) drain(ctx context.Context, ft fault, n *chaosNode, ev event) 
 	nm.failed("node eligibility -enable %s never succeeded: %v: %s", n.id, err, out)
 }
 
-// duplicate starts an agent with n's node ID on a data dir of its own: it
-// must refuse to start, naming the agent that holds the ID; one that runs
-// is stopped, and is a failure.
-func (nm *nemesis) duplicate(n *chaosNode) {
+// duplicate starts an agent with n's node ID, held under lease, on a data
+// dir of its own: it must refuse to start, naming the agent that holds the
+// ID; one that runs is stopped, and is a failure unless lease expired
+// meanwhile (n was cut off: its ID was free to take).
+func (nm *nemesis) duplicate(n *chaosNode, lease clientv3.LeaseID) {
 	f := nm.f
 	dir, err := os.MkdirTemp(f.dir, "dup")
 	if err != nil {
@@ -291,16 +293,30 @@ func (nm *nemesis) duplicate(n *chaosNode) {
 		}
 	case <-time.After(30 * time.Second):
 		_ = p.stop(10 * time.Second)
-		nm.failed("a second agent with the live node ID %s was accepted: %s", n.id, tail(p.out.String(), 20))
+		if nm.leaseLives(lease) {
+			nm.failed("a second agent with the live node ID %s was accepted: %s", n.id, tail(p.out.String(), 20))
+		}
 	}
 }
 
-// live reports whether n's liveness key is in etcd: its node ID is held.
-func (nm *nemesis) live(n *chaosNode) bool {
+// live reports whether n's liveness key is in etcd, its node ID held,
+// and under which lease.
+func (nm *nemesis) live(n *chaosNode) (clientv3.LeaseID, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := nm.f.admin.Get(ctx, "/plugvisor/nodes/"+n.id, clientv3.WithCountOnly())
-	return err == nil && resp.Count > 0
+	resp, err := nm.f.admin.Get(ctx, "/plugvisor/nodes/"+n.id)
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, false
+	}
+	return clientv3.LeaseID(resp.Kvs[0].Lease), true
+}
+
+// leaseLives reports whether lease still lives in etcd.
+func (nm *nemesis) leaseLives(lease clientv3.LeaseID) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ttl, err := nm.f.admin.TimeToLive(ctx, lease)
+	return err == nil && ttl.TTL > 0
 }
 
 // removeFlag removes flag and its value from args.
