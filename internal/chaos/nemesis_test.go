@@ -176,7 +176,14 @@ func (nm *nemesis) note(ev event) {
 	nm.mu.Lock()
 	defer nm.mu.Unlock()
 	nm.events = append(nm.events, ev)
-	nm.counts[ev.kind]++
+	if slices.ContainsFunc(faultKinds, func(k struct {
+		kind   string
+		weight int
+	}) bool {
+		return k.kind == ev.kind
+	}) {
+		nm.counts[ev.kind]++
+	}
 }
 
 // failed records something the nemesis saw that must not happen.
