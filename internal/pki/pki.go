@@ -265,7 +265,7 @@ func Write(dir, name string, p *Pair) (certPath, keyPath string, err error) {
 	certPath, keyPath = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
 	for _, path := range []string{certPath, keyPath} {
 		if _, err := os.Lstat(path); err == nil {
-			return "", "", fmt.Errorf("%w: %s: nothing was written; move it aside, or give another -dir", ErrExists, path)
+			return "", "", fmt.Errorf("%s: %w: nothing was written; move it aside, or give another -dir", path, ErrExists)
 		}
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(p.Key)
@@ -290,7 +290,7 @@ func Write(dir, name string, p *Pair) (certPath, keyPath string, err error) {
 func writeNew(path string, data []byte, perm os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("%w: %s: move it aside, or give another -dir", ErrExists, path)
+		return fmt.Errorf("%s: %w: move it aside, or give another -dir", path, ErrExists)
 	}
 	if err != nil {
 		return err
