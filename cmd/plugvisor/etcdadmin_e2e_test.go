@@ -91,8 +91,9 @@ func TestAnOperatorBacksUpDefragmentsAndRestoresTheFleetsEtcd(t *testing.T) {
 	stdout, stderr, code = cli(t, append([]string{"etcd", "defrag", "-endpoints", client}, certs...)...)
 	require.Zero(t, code, stderr)
 	require.Regexp(t, `db \d+ bytes before, \d+ after`, stdout)
-	_, stderr, code = cli(t, "etcd", "defrag", "-endpoints", client)
+	_, stderr, code = cli(t, "etcd", "defrag", "-endpoints", client, "-etcd-ca", filepath.Join(tlsDir, "ca.pem"), "-timeout", "3s")
 	require.Equal(t, 1, code, "without the CLI's certificate")
+	require.Contains(t, stderr, "context deadline exceeded")
 	stop()
 
 	_, stderr, code = cli(t, "etcd", "snapshot", "restore", file)
