@@ -105,6 +105,9 @@ func newEtcdCmd() *cobra.Command {
 
 // config is the member's config, or a usage error naming the flags to fix.
 func (f *etcdFlags) config() (embedded.Config, error) {
+	if f.retention < 0 {
+		return embedded.Config{}, usageError("-auto-compaction-retention %v: give a positive duration, e.g. 5m, or 0 for none", f.retention)
+	}
 	scheme := "https"
 	tlsFlags := []struct{ flag, value string }{{"-ca", f.ca}, {"-cert", f.cert}, {"-key", f.key}, {"-peer-cert", f.peerCert}, {"-peer-key", f.peerKey}}
 	if f.insecure {
@@ -140,9 +143,6 @@ func (f *etcdFlags) config() (embedded.Config, error) {
 	}
 	if cfg.Peer, err = etcdURL("-peer", cmp.Or(f.peer, scheme+"://127.0.0.1:2380"), scheme); err != nil {
 		return cfg, err
-	}
-	if f.retention < 0 {
-		return cfg, usageError("-auto-compaction-retention %v: give a positive duration, e.g. 5m, or 0 for none", f.retention)
 	}
 	if f.retention == 0 {
 		cfg.CompactionRetention = -1 // embedded: negative is none
