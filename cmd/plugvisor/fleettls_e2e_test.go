@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -82,10 +83,9 @@ func TestPlugvisorEtcdServesTLSUnlessToldInsecureOnLoopback(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line := make([]byte, 200)
-	n, err := stdout.Read(line)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err)
-	require.Contains(t, string(line[:n]), "plain HTTP on loopback, for trying a fleet")
+	require.Contains(t, line, "plain HTTP on loopback, for trying a fleet")
 	require.Eventually(t, func() bool {
 		return strings.Contains(errOut.String(), "INSECURE: plugvisor etcd -insecure serves plain HTTP without client certificates on http://127.0.0.1:")
 	}, time.Minute, 10*time.Millisecond, "warned at every start: %s", &errOut)
