@@ -22,9 +22,14 @@ import (
 // Without it (Config.Cluster nil) the catalog stays on this node's bbolt.
 type ClusterConfig struct {
 	// Etcd are the etcd client URLs (required); EtcdTLS, when set, is used
-	// to reach them.
+	// to reach them. A URL reached without TLS (http://) must be on
+	// loopback, and is warned about at every start.
 	Etcd    []string
 	EtcdTLS *tls.Config
+	// EtcdUsername and EtcdPassword, when set, authenticate the agent to
+	// an etcd with auth enabled, besides (or instead of) EtcdTLS's client
+	// certificate. The password never appears in output or logs.
+	EtcdUsername, EtcdPassword string
 	// Address is the host:port the agent's cluster member listens on and
 	// the other members dial (required): an address of this host they can
 	// reach; port 0 picks a free port. Beyond loopback it needs RemoteTLS.
@@ -96,10 +101,12 @@ func (a *Agent) startCluster() error {
 	if err != nil {
 		return err
 	}
+	a.warnPlainEtcd(c)
 	a.metrics.fleet = newFleetMetrics(a.metrics.reg, a.fleetStore)
 	m, err := member.Start(member.Config{
 		Fleet: fleet.Config{
-			Endpoints: c.Etcd, TLS: c.EtcdTLS, NodeID: a.cfg.NodeID, Identity: identity, Prefix: c.Prefix,
+			Endpoints: c.Etcd, TLS: c.EtcdTLS, Username: c.EtcdUsername, Password: c.EtcdPassword,
+			NodeID: a.cfg.NodeID, Identity: identity, Prefix: c.Prefix,
 			Keyring: keyring, AcceptUnsealed: c.AcceptUnsealed,
 			LeaseTTL: c.LeaseTTL, RequestTimeout: c.RequestTimeout, MaxVolumes: a.cfg.MaxVolumes, Logger: a.log,
 			Metrics: a.metrics.fleet,

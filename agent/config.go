@@ -132,6 +132,9 @@ func (c Config) validate() error {
 		problems = append(problems, fmt.Errorf("%w: HTTPLimits.WriteTimeout is %v, not above the volume operation timeout %v (flag -volume-op-timeout): "+
 			"a mount that times out could not say so; give a longer write timeout, or leave it 0 for the default", ErrInvalidConfig, w, op))
 	}
+	if c.Cluster != nil {
+		problems = append(problems, c.Cluster.validateEtcd())
+	}
 	for _, dir := range c.RegistrationDirs {
 		if !filepath.IsAbs(dir) {
 			problems = append(problems, fmt.Errorf("%w: registration dir %q is not absolute; give the full path from /, e.g. %s",

@@ -34,6 +34,10 @@ type Config struct {
 	Endpoints []string
 	// TLS, when set, is used to reach etcd.
 	TLS *tls.Config
+	// Username and Password, when set, authenticate to an etcd with auth
+	// enabled (agent flags -cluster-etcd-username and
+	// -cluster-etcd-password-file).
+	Username, Password string
 	// NodeID is this node: the owner of the lease, the liveness key and
 	// the fingerprints this Store puts.
 	NodeID string

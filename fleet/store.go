@@ -135,6 +135,8 @@ func (s *Store) clientConfig() clientv3.Config {
 	return clientv3.Config{
 		Endpoints:            s.cfg.Endpoints,
 		TLS:                  s.cfg.TLS,
+		Username:             s.cfg.Username,
+		Password:             s.cfg.Password,
 		DialTimeout:          s.cfg.RequestTimeout,
 		DialKeepAliveTime:    s.cfg.LeaseTTL,
 		DialKeepAliveTimeout: s.cfg.RequestTimeout,

@@ -191,7 +191,7 @@ func stringListValue(at, key string, val cty.Value) ([]string, error) {
 }
 
 // unknownKey is the error of a key that is no flag's, with the key it is
-// closest to. A key about tokens says where tokens go instead.
+// closest to. A key about tokens or passwords says where they go instead.
 func unknownKey(at, key string, fs *pflag.FlagSet) error {
 	var keys []string
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -205,6 +205,9 @@ func unknownKey(at, key string, fs *pflag.FlagSet) error {
 	}
 	if strings.Contains(strings.ToLower(key), "token") {
 		msg += `; tokens are never given inline: token_file names the file that holds them (mode 0600)`
+	}
+	if strings.Contains(strings.ToLower(key), "password") {
+		msg += `; passwords are never given inline: cluster_etcd_password_file names the file that holds it (mode 0600)`
 	}
 	return errors.New(msg)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,18 +22,19 @@ import (
 
 // clusterFlags are the agent's flags of cluster mode.
 type clusterFlags struct {
-	etcd                      string
-	etcdCA, etcdCert, etcdKey string
-	address, advertise        string
-	ca, cert, key             string
-	insecure                  bool
-	name, prefix              string
-	leaseTTL                  time.Duration
-	gcInterval, gcGrace       time.Duration
-	fenceMargin               time.Duration
-	compactInterval           time.Duration
-	keyring                   string
-	acceptUnsealed            bool
+	etcd                       string
+	etcdCA, etcdCert, etcdKey  string
+	etcdUser, etcdPasswordFile string
+	address, advertise         string
+	ca, cert, key              string
+	insecure                   bool
+	name, prefix               string
+	leaseTTL                   time.Duration
+	gcInterval, gcGrace        time.Duration
+	fenceMargin                time.Duration
+	compactInterval            time.Duration
+	keyring                    string
+	acceptUnsealed             bool
 }
 
 func (f *clusterFlags) add(fs *pflag.FlagSet) {
@@ -40,6 +42,8 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.etcdCA, "cluster-etcd-ca", "", "PEM CA that signs etcd's server certificate")
 	fs.StringVar(&f.etcdCert, "cluster-etcd-cert", "", "PEM client certificate for etcd")
 	fs.StringVar(&f.etcdKey, "cluster-etcd-key", "", "PEM private key of -cluster-etcd-cert")
+	fs.StringVar(&f.etcdUser, "cluster-etcd-username", "", "etcd user, for an etcd with auth enabled (with -cluster-etcd-password-file)")
+	fs.StringVar(&f.etcdPasswordFile, "cluster-etcd-password-file", "", "file holding -cluster-etcd-username's password on its first line, mode 0600 (never on the command line)")
 	fs.StringVar(&f.address, "cluster-address", "", "host:port this agent's cluster member listens on and the others dial, e.g. 10.0.0.5:7946 (required in cluster mode)")
 	fs.StringVar(&f.keyring, "cluster-keyring", "", "the fleet's keyring file (plugvisor keyring generate), the same on every agent: seals the fleet's records in etcd (secrets encrypted, records authenticated) and signs the members' requests")
 	fs.BoolVar(&f.acceptUnsealed, "cluster-keyring-accept-unsealed", false, "while a fleet moves to a keyring, read records the keyring did not seal, until plugvisor keyring rotate has sealed them all")
@@ -96,6 +100,15 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 			return nil, err
 		}
 	}
+	if (f.etcdUser == "") != (f.etcdPasswordFile == "") {
+		return nil, usageError("-cluster-etcd-username and -cluster-etcd-password-file go together: the user, and the file that holds its password")
+	}
+	if f.etcdPasswordFile != "" {
+		c.EtcdUsername = f.etcdUser
+		if c.EtcdPassword, err = readPasswordFile("-cluster-etcd-password-file", f.etcdPasswordFile); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case f.ca != "" || f.cert != "" || f.key != "":
 		if f.ca == "" || f.cert == "" || f.key == "" {
@@ -107,6 +120,7 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 		}
 		server := client.Clone()
 		server.ClientCAs, server.ClientAuth = client.RootCAs, tls.RequireAndVerifyClientCert
+		server.VerifyConnection = memberClientOnly
 		c.RemoteTLS = &member.RemoteTLS{Server: server, Client: client}
 	case !f.insecure:
 		return nil, usageError("cluster mode needs -cluster-ca, -cluster-cert and -cluster-key (members talk over mutual TLS), or -cluster-insecure on a loopback -cluster-address to try a fleet on one machine")
@@ -157,6 +171,23 @@ func (f *clusterFlags) checkDurations() error {
 	return nil
 }
 
+// memberClientOnly refuses, on the member port, a client whose certificate
+// (verified against -cluster-ca already) is not a member's: a member
+// serves the port with the same certificate it dials with, so it has
+// server use. The CLI's certificate of the same CA (plugvisor tls cert
+// create -cli, client use only) reaches etcd, never a volume's grain.
+func memberClientOnly(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("cluster member: the client presented no certificate")
+	}
+	leaf := cs.PeerCertificates[0]
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) && len(leaf.ExtKeyUsage) > 0 {
+		return fmt.Errorf("cluster member: the client's certificate %q is not a member's: it has no server use (plugvisor tls cert create -agent NODE makes a member's)",
+			leaf.Subject.CommonName)
+	}
+	return nil
+}
+
 // tlsPair is a TLS config with the certificate and key of cert and key
 // (both or neither, unless they are required) and the CA of ca as roots.
 func tlsPair(flag, ca, cert, key string, optionalPair bool) (*tls.Config, error) {
@@ -179,6 +210,35 @@ func tlsPair(flag, ca, cert, key string, optionalPair bool) (*tls.Config, error)
 		}
 	}
 	return cfg, nil
+}
+
+// readPasswordFile is the password on the first line of path (its line
+// end dropped), a file that only its owner may read or write. The error
+// names flag and never shows the file's content.
+func readPasswordFile(flag, path string) (string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	if !info.Mode().IsRegular() {
+		return "", usageError("%s %s is not a regular file", flag, path)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		return "", usageError("%s %s has mode %04o, so others may read the password; run chmod 600 %s", flag, path, perm, path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	line, rest, _ := strings.Cut(string(data), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	switch {
+	case line == "":
+		return "", usageError("%s %s: the first line is empty: write the password on it", flag, path)
+	case strings.TrimSpace(rest) != "":
+		return "", usageError("%s %s has more than one line: write the password alone on the first", flag, path)
+	}
+	return line, nil
 }
 
 // loopbackAddress reports whether host:port names a loopback host.

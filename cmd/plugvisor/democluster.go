@@ -33,8 +33,8 @@ what cluster mode keeps right:
   5. the loser trying again is still refused while the dead node's claim
      stands; the fleet's GC frees that claim once the node has been down
      past its grace (-cluster-gc-grace), and the loser's claim then wins.
-Members talk without TLS on loopback (-cluster-insecure); a real fleet
-gives them certificates.`
+Members talk without TLS on loopback (-cluster-insecure), and so does etcd;
+a real fleet gives them certificates (plugvisor tls, docs/fleet.md).`
 
 // clusterNodes are the demo's agents.
 var clusterNodes = []string{"n1", "n2", "n3"}

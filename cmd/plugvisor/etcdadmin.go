@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/embedded"
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
@@ -27,7 +28,7 @@ type etcdClientFlags struct {
 }
 
 func (f *etcdClientFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&f.endpoints, "endpoints", "http://127.0.0.1:2379", "etcd client URLs, comma-separated (the agents' -cluster-etcd)")
+	fs.StringVar(&f.endpoints, "endpoints", "https://127.0.0.1:2379", "etcd client URLs, comma-separated (the agents' -cluster-etcd); http:// on loopback only")
 	fs.StringVar(&f.ca, "etcd-ca", "", "PEM CA that signs etcd's server certificate")
 	fs.StringVar(&f.cert, "etcd-cert", "", "PEM client certificate for etcd")
 	fs.StringVar(&f.key, "etcd-key", "", "PEM private key of -etcd-cert")
@@ -44,11 +45,19 @@ func (f *etcdClientFlags) run(cmd *cobra.Command, op func(ctx context.Context, e
 			return err
 		}
 	}
+	endpoints := strings.Split(f.endpoints, ",")
+	switch r := agent.ReachEtcd(endpoints, tlsConfig != nil); {
+	case r.Mixed:
+		return usageError("-endpoints mixes plain and TLS URLs (plain: %s): etcd's client reaches every one as the first; give https:// to all", strings.Join(r.Plain, ", "))
+	case len(r.Remote) > 0:
+		return usageError("-endpoints %s is plain HTTP off this host, where anyone on the network could read the fleet's secrets: give https:// URLs with -etcd-ca, -etcd-cert and -etcd-key",
+			strings.Join(r.Remote, ", "))
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, f.commandTimeout)
 	defer cancel()
-	return op(ctx, strings.Split(f.endpoints, ","), tlsConfig)
+	return op(ctx, endpoints, tlsConfig)
 }
 
 func newEtcdSnapshotCmd() *cobra.Command {
@@ -58,8 +67,9 @@ func newEtcdSnapshotCmd() *cobra.Command {
 		Long: `A snapshot holds every key of the fleet: volumes, claims, attachments, and
 the index the GC reads. Save one from a live etcd at any time; restore it
 into a new data directory, and start etcd on that directory (docs/fleet-operations.md).`,
-		Example: "  plugvisor etcd snapshot save /backup/fleet-$(date +%F).db\n  plugvisor etcd snapshot restore /backup/fleet-2026-11-26.db -data-dir /var/lib/fleet-etcd-restored",
-		Args:    cmdline.Args("", "plugvisor etcd snapshot save FILE"),
+		Example: "  plugvisor etcd snapshot save -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem /backup/fleet-$(date +%F).db\n" +
+			"  plugvisor etcd snapshot restore /backup/fleet-2026-11-26.db -data-dir /var/lib/fleet-etcd-restored",
+		Args: cmdline.Args("", "plugvisor etcd snapshot save FILE"),
 	}
 	cmd.AddCommand(newEtcdSnapshotSaveCmd(), newEtcdSnapshotRestoreCmd())
 	return cmd
@@ -72,8 +82,9 @@ func newEtcdSnapshotSaveCmd() *cobra.Command {
 		Short: "write a snapshot of the fleet's etcd into FILE",
 		Long: `Writes a snapshot of the etcd at -endpoints (the first that answers) into
 FILE, which must not exist: it is written as FILE.part, synced, then renamed.`,
-		Example: "  plugvisor etcd snapshot save /backup/fleet.db\n  plugvisor etcd snapshot save -endpoints https://10.0.0.2:2379 -etcd-ca ca.pem -etcd-cert me.pem -etcd-key me-key.pem /backup/fleet.db",
-		Args:    cmdline.Args("FILE", "plugvisor etcd snapshot save /backup/fleet.db"),
+		Example: "  plugvisor etcd snapshot save -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem /backup/fleet.db\n" +
+			"  plugvisor etcd snapshot save -endpoints https://10.0.0.2:2379 -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem /backup/fleet.db",
+		Args: cmdline.Args("FILE", "plugvisor etcd snapshot save /backup/fleet.db"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, func(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
 				size, err := fleet.SaveSnapshot(ctx, endpoints, tlsConfig, args[0])
@@ -97,8 +108,9 @@ func newEtcdSnapshotRestoreCmd() *cobra.Command {
 plugvisor etcd with the same -peer. Start it with plugvisor etcd -data-dir DIR;
 the agents then find their volumes and claims as they were at the snapshot.
 For an etcd cluster of your own, use etcdutl snapshot restore on each member.`,
-		Example: "  plugvisor etcd snapshot restore /backup/fleet.db -data-dir /tmp/fleet/etcd-restored\n  plugvisor etcd -data-dir /tmp/fleet/etcd-restored",
-		Args:    cmdline.Args("FILE", "plugvisor etcd snapshot restore /backup/fleet.db -data-dir /tmp/fleet/etcd-restored"),
+		Example: "  plugvisor etcd snapshot restore /backup/fleet.db -data-dir /tmp/fleet/etcd-restored\n" +
+			"  plugvisor etcd -data-dir /tmp/fleet/etcd-restored -ca ca.pem -cert etcd.pem -key etcd-key.pem",
+		Args: cmdline.Args("FILE", "plugvisor etcd snapshot restore /backup/fleet.db -data-dir /tmp/fleet/etcd-restored"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
 				return usageError("-data-dir is required: the new data directory, e.g. -data-dir /tmp/fleet/etcd-restored")
@@ -116,7 +128,7 @@ For an etcd cluster of your own, use etcdutl snapshot restore on each member.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&dir, "data-dir", "", "the new data directory (it must not exist)")
-	fs.StringVar(&peer, "peer", "http://127.0.0.1:2380", "peer URL of the plugvisor etcd that will run on it, on loopback")
+	fs.StringVar(&peer, "peer", "https://127.0.0.1:2380", "peer URL of the plugvisor etcd that will run on it (http:// for one with -insecure, on loopback)")
 	return cmd
 }
 
@@ -130,8 +142,9 @@ prints each db's size before and after. Compaction (plugvisor etcd's
 -auto-compaction-retention, or the agents' -cluster-compact-interval) frees
 space inside the db for new revisions; only a defragmentation shrinks the
 file. A member answers nothing while it defragments: do it at a quiet hour.`,
-		Example: "  plugvisor etcd defrag\n  plugvisor etcd defrag -endpoints https://10.0.0.2:2379,https://10.0.0.3:2379 -etcd-ca ca.pem",
-		Args:    cmdline.Args("", "plugvisor etcd defrag -endpoints http://127.0.0.1:2379"),
+		Example: "  plugvisor etcd defrag -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem\n" +
+			"  plugvisor etcd defrag -endpoints https://10.0.0.2:2379,https://10.0.0.3:2379 -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem",
+		Args: cmdline.Args("", "plugvisor etcd defrag -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd, func(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
 				for _, ep := range endpoints {

@@ -42,7 +42,7 @@ func newRootCmd() *cobra.Command {
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.AddCommand(newAgentCmd(), newPluginCmd(), newVolumeCmd(), newNodeCmd(), newSnapshotCmd(), newDockerCmd(),
-		newEventsCmd(), newDemoCmd(), newDemoClusterCmd(), newEtcdCmd(), newKeyringCmd(), newVersionCmd(), newCompletionCmd(root),
+		newEventsCmd(), newDemoCmd(), newDemoClusterCmd(), newEtcdCmd(), newKeyringCmd(), newTLSCmd(), newVersionCmd(), newCompletionCmd(root),
 		servePlugin(hostpath.Command()), servePlugin(localvolume.Command()))
 	root.AddCommand(newManCmd(root))
 	root.SetHelpCommand(newHelpCmd(root))

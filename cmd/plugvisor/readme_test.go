@@ -47,7 +47,8 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 			}
 			env.Setenv(agent.DataDirEnv, dir)
 			// The fleet block's etcd listens where the README's export
-			// says; here, on ports free a moment ago.
+			// says; here, on ports free a moment ago, with TLS (plainhttp
+			// makes them http:// for a demo without).
 			for _, name := range []string{"ETCD", "ETCD_PEER"} {
 				url, err := freeLoopbackURL()
 				if err != nil {
@@ -80,6 +81,7 @@ func TestTheReadmeBlocksRunAsWritten(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"plainhttp":   plainHTTP,
 			"shows":       showsOutput,
 			"schedulable": waitSchedulable,
 			"nomounts": func(ts *testscript.TestScript, neg bool, args []string) {
@@ -312,13 +314,28 @@ func waitSchedulable(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("volume %s was not schedulable on %d nodes within a minute: %+v, %v", args[1], nodes, v, err)
 }
 
-// freeLoopbackURL is an http URL on a loopback port that was free a moment
-// ago.
+// freeLoopbackURL is an https URL on a loopback port that was free a
+// moment ago.
 func freeLoopbackURL() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	defer l.Close()
-	return "http://" + l.Addr().String(), nil
+	return "https://" + l.Addr().String(), nil
+}
+
+// plainHTTP is the script command "plainhttp VAR...": each variable's
+// https:// URL becomes http://, for a block that runs without TLS.
+func plainHTTP(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: plainhttp VAR...")
+	}
+	for _, name := range args {
+		url, ok := strings.CutPrefix(ts.Getenv(name), "https://")
+		if !ok {
+			ts.Fatalf("plainhttp: $%s is %q, not an https:// URL", name, ts.Getenv(name))
+		}
+		ts.Setenv(name, "http://"+url)
+	}
 }

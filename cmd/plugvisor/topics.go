@@ -106,8 +106,11 @@ them until the fleet's GC frees them (see "plugvisor help fleet").`
 const topicFleet = `In cluster mode (-cluster-etcd), agents share one catalog in etcd: volumes,
 claims and every node's plugin health. A claim is an etcd transaction, so no
 two nodes get the writer slot of a single-writer volume; each volume's claims
-go through one grain of the fleet. Members talk over mutual TLS (-cluster-ca,
--cluster-cert, -cluster-key); -cluster-insecure is for a fleet on one machine.
+go through one grain of the fleet. The fleet trusts certificates of one CA
+("plugvisor tls" makes them): etcd takes only clients with one
+(-cluster-etcd-ca, -cluster-etcd-cert, -cluster-etcd-key), and members talk
+over mutual TLS (-cluster-ca, -cluster-cert, -cluster-key); an http:// etcd
+off loopback is refused, and -cluster-insecure is for a demo on one machine.
 
 Each node renews a lease (-cluster-lease-ttl, default 10s). A node that stops
 renewing counts as down, and its plugins leave the health counts. A node cut

@@ -3,26 +3,32 @@
 // nothing installed: inside the test process, or in a child process where
 // the test process starts a protoactor remote. The server can be stopped
 // and started again on the same data directory and ports, as an etcd
-// restart.
+// restart. StartTLS runs it with client and peer TLS and client
+// certificates, as plugvisor etcd does by default.
 package etcdtest
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	etcdsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/plugvisor/plugvisor/fleet/embedded"
+	"github.com/plugvisor/plugvisor/internal/pki"
 )
 
 // Server is one embedded etcd member.
@@ -33,6 +39,9 @@ type Server struct {
 	peer    *url.URL
 	etcd    *embed.Etcd
 	stopped bool
+	// pki, for a TLS member, is the directory of its CA, its certificate
+	// (etcd.pem) and a client's (cli.pem), with their keys.
+	pki string
 
 	// child runs the member when it runs in a child process; closing its
 	// stdin stops it.
@@ -41,7 +50,7 @@ type Server struct {
 }
 
 // childEnv tells a test binary started by StartProcess which member to
-// run: "<dir> <client URL> <peer URL>".
+// run: "<dir> <client URL> <peer URL>", and for TLS " <pki dir>".
 const childEnv = "PLUGVISOR_ETCDTEST_CHILD"
 
 // StartProcess runs an etcd member for the test in a child process: the
@@ -69,8 +78,8 @@ func RunIfChild() {
 }
 
 func runChild(spec []string) int {
-	if len(spec) != 3 {
-		fmt.Fprintf(os.Stderr, "etcdtest: %s is %q: want <dir> <client URL> <peer URL>\n", childEnv, strings.Join(spec, " "))
+	if len(spec) != 3 && len(spec) != 4 {
+		fmt.Fprintf(os.Stderr, "etcdtest: %s is %q: want <dir> <client URL> <peer URL> [<pki dir>]\n", childEnv, strings.Join(spec, " "))
 		return 2
 	}
 	client, err := url.Parse(spec[1])
@@ -78,7 +87,11 @@ func runChild(spec []string) int {
 		var peer *url.URL
 		if peer, err = url.Parse(spec[2]); err == nil {
 			var e *embed.Etcd
-			if e, err = embedded.Start(embedded.Config{Dir: spec[0], Client: client, Peer: peer}); err == nil {
+			cfg := embedded.Config{Dir: spec[0], Client: client, Peer: peer}
+			if len(spec) == 4 {
+				cfg.TLS = memberTLS(spec[3])
+			}
+			if e, err = embedded.Start(cfg); err == nil {
 				fmt.Println("ready")
 				_, _ = io.Copy(io.Discard, os.Stdin)
 				e.Close()
@@ -100,8 +113,106 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// StartTLS runs an etcd member for the test as Start does, with TLS on
+// its client and peer URLs (https://), requiring a client certificate of
+// its own CA: ClientTLS is a client's TLS, Files its files. It stops with
+// the test.
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t), pki: newPKI(t)}
+	s.client.Scheme, s.peer.Scheme = "https", "https"
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartProcessTLS runs an etcd member for the test in a child process, as
+// StartProcess does, with TLS as StartTLS.
+func StartProcessTLS(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t), pki: newPKI(t), child: &exec.Cmd{}}
+	s.client.Scheme, s.peer.Scheme = "https", "https"
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // Endpoints are the client URLs to dial.
 func (s *Server) Endpoints() []string { return []string{s.client.String()} }
+
+// Files are a client's TLS files: the CA that signs the member's and the
+// client's certificates, the client's certificate (client use only, named
+// "cli") and its key.
+type Files struct{ CA, Cert, Key string }
+
+// Files are the TLS files of a client of a TLS member; empty for a plain one.
+func (s *Server) Files() Files {
+	if s.pki == "" {
+		return Files{}
+	}
+	return Files{CA: filepath.Join(s.pki, "ca.pem"), Cert: filepath.Join(s.pki, "cli.pem"), Key: filepath.Join(s.pki, "cli-key.pem")}
+}
+
+// ClientTLS is a new TLS config of a client of a TLS member: its CA as the
+// only root, and a client certificate it signed. It is nil for a plain
+// member.
+func (s *Server) ClientTLS() *tls.Config {
+	s.t.Helper()
+	if s.pki == "" {
+		return nil
+	}
+	f := s.Files()
+	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		s.t.Fatalf("etcdtest: %v", err)
+	}
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		s.t.Fatalf("etcdtest: %v", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+}
+
+// newPKI writes a new CA, the member's certificate and a client's into a
+// temporary directory, as plugvisor tls does.
+func newPKI(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := pki.NewAuthority(24*time.Hour, now)
+	if err == nil {
+		_, _, err = pki.Write(dir, "ca", ca.Pair())
+	}
+	for _, r := range []pki.Request{{Role: pki.Etcd, Lifetime: time.Hour}, {Role: pki.CLI, Lifetime: time.Hour}} {
+		var p *pki.Pair
+		if err == nil {
+			p, err = ca.Issue(r, now)
+		}
+		if err == nil {
+			_, _, err = pki.Write(dir, r.Name(), p)
+		}
+	}
+	if err != nil {
+		t.Fatalf("etcdtest: certificates: %v", err)
+	}
+	return dir
+}
+
+// memberTLS is the member's TLS from the files newPKI wrote into dir.
+func memberTLS(dir string) *embedded.TLS {
+	return &embedded.TLS{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "etcd.pem"), Key: filepath.Join(dir, "etcd-key.pem")}
+}
+
+// config is the member's embedded config.
+func (s *Server) config() embedded.Config {
+	cfg := embedded.Config{Dir: s.dir, Client: s.client, Peer: s.peer}
+	if s.pki != "" {
+		cfg.TLS = memberTLS(s.pki)
+	}
+	return cfg
+}
 
 // Stop stops the member; its data stays for Restart.
 func (s *Server) Stop() {
@@ -159,7 +270,7 @@ func (s *Server) start() {
 		s.startChild()
 		return
 	}
-	e, err := embedded.Start(embedded.Config{Dir: s.dir, Client: s.client, Peer: s.peer})
+	e, err := embedded.Start(s.config())
 	if err != nil {
 		s.t.Fatalf("etcdtest: %v", err)
 	}
@@ -171,7 +282,11 @@ func (s *Server) start() {
 func (s *Server) startChild() {
 	s.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", childEnv, s.dir, s.client, s.peer))
+	spec := fmt.Sprintf("%s %s %s", s.dir, s.client, s.peer)
+	if s.pki != "" {
+		spec += " " + s.pki
+	}
+	cmd.Env = append(os.Environ(), childEnv+"="+spec)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

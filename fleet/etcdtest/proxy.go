@@ -15,6 +15,7 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
+	scheme string // of Endpoints: https in front of a TLS member
 
 	mu    sync.Mutex
 	cut   bool
@@ -26,7 +27,9 @@ type Proxy struct {
 // Proxy starts a proxy to s on a free loopback port.
 func (s *Server) Proxy(t testing.TB) *Proxy {
 	t.Helper()
-	return NewProxy(t, s.client.Host)
+	p := NewProxy(t, s.client.Host)
+	p.scheme = s.client.Scheme
+	return p
 }
 
 // NewProxy starts a proxy to target (host:port) on a free loopback port,
@@ -37,7 +40,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("etcdtest: proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{ln: ln, target: target, scheme: "http", conns: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -47,8 +50,9 @@ func NewProxy(t testing.TB, target string) *Proxy {
 // Address is the proxy's host:port.
 func (p *Proxy) Address() string { return p.ln.Addr().String() }
 
-// Endpoints are the client URLs to dial through the proxy.
-func (p *Proxy) Endpoints() []string { return []string{"http://" + p.ln.Addr().String()} }
+// Endpoints are the client URLs to dial through the proxy: https:// in
+// front of a TLS member (its certificate names 127.0.0.1).
+func (p *Proxy) Endpoints() []string { return []string{p.scheme + "://" + p.ln.Addr().String()} }
 
 // Cut closes every connection through the proxy, and every new one as it
 // comes, until Heal.

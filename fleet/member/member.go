@@ -244,7 +244,7 @@ func (m *Member) newIncarnation() *incarnation {
 	port, _ := strconv.Atoi(portText)
 
 	etcd := clientv3.Config{
-		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
+		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, Username: cfg.Fleet.Username, Password: cfg.Fleet.Password, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
 	}
 	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
 	stopping := &atomic.Bool{}

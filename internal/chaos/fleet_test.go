@@ -142,7 +142,7 @@ func newChaosFleet(t *testing.T, n, vols int) *chaosFleet {
 // startEtcd starts etcd on its data dir and waits until it serves.
 func (f *chaosFleet) startEtcd() {
 	f.t.Helper()
-	p, err := start("etcd", f.races, "etcd", "-data-dir", f.etcd.dir, "-listen", f.etcd.client, "-peer", f.etcd.peer)
+	p, err := start("etcd", f.races, "etcd", "-insecure", "-data-dir", f.etcd.dir, "-listen", f.etcd.client, "-peer", f.etcd.peer)
 	require.NoError(f.t, err)
 	f.etcd.proc = f.procs.add(p)
 	f.waitOutput(p, "etcd ready")

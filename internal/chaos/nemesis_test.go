@@ -425,7 +425,7 @@ func (f *chaosFleet) restartAgent(n *chaosNode) {
 // startEtcdOrFail starts etcd again on its data dir and ports.
 func (f *chaosFleet) startEtcdOrFail(nm *nemesis) {
 	for range 20 {
-		p, err := start("etcd", f.races, "etcd", "-data-dir", f.etcd.dir, "-listen", f.etcd.client, "-peer", f.etcd.peer)
+		p, err := start("etcd", f.races, "etcd", "-insecure", "-data-dir", f.etcd.dir, "-listen", f.etcd.client, "-peer", f.etcd.peer)
 		if err == nil {
 			f.etcd.proc = f.procs.add(p)
 			deadline := time.Now().Add(settle)
