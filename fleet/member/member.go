@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -549,60 +548,4 @@ func (inc *incarnation) stopCluster() {
 		c.Remote.Shutdown(false)
 	}
 	inc.system.Shutdown()
-}
-
-// quietLogger gives protoactor a logger that writes warnings and errors
-// only, through l, and nothing once the system stops (stopping); trouble
-// with the connection to another member is no error, and none at all when
-// the member left (left) or the connection closed as a clean stop closes
-// it (peerLoss).
-func quietLogger(l hclog.Logger, left func(address string) bool, stopping *atomic.Bool) func(*actor.ActorSystem) *slog.Logger {
-	return func(system *actor.ActorSystem) *slog.Logger {
-		h := minLevel{actors.NewSlogHandler(l.Named("protoactor")), slog.LevelWarn}
-		return slog.New(peerLoss{untilStopped{h, stopping}, left}).With("system", system.ID)
-	}
-}
-
-// untilStopped is a slog handler that drops every record once stopping is
-// set.
-type untilStopped struct {
-	slog.Handler
-	stopping *atomic.Bool
-}
-
-func (h untilStopped) Enabled(ctx context.Context, l slog.Level) bool {
-	return !h.stopping.Load() && h.Handler.Enabled(ctx, l)
-}
-
-func (h untilStopped) Handle(ctx context.Context, r slog.Record) error {
-	if h.stopping.Load() {
-		return nil
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h untilStopped) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return untilStopped{h.Handler.WithAttrs(attrs), h.stopping}
-}
-
-func (h untilStopped) WithGroup(name string) slog.Handler {
-	return untilStopped{h.Handler.WithGroup(name), h.stopping}
-}
-
-// minLevel is a slog handler that drops records below a level.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(attrs), h.min}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.min}
 }
