@@ -2,13 +2,10 @@ package fleet
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/plugvisor/plugvisor/errclass"
 )
@@ -31,7 +28,7 @@ type RotateResult struct {
 // that opens with no key of the keyring stops the rotation, naming it.
 // Once it returns, the older keys can leave the keyring file, and agents
 // need not accept unsealed records any more.
-func RotateRecords(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, keyring *Keyring) (RotateResult, error) {
+func RotateRecords(ctx context.Context, a Access, prefix string, keyring *Keyring) (RotateResult, error) {
 	var res RotateResult
 	if keyring == nil {
 		return res, fmt.Errorf("%w: no keyring to rotate to", ErrKeyring)
@@ -39,9 +36,9 @@ func RotateRecords(ctx context.Context, endpoints []string, tlsConfig *tls.Confi
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: DefaultRequestTimeout, Logger: zap.NewNop()})
+	client, err := maintenanceClient(a)
 	if err != nil {
-		return res, fmt.Errorf("connect to etcd at %s: %w", strings.Join(endpoints, ","), err)
+		return res, err
 	}
 	defer client.Close()
 	c := codec{keyring: keyring, acceptPlain: true}

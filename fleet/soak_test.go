@@ -48,7 +48,7 @@ func benchSoak(b *testing.B, compact bool) {
 	}
 	ctx := context.Background()
 	dbSize := func() (int64, int64) {
-		size, inUse, err := fleet.DBSize(ctx, srv.Endpoints()[0], nil)
+		size, inUse, err := fleet.DBSize(ctx, fleet.Access{Endpoints: srv.Endpoints()})
 		require.NoError(b, err)
 		return size, inUse
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/errclass"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -69,6 +71,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		codec: codec{keyring: cfg.Keyring, acceptPlain: cfg.AcceptUnsealed}}
 	client, err := clientv3.New(s.clientConfig())
 	if err != nil {
+		if denied := etcdErr(err); errors.Is(denied, ErrEtcdDenied) {
+			return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(cfg.Endpoints, ","), denied)
+		}
 		return nil, model.Refusef(model.ErrFleetUnavailable, "connect to etcd at %s: %v", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s.client = client
@@ -199,10 +204,20 @@ type unreached struct{ err error }
 
 func (u *unreached) Error() string { return u.err.Error() }
 
-// etcdErr marks err, from the etcd client, as unreached; nil stays nil.
+// ErrEtcdDenied is returned when etcd refuses this agent's credentials
+// (its user, password or certificate) or what they may do: etcd answered,
+// and will answer the same until its users or roles change.
+var ErrEtcdDenied = errclass.New(errclass.Denied, "etcd refused this agent's credentials")
+
+// etcdErr marks err, from the etcd client, as unreached, or as denied when
+// etcd refused the credentials; nil stays nil.
 func etcdErr(err error) error {
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
+		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty):
+		return fmt.Errorf("%w: %v: give this agent an etcd user (or certificate) whose role may read and write the fleet's prefix", ErrEtcdDenied, err)
 	}
 	return &unreached{err}
 }

@@ -126,7 +126,7 @@ func TestTheNodeWatchResyncsWhenEtcdIsRestoredUnderIt(t *testing.T) {
 			healthyNode(t, a)
 			registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
 			snap := filepath.Join(t.TempDir(), "fleet.db")
-			_, err := fleet.SaveSnapshot(testCtx(t), srv.Endpoints(), nil, snap)
+			_, err := fleet.SaveSnapshot(testCtx(t), fleet.Access{Endpoints: srv.Endpoints()}, snap)
 			require.NoError(t, err)
 			e := watchNode(t, a)
 			for i := range 3 { // revisions past the snapshot's

@@ -22,9 +22,10 @@ import (
 
 // etcdClientFlags say which etcd an operator's command reaches.
 type etcdClientFlags struct {
-	endpoints      string
-	ca, cert, key  string
-	commandTimeout time.Duration
+	endpoints          string
+	ca, cert, key      string
+	user, passwordFile string
+	commandTimeout     time.Duration
 }
 
 func (f *etcdClientFlags) add(fs *pflag.FlagSet) {
@@ -32,12 +33,14 @@ func (f *etcdClientFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ca, "etcd-ca", "", "PEM CA that signs etcd's server certificate")
 	fs.StringVar(&f.cert, "etcd-cert", "", "PEM client certificate for etcd")
 	fs.StringVar(&f.key, "etcd-key", "", "PEM private key of -etcd-cert")
+	fs.StringVar(&f.user, "etcd-username", "", "etcd user, for an etcd with auth enabled (with -etcd-password-file; a snapshot or a defragmentation needs the root role)")
+	fs.StringVar(&f.passwordFile, "etcd-password-file", "", "file holding -etcd-username's password on its first line, mode 0600")
 	fs.DurationVar(&f.commandTimeout, "timeout", 5*time.Minute, "how long the command may take")
 }
 
-// run runs op with the endpoints and TLS config the flags give, and a
-// context that ends at -timeout, or at SIGINT or SIGTERM.
-func (f *etcdClientFlags) run(cmd *cobra.Command, op func(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error) error {
+// run runs op with the etcd access the flags give, and a context that
+// ends at -timeout, or at SIGINT or SIGTERM.
+func (f *etcdClientFlags) run(cmd *cobra.Command, op func(ctx context.Context, a fleet.Access) error) error {
 	var tlsConfig *tls.Config
 	if f.ca != "" || f.cert != "" || f.key != "" {
 		var err error
@@ -53,11 +56,21 @@ func (f *etcdClientFlags) run(cmd *cobra.Command, op func(ctx context.Context, e
 		return usageError("-endpoints %s is plain HTTP off this host, where anyone on the network could read the fleet's secrets: give https:// URLs with -etcd-ca, -etcd-cert and -etcd-key",
 			strings.Join(r.Remote, ", "))
 	}
+	a := fleet.Access{Endpoints: endpoints, TLS: tlsConfig, Username: f.user}
+	switch {
+	case (f.user == "") != (f.passwordFile == ""):
+		return usageError("-etcd-username and -etcd-password-file go together: the user, and the file that holds its password")
+	case f.passwordFile != "":
+		var err error
+		if a.Password, err = readPasswordFile("-etcd-password-file", f.passwordFile); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, f.commandTimeout)
 	defer cancel()
-	return op(ctx, endpoints, tlsConfig)
+	return op(ctx, a)
 }
 
 func newEtcdSnapshotCmd() *cobra.Command {
@@ -86,8 +99,8 @@ FILE, which must not exist: it is written as FILE.part, synced, then renamed.`,
 			"  plugvisor etcd snapshot save -endpoints https://10.0.0.2:2379 -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem /backup/fleet.db",
 		Args: cmdline.Args("FILE", "plugvisor etcd snapshot save /backup/fleet.db"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.run(cmd, func(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
-				size, err := fleet.SaveSnapshot(ctx, endpoints, tlsConfig, args[0])
+			return f.run(cmd, func(ctx context.Context, a fleet.Access) error {
+				size, err := fleet.SaveSnapshot(ctx, a, args[0])
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "saved a snapshot of %d bytes into %s\n", size, args[0])
 				}
@@ -146,16 +159,18 @@ file. A member answers nothing while it defragments: do it at a quiet hour.`,
 			"  plugvisor etcd defrag -endpoints https://10.0.0.2:2379,https://10.0.0.3:2379 -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem",
 		Args: cmdline.Args("", "plugvisor etcd defrag -etcd-ca ca.pem -etcd-cert cli.pem -etcd-key cli-key.pem"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return f.run(cmd, func(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
-				for _, ep := range endpoints {
-					before, _, err := fleet.DBSize(ctx, ep, tlsConfig)
+			return f.run(cmd, func(ctx context.Context, all fleet.Access) error {
+				for _, ep := range all.Endpoints {
+					a := all
+					a.Endpoints = []string{ep}
+					before, _, err := fleet.DBSize(ctx, a)
 					if err == nil {
-						err = fleet.Defragment(ctx, []string{ep}, tlsConfig)
+						err = fleet.Defragment(ctx, a)
 					}
 					if err != nil {
 						return err
 					}
-					after, _, err := fleet.DBSize(ctx, ep, tlsConfig)
+					after, _, err := fleet.DBSize(ctx, a)
 					if err != nil {
 						return err
 					}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -52,7 +51,15 @@ sealed, until plugvisor keyring rotate has sealed every record again.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "key %s is the primary of %s; give the file to every agent (-cluster-keyring), then run plugvisor keyring rotate\n", id, args[0])
+			k, err := fleet.LoadKeyring(args[0])
+			if err != nil {
+				return err
+			}
+			next := "give the file to every agent (-cluster-keyring)"
+			if len(k.IDs()) > 1 {
+				next += ", then run plugvisor keyring rotate to seal every record with it"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "key %s is the primary of %s; %s\n", id, args[0], next)
 			return nil
 		},
 	}
@@ -79,8 +86,8 @@ agents need not accept unsealed records any more.`,
 			if err != nil {
 				return err
 			}
-			return f.run(cmd, func(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
-				res, err := fleet.RotateRecords(ctx, endpoints, tlsConfig, prefix, k)
+			return f.run(cmd, func(ctx context.Context, a fleet.Access) error {
+				res, err := fleet.RotateRecords(ctx, a, prefix, k)
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "sealed %d records again with key %s (%d were sealed with it already); %d keys hold no record\n",
 						res.Resealed, k.Primary(), res.Sealed, res.Skipped)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -102,12 +101,6 @@ func TestSameLinesComparesEveryLineInOrder(t *testing.T) {
 		"line 2 is")
 }
 
-// notYetChecked are the pages whose blocks the rule of
-// TestEveryCommandBlockOfTheDocsRunsOrSaysWhyNot does not reach yet:
-// docs/fleet-operations.md is being rewritten with the fleet's work, and
-// takes the rule when that lands (docs/fleet.md passes it already).
-var notYetChecked = []string{"../../docs/fleet-operations.md"}
-
 // shellInfo are the info strings of fenced blocks that hold commands.
 var shellInfo = map[string]bool{"sh": true, "console": true, "bash": true, "shell": true}
 
@@ -118,9 +111,6 @@ var shellInfo = map[string]bool{"sh": true, "console": true, "bash": true, "shel
 func TestEveryCommandBlockOfTheDocsRunsOrSaysWhyNot(t *testing.T) {
 	fence := regexp.MustCompile("(?m)^```(.*)$")
 	for _, file := range docFiles(t) {
-		if slices.Contains(notYetChecked, file) {
-			continue
-		}
 		text, err := os.ReadFile(file)
 		require.NoError(t, err)
 		opening := true

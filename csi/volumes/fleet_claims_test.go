@@ -57,7 +57,7 @@ func TestARestoreOfEtcdTakesDownAMountWhoseClaimItForgot(t *testing.T) {
 			l := newLifecycle(t)
 			n1, n3 := l.nodes[0], l.nodes[2]
 			snap := filepath.Join(t.TempDir(), "fleet.db")
-			_, err := fleet.SaveSnapshot(ctx, l.srv.Endpoints(), nil, snap)
+			_, err := fleet.SaveSnapshot(ctx, fleet.Access{Endpoints: l.srv.Endpoints()}, snap)
 			require.NoError(t, err)
 			_, err = n1.manager.Mount(ctx, "", "sw", "n1-a1", false)
 			require.NoError(t, err)
