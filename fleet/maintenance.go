@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Access says how an operator's command reaches the fleet's etcd: its
@@ -99,8 +100,11 @@ func maintenanceClient(a Access) (*clientv3.Client, error) {
 	if len(a.Endpoints) == 0 {
 		return nil, errors.New("no etcd endpoints: give the etcd client URLs, e.g. https://127.0.0.1:2379")
 	}
+	// The dial blocks, so that an etcd that refuses the handshake (no
+	// client certificate, another CA) fails the command within the dial
+	// timeout, not at the command's -timeout.
 	client, err := clientv3.New(clientv3.Config{Endpoints: a.Endpoints, TLS: a.TLS, Username: a.Username, Password: a.Password,
-		DialTimeout: DefaultRequestTimeout, Logger: zap.NewNop()})
+		DialTimeout: DefaultRequestTimeout, DialOptions: []grpc.DialOption{grpc.WithBlock()}, Logger: zap.NewNop()})
 	if err != nil {
 		if denied := etcdErr(err); errors.Is(denied, ErrEtcdDenied) {
 			err = denied

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -120,7 +119,6 @@ func (f *clusterFlags) config(fs *pflag.FlagSet) (*agent.ClusterConfig, error) {
 		}
 		server := client.Clone()
 		server.ClientCAs, server.ClientAuth = client.RootCAs, tls.RequireAndVerifyClientCert
-		server.VerifyConnection = memberClientOnly
 		c.RemoteTLS = &member.RemoteTLS{Server: server, Client: client}
 	case !f.insecure:
 		return nil, usageError("cluster mode needs -cluster-ca, -cluster-cert and -cluster-key (members talk over mutual TLS), or -cluster-insecure on a loopback -cluster-address to try a fleet on one machine")
@@ -167,23 +165,6 @@ func (f *clusterFlags) checkDurations() error {
 		return usageError("-cluster-gc-grace %v must be longer than -cluster-lease-ttl %v plus -cluster-fence-margin %v, so that a node cut off from etcd "+
 			"has made its writers read-only before the GC frees its claims: give -cluster-gc-grace %v or more, or a shorter -cluster-lease-ttl",
 			grace, ttl, margin, ttl+margin+time.Second)
-	}
-	return nil
-}
-
-// memberClientOnly refuses, on the member port, a client whose certificate
-// (verified against -cluster-ca already) is not a member's: a member
-// serves the port with the same certificate it dials with, so it has
-// server use. The CLI's certificate of the same CA (plugvisor tls cert
-// create -cli, client use only) reaches etcd, never a volume's grain.
-func memberClientOnly(cs tls.ConnectionState) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("cluster member: the client presented no certificate")
-	}
-	leaf := cs.PeerCertificates[0]
-	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) && len(leaf.ExtKeyUsage) > 0 {
-		return fmt.Errorf("cluster member: the client's certificate %q is not a member's: it has no server use (plugvisor tls cert create -agent NODE makes a member's)",
-			leaf.Subject.CommonName)
 	}
 	return nil
 }

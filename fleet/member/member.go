@@ -260,7 +260,7 @@ func (m *Member) newIncarnation() *incarnation {
 	}
 	// protoactor's endpoint queues default to a million entries each,
 	// allocated up front: hundreds of MiB per member.
-	options := remoteOptions(cfg.TLS)
+	options := remoteOptions(cfg.TLS, log)
 	if cfg.Advertise != "" {
 		options = append(options, remote.WithAdvertisedHost(cfg.Advertise))
 	}
@@ -407,12 +407,14 @@ func (m *Member) openStore(address string) error {
 // fleetStore is the member's fleet.Store, as the grains see it.
 func (m *Member) fleetStore() model.Fleet { return m.store.Load() }
 
-func remoteOptions(t *RemoteTLS) []remote.ConfigOption {
+func remoteOptions(t *RemoteTLS, log hclog.Logger) []remote.ConfigOption {
 	if t == nil {
 		return []remote.ConfigOption{remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))}
 	}
+	server := t.Server.Clone()
+	server.VerifyConnection = membersOnly(server.VerifyConnection, log)
 	return []remote.ConfigOption{
-		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(t.Server))),
+		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(server))),
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(t.Client))),
 	}
 }

@@ -3,12 +3,15 @@ package member
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/plugvisor/plugvisor/errclass"
 )
@@ -98,4 +101,36 @@ func checkPeers(ctx context.Context, check peerCheck, self string, members []*cl
 	}
 	return fmt.Errorf("%w (%v); give every member certificates of the fleet's CA (-cluster-ca, -cluster-cert, -cluster-key): a member the others cannot reach would hold volumes nobody could change",
 		ErrPeerTLS, refused)
+}
+
+// membersOnly wraps a server's VerifyConnection (next, nil for none) to
+// refuse, on the member port, a client whose certificate (verified against
+// the fleet's CA already) is not a member's: a member serves the port with
+// the same certificate it dials with, so it has server use. A certificate
+// of the same CA for client use only (plugvisor tls cert create -cli)
+// reaches etcd, never a volume's grain.
+func membersOnly(next func(tls.ConnectionState) error, log hclog.Logger) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if err := memberClientOnly(cs); err != nil {
+			log.Warn("refused a client of the member port", "error", err)
+			return err
+		}
+		if next != nil {
+			return next(cs)
+		}
+		return nil
+	}
+}
+
+// memberClientOnly is membersOnly's check.
+func memberClientOnly(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil // the server's ClientAuth says whether one is needed
+	}
+	leaf := cs.PeerCertificates[0]
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) && len(leaf.ExtKeyUsage) > 0 {
+		return fmt.Errorf("the client's certificate %q is not a member's: it has no server use (plugvisor tls cert create -agent NODE makes a member's)",
+			leaf.Subject.CommonName)
+	}
+	return nil
 }
