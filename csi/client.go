@@ -2,11 +2,13 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -56,6 +58,11 @@ type Options struct {
 	// reconnections after a plugin restarts. Default 5s, or BackoffInitial
 	// when that is longer.
 	BackoffMax time.Duration
+	// FailFast makes Dial give up at the first attempt that finds no
+	// socket at the path, or nothing listening on it (connection
+	// refused), rather than wait for the plugin to appear until its
+	// context ends. Other failures are retried as without it.
+	FailFast bool
 }
 
 // Default values of [Options].
@@ -113,6 +120,8 @@ type Client struct {
 // socket may appear after Dial is called. When ctx ends first, the error
 // wraps [ErrConnect], the context's error, and says why the last attempt
 // failed. The path is checked with [ValidateSocketPath] before anything else.
+// With [Options.FailFast], a missing socket or one nothing listens on ends
+// Dial at once, with the same error.
 func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error) {
 	if err := ValidateSocketPath(socketPath); err != nil {
 		return nil, err
@@ -146,9 +155,13 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 	if err != nil {
 		return nil, fmt.Errorf("%w to %q: %w", ErrConnect, socketPath, err)
 	}
-	if err := waitReady(ctx, conn); err != nil {
+	gone := func() error { return nil }
+	if opts.FailFast {
+		gone = dialer.gone
+	}
+	if err := waitReady(ctx, conn, gone); err != nil {
 		_ = conn.Close()
-		if last := dialer.lastError(); last != nil {
+		if last := dialer.lastError(); last != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("%w to %q: %w (last attempt: %v)", ErrConnect, socketPath, err, last)
 		}
 		return nil, fmt.Errorf("%w to %q: %w", ErrConnect, socketPath, err)
@@ -177,7 +190,8 @@ const retryCapabilities = `{"methodConfig": [{
 
 // waitReady asks conn to connect and waits until it is ready or ctx ends;
 // gRPC retries failed attempts with the backoff given to grpc.NewClient.
-func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
+// After a failed attempt, a non-nil error of gone ends the wait.
+func waitReady(ctx context.Context, conn *grpc.ClientConn, gone func() error) error {
 	for {
 		state := conn.GetState()
 		switch state {
@@ -187,6 +201,10 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 			conn.Connect()
 		case connectivity.Shutdown:
 			return ErrClosed
+		case connectivity.TransientFailure:
+			if err := gone(); err != nil {
+				return err
+			}
 		}
 		if !conn.WaitForStateChange(ctx, state) {
 			return ctx.Err()
@@ -215,6 +233,19 @@ func (d *unixDialer) lastError() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.last
+}
+
+// gone says why the plugin is not there when the last attempt found no
+// socket at the path, or nothing listening on it; nil otherwise.
+func (d *unixDialer) gone() error {
+	err := d.lastError()
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return fmt.Errorf("the socket does not exist (%w): the plugin is gone or not started", syscall.ENOENT)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("nothing listens on the socket (%w): the plugin is gone or not started", syscall.ECONNREFUSED)
+	}
+	return nil
 }
 
 // Close releases the connection. RPCs after Close fail with [ErrClosed].

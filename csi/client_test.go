@@ -2,6 +2,7 @@ package csi_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -215,6 +216,29 @@ func TestDialGivesUpWhenTheContextEndsBeforeTheSocketAppears(t *testing.T) {
 		require.ErrorIs(t, err, csi.ErrConnect)
 		require.ErrorIs(t, err, context.Canceled)
 	})
+}
+
+// TestDialWithFailFastGivesUpAtOnceWhenNoPluginIsThere: with FailFast, a
+// socket that does not exist, or one nothing listens on (a plugin that
+// died and left its socket file), ends Dial at its first attempt, with the
+// reason, rather than at the end of its context (a minute here).
+func TestDialWithFailFastGivesUpAtOnceWhenNoPluginIsThere(t *testing.T) {
+	missing := csitest.SocketPath(t)
+	dead := csitest.SocketPath(t)
+	l, err := net.Listen("unix", dead)
+	require.NoError(t, err)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, l.Close())
+
+	for path, want := range map[string]string{missing: "the socket does not exist", dead: "nothing listens on the socket"} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		c, err := csi.Dial(ctx, path, csi.Options{FailFast: true})
+		cancel()
+		require.Nil(t, c)
+		require.ErrorIs(t, err, csi.ErrConnect)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "Dial waited for its context")
+		require.ErrorContains(t, err, want)
+	}
 }
 
 func TestSocketPathsAreChecked(t *testing.T) {

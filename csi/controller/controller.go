@@ -156,6 +156,9 @@ var (
 
 // connect dials the current csi-controller allocation of plugin and checks
 // that it advertises every capability in need. The caller closes the client.
+// A socket that does not exist, or that nothing listens on, fails at once
+// (csi.Options.FailFast) with csi.ErrConnect, as the node path does: the
+// plugin is gone, and waiting out the dial timeout would not bring it back.
 func (c *Controller) connect(ctx context.Context, plugin, what string, need ...capability) (*csi.Client, error) {
 	info, ok := c.cfg.Plugins.Snapshot().Current(csi.TypeController, plugin)
 	if !ok {
@@ -169,11 +172,11 @@ func (c *Controller) connect(ctx context.Context, plugin, what string, need ...c
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
-	client, err := csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: c.cfg.RPCTimeout})
+	client, err := csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: c.cfg.RPCTimeout, FailFast: true})
 	if err != nil {
 		return nil, fmt.Errorf("%s: plugin %q (alloc %s): %w", what, plugin, info.GetAllocId(), err)
 	}
-	caps, err := client.ControllerGetCapabilities(ctx)
+	caps, err := client.ControllerCapabilitiesCached(ctx)
 	if err == nil {
 		for _, n := range need {
 			if !n.has(caps) {
