@@ -27,24 +27,24 @@ func (r CreateRequest) checkClone() []string {
 	return problems
 }
 
-// cloneSource is the plugin's ID of the volume req clones, "" when it
-// clones none. The source is a catalog volume of req's namespace and of
-// req's plugin: one of another plugin is refused, naming both, before any
-// RPC, and an unknown one is model.ErrVolumeNotFound naming clone_from.
-func (c *Controller) cloneSource(ctx context.Context, what string, req CreateRequest) (string, error) {
+// cloneSource is the catalog volume req clones, nil when it clones none.
+// The source is a catalog volume of req's namespace and of req's plugin:
+// one of another plugin is refused, naming both, before any RPC, and an
+// unknown one is model.ErrVolumeNotFound naming clone_from.
+func (c *Controller) cloneSource(ctx context.Context, what string, req CreateRequest) (*model.CSIVolume, error) {
 	if req.CloneFrom == "" {
-		return "", nil
+		return nil, nil
 	}
 	src, err := c.cfg.Catalog.GetVolume(ctx, req.Namespace, req.CloneFrom)
 	switch {
 	case errors.Is(err, model.ErrVolumeNotFound):
-		return "", fmt.Errorf("%s: clone_from: %w; name a volume of the namespace", what, err)
+		return nil, fmt.Errorf("%s: clone_from: %w; name a volume of the namespace", what, err)
 	case err != nil:
-		return "", fmt.Errorf("%s: clone_from: %w", what, err)
+		return nil, fmt.Errorf("%s: clone_from: %w", what, err)
 	case src.PluginID != req.PluginID:
-		return "", invalid([]string{fmt.Sprintf(
+		return nil, invalid([]string{fmt.Sprintf(
 			"clone_from: volume %s/%s is of plugin %q, and the new volume of plugin %q: a plugin clones only its own volumes",
 			src.Namespace, src.ID, src.PluginID, req.PluginID)})
 	}
-	return src.PluginVolumeID(), nil
+	return src, nil
 }

@@ -163,6 +163,10 @@ type topologyChecker interface {
 // capacity, context and accessible topology, and the request's parameters,
 // secrets, mount options and requirements. It returns the registered volume.
 //
+// A create from a snapshot or a clone that asks for no size takes its
+// source's, and one that asks for less is refused with ErrInvalidRequest
+// before CreateVolume (see fitSource).
+//
 // CreateVolume is idempotent by name, so a create that failed after the
 // plugin made the volume (a crash, a catalog that refused) is finished by
 // running the same create again. A name whose plugin volume already lives
@@ -200,7 +204,7 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 	if err != nil {
 		return nil, err
 	}
-	if source != "" {
+	if source != nil {
 		need = append(need, capClone)
 	}
 	client, err := c.connect(ctx, req.PluginID, what, need...)
@@ -208,10 +212,13 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (*model.CSIV
 		return nil, err
 	}
 	defer client.Close()
+	if req, err = c.fitSource(ctx, client, req, source); err != nil {
+		return nil, err
+	}
 	cvr := c.createVolumeRequest(req)
-	if source != "" {
+	if source != nil {
 		cvr.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Volume{
-			Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: source}}}
+			Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: source.PluginVolumeID()}}}
 	}
 	resp, err := client.CreateVolume(ctx, cvr)
 	if err != nil {

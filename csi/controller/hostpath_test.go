@@ -69,9 +69,10 @@ func TestTheVolumeLifecycleEndToEndWithTheHostpathPlugin(t *testing.T) {
 	require.Equal(t, []controller.Snapshot{snap}, list)
 
 	fromSnap := hostpathCreate("", "db-copy")
-	fromSnap.SnapshotID = snap.ID
+	fromSnap.SnapshotID, fromSnap.RequiredBytes = snap.ID, 0
 	cp, err := f.ctl.Create(ctx, fromSnap)
 	require.NoError(t, err)
+	require.Equal(t, int64(3<<20), cp.CapacityBytes, "no size is the snapshot's")
 	data, err := os.ReadFile(filepath.Join(root, "volumes", cp.ExternalID, "data.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(data), "the volume made from the snapshot holds the snapshot's files")

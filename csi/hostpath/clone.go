@@ -33,8 +33,7 @@ func contentSource(src *csi.VolumeContentSource) (snapshotID, volumeID string, e
 
 // fillFromVolume checks the source volume of a clone, as the spec asks:
 // NotFound when it does not exist, OutOfRange when it is larger than the
-// range allows; the clone is at least as large as its source. The caller
-// holds d.mu.
+// requested size (see checkSourceSize). The caller holds d.mu.
 func (d *Driver) fillFromVolume(rec *volumeRecord, r *csi.CapacityRange) error {
 	if rec.SourceVolumeID == "" {
 		return nil
@@ -46,9 +45,5 @@ func (d *Driver) fillFromVolume(rec *volumeRecord, r *csi.CapacityRange) error {
 	if !found {
 		return status.Errorf(codes.NotFound, "hostpath: source volume %s does not exist", rec.SourceVolumeID)
 	}
-	if limit := r.GetLimitBytes(); limit > 0 && limit < src.CapacityBytes {
-		return status.Errorf(codes.OutOfRange, "hostpath: limit bytes %d are less than the %d bytes of source volume %s", limit, src.CapacityBytes, src.ID)
-	}
-	rec.CapacityBytes = max(rec.CapacityBytes, src.CapacityBytes)
-	return nil
+	return checkSourceSize(rec, r, "source volume", src.ID, src.CapacityBytes)
 }

@@ -1,6 +1,7 @@
 package hostpath_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,20 +13,29 @@ import (
 
 // TestACloneHasItsSourcesFilesAndIsIdempotent clones a volume with files:
 // the clone has a copy of them (a write to the source afterwards does not
-// reach it), is at least as large as its source, names its source, and the
-// same create again finds it, while the same name with another source is
-// AlreadyExists.
+// reach it), names its source, and the same create again finds it, while
+// the same name with another source is AlreadyExists. A clone asked
+// smaller than its source, or with no size (as upstream's driver, which
+// takes none as 0), is OutOfRange, naming both sizes.
 func TestACloneHasItsSourcesFilesAndIsIdempotent(t *testing.T) {
 	p := serve(t, config(t))
 	source, dir := p.createWithData(t, "source", "before")
 
-	req := createReq("clone", 0)
-	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+	source1MiB := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
 		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: source}}}
+	for _, size := range []int64{0, 1<<20 - 1} {
+		small := createReq("clone", size)
+		small.VolumeContentSource = source1MiB
+		_, err := p.ctrl.CreateVolume(t.Context(), small)
+		requireCode(t, codes.OutOfRange, err)
+		require.ErrorContains(t, err, fmt.Sprintf("of 1048576 bytes is larger than the requested volume size %d", size))
+	}
+	req := createReq("clone", 1<<20)
+	req.VolumeContentSource = source1MiB
 	clone, err := p.ctrl.CreateVolume(t.Context(), req)
 	require.NoError(t, err)
 	require.Equal(t, source, clone.GetVolume().GetContentSource().GetVolume().GetVolumeId())
-	require.EqualValues(t, 1<<20, clone.GetVolume().GetCapacityBytes(), "a clone is at least as large as its source")
+	require.EqualValues(t, 1<<20, clone.GetVolume().GetCapacityBytes())
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "data"), []byte("after"), 0o644))
 	cloneDir, err := p.srv.Driver.VolumePath(clone.GetVolume().GetVolumeId())
 	require.NoError(t, err)
@@ -40,7 +50,7 @@ func TestACloneHasItsSourcesFilesAndIsIdempotent(t *testing.T) {
 	req.VolumeContentSource.GetVolume().VolumeId = other
 	_, err = p.ctrl.CreateVolume(t.Context(), req)
 	requireCode(t, codes.AlreadyExists, err)
-	_, err = p.ctrl.CreateVolume(t.Context(), createReq("clone", 0))
+	_, err = p.ctrl.CreateVolume(t.Context(), createReq("clone", 1<<20))
 	requireCode(t, codes.AlreadyExists, err) // the same name without the source
 }
 

@@ -54,7 +54,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 // volume's capacity fits the requested range and the parameters and source
 // are the same, and fails with AlreadyExists otherwise. An unknown source
 // snapshot or volume fails with NotFound, a source larger than the
-// requested range with OutOfRange. Secrets are accepted and neither kept nor logged.
+// requested size (none given is 0) with OutOfRange. Secrets are accepted and neither kept nor logged.
 func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	name := req.GetName()
 	if name == "" {

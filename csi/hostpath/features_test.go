@@ -36,17 +36,21 @@ func TestAVolumeCreatedFromASnapshotHasTheSnapshotsFiles(t *testing.T) {
 	snapID := snap.GetSnapshot().GetSnapshotId()
 	fromSnap := createReq("restored", 0)
 	fromSnap.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID}}}
+	_, err = p.ctrl.CreateVolume(t.Context(), fromSnap)
+	requireCode(t, codes.OutOfRange, err) // no size is 0, as upstream's driver takes it: less than the snapshot
+	require.ErrorContains(t, err, "of 1048576 bytes is larger than the requested volume size 0")
+	fromSnap.CapacityRange.RequiredBytes = 1 << 20
 	restored, err := p.ctrl.CreateVolume(t.Context(), fromSnap)
 	require.NoError(t, err)
 	require.Equal(t, snapID, restored.GetVolume().GetContentSource().GetSnapshot().GetSnapshotId())
-	require.EqualValues(t, 1<<20, restored.GetVolume().GetCapacityBytes(), "a volume is at least as large as its snapshot")
+	require.EqualValues(t, 1<<20, restored.GetVolume().GetCapacityBytes())
 	restoredDir, err := p.srv.Driver.VolumePath(restored.GetVolume().GetVolumeId())
 	require.NoError(t, err)
 	data, err := os.ReadFile(filepath.Join(restoredDir, "sub", "data"))
 	require.NoError(t, err)
 	require.Equal(t, "before", string(data), "the volume has the files as they were at the snapshot")
 
-	_, err = p.ctrl.CreateVolume(t.Context(), createReq("restored", 0))
+	_, err = p.ctrl.CreateVolume(t.Context(), createReq("restored", 1<<20))
 	requireCode(t, codes.AlreadyExists, err) // the same name without the source
 	tooSmall := createReq("small", 0)
 	tooSmall.CapacityRange.LimitBytes = 1

@@ -83,8 +83,8 @@ func copyTree(src, dst string) error {
 }
 
 // fillFromSnapshot checks, for a volume made from a snapshot, that the
-// snapshot exists (NotFound) and fits the requested range (OutOfRange), and
-// gives the volume at least the snapshot's size.
+// snapshot exists (NotFound) and fits the requested size (OutOfRange; see
+// checkSourceSize).
 func (d *Driver) fillFromSnapshot(rec *volumeRecord, r *csi.CapacityRange) error {
 	if rec.SourceSnapshotID == "" {
 		return nil
@@ -96,10 +96,22 @@ func (d *Driver) fillFromSnapshot(rec *volumeRecord, r *csi.CapacityRange) error
 	if !found {
 		return status.Errorf(codes.NotFound, "hostpath: source snapshot %s does not exist", rec.SourceSnapshotID)
 	}
-	if limit := r.GetLimitBytes(); limit > 0 && limit < snap.SizeBytes {
-		return status.Errorf(codes.OutOfRange, "hostpath: limit bytes %d are less than the %d bytes of snapshot %s", limit, snap.SizeBytes, snap.ID)
+	return checkSourceSize(rec, r, "snapshot", snap.ID, snap.SizeBytes)
+}
+
+// checkSourceSize refuses a volume whose requested size (the required
+// bytes, else the limit, else none: 0) is less than the size of its
+// source, as the CSI spec asks (OutOfRange) and as the upstream
+// kubernetes-csi hostpath driver does (it answers InvalidArgument): the
+// CO must ask for at least the source's size. The caller holds d.mu.
+func checkSourceSize(rec *volumeRecord, r *csi.CapacityRange, kind, id string, size int64) error {
+	if limit := r.GetLimitBytes(); limit > 0 && limit < size {
+		return status.Errorf(codes.OutOfRange, "hostpath: limit bytes %d are less than the %d bytes of %s %s", limit, size, kind, id)
 	}
-	rec.CapacityBytes = max(rec.CapacityBytes, snap.SizeBytes)
+	if rec.CapacityBytes < size {
+		return status.Errorf(codes.OutOfRange, "hostpath: %s %s of %d bytes is larger than the requested volume size %d: ask for at least its size",
+			kind, id, size, rec.CapacityBytes)
+	}
 	return nil
 }
 
