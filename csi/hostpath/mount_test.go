@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/plugvisor/plugvisor/csi/hostpath"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/hostpath/internal/mount"
 )
 
@@ -105,15 +106,7 @@ func requireMounted(t *testing.T, target string, want bool) {
 // answers FailedPrecondition (the agent's 409) naming the target, leaves
 // it mounted, and succeeds once the file is closed.
 func TestABusyTargetIsAFailedPreconditionNamingIt(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skipf("bind mounts need root and this test runs as uid %d", os.Geteuid())
-	}
-	cfg := config(t)
-	cfg.SymlinkFallback = false
-	p, id, staging := stagedVolume(t, cfg)
-	target := p.path("busy")
-	_, err := p.node.NodePublishVolume(t.Context(), publishReq(id, staging, target, false))
-	require.NoError(t, err)
+	p, _, id, staging, target := boundVolume(t)
 	held, err := os.Create(filepath.Join(target, "held"))
 	require.NoError(t, err)
 
@@ -126,4 +119,38 @@ func TestABusyTargetIsAFailedPreconditionNamingIt(t *testing.T) {
 	p.unpublish(t, id, target)
 	requireMounted(t, target, false)
 	p.unstage(t, id, staging)
+}
+
+// TestTheWayOutOfAVolumeThatNoLongerExistsIsNotFoundAndLeavesItsMounts:
+// a volume deleted under its mounts (its record gone, as upstream's driver
+// deletes a volume in use) answers NodeUnpublishVolume and
+// NodeUnstageVolume with NotFound, as upstream's does, and leaves the
+// target and the staging path mounted: the CO must clean them up.
+func TestTheWayOutOfAVolumeThatNoLongerExistsIsNotFoundAndLeavesItsMounts(t *testing.T) {
+	p, cfg, id, staging, target := boundVolume(t)
+	hostpathtest.ForgetVolume(t, cfg.Root, id)
+	_, err := p.node.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	requireCode(t, codes.NotFound, err)
+	require.ErrorContains(t, err, "hostpath: volume "+id+" does not exist")
+	requireMounted(t, target, true)
+	_, err = p.node.NodeUnstageVolume(t.Context(), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	requireCode(t, codes.NotFound, err)
+	requireMounted(t, staging, true)
+}
+
+// boundVolume serves a driver that bind-mounts (it skips the test unless
+// it runs as root), and stages a volume and publishes it at the path
+// "target".
+func boundVolume(t *testing.T) (p *plugin, cfg hostpath.Config, id, staging, target string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("bind mounts need root and this test runs as uid %d", os.Geteuid())
+	}
+	cfg = config(t)
+	cfg.SymlinkFallback = false
+	p, id, staging = stagedVolume(t, cfg)
+	target = p.path("target")
+	_, err := p.node.NodePublishVolume(t.Context(), publishReq(id, staging, target, false))
+	require.NoError(t, err)
+	return p, cfg, id, staging, target
 }

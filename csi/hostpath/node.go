@@ -249,7 +249,8 @@ func (d *Driver) checkStagingLimit() error {
 // NodeUnstageVolume unmounts the staging path and forgets the staging. The
 // staging directory belongs to the CO and stays. A volume that is not staged
 // there is already unstaged; one still published fails with
-// FailedPrecondition.
+// FailedPrecondition. A volume that no longer exists fails with NotFound,
+// leaving the staging path as it is (see requireExisting).
 func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
@@ -258,6 +259,9 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 		return nil, err
 	}
 	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
+		if err := d.requireExisting(id); err != nil {
+			return false, err
+		}
 		if rec.StagingPath != staging {
 			return false, nil
 		}
@@ -469,7 +473,9 @@ func (d *Driver) removeTarget(path string) {
 
 // NodeUnpublishVolume undoes NodePublishVolume: it unmounts the bind mount
 // (or removes the symlink) and removes the target. A target where the driver
-// did not publish this volume is left alone and the call succeeds.
+// did not publish this volume is left alone and the call succeeds. A volume
+// that no longer exists fails with NotFound, leaving the target as it is
+// (see requireExisting).
 func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	d := s.d
 	id := req.GetVolumeId()
@@ -478,6 +484,9 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 		return nil, err
 	}
 	err = d.updateNode(id, func(rec *nodeRecord) (bool, error) {
+		if err := d.requireExisting(id); err != nil {
+			return false, err
+		}
 		if _, ok := rec.Targets[target]; !ok {
 			return false, nil
 		}
@@ -492,6 +501,18 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 		return nil, err
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// requireExisting answers NotFound for a volume that does not exist (or no
+// longer does), as the upstream kubernetes-csi hostpath driver answers
+// NodeUnpublishVolume and NodeUnstageVolume: it looks the volume up before
+// anything else, and leaves a target or staging path it still has mounted
+// as it is. Upstream deletes a volume in use unless it runs with
+// -check-volume-lifecycle, so a CO meets this when a volume was deleted
+// under its mounts. The caller holds d.mu shared.
+func (d *Driver) requireExisting(id string) error {
+	_, err := d.requireVolumeLocked(id)
+	return err
 }
 
 // maxStackedMounts bounds how many mounts unpublish takes off one target.

@@ -91,7 +91,8 @@ func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T)
 // plugin processes with separate state, as a takeover does: a volume
 // mounted through the older allocation is unmounted through it, not sent
 // to the newer one (which does not know the volume); once the older one is
-// deregistered, the way out goes to the current one.
+// deregistered, the way out goes to the current one, which answers
+// NotFound, and the agent unmounts what the older one left.
 func TestTheWayOutGoesToTheAllocationThatMountedWhileItIsRegistered(t *testing.T) {
 	n := newNode(t, nil)
 	serve := func(alloc string) *hostpathtest.Server {
@@ -116,12 +117,45 @@ func TestTheWayOutGoesToTheAllocationThatMountedWhileItIsRegistered(t *testing.T
 	_, err = n.manager.Mount(ctx, "", "vol2", "web-1", false)
 	require.NoError(t, err)
 
-	newer := serve("a2") // a newer allocation takes over, with a state of its own
+	serve("a2") // a newer allocation takes over, with a state of its own
 	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"), "the way out went to the allocation that mounted")
-	require.Nil(t, n.settle("vol").Record)
+	st := n.settle("vol")
+	require.Nil(t, st.Record)
+	require.NotContains(t, st.LastOperation, "not found")
 
 	require.NoError(t, n.registry.DeregisterPlugin(volumes.NodePluginType, "hp", "a1"))
-	err = n.manager.Unmount(ctx, "", "vol2", "web-1")
-	require.Error(t, err, "the older allocation is deregistered: the way out goes to the current one, which knows nothing of the volume")
-	require.Equal(t, newer.Endpoint, n.status("vol2").Record.GetPublishes()["web-1"].GetNodeSocket(), "the record says which allocation served the way out")
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol2", "web-1"))
+	st = n.settle("vol2")
+	require.Nil(t, st.Record)
+	require.Contains(t, st.LastOperation, "does not exist", "the older allocation is deregistered: the way out went to the current one, which knows nothing of the volume")
+	require.Empty(t, mountsUnder(t, n.root), "the agent unmounted what the older allocation left")
+}
+
+// TestAVolumeDeletedUnderItsMountsIsUnmountedByTheAgentWhenThePluginAnswersNotFound
+// is issue 41's third recipe: a volume deleted under its mounts (as the
+// upstream hostpath driver deletes a volume in use) makes the plugin
+// answer NotFound at NodeUnpublishVolume and NodeUnstageVolume without
+// unmounting. The agent unmounts the target and the staging path itself,
+// as kubelet's mount cleanup does, removes the target, completes the way
+// out at once (no "target busy" retried for ever) and says what the driver
+// answered, never that NodeUnpublishVolume succeeded.
+func TestAVolumeDeletedUnderItsMountsIsUnmountedByTheAgentWhenThePluginAnswersNotFound(t *testing.T) {
+	n, plugin := newHostpathNode(t, nil, nil)
+	external := (&strictPlugin{t: t, socket: plugin.Endpoint}).createVolume("vol")
+	n.catalog.add("vol", external, "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
+	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	require.Contains(t, mountsUnder(t, n.root), res.TargetPath)
+
+	hostpathtest.ForgetVolume(t, plugin.Driver.Config().Root, external)
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
+	require.Empty(t, mountsUnder(t, n.root), "the agent unmounted the target and the staging path")
+	require.NoDirExists(t, res.TargetPath)
+	st := n.status("vol")
+	require.Nil(t, st.Record, "the way out completed")
+	require.Empty(t, st.LastError)
+	require.Contains(t, st.LastOperation, "NodeUnpublishVolume: not found: hostpath: volume "+external+" does not exist; the target "+res.TargetPath+" was still mounted: the agent unmounted it")
+	require.Contains(t, st.LastOperation, "NodeUnstageVolume: not found: hostpath: volume "+external+" does not exist; the staging path ")
+	require.NotContains(t, st.LastOperation, "succeeded")
+	n.requireNoWriter("vol", "the claim the mount made is released")
 }

@@ -108,19 +108,26 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 		return err
 	}
 	pub.NodeSocket = socket
+	said := "succeeded"
 	if _, err := node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
 		VolumeId: j.rec.GetExternalId(), TargetPath: pub.GetTargetPath(),
-	}); err != nil && !j.goneAlready("NodeUnpublishVolume", err) {
-		return err
+	}); err != nil {
+		if !j.goneAlready("NodeUnpublishVolume", err) {
+			return err
+		}
+		said = "answered NotFound"
+		if err := j.cleanUpAfterNotFound("target", pub.GetTargetPath(), err); err != nil {
+			return err
+		}
 	}
 	err = os.Remove(pub.GetTargetPath())
 	switch {
 	case err == nil, errors.Is(err, os.ErrNotExist):
 	case errors.Is(err, syscall.EBUSY), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
-		return fmt.Errorf("%w: NodeUnpublishVolume succeeded but left %s mounted or not empty (%v); "+
-			"stop what uses it, then unmount again", ErrTargetBusy, pub.GetTargetPath(), errors.Unwrap(err))
+		return fmt.Errorf("%w: NodeUnpublishVolume %s but left %s mounted or not empty (%v); "+
+			"stop what uses it, then unmount again", ErrTargetBusy, said, pub.GetTargetPath(), errors.Unwrap(err))
 	default:
-		return fmt.Errorf("NodeUnpublishVolume succeeded but the target is still there: %w", err)
+		return fmt.Errorf("NodeUnpublishVolume %s but the target is still there: %w", said, err)
 	}
 	return nil
 }
@@ -170,7 +177,7 @@ func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
 		VolumeId: j.rec.GetExternalId(), StagingTargetPath: s.GetStagingPath(),
 	})
 	if err != nil && j.goneAlready("NodeUnstageVolume", err) {
-		return nil
+		return j.cleanUpAfterNotFound("staging path", s.GetStagingPath(), err)
 	}
 	return err
 }
@@ -178,8 +185,8 @@ func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
 // goneAlready reports whether err, a plugin's answer to a step of the way
 // out, is NotFound: CSI makes those steps idempotent, so the plugin has
 // nothing left to undo, and the step is done (as Nomad's CSI client takes
-// it). It is logged, since the kernel may still hold what the plugin
-// forgot: the orphan check at start reports such a mount.
+// it). It is logged; a node step then cleans up what the kernel still
+// holds of what the plugin forgot (cleanUpAfterNotFound).
 func (j *job) goneAlready(rpc string, err error) bool {
 	if !errors.Is(err, csi.ErrNotFound) {
 		return false

@@ -141,3 +141,16 @@ func Serve(t testing.TB, cfg hostpath.Config) *Server {
 	})
 	return &Server{Endpoint: l.Addr().String(), Driver: d}
 }
+
+// ForgetVolume removes the record of volume id from the driver rooted at
+// root, behind the driver's back, as a volume deleted under its mounts:
+// the upstream kubernetes-csi hostpath driver deletes a volume in use
+// unless it runs with -check-volume-lifecycle, which this driver refuses
+// to do. The volume's directory and every mount of it stay; from then on
+// the driver answers NotFound for the volume.
+func ForgetVolume(t testing.TB, root, id string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(root, "state", "volumes", id+".json")); err != nil {
+		t.Fatalf("hostpathtest: forget volume %s: %v", id, err)
+	}
+}
