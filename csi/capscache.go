@@ -8,12 +8,13 @@ import (
 	"google.golang.org/grpc/stats"
 )
 
-// capsCache holds a plugin instance's answers to NodeGetCapabilities and
-// ControllerGetCapabilities for as long as one transport of the client's
-// connection stays up: the instance behind a transport does not change its
-// capabilities, and a plugin that restarts on its socket is reached
-// through a new transport. The volume manager asks them for every mount,
-// and they would cost a round trip each.
+// capsCache holds a plugin instance's answers to NodeGetCapabilities,
+// ControllerGetCapabilities and GetPluginInfo for as long as one transport
+// of the client's connection stays up: the instance behind a transport
+// does not change its capabilities or its name, and a plugin that
+// restarts on its socket (or another that takes the socket) is reached
+// through a new transport. The volume manager asks them for every mount
+// and every step of the way out, and they would cost a round trip each.
 //
 // It is the connection's stats handler: gRPC calls HandleConn when a
 // transport starts (before any RPC is sent on it) and when it ends, on
@@ -26,6 +27,7 @@ type capsCache struct {
 	epoch uint64
 	node  *NodeCapabilities
 	ctrl  *ControllerCapabilities
+	info  *PluginInfo
 	// ctrlErr is ErrUnimplemented's answer, kept as an answer: the
 	// instance has no controller service.
 	ctrlErr error
@@ -36,7 +38,7 @@ func (c *capsCache) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epoch++
-	c.node, c.ctrl, c.ctrlErr = nil, nil, nil
+	c.node, c.ctrl, c.ctrlErr, c.info = nil, nil, nil, nil
 }
 
 // HandleConn forgets the answers at each transport's start and end
@@ -99,4 +101,25 @@ func (c *Client) ControllerCapabilitiesCached(ctx context.Context) (ControllerCa
 		c.caps.mu.Unlock()
 	}
 	return caps, err
+}
+
+// PluginInfoCached is GetPluginInfo, answered from the client's cache
+// once the plugin instance has answered it on the current connection (see
+// capsCache): a plugin that another takes the socket of is asked again.
+func (c *Client) PluginInfoCached(ctx context.Context) (PluginInfo, error) {
+	c.caps.mu.Lock()
+	cached, epoch := c.caps.info, c.caps.epoch
+	c.caps.mu.Unlock()
+	if cached != nil {
+		return *cached, nil
+	}
+	info, err := c.GetPluginInfo(ctx)
+	if err == nil {
+		c.caps.mu.Lock()
+		if c.caps.epoch == epoch {
+			c.caps.info = &info
+		}
+		c.caps.mu.Unlock()
+	}
+	return info, err
 }

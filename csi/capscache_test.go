@@ -61,3 +61,33 @@ func TestCachedControllerCapabilitiesRememberNoControllerService(t *testing.T) {
 		require.ErrorIs(t, err, csi.ErrUnimplemented)
 	}
 }
+
+// TestCachedPluginInfoIsAskedOncePerConnection asks a plugin's name three
+// times through the cache: the plugin answers once. Then another plugin
+// takes the socket, and the cache answers its name.
+func TestCachedPluginInfoIsAskedOncePerConnection(t *testing.T) {
+	path := csitest.SocketPath(t)
+	first := csitest.NewMocks(t)
+	server := first.Serve(t, path)
+	first.Identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).Times(1).
+		Return(&csipb.GetPluginInfoResponse{Name: "hostpath.csi.k8s.io", VendorVersion: "1"}, nil)
+	c := dial(t, path, testOptions)
+	for range 3 {
+		info, err := c.PluginInfoCached(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, "hostpath.csi.k8s.io", info.Name)
+	}
+
+	server.Stop()
+	second := csitest.NewMocks(t)
+	second.Identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).MinTimes(1).
+		Return(&csipb.GetPluginInfoResponse{Name: "hp3.csi.k8s.io", VendorVersion: "1"}, nil)
+	second.Serve(t, path)
+	require.Eventually(t, func() bool {
+		info, err := c.PluginInfoCached(t.Context())
+		return err == nil && info.Name == "hp3.csi.k8s.io"
+	}, 10*time.Second, 5*time.Millisecond, "the name of the plugin now on the socket")
+	info, err := c.PluginInfoCached(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, "hp3.csi.k8s.io", info.Name, "and stays")
+}

@@ -178,12 +178,13 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 }
 
 // retryCapabilities is the service config every client dials with: a
-// NodeGetCapabilities that fails UNAVAILABLE before any answer is sent
-// again, up to three times in all. It asks nothing of the plugin, and it is
-// the first call of a mount: after the plugin restarted on its socket, the
-// connection may still hold the old transport, which answers EOF once.
+// NodeGetCapabilities or a GetPluginInfo that fails UNAVAILABLE before any
+// answer is sent again, up to three times in all. They ask nothing of the
+// plugin, and they are the first calls of a mount and of each step of the
+// way out: after the plugin restarted on its socket, the connection may
+// still hold the old transport, which answers EOF once.
 const retryCapabilities = `{"methodConfig": [{
-  "name": [{"service": "csi.v1.Node", "method": "NodeGetCapabilities"}],
+  "name": [{"service": "csi.v1.Node", "method": "NodeGetCapabilities"}, {"service": "csi.v1.Identity", "method": "GetPluginInfo"}],
   "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s",
     "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
 }]}`

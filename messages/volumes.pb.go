@@ -59,7 +59,12 @@ type VolumeRecord struct {
 	// the last reconcile that could ask it (NodeGetVolumeStats): empty while
 	// the volume is normal or its condition unknown. It is news, not a
 	// failure: it never makes the volume unsettled nor delays a retry.
-	Condition     string `protobuf:"bytes,12,opt,name=condition,proto3" json:"condition,omitempty"`
+	Condition string `protobuf:"bytes,12,opt,name=condition,proto3" json:"condition,omitempty"`
+	// plugin_name is the CSI name (GetPluginInfo) of the plugin that served
+	// the way in; every step after it, the way out above all, first checks
+	// that the socket it dials still serves a plugin of that name. Empty in
+	// a record written before it was kept: nothing is checked then.
+	PluginName    string `protobuf:"bytes,13,opt,name=plugin_name,json=pluginName,proto3" json:"plugin_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -174,6 +179,13 @@ func (x *VolumeRecord) GetPendingExpandError() string {
 func (x *VolumeRecord) GetCondition() string {
 	if x != nil {
 		return x.Condition
+	}
+	return ""
+}
+
+func (x *VolumeRecord) GetPluginName() string {
+	if x != nil {
+		return x.PluginName
 	}
 	return ""
 }
@@ -1590,7 +1602,7 @@ var File_messages_volumes_proto protoreflect.FileDescriptor
 
 const file_messages_volumes_proto_rawDesc = "" +
 	"\n" +
-	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x15messages/plugin.proto\"\x80\x05\n" +
+	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x15messages/plugin.proto\"\xa1\x05\n" +
 	"\fVolumeRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1b\n" +
@@ -1608,7 +1620,9 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\x14pending_expand_bytes\x18\n" +
 	" \x01(\x03R\x12pendingExpandBytes\x120\n" +
 	"\x14pending_expand_error\x18\v \x01(\tR\x12pendingExpandError\x12\x1c\n" +
-	"\tcondition\x18\f \x01(\tR\tcondition\x1a_\n" +
+	"\tcondition\x18\f \x01(\tR\tcondition\x12\x1f\n" +
+	"\vplugin_name\x18\r \x01(\tR\n" +
+	"pluginName\x1a_\n" +
 	"\x0ePublishesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
 	"\x05value\x18\x02 \x01(\v2!.plugvisor.messages.VolumePublishR\x05value:\x028\x01\"\xb3\x02\n" +

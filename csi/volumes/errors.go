@@ -39,6 +39,11 @@ var (
 	// ENOTEMPTY). The publish stays recorded; unmount again once what holds
 	// the target lets go.
 	ErrTargetBusy = errclass.New(errclass.Conflict, "target busy")
+	// ErrPluginChanged: the socket of a step serves another plugin (by its
+	// CSI name, GetPluginInfo) than the one the volume was mounted through,
+	// so the step is not sent. The record stays; start that plugin again,
+	// or unmount with force to clean up the node.
+	ErrPluginChanged = errclass.New(errclass.Conflict, "another plugin serves the socket")
 	// ErrDeadline: the operation did not finish within its deadline. It
 	// goes on, or rolls back, without the caller; the volume's status shows
 	// its outcome.

@@ -62,9 +62,9 @@ func TestADetachThatFailsKeepsTheClaimUntilTheGCStepDetachesWithTheStoredNodeID(
 		c.Retry = supervisor.Spec{MaxRestarts: 10, Within: time.Hour, InitialDelay: time.Second, MaxDelay: time.Second, Multiplier: 1}
 	})
 	n.catalog.add("vol", "ext", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
-	ctrl := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "ctrl"), attach: true}
+	ctrl := &mockPlugin{Mocks: namedMocks(t), socket: socketPath(t, "ctrl"), attach: true}
 	ctrl.Serve(t, ctrl.socket)
-	node := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "node"), stage: true}
+	node := &mockPlugin{Mocks: namedMocks(t), socket: socketPath(t, "node"), stage: true}
 	node.Serve(t, node.socket)
 	n.register(volumes.ControllerPluginType, "p", "c1", ctrl.socket)
 	n.register(volumes.NodePluginType, "p", "n1", node.socket)
@@ -188,7 +188,7 @@ func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.
 	clock := fakeClock()
 	n := newNode(t, func(c *volumes.Config) { c.Clock = clock; c.RPCTimeout = 500 * time.Millisecond })
 	n.catalog.add("vol", "vol", "p", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
-	old := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "old")}
+	old := &mockPlugin{Mocks: namedMocks(t), socket: socketPath(t, "old")}
 	server := csitest.Serve(t, old.socket, old.Services())
 	n.register(volumes.NodePluginType, "p", "a1", old.socket)
 	old.nodeCaps()
@@ -203,7 +203,7 @@ func TestAVolumeWhosePluginWasGoneIsReconciledWhenThePluginRegisters(t *testing.
 	require.ErrorIs(t, err, csi.ErrConnect)
 	require.Equal(t, "unpublishing", n.status("vol").Record.GetPublishes()["web-1"].GetState())
 
-	fresh := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "new")}
+	fresh := &mockPlugin{Mocks: namedMocks(t), socket: socketPath(t, "new")}
 	fresh.Serve(t, fresh.socket)
 	fresh.Node.EXPECT().NodeUnpublishVolume(gomock.Any(), gomock.Any()).Return(&csipb.NodeUnpublishVolumeResponse{}, nil)
 	n.register(volumes.NodePluginType, "p", "a2", fresh.socket)

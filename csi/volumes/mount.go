@@ -106,7 +106,7 @@ func (j *job) adopt(vol *model.CSIVolume) error {
 			// ID (deleted since) is void.
 			j.rec.PendingExpandBytes, j.rec.PendingExpandError = 0, ""
 		}
-		j.rec.PluginId, j.rec.ExternalId = vol.PluginID, vol.PluginVolumeID()
+		j.rec.PluginId, j.rec.ExternalId, j.rec.PluginName = vol.PluginID, vol.PluginVolumeID(), ""
 		j.rec.AccessMode, j.rec.AttachmentMode = string(vol.AccessMode), string(vol.AttachmentMode)
 		return nil
 	}
@@ -143,6 +143,9 @@ func (j *job) mountSteps(ctx context.Context, vol *model.CSIVolume, pub *message
 		return err
 	}
 	node, err := j.client(ctx, pub.GetNodeSocket())
+	if err == nil {
+		err = j.learnPlugin(ctx, node, pub.GetNodeSocket(), pub)
+	}
 	if err != nil {
 		return err
 	}

@@ -24,10 +24,23 @@ type mockPlugin struct {
 }
 
 func newMockPlugin(t *testing.T, n *node, stage, attach bool) *mockPlugin {
-	m := &mockPlugin{Mocks: csitest.NewMocks(t), socket: socketPath(t, "mock"), stage: stage, attach: attach}
+	m := &mockPlugin{Mocks: namedMocks(t), socket: socketPath(t, "mock"), stage: stage, attach: attach}
 	m.Serve(t, m.socket)
 	n.register(volumes.NodePluginType, "mock", "a1", m.socket)
 	n.register(volumes.ControllerPluginType, "mock", "a1", m.socket)
+	return m
+}
+
+// mockPluginName is the CSI name (GetPluginInfo) every mock plugin answers.
+const mockPluginName = "mock.csi.example.com"
+
+// namedMocks are gomock CSI services whose Identity answers GetPluginInfo,
+// with mockPluginName, as often as it is asked: the volume manager asks
+// the name of each connection's plugin (the way out checks it).
+func namedMocks(t *testing.T) *csitest.Mocks {
+	m := csitest.NewMocks(t)
+	m.Identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).
+		Return(&csipb.GetPluginInfoResponse{Name: mockPluginName, VendorVersion: "1"}, nil).AnyTimes()
 	return m
 }
 

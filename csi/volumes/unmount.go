@@ -104,6 +104,9 @@ func (j *job) unpublish(ctx context.Context, pub *messages.VolumePublish) error 
 		return err
 	}
 	node, socket, err := j.nodeClientAt(ctx, pub.GetNodeSocket())
+	if err == nil {
+		err = j.checkPlugin(ctx, node, socket, pub)
+	}
 	if err != nil {
 		return err
 	}
@@ -169,6 +172,9 @@ func (j *job) unstageUnsaved(ctx context.Context) (removed bool, err error) {
 
 func (j *job) nodeUnstage(ctx context.Context, s *messages.VolumeStage) error {
 	node, socket, err := j.nodeClientAt(ctx, s.GetNodeSocket())
+	if err == nil {
+		err = j.checkPlugin(ctx, node, socket, nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -221,6 +227,9 @@ func (j *job) detach(ctx context.Context) error {
 
 func (j *job) controllerUnpublish(ctx context.Context, a *messages.VolumeAttachment) error {
 	ctrl, socket, err := j.controllerClient(ctx, a.GetControllerSocket())
+	if err == nil {
+		err = j.checkPlugin(ctx, ctrl, socket, nil)
+	}
 	if err != nil {
 		return err
 	}
