@@ -29,7 +29,10 @@ type Config struct {
 	// Dispensers gives DispensePlugin a dispenser per plugin type. New
 	// keeps a copy: StubDispenserForType changes them later.
 	Dispensers map[string]dynamicplugins.PluginDispenser
-	// Logger receives the registry's log lines; nil discards them.
+	// Logger receives the registry's log lines (a state it cannot read,
+	// allocations it skips, subscriptions it refuses); nil is
+	// hclog.Default(), the process's default logger. Give
+	// hclog.NewNullLogger() to discard them.
 	Logger hclog.Logger
 	// Backlog is how many events a PluginsUpdatedCh reader may fall behind
 	// before it is subscribed again; zero or less is
@@ -56,10 +59,22 @@ type Registry struct {
 var _ dynamicplugins.Registry = (*Registry)(nil)
 
 // NewRegistry is Nomad's constructor: it never fails, and restores the
-// state from state (nil for none).
-func NewRegistry(state dynamicplugins.StateStorage, dispensers map[string]dynamicplugins.PluginDispenser) *Registry {
-	return New(Config{State: state, Dispensers: dispensers})
+// state from state (nil for none). It logs through hclog.Default() unless
+// an option says otherwise: pass WithLogger(c.logger) to log through the
+// Nomad client's logger.
+func NewRegistry(state dynamicplugins.StateStorage, dispensers map[string]dynamicplugins.PluginDispenser, opts ...Option) *Registry {
+	cfg := Config{State: state, Dispensers: dispensers}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return New(cfg)
 }
+
+// Option sets a Config field for NewRegistry.
+type Option func(*Config)
+
+// WithLogger makes the registry log through l (Config.Logger).
+func WithLogger(l hclog.Logger) Option { return func(c *Config) { c.Logger = l } }
 
 // New starts a registry in an actor system of its own, restored from
 // cfg.Bucket or cfg.State. It never fails: as Nomad's registry does, it
@@ -67,7 +82,7 @@ func NewRegistry(state dynamicplugins.StateStorage, dispensers map[string]dynami
 func New(cfg Config) *Registry {
 	log := cfg.Logger
 	if log == nil {
-		log = hclog.NewNullLogger()
+		log = hclog.Default()
 	}
 	log = log.Named("nomad_compat")
 	bucket := cfg.Bucket
