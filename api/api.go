@@ -68,9 +68,10 @@ type Server struct {
 	// Fleet serves /v1/fleet/...: the agent's fleet in cluster mode; nil
 	// turns those endpoints into 404s.
 	Fleet FleetNodes
-	// FleetPlugins serves the fleet's counts of a plugin and its expected
-	// counts; nil: GET /v1/csi/plugins/{name} answers with this node's
-	// counts, and PUT .../expect is a 404 that says so.
+	// FleetPlugins serves the fleet's counts of the plugins and their
+	// expected counts; nil: GET /v1/csi/plugins and /v1/csi/plugins/{name}
+	// answer with this node's counts, and PUT .../expect is a 404 that
+	// says so.
 	FleetPlugins FleetPlugins
 }
 
@@ -93,7 +94,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/plugins/{type}/{name}", nil, s.getPlugin},
 		{"DELETE", "/v1/plugins/{type}/{name}/{alloc}", []string{"force"}, s.deregisterPlugin},
 		{"GET", "/v1/events", []string{"type", "replay"}, streaming(s.events)},
-		{"GET", "/v1/csi/plugins", nil, s.csiPlugins},
+		{"GET", "/v1/csi/instances", nil, s.csiInstances},
 	}, s.volumeRoutes(), s.controllerRoutes(), s.dockerRoutes(), s.fleetRoutes(), s.pluginViewRoutes())
 }
 

@@ -71,7 +71,7 @@ func TestTheJSONIsOneShapeEverywhere(t *testing.T) {
 	var csiPlugins struct {
 		Plugins []map[string]any `json:"plugins"`
 	}
-	got := serve(t, h, request{method: "GET", path: "/v1/csi/plugins"})
+	got := serve(t, h, request{method: "GET", path: "/v1/csi/instances"})
 	require.Equal(t, 200, got.status, got.body)
 	require.NoError(t, json.Unmarshal([]byte(got.body), &csiPlugins))
 	require.Len(t, csiPlugins.Plugins, 1)

@@ -21,7 +21,7 @@ func TestCSIPluginsShowTheNewNodeIDOfAPluginRestartedOnItsSocket(t *testing.T) {
 	dir := hostpathtest.TempDir(t)
 	b, a := newCSIBackend(t, dir)
 	plugin := serveHostpath(t, b, a, dir)
-	got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
+	got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/instances"})
 	require.Contains(t, got.body, `"node_id": "n1"`)
 
 	// The plugin restarts on the same socket as another node: no agent restart.
@@ -34,9 +34,9 @@ func TestCSIPluginsShowTheNewNodeIDOfAPluginRestartedOnItsSocket(t *testing.T) {
 	serveUntilCleanup(t, l, d.Serve, d.Stop)
 
 	require.Eventually(t, func() bool {
-		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
+		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/instances"})
 		return strings.Contains(got.body, `"node_id": "n2"`) && !strings.Contains(got.body, `"node_id": "n1"`)
-	}, 20*time.Second, 20*time.Millisecond, "/v1/csi/plugins shows the restarted plugin's node ID")
+	}, 20*time.Second, 20*time.Millisecond, "/v1/csi/instances shows the restarted plugin's node ID")
 }
 
 // serveUntilCleanup serves l with serve until the test ends, then stops.

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/api"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
@@ -61,6 +63,16 @@ func TestTheFleetRoutesAnswerAsDescribed(t *testing.T) {
 	require.Contains(t, string(c.do("PUT", "/v1/csi/plugins/hp/expect", `{"nodes":2,"controllers":1}`, 200)), `"nodes_expected": 2`)
 	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"controllers_expected": 1`)
 	require.Contains(t, string(c.do("PUT", "/v1/csi/plugins/gone/expect", `{}`, 200)), `"plugin": null`)
+
+	// The list: hp as the fleet counts it, a node plugin (n2's only), with
+	// its volume and its expectation.
+	var list struct {
+		Plugins []api.PluginViewJSON `json:"plugins"`
+	}
+	require.NoError(t, json.Unmarshal(c.do("GET", "/v1/csi/plugins", "", 200), &list))
+	require.Len(t, list.Plugins, 1)
+	p := list.Plugins[0]
+	require.Equal(t, []any{"hp", "fleet", "node", 1, 1, 2, 1}, []any{p.ID, p.Scope, p.Type, p.Volumes, p.NodesHealthy, p.NodesExpected, p.ControllersExpected})
 	for op := range operations(doc) {
 		require.True(t, c.covered[op] || !isFleetOp(op), "%s was driven to a success", op)
 	}

@@ -292,7 +292,9 @@ func TestEveryRouteAnswersAsDescribed(t *testing.T) {
 	c.do("GET", "/v1/plugins?colour=red", "", 400)
 	c.do("GET", "/v1/plugins/csi-node/hp", "", 200)
 	c.do("GET", "/v1/plugins/csi-node/nope", "", 404)
-	c.waitFor("/v1/csi/plugins", `"node_id": "n1"`)
+	c.waitFor("/v1/csi/instances", `"node_id": "n1"`)
+	c.do("GET", "/v1/csi/instances", "", 200)
+	c.waitFor("/v1/csi/plugins", `"type": "monolith"`)
 	c.do("GET", "/v1/csi/plugins", "", 200)
 	c.waitFor("/v1/csi/plugins/hp", `"nodes_healthy": 1`) // the catalog hears of fingerprints after the manager
 	require.Contains(t, string(c.do("GET", "/v1/csi/plugins/hp", "", 200)), `"scope": "node"`)

@@ -129,7 +129,9 @@ func (s *Server) deregisterPlugin(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (s *Server) csiPlugins(w http.ResponseWriter, _ *http.Request) error {
+// csiInstances answers GET /v1/csi/instances: the latest fingerprint of
+// each instance of a CSI plugin this agent runs.
+func (s *Server) csiInstances(w http.ResponseWriter, _ *http.Request) error {
 	if s.CSI == nil {
 		return fmt.Errorf("%w: this agent runs no CSI manager", errNotFound)
 	}

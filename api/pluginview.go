@@ -11,19 +11,24 @@ import (
 )
 
 // FleetPlugins is the fleet's plugin view (cluster mode), as fleet.Store
-// offers it: a plugin's counts over every live node and its expected
+// offers it: the plugins' counts over every live node and their expected
 // counts. Refusals match model.ErrPluginNotFound or model.ErrInvalid.
 type FleetPlugins interface {
+	ListPlugins(ctx context.Context) ([]*model.CSIPlugin, error)
 	Plugin(ctx context.Context, name string) (*model.CSIPlugin, error)
 	ExpectPlugin(ctx context.Context, name string, nodes, controllers int) (*model.CSIPlugin, error)
 }
 
-// PluginViewJSON is a CSI plugin's counts: GET /v1/csi/plugins/{name}.
-// Scope is "fleet" when the counts are over every live node of the fleet,
-// "node" when they are this agent's alone.
+// PluginViewJSON is a CSI plugin's counts: GET /v1/csi/plugins/{name},
+// and each plugin of GET /v1/csi/plugins. Scope is "fleet" when the counts
+// are over every live node of the fleet, "node" when they are this
+// agent's alone. Type says which services run (see pluginType); Volumes
+// counts the catalog's volumes of the plugin, every namespace's.
 type PluginViewJSON struct {
 	ID                  string   `json:"id"`
 	Scope               string   `json:"scope"`
+	Type                string   `json:"type"`
+	Volumes             int      `json:"volumes"`
 	Provider            string   `json:"provider,omitempty"`
 	Version             string   `json:"version,omitempty"`
 	ControllerRequired  bool     `json:"controller_required"`
@@ -46,7 +51,7 @@ func pluginView(p *model.CSIPlugin, scope string) PluginViewJSON {
 		return out
 	}
 	return PluginViewJSON{
-		ID: p.ID, Scope: scope, Provider: p.Provider, Version: p.Version, ControllerRequired: p.ControllerRequired,
+		ID: p.ID, Scope: scope, Type: pluginType(p), Provider: p.Provider, Version: p.Version, ControllerRequired: p.ControllerRequired,
 		ControllersHealthy: p.ControllersHealthy, ControllersExpected: p.ControllersExpected,
 		NodesHealthy: p.NodesHealthy, NodesExpected: p.NodesExpected,
 		Controllers: keys(p.Controllers), Nodes: keys(p.Nodes),
@@ -62,6 +67,7 @@ type ExpectBody struct {
 
 func (s *Server) pluginViewRoutes() []route {
 	return []route{
+		{"GET", "/v1/csi/plugins", nil, s.listPluginViews},
 		{"GET", "/v1/csi/plugins/{name}", nil, s.getPluginView},
 		{"PUT", "/v1/csi/plugins/{name}/expect", nil, s.expectPlugin},
 	}
@@ -79,8 +85,7 @@ func (s *Server) getPluginView(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"plugin": pluginView(p, "fleet")})
-		return nil
+		return s.writePluginView(w, r, p, "fleet")
 	}
 	if s.Catalog == nil {
 		return fmt.Errorf("%w: this agent runs no CSI catalog", errNotFound)
@@ -93,8 +98,30 @@ func (s *Server) getPluginView(w http.ResponseWriter, r *http.Request) error {
 	if i < 0 {
 		return fmt.Errorf("%w: plugin %q: this agent has no instance of it, no volume of it and no expectation of it: run the plugin, or declare one with plugvisor plugin expect %s -nodes N", model.ErrPluginNotFound, name, name)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"plugin": pluginView(plugins[i], "node")})
+	return s.writePluginView(w, r, plugins[i], "node")
+}
+
+// writePluginView answers with p's view.
+func (s *Server) writePluginView(w http.ResponseWriter, r *http.Request, p *model.CSIPlugin, scope string) error {
+	view, err := s.pluginViewWithVolumes(r, p, scope)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugin": view})
 	return nil
+}
+
+// pluginViewWithVolumes is p's view with its count of volumes.
+func (s *Server) pluginViewWithVolumes(r *http.Request, p *model.CSIPlugin, scope string) (PluginViewJSON, error) {
+	view := pluginView(p, scope)
+	if s.Catalog != nil {
+		stubs, err := s.Catalog.ListPluginVolumes(r.Context(), "", p.ID)
+		if err != nil {
+			return view, err
+		}
+		view.Volumes = len(stubs)
+	}
+	return view, nil
 }
 
 // expectPlugin checks the body first, so that bad input is refused the
@@ -124,10 +151,9 @@ func (s *Server) expectPlugin(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"plugin": nil}
-	if p != nil {
-		out["plugin"] = pluginView(p, scope)
+	if p == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"plugin": nil})
+		return nil
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return s.writePluginView(w, r, p, scope)
 }

@@ -23,6 +23,7 @@ var routeRights = map[string]Rights{
 	"GET /v1/plugins/{type}/{name}":                  Read,
 	"GET /v1/events":                                 Read,
 	"GET /v1/csi/plugins":                            Read,
+	"GET /v1/csi/instances":                          Read,
 	"GET /v1/csi/plugins/{name}/capacity":            Read,
 	"GET /v1/csi/plugins/{name}":                     Read,
 	"GET /v1/volumes":                                Read,

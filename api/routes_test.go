@@ -81,7 +81,8 @@ func TestThePluginRoutesAnswerEveryStatusWithAClearBody(t *testing.T) {
 		{name: "a deregistration", method: "DELETE", path: "/v1/plugins/csi-node/p/a1", status: 200, want: `"deregistered": "a1"`},
 		{name: "a bad replay flag", method: "GET", path: "/v1/events?replay=maybe", status: 400,
 			want: `bad query parameter: replay is "maybe"; want true or false`},
-		{name: "CSI plugins without a CSI manager", method: "GET", path: "/v1/csi/plugins", status: 404, want: "this agent runs no CSI manager"},
+		{name: "CSI instances without a CSI manager", method: "GET", path: "/v1/csi/instances", status: 404, want: "this agent runs no CSI manager"},
+		{name: "CSI plugins without a CSI catalog", method: "GET", path: "/v1/csi/plugins", status: 404, want: "this agent runs no CSI catalog"},
 		{name: "metrics", method: "GET", path: "/metrics", status: 200, want: "metric 1"},
 		{name: "the wrong method on a known path", method: "PUT", path: "/v1/plugins", body: "{}", status: 405, want: "method not allowed"},
 		{name: "the wrong method on health", method: "POST", path: "/v1/health", body: "{}", status: 405, want: "method not allowed"},
@@ -111,7 +112,7 @@ func TestAnAgentWithoutCSIPartsSaysSoOnEachRoute(t *testing.T) {
 		{name: "a drain", method: "POST", path: "/v1/fleet/nodes/n1/drain", body: "{}", status: 404, want: "this agent is not in a fleet"},
 	})
 	b.server.CSI = fakeCSI{{Type: "csi-node", Name: "hp", AllocId: "a1", Healthy: true}}
-	run(t, b, []step{{name: "CSI plugins", method: "GET", path: "/v1/csi/plugins", status: 200, want: `"healthy": true`}})
+	run(t, b, []step{{name: "CSI instances", method: "GET", path: "/v1/csi/instances", status: 200, want: `"healthy": true`}})
 }
 
 func TestTheEventStreamReplaysThenFollows(t *testing.T) {

@@ -143,7 +143,7 @@ func registerHostpath(t *testing.T, b *backend, a csiParts, endpoint string) {
 			status: 200, want: `"registered"`},
 	})
 	require.Eventually(t, func() bool {
-		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/plugins"})
+		got := serve(t, b.server.HandlerFor(unixListener), request{method: "GET", path: "/v1/csi/instances"})
 		return got.status == 200 && len(a.manager.Plugins()) == 2 && a.manager.Plugins()[0].GetHealthy() && a.manager.Plugins()[1].GetHealthy()
 	}, 20*time.Second, 20*time.Millisecond)
 }

@@ -281,11 +281,7 @@ func (s *Store) Plugins(ctx context.Context) ([]*model.CSIPlugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*model.CSIPlugin, 0, len(plugins))
-	for _, id := range slices.Sorted(maps.Keys(plugins)) {
-		out = append(out, plugins[id])
-	}
-	return out, nil
+	return sortedPlugins(plugins), nil
 }
 
 // byPlugin is the key of the copy of the fingerprint under key, a key of

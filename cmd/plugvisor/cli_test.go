@@ -162,7 +162,7 @@ func TestMissingFlagsAndArgumentsAreNamedBeforeAnyRequest(t *testing.T) {
 		{"plugin register without an address", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1"}, "register needs -socket PATH"},
 		{"plugin register with a network address", []string{"plugin", "register", "-type", "csi-node", "-name", "hp", "-alloc", "a1", "-address", "tcp://h:1"}, "unknown flag: -address"},
 		{"plugin deregister without the alloc", []string{"plugin", "deregister", "csi-node", "hp"}, "deregister needs TYPE NAME ALLOC"},
-		{"plugin status with three arguments", []string{"plugin", "status", "csi-node", "hp", "x"}, "status needs NAME or TYPE NAME"},
+		{"plugin status with three arguments", []string{"plugin", "status", "csi-node", "hp", "x"}, "status takes NAME or TYPE NAME, or nothing"},
 		{"plugin expect without a name", []string{"plugin", "expect", "-nodes", "2"}, "expect needs NAME, e.g. plugvisor plugin expect hostpath"},
 		{"plugin wait without a name", []string{"plugin", "wait", "csi-node"}, "wait needs TYPE NAME"},
 		{"volume modify without -param", []string{"volume", "modify", "db"}, "missing required flag -param"},

@@ -29,6 +29,7 @@ plugins it finds in <data-dir>/plugins and <data-dir>/specs by itself;
 const pluginExample = `  plugvisor plugin list -type csi-node
   plugvisor plugin wait csi-node hostpath
   plugvisor plugin status -json csi-node hostpath
+  plugvisor plugin status
   plugvisor plugin status hostpath
   plugvisor plugin expect hostpath -nodes 3 -controllers 1
   plugvisor plugin register -type csi-node -name ebs -alloc a1 -socket /run/csi/ebs-a1.sock
@@ -67,14 +68,17 @@ func newPluginListCmd() *cobra.Command {
 func newPluginStatusCmd() *cobra.Command {
 	var common commonFlags
 	cmd := &cobra.Command{
-		Use:   "status [TYPE] NAME",
-		Short: "one plugin: with TYPE, its allocations; with NAME alone, a CSI plugin's healthy and expected counts",
+		Use:   "status [[TYPE] NAME]",
+		Short: "CSI plugins' healthy and expected counts (every one, or NAME's); with TYPE, a plugin's allocations",
 		Long:  pluginStatusLong,
-		Example: "  plugvisor plugin status csi-node hostpath\n  plugvisor plugin status -json csi-node hostpath\n" +
-			"  plugvisor plugin status hostpath",
+		Example: "  plugvisor plugin status\n  plugvisor plugin status hostpath\n" +
+			"  plugvisor plugin status csi-node hostpath\n  plugvisor plugin status -json csi-node hostpath",
 		Args: statusArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
+			switch len(args) {
+			case 0:
+				return pluginViews(cmd.Context(), common, cmd.OutOrStdout())
+			case 1:
 				return pluginView(cmd.Context(), common, args[0], cmd.OutOrStdout())
 			}
 			return pluginStatus(cmd.Context(), common, args[0], args[1], cmd.OutOrStdout())
@@ -315,7 +319,7 @@ func pluginDeregister(ctx context.Context, common commonFlags, ptype, name, allo
 	return nil
 }
 
-// healthJSON is one plugin instance of /v1/csi/plugins or /v1/docker/plugins.
+// healthJSON is one plugin instance of /v1/csi/instances or /v1/docker/plugins.
 type healthJSON struct {
 	Type    string `json:"type"`
 	Name    string `json:"name"`
@@ -327,7 +331,7 @@ type healthJSON struct {
 // (false until it has checked), and whether it checks the health of the
 // type at all.
 func pluginHealthy(ctx context.Context, c *client, ptype, name, alloc string) (healthy, checked bool, err error) {
-	path := map[string]string{csi.TypeController: "/v1/csi/plugins", csi.TypeNode: "/v1/csi/plugins",
+	path := map[string]string{csi.TypeController: "/v1/csi/instances", csi.TypeNode: "/v1/csi/instances",
 		dockervolume.PluginType: "/v1/docker/plugins"}[ptype]
 	if path == "" {
 		return false, false, nil

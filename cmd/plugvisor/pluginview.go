@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/url"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -12,11 +14,14 @@ import (
 	cmdline "github.com/plugvisor/plugvisor/internal/cli"
 )
 
-const pluginStatusLong = `With TYPE and NAME, one plugin's registration: its current allocation and
-all others. With NAME alone, a CSI plugin's counts, as nomad plugin status
-gives them: its controllers and nodes, healthy and expected. In a fleet the
-counts are over every live node; on one agent they are this node's. The
-expected counts are those that "plugvisor plugin expect" declared.`
+const pluginStatusLong = `With no argument, every CSI plugin, as nomad plugin status lists them: its
+type (which services run: node, controller, monolith when one allocation
+serves both, split when each runs apart), its controllers and nodes,
+healthy/expected, and its volumes. With NAME alone, one CSI plugin's
+counts. With TYPE and NAME, one plugin's registration: its current
+allocation and all others. In a fleet the counts are over every live node;
+on one agent they are this node's. The expected counts are those that
+"plugvisor plugin expect" declared.`
 
 const pluginExpectLong = `Declares how many node and controller instances of a CSI plugin run:
 "plugvisor plugin status NAME" shows them as the expected counts. In a
@@ -25,13 +30,37 @@ one agent, in its catalog's record of the plugin (it survives a restart).
 It holds until declared again; 0 for both removes it, and a plugin then
 left without instances or volumes is forgotten.`
 
-// statusArgs lets plugin status take NAME (a CSI plugin's counts) or TYPE
-// NAME (a plugin's allocations).
+// statusArgs lets plugin status take nothing (every CSI plugin's counts),
+// NAME (one CSI plugin's) or TYPE NAME (a plugin's allocations).
 func statusArgs(c *cobra.Command, args []string) error {
-	if len(args) == 1 || len(args) == 2 {
+	if len(args) <= 2 {
 		return nil
 	}
-	return cmdline.Usagef("%s needs NAME or TYPE NAME, e.g. plugvisor plugin status hostpath, or plugvisor plugin status csi-node hostpath", c.Name())
+	return cmdline.Usagef("%s takes NAME or TYPE NAME, or nothing, e.g. plugvisor plugin status hostpath, or plugvisor plugin status csi-node hostpath", c.Name())
+}
+
+// pluginViews prints every CSI plugin's counts: plugin status.
+func pluginViews(ctx context.Context, common commonFlags, stdout io.Writer) error {
+	var out struct {
+		Plugins []api.PluginViewJSON `json:"plugins"`
+	}
+	if err := newClient(common.dataDir).call(ctx, "GET", "/v1/csi/plugins", nil, nil, &out); err != nil {
+		return err
+	}
+	if common.json {
+		return printJSON(stdout, out)
+	}
+	if len(out.Plugins) == 0 {
+		fmt.Fprintln(stdout, "no CSI plugins")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tPROVIDER\tCONTROLLERS HEALTHY/EXPECTED\tNODES HEALTHY/EXPECTED\tVOLUMES\tSCOPE")
+	for _, p := range out.Plugins {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d/%d\t%d\t%s\n", p.ID, cmp.Or(p.Type, "-"), cmp.Or(p.Provider, "-"),
+			p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected, p.Volumes, p.Scope)
+	}
+	return tw.Flush()
 }
 
 func newPluginExpectCmd() *cobra.Command {
@@ -85,7 +114,7 @@ func pluginView(ctx context.Context, common commonFlags, name string, stdout io.
 
 // printPluginView prints p as nomad plugin status does.
 func printPluginView(w io.Writer, p api.PluginViewJSON) {
-	fmt.Fprintf(w, "ID                   = %s\nProvider             = %s\nVersion              = %s\nScope                = %s\n"+
-		"Controllers Healthy  = %d\nControllers Expected = %d\nNodes Healthy        = %d\nNodes Expected       = %d\n",
-		p.ID, p.Provider, p.Version, p.Scope, p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected)
+	fmt.Fprintf(w, "ID                   = %s\nType                 = %s\nProvider             = %s\nVersion              = %s\nScope                = %s\n"+
+		"Controllers Healthy  = %d\nControllers Expected = %d\nNodes Healthy        = %d\nNodes Expected       = %d\nVolumes              = %d\n",
+		p.ID, cmp.Or(p.Type, "-"), p.Provider, p.Version, p.Scope, p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected, p.Volumes)
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // TestPluginStatusOfOneNodeFromTheCLI: plugin status NAME gives the
-// reference plugin's counts on this node, TYPE NAME still its
+// reference plugin's counts on this node, plugin status alone every
+// plugin's, with its type and volumes, TYPE NAME still its
 // allocations; an unknown plugin is not found; plugin expect refuses a
 // negative count naming the field, and on one node keeps the expected
 // counts in the local catalog.
@@ -31,4 +32,8 @@ func TestPluginStatusOfOneNodeFromTheCLI(t *testing.T) {
 	require.Contains(t, out, "Nodes Expected       = 2")
 	require.Contains(t, out, "Controllers Expected = 1")
 	require.Contains(t, run(0, "plugin", "status", "hp"), "Nodes Expected       = 2")
+	list := run(0, "plugin", "status")
+	require.Regexp(t, `(?m)^ID +TYPE +PROVIDER +CONTROLLERS HEALTHY/EXPECTED +NODES HEALTHY/EXPECTED +VOLUMES +SCOPE$`, list)
+	require.Regexp(t, `(?m)^hp +monolith +hp +1/1 +1/2 +0 +node$`, list, "every CSI plugin, with its type, counts and volumes")
+	require.Contains(t, run(0, "plugin", "status", "-json"), `"type": "monolith"`)
 }
