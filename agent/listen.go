@@ -49,7 +49,7 @@ func (a *Agent) serveAPI() {
 		CSI:        a.csi,
 		Catalog:    a.catalog,
 		Volumes:    a.volumes,
-		Controller: a.ctl,
+		Controller: a.controllerAPI(),
 		OnMount:    a.metrics.observeMount,
 		Health:     a.health,
 		Metrics:    a.metrics.handler(a),

@@ -135,11 +135,21 @@ func (a *Agent) startVolumeManager() error {
 // startController readies the controller operations: create, delete,
 // expand and snapshots, finished on the nodes by the volume manager.
 func (a *Agent) startController() error {
-	var err error
-	a.ctl, err = controller.New(controller.Config{
+	cfg := controller.Config{
 		Catalog: a.catalog, Plugins: a.registry, NodeExpander: a.volumes,
 		OperationTimeout: a.cfg.VolumeOperationTimeout, Logger: a.log,
-	})
+	}
+	var err error
+	if a.ctl, err = controller.New(cfg); err != nil || a.member == nil {
+		return err
+	}
+	// Other members' operations run on this node's controller; their node
+	// expansions, on their own nodes (see routedController.Expand).
+	cfg.NodeExpander = nil
+	served, err := controller.New(cfg)
+	if err == nil {
+		a.member.ServeControllers(servedControllers(served))
+	}
 	return err
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
+	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -36,4 +38,33 @@ func TestListPluginsGivesEveryPluginWithItsCountsAndExpectations(t *testing.T) {
 	}
 	require.Equal(t, []string{"ebs", "gone", "nfs"}, ids)
 	require.Equal(t, []int{1, 3, 1, 1}, []int{list[0].NodesHealthy, list[0].NodesExpected, list[0].ControllersHealthy, list[0].ControllersExpected})
+}
+
+// TestControllerNodesAreTheLiveNodesWithAHealthyControllerAndTheirAddresses:
+// a controller operation of a plugin can run on the nodes whose
+// controller instance is healthy; the list names each with the address its
+// member listens on, and leaves out an unhealthy controller and a node
+// instance.
+func TestControllerNodesAreTheLiveNodesWithAHealthyControllerAndTheirAddresses(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := testCtx(t)
+	stores := map[string]*fleet.Store{}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		s, err := fleet.Open(ctx, fleet.Config{Endpoints: srv.Endpoints(), NodeID: n, LeaseTTL: fleet.MinLeaseTTL, Address: "127.0.0.1:70" + n[1:]})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+		stores[n] = s
+	}
+	require.NoError(t, stores["n1"].PutFingerprints(ctx, []*messages.CSIFingerprint{nodePlugin("ebs", "a1", true)}))
+	require.NoError(t, stores["n2"].PutFingerprints(ctx, []*messages.CSIFingerprint{controllerPlugin("ebs", "b1", true)}))
+	require.NoError(t, stores["n3"].PutFingerprints(ctx, []*messages.CSIFingerprint{controllerPlugin("ebs", "c1", false)}))
+
+	got, err := stores["n1"].ControllerNodes(ctx, "ebs")
+	require.NoError(t, err)
+	require.Equal(t, []fleet.ControllerNode{{Node: "n2", Address: "127.0.0.1:702"}}, got)
+	got, err = stores["n1"].ControllerNodes(ctx, "nfs")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	_, err = stores["n1"].ControllerNodes(ctx, "a/b")
+	require.ErrorIs(t, err, model.ErrInvalid)
 }

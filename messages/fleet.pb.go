@@ -894,6 +894,178 @@ func (x *MemberPong) GetMember() string {
 	return ""
 }
 
+// FleetControllerRequest is sent by a member to the actor
+// "plugvisor-controller" of another member, whose node runs a healthy
+// controller instance of the plugin, with a reply actor of its own as the
+// sender: a controller operation (create, delete, expand, snapshots,
+// modify, capacity) that the sending node has no controller of the plugin
+// to run. The receiving member runs it on its node's controller and
+// answers with a FleetControllerResponse. Every operation is safe to send
+// again (CreateVolume and CreateSnapshot are idempotent by name, a delete
+// of what is gone is done). With the fleet's keyring, the request is
+// signed and an unsigned one is refused.
+type FleetControllerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operation names the operation: "create", "delete", "expand",
+	// "modify", "create-snapshot", "delete-snapshot", "list-snapshots" or
+	// "capacity".
+	Operation string `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// request is the operation's request: the JSON of csi/controller's
+	// request of it.
+	Request []byte `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// node is the sending node, for the receiver's log.
+	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	RequestId     string `protobuf:"bytes,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KeyId         string `protobuf:"bytes,16,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte `protobuf:"bytes,17,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetControllerRequest) Reset() {
+	*x = FleetControllerRequest{}
+	mi := &file_messages_fleet_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetControllerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetControllerRequest) ProtoMessage() {}
+
+func (x *FleetControllerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetControllerRequest.ProtoReflect.Descriptor instead.
+func (*FleetControllerRequest) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FleetControllerRequest) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *FleetControllerRequest) GetRequest() []byte {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *FleetControllerRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *FleetControllerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *FleetControllerRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FleetControllerRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// FleetControllerResponse answers a FleetControllerRequest: the volume
+// the operation left (create, expand, modify), the rest of its result as
+// JSON, or its error, as the receiving node's controller returned it.
+type FleetControllerResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Volume *CatalogVolume         `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Result []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	Error  *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// node is the node that ran the operation.
+	Node          string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetControllerResponse) Reset() {
+	*x = FleetControllerResponse{}
+	mi := &file_messages_fleet_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetControllerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetControllerResponse) ProtoMessage() {}
+
+func (x *FleetControllerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_fleet_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetControllerResponse.ProtoReflect.Descriptor instead.
+func (*FleetControllerResponse) Descriptor() ([]byte, []int) {
+	return file_messages_fleet_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *FleetControllerResponse) GetVolume() *CatalogVolume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *FleetControllerResponse) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *FleetControllerResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *FleetControllerResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 var File_messages_fleet_proto protoreflect.FileDescriptor
 
 const file_messages_fleet_proto_rawDesc = "" +
@@ -969,7 +1141,20 @@ const file_messages_fleet_proto_rawDesc = "" +
 	"\x06member\x18\x01 \x01(\tR\x06member\"$\n" +
 	"\n" +
 	"MemberPong\x12\x16\n" +
-	"\x06member\x18\x01 \x01(\tR\x06memberB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
+	"\x06member\x18\x01 \x01(\tR\x06member\"\xb8\x01\n" +
+	"\x16FleetControllerRequest\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12\x18\n" +
+	"\arequest\x18\x02 \x01(\fR\arequest\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\tR\trequestId\x12\x15\n" +
+	"\x06key_id\x18\x10 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x11 \x01(\fR\tsignature\"\xb1\x01\n" +
+	"\x17FleetControllerResponse\x129\n" +
+	"\x06volume\x18\x01 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x12/\n" +
+	"\x05error\x18\x03 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04nodeB)Z'github.com/plugvisor/plugvisor/messagesb\x06proto3"
 
 var (
 	file_messages_fleet_proto_rawDescOnce sync.Once
@@ -983,7 +1168,7 @@ func file_messages_fleet_proto_rawDescGZIP() []byte {
 	return file_messages_fleet_proto_rawDescData
 }
 
-var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_messages_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_messages_fleet_proto_goTypes = []any{
 	(*FleetClaimVolume)(nil),          // 0: plugvisor.messages.FleetClaimVolume
 	(*FleetReleaseVolume)(nil),        // 1: plugvisor.messages.FleetReleaseVolume
@@ -998,23 +1183,27 @@ var file_messages_fleet_proto_goTypes = []any{
 	(*FleetNodeRecord)(nil),           // 10: plugvisor.messages.FleetNodeRecord
 	(*MemberPing)(nil),                // 11: plugvisor.messages.MemberPing
 	(*MemberPong)(nil),                // 12: plugvisor.messages.MemberPong
-	(*CatalogClaim)(nil),              // 13: plugvisor.messages.CatalogClaim
-	(*CatalogVolume)(nil),             // 14: plugvisor.messages.CatalogVolume
-	(*CatalogAttachment)(nil),         // 15: plugvisor.messages.CatalogAttachment
-	(*Error)(nil),                     // 16: plugvisor.messages.Error
+	(*FleetControllerRequest)(nil),    // 13: plugvisor.messages.FleetControllerRequest
+	(*FleetControllerResponse)(nil),   // 14: plugvisor.messages.FleetControllerResponse
+	(*CatalogClaim)(nil),              // 15: plugvisor.messages.CatalogClaim
+	(*CatalogVolume)(nil),             // 16: plugvisor.messages.CatalogVolume
+	(*CatalogAttachment)(nil),         // 17: plugvisor.messages.CatalogAttachment
+	(*Error)(nil),                     // 18: plugvisor.messages.Error
 }
 var file_messages_fleet_proto_depIdxs = []int32{
-	13, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	13, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
-	14, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
-	15, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
-	14, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
-	16, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.Error
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	15, // 0: plugvisor.messages.FleetClaimVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	15, // 1: plugvisor.messages.FleetReleaseVolume.claim:type_name -> plugvisor.messages.CatalogClaim
+	16, // 2: plugvisor.messages.FleetRegisterVolume.volume:type_name -> plugvisor.messages.CatalogVolume
+	17, // 3: plugvisor.messages.FleetAttachVolume.attachment:type_name -> plugvisor.messages.CatalogAttachment
+	16, // 4: plugvisor.messages.FleetVolumeResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	18, // 5: plugvisor.messages.FleetVolumeResponse.error:type_name -> plugvisor.messages.Error
+	16, // 6: plugvisor.messages.FleetControllerResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	18, // 7: plugvisor.messages.FleetControllerResponse.error:type_name -> plugvisor.messages.Error
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_messages_fleet_proto_init() }
@@ -1030,7 +1219,7 @@ func file_messages_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messages_fleet_proto_rawDesc), len(file_messages_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -174,7 +174,7 @@ func (c *Controller) connect(ctx context.Context, plugin, what string, need ...c
 	defer cancel()
 	client, err := csi.Dial(dialCtx, socket, csi.Options{RPCTimeout: c.cfg.RPCTimeout, FailFast: true})
 	if err != nil {
-		return nil, fmt.Errorf("%s: plugin %q (alloc %s): %w", what, plugin, info.GetAllocId(), err)
+		return nil, errclass.Also(fmt.Errorf("%s: plugin %q (alloc %s): %w", what, plugin, info.GetAllocId(), err), ErrControllerUnreachable)
 	}
 	caps, err := client.ControllerCapabilitiesCached(ctx)
 	if err == nil {
@@ -204,6 +204,11 @@ var (
 	// ErrNoController: the plugin has no csi-controller allocation in the
 	// registry. Nothing changed.
 	ErrNoController = errclass.New(errclass.NotFound, "no controller plugin")
+	// ErrControllerUnreachable: the plugin's csi-controller allocation
+	// could not be dialled (its socket is gone, or nothing listens on it).
+	// Nothing was sent and nothing changed; the error also matches
+	// csi.ErrConnect.
+	ErrControllerUnreachable = errclass.New(errclass.Unavailable, "controller unreachable")
 	// ErrUnsupported: the plugin's controller does not advertise the
 	// capability the operation needs. Nothing changed.
 	ErrUnsupported = errclass.New(errclass.Unsupported, "not supported by the plugin")

@@ -32,6 +32,7 @@ func TestAControllerWhoseSocketIsMissingOrDeadFailsAtOnce(t *testing.T) {
 		_, err := f.ctl.Create(ctx, createRequest())
 		cancel()
 		require.ErrorIs(t, err, csi.ErrConnect)
+		require.ErrorIs(t, err, controller.ErrControllerUnreachable)
 		require.NotErrorIs(t, err, context.DeadlineExceeded, "the dial waited for its timeout")
 		require.ErrorContains(t, err, want)
 		require.ErrorContains(t, err, `plugin "disk"`)

@@ -170,10 +170,12 @@ type Member struct {
 	changed atomic.Pointer[chan struct{}]
 	// reach is when each other member last answered a ping (reach.go);
 	// probing counts the prober, which quit ends.
-	reach   *reach
-	probing sync.WaitGroup
-	stopped sync.Once
-	stopErr error
+	reach *reach
+	// controllers serves other members' controller operations (controller.go).
+	controllers controllers
+	probing     sync.WaitGroup
+	stopped     sync.Once
+	stopErr     error
 }
 
 // incarnation is one join of the member to the cluster, under the ID of
@@ -375,6 +377,9 @@ func (m *Member) started(inc *incarnation) {
 	if err := m.spawnPing(inc); err != nil {
 		m.log.Warn("cannot start the member's ping actor: the others count it unreachable", "error", err)
 	}
+	if err := m.spawnControllers(inc); err != nil {
+		m.log.Warn("cannot start the member's controller actor: the others cannot run controller operations here", "error", err)
+	}
 	m.latest.Store(inc)
 	m.current.Store(inc)
 	close(*m.changed.Swap(new(make(chan struct{}))))
@@ -498,6 +503,7 @@ func (m *Member) stopAll() error {
 		err = errors.Join(err, s.Close())
 	}
 	m.router.sending.Wait()
+	m.controllers.running.Wait()
 	return err
 }
 
