@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/pkg/idtools"
 	"github.com/docker/docker/pkg/plugingetter"
 	"github.com/docker/docker/pkg/plugins"
@@ -40,6 +41,14 @@ type side interface {
 	mount(name, id string) error
 	unmount(name, id string) error
 	remove(name string, force bool) error
+	// labels are the labels of volume name.
+	labels(name string) (map[string]string, error)
+	// list lists the volumes' names and the warnings.
+	list() (names, warnings []string, err error)
+	// gone makes the plugin p gone, as each service's plugins go: its
+	// socket closes (dockerd), it is deregistered (plugvisor, whose
+	// discovery deregisters a plugin whose socket goes).
+	gone(p plugin)
 	// notFound says whether err is the service's "no such volume".
 	notFound(err error) bool
 	// inUse says whether err is the service's "volume in use".
@@ -51,8 +60,9 @@ type side interface {
 type plugin struct {
 	name  string
 	scope string
-	// removeErr, when set, is the plugin's own answer to every Remove.
-	removeErr string
+	// removeErr and mountErr, when set, are the plugin's own answers to
+	// every Remove and every Mount.
+	removeErr, mountErr string
 	// stopped, when set, stops every copy once closed: the plugin is gone.
 	stopped chan struct{}
 }
@@ -106,6 +116,9 @@ func (d *memDriver) Path(r *volume.PathRequest) (*volume.PathResponse, error) {
 }
 
 func (d *memDriver) Mount(r *volume.MountRequest) (*volume.MountResponse, error) {
+	if d.mountErr != "" {
+		return nil, errors.New(d.mountErr)
+	}
 	return &volume.MountResponse{Mountpoint: filepath.Join(d.dir, r.Name)}, nil
 }
 
@@ -261,6 +274,24 @@ func (d *dockerd) remove(name string, force bool) error {
 	return d.vs.Remove(context.Background(), name, opts.WithPurgeOnError(force))
 }
 
+func (d *dockerd) labels(name string) (map[string]string, error) {
+	v, err := d.vs.Get(context.Background(), name)
+	if err != nil {
+		return nil, err
+	}
+	return v.Labels, nil
+}
+
+func (d *dockerd) list() (names, warnings []string, err error) {
+	vols, warnings, err := d.vs.List(context.Background(), filters.NewArgs())
+	for _, v := range vols {
+		names = append(names, v.Name)
+	}
+	return names, warnings, err
+}
+
+func (d *dockerd) gone(p plugin) { close(p.stopped) }
+
 func (d *dockerd) notFound(err error) bool { return service.IsNotExist(err) }
 func (d *dockerd) inUse(err error) bool    { return service.IsInUse(err) }
 
@@ -310,6 +341,7 @@ func (p v1Plugin) Client() *plugins.Client    { return p.client }
 // reference local driver registered as "local" and the plugins beside it.
 type plugvisor struct {
 	volumes *dockervolumes.Service
+	reg     *registry.Registry
 }
 
 func newPlugvisor(t *testing.T, ps ...plugin) *plugvisor {
@@ -340,7 +372,7 @@ func newPlugvisor(t *testing.T, ps ...plugin) *plugvisor {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, v.Shutdown()) })
-	return &plugvisor{volumes: v}
+	return &plugvisor{volumes: v, reg: reg}
 }
 
 func (p *plugvisor) create(name, driver string) (vol, error) {
@@ -367,6 +399,25 @@ func (p *plugvisor) remove(name string, force bool) error {
 		return p.volumes.ForceRemove(context.Background(), name)
 	}
 	return p.volumes.Remove(context.Background(), name)
+}
+
+func (p *plugvisor) labels(name string) (map[string]string, error) {
+	v, err := p.volumes.Inspect(context.Background(), name)
+	return v.Labels, err
+}
+
+func (p *plugvisor) list() (names, warnings []string, err error) {
+	l, err := p.volumes.List(context.Background())
+	for _, v := range l.Volumes {
+		names = append(names, v.Name)
+	}
+	return names, l.Warnings, err
+}
+
+func (p *plugvisor) gone(pl plugin) {
+	if err := p.reg.DeregisterPlugin(dockervolume.PluginType, pl.name, "a1"); err != nil {
+		panic(err)
+	}
 }
 
 func (p *plugvisor) notFound(err error) bool { return errors.Is(err, dockervolume.ErrNoSuchVolume) }

@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/plugvisor/plugvisor/discovery"
 	"github.com/plugvisor/plugvisor/dockervolume"
 )
 
@@ -46,7 +47,9 @@ type (
 		op               opKind
 		name, driver, id string
 		opts             map[string]string
-		replyTo          *actor.PID
+		// labels are a new volume's (the anonymous label, for one).
+		labels  map[string]string
+		replyTo *actor.PID
 	}
 	// volumeReply is the service's answer to replyTo.
 	volumeReply struct {
@@ -246,7 +249,7 @@ func (a *volumesActor) create(ctx context.Context, req *volumeRequest, rec *reco
 	if err := client.Create(ctx, req.name, req.opts); err != nil {
 		return failed(err), false, nil
 	}
-	rec = &record{Name: req.name, Driver: req.driver, Options: req.opts, CreatedAt: time.Now().UTC(), Mounts: map[string]*mountRecord{}}
+	rec = &record{Name: req.name, Driver: req.driver, Options: req.opts, Labels: req.labels, CreatedAt: time.Now().UTC(), Mounts: map[string]*mountRecord{}}
 	if err := save(a.cfg.Bucket, req.name, rec); err != nil {
 		return failed(err), false, nil
 	}
@@ -443,7 +446,10 @@ func (a *volumesActor) inspect(ctx context.Context, req *volumeRequest, rec *rec
 
 // listVolumes merges the volumes the service knows with every driver's
 // List, each with its driver's Capabilities scope, as dockerd's List does.
-// A driver that fails is a warning; its known volumes are still listed.
+// A driver that fails is a warning, and so is one that is gone (no longer
+// registered) while the service knows volumes of it; their known volumes
+// are still listed. Unlike dockerd, the list does not wait for a driver
+// that is gone: inspect does.
 func listVolumes(ctx context.Context, drivers map[string]*dockervolume.Client, known []Volume) List {
 	type answer struct {
 		driver  string
@@ -488,8 +494,15 @@ func listVolumes(ctx context.Context, drivers map[string]*dockervolume.Client, k
 			}
 		}
 	}
+	gone := map[string]bool{}
 	for _, v := range byName {
 		out.Volumes = append(out.Volumes, *v)
+		if _, ok := drivers[v.Driver]; !ok && v.Known {
+			gone[v.Driver] = true
+		}
+	}
+	for driver := range gone {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("driver %q: %v: its volumes are listed as their records have them, without a scope", driver, discovery.ErrNotFound))
 	}
 	slices.SortFunc(out.Volumes, func(x, y Volume) int { return strings.Compare(x.Name, y.Name) })
 	slices.Sort(out.Warnings)

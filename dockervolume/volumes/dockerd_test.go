@@ -2,6 +2,7 @@ package volumes_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -81,14 +82,42 @@ func TestACreateWithoutANameMakesAnAnonymousVolume(t *testing.T) {
 	b, err := e.volumes.Create(ctx, "", "local", nil)
 	require.NoError(t, err)
 	require.NotEqual(t, a.Name, b.Name, "each anonymous volume is new")
+	require.Equal(t, map[string]string{volumes.AnonymousLabel: ""}, a.Labels, "labelled anonymous, as dockerd labels one")
+	got, err := e.volumes.Inspect(ctx, a.Name)
+	require.NoError(t, err)
+	require.Equal(t, a.Labels, got.Labels, "kept in the record")
+	named, err := e.volumes.Create(ctx, "data", "local", nil)
+	require.NoError(t, err)
+	require.Empty(t, named.Labels, "a named volume is not anonymous")
+}
+
+// TestAListWhileAVolumesDriverIsGoneListsItsRecordWithAWarning: as dockerd
+// warns of a driver it cannot reach, the list names a driver that is gone
+// (deregistered) while the service knows volumes of it, and lists those
+// volumes from their records, without a scope. It does not wait for the
+// driver to come back, as dockerd does (15 s): inspect does.
+func TestAListWhileAVolumesDriverIsGoneListsItsRecordWithAWarning(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	e.serveMem(t, "cluster", "g1", volume.NewHandler(dockervolumetest.NewMemDriver("global")))
+	_, err := e.volumes.Create(ctx, "shared", "cluster", nil)
+	require.NoError(t, err)
+	require.NoError(t, e.registry.DeregisterPlugin(dockervolume.PluginType, "cluster", "g1"))
+
+	list, err := e.volumes.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list.Volumes, 1)
+	require.Equal(t, "shared", list.Volumes[0].Name)
+	require.Empty(t, list.Volumes[0].Scope)
+	require.Len(t, list.Warnings, 1)
+	require.Contains(t, list.Warnings[0], `driver "cluster": `)
+	require.Contains(t, list.Warnings[0], "its volumes are listed as their records have them")
 }
 
 func TestTheCreateAnswerHasTheDriversScope(t *testing.T) {
 	e := newVolumesEnv(t)
 	ctx := context.Background()
-	socket := filepath.Join(e.dir, "g.sock")
-	dockervolumetest.ServeAt(t, socket, volume.NewHandler(dockervolumetest.NewMemDriver("global")))
-	e.register(t, "cluster", "g1", socket)
+	e.serveMem(t, "cluster", "g1", volume.NewHandler(dockervolumetest.NewMemDriver("global")))
 	v, err := e.volumes.Create(ctx, "shared", "cluster", nil)
 	require.NoError(t, err)
 	require.Equal(t, dockervolume.ScopeGlobal, v.Scope)
@@ -181,4 +210,58 @@ func TestInspectWaitsForADriverThatIsGoneAndAnswersTheRecordWhenItStaysGone(t *t
 	require.Equal(t, "local", info.Driver)
 	require.True(t, info.Known)
 	require.Contains(t, info.Error, "deadline exceeded")
+}
+
+// refusingMount is an in-memory driver whose every Mount fails.
+type refusingMount struct{ *dockervolumetest.MemDriver }
+
+func (refusingMount) Mount(*volume.MountRequest) (*volume.MountResponse, error) {
+	return nil, errors.New("no such device")
+}
+
+// TestAMountTheDriverRefusesHoldsNothing: dockerd keeps the reference the
+// container took before its mount failed (a remove is 409 until the
+// container goes); here a mount ID is reference and mount at once, and a
+// mount the driver refused holds nothing: the volume is removed.
+func TestAMountTheDriverRefusesHoldsNothing(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	e.serveMem(t, "flaky", "f1", volume.NewHandler(refusingMount{dockervolumetest.NewMemDriver("local")}))
+	_, err := e.volumes.Create(ctx, "data", "flaky", nil)
+	require.NoError(t, err)
+	_, err = e.volumes.Mount(ctx, "data", "c1")
+	require.ErrorContains(t, err, "no such device")
+	v, err := e.volumes.Inspect(ctx, "data")
+	require.NoError(t, err)
+	require.Empty(t, v.Mounts)
+	require.Empty(t, v.PendingMounts)
+	require.NoError(t, e.volumes.Remove(ctx, "data"))
+}
+
+// TestAVolumeNameIsCheckedAsDockersLocalDriverChecksItForEveryDriver:
+// dockerd gives a driver other than local any name; here every driver's
+// volume names follow the local driver's rule, so ".", "..", "a b" and
+// "-x" are refused for a plugin driver too, naming the rule, before the
+// driver hears of them.
+func TestAVolumeNameIsCheckedAsDockersLocalDriverChecksItForEveryDriver(t *testing.T) {
+	e := newVolumesEnv(t)
+	ctx := context.Background()
+	driver := dockervolumetest.NewMemDriver("local")
+	e.serveMem(t, "other", "o1", volume.NewHandler(driver))
+	for _, name := range []string{".", "..", "a b", "-x"} {
+		_, err := e.volumes.Create(ctx, name, "other", nil)
+		require.ErrorIs(t, err, dockervolume.ErrInvalidVolume, name)
+	}
+	list, err := driver.List()
+	require.NoError(t, err)
+	require.Empty(t, list.Volumes, "the driver heard of none")
+}
+
+// serveMem serves h on a socket of its own, registered as the driver
+// name's allocation alloc.
+func (e *volumesEnv) serveMem(t *testing.T, name, alloc string, h *volume.Handler) {
+	t.Helper()
+	socket := filepath.Join(e.dir, name+".sock")
+	dockervolumetest.ServeAt(t, socket, h)
+	e.register(t, name, alloc, socket)
 }

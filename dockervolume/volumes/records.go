@@ -26,6 +26,7 @@ type record struct {
 	Name      string            `json:"name"`
 	Driver    string            `json:"driver"`
 	Options   map[string]string `json:"options,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	// Mounts are by mount ID.
 	Mounts map[string]*mountRecord `json:"mounts,omitempty"`
@@ -48,7 +49,7 @@ func (r *record) clone() *record {
 		return nil
 	}
 	c := *r
-	c.Options = maps.Clone(r.Options)
+	c.Options, c.Labels = maps.Clone(r.Options), maps.Clone(r.Labels)
 	c.Mounts = make(map[string]*mountRecord, len(r.Mounts))
 	for id, m := range r.Mounts {
 		mc := *m

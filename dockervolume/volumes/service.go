@@ -162,6 +162,8 @@ type Volume struct {
 	Mountpoint string            `json:"mountpoint,omitempty"`
 	CreatedAt  time.Time         `json:"created_at,omitzero"`
 	Options    map[string]string `json:"options,omitempty"`
+	// Labels are the volume's labels: AnonymousLabel for an anonymous one.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Mounts counts the mounts of each mount ID.
 	Mounts map[string]int `json:"mounts,omitempty"`
 	// PendingMounts are mount IDs whose Mount was under way when the agent
@@ -184,7 +186,7 @@ type List struct {
 }
 
 func (r *record) info() Volume {
-	v := Volume{Name: r.Name, Driver: r.Driver, CreatedAt: r.CreatedAt, Options: maps.Clone(r.Options), Known: true}
+	v := Volume{Name: r.Name, Driver: r.Driver, CreatedAt: r.CreatedAt, Options: maps.Clone(r.Options), Labels: maps.Clone(r.Labels), Known: true}
 	for id, m := range r.Mounts {
 		if m.Pending {
 			v.PendingMounts = append(v.PendingMounts, id)
@@ -241,11 +243,12 @@ func Start(system *actor.ActorSystem, cfg Config) (*Service, error) {
 // driver's scope. Creating a volume that exists with the same driver
 // returns it, as dockerd does; with another driver it is ErrNameConflict.
 // As in dockerd, an empty name makes an anonymous volume, named by 64 random
-// hex digits, and an empty driver is the DefaultDriver, when it is
-// registered.
+// hex digits and labelled AnonymousLabel, and an empty driver is the
+// DefaultDriver, when it is registered.
 func (v *Service) Create(ctx context.Context, name, driver string, opts map[string]string) (Volume, error) {
+	var labels map[string]string
 	if name == "" {
-		name = anonymousName()
+		name, labels = anonymousName(), map[string]string{AnonymousLabel: ""}
 	}
 	if driver == "" {
 		if _, ok := v.cfg.Drivers.All()[v.cfg.DefaultDriver]; !ok {
@@ -257,9 +260,15 @@ func (v *Service) Create(ctx context.Context, name, driver string, opts map[stri
 	if err := errors.Join(dockervolume.ValidateVolumeName(name), dockervolume.ValidateDriver(driver), dockervolume.ValidateOptions(opts)); err != nil {
 		return Volume{}, err
 	}
-	r, err := v.ask(ctx, &volumeRequest{op: opCreate, name: name, driver: driver, opts: maps.Clone(opts)})
+	r, err := v.ask(ctx, &volumeRequest{op: opCreate, name: name, driver: driver, opts: maps.Clone(opts), labels: labels})
 	return r.volume, err
 }
+
+// AnonymousLabel is the label of an anonymous volume (one created without
+// a name), with an empty value, as dockerd labels one
+// (com.docker.volume.anonymous): docker volume prune removes only those
+// unless told -a.
+const AnonymousLabel = "com.docker.volume.anonymous"
 
 // Inspect returns volume name, with what its driver says of it.
 func (v *Service) Inspect(ctx context.Context, name string) (Volume, error) {
