@@ -1,6 +1,7 @@
 package volumes_test
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/errclass"
 )
 
 // TestAVolumeThePluginDoesNotKnowRollsBackAndFreesItsClaim is issue 25's
@@ -63,9 +65,10 @@ func TestAnUnmountThePluginAnswersNotFoundCompletes(t *testing.T) {
 }
 
 // TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount: the
-// plugin gone and its socket absent, an unmount fails as a connection failure (503)
-// without dialling (not after the RPC timeout), the mount is kept, and the
-// way out completes once the plugin registers again.
+// plugin gone and its socket absent, or left behind with nothing listening,
+// an unmount fails as a connection failure (503) at once (not after the
+// RPC timeout), the mount is kept, and the way out completes once the
+// plugin registers again.
 func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T) {
 	n := newNode(t, func(c *volumes.Config) { c.RPCTimeout = time.Minute })
 	p := newStrictPlugin(t, n, "hp")
@@ -79,6 +82,18 @@ func TestAnUnmountThroughAMissingSocketFailsAtOnceAndKeepsTheMount(t *testing.T)
 	require.ErrorIs(t, err, csi.ErrConnect)
 	require.ErrorContains(t, err, "does not exist")
 	require.Contains(t, mountsUnder(t, n.root), res.TargetPath, "the mount is kept")
+
+	// A socket file nothing listens on (a plugin killed before it could
+	// remove it) refuses the dial: that fails at once too, not after the
+	// RPC timeout (a minute here, past the operation's deadline).
+	stale, err := net.Listen("unix", p.socket)
+	require.NoError(t, err)
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, stale.Close())
+	err = n.manager.Unmount(ctx, "", "vol", "web-1")
+	require.ErrorIs(t, err, errclass.Unavailable)
+	require.Contains(t, mountsUnder(t, n.root), res.TargetPath, "the mount is kept")
+	require.NoError(t, os.Remove(p.socket))
 
 	p.serve()
 	n.register(volumes.NodePluginType, "hp", "a2", p.socket)
