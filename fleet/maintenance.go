@@ -11,7 +11,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 )
 
 // Access says how an operator's command reaches the fleet's etcd: its
@@ -100,11 +99,19 @@ func maintenanceClient(a Access) (*clientv3.Client, error) {
 	if len(a.Endpoints) == 0 {
 		return nil, errors.New("no etcd endpoints: give the etcd client URLs, e.g. https://127.0.0.1:2379")
 	}
-	// The dial blocks, so that an etcd that refuses the handshake (no
-	// client certificate, another CA) fails the command within the dial
-	// timeout, not at the command's -timeout.
 	client, err := clientv3.New(clientv3.Config{Endpoints: a.Endpoints, TLS: a.TLS, Username: a.Username, Password: a.Password,
-		DialTimeout: DefaultRequestTimeout, DialOptions: []grpc.DialOption{grpc.WithBlock()}, Logger: zap.NewNop()})
+		DialTimeout: DefaultRequestTimeout, Logger: zap.NewNop()})
+	if err == nil {
+		// A status call within the dial timeout makes an etcd that refuses
+		// the handshake (no client certificate, another CA) fail the
+		// command now, not at the command's -timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultRequestTimeout)
+		_, err = client.Status(ctx, a.Endpoints[0])
+		cancel()
+		if err != nil {
+			client.Close()
+		}
+	}
 	if err != nil {
 		if denied := etcdErr(err); errors.Is(denied, ErrEtcdDenied) {
 			err = denied
