@@ -82,6 +82,8 @@ func newCountedPlugvisor(b *testing.B, cfg registry.Config) (*actor.ActorSystem,
 	counter := &workload.BatchCounter{}
 	cfg.Metrics = counter
 	cfg.Dispensers = map[string]registry.Dispenser{workload.PluginType: func(*messages.PluginInfo) (any, error) { return nil, nil }}
+	// Nomad has no limit: BenchmarkScale fills both with 100,000 plugins.
+	cfg.Limits.PluginsPerType = 1 << 20
 	r, err := registry.New(system, cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -189,6 +189,7 @@ func rows() []row {
 		row{workload: "… plugvisor's registry alone (store records discarded)", unit: "B/plugin", lowerIsBetter: true,
 			nomad: metric(impl(mem, "nomad"), "B/plugin"), plugvisor: metric(impl(mem, "plugvisor-registry"), "B/plugin")},
 	)
+	out = append(out, scaleRows()...)
 	return append(out, csiRows()...)
 }
 
