@@ -89,6 +89,13 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 		if got != want {
 			t.Fatalf("%s: eachCurrent\n got %s\nwant %s", step, got, want)
 		}
+		listed := ""
+		for _, p := range work.Clone().Plugins() {
+			listed += p.GetName() + "=" + p.GetAllocId() + " "
+		}
+		if listed != want {
+			t.Fatalf("%s: Plugins\n got %s\nwant %s", step, listed, want)
+		}
 		for name, allocs := range model {
 			cur, ok := work.currentOf(name)
 			if len(allocs) == 0 {
@@ -99,6 +106,9 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 			}
 			if cur != allocs[0] {
 				t.Fatalf("%s: current of %s is %v, want %v", step, name, cur, allocs[0])
+			}
+			if p, _ := work.Current(name); p != allocs[0].Info() {
+				t.Fatalf("%s: Current(%s) is %v, want %v", step, name, p, allocs[0].Info())
 			}
 		}
 	}
