@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"))
 }
 
-func dataDir(t *testing.T) string {
+func dataDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "pva")
 	require.NoError(t, err)
@@ -42,7 +42,7 @@ func dataDir(t *testing.T) string {
 	return d
 }
 
-func startAgent(t *testing.T, dir string) *agent.Agent {
+func startAgent(t testing.TB, dir string) *agent.Agent {
 	t.Helper()
 	a, err := agent.Start(agent.Config{DataDir: dir, Logger: probe.Logger(t), NodeID: "n1",
 		FingerprintInterval: 50 * time.Millisecond, ResyncInterval: time.Second})

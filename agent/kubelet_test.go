@@ -44,7 +44,7 @@ func kubeletAgent(t *testing.T) (a *agent.Agent, registrationDir, endpoint strin
 
 // createVolume creates a volume v on plugin hp at endpoint, and registers
 // it in the agent's catalog, where it waits until it is schedulable.
-func createVolume(t *testing.T, a *agent.Agent, endpoint string) *model.CSIVolume {
+func createVolume(t testing.TB, a *agent.Agent, endpoint string) *model.CSIVolume {
 	t.Helper()
 	ctx := context.Background()
 	client, err := csi.Dial(ctx, endpoint, csi.Options{})
