@@ -64,15 +64,23 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
-	dir := dataDir(t)
-	a := startAgent(t, dir)
+// serveHP serves the hostpath plugin hp as a monolith, its root under
+// dir, and registers it with a (controller and node) as alloc.
+func serveHP(t testing.TB, a *agent.Agent, dir, alloc string) *hostpathtest.Server {
+	t.Helper()
 	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
 		Mode: hostpath.ModeMonolith, SymlinkFallback: true})
 	for _, ptype := range []string{csi.TypeController, csi.TypeNode} {
-		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: "a1",
+		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: alloc,
 			Connection: &messages.ConnectionInfo{SocketPath: plugin.Endpoint}}))
 	}
+	return plugin
+}
+
+func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
+	dir := dataDir(t)
+	a := startAgent(t, dir)
+	plugin := serveHP(t, a, dir, "a1")
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
 		for _, fp := range a.CSI().Plugins() {

@@ -12,15 +12,14 @@ import (
 	"github.com/plugvisor/plugvisor/agent"
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
-	"github.com/plugvisor/plugvisor/csi/hostpath"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
 // takeoverFixture is an agent with the hostpath plugin hp served by one
 // driver on two sockets, so that two allocations of it serve all along,
-// registered (controller and node) as alloc a0 on the first, and a volume
-// of it.
+// registered (controller and node) as alloc a0 on the first (serveHP), and
+// a volume of it.
 type takeoverFixture struct {
 	a       *agent.Agent
 	sockets []string
@@ -32,14 +31,11 @@ func startTakeover(t testing.TB) *takeoverFixture {
 	dir := dataDir(t)
 	f := &takeoverFixture{a: startAgent(t, dir)}
 	t.Cleanup(func() { require.NoError(t, f.a.Shutdown(context.Background())) })
-	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
-		Mode: hostpath.ModeMonolith, SymlinkFallback: true})
+	plugin := serveHP(t, f.a, dir, "a0")
 	second, err := plugin.Driver.Listen(filepath.Join(hostpathtest.TempDir(t), "csi.sock"))
 	require.NoError(t, err)
 	go func() { _ = plugin.Driver.Serve(second) }() // returns when the driver stops
 	f.sockets = []string{plugin.Endpoint, second.Addr().String()}
-	require.NoError(t, f.register(csi.TypeController, "a0", f.sockets[0]))
-	require.NoError(t, f.register(csi.TypeNode, "a0", f.sockets[0]))
 	f.vol = createVolume(t, f.a, plugin.Endpoint)
 	return f
 }
