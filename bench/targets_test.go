@@ -103,6 +103,18 @@ func plugvisorChannels(b *testing.B) workload.Target {
 	return workload.PlugvisorChannels(newCountedPlugvisor(b, registry.Config{Memory: registry.NewMemoryStore()}))
 }
 
+// plugvisorBucket keeps the registry on a storage.Memory bucket
+// (Config.Bucket): the records encoded and committed by the store's
+// goroutine, as with bbolt, without a disk.
+func plugvisorBucket(b *testing.B) workload.Target {
+	b.Helper()
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return workload.PlugvisorCounting(newCountedPlugvisor(b, registry.Config{Bucket: bucket}))
+}
+
 func plugvisorDurable(b *testing.B) workload.Target {
 	b.Helper()
 	db, err := storage.OpenBolt(filepath.Join(b.TempDir(), "state.db"), storage.BoltOptions{})
