@@ -89,6 +89,11 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 		if got != want {
 			t.Fatalf("%s: eachCurrent\n got %s\nwant %s", step, got, want)
 		}
+		for name, allocs := range model {
+			if in := work.newest != nil && work.topOf(name) != nil; in != (len(allocs) > 1) {
+				t.Fatalf("%s: %s has %d allocations and is in the newest-first tree: %v; want it there only with two or more", step, name, len(allocs), in)
+			}
+		}
 		listed := ""
 		for _, p := range work.Clone().Plugins() {
 			listed += p.GetName() + "=" + p.GetAllocId() + " "
