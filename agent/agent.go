@@ -65,6 +65,8 @@ type Agent struct {
 	metrics       *metrics
 	// storeHealth hears of the registry's durable writes, for health.
 	storeHealth storeHealth
+	// starting is the restored CSI plugins health waits for (starting.go).
+	starting starting
 	// listeners are bound at start, before any actor, and served once
 	// every part runs; Shutdown closes those not served yet.
 	listeners []served
@@ -135,6 +137,7 @@ func start(cfg Config) (_ *Agent, err error) {
 	if err := a.startRegistry(); err != nil {
 		return nil, err
 	}
+	a.starting.restore(a.registry.ListPlugins)
 	if err := a.startManagers(); err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"))
 }
 
-func dataDir(t *testing.T) string {
+func dataDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "pva")
 	require.NoError(t, err)
@@ -42,7 +42,7 @@ func dataDir(t *testing.T) string {
 	return d
 }
 
-func startAgent(t *testing.T, dir string) *agent.Agent {
+func startAgent(t testing.TB, dir string) *agent.Agent {
 	t.Helper()
 	a, err := agent.Start(agent.Config{DataDir: dir, Logger: probe.Logger(t), NodeID: "n1",
 		FingerprintInterval: 50 * time.Millisecond, ResyncInterval: time.Second})
@@ -64,15 +64,23 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
-	dir := dataDir(t)
-	a := startAgent(t, dir)
+// serveHP serves the hostpath plugin hp as a monolith, its root under
+// dir, and registers it with a (controller and node) as alloc.
+func serveHP(t testing.TB, a *agent.Agent, dir, alloc string) *hostpathtest.Server {
+	t.Helper()
 	plugin := hostpathtest.Serve(t, hostpath.Config{Name: "hp", NodeID: "n1", Root: filepath.Join(dir, "hp"),
 		Mode: hostpath.ModeMonolith, SymlinkFallback: true})
 	for _, ptype := range []string{csi.TypeController, csi.TypeNode} {
-		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: "a1",
+		require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: ptype, Name: "hp", AllocId: alloc,
 			Connection: &messages.ConnectionInfo{SocketPath: plugin.Endpoint}}))
 	}
+	return plugin
+}
+
+func TestAnAgentMountsThenShutsDownLeavingNothingBehind(t *testing.T) {
+	dir := dataDir(t)
+	a := startAgent(t, dir)
+	plugin := serveHP(t, a, dir, "a1")
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
 		for _, fp := range a.CSI().Plugins() {

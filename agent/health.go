@@ -44,7 +44,9 @@ func (s *storeHealth) failing() string {
 // maxNamed bounds how many plugins a health reason names.
 const maxNamed = 5
 
-// health summarises the agent for GET /v1/health: it is degraded while the
+// health summarises the agent for GET /v1/health: it is starting until
+// every CSI plugin it restored has been fingerprinted once (starting.go),
+// and degraded while the
 // store fails writes, etcd does not answer or this node's lease is lost
 // (cluster mode), any plugin instance is unhealthy, or discovery has
 // plugins it could not activate or parse.
@@ -55,6 +57,7 @@ func (a *Agent) health() api.Health {
 		Discovered:       len(a.found()),
 		DiscoveredStates: discoveredStates(a.Plugins()),
 	}
+	h.Reasons, h.Starting = a.startingReasons(h.Reasons)
 	if failure := a.storeHealth.failing(); failure != "" {
 		h.Reasons = append(h.Reasons, "store: the latest durable write failed: "+failure)
 	}

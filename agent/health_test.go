@@ -12,16 +12,19 @@ import (
 	"testing"
 	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/actors/probe"
 	"github.com/plugvisor/plugvisor/agent"
+	"github.com/plugvisor/plugvisor/csi/csitest"
+	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
 // healthOf asks the agent's API for its health, as JSON values.
-func healthOf(t *testing.T, c *http.Client) map[string]any {
+func healthOf(t testing.TB, c *http.Client) map[string]any {
 	t.Helper()
 	status, body, err := call(c, "GET", "http://plugvisor/v1/health", "", "")
 	require.NoError(t, err)
@@ -96,5 +99,62 @@ func TestHealthIsDegradedWhileTheStoreFailsWrites(t *testing.T) {
 	// unhealthy by now: only the store's reason must be gone.
 	for _, reason := range healthOf(t, c)["reasons"].([]any) {
 		require.NotContains(t, reason, "store:", "a successful write clears it")
+	}
+}
+
+// blockedIdentity is a plugin's identity service whose GetPluginInfo waits
+// until release is closed: its instance's first fingerprint waits with it.
+type blockedIdentity struct {
+	csipb.UnimplementedIdentityServer
+	release chan struct{}
+}
+
+func (b *blockedIdentity) GetPluginInfo(ctx context.Context, _ *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &csipb.GetPluginInfoResponse{Name: "slow", VendorVersion: "1"}, nil
+}
+
+// TestHealthIsStartingUntilEveryRestoredInstanceHasFingerprinted: an agent
+// restarted with a CSI plugin registered says "starting", naming the
+// plugin, until that plugin's instance has fingerprinted once (or given
+// up), not "ok" with no instance counted: a mount sent then would be
+// refused as not schedulable.
+func TestHealthIsStartingUntilEveryRestoredInstanceHasFingerprinted(t *testing.T) {
+	dir := dataDir(t)
+	socket := filepath.Join(hostpathtest.TempDir(t), "csi.sock")
+	a := startAgent(t, dir)
+	require.NoError(t, a.Registry().RegisterPlugin(&messages.PluginInfo{Type: "csi-node", Name: "slow", AllocId: "a1",
+		Connection: &messages.ConnectionInfo{SocketPath: socket}}))
+	require.NoError(t, a.Shutdown(context.Background()))
+
+	identity := &blockedIdentity{release: make(chan struct{})}
+	csitest.Serve(t, socket, csitest.Services{Identity: identity})
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(identity.release)
+		}
+	}
+	t.Cleanup(release) // before the server's own cleanup waits for its handlers
+	a = startAgent(t, dir)
+	t.Cleanup(func() { require.NoError(t, a.Shutdown(context.Background())) })
+	c := unixClient(t, a)
+
+	h := healthOf(t, c)
+	require.Equal(t, "starting", h["status"], "reasons: %v", h["reasons"])
+	require.Contains(t, h["reasons"], "starting: 1 restored CSI plugin instances have not fingerprinted yet: csi-node slow (alloc a1)")
+
+	release()
+	require.Eventually(t, func() bool {
+		h = healthOf(t, c)
+		return h["status"] != "starting"
+	}, 20*time.Second, 10*time.Millisecond, "still starting: %v", h)
+	for _, reason := range h["reasons"].([]any) {
+		require.NotContains(t, reason, "starting")
 	}
 }

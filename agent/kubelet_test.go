@@ -44,12 +44,17 @@ func kubeletAgent(t *testing.T) (a *agent.Agent, registrationDir, endpoint strin
 
 // createVolume creates a volume v on plugin hp at endpoint, and registers
 // it in the agent's catalog, where it waits until it is schedulable.
-func createVolume(t *testing.T, a *agent.Agent, endpoint string) *model.CSIVolume {
+func createVolume(t testing.TB, a *agent.Agent, endpoint string) *model.CSIVolume {
+	return createNamedVolume(t, a, endpoint, "v")
+}
+
+// createNamedVolume is createVolume for a volume named name.
+func createNamedVolume(t testing.TB, a *agent.Agent, endpoint, name string) *model.CSIVolume {
 	t.Helper()
 	ctx := context.Background()
 	client, err := csi.Dial(ctx, endpoint, csi.Options{})
 	require.NoError(t, err)
-	created, err := client.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{{
+	created, err := client.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csipb.VolumeCapability{{
 		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}}})

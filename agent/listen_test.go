@@ -42,13 +42,13 @@ func tokenFile(t *testing.T) string {
 
 // httpClient is a client on transport whose idle connections close with
 // the test.
-func httpClient(t *testing.T, transport *http.Transport) *http.Client {
+func httpClient(t testing.TB, transport *http.Transport) *http.Client {
 	t.Cleanup(transport.CloseIdleConnections)
 	return &http.Client{Transport: transport, Timeout: 30 * time.Second}
 }
 
 // unixClient talks to the agent's API socket.
-func unixClient(t *testing.T, a *agent.Agent) *http.Client {
+func unixClient(t testing.TB, a *agent.Agent) *http.Client {
 	return httpClient(t, &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", a.SocketPath())

@@ -6,12 +6,16 @@ import (
 	"github.com/plugvisor/plugvisor/version"
 )
 
-// Health is the answer to GET /v1/health. Status is "degraded" when any
-// reason is given, else "ok"; the answer is 200 either way, since a
-// degraded agent still serves.
+// Health is the answer to GET /v1/health. Status is "starting" while
+// Starting is set, else "degraded" when any reason is given, else "ok";
+// the answer is 200 either way, since the agent serves.
 type Health struct {
 	Status  string   `json:"status"`
 	Reasons []string `json:"reasons"`
+	// Starting says the agent still waits for plugins it restored to be
+	// heard of once (a reason names them): until then claims of their
+	// volumes may be refused.
+	Starting bool `json:"-"`
 	// Build is the agent's build; the API fills it in.
 	Build   version.Info `json:"build"`
 	DataDir string       `json:"data_dir,omitempty"`
@@ -49,10 +53,13 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
 	if h.DiscoveredStates == nil {
 		h.DiscoveredStates = map[string]int{}
 	}
-	h.Status = "ok"
-	if len(h.Reasons) > 0 {
+	switch {
+	case h.Starting:
+		h.Status = "starting"
+	case len(h.Reasons) > 0:
 		h.Status = "degraded"
-	} else {
+	default:
+		h.Status = "ok"
 		h.Reasons = []string{}
 	}
 	writeJSON(w, http.StatusOK, h)

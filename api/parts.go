@@ -42,8 +42,8 @@ type Catalog interface {
 
 // VolumeManager is this node's volume manager: claims, mounts and detaches.
 type VolumeManager interface {
-	ClaimAs(ctx context.Context, namespace, id, alloc string, use csi.Usage) error
-	Release(ctx context.Context, namespace, id, alloc string) error
+	ClaimVolume(ctx context.Context, namespace, id, alloc string, use csi.Usage) (*model.CSIVolume, error)
+	ReleaseVolume(ctx context.Context, namespace, id, alloc string) (*model.CSIVolume, error)
 	MountWithGroup(ctx context.Context, namespace, id, alloc string, use csi.Usage, group string) (volumes.MountResult, error)
 	Unmount(ctx context.Context, namespace, id, alloc string) error
 	ForceUnmount(ctx context.Context, namespace, id, alloc string) error

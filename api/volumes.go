@@ -373,11 +373,12 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ns, id := r.PathValue("namespace"), r.PathValue("id")
-	if err := s.Volumes.ClaimAs(r.Context(), ns, id, body.AllocID, use); err != nil {
+	v, err := s.Volumes.ClaimVolume(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.AllocID, use)
+	if err != nil {
 		return err
 	}
-	return s.writeVolume(w, r, ns, id)
+	writeJSON(w, http.StatusOK, volumeJSON(v))
+	return nil
 }
 
 func (s *Server) releaseVolume(w http.ResponseWriter, r *http.Request) error {
@@ -386,17 +387,12 @@ func (s *Server) releaseVolume(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
-	if err := s.Volumes.Release(r.Context(), ns, id, body.AllocID); err != nil {
-		return err
-	}
-	return s.writeVolume(w, r, ns, id)
-}
-
-// writeVolume answers with the catalog's volume.
-func (s *Server) writeVolume(w http.ResponseWriter, r *http.Request, ns, id string) error {
-	v, err := s.Catalog.GetVolume(r.Context(), ns, id)
+	v, err := s.Volumes.ReleaseVolume(r.Context(), ns, id, body.AllocID)
 	if err != nil {
 		return err
+	}
+	if v == nil {
+		return fmt.Errorf("%w: volume %s/%s", model.ErrVolumeNotFound, ns, id)
 	}
 	writeJSON(w, http.StatusOK, volumeJSON(v))
 	return nil

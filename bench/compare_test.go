@@ -23,11 +23,15 @@ func BenchmarkRegisterDeregister(b *testing.B) {
 
 // BenchmarkConcurrentRegistrants: Nomad's subscribers are channels
 // (PluginsUpdatedCh); plugvisor's are actors taking batches, then, in
-// plugvisor-channel, channels (Subscribe) as Nomad's are.
+// plugvisor-channel, channels (Subscribe) as Nomad's are, and in
+// plugvisor-bucket actors again, with the registry on a storage.Memory
+// bucket (Config.Bucket: each batch encoded and committed by the store's
+// goroutine, as on bbolt, without the disk) instead of Config.Memory.
 func BenchmarkConcurrentRegistrants(b *testing.B) {
 	b.Run("registrants=8,subscribers=8", func(b *testing.B) {
 		each(b, func(b *testing.B, im impl) { workload.ConcurrentRegistrants(b, im.memory(b), 8, 8) })
 		b.Run("plugvisor-channel", func(b *testing.B) { workload.ConcurrentRegistrants(b, plugvisorChannels(b), 8, 8) })
+		b.Run("plugvisor-bucket", func(b *testing.B) { workload.ConcurrentRegistrants(b, plugvisorBucket(b), 8, 8) })
 	})
 }
 

@@ -82,6 +82,8 @@ func newCountedPlugvisor(b *testing.B, cfg registry.Config) (*actor.ActorSystem,
 	counter := &workload.BatchCounter{}
 	cfg.Metrics = counter
 	cfg.Dispensers = map[string]registry.Dispenser{workload.PluginType: func(*messages.PluginInfo) (any, error) { return nil, nil }}
+	// Nomad has no limit: BenchmarkScale fills both with 100,000 plugins.
+	cfg.Limits.PluginsPerType = 1 << 20
 	r, err := registry.New(system, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -99,6 +101,18 @@ func plugvisorMemory(b *testing.B) workload.Target {
 // plugvisorChannels is plugvisorMemory with channel subscribers.
 func plugvisorChannels(b *testing.B) workload.Target {
 	return workload.PlugvisorChannels(newCountedPlugvisor(b, registry.Config{Memory: registry.NewMemoryStore()}))
+}
+
+// plugvisorBucket keeps the registry on a storage.Memory bucket
+// (Config.Bucket): the records encoded and committed by the store's
+// goroutine, as with bbolt, without a disk.
+func plugvisorBucket(b *testing.B) workload.Target {
+	b.Helper()
+	bucket, err := storage.NewMemory().Bucket(registry.BucketName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return workload.PlugvisorCounting(newCountedPlugvisor(b, registry.Config{Bucket: bucket}))
 }
 
 func plugvisorDurable(b *testing.B) workload.Target {

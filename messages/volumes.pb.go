@@ -990,10 +990,13 @@ func (x *DetachVolume) GetReplyTo() *actor.PID {
 }
 
 // VolumeOpResponse is the volume manager's answer to UnmountAllocVolume,
-// ClaimAllocVolume, ReleaseAllocVolume and DetachVolume.
+// ClaimAllocVolume, ReleaseAllocVolume and DetachVolume. The answer to a
+// claim or a release that succeeded carries the catalog's volume as the
+// claim or release left it, so that the caller need not read it again.
 type VolumeOpResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Volume        *CatalogVolume         `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,6 +1034,13 @@ func (*VolumeOpResponse) Descriptor() ([]byte, []int) {
 func (x *VolumeOpResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *VolumeOpResponse) GetVolume() *CatalogVolume {
+	if x != nil {
+		return x.Volume
 	}
 	return nil
 }
@@ -1602,7 +1612,7 @@ var File_messages_volumes_proto protoreflect.FileDescriptor
 
 const file_messages_volumes_proto_rawDesc = "" +
 	"\n" +
-	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x15messages/plugin.proto\"\xa1\x05\n" +
+	"\x16messages/volumes.proto\x12\x12plugvisor.messages\x1a\vactor.proto\x1a\x16messages/catalog.proto\x1a\x15messages/plugin.proto\"\xa1\x05\n" +
 	"\fVolumeRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1b\n" +
@@ -1706,9 +1716,10 @@ const file_messages_volumes_proto_rawDesc = "" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12%\n" +
 	"\breply_to\x18\x04 \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"C\n" +
+	".actor.PIDR\areplyTo\"~\n" +
 	"\x10VolumeOpResponse\x12/\n" +
-	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\"w\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.plugvisor.messages.ErrorR\x05error\x129\n" +
+	"\x06volume\x18\x02 \x01(\v2!.plugvisor.messages.CatalogVolumeR\x06volume\"w\n" +
 	"\x13VolumeStatusRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12%\n" +
@@ -1792,6 +1803,7 @@ var file_messages_volumes_proto_goTypes = []any{
 	nil,                                   // 20: plugvisor.messages.VolumeAttachment.PublishContextEntry
 	(*actor.PID)(nil),                     // 21: actor.PID
 	(*Error)(nil),                         // 22: plugvisor.messages.Error
+	(*CatalogVolume)(nil),                 // 23: plugvisor.messages.CatalogVolume
 }
 var file_messages_volumes_proto_depIdxs = []int32{
 	1,  // 0: plugvisor.messages.VolumeRecord.attachment:type_name -> plugvisor.messages.VolumeAttachment
@@ -1805,21 +1817,22 @@ var file_messages_volumes_proto_depIdxs = []int32{
 	21, // 8: plugvisor.messages.ReleaseAllocVolume.reply_to:type_name -> actor.PID
 	21, // 9: plugvisor.messages.DetachVolume.reply_to:type_name -> actor.PID
 	22, // 10: plugvisor.messages.VolumeOpResponse.error:type_name -> plugvisor.messages.Error
-	21, // 11: plugvisor.messages.VolumeStatusRequest.reply_to:type_name -> actor.PID
-	22, // 12: plugvisor.messages.VolumeStatusResponse.error:type_name -> plugvisor.messages.Error
-	0,  // 13: plugvisor.messages.VolumeStatusResponse.record:type_name -> plugvisor.messages.VolumeRecord
-	13, // 14: plugvisor.messages.VolumeStatusResponse.stats:type_name -> plugvisor.messages.VolumeStats
-	14, // 15: plugvisor.messages.VolumeStats.usage:type_name -> plugvisor.messages.VolumeUsage
-	15, // 16: plugvisor.messages.VolumeStats.condition:type_name -> plugvisor.messages.VolumeCondition
-	21, // 17: plugvisor.messages.NodeExpandAllocVolume.reply_to:type_name -> actor.PID
-	22, // 18: plugvisor.messages.NodeExpandAllocVolumeResponse.error:type_name -> plugvisor.messages.Error
-	21, // 19: plugvisor.messages.ShutdownVolumeManager.reply_to:type_name -> actor.PID
-	3,  // 20: plugvisor.messages.VolumeRecord.PublishesEntry.value:type_name -> plugvisor.messages.VolumePublish
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	23, // 11: plugvisor.messages.VolumeOpResponse.volume:type_name -> plugvisor.messages.CatalogVolume
+	21, // 12: plugvisor.messages.VolumeStatusRequest.reply_to:type_name -> actor.PID
+	22, // 13: plugvisor.messages.VolumeStatusResponse.error:type_name -> plugvisor.messages.Error
+	0,  // 14: plugvisor.messages.VolumeStatusResponse.record:type_name -> plugvisor.messages.VolumeRecord
+	13, // 15: plugvisor.messages.VolumeStatusResponse.stats:type_name -> plugvisor.messages.VolumeStats
+	14, // 16: plugvisor.messages.VolumeStats.usage:type_name -> plugvisor.messages.VolumeUsage
+	15, // 17: plugvisor.messages.VolumeStats.condition:type_name -> plugvisor.messages.VolumeCondition
+	21, // 18: plugvisor.messages.NodeExpandAllocVolume.reply_to:type_name -> actor.PID
+	22, // 19: plugvisor.messages.NodeExpandAllocVolumeResponse.error:type_name -> plugvisor.messages.Error
+	21, // 20: plugvisor.messages.ShutdownVolumeManager.reply_to:type_name -> actor.PID
+	3,  // 21: plugvisor.messages.VolumeRecord.PublishesEntry.value:type_name -> plugvisor.messages.VolumePublish
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_messages_volumes_proto_init() }
@@ -1827,6 +1840,7 @@ func file_messages_volumes_proto_init() {
 	if File_messages_volumes_proto != nil {
 		return
 	}
+	file_messages_catalog_proto_init()
 	file_messages_plugin_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

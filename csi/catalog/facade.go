@@ -229,7 +229,14 @@ func (c *Catalog) GetVolume(ctx context.Context, namespace, id string) (*model.C
 // An unregistered volume is model.ErrVolumeNotFound. Claiming again what the
 // alloc holds changes nothing.
 func (c *Catalog) Claim(ctx context.Context, req csi.ClaimRequest) error {
-	_, err := catalogCall[*messages.ClaimVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+	_, err := c.ClaimVolume(ctx, req)
+	return err
+}
+
+// ClaimVolume is Claim, answering with the volume as the claim left it
+// (in a fleet, as the claim wrote it to etcd): no read after it.
+func (c *Catalog) ClaimVolume(ctx context.Context, req csi.ClaimRequest) (*model.CSIVolume, error) {
+	resp, err := catalogCall[*messages.ClaimVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.ClaimVolume{
 			Namespace:      req.Namespace,
 			VolumeId:       req.VolumeID,
@@ -241,7 +248,7 @@ func (c *Catalog) Claim(ctx context.Context, req csi.ClaimRequest) error {
 			ReplyTo:        replyTo,
 		}
 	})
-	return err
+	return volumeAnswer(resp, err)
 }
 
 // Release frees the claim of req's alloc on req's volume, as ReleaseClaim
@@ -259,14 +266,21 @@ func (c *Catalog) Release(ctx context.Context, req csi.ClaimRequest) error {
 // changes nothing and returns nil. (ReleaseVolume sent as a message is
 // stricter: an unknown volume is model.ErrVolumeNotFound.)
 func (c *Catalog) ReleaseClaim(ctx context.Context, namespace, id string, claim *model.Claim) error {
-	_, err := catalogCall[*messages.ReleaseVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
+	_, err := c.ReleaseVolume(ctx, namespace, id, claim)
+	return err
+}
+
+// ReleaseVolume is ReleaseClaim, answering with the volume as the release
+// left it, or nil when it is not registered (no error then).
+func (c *Catalog) ReleaseVolume(ctx context.Context, namespace, id string, claim *model.Claim) (*model.CSIVolume, error) {
+	resp, err := catalogCall[*messages.ReleaseVolumeResponse](ctx, c, func(replyTo *actor.PID) proto.Message {
 		return &messages.ReleaseVolume{Namespace: namespace, VolumeId: id, AllocId: claim.AllocID,
 			State: string(claim.State), LastError: claim.LastError, ReplyTo: replyTo}
 	})
 	if errors.Is(err, model.ErrVolumeNotFound) {
-		return nil
+		return nil, nil
 	}
-	return err
+	return volumeAnswer(resp, err)
 }
 
 // Plugins returns every plugin the catalog knows, sorted by ID, with the

@@ -28,10 +28,12 @@ import (
 // with a volume is never forgotten.
 //
 // Nor is one whose allocation is being replaced. When a newer allocation
-// takes over a plugin, the old instance's final fingerprint comes before
-// the new one's first (the new instance first connects and fingerprints),
-// and the CSI manager marks it replaced_by the newer allocation: until the
-// new instance's fingerprint takes its place, that record counts as an
+// takes over a plugin, the CSI manager marks the old instance's final
+// fingerprint replaced_by the newer allocation, and holds it back until
+// the new instance's first: the old record, healthy, stands until then,
+// and the final word, late, is ignored (lateWord). When the new instance
+// stops before it spoke, the final word comes first: until the new
+// instance's own final word takes its place, that record counts as an
 // instance. As in Nomad, where the plugin's job keeps it through a rolling
 // update, the plugin is kept with its create index and with what its
 // fingerprints said, above all that it requires a topology

@@ -70,7 +70,8 @@ type managerActor struct {
 	stopping    map[string]*messages.PluginInfo // instances asked to stop that have not terminated, by PID ID
 	listed      *fingerprints                   // the latest fingerprint of each plugin's current instance
 	subscribers *plugintype.Subscribers
-	closing     *closing // set once ShutdownCSIManager arrived
+	held        map[pluginKey][]heldWord // final words held back until the instance that took over speaks (held.go)
+	closing     *closing                 // set once ShutdownCSIManager arrived
 }
 
 // closing is the state of a shutdown.
@@ -94,6 +95,7 @@ func newManagerActor(cfg Config, published *atomic.Pointer[fingerprints], subscr
 		stopping:    map[string]*messages.PluginInfo{},
 		listed:      newFingerprints(),
 		subscribers: subscribers,
+		held:        map[pluginKey][]heldWord{},
 	}
 	a.instances = plugintype.New(plugintype.Config{
 		Types:          []string{csi.TypeController, csi.TypeNode},
@@ -151,8 +153,9 @@ func (a *managerActor) InstanceProps(ctx actor.Context, plugin *messages.PluginI
 
 // InstanceStopped implements plugintype.Type: the plugin is no longer
 // listed; the instance's final fingerprint and its end come later.
-func (a *managerActor) InstanceStopped(_ actor.Context, plugin *messages.PluginInfo, instance *actor.PID, _ string) {
+func (a *managerActor) InstanceStopped(ctx actor.Context, plugin *messages.PluginInfo, instance *actor.PID, _ string) {
 	a.unlist(plugin)
+	a.release(ctx, plugin.GetType(), plugin.GetName())
 	if instance != nil {
 		a.stopping[instance.GetId()] = plugin
 	}
@@ -170,6 +173,7 @@ func (a *managerActor) InstanceFailed(ctx actor.Context, plugin *messages.Plugin
 		fp := baseFingerprint(plugin)
 		fp.HealthDescription, fp.UpdateTime = description, timestamppb.New(a.cfg.Clock.Now())
 		a.list(fp)
+		a.release(ctx, plugin.GetType(), plugin.GetName())
 	}
 	a.subscribers.Publish(ctx, &messages.CSIPluginFailed{
 		Type: plugin.GetType(), Name: plugin.GetName(), AllocId: plugin.GetAllocId(), Reason: reason, Restarts: a.instances.Restarts(instance),
@@ -209,8 +213,9 @@ func (a *managerActor) onFingerprinted(ctx actor.Context, msg *messages.CSIInsta
 }
 
 // record makes fp the latest fingerprint of instance, lists it when the
-// instance is current (and has not failed), and publishes it, with a
-// health change when there was one.
+// instance is current (and has not failed), and publishes it, unless it
+// is a final word held back (held.go). A current instance's word releases
+// the words held for its plugin, after its own.
 func (a *managerActor) record(ctx actor.Context, instance *actor.PID, st *instanceState, fp *messages.CSIFingerprint) {
 	prev := st.fingerprint
 	_, current := a.instances.Current(instance)
@@ -221,6 +226,18 @@ func (a *managerActor) record(ctx actor.Context, instance *actor.PID, st *instan
 	if current && !st.failed {
 		a.list(fp)
 	}
+	if !current && a.hold(prev, fp) {
+		return
+	}
+	a.publish(ctx, prev, fp, current)
+	if current {
+		a.release(ctx, fp.GetType(), fp.GetName())
+	}
+}
+
+// publish tells the subscribers of fp, and of the health change from prev
+// when there was one.
+func (a *managerActor) publish(ctx actor.Context, prev, fp *messages.CSIFingerprint, current bool) {
 	a.subscribers.Publish(ctx, &messages.CSIPluginFingerprinted{Fingerprint: fp})
 	if prev != nil && prev.GetHealthy() == fp.GetHealthy() {
 		return

@@ -144,14 +144,9 @@ func TestManagerLeavesTheLiveInstanceAloneWhenAnotherAllocIsDeregistered(t *test
 
 func TestManagerReplacesTheInstanceWhenTheCurrentAllocChangesItsSocket(t *testing.T) {
 	h := startManager(t, nil)
-	first, _ := h.serve(t)
-	h.register(t, csi.TypeNode, "disk", "a1", first)
-	awaitHealth(t, h.events, nodeHealthy("disk", "a1"))
-
-	second, identity := h.serve(t)
-	h.register(t, csi.TypeNode, "disk", "a1", second)
-	require.Equal(t, "a1", finalOf(t, h, "a1").GetReplacedBy(), "the old instance's final word says the alloc's new instance took over")
-	awaitHealth(t, h.events, nodeStopped("disk", "a1"), nodeHealthy("disk", "a1"))
+	identity := takeOver(t, h, "a1", "a1")
+	require.Equal(t, "a1", finalAndHealth(t, h, "a1", nodeHealthy("disk", "a1")).GetReplacedBy(), "the old instance's final word says the alloc's new instance took over")
+	awaitHealth(t, h.events, nodeStopped("disk", "a1"))
 	require.Positive(t, identity.probes.Load(), "the new instance fingerprints the new socket")
 	requireListed(t, h.manager, nodeHealthy("disk", "a1"))
 	h.events.ExpectNone(t, quiet)

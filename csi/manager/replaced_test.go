@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -24,6 +25,19 @@ func finalOf(t *testing.T, h *harness, alloc string) *messages.CSIFingerprint {
 	}
 	t.Fatalf("no final fingerprint of alloc %s", alloc)
 	return nil
+}
+
+// takeOver registers alloc from of "disk" on a socket of its own, waits
+// until it is healthy, then registers alloc to on another: both served
+// all along. It returns the second socket's identity server.
+func takeOver(t *testing.T, h *harness, from, to string) *healthyIdentity {
+	t.Helper()
+	first, _ := h.serve(t)
+	h.register(t, csi.TypeNode, "disk", from, first)
+	awaitHealth(t, h.events, nodeHealthy("disk", from))
+	second, identity := h.serve(t)
+	h.register(t, csi.TypeNode, "disk", to, second)
+	return identity
 }
 
 // finalAndHealth waits both for the final fingerprint of alloc's instance
@@ -73,4 +87,31 @@ func TestTheFinalFingerprintOfAnInstanceANewerAllocationReplacedNamesIt(t *testi
 	awaitHealth(t, h.events, nodeHealthy("disk", "a1"))
 	register("a2").op(t, h)
 	require.Equal(t, "a2", finalOf(t, h, "a1").GetReplacedBy())
+}
+
+// TestAReplacedInstancesFinalWordComesAfterTheNewInstancesFirst: when a
+// newer allocation takes over a healthy plugin, the old instance's final
+// fingerprint ("stopped", replaced by the new allocation) is published
+// after the new instance's first, so that no subscriber (the catalog,
+// which schedules claims) hears of the node without a healthy instance of
+// a plugin that was served all along.
+func TestAReplacedInstancesFinalWordComesAfterTheNewInstancesFirst(t *testing.T) {
+	h := startManager(t, nil)
+	takeOver(t, h, "a1", "a2")
+	var heard []string
+	for deadline := time.Now().Add(wait); !slices.Contains(heard, "a1 stopped"); {
+		require.Positive(t, time.Until(deadline), "no final word of a1; heard %v", heard)
+		msg, ok := h.events.Next(t, time.Until(deadline)).Message.(*messages.CSIPluginFingerprinted)
+		if !ok {
+			continue
+		}
+		switch fp := msg.GetFingerprint(); {
+		case fp.GetAllocId() == "a2" && fp.GetHealthy():
+			heard = append(heard, "a2 healthy")
+		case fp.GetAllocId() == "a1" && fp.GetHealthDescription() == csi.StoppedDescription:
+			require.Equal(t, "a2", fp.GetReplacedBy())
+			heard = append(heard, "a1 stopped")
+		}
+	}
+	require.Equal(t, []string{"a2 healthy", "a1 stopped"}, heard)
 }

@@ -23,8 +23,8 @@ type refusingCatalog struct {
 	err error
 }
 
-func (c *refusingCatalog) Claim(context.Context, csi.ClaimRequest) error {
-	return c.err
+func (c *refusingCatalog) ClaimVolume(context.Context, csi.ClaimRequest) (*model.CSIVolume, error) {
+	return nil, c.err
 }
 
 // TestTheCatalogsErrorsCrossBothActorBoundaries sends each catalog

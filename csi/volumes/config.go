@@ -33,12 +33,14 @@ const (
 // returns nil.
 type Catalog interface {
 	GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error)
-	// Claim claims req's volume for req's alloc on this node.
-	Claim(ctx context.Context, req csi.ClaimRequest) error
-	// ReleaseClaim moves the claim of c.AllocID to c.State (ready-to-free
+	// ClaimVolume claims req's volume for req's alloc on this node, and
+	// answers with the volume as the claim left it.
+	ClaimVolume(ctx context.Context, req csi.ClaimRequest) (*model.CSIVolume, error)
+	// ReleaseVolume moves the claim of c.AllocID to c.State (ready-to-free
 	// frees it; an earlier state records a release that is stuck, with
-	// c.LastError).
-	ReleaseClaim(ctx context.Context, namespace, id string, c *model.Claim) error
+	// c.LastError), and answers with the volume as the release left it
+	// (nil, and no error, for a volume that is not registered).
+	ReleaseVolume(ctx context.Context, namespace, id string, c *model.Claim) (*model.CSIVolume, error)
 }
 
 // Attachments is the fleet's record of every node's attachments (cluster

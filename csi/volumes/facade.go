@@ -188,11 +188,19 @@ func (m *Manager) Claim(ctx context.Context, namespace, id, alloc string, readOn
 
 // ClaimAs is Claim with the volume's capability use chooses.
 func (m *Manager) ClaimAs(ctx context.Context, namespace, id, alloc string, use csi.Usage) error {
+	_, err := m.ClaimVolume(ctx, namespace, id, alloc, use)
+	return err
+}
+
+// ClaimVolume is ClaimAs, answering with the catalog's volume as the
+// claim left it: no read of it after the claim (in a fleet, no etcd
+// round trip).
+func (m *Manager) ClaimVolume(ctx context.Context, namespace, id, alloc string, use csi.Usage) (*model.CSIVolume, error) {
 	namespace = defaultNamespace(namespace)
 	if err := checkIDs("namespace", namespace, "volume ID", id, "alloc ID", alloc); err != nil {
-		return err
+		return nil, err
 	}
-	return m.op(ctx, "claim", func(replyTo *actor.PID) proto.Message {
+	return m.opVolume(ctx, "claim", func(replyTo *actor.PID) proto.Message {
 		return &messages.ClaimAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, ReadOnly: use.ReadOnly, ReplyTo: replyTo,
 			AccessMode: string(use.AccessMode), AttachmentMode: string(use.AttachmentMode)}
 	})
@@ -201,11 +209,18 @@ func (m *Manager) ClaimAs(ctx context.Context, namespace, id, alloc string, use 
 // Release frees alloc's claim. It is refused with ErrInUse, naming the
 // mount, while alloc has the volume mounted on this node.
 func (m *Manager) Release(ctx context.Context, namespace, id, alloc string) error {
+	_, err := m.ReleaseVolume(ctx, namespace, id, alloc)
+	return err
+}
+
+// ReleaseVolume is Release, answering with the catalog's volume as the
+// release left it (nil when the catalog no longer knows the volume).
+func (m *Manager) ReleaseVolume(ctx context.Context, namespace, id, alloc string) (*model.CSIVolume, error) {
 	namespace = defaultNamespace(namespace)
 	if err := checkIDs("namespace", namespace, "volume ID", id, "alloc ID", alloc); err != nil {
-		return err
+		return nil, err
 	}
-	return m.op(ctx, "release", func(replyTo *actor.PID) proto.Message {
+	return m.opVolume(ctx, "release", func(replyTo *actor.PID) proto.Message {
 		return &messages.ReleaseAllocVolume{Namespace: namespace, VolumeId: id, AllocId: alloc, ReplyTo: replyTo}
 	})
 }
@@ -297,6 +312,20 @@ func (m *Manager) op(ctx context.Context, what string, build func(replyTo *actor
 		return err
 	}
 	return messages.ErrorFromProto(answer.(*messages.VolumeOpResponse).GetError())
+}
+
+// opVolume is op for a claim or a release, whose answer carries the
+// volume.
+func (m *Manager) opVolume(ctx context.Context, what string, build func(replyTo *actor.PID) proto.Message) (*model.CSIVolume, error) {
+	answer, err := m.call(ctx, what, build)
+	if err != nil {
+		return nil, err
+	}
+	resp := answer.(*messages.VolumeOpResponse)
+	if err := messages.ErrorFromProto(resp.GetError()); err != nil {
+		return nil, err
+	}
+	return model.VolumeFromProto(resp.GetVolume()), nil
 }
 
 // call asks the actor, waiting at most the operation deadline.

@@ -82,38 +82,41 @@ func (c *modelCatalog) GetVolume(_ context.Context, ns, id string) (*model.CSIVo
 	return out, nil
 }
 
-func (c *modelCatalog) Claim(_ context.Context, req csi.ClaimRequest) error {
+func (c *modelCatalog) ClaimVolume(_ context.Context, req csi.ClaimRequest) (*model.CSIVolume, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.volumes[req.Namespace+"/"+req.VolumeID]
 	if !ok {
-		return volumes.ErrVolumeNotFound
+		return nil, volumes.ErrVolumeNotFound
 	}
 	if err := v.Claim(&model.Claim{AllocID: req.AllocID, NodeID: "n1", Mode: req.Mode(), State: model.ClaimStateTaken,
 		AccessMode: req.Usage.AccessMode, AttachmentMode: req.Usage.AttachmentMode}); err != nil {
-		return fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
+		return nil, fmt.Errorf("%w: %w", volumes.ErrClaimRefused, err)
 	}
-	return nil
+	return v.Copy(), nil
 }
 
-func (c *modelCatalog) ReleaseClaim(_ context.Context, ns, id string, r *model.Claim) error {
+func (c *modelCatalog) ReleaseVolume(_ context.Context, ns, id string, r *model.Claim) (*model.CSIVolume, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.releases = append(c.releases, *r)
 	v, ok := c.volumes[ns+"/"+id]
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	held := v.WriteClaims[r.AllocID]
 	if held == nil {
 		held = v.ReadClaims[r.AllocID]
 	}
 	if held == nil {
-		return nil
+		return v.Copy(), nil
 	}
 	c2 := held.Copy()
 	c2.State = r.State
-	return v.ClaimRelease(c2)
+	if err := v.ClaimRelease(c2); err != nil {
+		return nil, err
+	}
+	return v.Copy(), nil
 }
 
 // claims returns the sorted writers and readers of a volume, and its past

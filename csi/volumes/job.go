@@ -63,6 +63,9 @@ type job struct {
 	broken  error
 	clients map[string]*sharedConn
 	vol     *model.CSIVolume
+	// written is the catalog's volume as the job's latest claim or
+	// release left it.
+	written *model.CSIVolume
 	log     hclog.Logger
 	// note says more of the outcome than its error (what a forced unmount
 	// forced); the volume's status shows it with the operation.
@@ -119,18 +122,28 @@ func (j *job) volume(ctx context.Context) (*model.CSIVolume, error) {
 	return v, nil
 }
 
-// claim claims the volume for alloc on this node.
+// claim claims the volume for alloc on this node. The volume as the claim
+// left it is the job's answer (written).
 func (j *job) claim(ctx context.Context, alloc string, use csi.Usage) error {
-	return catalogError(j.env.catalog.Claim(ctx, csi.ClaimRequest{
+	v, err := j.env.catalog.ClaimVolume(ctx, csi.ClaimRequest{
 		Namespace: j.key.namespace, VolumeID: j.key.id, AllocID: alloc, Usage: use,
-	}), ErrClaimRefused)
+	})
+	if err == nil {
+		j.written = v
+	}
+	return catalogError(err, ErrClaimRefused)
 }
 
 // releaseClaim moves alloc's claim to state (ready-to-free frees it),
-// with the error that holds it there.
+// with the error that holds it there. The volume as the release left it
+// is the job's answer (written).
 func (j *job) releaseClaim(ctx context.Context, alloc string, state model.ClaimState, lastError string) error {
-	return catalogError(j.env.catalog.ReleaseClaim(ctx, j.key.namespace, j.key.id,
-		&model.Claim{AllocID: alloc, State: state, LastError: lastError}), ErrClaimRefused)
+	v, err := j.env.catalog.ReleaseVolume(ctx, j.key.namespace, j.key.id,
+		&model.Claim{AllocID: alloc, State: state, LastError: lastError})
+	if err == nil {
+		j.written = v
+	}
+	return catalogError(err, ErrClaimRefused)
 }
 
 // secrets are the volume's secrets, when the catalog still knows it: the

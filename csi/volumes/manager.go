@@ -68,6 +68,9 @@ type jobDone struct {
 	result MountResult
 	expand NodeExpandResult
 	err    error
+	// written is the catalog's volume as the job's claim or release left
+	// it: a claim's or a release's answer.
+	written *model.CSIVolume
 	// note is the job's (see job.note).
 	note string
 }
@@ -151,7 +154,7 @@ func (m *manager) onRequest(ctx actor.Context, o *op) {
 		err = fmt.Errorf("%w: %s of volume %s refused", ErrShutDown, o, o.key)
 	}
 	if err != nil {
-		m.answer(ctx, o, MountResult{}, err)
+		m.answer(ctx, o, MountResult{}, nil, err)
 		return
 	}
 	m.enqueue(ctx, o)
@@ -192,7 +195,7 @@ func (m *manager) start(ctx actor.Context, o *op) {
 			if r := recover(); r != nil {
 				done.err = fmt.Errorf("%s of volume %s panicked: %v", o, o.key, r)
 			}
-			done.note = j.note
+			done.note, done.written = j.note, j.written
 			j.close(done.err)
 			root.Send(self, done)
 		}()
@@ -266,7 +269,7 @@ func (m *manager) onJobDone(ctx actor.Context, msg *jobDone) {
 	if o.kind == opNodeExpand {
 		m.answerExpand(ctx, o, msg.expand, msg.err)
 	} else {
-		m.answer(ctx, o, msg.result, msg.err)
+		m.answer(ctx, o, msg.result, msg.written, msg.err)
 	}
 	if rec, ok := m.records[o.key]; ok && !settled(rec) {
 		m.scheduleRetry(ctx, o.key, msg.err)
@@ -277,8 +280,9 @@ func (m *manager) onJobDone(ctx actor.Context, msg *jobDone) {
 	m.finishShutdown(ctx)
 }
 
-// answer sends o's response to its requester, if it has one.
-func (m *manager) answer(ctx actor.Context, o *op, res MountResult, err error) {
+// answer sends o's response to its requester, if it has one: a claim's
+// and a release's carry the volume as they left it (written).
+func (m *manager) answer(ctx actor.Context, o *op, res MountResult, written *model.CSIVolume, err error) {
 	if o.replyTo == nil {
 		return
 	}
@@ -287,7 +291,11 @@ func (m *manager) answer(ctx actor.Context, o *op, res MountResult, err error) {
 		return
 	}
 	if o.kind != opMount {
-		ctx.Send(o.replyTo, &messages.VolumeOpResponse{Error: messages.ErrorToProto(err)})
+		resp := &messages.VolumeOpResponse{Error: messages.ErrorToProto(err)}
+		if err == nil && written != nil && (o.kind == opClaim || o.kind == opRelease) {
+			resp.Volume = written.Proto()
+		}
+		ctx.Send(o.replyTo, resp)
 		return
 	}
 	resp := &messages.MountAllocVolumeResponse{Error: messages.ErrorToProto(err)}
@@ -340,7 +348,7 @@ func (m *manager) onShutdown(ctx actor.Context, msg *messages.ShutdownVolumeMana
 	m.stopSweep()
 	m.shutdown = append(m.shutdown, replyTo(ctx, msg.GetReplyTo()))
 	for _, o := range m.drain() {
-		m.answer(ctx, o, MountResult{}, fmt.Errorf("%w: %s of volume %s was waiting", ErrShutDown, o, o.key))
+		m.answer(ctx, o, MountResult{}, nil, fmt.Errorf("%w: %s of volume %s was waiting", ErrShutDown, o, o.key))
 	}
 	for key := range m.retries {
 		m.forgetRetry(key)

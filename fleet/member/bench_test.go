@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -240,7 +238,8 @@ func claimRelease(m *member.Member, v, alloc, node string) (time.Duration, error
 
 // runCallers runs b.N claim-and-release pairs on callers goroutines per
 // member, each on volumes picked at random, and reports the pairs per
-// second and the claims' p99.
+// second and the claims' p99. Its baseline, bare etcd doing what a claim
+// does, is a benchmark of its own that runs alone (bare_bench_test.go).
 func runCallers(b *testing.B, c *benchCluster, callers int) {
 	b.Helper()
 	var next atomic.Int64
@@ -268,9 +267,6 @@ func runCallers(b *testing.B, c *benchCluster, callers int) {
 	p99 := percentile(took, 0.99)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "claim-p99-ms")
-	bare := runBare(b, c, workers)
-	b.ReportMetric(float64(bare.Microseconds())/1000, "bare-p99-ms")
-	b.ReportMetric(float64(p99)/float64(bare), "p99/bare")
 }
 
 // BenchmarkClaimsThreeMembersEightCallers: 3 members, 8 callers on each,
@@ -290,8 +286,8 @@ func BenchmarkClaimsOneHotVolumeThroughItsGrain(b *testing.B) {
 
 // BenchmarkFleetOfTwentyMembers is the simulation of a fleet: 20 members
 // holding 10,000 volumes (each registered through its grain), one caller on
-// each member claiming and freeing volumes at random, the same callers
-// doing bare etcd transactions as the baseline (runBare); then, once, 1,000
+// each member claiming and freeing volumes at random (the baseline is
+// BenchmarkBareEtcd/keys=10000,clients=20,callers=1); then, once, 1,000
 // races of two members for the writer slot of a volume, the grains going
 // idle (the heap after they passivated), and two members killed, one
 // after the other (their leases are not revoked): the time until each of
@@ -400,201 +396,4 @@ func idleHeap(b *testing.B, c *benchCluster) (active, idle float64, grains, left
 		time.Sleep(time.Second)
 	}
 	return active, perMember(), grains, count()
-}
-
-// failoverFigures are the times of one failover, counted from the
-// crash: until the asker saw the member leave (its lease expired: the
-// rest is re-routing), until the first and the last of the member's
-// volumes answered; and how many volumes the member hosted.
-type failoverFigures struct {
-	seen, first, last time.Duration
-	volumes           int
-	// median is when half of the volumes had answered.
-	median time.Duration
-	// bare is the baseline of the re-routing (last - seen): as many bare
-	// etcd compare-and-puts as there were volumes, all at once, on the
-	// same etcd, right after (bareAtOnce).
-	bare time.Duration
-}
-
-// report reports the figures under names that start with prefix: prefix-s
-// is the last answer, the failover time.
-func (f failoverFigures) report(b *testing.B, prefix string) {
-	b.ReportMetric(f.last.Seconds(), prefix+"-s")
-	b.ReportMetric(f.first.Seconds(), prefix+"-first-s")
-	b.ReportMetric(f.median.Seconds(), prefix+"-p50-s")
-	b.ReportMetric(f.seen.Seconds(), prefix+"-seen-s")
-	b.ReportMetric(float64(f.volumes), prefix+"-volumes")
-	b.ReportMetric((f.last - f.seen).Seconds(), prefix+"-reroute-s")
-	b.ReportMetric(f.bare.Seconds(), prefix+"-bare-s")
-}
-
-// bareAtOnce does n bare etcd compare-and-puts (bareCAS) on n keys, each
-// from a goroutine of its own, through one client, as one member's
-// Store does, and returns how long until the last one is done.
-func bareAtOnce(b *testing.B, c *benchCluster, n int) time.Duration {
-	b.Helper()
-	cl, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	require.NoError(b, err)
-	defer cl.Close()
-	errs := make(chan error, n)
-	start := time.Now()
-	for i := range n {
-		go func() { errs <- bareCAS(cl, fmt.Sprintf("bare-failover/%d", i), "claimed") }()
-	}
-	for range n {
-		require.NoError(b, <-errs)
-	}
-	return time.Since(start)
-}
-
-// The two ways the asker asks for the crashed member's volumes (orphans):
-//
-//   - claimEach claims each orphan from a goroutine of its own, as the
-//     allocations that use the volumes do: each retries on its own, so the
-//     failover is the time until every orphan answers a claim
-//     (failover-s). This is what TTL + 1 s is measured against.
-//   - claimQueued claims and releases the orphans 32 at a time (the
-//     measure until 2026-11-26, failover-queued-s): an orphan then also
-//     waits for the askers, in the benchmark, behind the orphans before it.
-func claimEach(asker *member.Member, orphans []string, answered func()) error {
-	errs := make(chan error, len(orphans))
-	for _, v := range orphans {
-		go func() {
-			_, err := asker.Router().Claim(context.Background(), "", v, &model.Claim{
-				AllocID: "failover-" + v, NodeID: "node-0", Mode: model.ClaimModeWrite, State: model.ClaimStateTaken,
-			})
-			answered()
-			errs <- err
-		}()
-	}
-	var first error
-	for range orphans {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-func claimQueued(asker *member.Member, orphans []string, answered func()) error {
-	var next atomic.Int64
-	errs := make(chan error, 32)
-	for range 32 {
-		go func() {
-			for i := int(next.Add(1)) - 1; i < len(orphans); i = int(next.Add(1)) - 1 {
-				_, err := claimRelease(asker, orphans[i], "failover-queued-"+orphans[i], "node-0")
-				answered()
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	var first error
-	for range 32 {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// failover crashes the cluster's last member (its lease is not revoked),
-// and has the first member claim every volume whose grain it hosted, as
-// ask does, from the crash on.
-func failover(b *testing.B, c *benchCluster, ask func(*member.Member, []string, func()) error) failoverFigures {
-	b.Helper()
-	victim, asker := c.members[len(c.members)-1], c.members[0]
-	var orphans []string
-	for _, v := range c.volumes {
-		if asker.Router().Owner("", v) == victim.ID() {
-			orphans = append(orphans, v)
-		}
-	}
-	require.NotEmpty(b, orphans, "member %s sees %d members (%d blocked)", asker.ID(), len(asker.Members()), asker.Cluster().GetBlockedMembers().Size())
-	c.members = c.members[:len(c.members)-1]
-	start := time.Now()
-	victim.Crash()
-	seen := make(chan time.Duration, 1)
-	go func() {
-		for slices.Contains(asker.Members(), victim.ID()) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		seen <- time.Since(start)
-	}()
-	var mu sync.Mutex
-	var answers []time.Duration
-	require.NoError(b, ask(asker, orphans, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		answers = append(answers, time.Since(start))
-	}))
-	f := failoverFigures{last: time.Since(start), first: slices.Min(answers), median: percentile(answers, 0.5), seen: <-seen, volumes: len(orphans)}
-	f.bare = bareAtOnce(b, c, len(orphans))
-	return f
-}
-
-// runBare is the baseline of runCallers: as many callers, each doing bare
-// etcd compare-and-put transactions (a read of the key, then a put
-// guarded on its mod revision, as a claim's write is) on keys picked at
-// random among as many as the cluster has volumes, on the same etcd, one
-// client per member as the members have; no grain, no record. It returns
-// the p99 of one read-and-transaction.
-func runBare(b *testing.B, c *benchCluster, workers int) time.Duration {
-	b.Helper()
-	clients := make([]*clientv3.Client, len(c.members))
-	for i := range clients {
-		cl, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-		require.NoError(b, err)
-		defer cl.Close()
-		clients[i] = cl
-	}
-	var next atomic.Int64
-	var mu sync.Mutex
-	var took []time.Duration
-	parallel(b, workers, workers, func(w int) error {
-		cl := clients[w%len(clients)]
-		rng := rand.New(rand.NewPCG(uint64(w), 11))
-		var mine []time.Duration
-		for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-			key := fmt.Sprintf("bare/%d", rng.IntN(len(c.volumes)))
-			for _, value := range []string{"claimed", "free"} {
-				start := time.Now()
-				if err := bareCAS(cl, key, value); err != nil {
-					return err
-				}
-				if value == "claimed" {
-					mine = append(mine, time.Since(start))
-				}
-			}
-		}
-		mu.Lock()
-		took = append(took, mine...)
-		mu.Unlock()
-		return nil
-	})
-	return percentile(took, 0.99)
-}
-
-// bareCAS reads key and puts value guarded on the mod revision it read,
-// again until the guard holds.
-func bareCAS(cl *clientv3.Client, key, value string) error {
-	ctx := context.Background()
-	for {
-		got, err := cl.Get(ctx, key)
-		if err != nil {
-			return err
-		}
-		rev := int64(0)
-		if len(got.Kvs) > 0 {
-			rev = got.Kvs[0].ModRevision
-		}
-		resp, err := cl.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, value)).Commit()
-		if err != nil || resp.Succeeded {
-			return err
-		}
-	}
 }

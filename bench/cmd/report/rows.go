@@ -116,7 +116,7 @@ func rows() []row {
 			raw: micros(rf), rawName: "RequestFuture round trip"}
 		switch q {
 		case "p99":
-			r.target = plugvisorUnder(50, "µs")
+			r.target = ratioAtMost(2, "≤ 2× Nomad's")
 		case "p99.9":
 			r.target = plugvisorUnder(500, "µs")
 		}
@@ -189,6 +189,7 @@ func rows() []row {
 		row{workload: "… plugvisor's registry alone (store records discarded)", unit: "B/plugin", lowerIsBetter: true,
 			nomad: metric(impl(mem, "nomad"), "B/plugin"), plugvisor: metric(impl(mem, "plugvisor-registry"), "B/plugin")},
 	)
+	out = append(out, scaleRows()...)
 	return append(out, csiRows()...)
 }
 
@@ -196,7 +197,7 @@ func rows() []row {
 // kind, at 8 registrants × 8 subscribers: held to plugvisor's actor
 // subscribers measured in the same run.
 func channelRows(cr string) []row {
-	channel := impl(cr, "plugvisor-channel")
+	channel, bucket := impl(cr, "plugvisor-channel"), impl(cr, "plugvisor-bucket")
 	return []row{
 		{workload: "… the same with plugvisor's subscribers as Go channels (Subscribe), as Nomad's are", unit: "pairs/s",
 			nomad: metric(impl(cr, "nomad"), "ops/s"), plugvisor: metric(channel, "ops/s")},
@@ -208,6 +209,10 @@ func channelRows(cr string) []row {
 					return plugvisor / actors, ok && actors > 0
 				},
 				ok: func(v float64) bool { return v <= 1.3 }, show: func(v float64) string { return fmt.Sprintf("%.2f× the actors'", v) }}},
+		{workload: "… the same with plugvisor's registry on a storage.Memory bucket (Config.Bucket) instead of Config.Memory, actor subscribers", unit: "pairs/s",
+			nomad: metric(impl(cr, "nomad"), "ops/s"), plugvisor: metric(bucket, "ops/s")},
+		{workload: "… its CPU time per pair (whole process)", unit: "µs", lowerIsBetter: true,
+			nomad: metric(impl(cr, "nomad"), "cpu-µs/op"), plugvisor: metric(bucket, "cpu-µs/op")},
 	}
 }
 

@@ -1,9 +1,7 @@
 package table
 
 import (
-	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/plugvisor/plugvisor/messages"
 )
@@ -36,17 +34,6 @@ type Table struct {
 	dirty  bool
 	allocs *allocTree
 	newest *allocTree
-
-	// frozen caches list() and an index of it by name, once the table is
-	// frozen in a snapshot. Working tables never read it.
-	frozen atomic.Pointer[currentIndex]
-}
-
-// currentIndex is the current allocation of each name of a frozen table,
-// in name order and by name.
-type currentIndex struct {
-	list   []*messages.PluginInfo
-	byName map[string]*messages.PluginInfo
 }
 
 // New returns an empty table.
@@ -169,15 +156,17 @@ func (t *Table) topOf(name string) *Allocation {
 	return top
 }
 
-// currentOf returns the current allocation of name: its newest.
+// currentOf returns the current allocation of name: its newest. A name
+// with one allocation, the common case, costs one search of a large
+// table.
 func (t *Table) currentOf(name string) (*Allocation, bool) {
 	if t.allocs == nil {
 		return t.small.current(name)
 	}
-	if top := t.topOf(name); top != nil {
-		return top, true
+	first, more := t.sole(name)
+	if more {
+		return t.topOf(name), true
 	}
-	first, _ := t.sole(name)
 	return first, first != nil
 }
 
@@ -192,40 +181,41 @@ func (t *Table) first(key *Allocation) *Allocation {
 	return top
 }
 
-// eachCurrent calls fn with the current allocation of each name, in name
-// order. It walks the (name, alloc) tree in order; a name with one
-// allocation is its own current, and for a name with more it takes the
-// newest from the newest-first tree and skips the rest of the name with
-// one search: one step per name, however many older allocations each has.
+// EachCurrent calls fn with the current allocation of each name, in name
+// order. A large table is walked in (name, alloc) order without reading
+// any allocation: a name with one allocation is its own current, and the
+// allocations of the names with more are exactly the newest-first tree's,
+// so a set of those (with each one's current) says which to skip.
 func (t *Table) EachCurrent(fn func(*Allocation)) {
 	if t.allocs == nil {
 		t.small.each(fn)
 		return
 	}
-	key := borrowKey("", "", 0)
-	defer returnKey(key)
-	for walking := true; walking; {
-		walking = false
-		var pending *Allocation // the first of a name, not yet told
-		t.allocs.AscendGreaterOrEqual(key, func(a *Allocation) bool {
-			name := a.Info().GetName()
-			if pending != nil && name == pending.Info().GetName() {
-				fn(t.topOf(name))
-				pending = nil
-				// The smallest name after name's: names hold no NUL.
-				key.plugin.Name, walking = name+"\x00", true
-				return false
-			}
-			if pending != nil {
-				fn(pending)
-			}
-			pending = a
-			return true
-		})
-		if pending != nil {
-			fn(pending)
-		}
+	if t.newest.Len() == 0 {
+		t.allocs.Ascend(func(a *Allocation) bool { fn(a); return true })
+		return
 	}
+	currentOf := make(map[*Allocation]*Allocation, t.newest.Len())
+	var top *Allocation
+	t.newest.Ascend(func(a *Allocation) bool {
+		if top == nil || top.plugin.Name != a.plugin.Name {
+			top = a
+		}
+		currentOf[a] = top
+		return true
+	})
+	var told *Allocation
+	t.allocs.Ascend(func(a *Allocation) bool {
+		cur, ok := currentOf[a]
+		switch {
+		case !ok:
+			fn(a)
+		case cur != told:
+			fn(cur)
+			told = cur
+		}
+		return true
+	})
 }
 
 // put adds a or replaces the allocation with the same name and alloc ID.
@@ -275,41 +265,21 @@ func (t *Table) Remove(a *Allocation) (now *Allocation, ok bool) {
 	return t.currentOf(a.Info().GetName())
 }
 
-// list returns the current allocation of each name, sorted by name.
-func (t *Table) list() []*messages.PluginInfo {
-	out := []*messages.PluginInfo{}
+// Plugins returns the current allocation of each name, sorted by name, in
+// a slice of the caller's own. Nothing is kept between calls: a read after
+// a write costs what any read does.
+func (t *Table) Plugins() []*messages.PluginInfo {
+	out := make([]*messages.PluginInfo, 0, t.Len())
 	t.EachCurrent(func(a *Allocation) { out = append(out, a.Info()) })
 	return out
 }
 
-// index returns the currentIndex of a table frozen in a snapshot: the
-// first reader walks the tree and keeps it, later readers share it. A
-// lookup by name is then one map read instead of a B-tree search, which
-// is what DispensePlugin costs.
-func (t *Table) index() *currentIndex {
-	cached := t.frozen.Load()
-	if cached == nil {
-		l := t.list()
-		cached = &currentIndex{list: l, byName: make(map[string]*messages.PluginInfo, len(l))}
-		for _, p := range l {
-			cached.byName[p.GetName()] = p
-		}
-		t.frozen.Store(cached)
-	}
-	return cached
-}
-
-// Plugins returns the current allocation of each name, sorted by name,
-// for a table frozen in a snapshot. Each caller gets a slice of its own.
-func (t *Table) Plugins() []*messages.PluginInfo {
-	return slices.Clone(t.index().list)
-}
-
-// Current returns the current allocation of name, for a table frozen in a
-// snapshot.
+// Current returns the current allocation of name.
 func (t *Table) Current(name string) (*messages.PluginInfo, bool) {
-	p, ok := t.index().byName[name]
-	return p, ok
+	if a, ok := t.currentOf(name); ok {
+		return a.Info(), true
+	}
+	return nil, false
 }
 
 // Allocations returns every allocation of name, newest (current) first.

@@ -90,6 +90,18 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 			t.Fatalf("%s: eachCurrent\n got %s\nwant %s", step, got, want)
 		}
 		for name, allocs := range model {
+			if in := work.newest != nil && work.topOf(name) != nil; in != (len(allocs) > 1) {
+				t.Fatalf("%s: %s has %d allocations and is in the newest-first tree: %v; want it there only with two or more", step, name, len(allocs), in)
+			}
+		}
+		listed := ""
+		for _, p := range work.Clone().Plugins() {
+			listed += p.GetName() + "=" + p.GetAllocId() + " "
+		}
+		if listed != want {
+			t.Fatalf("%s: Plugins\n got %s\nwant %s", step, listed, want)
+		}
+		for name, allocs := range model {
 			cur, ok := work.currentOf(name)
 			if len(allocs) == 0 {
 				if ok {
@@ -99,6 +111,9 @@ func TestLargeTableNamesOfOneAndMore(t *testing.T) {
 			}
 			if cur != allocs[0] {
 				t.Fatalf("%s: current of %s is %v, want %v", step, name, cur, allocs[0])
+			}
+			if p, _ := work.Current(name); p != allocs[0].Info() {
+				t.Fatalf("%s: Current(%s) is %v, want %v", step, name, p, allocs[0].Info())
 			}
 		}
 	}

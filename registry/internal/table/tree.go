@@ -91,6 +91,13 @@ func (t *allocTree) AscendGreaterOrEqual(pivot *Allocation, fn func(*Allocation)
 	}
 }
 
+// Ascend calls fn with each allocation, in order, until fn returns false.
+func (t *allocTree) Ascend(fn func(*Allocation) bool) {
+	if t.root != nil {
+		t.root.ascend(nil, t.compare, fn)
+	}
+}
+
 // ascend calls fn with the allocations of n's subtree from pivot on (all
 // of them when pivot is nil), and returns false once fn has.
 func (n *treeNode) ascend(pivot *Allocation, compare func(a, b *Allocation) int, fn func(*Allocation) bool) bool {
