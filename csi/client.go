@@ -137,7 +137,7 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithAuthority("localhost"),
 		grpc.WithContextDialer(dialer.dial),
-		grpc.WithDefaultServiceConfig(retryCapabilities),
+		grpc.WithChainUnaryInterceptor(retryUnavailable),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  opts.BackoffInitial,
@@ -176,18 +176,6 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 	}
 	return c, nil
 }
-
-// retryCapabilities is the service config every client dials with: a
-// NodeGetCapabilities or a GetPluginInfo that fails UNAVAILABLE before any
-// answer is sent again, up to three times in all. They ask nothing of the
-// plugin, and they are the first calls of a mount and of each step of the
-// way out: after the plugin restarted on its socket, the connection may
-// still hold the old transport, which answers EOF once.
-const retryCapabilities = `{"methodConfig": [{
-  "name": [{"service": "csi.v1.Node", "method": "NodeGetCapabilities"}, {"service": "csi.v1.Identity", "method": "GetPluginInfo"}],
-  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s",
-    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
-}]}`
 
 // waitReady asks conn to connect and waits until it is ready or ctx ends;
 // gRPC retries failed attempts with the backoff given to grpc.NewClient.

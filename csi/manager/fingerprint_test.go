@@ -161,7 +161,13 @@ func TestFingerprint(t *testing.T) {
 		{
 			name:    "GetPluginInfo failing makes the plugin unhealthy",
 			ptype:   csi.TypeNode,
-			answers: []answer{failing("GetPluginInfo", codes.Unavailable, "starting up")},
+			// The client sends a GetPluginInfo that fails UNAVAILABLE three
+			// times in all (csi's retry policy) before it reports.
+			answers: []answer{
+				failing("GetPluginInfo", codes.Unavailable, "starting up"),
+				failing("GetPluginInfo", codes.Unavailable, "starting up"),
+				failing("GetPluginInfo", codes.Unavailable, "starting up"),
+			},
 			want:    fingerprintOf(csi.TypeNode, false, "GetPluginInfo: unavailable: starting up", nil),
 		},
 		{
