@@ -159,8 +159,8 @@ func TestFingerprint(t *testing.T) {
 			}),
 		},
 		{
-			name:    "GetPluginInfo failing makes the plugin unhealthy",
-			ptype:   csi.TypeNode,
+			name:  "GetPluginInfo failing makes the plugin unhealthy",
+			ptype: csi.TypeNode,
 			// The client sends a GetPluginInfo that fails UNAVAILABLE three
 			// times in all (csi's retry policy) before it reports.
 			answers: []answer{
@@ -168,7 +168,7 @@ func TestFingerprint(t *testing.T) {
 				failing("GetPluginInfo", codes.Unavailable, "starting up"),
 				failing("GetPluginInfo", codes.Unavailable, "starting up"),
 			},
-			want:    fingerprintOf(csi.TypeNode, false, "GetPluginInfo: unavailable: starting up", nil),
+			want: fingerprintOf(csi.TypeNode, false, "GetPluginInfo: unavailable: starting up", nil),
 		},
 		{
 			name:    "GetPluginInfo answering without a name makes the plugin unhealthy",
