@@ -187,3 +187,33 @@ func (m *recordedMetrics) requests(what string) int {
 	defer m.mu.Unlock()
 	return m.calls[what]
 }
+
+// TestANodeCutLongFromEtcdReconnectsSoonAfterTheCutHeals cuts a node from
+// etcd through a proxy until its client has tried to reconnect eight
+// times, then heals the cut: the node answers again within a few of its
+// lease TTLs. gRPC's own reconnect backoff grows to two minutes, so after
+// a long cut a node stayed fenced and unreachable for up to that long.
+func TestANodeCutLongFromEtcdReconnectsSoonAfterTheCutHeals(t *testing.T) {
+	t.Parallel() // mostly waiting for the client to try again
+	srv := etcdtest.Start(t)
+	proxy := srv.Proxy(t)
+	const requestTimeout = 500 * time.Millisecond
+	a := open(t, srv, "node-a", func(c *fleet.Config) {
+		c.Endpoints, c.RequestTimeout = proxy.Endpoints(), requestTimeout
+	})
+	healthyNode(t, a)
+	ctx := testCtx(t)
+	registered(t, a, volume("db", model.AccessModeMultiNodeMultiWriter))
+
+	proxy.Cut()
+	// With gRPC's default backoff the eighth attempt comes 40 s or more
+	// into the cut, and the next one 17 s after it.
+	require.Eventually(t, func() bool { return proxy.Refused() >= 8 }, 2*time.Minute, 50*time.Millisecond)
+	proxy.Heal()
+	healed := time.Now()
+	require.Eventually(t, func() bool {
+		_, err := a.GetVolume(ctx, "", "db")
+		return err == nil
+	}, 4*fleet.MinLeaseTTL, 50*time.Millisecond, "the node reaches etcd again soon after the cut heals")
+	t.Logf("answered %v after the cut healed", time.Since(healed).Round(time.Millisecond))
+}

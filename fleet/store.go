@@ -15,7 +15,6 @@ import (
 	"github.com/plugvisor/plugvisor/errclass"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -136,18 +135,7 @@ func (s *Store) CallTimeout() time.Duration {
 }
 
 // clientConfig is how the Store's clients reach etcd.
-func (s *Store) clientConfig() clientv3.Config {
-	return clientv3.Config{
-		Endpoints:            s.cfg.Endpoints,
-		TLS:                  s.cfg.TLS,
-		Username:             s.cfg.Username,
-		Password:             s.cfg.Password,
-		DialTimeout:          s.cfg.RequestTimeout,
-		DialKeepAliveTime:    s.cfg.LeaseTTL,
-		DialKeepAliveTimeout: s.cfg.RequestTimeout,
-		Logger:               zap.NewNop(),
-	}
-}
+func (s *Store) clientConfig() clientv3.Config { return s.cfg.ClientConfig() }
 
 // NodeID is the node this Store speaks for.
 func (s *Store) NodeID() string { return s.cfg.NodeID }

@@ -20,8 +20,10 @@ type Proxy struct {
 	mu    sync.Mutex
 	cut   bool
 	fresh bool // new connections are refused (RefuseNew)
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	// refused counts the connections closed as they came (Refused).
+	refused int
+	conns   map[net.Conn]bool
+	wg      sync.WaitGroup
 }
 
 // Proxy starts a proxy to s on a free loopback port.
@@ -74,6 +76,14 @@ func (p *Proxy) RefuseNew() {
 	p.fresh = true
 }
 
+// Refused is how many connections the proxy has closed as they came,
+// while cut or refusing new ones: how often its clients tried again.
+func (p *Proxy) Refused() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}
+
 // Heal lets connections through again.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
@@ -122,6 +132,7 @@ func (p *Proxy) track(conns ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cut || p.fresh {
+		p.refused++
 		return false
 	}
 	for _, c := range conns {

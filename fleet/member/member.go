@@ -19,7 +19,6 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -244,10 +243,7 @@ func (m *Member) newIncarnation() *incarnation {
 	host, portText, _ := net.SplitHostPort(cfg.Address)
 	port, _ := strconv.Atoi(portText)
 
-	etcd := clientv3.Config{
-		Endpoints: cfg.Fleet.Endpoints, TLS: cfg.Fleet.TLS, Username: cfg.Fleet.Username, Password: cfg.Fleet.Password, DialTimeout: cfg.Fleet.RequestTimeout, Logger: zap.NewNop(),
-	}
-	p := newProvider(etcd, cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
+	p := newProvider(cfg.Fleet.ClientConfig(), cfg.Fleet.Prefix, cfg.ClusterName, cfg.Fleet.LeaseTTL, cfg.Fleet.RequestTimeout, log)
 	stopping := &atomic.Bool{}
 	system := actors.NewSystem(nil, actor.WithLoggerFactory(quietLogger(log, p.left, stopping)))
 	p.lost = m.rejoin
