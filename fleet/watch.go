@@ -77,6 +77,9 @@ type nodeWatch struct {
 	// etcd's answers have carried; a lower one means a restored etcd.
 	cluster  uint64
 	revision int64
+	// known is the revision up to which the watch knows etcd: its start,
+	// then the header of each answer of the watch itself.
+	known int64
 	// resyncs counts the resyncs, for the metrics.
 	resyncs atomic.Int64
 }
@@ -95,6 +98,7 @@ func (w *nodeWatch) start(ctx context.Context) (int64, error) {
 			return etcdErr(err)
 		}
 		w.cluster, w.revision, rev = resp.Header.ClusterId, resp.Header.Revision, resp.Header.Revision
+		w.known = rev
 		return nil
 	})
 	return rev, err
@@ -179,7 +183,18 @@ func (w *nodeWatch) probe(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	return w.header(*resp.Header, false)
+	if why := w.header(*resp.Header, false); why != "" {
+		return why
+	}
+	if resp.Header.Revision <= w.known {
+		// Nothing happened in etcd since the watch last heard: it has
+		// missed nothing. etcd sends no progress notice to a watch that
+		// starts after its revision now (a watch just started or just
+		// reconnected, while no one writes), so without this a quiet
+		// fleet's watch would look stale and fence the node.
+		w.fresh()
+	}
+	return ""
 }
 
 // check is why the watch cannot go on after resp (ok false: the channel
@@ -196,6 +211,7 @@ func (w *nodeWatch) check(resp clientv3.WatchResponse, ok bool) string {
 		return fmt.Sprintf("the watch failed (%v)", resp.Err())
 	case resp.IsProgressNotify():
 		// A progress notice carries the watch's own revision, not etcd's.
+		w.known = max(w.known, resp.Header.Revision)
 		w.fresh()
 		return ""
 	}
@@ -215,6 +231,7 @@ func (w *nodeWatch) header(h etcdserverpb.ResponseHeader, heard bool) string {
 	}
 	w.revision = max(w.revision, h.Revision)
 	if heard {
+		w.known = max(w.known, h.Revision)
 		w.fresh()
 	}
 	return ""

@@ -145,3 +145,26 @@ func TestTheNodeWatchResyncsWhenEtcdIsRestoredUnderIt(t *testing.T) {
 		})
 	}
 }
+
+// TestAQuietFleetsNodeWatchStaysFresh starts node-a's watch and lets no
+// one write: its standing stays held for several lease TTLs, and again
+// after etcd restarts under it. etcd sends no progress notice to a watch
+// that starts after its revision now, so before, a watch started (or
+// resumed) while no one wrote looked stale after a TTL, and the node
+// fenced its writers until someone wrote.
+func TestAQuietFleetsNodeWatchStaysFresh(t *testing.T) {
+	t.Parallel() // waits out lease TTLs
+	srv := etcdtest.Start(t)
+	a := open(t, srv, "node-a")
+	watchNode(t, a)
+	heldFor := func(d time.Duration) {
+		t.Helper()
+		require.Eventually(t, func() bool { return a.Standing(time.Now()) == model.StandingHeld }, timeout, 10*time.Millisecond)
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(fleet.MinLeaseTTL / 20) {
+			require.NotEqual(t, model.StandingLost, a.Standing(time.Now()), "a quiet fleet's watch is fresh")
+		}
+	}
+	heldFor(3 * fleet.MinLeaseTTL)
+	srv.Restart()
+	heldFor(3 * fleet.MinLeaseTTL)
+}
