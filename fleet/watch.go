@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -25,9 +26,23 @@ type NodeWatchConfig struct {
 	// the fleet's claims again, and why: the watch started or started
 	// again, lost events (its revision was compacted, or it was
 	// cancelled), or found etcd restored or replaced (its revision went
-	// back, or its cluster ID changed). It runs on the watch's goroutine.
+	// back, or its cluster ID changed), or CheckEvery passed. It runs on
+	// the watch's goroutine.
 	Resync func(reason string)
+	// CheckEvery is how often Resync is called even though the watch saw
+	// nothing amiss: a restore of etcd without a bumped revision goes
+	// unseen when the fleet's writes take the revision past the old one
+	// before the watch reads it, and the check finds it then. Zero is
+	// DefaultCheckEvery; a negative value, never.
+	CheckEvery time.Duration
 }
+
+// DefaultCheckEvery is NodeWatchConfig.CheckEvery's default. Each check
+// reads each volume the node has a record of once from etcd.
+const DefaultCheckEvery = 5 * time.Minute
+
+// checkReason is what a periodic check tells Resync.
+const checkReason = "the periodic check of every mount against the fleet's claims"
 
 // WatchNode follows, until stop, what etcd says of this node: every change
 // of its claim index (claims/<node>/, nodeindex.go), and its liveness key.
@@ -141,10 +156,18 @@ func (w *nodeWatch) follow(ctx context.Context, rev int64) string {
 	live := w.s.client.Watch(wctx, w.s.keys.node(w.s.cfg.NodeID), clientv3.WithRev(rev+1))
 	tick := time.NewTicker(w.s.cfg.LeaseTTL / 4)
 	defer tick.Stop()
+	var checks <-chan time.Time
+	if every := cmp.Or(w.cfg.CheckEvery, DefaultCheckEvery); every > 0 {
+		check := time.NewTicker(every)
+		defer check.Stop()
+		checks = check.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ""
+		case <-checks:
+			w.cfg.Resync(checkReason)
 		case resp, ok := <-claims:
 			if why := w.check(resp, ok); why != "" {
 				return why

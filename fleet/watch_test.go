@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
@@ -141,7 +143,7 @@ func TestTheNodeWatchResyncsWhenEtcdIsRestoredUnderIt(t *testing.T) {
 
 			srv.RestoreFrom(snap, tc.bump)
 			require.Eventually(t, func() bool { return e.resynced(tc.why) }, timeout, 10*time.Millisecond,
-				"the watch resyncs once etcd is restored: %v", e.resyncs)
+				"the watch resyncs once etcd is restored")
 		})
 	}
 }
@@ -167,4 +169,34 @@ func TestAQuietFleetsNodeWatchStaysFresh(t *testing.T) {
 	heldFor(3 * fleet.MinLeaseTTL)
 	srv.Restart()
 	heldFor(3 * fleet.MinLeaseTTL)
+}
+
+// TestAPeriodicCheckFindsARestoreItsRevisionDidNotShow restores etcd from a
+// snapshot taken before node-a's claim, without a bumped revision, and at
+// once writes past the revision the watch saw: the revision never goes
+// back, so only the periodic check tells the node to check its mounts.
+func TestAPeriodicCheckFindsARestoreItsRevisionDidNotShow(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := open(t, srv, "node-a", as("secret-a", ""))
+	healthyNode(t, a)
+	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
+	snap := filepath.Join(t.TempDir(), "fleet.db")
+	_, err := fleet.SaveSnapshot(testCtx(t), fleet.Access{Endpoints: srv.Endpoints()}, snap)
+	require.NoError(t, err)
+	e := &nodeEvents{}
+	t.Cleanup(a.WatchNode(fleet.NodeWatchConfig{Claims: e.onClaims, Resync: e.onResync, CheckEvery: fleet.MinLeaseTTL}))
+	_, err = a.Claim(testCtx(t), "", "db", writeClaim("web-1", "node-a"))
+	require.NoError(t, err)
+	waitClaims(t, e, "db", "web-1")
+
+	srv.RestoreFrom(snap, false)
+	raw, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: timeout})
+	require.NoError(t, err)
+	defer raw.Close()
+	for i := range 20 {
+		_, err := raw.Put(testCtx(t), fmt.Sprintf("/elsewhere/%d", i), "x")
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return e.resynced("periodic check") }, timeout, 10*time.Millisecond,
+		"the periodic check asks for every mount to be checked")
 }
