@@ -166,7 +166,7 @@ func (g *volumeGrain) apply(msg proto.Message) *messages.FleetVolumeResponse {
 	var v *model.CSIVolume
 	var err error
 	store := g.store()
-	if s, ok := store.(*fleet.Store); store == nil || ok && s == nil {
+	if store == nil {
 		// The member's incarnation has not reached etcd yet (it rejoins).
 		return &messages.FleetVolumeResponse{Error: messages.ErrorToProto(errNoStore), Member: g.member}
 	}

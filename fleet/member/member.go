@@ -405,8 +405,14 @@ func (m *Member) openStore(address string) error {
 	return nil
 }
 
-// fleetStore is the member's fleet.Store, as the grains see it.
-func (m *Member) fleetStore() model.Fleet { return m.store.Load() }
+// fleetStore is the member's fleet.Store, as the grains see it: nil (not
+// a nil *fleet.Store in an interface) until the member has reached etcd.
+func (m *Member) fleetStore() model.Fleet {
+	if s := m.store.Load(); s != nil {
+		return s
+	}
+	return nil
+}
 
 func remoteOptions(t *RemoteTLS, log hclog.Logger) []remote.ConfigOption {
 	if t == nil {
