@@ -1,6 +1,7 @@
 package volumes_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -64,4 +65,29 @@ func TestTheWayOutRefusesASocketThatServesAnotherPluginAndForceCleansUp(t *testi
 	n.register(volumes.ControllerPluginType, "hp", "a2", p.socket)
 	require.Eventually(t, func() bool { return n.status("vol").Record == nil }, wait, 10*time.Millisecond,
 		"the plugin that attached is back: the detach went through")
+}
+
+// TestTheWayOutAsksThePluginItsNameBeforeEachStep unmounts a volume
+// mounted on the strict plugin: each step of the way out (NodeUnpublish,
+// NodeUnstage, ControllerUnpublish) follows a GetPluginInfo of its own, on
+// the connection the step then takes. A name taken from the connection's
+// cache would be the name of a plugin stopped a moment ago whose
+// transport the client has not yet seen end, and the step would reach the
+// plugin that took its socket.
+func TestTheWayOutAsksThePluginItsNameBeforeEachStep(t *testing.T) {
+	n, p, _ := mountedOnStrict(t)
+	p.mu.Lock()
+	before := len(p.calls)
+	p.mu.Unlock()
+
+	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
+
+	p.mu.Lock()
+	after := slices.Clone(p.calls[before:])
+	p.mu.Unlock()
+	for _, step := range []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"} {
+		i := slices.Index(after, step)
+		require.Positive(t, i, "%s was sent, after a GetPluginInfo: %v", step, after)
+		require.Equal(t, "GetPluginInfo", after[i-1], "%s follows a GetPluginInfo: %v", step, after)
+	}
 }
