@@ -52,7 +52,7 @@ func givenFlags(fs *pflag.FlagSet) map[string]bool {
 func (r *reloader) reload() {
 	if r.tokens != nil {
 		if n, err := r.tokens(); err != nil {
-			r.logger.Error("SIGHUP: the token file was not reloaded; the tokens in force stay", "error", err)
+			r.logger.Warn("SIGHUP: the token file was not reloaded; the tokens in force stay", "error", err)
 		} else {
 			r.logger.Info("SIGHUP: token file reloaded", "tokens", n)
 		}
@@ -66,13 +66,13 @@ func (r *reloader) reload() {
 	fs := newAgentCmd().Flags()
 	file, err := loadConfig(r.path, fs)
 	if err != nil {
-		r.logger.Error("SIGHUP: the config was not reloaded; the agent runs on unchanged", "error", err)
+		r.logger.Warn("SIGHUP: the config was not reloaded; the agent runs on unchanged", "error", err)
 		return
 	}
 	level := hclog.Info
 	if v, ok := file.values["log-level"]; ok && !r.given["log-level"] {
 		if level = hclog.LevelFromString(v.values[0]); level == hclog.NoLevel {
-			r.logger.Error("SIGHUP: the config was not reloaded; the agent runs on unchanged",
+			r.logger.Warn("SIGHUP: the config was not reloaded; the agent runs on unchanged",
 				"error", fmt.Sprintf("%s: log_level: want trace, debug, info, warn or error", position(v.where)))
 			return
 		}

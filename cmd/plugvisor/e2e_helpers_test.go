@@ -122,6 +122,16 @@ func (a *agentProc) kill9() {
 // since the suite runs its packages in parallel on 2 cores.
 const settle = time.Minute
 
+// logged waits until log holds want and returns it. An agent's log comes
+// through a pipe that a goroutine of os/exec copies: what the agent logged
+// before an answer or a systemd notice can arrive after it.
+func logged(t *testing.T, log *probe.LogBuffer, want string) string {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), want) }, settle, 10*time.Millisecond,
+		"the agent logs %q:\n%s", want, log)
+	return log.String()
+}
+
 // apiClient talks HTTP to the agent of dir over its unix socket.
 func apiClient(dir string) *http.Client {
 	socket := filepath.Join(dir, "plugvisor.sock")
