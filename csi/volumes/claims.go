@@ -43,7 +43,9 @@ func (m *Manager) Resync(reason string) {
 }
 
 // onClaimsChanged fences and queues a reconcile of the volume when a
-// publish of it lost its claim.
+// publish of it lost its claim. A publish still being claimed (its mount
+// on the way in, its claim taken) is not mounted yet: the reconcile,
+// queued behind its mount, takes down what the mount put up.
 func (m *manager) onClaimsChanged(ctx actor.Context, c model.NodeClaims) {
 	key := volumeKey{c.Namespace, c.VolumeID}
 	rec, ok := m.records[key]
@@ -51,13 +53,17 @@ func (m *manager) onClaimsChanged(ctx actor.Context, c model.NodeClaims) {
 		return
 	}
 	var gone []*messages.VolumePublish
+	lost := !c.Known
 	for _, alloc := range publishedAllocs(rec) {
-		pub := rec.GetPublishes()[alloc]
-		if mayBeMounted(pub) && !c.Holds(alloc) {
+		if c.Holds(alloc) {
+			continue
+		}
+		lost = true
+		if pub := rec.GetPublishes()[alloc]; mayBeMounted(pub) {
 			gone = append(gone, pub)
 		}
 	}
-	if len(gone) == 0 && c.Known {
+	if !lost {
 		return
 	}
 	var targets []string

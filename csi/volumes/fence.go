@@ -289,8 +289,11 @@ func (j *job) claimGone(ctx context.Context, alloc string, holders map[string]st
 
 // unfence makes a fenced writer's target writable again, its claim being
 // this node's; when the node's standing was lost meanwhile, it is made
-// read-only again (see fencedAfter).
-func (j *job) unfence(pub *messages.VolumePublish) error {
+// read-only again (see fencedAfter). The claim is read again once the
+// target is writable: the fleet may have freed it after the reconcile
+// read it, and the manager's fence for that (onClaimsChanged) may have
+// come before this remount; the publish is then taken down.
+func (j *job) unfence(ctx context.Context, pub *messages.VolumePublish) error {
 	if err := j.unfenceStage(); err != nil {
 		return j.failed(pub, err)
 	}
@@ -300,6 +303,17 @@ func (j *job) unfence(pub *messages.VolumePublish) error {
 		}
 		if err := j.fencedAfter(pub); err != nil {
 			return err
+		}
+		j.vol = nil
+		holders, err := j.claimHolders(ctx)
+		if err != nil {
+			if rerr := remount(pub.GetTargetPath(), true); rerr != nil && !errors.Is(rerr, unix.EINVAL) {
+				err = errors.Join(err, rerr)
+			}
+			return j.failed(pub, fmt.Errorf("check the claim of alloc %s again before unfencing it: %w", pub.GetAllocId(), err))
+		}
+		if !j.ours(holders, pub.GetAllocId()) {
+			return j.claimGone(ctx, pub.GetAllocId(), holders)
 		}
 	}
 	j.log.Info("mount unfenced: the fleet still gives its claim to this node", "alloc_id", pub.GetAllocId(), "target_path", pub.GetTargetPath())

@@ -3,12 +3,15 @@ package volumes_test
 import (
 	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/messages"
@@ -42,6 +45,132 @@ func TestADrainForceTakesDownTheDrainedNodesMountAtOnce(t *testing.T) {
 		l.check(rt)
 		require.NoError(rt, n2.manager.Unmount(ctx, "", "sw", "n2-a1"))
 	})
+}
+
+// TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown frees n1's claim
+// (drain -force) while n1's mount of the single writer is held in
+// NodeStageVolume, its publish still being claimed, and only then lets
+// the mount go on. Before, the claims change passed over a publish on its
+// way in, the mount ended writable with no claim behind it, and n2's
+// mount made two writers until n1's next full check.
+func TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown(t *testing.T) {
+	l := newLifecycle(t)
+	n1, n2 := l.nodes[0], l.nodes[1]
+	freed := make(chan struct{})
+	var once sync.Once
+	seen := func(c model.NodeClaims) {
+		if c.VolumeID == "sw" && c.Known && !c.Holds("n1-a1") {
+			once.Do(func() { close(freed) })
+		}
+	}
+	n1.sent.Store(&seen)
+	stage := n1.plugin.hold("NodeStageVolume")
+	defer n1.plugin.unhang(stage)
+	mounted := make(chan error, 1)
+	go func() {
+		_, err := n1.manager.Mount(ctx, "", "sw", "n1-a1", false)
+		mounted <- err
+	}()
+	select {
+	case <-stage.reached:
+	case <-time.After(wait):
+		t.Fatal("the mount did not reach NodeStageVolume")
+	}
+
+	_, err := n2.store.Drain(ctx, "n1")
+	require.NoError(t, err)
+	freed1, err := n2.store.FreeNodeClaims(ctx, "n1")
+	require.NoError(t, err)
+	require.Len(t, freed1, 1, "the claim was taken before the stage")
+	_, err = n2.store.Undrain(ctx, "n1")
+	require.NoError(t, err)
+	select {
+	case <-freed:
+	case <-time.After(wait):
+		t.Fatal("n1's watch did not tell its manager that the claim went")
+	}
+	_, err = n1.manager.Status(ctx, "", "sw") // behind the claims change in the manager's mailbox
+	require.NoError(t, err)
+	n1.plugin.unhang(stage)
+	select {
+	case <-mounted: // done or refused: the publish must not stay either way
+	case <-time.After(wait):
+		t.Fatal("the mount did not end")
+	}
+
+	rapidChecks(t, 1)
+	rapid.Check(t, func(rt *rapid.T) {
+		n1.waitFor(rt, "its mount taken down", func(*messages.VolumePublish) bool { return false })
+		require.NoError(rt, mountUnfenced(n2, "sw", "n2-a1"))
+		l.model = fleetModel{mounted: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: false}, byMount: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: true}}
+		l.check(rt)
+		require.NoError(rt, n2.manager.Unmount(ctx, "", "sw", "n2-a1"))
+	})
+}
+
+// TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain fences
+// n1's writer with a short cut from etcd; on the heal, n1's reconcile
+// reads the claim (still n1's), and right after that read the claim is
+// freed (drain -force) and n1's manager told so. Before, the reconcile
+// unfenced the target from what it had read: writable again, with the
+// claim gone ("claim-restored"), until the next reconcile took it down.
+// Now the unfence reads the claim again and takes the publish down.
+func TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain(t *testing.T) {
+	l := newLifecycle(t)
+	n1, n2 := l.nodes[0], l.nodes[1]
+	_, err := n1.manager.Mount(ctx, "", "sw", "n1-a1", false)
+	require.NoError(t, err)
+	events, cancel := n1.manager.SubscribeVolumeEvents()
+	defer cancel()
+	n1.proxy.Cut()
+	require.Eventually(t, func() bool { return n1.status("sw").Record.GetPublishes()["n1-a1"].GetFence() != "" }, wait, 10*time.Millisecond)
+
+	freed := make(chan struct{})
+	var once sync.Once
+	seen := func(c model.NodeClaims) {
+		if c.VolumeID == "sw" && c.Known && !c.Holds("n1-a1") {
+			once.Do(func() { close(freed) })
+		}
+	}
+	n1.sent.Store(&seen)
+	free := func(v *model.CSIVolume) {
+		if v.WriteClaims["n1-a1"] == nil {
+			t.Errorf("the reconcile read no claim of n1-a1: %v", v.WriteClaims)
+		}
+		// On the manager's job goroutine: no FailNow.
+		_, err := n2.store.Drain(ctx, "n1")
+		assert.NoError(t, err)
+		_, err = n2.store.FreeNodeClaims(ctx, "n1")
+		assert.NoError(t, err)
+		_, err = n2.store.Undrain(ctx, "n1")
+		assert.NoError(t, err)
+		select {
+		case <-freed:
+		case <-time.After(wait):
+			t.Error("n1's watch did not tell its manager that the claim went")
+		}
+	}
+	n1.read.Store(&free)
+	n1.proxy.Heal()
+
+	rapidChecks(t, 1)
+	rapid.Check(t, func(rt *rapid.T) {
+		n1.waitFor(rt, "its mount taken down", func(*messages.VolumePublish) bool { return false })
+		require.Nil(rt, n1.read.Load(), "the reconcile read the volume")
+		require.NoError(rt, mountUnfenced(n2, "sw", "n2-a1"))
+		l.model = fleetModel{mounted: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: false}, byMount: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: true}}
+		l.check(rt)
+		require.NoError(rt, n2.manager.Unmount(ctx, "", "sw", "n2-a1"))
+	})
+	for {
+		select {
+		case ev := <-events:
+			require.NotEqual(t, volumes.EventClaimRestored, ev.Kind, "n1-a1 was made writable again: %+v", ev)
+			continue
+		default:
+		}
+		break
+	}
 }
 
 // TestARestoreOfEtcdTakesDownAMountWhoseClaimItForgot mounts a writer on

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,12 +30,35 @@ type lifecycleNode struct {
 	allocs []string
 	plugin *strictPlugin
 	proxy  *etcdtest.Proxy
+	// sent, when set, is called with each ClaimsChanged once it is sent
+	// to the node's manager.
+	sent atomic.Pointer[func(model.NodeClaims)]
+	// read, when set, is called once, with what it read, after the next
+	// volume its manager reads from the catalog without an error, and
+	// before the manager gets it.
+	read *atomic.Pointer[func(*model.CSIVolume)]
+}
+
+// hookedCatalog is a volume manager's catalog whose next read calls a
+// hook (lifecycleNode.read).
+type hookedCatalog struct {
+	volumes.Catalog
+	read *atomic.Pointer[func(*model.CSIVolume)]
+}
+
+func (c hookedCatalog) GetVolume(ctx context.Context, namespace, id string) (*model.CSIVolume, error) {
+	v, err := c.Catalog.GetVolume(ctx, namespace, id)
+	if hook := c.read.Load(); err == nil && hook != nil && c.read.CompareAndSwap(hook, nil) {
+		(*hook)(v)
+	}
+	return v, err
 }
 
 func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSystem, id string) *lifecycleNode {
 	proxy := srv.Proxy(t)
-	n := newFleetNodeAt(t, proxy.Endpoints(), id, nil)
-	l := &lifecycleNode{fleetNode: n, id: id, allocs: []string{id + "-a1", id + "-a2"}, proxy: proxy,
+	read := &atomic.Pointer[func(*model.CSIVolume)]{}
+	n := newFleetNodeAt(t, proxy.Endpoints(), id, func(c *volumes.Config) { c.Catalog = hookedCatalog{Catalog: c.Catalog, read: read} })
+	l := &lifecycleNode{fleetNode: n, id: id, allocs: []string{id + "-a1", id + "-a2"}, proxy: proxy, read: read,
 		plugin: newStrictPluginOn(t, n.node, "hp", id, storageSys)}
 	// The volume manager follows the node's standing, as the agent's does,
 	// across its restarts.
@@ -51,6 +75,9 @@ func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSys
 		Claims: func(c model.NodeClaims) {
 			if m := n.current.Load(); m != nil {
 				m.ClaimsChanged(c)
+			}
+			if sent := l.sent.Load(); sent != nil {
+				(*sent)(c)
 			}
 		},
 		Resync: func(why string) {

@@ -47,7 +47,7 @@ func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
 		case mounts != nil && !mounts[pub.GetTargetPath()]:
 			errs = append(errs, j.republish(ctx, pub))
 		case pub.GetFence() != "" || !pub.GetReadOnly() && readOnlyMount(pub.GetTargetPath()):
-			errs = append(errs, j.unfence(pub))
+			errs = append(errs, j.unfence(ctx, pub))
 		}
 	}
 	errs = append(errs, j.checkCondition(ctx))
