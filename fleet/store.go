@@ -161,11 +161,16 @@ func (s *Store) classify(ctx context.Context, what string, err error) error {
 	case !errors.As(err, &u):
 		s.reach.observe(nil)
 		return err
+	case ctx.Err() != nil && u.sent:
+		return s.outcomeUnknown(what, ctx.Err())
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 	err = s.unavailable(what, u.err)
 	s.reach.observe(err)
+	if u.sent {
+		return s.outcomeUnknown(what, u.err)
+	}
 	return err
 }
 
@@ -188,9 +193,23 @@ func (s *Store) unavailable(what string, err error) error {
 }
 
 // unreached is an error of the etcd client: etcd did not answer.
-type unreached struct{ err error }
+type unreached struct {
+	err error
+	// sent: the request was a write that may have reached etcd, and may
+	// have been applied there.
+	sent bool
+}
 
 func (u *unreached) Error() string { return u.err.Error() }
+
+// outcomeUnknown is the error of a write whose answer etcd did not give
+// (err): it may have been applied. It matches model.ErrOutcomeUnknown and
+// model.ErrFleetUnavailable.
+func (s *Store) outcomeUnknown(what string, err error) error {
+	return errclass.Also(model.Refusef(model.ErrOutcomeUnknown,
+		"%s: etcd at %s did not answer the write within %v (%v): it may or may not have been applied; sending the same request again is safe",
+		what, strings.Join(s.cfg.Endpoints, ","), s.cfg.RequestTimeout, err), model.ErrFleetUnavailable)
+}
 
 // ErrEtcdDenied is returned when etcd refuses this agent's credentials
 // (its user, password or certificate) or what they may do: etcd answered,
@@ -207,7 +226,17 @@ func etcdErr(err error) error {
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty):
 		return fmt.Errorf("%w: %v: give this agent an etcd user (or certificate) whose role may read and write the fleet's prefix", ErrEtcdDenied, err)
 	}
-	return &unreached{err}
+	return &unreached{err: err}
+}
+
+// writeErr is etcdErr for a write: one that etcd did not answer may have
+// been applied (unreached.sent).
+func writeErr(err error) error {
+	err = etcdErr(err)
+	if u, ok := err.(*unreached); ok {
+		u.sent = true
+	}
+	return err
 }
 
 // keys builds the fleet's etcd keys. IDs, namespaces, node and plugin

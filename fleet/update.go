@@ -56,7 +56,7 @@ func (s *Store) updateSeeing(ctx context.Context, what, ns, id string,
 				out, after, won, err = s.try(ctx, ns, id, st, change, guard, how.drainOf)
 			}
 			var u *unreached
-			if races > 0 && errors.As(err, &u) && ctx.Err() != nil {
+			if races > 0 && errors.As(err, &u) && !u.sent && ctx.Err() != nil {
 				// etcd answered the attempts before: the time went on
 				// lost races, not on an etcd that is away.
 				return s.lostRaces(what, ns, id, races)
@@ -169,7 +169,7 @@ func (s *Store) try(ctx context.Context, ns, id string, st *state, change func(*
 	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", st.rev))...).
 		Then(ops...).Else(reads...).Commit()
 	if err != nil {
-		return nil, nil, false, etcdErr(err)
+		return nil, nil, false, writeErr(err)
 	}
 	if !resp.Succeeded {
 		rs := resp.Responses

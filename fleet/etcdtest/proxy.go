@@ -20,6 +20,7 @@ type Proxy struct {
 	mu    sync.Mutex
 	cut   bool
 	fresh bool // new connections are refused (RefuseNew)
+	muted bool // what the target sends is dropped (Mute)
 	// refused counts the connections closed as they came (Refused).
 	refused int
 	conns   map[net.Conn]bool
@@ -84,11 +85,26 @@ func (p *Proxy) Refused() int {
 	return p.refused
 }
 
-// Heal lets connections through again.
+// Mute drops, until Heal, every byte the target sends through the proxy,
+// and passes on what is sent to it: a cut on the way back, after which a
+// request reaches etcd, and may be applied, but its answer never comes.
+// Heal closes the connections muted, whose streams lost bytes.
+func (p *Proxy) Mute() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.muted = true
+}
+
+// Heal lets connections through again; a muted connection is closed.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut, p.fresh = false, false
+	if p.muted {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+	}
+	p.cut, p.fresh, p.muted = false, false, false
 }
 
 func (p *Proxy) accept() {
@@ -120,10 +136,29 @@ func (p *Proxy) serve(c net.Conn) {
 		done <- struct{}{}
 	}
 	go pipe(up, c)
-	go pipe(c, up)
+	go pipe(c, &muting{Conn: up, p: p})
 	<-done
 	p.untrack(c, up)
 	<-done
+}
+
+// muting is the target's side of a connection, read as nothing while the
+// proxy is muted.
+type muting struct {
+	net.Conn
+	p *Proxy
+}
+
+func (m *muting) Read(b []byte) (int, error) {
+	for {
+		n, err := m.Conn.Read(b)
+		m.p.mu.Lock()
+		muted := m.p.muted
+		m.p.mu.Unlock()
+		if !muted || err != nil {
+			return n, err
+		}
+	}
 }
 
 // track keeps c and up to be closed by Cut; false when cut already, or

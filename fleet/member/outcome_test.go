@@ -72,6 +72,43 @@ func TestAClaimWhoseAnswerIsLostIsResolvedNeverAnsweredRefused(t *testing.T) {
 	}
 }
 
+// TestAClaimWhoseWriteToEtcdGoesUnansweredIsNeverAnsweredUnavailable
+// has the grain of a volume run on member x, whose etcd is behind a proxy
+// that then drops what etcd sends back: x's claim reaches etcd and is
+// applied, but its answer never comes. The claim is answered "outcome
+// unknown" (or ok), never "unavailable", which says it was not applied.
+// Before, the grain's timed-out write was answered unavailable, and a
+// caller that trusted it left a claim in etcd that nobody would release.
+func TestAClaimWhoseWriteToEtcdGoesUnansweredIsNeverAnsweredUnavailable(t *testing.T) {
+	s := etcdtest.Start(t)
+	proxy := s.Proxy(t)
+	a := startChild(t, proxy.Endpoints(), "x", childTimeoutEnv+"=2s")
+	others := []*child{startChild(t, s.Endpoints(), "y"), startChild(t, s.Endpoints(), "z")}
+	all := append([]*child{a}, others...)
+	waitMembers(t, all, all...)
+	vol := ""
+	for i := range 32 { // the grains of 32 volumes all run elsewhere once in 400,000
+		name := fmt.Sprintf("v%d", i)
+		require.Equal(t, "ok writers= readers=", others[0].ask("register %s multi-node-multi-writer", name))
+		if a.ask("owner %s", name) == a.id {
+			vol = name
+			break
+		}
+	}
+	require.NotEmpty(t, vol, "a volume whose grain runs on x")
+	// The grain holds the volume as it wrote it: the next claim is one
+	// write, with no read before it.
+	require.Equal(t, "ok writers=c0@x readers=", a.ask("claim %s c0 write", vol))
+
+	proxy.Mute()
+	got := a.ask("claim %s c1 write", vol)
+	proxy.Heal()
+	held := others[0].ask("get %s", vol)
+	require.Contains(t, held, "c1@x", "the claim reached etcd and was applied")
+	kind, _, _ := strings.Cut(got, " ")
+	require.Contains(t, []string{"ok", "unknown"}, kind, "an applied claim is answered: %s", got)
+}
+
 // freeAddress is a loopback host:port that was free a moment ago.
 func freeAddress(t *testing.T) string {
 	t.Helper()

@@ -202,6 +202,12 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 		res, err := r.send(ctx, identity, msg, min(r.attempt, time.Until(deadline)), changed)
 		if answer, ok := res.(*messages.FleetVolumeResponse); ok {
 			v, err := answered(answer, msg, attempt)
+			if errors.Is(err, model.ErrOutcomeUnknown) {
+				// The grain's write went to etcd, and its answer did not
+				// come back: it may have been applied.
+				return r.resolve(namespace, id, msg, request,
+					fmt.Errorf("%s of volume %s: etcd did not answer its grain's write", describe(msg), identity))
+			}
 			if attempt > 1 {
 				return r.settle(namespace, id, msg, request, v, err)
 			}
@@ -225,8 +231,9 @@ func (r *Router) change(ctx context.Context, namespace, id string, msg proto.Mes
 	}
 }
 
-// resolve answers a change that its grain did not answer in time: it
-// may still commit, so it is never reported refused as it stands. The
+// resolve answers a change that its grain did not answer in time, or
+// whose grain's write etcd did not answer: it may have been applied, or
+// may still be, so it is never reported refused as it stands. The
 // Router first writes the request's tombstone (fleet.Store.AbandonRequest),
 // after which the request can never commit, then reads the volume back:
 // when the change is there (applied), it succeeded; when not, it was not
