@@ -39,13 +39,20 @@ const (
 // member (member.RequestController, signed like the grains' requests):
 // it runs there on that node's controller, whose answer, an error
 // included, is the answer here, with the same text and sentinels. The
-// nodes are tried in order of their IDs until one runs it. A node
+// nodes are tried in order of their IDs until one runs it. A node that
+// does not answer in time (member.ErrMemberGone) may have run the
+// operation, and may still: an operation that changes something is then
+// sent to no other node, and is answered model.ErrOutcomeUnknown. A node
 // expansion the plugin asks for after a routed expansion runs here, on
 // the volumes this node publishes, as after a local one.
 type routedController struct {
 	*controller.Controller
-	member   *member.Member
-	store    *fleet.Store
+	// nodes are the nodes that run a healthy controller of a plugin
+	// (fleet.Store.ControllerNodes), and send sends one of them an
+	// operation (member.Member.RequestController).
+	nodes    func(ctx context.Context, plugin string) ([]fleet.ControllerNode, error)
+	send     func(ctx context.Context, address string, req *messages.FleetControllerRequest, timeout time.Duration) (*messages.FleetControllerResponse, error)
+	nodeID   string
 	catalog  controller.Catalog
 	expander controller.NodeExpander
 	// timeout bounds the wait for another node's answer: its operation
@@ -66,9 +73,10 @@ func (a *Agent) controllerAPI() api.Controller {
 	if timeout <= 0 {
 		timeout = controller.DefaultOperationTimeout
 	}
+	store := a.member.Store()
 	return &routedController{
-		Controller: a.ctl, member: a.member, store: a.member.Store(), catalog: a.catalog, expander: a.volumes,
-		timeout: timeout + a.member.Store().CallTimeout(), log: a.log.Named("controller"),
+		Controller: a.ctl, nodes: store.ControllerNodes, send: a.member.RequestController, nodeID: store.NodeID(),
+		catalog: a.catalog, expander: a.volumes, timeout: timeout + store.CallTimeout(), log: a.log.Named("controller"),
 	}
 }
 
@@ -82,7 +90,7 @@ func elsewhere(err error) bool {
 // fleet that runs a healthy controller of it, after the local attempt
 // failed with local; it returns that node's answer.
 func (c *routedController) route(ctx context.Context, plugin, op string, body any, local error) (*messages.FleetControllerResponse, error) {
-	nodes, err := c.store.ControllerNodes(ctx, plugin)
+	nodes, err := c.nodes(ctx, plugin)
 	if err != nil {
 		return nil, fmt.Errorf("%w; and the nodes that run a controller of plugin %q cannot be read: %v", local, plugin, err)
 	}
@@ -92,12 +100,18 @@ func (c *routedController) route(ctx context.Context, plugin, op string, body an
 	}
 	var tried []string
 	for _, n := range nodes {
-		if n.Node == c.store.NodeID() {
+		if n.Node == c.nodeID {
 			continue
 		}
-		resp, err := c.member.RequestController(ctx, n.Address, &messages.FleetControllerRequest{Operation: op, Request: request}, c.timeout)
+		resp, err := c.send(ctx, n.Address, &messages.FleetControllerRequest{Operation: op, Request: request}, c.timeout)
 		if err == nil {
 			err = messages.ErrorFromProto(resp.GetError())
+		}
+		if errors.Is(err, member.ErrMemberGone) && changes(op) {
+			c.log.Warn("controller operation sent to another node went unanswered: it may have run there", "operation", op, "plugin", plugin, "node", n.Node, "error", err)
+			return nil, model.Refusef(model.ErrOutcomeUnknown,
+				"controller operation %s of plugin %q went to node %s, which did not answer (%v): it may or may not have run there, so no other node was sent it; read back what it changes before sending it again",
+				op, plugin, n.Node, err)
 		}
 		if err == nil || !elsewhere(err) && !errors.Is(err, member.ErrMemberGone) && !errors.Is(err, member.ErrNoControllers) {
 			c.log.Info("controller operation ran on another node", "operation", op, "plugin", plugin, "node", n.Node, "error", err)
@@ -109,6 +123,12 @@ func (c *routedController) route(ctx context.Context, plugin, op string, body an
 		return nil, fmt.Errorf("%w; no other node of the fleet could run it (%v)", local, tried)
 	}
 	return nil, fmt.Errorf("%w; no other live node of the fleet runs a healthy controller of plugin %q", local, plugin)
+}
+
+// changes reports whether controller operation op changes something (a
+// volume, a snapshot): all but a listing and a capacity.
+func changes(op string) bool {
+	return op != opListSnapshots && op != opCapacity
 }
 
 // volumePlugin is the plugin of the catalog volume (namespace, id); ""
