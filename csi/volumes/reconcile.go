@@ -61,8 +61,17 @@ func (j *job) reconcile(ctx context.Context, mounts map[string]bool) error {
 	return errors.Join(errs...)
 }
 
-// republish stages (when staged) and publishes pub again.
+// republish stages (when staged) and publishes pub again, through the
+// plugin the volume was mounted through alone (checkPlugin): the way out
+// would refuse another.
 func (j *job) republish(ctx context.Context, pub *messages.VolumePublish) error {
+	node, socket, err := j.nodeClientAt(ctx, pub.GetNodeSocket())
+	if err == nil {
+		err = j.checkPlugin(ctx, node, socket, pub)
+	}
+	if err != nil {
+		return j.failed(pub, err)
+	}
 	vol, err := j.volume(ctx)
 	if err != nil {
 		return j.failed(pub, err)

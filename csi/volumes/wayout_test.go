@@ -2,12 +2,14 @@ package volumes_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
+	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
@@ -90,4 +92,33 @@ func TestTheWayOutAsksThePluginItsNameBeforeEachStep(t *testing.T) {
 		require.Positive(t, i, "%s was sent, after a GetPluginInfo: %v", step, after)
 		require.Equal(t, "GetPluginInfo", after[i-1], "%s follows a GetPluginInfo: %v", step, after)
 	}
+}
+
+// TestAPublishAgainGoesOnlyToThePluginTheVolumeWasMountedThrough unmounts
+// a published target behind the agent's back while it is down, and starts
+// it with another plugin ("hp3.csi.k8s.io") at the socket: the reconcile
+// does not stage or publish the volume through it (the way out would then
+// refuse that plugin for good), and says so in an event.
+func TestAPublishAgainGoesOnlyToThePluginTheVolumeWasMountedThrough(t *testing.T) {
+	n := newNode(t, nil)
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
+	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	n.stop()
+	require.NoError(t, unix.Unmount(res.TargetPath, unix.MNT_DETACH))
+	p.stop()
+	other := csitest.NewMocks(t)
+	other.Identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).
+		Return(&csipb.GetPluginInfoResponse{Name: "hp3.csi.k8s.io", VendorVersion: "1"}, nil).AnyTimes()
+	other.Node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(&csipb.NodeGetCapabilitiesResponse{}, nil).AnyTimes()
+	other.Controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(&csipb.ControllerGetCapabilitiesResponse{}, nil).AnyTimes()
+	impostor := csitest.Serve(t, p.socket, other.Services())
+	defer impostor.Stop()
+
+	n.start()
+	require.Eventually(t, func() bool {
+		return strings.Contains(n.status("vol").Record.GetPublishes()["web-1"].GetLastError(), `now serves plugin "hp3.csi.k8s.io"`)
+	}, wait, 10*time.Millisecond, "the publish says which plugin serves the socket: %v", n.status("vol").Record)
+	require.NotContains(t, mountsUnder(t, n.root), res.TargetPath, "nothing was published again")
 }
