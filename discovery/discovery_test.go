@@ -74,6 +74,11 @@ func newEnv(t *testing.T, tweak func(*Config)) *env {
 	t.Helper()
 	system := actorprobe.NewSystem(t)
 	e := &env{root: tempDir(t), logs: &actorprobe.LogBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("discovery log:\n%s", e.logs)
+		}
+	})
 	e.sockets, e.specs = filepath.Join(e.root, "run"), filepath.Join(e.root, "etc")
 	require.NoError(t, os.Mkdir(e.sockets, 0o755))
 	require.NoError(t, os.Mkdir(e.specs, 0o755))

@@ -134,7 +134,12 @@ func probe(name string, p place) (c Candidate, found bool, err error) {
 		}
 		return Candidate{}, false, nil
 	}
-	if err := checkTrusted(p.dir, p.path); err != nil {
+	switch err := checkTrusted(p.dir, p.path); {
+	case errors.Is(err, fs.ErrNotExist):
+		// Gone since the stat (a socket being recreated): not here, and
+		// not bad, or the plugin would skip its grace period.
+		return Candidate{}, false, nil
+	case err != nil:
 		return Candidate{}, false, perr(ErrUntrusted, err)
 	}
 	if p.kind != KindSocket {
