@@ -11,7 +11,8 @@ import (
 
 // ClientConfig is how a client of c's etcd dials it: c's endpoints,
 // credentials and timeouts, keepalives every lease TTL, and a reconnect
-// backoff bounded by reconnectMax. A member's cluster provider dials with
+// backoff bounded by reconnectMax, and a stats handler that tells a write
+// that was sent from one that was not (withSentMark). A member's cluster provider dials with
 // it too.
 func (c Config) ClientConfig() clientv3.Config {
 	return clientv3.Config{
@@ -22,7 +23,7 @@ func (c Config) ClientConfig() clientv3.Config {
 		DialTimeout:          c.RequestTimeout,
 		DialKeepAliveTime:    c.LeaseTTL,
 		DialKeepAliveTimeout: c.RequestTimeout,
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		DialOptions: []grpc.DialOption{grpc.WithStatsHandler(sentMarker{}), grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  reconnectBase,
 				Multiplier: backoff.DefaultConfig.Multiplier,

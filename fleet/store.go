@@ -229,12 +229,12 @@ func etcdErr(err error) error {
 	return &unreached{err: err}
 }
 
-// writeErr is etcdErr for a write: one that etcd did not answer may have
-// been applied (unreached.sent).
-func writeErr(err error) error {
+// writeErr is etcdErr for a write: one that was sent (see withSentMark)
+// and that etcd did not answer may have been applied (unreached.sent).
+func writeErr(err error, sent bool) error {
 	err = etcdErr(err)
 	if u, ok := err.(*unreached); ok {
-		u.sent = true
+		u.sent = sent
 	}
 	return err
 }

@@ -166,10 +166,11 @@ func (s *Store) try(ctx context.Context, ns, id string, st *state, change func(*
 	if tombstone != nil {
 		guards, reads = append(guards, abandoned...), append([]clientv3.Op{*tombstone}, reads...)
 	}
-	resp, err := s.client.Txn(ctx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", st.rev))...).
+	txnCtx, sent := withSentMark(ctx)
+	resp, err := s.client.Txn(txnCtx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", st.rev))...).
 		Then(ops...).Else(reads...).Commit()
 	if err != nil {
-		return nil, nil, false, writeErr(err)
+		return nil, nil, false, writeErr(err, sent.Load())
 	}
 	if !resp.Succeeded {
 		rs := resp.Responses
