@@ -7,11 +7,11 @@ PROTOC_GEN_GO := $(BIN)/protoc-gen-go
 PROTOACTOR_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/asynkron/protoactor-go)
 PROTO_FILES := $(wildcard messages/*.proto)
 TEST_FLAGS  ?=
-# TEST_PARALLEL=4 makes make test run four test binaries at a time, not
-# one per core: the fleet's and the CLI's tests mostly wait, so four overlap
-# on two cores (warm, idle: 6m54s, against 12m32s), but two timing tests
-# failed once that way, so it is not the default.
-TEST_PARALLEL ?=
+# TEST_PARALLEL is how many test binaries make test runs at a time: four,
+# not one per core, since the fleet's and the CLI's tests mostly wait, so
+# four overlap on two cores (warm, idle: 6m48s, against 12m32s at one per
+# core). TEST_PARALLEL= (empty) gives go test's default, one per core.
+TEST_PARALLEL ?= 4
 BENCH       ?= .
 # The build's identity, from git (see version/): the nearest release tag
 # with the commits since and "-dirty" for changes, and the commit. Outside
