@@ -37,14 +37,7 @@ func TestADrainForceTakesDownTheDrainedNodesMountAtOnce(t *testing.T) {
 	_, err = n2.store.Undrain(ctx, "n1")
 	require.NoError(t, err)
 
-	rapidChecks(t, 1) // one run: rapid.T for the lifecycle's helpers
-	rapid.Check(t, func(rt *rapid.T) {
-		n1.waitFor(rt, "its mount taken down", func(*messages.VolumePublish) bool { return false })
-		require.NoError(rt, mountUnfenced(n2, "sw", "n2-a1"))
-		l.model = fleetModel{mounted: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: false}, byMount: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: true}}
-		l.check(rt)
-		require.NoError(rt, n2.manager.Unmount(ctx, "", "sw", "n2-a1"))
-	})
+	l.takenDownThenMountedOn(t, n1, n2)
 }
 
 // TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown frees n1's claim
@@ -98,14 +91,7 @@ func TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown(t *testing.T) {
 		t.Fatal("the mount did not end")
 	}
 
-	rapidChecks(t, 1)
-	rapid.Check(t, func(rt *rapid.T) {
-		n1.waitFor(rt, "its mount taken down", func(*messages.VolumePublish) bool { return false })
-		require.NoError(rt, mountUnfenced(n2, "sw", "n2-a1"))
-		l.model = fleetModel{mounted: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: false}, byMount: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: true}}
-		l.check(rt)
-		require.NoError(rt, n2.manager.Unmount(ctx, "", "sw", "n2-a1"))
-	})
+	l.takenDownThenMountedOn(t, n1, n2)
 }
 
 // TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain fences
@@ -153,15 +139,8 @@ func TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain(t *testing.T) 
 	n1.read.Store(&free)
 	n1.proxy.Heal()
 
-	rapidChecks(t, 1)
-	rapid.Check(t, func(rt *rapid.T) {
-		n1.waitFor(rt, "its mount taken down", func(*messages.VolumePublish) bool { return false })
-		require.Nil(rt, n1.read.Load(), "the reconcile read the volume")
-		require.NoError(rt, mountUnfenced(n2, "sw", "n2-a1"))
-		l.model = fleetModel{mounted: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: false}, byMount: map[fleetKey]bool{{"n2", "sw", "n2-a1"}: true}}
-		l.check(rt)
-		require.NoError(rt, n2.manager.Unmount(ctx, "", "sw", "n2-a1"))
-	})
+	l.takenDownThenMountedOn(t, n1, n2)
+	require.Nil(t, n1.read.Load(), "the reconcile read the volume")
 	for {
 		select {
 		case ev := <-events:
@@ -192,16 +171,25 @@ func TestARestoreOfEtcdTakesDownAMountWhoseClaimItForgot(t *testing.T) {
 			require.NoError(t, err)
 
 			l.srv.RestoreFrom(snap, bump)
-			rapidChecks(t, 1)
-			rapid.Check(t, func(rt *rapid.T) {
-				n1.waitFor(rt, "its mount taken down", func(*messages.VolumePublish) bool { return false })
-				require.NoError(rt, mountUnfenced(n3, "sw", "n3-a1"))
-				l.model = fleetModel{mounted: map[fleetKey]bool{{"n3", "sw", "n3-a1"}: false}, byMount: map[fleetKey]bool{{"n3", "sw", "n3-a1"}: true}}
-				l.check(rt)
-				require.NoError(rt, n3.manager.Unmount(ctx, "", "sw", "n3-a1"))
-			})
+			l.takenDownThenMountedOn(t, n1, n3)
 		})
 	}
+}
+
+// takenDownThenMountedOn checks, once n's claim of the single writer
+// "sw" went, that n takes its publish down, and that other then mounts
+// the volume as its one writer, the fleet checked after.
+func (l *lifecycle) takenDownThenMountedOn(t *testing.T, n, other *lifecycleNode) {
+	t.Helper()
+	rapidChecks(t, 1) // one run: rapid.T for the lifecycle's helpers
+	rapid.Check(t, func(rt *rapid.T) {
+		n.waitFor(rt, "its mount taken down", func(*messages.VolumePublish) bool { return false })
+		k := fleetKey{other.id, "sw", other.id + "-a1"}
+		require.NoError(rt, mountUnfenced(other, k.volume, k.alloc))
+		l.model = fleetModel{mounted: map[fleetKey]bool{k: false}, byMount: map[fleetKey]bool{k: true}}
+		l.check(rt)
+		require.NoError(rt, other.manager.Unmount(ctx, "", k.volume, k.alloc))
+	})
 }
 
 // mountUnfenced mounts vol for a writer alloc on n, trying again while n's
