@@ -49,14 +49,7 @@ func TestADrainForceTakesDownTheDrainedNodesMountAtOnce(t *testing.T) {
 func TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown(t *testing.T) {
 	l := newLifecycle(t)
 	n1, n2 := l.nodes[0], l.nodes[1]
-	freed := make(chan struct{})
-	var once sync.Once
-	seen := func(c model.NodeClaims) {
-		if c.VolumeID == "sw" && c.Known && !c.Holds("n1-a1") {
-			once.Do(func() { close(freed) })
-		}
-	}
-	n1.sent.Store(&seen)
+	freed := n1.toldClaimGone("sw", "n1-a1")
 	stage := n1.plugin.hold("NodeStageVolume")
 	defer n1.plugin.unhang(stage)
 	mounted := make(chan error, 1)
@@ -111,14 +104,7 @@ func TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain(t *testing.T) 
 	n1.proxy.Cut()
 	require.Eventually(t, func() bool { return n1.status("sw").Record.GetPublishes()["n1-a1"].GetFence() != "" }, wait, 10*time.Millisecond)
 
-	freed := make(chan struct{})
-	var once sync.Once
-	seen := func(c model.NodeClaims) {
-		if c.VolumeID == "sw" && c.Known && !c.Holds("n1-a1") {
-			once.Do(func() { close(freed) })
-		}
-	}
-	n1.sent.Store(&seen)
+	freed := n1.toldClaimGone("sw", "n1-a1")
 	free := func(v *model.CSIVolume) {
 		if v.WriteClaims["n1-a1"] == nil {
 			t.Errorf("the reconcile read no claim of n1-a1: %v", v.WriteClaims)
@@ -190,6 +176,20 @@ func (l *lifecycle) takenDownThenMountedOn(t *testing.T, n, other *lifecycleNode
 		l.check(rt)
 		require.NoError(rt, other.manager.Unmount(ctx, "", k.volume, k.alloc))
 	})
+}
+
+// toldClaimGone is closed once n's manager has been sent a claims change
+// of vol in which alloc holds no claim.
+func (n *lifecycleNode) toldClaimGone(vol, alloc string) <-chan struct{} {
+	gone := make(chan struct{})
+	var once sync.Once
+	seen := func(c model.NodeClaims) {
+		if c.VolumeID == vol && c.Known && !c.Holds(alloc) {
+			once.Do(func() { close(gone) })
+		}
+	}
+	n.sent.Store(&seen)
+	return gone
 }
 
 // mountUnfenced mounts vol for a writer alloc on n, trying again while n's
