@@ -3,6 +3,7 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -30,10 +32,9 @@ type NodeWatchConfig struct {
 	// the watch's goroutine.
 	Resync func(reason string)
 	// CheckEvery is how often Resync is called even though the watch saw
-	// nothing amiss: a restore of etcd without a bumped revision goes
-	// unseen when the fleet's writes take the revision past the old one
-	// before the watch reads it, and the check finds it then. Zero is
-	// DefaultCheckEvery; a negative value, never.
+	// nothing amiss, as a last resort: a change of the fleet that neither
+	// the watch nor its probe of the node's claim index showed is found
+	// then. Zero is DefaultCheckEvery; a negative value, never.
 	CheckEvery time.Duration
 }
 
@@ -58,7 +59,10 @@ const checkReason = "the periodic check of every mount against the fleet's claim
 // etcd's revision now, and Resync hears why. While the watch has not
 // heard from etcd for a whole lease TTL, the node's Standing is lost,
 // as when its lease may have expired: a change of its claims might be
-// waiting unheard. It asks etcd for progress every quarter TTL.
+// waiting unheard. It asks etcd for progress every quarter TTL, and reads
+// the node's claim index as etcd holds it at the revision the watch last
+// heard: another index than the watch followed means a restored etcd
+// whose revision the fleet's writes took past the old one.
 //
 // A liveness key found holding another agent's identity loses this agent
 // its node ID (IdentityLost); one found deleted is put again.
@@ -95,6 +99,11 @@ type nodeWatch struct {
 	// known is the revision up to which the watch knows etcd: its start,
 	// then the header of each answer of the watch itself.
 	known int64
+	// index is the node's claim index as the watch saw it, each key with
+	// its mod revision, up to indexRev: the start's read, then each answer
+	// of the index's own watch.
+	index    map[string]int64
+	indexRev int64
 	// resyncs counts the resyncs, for the metrics.
 	resyncs atomic.Int64
 }
@@ -108,12 +117,15 @@ func (w *nodeWatch) fresh() {
 func (w *nodeWatch) start(ctx context.Context) (int64, error) {
 	var rev int64
 	err := w.s.call(ctx, "start the watch of the node's claims", func(ctx context.Context) error {
-		resp, err := w.s.client.Get(ctx, w.s.keys.claimsOf(w.s.cfg.NodeID), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := w.s.client.Get(ctx, w.s.keys.claimsOf(w.s.cfg.NodeID), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return etcdErr(err)
 		}
 		w.cluster, w.revision, rev = resp.Header.ClusterId, resp.Header.Revision, resp.Header.Revision
-		w.known = rev
+		w.known, w.indexRev, w.index = rev, rev, make(map[string]int64, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			w.index[string(kv.Key)] = kv.ModRevision
+		}
 		return nil
 	})
 	return rev, err
@@ -175,6 +187,7 @@ func (w *nodeWatch) follow(ctx context.Context, rev int64) string {
 			for _, ev := range resp.Events {
 				w.claimsChanged(ev)
 			}
+			w.indexRev = max(w.indexRev, resp.Header.Revision)
 		case resp, ok := <-live:
 			if why := w.check(resp, ok); why != "" {
 				return why
@@ -217,7 +230,37 @@ func (w *nodeWatch) probe(ctx context.Context) string {
 		// fleet's watch would look stale and fence the node.
 		w.fresh()
 	}
-	return ""
+	return w.verifyIndex(ctx)
+}
+
+// verifyIndex reads the node's claim index as etcd holds it at the
+// revision the index's watch last heard (indexRev), and compares it with
+// what the watch saw. Another index means another history: etcd was
+// restored from a snapshot, and the fleet's writes took its revision past
+// the old one before a probe read it, so the revision never showed it.
+// It returns why the watch cannot go on, or "". A read that fails says
+// nothing: a compacted revision is no sign, and a silent etcd is the
+// standing's to judge.
+func (w *nodeWatch) verifyIndex(ctx context.Context) string {
+	if w.indexRev == 0 {
+		return ""
+	}
+	resp, err := w.s.client.Get(ctx, w.s.keys.claimsOf(w.s.cfg.NodeID), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(w.indexRev))
+	switch {
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		return fmt.Sprintf("etcd has no revision %d, which the watch heard: etcd was restored from a snapshot", w.indexRev)
+	case err != nil:
+		return ""
+	}
+	same := len(resp.Kvs) == len(w.index)
+	for _, kv := range resp.Kvs {
+		same = same && w.index[string(kv.Key)] == kv.ModRevision
+	}
+	if same {
+		return ""
+	}
+	return fmt.Sprintf("etcd's claim index of this node at revision %d is not the one the watch saw (%d keys, against %d): etcd was restored from a snapshot",
+		w.indexRev, len(resp.Kvs), len(w.index))
 }
 
 // check is why the watch cannot go on after resp (ok false: the channel
@@ -260,8 +303,14 @@ func (w *nodeWatch) header(h etcdserverpb.ResponseHeader, heard bool) string {
 	return ""
 }
 
-// claimsChanged tells Claims of the change ev made to the index.
+// claimsChanged tells Claims of the change ev made to the index, and
+// keeps it in the watch's copy.
 func (w *nodeWatch) claimsChanged(ev *clientv3.Event) {
+	if ev.Type == mvccpb.DELETE {
+		delete(w.index, string(ev.Kv.Key))
+	} else {
+		w.index[string(ev.Kv.Key)] = ev.Kv.ModRevision
+	}
 	_, ref, ok := w.s.indexEntry(w.s.keys.claims(), string(ev.Kv.Key), nil)
 	if !ok {
 		return

@@ -200,3 +200,42 @@ func TestAPeriodicCheckFindsARestoreItsRevisionDidNotShow(t *testing.T) {
 	require.Eventually(t, func() bool { return e.resynced("periodic check") }, timeout, 10*time.Millisecond,
 		"the periodic check asks for every mount to be checked")
 }
+
+// TestAProbeFindsARestoreItsRevisionDidNotShow is
+// TestAPeriodicCheckFindsARestoreItsRevisionDidNotShow with the periodic
+// check off: the watch's probe reads the node's claim index at the
+// revision the watch last heard it, and finds there another history than
+// the one it followed (no claim of web-1), so the watch starts again and
+// every mount is checked. Before, only the periodic check, every 5
+// minutes by default, found this restore.
+func TestAProbeFindsARestoreItsRevisionDidNotShow(t *testing.T) {
+	srv := etcdtest.Start(t)
+	proxy := srv.Proxy(t)
+	a := open(t, srv, "node-a", as("secret-a", ""), func(c *fleet.Config) { c.Endpoints = proxy.Endpoints() })
+	healthyNode(t, a)
+	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
+	snap := filepath.Join(t.TempDir(), "fleet.db")
+	_, err := fleet.SaveSnapshot(testCtx(t), fleet.Access{Endpoints: srv.Endpoints()}, snap)
+	require.NoError(t, err)
+	e := &nodeEvents{}
+	t.Cleanup(a.WatchNode(fleet.NodeWatchConfig{Claims: e.onClaims, Resync: e.onResync, CheckEvery: -1}))
+	_, err = a.Claim(testCtx(t), "", "db", writeClaim("web-1", "node-a"))
+	require.NoError(t, err)
+	waitClaims(t, e, "db", "web-1")
+
+	// node-a sees etcd again only once the restored etcd's revision is
+	// past the one it knew.
+	proxy.Cut()
+	srv.RestoreFrom(snap, false)
+	raw, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: timeout})
+	require.NoError(t, err)
+	defer raw.Close()
+	for i := range 20 {
+		_, err := raw.Put(testCtx(t), fmt.Sprintf("/elsewhere/%d", i), "x")
+		require.NoError(t, err)
+	}
+	proxy.Heal()
+	require.Eventually(t, func() bool { return e.resynced("is not the one the watch saw") }, timeout, 10*time.Millisecond,
+		"the probe finds the restore")
+	require.False(t, e.resynced("went back"), "the revision never showed it")
+}
