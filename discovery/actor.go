@@ -237,7 +237,7 @@ func (a *discoveryActor) invalid(ctx actor.Context, name string, pe *PluginError
 	if f.status.GetState() == messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID && f.status.GetError() == pe.Error() {
 		return
 	}
-	a.log.Error("plugin is invalid: ignoring it until its file changes", "plugin", name, "file", pe.Path, "error", pe)
+	a.log.Warn("plugin is invalid: ignoring it until its file changes", "plugin", name, "file", pe.Path, "error", pe)
 	f.status = &messages.DiscoveredPlugin{Name: name, Source: pe.Path, Error: pe.Error(),
 		State: messages.DiscoveredPluginState_DISCOVERED_PLUGIN_STATE_INVALID}
 	a.changed(ctx, f.status)
