@@ -10,10 +10,10 @@ import (
 )
 
 // ClientConfig is how a client of c's etcd dials it: c's endpoints,
-// credentials and timeouts, keepalives every lease TTL, and a reconnect
+// credentials and timeouts, keepalives every lease TTL, a reconnect
 // backoff bounded by reconnectMax, and a stats handler that tells a write
-// that was sent from one that was not (withSentMark). A member's cluster provider dials with
-// it too.
+// that was sent from one that was not (withSentMark). A member's cluster
+// provider dials with it too.
 func (c Config) ClientConfig() clientv3.Config {
 	return clientv3.Config{
 		Endpoints:            c.Endpoints,

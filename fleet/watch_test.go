@@ -172,31 +172,12 @@ func TestAQuietFleetsNodeWatchStaysFresh(t *testing.T) {
 }
 
 // TestAPeriodicCheckFindsARestoreItsRevisionDidNotShow restores etcd from a
-// snapshot taken before node-a's claim, without a bumped revision, and at
-// once writes past the revision the watch saw: the revision never goes
-// back, so only the periodic check tells the node to check its mounts.
+// snapshot taken before node-a's claim, without a bumped revision, and
+// writes past the revision the watch saw before node-a sees etcd again:
+// the revision never goes back, and the periodic check too tells the node
+// to check its mounts.
 func TestAPeriodicCheckFindsARestoreItsRevisionDidNotShow(t *testing.T) {
-	srv := etcdtest.Start(t)
-	a := open(t, srv, "node-a", as("secret-a", ""))
-	healthyNode(t, a)
-	registered(t, a, volume("db", model.AccessModeSingleNodeWriter))
-	snap := filepath.Join(t.TempDir(), "fleet.db")
-	_, err := fleet.SaveSnapshot(testCtx(t), fleet.Access{Endpoints: srv.Endpoints()}, snap)
-	require.NoError(t, err)
-	e := &nodeEvents{}
-	t.Cleanup(a.WatchNode(fleet.NodeWatchConfig{Claims: e.onClaims, Resync: e.onResync, CheckEvery: fleet.MinLeaseTTL}))
-	_, err = a.Claim(testCtx(t), "", "db", writeClaim("web-1", "node-a"))
-	require.NoError(t, err)
-	waitClaims(t, e, "db", "web-1")
-
-	srv.RestoreFrom(snap, false)
-	raw, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: timeout})
-	require.NoError(t, err)
-	defer raw.Close()
-	for i := range 20 {
-		_, err := raw.Put(testCtx(t), fmt.Sprintf("/elsewhere/%d", i), "x")
-		require.NoError(t, err)
-	}
+	e := hiddenRestore(t, fleet.MinLeaseTTL)
 	require.Eventually(t, func() bool { return e.resynced("periodic check") }, timeout, 10*time.Millisecond,
 		"the periodic check asks for every mount to be checked")
 }
@@ -209,6 +190,19 @@ func TestAPeriodicCheckFindsARestoreItsRevisionDidNotShow(t *testing.T) {
 // every mount is checked. Before, only the periodic check, every 5
 // minutes by default, found this restore.
 func TestAProbeFindsARestoreItsRevisionDidNotShow(t *testing.T) {
+	e := hiddenRestore(t, -1)
+	require.Eventually(t, func() bool { return e.resynced("is not the one the watch saw") }, timeout, 10*time.Millisecond,
+		"the probe finds the restore")
+	require.False(t, e.resynced("went back"), "the revision never showed it")
+}
+
+// hiddenRestore watches node-a's claims (its periodic check every
+// checkEvery), claims volume db for web-1, and cuts node-a from etcd while
+// etcd is restored from a snapshot taken before the claim, without a
+// bumped revision, and written past the revision node-a knew: node-a,
+// back, never sees the revision go back. It returns what the watch told.
+func hiddenRestore(t *testing.T, checkEvery time.Duration) *nodeEvents {
+	t.Helper()
 	srv := etcdtest.Start(t)
 	proxy := srv.Proxy(t)
 	a := open(t, srv, "node-a", as("secret-a", ""), func(c *fleet.Config) { c.Endpoints = proxy.Endpoints() })
@@ -218,13 +212,11 @@ func TestAProbeFindsARestoreItsRevisionDidNotShow(t *testing.T) {
 	_, err := fleet.SaveSnapshot(testCtx(t), fleet.Access{Endpoints: srv.Endpoints()}, snap)
 	require.NoError(t, err)
 	e := &nodeEvents{}
-	t.Cleanup(a.WatchNode(fleet.NodeWatchConfig{Claims: e.onClaims, Resync: e.onResync, CheckEvery: -1}))
+	t.Cleanup(a.WatchNode(fleet.NodeWatchConfig{Claims: e.onClaims, Resync: e.onResync, CheckEvery: checkEvery}))
 	_, err = a.Claim(testCtx(t), "", "db", writeClaim("web-1", "node-a"))
 	require.NoError(t, err)
 	waitClaims(t, e, "db", "web-1")
 
-	// node-a sees etcd again only once the restored etcd's revision is
-	// past the one it knew.
 	proxy.Cut()
 	srv.RestoreFrom(snap, false)
 	raw, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: timeout})
@@ -235,7 +227,5 @@ func TestAProbeFindsARestoreItsRevisionDidNotShow(t *testing.T) {
 		require.NoError(t, err)
 	}
 	proxy.Heal()
-	require.Eventually(t, func() bool { return e.resynced("is not the one the watch saw") }, timeout, 10*time.Millisecond,
-		"the probe finds the restore")
-	require.False(t, e.resynced("went back"), "the revision never showed it")
+	return e
 }

@@ -29,13 +29,9 @@ func TestADrainForceTakesDownTheDrainedNodesMountAtOnce(t *testing.T) {
 	_, err := n1.manager.Mount(ctx, "", "sw", "n1-a1", false)
 	require.NoError(t, err)
 
-	_, err = n2.store.Drain(ctx, "n1")
-	require.NoError(t, err)
-	freed, err := n2.store.FreeNodeClaims(ctx, "n1")
+	freed, err := drainForce(n2.store, "n1")
 	require.NoError(t, err)
 	require.Len(t, freed, 1)
-	_, err = n2.store.Undrain(ctx, "n1")
-	require.NoError(t, err)
 
 	l.takenDownThenMountedOn(t, n1, n2)
 }
@@ -63,13 +59,9 @@ func TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown(t *testing.T) {
 		t.Fatal("the mount did not reach NodeStageVolume")
 	}
 
-	_, err := n2.store.Drain(ctx, "n1")
-	require.NoError(t, err)
-	freed1, err := n2.store.FreeNodeClaims(ctx, "n1")
+	freed1, err := drainForce(n2.store, "n1")
 	require.NoError(t, err)
 	require.Len(t, freed1, 1, "the claim was taken before the stage")
-	_, err = n2.store.Undrain(ctx, "n1")
-	require.NoError(t, err)
 	select {
 	case <-freed:
 	case <-time.After(wait):
@@ -110,11 +102,7 @@ func TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain(t *testing.T) 
 			t.Errorf("the reconcile read no claim of n1-a1: %v", v.WriteClaims)
 		}
 		// On the manager's job goroutine: no FailNow.
-		_, err := n2.store.Drain(ctx, "n1")
-		assert.NoError(t, err)
-		_, err = n2.store.FreeNodeClaims(ctx, "n1")
-		assert.NoError(t, err)
-		_, err = n2.store.Undrain(ctx, "n1")
+		_, err := drainForce(n2.store, "n1")
 		assert.NoError(t, err)
 		select {
 		case <-freed:
@@ -160,6 +148,20 @@ func TestARestoreOfEtcdTakesDownAMountWhoseClaimItForgot(t *testing.T) {
 			l.takenDownThenMountedOn(t, n1, n3)
 		})
 	}
+}
+
+// drainForce drains node from s and frees its claims, as `node drain
+// -force` does, then makes it eligible again; it returns the claims freed.
+func drainForce(s *fleet.Store, node string) ([]fleet.Freed, error) {
+	if _, err := s.Drain(ctx, node); err != nil {
+		return nil, err
+	}
+	freed, err := s.FreeNodeClaims(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.Undrain(ctx, node)
+	return freed, err
 }
 
 // takenDownThenMountedOn checks, once n's claim of the single writer

@@ -18,13 +18,7 @@ import (
 // published target behind the agent's back while it is down: the reconcile
 // at start stages and publishes it again, so records and kernel agree.
 func TestAPublishedVolumeTheKernelLostIsPublishedAgainAtStart(t *testing.T) {
-	n := newNode(t, nil)
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
-	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
-	n.stop()
-	require.NoError(t, unix.Unmount(res.TargetPath, unix.MNT_DETACH))
+	n, _, res := lostWhileDown(t)
 	require.NotContains(t, mountsUnder(t, n.root), res.TargetPath)
 
 	n.start()
@@ -34,6 +28,21 @@ func TestAPublishedVolumeTheKernelLostIsPublishedAgainAtStart(t *testing.T) {
 	require.Contains(t, mountsUnder(t, n.root), res.TargetPath, "the target is mounted again")
 	require.NoError(t, n.manager.Unmount(ctx, "", "vol", "web-1"))
 	require.Empty(t, mountsUnder(t, n.root))
+}
+
+// lostWhileDown mounts a single-node-writer volume "vol" on the strict
+// plugin for alloc web-1, stops the node's manager, and unmounts the
+// target behind its back, as a node's restart can lose a mount.
+func lostWhileDown(t *testing.T) (*node, *strictPlugin, volumes.MountResult) {
+	t.Helper()
+	n := newNode(t, nil)
+	p := newStrictPlugin(t, n, "hp")
+	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
+	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
+	require.NoError(t, err)
+	n.stop()
+	require.NoError(t, unix.Unmount(res.TargetPath, unix.MNT_DETACH))
+	return n, p, res
 }
 
 // TestAMountNoRecordExplainsIsReportedAsAnOrphan bind-mounts a directory

@@ -9,7 +9,6 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
-	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/csitest"
@@ -100,13 +99,7 @@ func TestTheWayOutAsksThePluginItsNameBeforeEachStep(t *testing.T) {
 // does not stage or publish the volume through it (the way out would then
 // refuse that plugin for good), and says so in an event.
 func TestAPublishAgainGoesOnlyToThePluginTheVolumeWasMountedThrough(t *testing.T) {
-	n := newNode(t, nil)
-	p := newStrictPlugin(t, n, "hp")
-	p.create(n, "vol", "hp", model.AccessModeSingleNodeWriter)
-	res, err := n.manager.Mount(ctx, "", "vol", "web-1", false)
-	require.NoError(t, err)
-	n.stop()
-	require.NoError(t, unix.Unmount(res.TargetPath, unix.MNT_DETACH))
+	n, p, res := lostWhileDown(t)
 	p.stop()
 	other := csitest.NewMocks(t)
 	other.Identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).
