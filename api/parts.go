@@ -41,6 +41,9 @@ type Catalog interface {
 }
 
 // VolumeManager is this node's volume manager: claims, mounts and detaches.
+// ClaimVolume and ReleaseVolume return the volume as the change left it,
+// never nil without an error; a volume that does not exist is an error
+// wrapping model.ErrVolumeNotFound.
 type VolumeManager interface {
 	ClaimVolume(ctx context.Context, namespace, id, alloc string, use csi.Usage) (*model.CSIVolume, error)
 	ReleaseVolume(ctx context.Context, namespace, id, alloc string) (*model.CSIVolume, error)

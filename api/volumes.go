@@ -386,13 +386,9 @@ func (s *Server) releaseVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ns, id := r.PathValue("namespace"), r.PathValue("id")
-	v, err := s.Volumes.ReleaseVolume(r.Context(), ns, id, body.AllocID)
+	v, err := s.Volumes.ReleaseVolume(r.Context(), r.PathValue("namespace"), r.PathValue("id"), body.AllocID)
 	if err != nil {
 		return err
-	}
-	if v == nil {
-		return fmt.Errorf("%w: volume %s/%s", model.ErrVolumeNotFound, ns, id)
 	}
 	writeJSON(w, http.StatusOK, volumeJSON(v))
 	return nil
