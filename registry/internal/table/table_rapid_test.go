@@ -123,6 +123,9 @@ func (t *Table) matches(model map[string][]*Allocation) error {
 				return fmt.Errorf("Find(%s, %s) = %v, %v; want %v, %v", name, a.plugin.AllocId, c, found, allocs[0], a)
 			}
 		}
+		if c, found := t.Find(name, "none"); found != nil || len(allocs) > 0 && c != allocs[0] {
+			return fmt.Errorf("Find(%s, none) = %v, %v; want %v, nil", name, c, found, allocs)
+		}
 		if got := t.Allocations(name); !slices.Equal(got, infos) {
 			return fmt.Errorf("Allocations(%s) = %v, want %v", name, got, infos)
 		}
