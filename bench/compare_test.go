@@ -35,8 +35,12 @@ func BenchmarkConcurrentRegistrants(b *testing.B) {
 	})
 }
 
+// BenchmarkDeliveryLatency: from a register call to its event at a
+// subscriber: Nomad's a channel, plugvisor's an actor taking batches, and
+// in plugvisor-channel a channel (Subscribe), as Nomad's is.
 func BenchmarkDeliveryLatency(b *testing.B) {
 	each(b, func(b *testing.B, im impl) { workload.DeliveryLatency(b, im.memory(b)) })
+	b.Run("plugvisor-channel", func(b *testing.B) { workload.DeliveryLatency(b, plugvisorChannels(b)) })
 }
 
 // BenchmarkReadsUnderWrites: parallel readers while one writer registers

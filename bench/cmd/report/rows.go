@@ -122,6 +122,9 @@ func rows() []row {
 		}
 		out = append(out, r)
 	}
+	out = append(out, row{workload: "… its p99 with plugvisor's subscribers as Go channels (Subscribe), as Nomad's are", unit: "µs", lowerIsBetter: true,
+		nomad: metric(impl(dl, "nomad"), "p99-µs"), plugvisor: metric(impl(dl, "plugvisor-channel"), "p99-µs"),
+		target: ratioAtMost(2, "≤ 2× Nomad's")})
 	for _, read := range []string{"ListPlugins", "DispensePlugin"} {
 		for _, store := range []string{"memory", "durable"} {
 			n, p := pairs(ruw+"/"+read+"/writer="+store, "")
