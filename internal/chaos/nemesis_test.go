@@ -119,6 +119,8 @@ type nemesis struct {
 	skips  int
 	errs   []string
 	snaps  []snapshotFile
+	// links counts the links olderSnapshot made, to name each its own.
+	links int
 }
 
 type snapshotFile struct {
@@ -235,6 +237,7 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 		ev.snapshot = snap.at
 		nm.note(ev)
 		f.restoreEtcd(nm, snap.path)
+		_ = os.Remove(snap.path)
 	case faultDrain, faultDrainForce:
 		nm.drain(ctx, ft, n, ev)
 	case faultDuplicateID:
@@ -381,7 +384,10 @@ func (nm *nemesis) snapshots(ctx context.Context, interval time.Duration) *sync.
 	return &wg
 }
 
-// olderSnapshot is the oldest snapshot kept, or nil.
+// olderSnapshot is the oldest snapshot kept, or nil: a hard link to it,
+// made under the lock the rotation of snapshots takes, so that the
+// rotation can remove the original while a restore reads the link (it
+// did once, and the restore found no file). The caller removes the link.
 func (nm *nemesis) olderSnapshot() *snapshotFile {
 	nm.mu.Lock()
 	defer nm.mu.Unlock()
@@ -389,6 +395,13 @@ func (nm *nemesis) olderSnapshot() *snapshotFile {
 		return nil
 	}
 	s := nm.snaps[0]
+	nm.links++
+	link := fmt.Sprintf("%s.restoring-%d", s.path, nm.links)
+	if err := os.Link(s.path, link); err != nil {
+		nm.errs = append(nm.errs, fmt.Sprintf("keep %s for a restore: %v", s.path, err)) // nm.mu is held
+		return nil
+	}
+	s.path = link
 	return &s
 }
 

@@ -2,8 +2,10 @@ package chaos_test
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,17 +31,28 @@ type proc struct {
 	races string
 }
 
-// start runs binary with args, writing race reports under races.
+// start runs binary with args, writing race reports under races. Its
+// output also goes to name.log beside races, after that of every earlier
+// process of the name: a violation is read there, across restarts, in the
+// files a failed run keeps.
 func start(name, races string, args ...string) (*proc, error) {
+	log, err := os.OpenFile(filepath.Join(filepath.Dir(races), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	fmt.Fprintf(log, "==== %s started at %s: %s\n", name, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
 	cmd := exec.Command(binary, args...)
 	p := &proc{name: name, cmd: cmd, out: &probe.LogBuffer{}, done: make(chan struct{}), races: races}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.Stdout = io.MultiWriter(p.out, log)
+	cmd.Stderr = cmd.Stdout
 	cmd.Env = append(os.Environ(), racelog.Env(races))
 	if err := cmd.Start(); err != nil {
+		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	go func() {
 		p.err = cmd.Wait()
+		log.Close()
 		close(p.done)
 	}()
 	return p, nil
