@@ -174,17 +174,19 @@ func (f *chaosFleet) use(ctx context.Context, h *history, n *chaosNode, vol, all
 
 // unmount unmounts alloc's mount of vol through n, trying again, up to
 // tries times, while the answer leaves it in place. A try that finds no
-// mount after one that failed is the unmount done: the way out is steps,
-// and a try that failed at the claim's release, after the target's
-// unmount, leaves the rest to the next try or to the agent's reconcile
-// (seen once: the release refused while etcd was restarting, then the
-// node's reconcile finished it). Only a first try that finds no mount is
-// a mount taken away.
+// mount after one answered unavailable or unknown is the unmount done:
+// the way out is steps, and a try that failed at the claim's release,
+// after the target's unmount, leaves the rest to the next try or to the
+// agent's reconcile (seen once: the node's lease lapsed, etcd did not
+// answer the release, and the reconcile under the new lease finished the
+// way out). A first try that finds no mount, or one after the agent took
+// no request, is a mount taken away.
 func (f *chaosFleet) unmount(n *chaosNode, vol, alloc string, tries int) string {
 	answer := ""
 	for i := range tries {
+		before := answer
 		answer = classify(n.call(context.Background(), "POST", "/v1/volumes/default/"+vol+"/unmount", map[string]any{"alloc_id": alloc}, nil))
-		if answer == answerAbsent && i > 0 {
+		if answer == answerAbsent && (before == answerUnavailable || before == answerUnknown) {
 			return answerOK
 		}
 		if answer == answerOK || answer == answerAbsent {
