@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -115,8 +116,9 @@ func heap() uint64 {
 }
 
 // startBenchCluster starts n members on a fresh etcd and registers volumes
-// (multi-node-multi-writer, so that claims never conflict) through them;
-// it is kept under name for the later runs of the benchmark. The clusters
+// (multi-node-multi-writer, so that claims never conflict, unless name
+// ends in singleWriter: single-node-writer) through them; it is kept under
+// name for the later runs of the benchmark. The clusters
 // of the benchmarks before are stopped first, so that their members and
 // etcd take no CPU, memory or GC time from this one's measures.
 func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Duration) *benchCluster {
@@ -159,6 +161,9 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 		c.volumes[i] = fmt.Sprintf("vol-%d", i)
 		v := model.NewCSIVolume(c.volumes[i], 0)
 		v.PluginID, v.AccessMode, v.AttachmentMode = "ebs", model.AccessModeMultiNodeMultiWriter, model.AttachmentModeFileSystem
+		if strings.HasSuffix(name, singleWriter) {
+			v.AccessMode = model.AccessModeSingleNodeWriter
+		}
 		m := c.members[i%n]
 		if err := register(m, v); err != nil {
 			return fmt.Errorf("member %s, which sees %d members: %w", m.ID(), len(m.Members()), err)
@@ -221,28 +226,39 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return ds[min(len(ds)-1, int(float64(len(ds))*p))]
 }
 
+// singleWriter ends the name of a cluster whose volumes take one writer.
+const singleWriter = "/single-writer"
+
 // claimRelease claims volume v for alloc on member m and frees it again; it
-// returns how long the claim took.
-func claimRelease(m *member.Member, v, alloc, node string) (time.Duration, error) {
+// returns how long the claim took, and whether it was refused because
+// another alloc held the volume's one writer slot (then there is nothing
+// to free).
+func claimRelease(m *member.Member, v, alloc, node string) (time.Duration, bool, error) {
 	ctx := context.Background()
 	start := time.Now()
-	if _, err := m.Router().Claim(ctx, "", v, &model.Claim{
+	_, err := m.Router().Claim(ctx, "", v, &model.Claim{
 		AllocID: alloc, NodeID: node, Mode: model.ClaimModeWrite, State: model.ClaimStateTaken,
-	}); err != nil {
-		return 0, err
-	}
+	})
 	took := time.Since(start)
-	_, err := m.Router().Release(ctx, "", v, &model.Claim{AllocID: alloc, State: model.ClaimStateReadyToFree})
-	return took, err
+	if errors.Is(err, model.ErrVolumeMaxClaims) {
+		return took, true, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	_, err = m.Router().Release(ctx, "", v, &model.Claim{AllocID: alloc, State: model.ClaimStateReadyToFree})
+	return took, false, err
 }
 
 // runCallers runs b.N claim-and-release pairs on callers goroutines per
 // member, each on volumes picked at random, and reports the pairs per
-// second and the claims' p99. Its baseline, bare etcd doing what a claim
-// does, is a benchmark of its own that runs alone (bare_bench_test.go).
+// second, the claims' p99 and the share refused because another alloc
+// held the volume ("gave-up-%"; a refused claim frees nothing). Its
+// baseline, bare etcd doing what a claim does, is a benchmark of its own
+// that runs alone (bare_bench_test.go).
 func runCallers(b *testing.B, c *benchCluster, callers int) {
 	b.Helper()
-	var next atomic.Int64
+	var next, gaveUp atomic.Int64
 	var mu sync.Mutex
 	var took []time.Duration
 	workers := callers * len(c.members)
@@ -252,9 +268,12 @@ func runCallers(b *testing.B, c *benchCluster, callers int) {
 		rng := rand.New(rand.NewPCG(uint64(w), 7))
 		var mine []time.Duration
 		for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-			d, err := claimRelease(m, c.volumes[rng.IntN(len(c.volumes))], fmt.Sprintf("alloc-%d", i), node)
+			d, refused, err := claimRelease(m, c.volumes[rng.IntN(len(c.volumes))], fmt.Sprintf("alloc-%d", i), node)
 			if err != nil {
 				return err
+			}
+			if refused {
+				gaveUp.Add(1)
 			}
 			mine = append(mine, d)
 		}
@@ -267,14 +286,23 @@ func runCallers(b *testing.B, c *benchCluster, callers int) {
 	p99 := percentile(took, 0.99)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "claim-p99-ms")
+	b.ReportMetric(100*float64(gaveUp.Load())/float64(b.N), "gave-up-%")
 }
 
 // BenchmarkClaimsThreeMembersEightCallers: 3 members, 8 callers on each,
-// claiming and freeing 64 volumes through their grains.
+// claiming and freeing 64 volumes through their grains. On single-writer
+// volumes a claim gives up when another alloc holds the volume, as the
+// bare baseline's does (BenchmarkBareEtcd/keys=64,clients=3,callers=8);
+// on multi-writer volumes every claim is taken, and the claims of one
+// volume wait for each other in its grain.
 func BenchmarkClaimsThreeMembersEightCallers(b *testing.B) {
-	c := startBenchCluster(b, "three", 3, 64, 0)
-	runCallers(b, c, 8)
-	b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
+	for _, volumes := range []string{singleWriter, "/multi-writer"} {
+		b.Run("volumes="+volumes[1:], func(b *testing.B) {
+			c := startBenchCluster(b, "three"+volumes, 3, 64, 0)
+			runCallers(b, c, 8)
+			b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
+		})
+	}
 }
 
 // BenchmarkClaimsOneHotVolumeThroughItsGrain: the same 24 callers on one

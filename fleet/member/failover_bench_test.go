@@ -101,7 +101,7 @@ func claimQueued(asker *member.Member, orphans []string, answered func()) error 
 	for range 32 {
 		go func() {
 			for i := int(next.Add(1)) - 1; i < len(orphans); i = int(next.Add(1)) - 1 {
-				_, err := claimRelease(asker, orphans[i], "failover-queued-"+orphans[i], "node-0")
+				_, _, err := claimRelease(asker, orphans[i], "failover-queued-"+orphans[i], "node-0")
 				answered()
 				if err != nil {
 					errs <- err
