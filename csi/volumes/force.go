@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/plugvisor/plugvisor/csi/catalog/model"
 )
 
 // forceUnmount is an operator's unmount of a stuck volume (see
@@ -59,11 +57,8 @@ func (j *job) forceUnmount(ctx context.Context, alloc string) error {
 			forced = append(forced, fmt.Sprintf("ControllerUnpublishVolume failed (%v): the attachment stays recorded, and is retried", err))
 		}
 	}
-	if pub.GetClaimedByMount() {
-		err := j.releaseClaim(ctx, alloc, model.ClaimStateReadyToFree, "")
-		if err != nil {
-			return j.failed(pub, err)
-		}
+	if err := j.releaseMountClaim(ctx, pub, alloc); err != nil {
+		return j.failed(pub, err)
 	}
 	delete(j.rec.Publishes, alloc)
 	if err := j.save(); err != nil {

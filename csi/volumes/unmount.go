@@ -68,14 +68,27 @@ func (j *job) takeDown(ctx context.Context, alloc string) error {
 			return j.failed(pub, err)
 		}
 	}
-	if pub.GetClaimedByMount() {
-		err := j.releaseClaim(ctx, alloc, model.ClaimStateReadyToFree, "")
-		if err != nil {
-			return j.failed(pub, err)
-		}
+	if err := j.releaseMountClaim(ctx, pub, alloc); err != nil {
+		return j.failed(pub, err)
 	}
 	delete(j.rec.Publishes, alloc)
 	return j.save()
+}
+
+// releaseMountClaim releases the claim that alloc's mount (pub) made, if
+// it made one, once the mount is down. Its error says that the mount is
+// down: a caller who retries on a 503 must not take it for a mount still
+// up. The release stays for the GC step to retry, and an unmount sent
+// again finishes it.
+func (j *job) releaseMountClaim(ctx context.Context, pub *messages.VolumePublish, alloc string) error {
+	if !pub.GetClaimedByMount() {
+		return nil
+	}
+	if err := j.releaseClaim(ctx, alloc, model.ClaimStateReadyToFree, ""); err != nil {
+		return fmt.Errorf("the mount of volume %s by alloc %s is down, but its claim is not released yet (the agent retries the release; an unmount sent again finishes it): %w",
+			j.key, alloc, err)
+	}
+	return nil
 }
 
 // failed records err as pub's last error and returns it.
