@@ -36,9 +36,11 @@ type benchCluster struct {
 	etcd    *etcdtest.Server
 	members []*member.Member
 	volumes []string
-	// memberHeap is the heap the members added, all together; base the
-	// heap before the members started (the etcd's included).
-	memberHeap, base uint64
+	// memberHeap is the heap the members added, all together (negative
+	// when the cluster stopped before them was still freeing its memory);
+	// base the heap before the members started (the etcd's included).
+	memberHeap int64
+	base       uint64
 	// started and registered are how long the members took to start and
 	// the volumes to register.
 	started, registered time.Duration
@@ -152,7 +154,7 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 		require.Eventually(b, func() bool { return len(m.Members()) == n }, time.Minute, 50*time.Millisecond,
 			"member %s sees %d members (%d blocked)", m.ID(), len(m.Members()), m.Cluster().GetBlockedMembers().Size())
 	}
-	c.memberHeap = heap() - before
+	c.memberHeap = int64(heap()) - int64(before)
 	c.started = time.Since(t0)
 
 	t0 = time.Now()
@@ -173,6 +175,15 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 	c.registered = time.Since(t0)
 	benchClusters[name] = c
 	return c
+}
+
+// reportMemberHeap reports the heap each member of c added ("MiB/member"),
+// unless the heap shrank meanwhile: the cluster stopped before c was
+// still freeing its memory, and the figure would mean nothing.
+func reportMemberHeap(b *testing.B, c *benchCluster) {
+	if c.memberHeap > 0 {
+		b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
+	}
 }
 
 // register registers v through m, again when it lost the race for a
@@ -300,7 +311,7 @@ func BenchmarkClaimsThreeMembersEightCallers(b *testing.B) {
 		b.Run("volumes="+volumes[1:], func(b *testing.B) {
 			c := startBenchCluster(b, "three"+volumes, 3, 64, 0)
 			runCallers(b, c, 8)
-			b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
+			reportMemberHeap(b, c)
 		})
 	}
 }
@@ -326,7 +337,7 @@ func BenchmarkFleetOfTwentyMembers(b *testing.B) {
 	runCallers(b, c, 1)
 	b.ReportMetric(c.started.Seconds(), "start-s")
 	b.ReportMetric(c.registered.Seconds(), "register-s")
-	b.ReportMetric(float64(c.memberHeap)/float64(len(c.members))/(1<<20), "MiB/member")
+	reportMemberHeap(b, c)
 	if b.N == 1 {
 		return // the first, probing run of the benchmark: the rest is measured on a real run
 	}
