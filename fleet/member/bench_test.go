@@ -316,6 +316,16 @@ func BenchmarkClaimsThreeMembersEightCallers(b *testing.B) {
 	}
 }
 
+// BenchmarkClaimsOneMemberTwentyFourCallers: the 24 callers of
+// BenchmarkClaimsThreeMembersEightCallers on one member, on single-writer
+// volumes: every grain is local, so that the difference between the two
+// is what the members' remote hops cost (2 of 3 requests of three
+// members go to a grain on another member).
+func BenchmarkClaimsOneMemberTwentyFourCallers(b *testing.B) {
+	c := startBenchCluster(b, "one"+singleWriter, 1, 64, 0)
+	runCallers(b, c, 24)
+}
+
 // BenchmarkClaimsOneHotVolumeThroughItsGrain: the same 24 callers on one
 // multi-writer volume, whose grain runs their claims one at a time.
 func BenchmarkClaimsOneHotVolumeThroughItsGrain(b *testing.B) {
