@@ -219,3 +219,48 @@ func BenchmarkPipelinedRegistrations(b *testing.B) {
 		b.ReportMetric(float64(nw-writes)/float64(nb-batches), "writes/batch")
 	}
 }
+
+// BenchmarkGoroutineHandOver is the floor under any delivery of the
+// registry's shape in plain Go, without protoactor or the registry: a
+// caller hands a write to a worker goroutine and waits for its answer; the
+// worker hands an event to a subscriber goroutine over a channel, works
+// about as long as the registry's actor does after it (work), and
+// answers. It reports the p50, p99 and p99.9 from the caller's hand-over
+// to the subscriber's receipt, as BenchmarkDeliveryLatency does. Run it
+// with -test.cpu 1,2: with two Ps, a send that readies a parked goroutine
+// sometimes wakes the idle P's thread first (a futex wake; on a VM a
+// wake-up of the other vCPU), which holds up the sender and what it
+// readied.
+func BenchmarkGoroutineHandOver(b *testing.B) {
+	for _, work := range []time.Duration{0, 3 * time.Microsecond} {
+		b.Run(fmt.Sprintf("work=%v", work), func(b *testing.B) {
+			writes, answers := make(chan time.Time), make(chan struct{})
+			events, arrived := make(chan time.Time, 1), make(chan time.Time, 1)
+			go func() {
+				for ev := range events {
+					_ = ev
+					arrived <- time.Now()
+				}
+			}()
+			go func() {
+				for start := range writes {
+					events <- start
+					for spin := time.Now(); time.Since(spin) < work; {
+					}
+					answers <- struct{}{}
+				}
+			}()
+			b.Cleanup(func() { close(writes); close(events) })
+			latencies := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				writes <- start
+				<-answers
+				latencies = append(latencies, (<-arrived).Sub(start))
+			}
+			b.StopTimer()
+			workload.ReportPercentiles(b, latencies)
+		})
+	}
+}
