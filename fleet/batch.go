@@ -161,9 +161,13 @@ func (s *Store) attemptBatch(ctx context.Context, items []*batchItem,
 	if len(w.ops) == 0 {
 		return true, nil
 	}
-	resp, err := s.client.Txn(ctx).If(w.cmps...).Then(w.ops...).Commit()
-	if err != nil || !resp.Succeeded {
-		return false, etcdErr(err)
+	wctx, failed := sending(ctx)
+	resp, err := s.client.Txn(wctx).If(w.cmps...).Then(w.ops...).Commit()
+	if err != nil {
+		return false, failed(err)
+	}
+	if !resp.Succeeded {
+		return false, nil
 	}
 	for _, b := range items {
 		if b.changed() && b.next != nil {

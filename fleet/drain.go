@@ -184,10 +184,11 @@ func (s *Store) Drain(ctx context.Context, node string) (*Node, error) {
 			return drainingError(node, out.DrainingSince)
 		}
 		key, now := s.keys.drain(node), time.Now().UTC()
-		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		wctx, failed := sending(ctx)
+		resp, err := s.client.Txn(wctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, now.Format(time.RFC3339Nano))).Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
-			return etcdErr(err)
+			return failed(err)
 		}
 		if !resp.Succeeded {
 			since := time.Time{}
@@ -215,9 +216,10 @@ func (s *Store) Undrain(ctx context.Context, node string) (bool, error) {
 	}
 	var deleted bool
 	err := s.call(ctx, "end a node's drain", func(ctx context.Context) error {
-		resp, err := s.client.Delete(ctx, s.keys.drain(node))
+		wctx, failed := sending(ctx)
+		resp, err := s.client.Delete(wctx, s.keys.drain(node))
 		if err != nil {
-			return etcdErr(err)
+			return failed(err)
 		}
 		if deleted = resp.Deleted > 0; deleted {
 			return nil
@@ -266,7 +268,7 @@ func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error
 			return changed, nil
 		}, func(context.Context, *model.CSIVolume) ([]clientv3.Cmp, error) { return draining, nil })
 		if err != nil {
-			return out, err
+			return out, partlyFreed(node, out, err)
 		}
 		out = append(out, freed...)
 	}
@@ -275,6 +277,25 @@ func (s *Store) FreeNodeClaims(ctx context.Context, node string) ([]Freed, error
 			"alloc", f.AllocID, "node", node)
 	}
 	return out, nil
+}
+
+// partlyFreed is err, the failure of a forced free of node's claims, once
+// it had freed the claims freed: it names them, so that an operator does
+// not take the failure for nothing done. Freeing again frees the others.
+func partlyFreed(node string, freed []Freed, err error) error {
+	if len(freed) == 0 {
+		return err
+	}
+	names := make([]string, len(freed))
+	for i, f := range freed {
+		names[i] = fmt.Sprintf("%s on %s/%s", f.AllocID, f.Namespace, f.VolumeID)
+	}
+	claims := "claims"
+	if len(freed) == 1 {
+		claims = "claim"
+	}
+	return fmt.Errorf("freed %d %s of node %s's allocs before it failed: %s; the others stay held until the claims are freed again: %w",
+		len(freed), claims, node, strings.Join(names, ", "), err)
 }
 
 // nodeNotFound is the error of a node command naming a node the fleet

@@ -219,8 +219,9 @@ func (s *Store) PutFingerprints(ctx context.Context, fps []*messages.CSIFingerpr
 				ops = append(ops, clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(s.byPlugin(string(kv.Key))))
 			}
 		}
-		_, err = s.client.Txn(ctx).Then(ops...).Commit()
-		return etcdErr(err)
+		wctx, failed := sending(ctx)
+		_, err = s.client.Txn(wctx).Then(ops...).Commit()
+		return failed(err)
 	})
 }
 

@@ -97,8 +97,9 @@ func (s *Store) ExpectPlugin(ctx context.Context, name string, nodes, controller
 		op = clientv3.OpPut(key, value)
 	}
 	err := s.call(ctx, "declare a plugin's expected counts", func(ctx context.Context) error {
-		_, err := s.client.Txn(ctx).Then(op).Commit()
-		return etcdErr(err)
+		wctx, failed := sending(ctx)
+		_, err := s.client.Txn(wctx).Then(op).Commit()
+		return failed(err)
 	})
 	if err != nil {
 		return nil, err

@@ -22,6 +22,15 @@ func withSentMark(ctx context.Context) (context.Context, *atomic.Bool) {
 	return context.WithValue(ctx, sentKey{}, sent), sent
 }
 
+// sending marks ctx for a write (withSentMark) and returns the function
+// that turns the write's error from the etcd client into writeErr's: a
+// write that was sent and not answered is outcome unknown (Store.call),
+// never "unavailable".
+func sending(ctx context.Context) (context.Context, func(error) error) {
+	ctx, sent := withSentMark(ctx)
+	return ctx, func(err error) error { return writeErr(err, sent.Load()) }
+}
+
 // sentMarker is the stats handler of every etcd client of the fleet
 // (Config.ClientConfig).
 type sentMarker struct{}

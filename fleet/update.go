@@ -166,11 +166,11 @@ func (s *Store) try(ctx context.Context, ns, id string, st *state, change func(*
 	if tombstone != nil {
 		guards, reads = append(guards, abandoned...), append([]clientv3.Op{*tombstone}, reads...)
 	}
-	txnCtx, sent := withSentMark(ctx)
+	txnCtx, failed := sending(ctx)
 	resp, err := s.client.Txn(txnCtx).If(append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", st.rev))...).
 		Then(ops...).Else(reads...).Commit()
 	if err != nil {
-		return nil, nil, false, writeErr(err, sent.Load())
+		return nil, nil, false, failed(err)
 	}
 	if !resp.Succeeded {
 		rs := resp.Responses
