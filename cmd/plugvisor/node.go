@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"text/tabwriter"
 	"time"
@@ -123,9 +124,11 @@ func newNodeDrainCmd() *cobra.Command {
 (in the claim's own transaction, so no claim slips past), and this command
 waits, showing the claims left, until the node holds none. Past -deadline
 it fails and the node stays draining; with -force it frees the claims left
-instead, as the GC frees a dead node's. An unknown node, or one draining
-already, is refused and nothing changes. "node eligibility -enable" ends
-the drain.`,
+instead, as the GC frees a dead node's. A node draining already is drained
+on: the command waits (and frees with -force) from now, as the remedy of
+a drain past its deadline is the same drain with -force. An unknown node
+is refused and nothing changes. "node eligibility -enable" ends the
+drain.`,
 		Example: "  plugvisor node drain n2\n  plugvisor node drain -deadline 5m -force n2",
 		Args:    cmdline.Args("NODE", "plugvisor node drain -deadline 10m n2"),
 	})
@@ -143,10 +146,15 @@ the drain.`,
 // nodeDrain begins the drain of node, then waits for its claims to go.
 func nodeDrain(ctx context.Context, c *client, common commonFlags, node string, deadline time.Duration, force bool, stdout io.Writer) error {
 	start := time.Now()
-	if err := c.call(ctx, "POST", nodePath(node, "drain"), nil, nil, nil); err != nil {
+	err := c.call(ctx, "POST", nodePath(node, "drain"), nil, nil, nil)
+	switch {
+	case isStatus(err, http.StatusConflict): // draining already: drain on
+		if !common.json {
+			fmt.Fprintf(stdout, "node %s was draining already: new claims on it are refused\n", node)
+		}
+	case err != nil:
 		return err
-	}
-	if !common.json {
+	case !common.json:
 		fmt.Fprintf(stdout, "node %s is draining: new claims on it are refused\n", node)
 	}
 	last := ""

@@ -72,9 +72,12 @@ func TestNodeDrainWaitsForTheClaimsToGoAndEligibilityEndsIt(t *testing.T) {
 		settle, 20*time.Millisecond, "the drain shows the claim left: %s", output)
 	require.Contains(t, output.String(), "node n2 is draining: new claims on it are refused")
 	require.ErrorIs(t, claim(t, n2, "web-2"), csi.ErrClaimRefused, "a draining node takes no new claim")
-	_, stderr, code = cli(t, "node", "drain", "-data-dir", dir, "n2")
+	// A second drain drains on: it waits for the same claim, here past a
+	// short deadline of its own.
+	out, stderr, code = cli(t, "node", "drain", "-data-dir", dir, "-deadline", "100ms", "n2")
 	require.Equal(t, 1, code)
-	require.Contains(t, stderr, `"n2" is already draining`)
+	require.Contains(t, out, "node n2 was draining already: new claims on it are refused")
+	require.Contains(t, stderr, "the deadline of 100ms passed with claims left (1): web-1 on default/db (write)")
 
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
@@ -91,24 +94,35 @@ func TestNodeDrainWaitsForTheClaimsToGoAndEligibilityEndsIt(t *testing.T) {
 
 // TestNodeDrainWithForceFreesTheClaimsLeftPastItsDeadline drains n2 with
 // a short deadline: without -force it fails naming the claim left and the
-// remedies, and the node stays draining; with -force the claim is freed.
+// remedies, and the node stays draining; the remedy it names, the drain
+// again with -force, frees the claim, the node still draining; a fresh
+// drain with -force frees too.
 func TestNodeDrainWithForceFreesTheClaimsLeftPastItsDeadline(t *testing.T) {
 	dir, n2 := fleetWithANode(t)
 	_, stderr, code := cli(t, "node", "drain", "-data-dir", dir, "-deadline", "100ms", "n2")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "the deadline of 100ms passed with claims left (1): web-1 on default/db (write); the node stays draining: run the drain again with -force")
-	out, stderr, code := cli(t, "node", "eligibility", "-data-dir", dir, "-enable", "n2")
-	require.Zero(t, code, stderr)
-	require.Contains(t, out, "is eligible")
+	require.ErrorIs(t, claim(t, n2, "web-2"), csi.ErrClaimRefused, "the node stays draining")
 
-	out, stderr, code = cli(t, "node", "drain", "-data-dir", dir, "-deadline", "100ms", "-force", "n2")
+	out, stderr, code := cli(t, "node", "drain", "-data-dir", dir, "-deadline", "100ms", "-force", "n2")
 	require.Zero(t, code, stderr)
+	require.Contains(t, out, "node n2 was draining already")
 	require.Contains(t, out, "claims freed by force (1): web-1 on default/db")
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	v, err := n2.GetVolume(ctx, "", "db")
 	require.NoError(t, err)
 	require.Empty(t, v.Claimants())
+	require.ErrorIs(t, claim(t, n2, "web-2"), csi.ErrClaimRefused, "the node is still draining")
+
+	out, stderr, code = cli(t, "node", "eligibility", "-data-dir", dir, "-enable", "n2")
+	require.Zero(t, code, stderr)
+	require.Contains(t, out, "is eligible")
+	require.NoError(t, claim(t, n2, "web-2"))
+	out, stderr, code = cli(t, "node", "drain", "-data-dir", dir, "-deadline", "100ms", "-force", "n2")
+	require.Zero(t, code, stderr)
+	require.Contains(t, out, "node n2 is draining")
+	require.Contains(t, out, "claims freed by force (1): web-2 on default/db")
 }
 
 // TestABadNodeDrainIsRefusedNamingTheFieldAndChangesNothing gives a drain
