@@ -127,8 +127,7 @@ func (f *chaosFleet) restoreCase(ctx context.Context, nm *nemesis, h *history) {
 	require.NoError(f.t, err, out)
 	taken := time.Now()
 	require.Equal(f.t, answerOK, f.mountOn(h, n2, vol, "forgotten"))
-	nm.note(event{at: time.Now(), kind: faultRestore, snapshot: taken})
-	f.restoreEtcd(nm, snap)
+	f.restoreEtcd(nm, snap, event{kind: faultRestore, snapshot: taken})
 	require.Eventually(f.t, func() bool { return f.mountOn(h, n3, vol, fmt.Sprintf("after-%d", time.Now().UnixNano())) == answerOK },
 		settle, 500*time.Millisecond, "n3 mounts the volume the restored etcd holds no claim on")
 	f.waitUnpublished("forgotten")

@@ -235,8 +235,7 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 			return
 		}
 		ev.snapshot = snap.at
-		nm.note(ev)
-		f.restoreEtcd(nm, snap.path)
+		f.restoreEtcd(nm, snap.path, ev)
 		_ = os.Remove(snap.path)
 	case faultDrain, faultDrainForce:
 		nm.drain(ctx, ft, n, ev)
@@ -264,13 +263,9 @@ func (nm *nemesis) drain(ctx context.Context, ft fault, n *chaosNode, ev event) 
 	}
 	nm.note(ev)
 	out, err := cli(args...)
-	if ft.Kind == faultDrainForce {
-		// One that answered an error may have freed claims too: the
-		// fleet's drain and free writes answer "unavailable" when etcd's
-		// answer to them is lost, applied or not.
+	if ft.Kind == faultDrainForce && mayHaveFreed(out, err) {
 		nm.note(event{at: time.Now(), kind: "claims freed by drain -force", node: n.id})
 	}
-	_ = out
 	sleepCtx(ctx, ft.For)
 	for range 20 {
 		if out, err = cli("node", "eligibility", "-data-dir", other.dir, "-enable", n.id); err == nil {
@@ -279,6 +274,18 @@ func (nm *nemesis) drain(ctx context.Context, ft fault, n *chaosNode, ev event) 
 		time.Sleep(500 * time.Millisecond)
 	}
 	nm.failed("node eligibility -enable %s never succeeded: %v: %s", n.id, err, out)
+}
+
+// mayHaveFreed says whether a drain -force that answered out and err may
+// have freed claims: unless it failed "unavailable", which the fleet
+// answers only for what it did not do (a write whose answer from etcd was
+// lost is outcome unknown, and a free that failed part way names the
+// claims it freed before). An error of another kind (the agent killed
+// under the request, the CLI's own timeout) may have come after claims
+// were freed.
+func mayHaveFreed(out string, err error) bool {
+	return err == nil || !strings.Contains(out, "unavailable") ||
+		strings.Contains(out, "may or may not have been applied") || strings.Contains(out, "before it failed")
 }
 
 // duplicate starts an agent with n's node ID, held under lease, on a data
@@ -461,12 +468,18 @@ func (f *chaosFleet) startEtcdOrFail(nm *nemesis) {
 // restoreEtcd restores etcd from snapshot into a new data dir, then
 // kills etcd and starts it there, on the same ports, under the running
 // agents: etcd is away for the second it takes to start, less than the
-// time the agents' leases take to be at risk.
-func (f *chaosFleet) restoreEtcd(nm *nemesis, snapshot string) {
+// time the agents' leases take to be at risk. It notes ev, the restore,
+// as of the kill.
+func (f *chaosFleet) restoreEtcd(nm *nemesis, snapshot string, ev event) {
 	f.etcd.restores++
 	dir := filepath.Join(f.dir, fmt.Sprintf("etcd-restored-%d", f.etcd.restores))
 	out, err := cli("etcd", "snapshot", "restore", snapshot, "-data-dir", dir, "-peer", f.etcd.peer)
 	f.etcd.proc.kill9()
+	// The restore takes effect here, not when it began: etcd served
+	// writes while the snapshot was restored beside it, and a claim
+	// acknowledged then is one the restore forgets.
+	ev.at = time.Now()
+	nm.note(ev)
 	if err != nil {
 		nm.failed("restore %s: %v: %s", snapshot, err, out)
 	} else {
