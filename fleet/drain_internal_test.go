@@ -113,6 +113,10 @@ func TestADrainWhoseAnswerIsLostIsOutcomeUnknownNeverUnavailable(t *testing.T) {
 	require.ErrorContains(t, err, "may or may not have been applied")
 	require.True(t, draining(), "the drain was applied")
 
+	// Heal closed the muted connection: the end of the drain must go out
+	// on a connection that etcd answers first, or it is never sent (and
+	// is rightly "unavailable").
+	require.Eventually(t, func() bool { _, err := operator.Nodes(ctx); return err == nil }, 30*time.Second, 100*time.Millisecond)
 	armed.Store(true)
 	_, err = operator.Undrain(ctx, "node-a")
 	proxy.Heal()
