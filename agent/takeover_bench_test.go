@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/cputime"
 )
 
 // BenchmarkTakeoverThenMount: b.N takeovers of a node plugin served all
@@ -32,7 +32,7 @@ func BenchmarkTakeoverThenMount(b *testing.B) {
 	b.ResetTimer()
 	for i := 1; i <= b.N; i++ {
 		alloc, web := fmt.Sprint("a", i), fmt.Sprint("web-", i)
-		before, start := processCPU(), time.Now()
+		before, start := cputime.Used(), time.Now()
 		require.NoError(b, f.register(csi.TypeNode, alloc, f.sockets[i%2]))
 		_, err := f.a.Volumes().Mount(ctx, f.vol.Namespace, f.vol.ID, web, false)
 		took = append(took, time.Since(start))
@@ -44,7 +44,7 @@ func BenchmarkTakeoverThenMount(b *testing.B) {
 		default:
 			require.NoError(b, f.a.Volumes().Unmount(ctx, f.vol.Namespace, f.vol.ID, web))
 		}
-		cpu += processCPU() - before
+		cpu += cputime.Used() - before
 		b.StopTimer()
 		f.awaitHealthy(b, alloc)
 		b.StartTimer()
@@ -55,13 +55,4 @@ func BenchmarkTakeoverThenMount(b *testing.B) {
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1e3, "register-to-mount-p50-ms")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1e3, "register-to-mount-p99-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/takeover")
-}
-
-// processCPU is the CPU time the process has used so far.
-func processCPU() time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		return 0
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }

@@ -6,11 +6,12 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/internal/cputime"
 )
 
 // nested is a body nested depth objects deep, 6 bytes a level: at 40,000
@@ -130,15 +131,6 @@ func worstBodies() map[string]string {
 	}
 }
 
-// cpuTime is the CPU time the process has used, the collector's included.
-func cpuTime(b *testing.B) time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
-}
-
 // distinctMembers is at most count members "k0":"v","k1":"v",... in n
 // bytes or fewer.
 func distinctMembers(n, count int) string {
@@ -166,13 +158,13 @@ func BenchmarkDecodeWorstShapes(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
-			start := cpuTime(b)
+			start := cputime.Used()
 			for b.Loop() {
 				var v CreateBody
 				w, r := request(body)
 				_ = s.decode(w, r, &v, false)
 			}
-			b.ReportMetric(float64(cpuTime(b)-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(cputime.Used()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

@@ -5,7 +5,6 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/internal/cputime"
 )
 
 // idleWindow is how long each idle CPU figure is measured.
@@ -22,13 +22,9 @@ const idleWindow = 20 * time.Second
 // cpuOver is the CPU this process used during window, as a percentage of
 // one core.
 func cpuOver(window time.Duration) float64 {
-	var before, after syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-	start := time.Now()
+	before, start := cputime.Used(), time.Now()
 	time.Sleep(window) // the measurement is the wait: nothing to synchronise with
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-	used := time.Duration(after.Utime.Nano()-before.Utime.Nano()) + time.Duration(after.Stime.Nano()-before.Stime.Nano())
-	return 100 * used.Seconds() / time.Since(start).Seconds()
+	return 100 * (cputime.Used() - before).Seconds() / time.Since(start).Seconds()
 }
 
 // TestIdleCPU measures the idle CPU of one agent's fleet loops, etcd in

@@ -24,6 +24,7 @@ import (
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
+	"github.com/plugvisor/plugvisor/internal/cputime"
 	"github.com/plugvisor/plugvisor/messages"
 	"github.com/plugvisor/plugvisor/storage"
 )
@@ -204,7 +205,7 @@ func (r pairRun) report(b *testing.B, prefix string) {
 // for every count-th pair, and measures them.
 func runPairs(b *testing.B, count int, pair func(i int) error) pairRun {
 	latencies := make([][]time.Duration, count)
-	cpu0 := cpuTime(b)
+	cpu0 := cputime.Used()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range count {
@@ -220,7 +221,7 @@ func runPairs(b *testing.B, count int, pair func(i int) error) pairRun {
 		})
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuTime(b)-cpu0
+	elapsed, cpu := time.Since(start), cputime.Used()-cpu0
 	all := slices.Concat(latencies...)
 	if len(all) == 0 {
 		return pairRun{}
@@ -233,13 +234,6 @@ func runPairs(b *testing.B, count int, pair func(i int) error) pairRun {
 		p99ms:        ms(all[len(all)*99/100]),
 		cpuUsPerPair: float64(cpu.Microseconds()) / float64(len(all)),
 	}
-}
-
-// cpuTime is the user and system time this process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // kernelWork is what a kernel pair does besides its four mount syscalls.

@@ -2,10 +2,10 @@ package workload
 
 import (
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/plugvisor/plugvisor/internal/cputime"
 	"github.com/plugvisor/plugvisor/registry"
 )
 
@@ -49,7 +49,7 @@ type meter struct {
 }
 
 func startMeter(t Target) meter {
-	m := meter{target: t, cpu: processCPU()}
+	m := meter{target: t, cpu: cputime.Used()}
 	if b, ok := t.(Batcher); ok {
 		m.batches, m.written = b.Batches()
 	}
@@ -60,7 +60,7 @@ func startMeter(t Target) meter {
 // µs, and the writes per batch.
 func (m meter) report(b *testing.B, ops int) {
 	if ops > 0 {
-		b.ReportMetric(float64((processCPU()-m.cpu).Nanoseconds())/1e3/float64(ops), "cpu-µs/op")
+		b.ReportMetric(float64((cputime.Used()-m.cpu).Nanoseconds())/1e3/float64(ops), "cpu-µs/op")
 	}
 	if bt, ok := m.target.(Batcher); ok {
 		batches, written := bt.Batches()
@@ -68,13 +68,4 @@ func (m meter) report(b *testing.B, ops int) {
 			b.ReportMetric(float64(written-m.written)/float64(batches-m.batches), "writes/batch")
 		}
 	}
-}
-
-// processCPU is the CPU time the process has used so far.
-func processCPU() time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		return 0
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
