@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
+	"github.com/plugvisor/plugvisor/internal/cputime"
 )
 
 // The claim benchmarks' baseline: bare etcd doing what a claim does, on
@@ -69,6 +70,7 @@ func runBare(b *testing.B, etcd *etcdtest.Server, keys, clients, callers int) {
 	var took []time.Duration
 	workers := clients * callers
 	b.ResetTimer()
+	cpu := cputime.Used()
 	parallel(b, workers, workers, func(w int) error {
 		ctx, cl := context.Background(), cls[w%clients]
 		rng := rand.New(rand.NewPCG(uint64(w), 11))
@@ -93,6 +95,7 @@ func runBare(b *testing.B, etcd *etcdtest.Server, keys, clients, callers int) {
 		return nil
 	})
 	b.StopTimer()
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 	b.ReportMetric(float64(percentile(took, 0.99).Microseconds())/1000, "claim-p99-ms")
 	b.ReportMetric(100*float64(gaveUp.Load())/float64(b.N), "gave-up-%")

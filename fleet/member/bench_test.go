@@ -21,6 +21,7 @@ import (
 	"github.com/plugvisor/plugvisor/fleet"
 	"github.com/plugvisor/plugvisor/fleet/etcdtest"
 	"github.com/plugvisor/plugvisor/fleet/member"
+	"github.com/plugvisor/plugvisor/internal/cputime"
 	"github.com/plugvisor/plugvisor/messages"
 )
 
@@ -177,6 +178,13 @@ func startBenchCluster(b *testing.B, name string, n, volumes int, idle time.Dura
 	return c
 }
 
+// reportCPU reports the CPU time the process used since cpu per pair
+// ("cpu-µs/pair"): every member's and etcd's, all in the process, or the
+// bare baseline's etcd and clients.
+func reportCPU(b *testing.B, cpu time.Duration) {
+	b.ReportMetric(float64((cputime.Used()-cpu).Microseconds())/float64(b.N), "cpu-µs/pair")
+}
+
 // reportMemberHeap reports the heap each member of c added ("MiB/member"),
 // unless the heap shrank meanwhile: the cluster stopped before c was
 // still freeing its memory, and the figure would mean nothing.
@@ -274,6 +282,7 @@ func runCallers(b *testing.B, c *benchCluster, callers int) {
 	var took []time.Duration
 	workers := callers * len(c.members)
 	b.ResetTimer()
+	cpu := cputime.Used()
 	parallel(b, workers, workers, func(w int) error {
 		m, node := c.members[w%len(c.members)], fmt.Sprintf("node-%d", w%len(c.members))
 		rng := rand.New(rand.NewPCG(uint64(w), 7))
@@ -294,6 +303,7 @@ func runCallers(b *testing.B, c *benchCluster, callers int) {
 		return nil
 	})
 	b.StopTimer()
+	reportCPU(b, cpu)
 	p99 := percentile(took, 0.99)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "claim-p99-ms")
