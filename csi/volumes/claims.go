@@ -1,6 +1,7 @@
 package volumes
 
 import (
+	"context"
 	"errors"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -36,8 +37,11 @@ func (m *Manager) ClaimsChanged(c model.NodeClaims) {
 // Resync makes the manager check every volume with a record against the
 // fleet's claims again (a reconcile each), because the node's watch may
 // have missed a change: it started, was compacted or cancelled, or found
-// etcd restored. A mount of a volume waits behind its reconcile. reason is
-// logged.
+// etcd restored. A mount of a volume waits behind its reconcile. A writer
+// of a volume whose queue is busy is checked at once as well, off the
+// queue: a reconcile waiting behind a long operation (a mount waiting for
+// the fleet) would leave a mount whose claim is gone writable meanwhile.
+// reason is logged.
 func (m *Manager) Resync(reason string) {
 	m.system.Root.Send(m.pid, &resyncAsked{reason: reason})
 }
@@ -88,7 +92,72 @@ func (m *manager) onResync(ctx actor.Context, reason string) {
 	for key := range m.records {
 		m.forgetRetry(key)
 	}
+	m.checkBusyWriters()
 	m.reconcileAll(ctx)
+}
+
+// busyWriters are the writers' targets (by alloc) of a volume whose queue
+// is busy, for checkBusyWriters.
+type busyWriters struct {
+	key     volumeKey
+	targets map[string]string
+}
+
+// checkBusyWriters reads the claims of each volume that has a writer's
+// publish and an operation running, on a goroutine of its own, and makes
+// the target of each writer whose claim the fleet no longer gives to this
+// node read-only at once, as onClaimsChanged does. The volume's reconcile,
+// queued behind the running operation, takes the mount down, or makes it
+// writable again when its claim is back. A node whose standing is lost
+// fences every writer already.
+func (m *manager) checkBusyWriters() {
+	if m.env.fenced.Load() {
+		return
+	}
+	var check []busyWriters
+	for key, rec := range m.records {
+		if !m.busy(key) {
+			continue
+		}
+		w := busyWriters{key: key, targets: map[string]string{}}
+		for _, alloc := range publishedAllocs(rec) {
+			if pub := rec.GetPublishes()[alloc]; mayBeWritable(pub) {
+				w.targets[alloc] = pub.GetTargetPath()
+			}
+		}
+		if len(w.targets) > 0 {
+			check = append(check, w)
+		}
+	}
+	if len(check) == 0 {
+		return
+	}
+	env := m.env
+	m.workers.Add(1)
+	go func() {
+		defer m.workers.Done()
+		var lost []string
+		for _, w := range check {
+			ctx, cancel := context.WithTimeout(env.base, env.opTimeout)
+			holders, err := readHolders(ctx, env.catalog, w.key)
+			cancel()
+			if err != nil {
+				continue // the reconcile checks again
+			}
+			for alloc, target := range w.targets {
+				if !holdsHere(holders, alloc, env.nodeID) {
+					env.log.Warn("the fleet no longer gives this alloc's claim to this node: its mount is made read-only while an operation runs on the volume; the volume's reconcile then takes it down",
+						"namespace", w.key.namespace, "volume_id", w.key.id, "alloc_id", alloc, "target_path", target)
+					lost = append(lost, target)
+				}
+			}
+		}
+		for _, target := range lost {
+			if err := remount(target, true); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				env.log.Warn("could not make a writer's target read-only: its reconcile tries again", "target_path", target, "error", err)
+			}
+		}
+	}()
 }
 
 // remountReadOnly makes each target read-only on a goroutine of its own,

@@ -247,6 +247,18 @@ func joinedNote(errs []error) string {
 // catalog could not say.
 func (j *job) claimHolders(ctx context.Context) (map[string]string, error) {
 	vol, err := j.volume(ctx)
+	return holdersOf(vol, err)
+}
+
+// readHolders is claimHolders read from catalog, off any job.
+func readHolders(ctx context.Context, catalog Catalog, key volumeKey) (map[string]string, error) {
+	vol, err := catalog.GetVolume(ctx, key.namespace, key.id)
+	return holdersOf(vol, catalogError(err, ErrClaimRefused))
+}
+
+// holdersOf is the node of each alloc holding a claim on vol, read with err:
+// none for an unknown volume.
+func holdersOf(vol *model.CSIVolume, err error) (map[string]string, error) {
 	if errors.Is(err, ErrVolumeNotFound) {
 		return map[string]string{}, nil
 	}
@@ -262,8 +274,14 @@ func (j *job) claimHolders(ctx context.Context) (map[string]string, error) {
 
 // ours reports whether holders give alloc's claim to this node.
 func (j *job) ours(holders map[string]string, alloc string) bool {
-	node, ok := holders[alloc]
-	return ok && (j.env.nodeID == "" || node == "" || node == j.env.nodeID)
+	return holdsHere(holders, alloc, j.env.nodeID)
+}
+
+// holdsHere reports whether holders give alloc's claim to node (or to any
+// node, when node or the claim's node is "").
+func holdsHere(holders map[string]string, alloc, node string) bool {
+	at, ok := holders[alloc]
+	return ok && (node == "" || at == "" || at == node)
 }
 
 // claimGone takes alloc's publish down, the catalog giving its claim to
