@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
@@ -152,11 +153,7 @@ func (m *manager) checkBusyWriters() {
 				}
 			}
 		}
-		for _, target := range lost {
-			if err := remount(target, true); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-				env.log.Warn("could not make a writer's target read-only: its reconcile tries again", "target_path", target, "error", err)
-			}
-		}
+		makeReadOnly(env.log, lost)
 	}()
 }
 
@@ -170,12 +167,19 @@ func (m *manager) remountReadOnly(targets []string) {
 	m.workers.Add(1)
 	go func() {
 		defer m.workers.Done()
-		for _, target := range targets {
-			if err := remount(target, true); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-				m.log.Warn("could not make a writer's target read-only: its reconcile tries again", "target_path", target, "error", err)
-			}
-		}
+		makeReadOnly(m.log, targets)
 	}()
+}
+
+// makeReadOnly remounts each target read-only. A target that is no mount
+// point (EINVAL) or is gone (ENOENT) is not writable; any other failure is
+// logged, and left to the volume's reconcile.
+func makeReadOnly(log hclog.Logger, targets []string) {
+	for _, target := range targets {
+		if err := remount(target, true); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			log.Warn("could not make a writer's target read-only: its reconcile tries again", "target_path", target, "error", err)
+		}
+	}
 }
 
 // mayBeMounted reports whether pub's target may be mounted: on its way
