@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -92,4 +93,30 @@ func TestADockerVolumeCommandShowsProgressWhileItWaitsOnATerminal(t *testing.T) 
 	stderr.Reset()
 	require.Equal(t, 1, run([]string{"docker", "volume", "inspect", "db", "-json", "-data-dir", dir}, &stdout, &stderr))
 	require.True(t, strings.HasPrefix(stderr.String(), "{"), "no progress under -json: %q", stderr.String())
+}
+
+// A drain's 409 is read as "draining already" only when the node is
+// draining: any other conflict is the drain's failure, not a wait.
+func TestADrainConflictOnANodeNotDrainingIsAnError(t *testing.T) {
+	for _, draining := range []bool{false, true} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /v1/fleet/nodes/{node}/drain", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "conflict: something else", "code": "conflict"})
+		})
+		mux.HandleFunc("GET /v1/fleet/nodes", func(w http.ResponseWriter, r *http.Request) {
+			_ = json.NewEncoder(w).Encode(map[string]any{"nodes": []map[string]any{{"id": "n2", "draining": draining, "claims": []any{}}}})
+		})
+		c := &client{http: &http.Client{Transport: handlerTransport{mux}}}
+		var out bytes.Buffer
+		err := nodeDrain(context.Background(), c, commonFlags{}, "n2", time.Minute, false, &out)
+		if !draining {
+			require.ErrorContains(t, err, "conflict: something else")
+			require.NotContains(t, out.String(), "draining already")
+			continue
+		}
+		require.NoError(t, err)
+		require.Contains(t, out.String(), "node n2 was draining already")
+		require.Contains(t, out.String(), "node n2 is drained")
+	}
 }

@@ -148,7 +148,7 @@ func nodeDrain(ctx context.Context, c *client, common commonFlags, node string, 
 	start := time.Now()
 	err := c.call(ctx, "POST", nodePath(node, "drain"), nil, nil, nil)
 	switch {
-	case isStatus(err, http.StatusConflict): // draining already: drain on
+	case isStatus(err, http.StatusConflict) && drainingAlready(ctx, c, node): // drain on
 		if !common.json {
 			fmt.Fprintf(stdout, "node %s was draining already: new claims on it are refused\n", node)
 		}
@@ -210,6 +210,13 @@ func drainPastDeadline(ctx context.Context, c *client, common commonFlags, n *ap
 }
 
 // nodeNamed is the node of the fleet with that ID.
+// drainingAlready reports whether node is draining, for a drain refused
+// 409: only then is the refusal "draining already", and the drain goes on.
+func drainingAlready(ctx context.Context, c *client, node string) bool {
+	n, err := nodeNamed(ctx, c, node)
+	return err == nil && n.Draining
+}
+
 func nodeNamed(ctx context.Context, c *client, node string) (*api.NodeJSON, error) {
 	nodes, err := listNodes(ctx, c)
 	if err != nil {
