@@ -74,3 +74,15 @@ func Fill(ctx context.Context, s *Store, vols []*model.CSIVolume) error {
 	}
 	return nil
 }
+
+// NodeWatchProbe starts a node watch's view of s's node (its read of the
+// node's claim index, as WatchNode's start does) without following it,
+// and returns the probe the watch runs once a quarter lease TTL.
+func NodeWatchProbe(ctx context.Context, s *Store) (func(context.Context) string, error) {
+	w := &nodeWatch{s: s}
+	w.fresh()
+	if _, err := w.start(ctx); err != nil {
+		return nil, err
+	}
+	return w.probe, nil
+}
