@@ -165,11 +165,21 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
+// statusClientClosed is the status of a request whose caller went away
+// before its answer (nginx's 499): nobody reads it, but the log and the
+// metrics tell it from a failure of the agent's.
+const statusClientClosed = 499
+
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	// A 4xx is the caller's to fix, so it is news, not an error of the
 	// agent's; a 503 is a service the agent needs that did not answer.
 	status := statusOf(err)
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		status = statusClientClosed
+	}
 	switch {
+	case status == statusClientClosed:
+		s.Logger.Info("the caller went away before its answer", "method", r.Method, "path", r.URL.Path, "error", err)
 	case status == http.StatusServiceUnavailable:
 		s.Logger.Warn("request failed: a service it needs did not answer", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	case status >= 500:
@@ -188,6 +198,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 func errorCode(err error, status int) string {
 	name := http.StatusText(status)
 	switch class := errclass.Of(err); {
+	case status == statusClientClosed:
+		return "client_closed_request"
 	case errors.Is(err, model.ErrOutcomeUnknown):
 		return "outcome_unknown"
 	case class != nil:
