@@ -4,9 +4,10 @@
 // faults from a seed (kill -9 and restart of an agent, etcd cut for one
 // agent, a cut of one member's port, etcd kill and restart, etcd restored
 // from an older snapshot under running agents, drain and drain -force, a
-// second agent with a live node ID, a member's lease revoked) while
-// clients mount, write and unmount, and check the fleet's invariants by
-// sampling the kernel's mount table and the fleet's claims:
+// second agent with a live node ID, a member's lease revoked, kill -9
+// and restart of a node's CSI plugin) while clients mount, write and
+// unmount, and check the fleet's invariants by sampling the kernel's
+// mount table and the fleet's claims:
 //
 //   - no writable mount of a single-node-writer volume on a node that does
 //     not hold its claim, and never two, beyond the fence's bound;

@@ -159,9 +159,18 @@ func (f *chaosFleet) waitOutput(p *proc, want string) {
 // shared root, with the node's own CSI node ID.
 func (f *chaosFleet) startPlugin(n *chaosNode) {
 	f.t.Helper()
-	p, err := start("plugin-"+n.id, f.races, "hostpath-csi", "-name", "hp", "-endpoint", n.socket(), "-root", f.root, "-node-id", n.id)
+	p, err := startPluginProc(f, n)
 	require.NoError(f.t, err)
-	n.plugin = f.procs.add(p)
+	n.plugin = p
+}
+
+// startPluginProc starts node's hostpath plugin process.
+func startPluginProc(f *chaosFleet, n *chaosNode) (*proc, error) {
+	p, err := start("plugin-"+n.id, f.races, "hostpath-csi", "-name", "hp", "-endpoint", n.socket(), "-root", f.root, "-node-id", n.id)
+	if err != nil {
+		return nil, err
+	}
+	return f.procs.add(p), nil
 }
 
 // node is the node of ID id.

@@ -27,6 +27,7 @@ const (
 	faultDrainForce  = "drain -force"
 	faultDuplicateID = "second agent with a live node ID"
 	faultRevoke      = "member lease revoked"
+	faultPluginKill  = "kill -9 of a node's CSI plugin"
 )
 
 // faultKinds are the kinds a random schedule draws from, with their
@@ -36,7 +37,7 @@ var faultKinds = []struct {
 	weight int
 }{
 	{faultKill, 3}, {faultEtcdCut, 3}, {faultMemberCut, 3}, {faultEtcdRestart, 1}, {faultRestore, 1},
-	{faultDrain, 1}, {faultDrainForce, 2}, {faultDuplicateID, 1}, {faultRevoke, 2},
+	{faultDrain, 1}, {faultDrainForce, 2}, {faultDuplicateID, 1}, {faultRevoke, 2}, {faultPluginKill, 2},
 }
 
 // fault is one step of a schedule: at At after the schedule starts, Kind
@@ -250,7 +251,23 @@ func (nm *nemesis) inject(ctx context.Context, ft fault) {
 		if nm.revokeMemberLease(n) {
 			nm.note(ev)
 		}
+	case faultPluginKill:
+		n.plugin.kill9()
+		nm.note(ev)
+		sleepCtx(ctx, ft.For)
+		nm.restartPlugin(n)
 	}
+}
+
+// restartPlugin starts n's CSI plugin again, on its socket, after a kill:
+// the plugin removes the socket its killed run left.
+func (nm *nemesis) restartPlugin(n *chaosNode) {
+	p, err := startPluginProc(nm.f, n)
+	if err != nil {
+		nm.failed("restart the plugin of %s: %v", n.id, err)
+		return
+	}
+	n.plugin = p
 }
 
 // drain drains n from another node (with -force past a 2 s deadline),
