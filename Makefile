@@ -134,8 +134,9 @@ fuzz: ## run every fuzz target for FUZZTIME_LONG (default 500,000 executions) ea
 
 # chaos: the nemesis of internal/chaos for CHAOS_DURATION (default 10m):
 # random schedules of composed faults (kills, cuts, restores, drains,
-# duplicate node IDs, lease revocations) on a real fleet of three agents,
-# as root, with the invariants checked throughout; it prints a table.
+# duplicate node IDs, lease revocations, plugin kills) on a real fleet of
+# three agents, as root, with the invariants checked throughout; it prints
+# a table.
 # make test runs its fixed schedules and a minute of random ones.
 CHAOS_DURATION ?= 10m
 .PHONY: chaos
