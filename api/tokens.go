@@ -79,11 +79,17 @@ func (r Rights) String() string {
 	return strings.Join(out, ",")
 }
 
-// parseRights reads a comma-separated list of right names.
+// parseRights reads a comma-separated list of right names. A field as
+// long as a token is not quoted in the error: it may be the token, its
+// line's fields out of order.
 func parseRights(field string) (Rights, error) {
 	var out Rights
 	for _, name := range strings.Split(field, ",") {
 		i := slices.IndexFunc(rightNames, func(n rightName) bool { return n.name == name })
+		if i < 0 && len(field) >= MinTokenLength {
+			return NoRights, fmt.Errorf("the rights field is %d characters and no list of rights; it is not shown, as it may be the token: "+
+				"write the token first, then its rights (a comma-separated list of read, volumes, plugins, admin), then its name", len(field))
+		}
 		if i < 0 {
 			return NoRights, fmt.Errorf("rights must be a comma-separated list of read, volumes, plugins, admin (or write, "+
 				"the same as admin), not %q", field)

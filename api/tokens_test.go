@@ -29,6 +29,9 @@ func TestATokenFileIsParsedOrRefusedByLine(t *testing.T) {
 		{"a short token", "short write\n", "the token is 5 characters; use at least 16"},
 		{"a token listed twice", long + " write\n" + long + " read\n", "line 2: the token of line 1 is listed again"},
 		{"a non-ASCII token", long + "é write\n", "printable ASCII"},
+		{"the rights before the token", "admin " + long + " ops\n",
+			"line 1: the rights field is 16 characters and no list of rights; it is not shown, as it may be the token: write the token first, then its rights"},
+		{"the name before the token", "ops " + long + " admin\n", "it is not shown, as it may be the token"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
