@@ -107,7 +107,7 @@ FUZZ_TARGETS := \
 	registry:FuzzValidatePlugin registry:FuzzLoad \
 	csi/catalog/model:FuzzClaims internal/mountinfo:FuzzParseMountInfo \
 	discovery:FuzzParseSpec discovery:FuzzParseSpecJSON discovery:FuzzDecodeManifest \
-	fleet:FuzzDecodeRecord fleet:FuzzParseIndexed \
+	fleet:FuzzDecodeRecord fleet:FuzzParseIndexed fleet:FuzzParseKeyring \
 	api:FuzzDecodePluginBody api:FuzzDecodeVolumeBody api:FuzzDecodeAllocBody api:FuzzDecodeCreateBody \
 	api:FuzzDecodeDetachBody api:FuzzDecodeExpandBody api:FuzzDecodeSnapshotBody api:FuzzDecodeDeleteSnapshotBody \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody \

@@ -86,15 +86,22 @@ func parseKeyring(path string, text []byte) (*Keyring, error) {
 			return nil, bad("%d fields", len(fields))
 		}
 		id := fields[0]
+		if isKey(id) {
+			return nil, bad("the first field is a key, not shown; write the key ID first, then the key")
+		}
 		if err := names.Check("key ID", id); err != nil || len(id) > 64 {
+			if mayBeKey(id) {
+				return nil, bad("the key ID is not a name, and is not shown, as it may be part of a key: " +
+					"an ID is at most 64 printable ASCII characters, without / or \\")
+			}
 			return nil, bad("key ID %q: %v", id, err)
 		}
 		key, err := base64.StdEncoding.DecodeString(fields[1])
 		if err != nil || len(key) != KeySize {
-			return nil, bad("key %s is not %d bytes in base64", id, KeySize)
+			return nil, bad("key %s is not %d bytes in base64", shownID(id), KeySize)
 		}
 		if _, dup := k.keys[id]; dup {
-			return nil, bad("key ID %s appears twice", id)
+			return nil, bad("key ID %s appears twice", shownID(id))
 		}
 		block, _ := aes.NewCipher(key)
 		aead, _ := cipher.NewGCM(block)
@@ -110,6 +117,32 @@ func parseKeyring(path string, text []byte) (*Keyring, error) {
 		return nil, fmt.Errorf("%w: %s holds no key; make one with plugvisor keyring generate %s", ErrKeyring, path, path)
 	}
 	return k, nil
+}
+
+// isKey reports whether field is a keyring key (KeySize bytes in
+// base64), which an error must never show.
+func isKey(field string) bool {
+	key, err := base64.StdEncoding.DecodeString(field)
+	return err == nil && len(key) == KeySize
+}
+
+// shownID is id for an error, unless it may be part of a key.
+func shownID(id string) string {
+	if mayBeKey(id) {
+		return "(its ID not shown, as it may be part of a key)"
+	}
+	return id
+}
+
+// mayBeKey reports whether field may be part of a key: base64 of at least
+// half a key's bytes, which an error does not show either.
+func mayBeKey(field string) bool {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
+		if b, err := enc.DecodeString(field); err == nil && len(b) >= KeySize/2 {
+			return true
+		}
+	}
+	return false
 }
 
 // Primary is the ID of the key that seals.

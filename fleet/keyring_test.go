@@ -52,4 +52,15 @@ func TestAKeyringFileIsMadeAndReadAndABadOneRefused(t *testing.T) {
 	}
 	_, err = fleet.LoadKeyring(filepath.Join(dir, "missing"))
 	require.ErrorContains(t, err, "plugvisor keyring generate")
+
+	// A line with its fields swapped is refused without showing the key,
+	// whether the key passes as an ID or not (a "/" in it).
+	for _, key := range []string{"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA/="} {
+		bad := filepath.Join(dir, "swapped")
+		require.NoError(t, os.WriteFile(bad, []byte(key+" k1\n"), 0o600))
+		_, err := fleet.LoadKeyring(bad)
+		require.ErrorIs(t, err, fleet.ErrKeyring)
+		require.ErrorContains(t, err, ":1: the first field is a key, not shown; write the key ID first")
+		require.NotContains(t, err.Error(), key)
+	}
 }
