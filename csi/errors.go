@@ -2,6 +2,7 @@ package csi
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -86,10 +87,22 @@ func rpcError(rpc string, err error) error {
 	if !known {
 		sentinel = ErrUnknown
 	}
-	if st.Message() == "" {
+	switch {
+	case st.Message() == "":
 		return fmt.Errorf("%s: %w", rpc, sentinel)
+	case st.Code() == codes.Unavailable && transportFailed(st.Message()):
+		return fmt.Errorf("%s: %w: the plugin does not answer at its socket: it stopped, or is starting again (%s)",
+			rpc, sentinel, names.Text(st.Message()))
 	}
 	return fmt.Errorf("%s: %w: %s", rpc, sentinel, names.Text(st.Message()))
+}
+
+// transportFailed reports whether msg, an Unavailable status's message,
+// is gRPC's own for a call whose transport failed (the dial refused, the
+// socket gone, the connection closed under the call), as against a
+// plugin's answer.
+func transportFailed(msg string) bool {
+	return strings.HasPrefix(msg, "connection error:") || strings.HasPrefix(msg, "error reading from server:")
 }
 
 // invalidResponse reports a plugin answer the CSI spec forbids.

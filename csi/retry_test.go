@@ -1,12 +1,15 @@
 package csi_test
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plugvisor/plugvisor/csi"
+	"github.com/plugvisor/plugvisor/csi/csitest"
 	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -45,4 +48,24 @@ func TestNodeGetCapabilitiesIsSentAgainButNoOtherCallIs(t *testing.T) {
 	m.Node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Unavailable, "busy")).Times(1)
 	_, err = c.NodeGetInfo(t.Context())
 	require.ErrorIs(t, err, csi.ErrUnavailable)
+}
+
+// A plugin that has stopped is said to be so, in words an operator reads,
+// with gRPC's own about the dial kept for the diagnosis.
+func TestACallToAPluginThatStoppedSaysThePluginDoesNotAnswer(t *testing.T) {
+	path := csitest.SocketPath(t)
+	m := csitest.NewMocks(t)
+	server := m.Serve(t, path)
+	m.Identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).Return(&csipb.GetPluginInfoResponse{Name: "disk.csi.example.com", VendorVersion: "1"}, nil)
+	c := dial(t, path, testOptions)
+	_, err := c.GetPluginInfo(t.Context())
+	require.NoError(t, err)
+
+	server.Stop()
+	require.Eventually(t, func() bool {
+		_, err = c.GetPluginInfo(t.Context())
+		return err != nil && strings.Contains(err.Error(), "connection error")
+	}, 10*time.Second, 10*time.Millisecond, "the client sees the plugin's transport gone")
+	require.ErrorIs(t, err, csi.ErrUnavailable)
+	require.ErrorContains(t, err, "GetPluginInfo: unavailable: the plugin does not answer at its socket: it stopped, or is starting again (connection error")
 }
