@@ -40,7 +40,10 @@ func needRoot(t *testing.T) {
 //     claims answered "refused" were committed;
 //   - a member's lease revoked again and again under 32 concurrent claim
 //     callers: before, the agent crashed (SIGSEGV) when its member
-//     rejoined with claims in flight.
+//     rejoined with claims in flight;
+//   - drain -force of a node with a writable mount while its CSI plugin
+//     is dead, then another node mounts the volume: the agent cannot
+//     unmount, so the target must be read-only until the plugin is back.
 func TestTheFleetHoldsUnderFixedSchedules(t *testing.T) {
 	needRoot(t)
 	f := newChaosFleet(t, 3, 2)
@@ -53,6 +56,7 @@ func TestTheFleetHoldsUnderFixedSchedules(t *testing.T) {
 		{"a restore under running agents takes down what it forgot", f.restoreCase},
 		{"claims through a member cut off are never answered refused and committed", f.memberCutCase},
 		{"a member rejoining under claims keeps running", f.rejoinCase},
+		{"drain -force of a node whose plugin is dead makes its writer read-only", f.deadPluginDrainCase},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,6 +107,24 @@ func (f *chaosFleet) drainForceCase(ctx context.Context, nm *nemesis, h *history
 		settle, 500*time.Millisecond, "n1 mounts the volume once n3's claim is freed")
 	f.waitUnpublished("drained")
 	f.unmountOn(h, n3, vol, "drained")
+}
+
+func (f *chaosFleet) deadPluginDrainCase(ctx context.Context, nm *nemesis, h *history) {
+	vol, n1, n3 := f.volumes[1], f.nodes[0], f.nodes[2]
+	require.Equal(f.t, answerOK, f.mountOn(h, n3, vol, "orphaned"))
+	n3.plugin.kill9()
+	nm.note(event{at: time.Now(), kind: faultPluginKill, node: n3.id})
+	nm.drain(ctx, fault{Kind: faultDrainForce, Node: 2, For: time.Second}, n3, event{at: time.Now(), kind: faultDrainForce, node: n3.id})
+	require.Eventually(f.t, func() bool { return f.mountOn(h, n1, vol, fmt.Sprintf("next-%d", time.Now().UnixNano())) == answerOK },
+		settle, 500*time.Millisecond, "n1 mounts the volume once n3's claim is freed")
+	pubs, err := f.publishes()
+	require.NoError(f.t, err)
+	i := slices.IndexFunc(pubs, func(p publish) bool { return p.alloc == "orphaned" })
+	require.GreaterOrEqual(f.t, i, 0, "n3's plugin is dead: its mount cannot be taken down yet")
+	require.False(f.t, pubs[i].writable, "the orphaned writer's target is read-only while its plugin is dead")
+	nm.restartPlugin(n3)
+	f.waitUnpublished("orphaned")
+	f.unmountOn(h, n3, vol, "orphaned")
 }
 
 func (f *chaosFleet) duplicateCase(ctx context.Context, nm *nemesis, h *history) {

@@ -53,8 +53,8 @@ func (f *chaosFleet) run(seed uint64, workers int, prefix string, body func(ctx 
 	return res
 }
 
-// heal restarts every agent that is not running and waits until each
-// answers; it returns when that is so.
+// heal restarts every agent and plugin that is not running and waits
+// until each agent answers; it returns when that is so.
 func (f *chaosFleet) heal(nm *nemesis) time.Time {
 	if !f.etcd.proc.alive() {
 		f.startEtcdOrFail(nm)
@@ -64,6 +64,9 @@ func (f *chaosFleet) heal(nm *nemesis) time.Time {
 		n.member.Heal()
 		if !n.currentAgent().alive() {
 			f.restartAgent(n)
+		}
+		if !n.plugin.alive() {
+			nm.restartPlugin(n)
 		}
 	}
 	for _, n := range f.nodes {
