@@ -72,7 +72,7 @@ type Agent struct {
 	listeners []served
 	servers   []*http.Server
 	tcp       tcpListener        // the TCP listener's bound address and tokens
-	cancel    context.CancelFunc // ends long-lived API requests (event streams)
+	cancel    context.CancelFunc // ends long-lived API requests (event streams), with api.ErrStopping as the cause
 	stops     []func(context.Context) error
 }
 

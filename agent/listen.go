@@ -42,8 +42,8 @@ var (
 // serveAPI serves the API on each listener bound at start (the unix
 // socket and, when configured, TCP) under its policy and the HTTP limits.
 func (a *Agent) serveAPI() {
-	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
+	ctx, cancel := context.WithCancelCause(context.Background())
+	a.cancel = func() { cancel(api.ErrStopping) }
 	apiServer := &api.Server{ // its parts as they are: see the assertions above
 		Registry:   a.registry,
 		CSI:        a.csi,

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ type hangingPlugin struct {
 	hang     map[string]bool
 	fail     map[string]error
 	released chan struct{}
+	hung     atomic.Int32 // RPCs hung so far
 }
 
 // serveHangingHostpath serves the reference plugin in monolith mode on a
@@ -71,6 +73,7 @@ func (p *hangingPlugin) intercept(ctx context.Context, req any, info *grpc.Unary
 	if !hang {
 		return next(ctx, req)
 	}
+	p.hung.Add(1)
 	<-released
 	return nil, status.Error(codes.Unavailable, "the plugin hung")
 }
@@ -234,4 +237,32 @@ func TestABodyStillArrivesWithinTheReadTimeout(t *testing.T) {
 	require.False(t, strings.HasPrefix(string(got), "HTTP/1.1 200"), "a body past the read timeout was served (cut while sending: %t): %s", cut, got)
 	_, ok := a.Registry().Snapshot().Current("csi-node", "p")
 	require.False(t, ok, "nothing was registered")
+}
+
+// TestARequestTheAgentsStopCancelsIsAnswered503ShutDown: a request in
+// flight when the agent stops (a mount whose plugin hangs) is answered
+// 503, shut down, naming the stop; it is not taken for a caller that went
+// away (499) nor for a failure of the agent's (500).
+func TestARequestTheAgentsStopCancelsIsAnswered503ShutDown(t *testing.T) {
+	dir := dataDir(t)
+	a, plugin, c := startWithHangingPlugin(t, agent.Config{DataDir: dir, Logger: probe.Logger(t), VolumeOperationTimeout: 2 * time.Second})
+	createDB(t, a, c, http.StatusCreated)
+	plugin.hangOnly("NodePublishVolume")
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		status, body, err := call(c, "POST", "http://plugvisor/v1/volumes/default/db/mount", "", `{"alloc_id":"web-1"}`)
+		answered <- answer{status, body, err}
+	}()
+	require.Eventually(t, func() bool { return plugin.hung.Load() > 0 }, 20*time.Second, 5*time.Millisecond, "the mount reached the plugin")
+	require.NoError(t, a.Shutdown(context.Background()))
+	got := <-answered
+	require.NoError(t, got.err)
+	require.Equal(t, http.StatusServiceUnavailable, got.status, got.body)
+	require.Contains(t, got.body, `"code": "shut_down"`)
+	require.Contains(t, got.body, "the agent is stopping")
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/plugvisor/plugvisor/csi"
 	"github.com/plugvisor/plugvisor/csi/catalog/model"
 	"github.com/plugvisor/plugvisor/errclass"
 	"github.com/plugvisor/plugvisor/messages"
@@ -170,11 +171,25 @@ func statusOf(err error) int {
 // metrics tell it from a failure of the agent's.
 const statusClientClosed = 499
 
+// ErrStopping is the cause with which an embedder that stops serving
+// cancels its requests' base context (http.Server.BaseContext, with
+// context.WithCancelCause): a request cancelled so is answered 503, shut
+// down, and not taken for one whose caller went away.
+var ErrStopping = errclass.New(errclass.ShutDown, "the agent is stopping")
+
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	// A 4xx is the caller's to fix, so it is news, not an error of the
 	// agent's; a 503 is a service the agent needs that did not answer.
+	gone := false
+	if ctxErr := r.Context().Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, csi.ErrCanceled)) {
+		if cause := context.Cause(r.Context()); cause != ctxErr {
+			err = fmt.Errorf("%w: %w", cause, err) // the server's own cancel, e.g. ErrStopping
+		} else {
+			gone = true
+		}
+	}
 	status := statusOf(err)
-	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+	if gone {
 		status = statusClientClosed
 	}
 	switch {

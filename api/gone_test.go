@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/plugvisor/plugvisor/csi"
 )
 
 // A request whose caller went away (its context cancelled) before the
@@ -29,9 +31,29 @@ func TestAnAnswerToACallerThatWentAwayIsNoError(t *testing.T) {
 	require.NotContains(t, logs.String(), "[ERROR]")
 	require.Contains(t, logs.String(), "the caller went away before its answer")
 
+	// A plugin's call that the caller's going away cancelled alike.
+	logs.Reset()
+	w = httptest.NewRecorder()
+	s.writeError(w, httptest.NewRequest("POST", "/v1/volumes/default/v/mount", nil).WithContext(ctx),
+		fmt.Errorf("NodePublishVolume: %w: context canceled", csi.ErrCanceled))
+	require.Equal(t, statusClientClosed, w.Code)
+	require.NotContains(t, logs.String(), "[WARN]")
+
 	logs.Reset()
 	w = httptest.NewRecorder()
 	s.writeError(w, httptest.NewRequest("GET", "/v1/volumes/default/v", nil), err)
 	require.Equal(t, 500, w.Code)
 	require.Contains(t, logs.String(), "[ERROR]")
+
+	// The server stopping cancels its requests with ErrStopping as the
+	// cause: the callers still wait, and are told 503, shut down.
+	logs.Reset()
+	stopping, stop := context.WithCancelCause(context.Background())
+	stop(ErrStopping)
+	w = httptest.NewRecorder()
+	s.writeError(w, httptest.NewRequest("GET", "/v1/volumes/default/v", nil).WithContext(stopping), err)
+	require.Equal(t, 503, w.Code)
+	require.Contains(t, w.Body.String(), `"code": "shut_down"`)
+	require.Contains(t, w.Body.String(), "the agent is stopping")
+	require.NotContains(t, logs.String(), "went away")
 }
