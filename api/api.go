@@ -178,20 +178,13 @@ const statusClientClosed = 499
 var ErrStopping = errclass.New(errclass.ShutDown, "the agent is stopping")
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	// A 4xx is the caller's to fix, so it is news, not an error of the
-	// agent's; a 503 is a service the agent needs that did not answer.
-	gone := false
-	if ctxErr := r.Context().Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, csi.ErrCanceled)) {
-		if cause := context.Cause(r.Context()); cause != ctxErr {
-			err = fmt.Errorf("%w: %w", cause, err) // the server's own cancel, e.g. ErrStopping
-		} else {
-			gone = true
-		}
-	}
+	gone, err := cancelled(r, err)
 	status := statusOf(err)
 	if gone {
 		status = statusClientClosed
 	}
+	// A 4xx is the caller's to fix, so it is news, not an error of the
+	// agent's; a 503 is a service the agent needs that did not answer.
 	switch {
 	case status == statusClientClosed:
 		s.Logger.Info("the caller went away before its answer", "method", r.Method, "path", r.URL.Path, "error", err)
@@ -203,6 +196,21 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.Logger.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	}
 	writeJSON(w, status, map[string]string{"error": err.Error(), "code": errorCode(err, status)})
+}
+
+// cancelled says whether err, the failure of r, came of r's caller going
+// away (r's context cancelled with no cause of the server's). A cancel
+// of the server's own (its base context's, e.g. with ErrStopping) is
+// joined to err as its cause, whose class then gives the status.
+func cancelled(r *http.Request, err error) (gone bool, _ error) {
+	ctxErr := r.Context().Err()
+	if ctxErr == nil || !(errors.Is(err, context.Canceled) || errors.Is(err, csi.ErrCanceled)) {
+		return false, err
+	}
+	if cause := context.Cause(r.Context()); cause != ctxErr {
+		return false, fmt.Errorf("%w: %w", cause, err)
+	}
+	return true, err
 }
 
 // errorCode is the code of an error answer, for a program to act on: the
