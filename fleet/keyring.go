@@ -89,12 +89,16 @@ func parseKeyring(path string, text []byte) (*Keyring, error) {
 		if isKey(id) {
 			return nil, bad("the first field is a key, not shown; write the key ID first, then the key")
 		}
-		if err := names.Check("key ID", id); err != nil || len(id) > 64 {
-			if mayBeKey(id) {
-				return nil, bad("the key ID is not a name, and is not shown, as it may be part of a key: " +
-					"an ID is at most 64 printable ASCII characters, without / or \\")
-			}
-			return nil, bad("key ID %q: %v", id, err)
+		err := names.Check("key ID", id)
+		if err == nil && len(id) > 64 {
+			err = fmt.Errorf("key ID %q is %d characters; use at most 64", id, len(id))
+		}
+		if err != nil && mayBeKey(id) {
+			return nil, bad("the key ID is not a name, and is not shown, as it may be part of a key: " +
+				"an ID is at most 64 printable ASCII characters, without / or \\")
+		}
+		if err != nil {
+			return nil, bad("%v", err)
 		}
 		key, err := base64.StdEncoding.DecodeString(fields[1])
 		if err != nil || len(key) != KeySize {

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,9 @@ func TestAKeyringFileIsMadeAndReadAndABadOneRefused(t *testing.T) {
 		"a key of the wrong size": {"k1 AAAA\n", 0o600, ":1: key k1 is not 32 bytes"},
 		"a line of three fields":  {"# a comment\nk1 a b\n", 0o600, ":2: 3 fields"},
 		"no key":                  {"# nothing\n", 0o600, "holds no key"},
+		"an ID that is no name":   {"a/b AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n", 0o600, `:1: key ID "a/b" must not contain a path separator`},
+		"an ID too long": {strings.Repeat("k-", 33) + " AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n", 0o600,
+			`:1: key ID "` + strings.Repeat("k-", 33) + `" is 66 characters; use at most 64`},
 		"a key ID twice": {"k1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\nk1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n", 0o600,
 			":2: key ID k1 appears twice"},
 	} {

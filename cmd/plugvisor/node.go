@@ -209,7 +209,6 @@ func drainPastDeadline(ctx context.Context, c *client, common commonFlags, n *ap
 	return nil
 }
 
-// nodeNamed is the node of the fleet with that ID.
 // drainingAlready reports whether node is draining, for a drain refused
 // 409: only then is the refusal "draining already", and the drain goes on.
 func drainingAlready(ctx context.Context, c *client, node string) bool {
@@ -217,6 +216,7 @@ func drainingAlready(ctx context.Context, c *client, node string) bool {
 	return err == nil && n.Draining
 }
 
+// nodeNamed is the node of the fleet with that ID.
 func nodeNamed(ctx context.Context, c *client, node string) (*api.NodeJSON, error) {
 	nodes, err := listNodes(ctx, c)
 	if err != nil {
