@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -74,6 +75,10 @@ type Server struct {
 	// answer with this node's counts, and PUT .../expect is a 404 that
 	// says so.
 	FleetPlugins FleetPlugins
+
+	// warns keeps a client's retries of a refused request from logging a
+	// warning each.
+	warns warnLimiter
 }
 
 // route is one endpoint: its method, its path pattern (net/http's), the
@@ -189,13 +194,28 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case status == statusClientClosed:
 		s.Logger.Info("the caller went away before its answer", "method", r.Method, "path", r.URL.Path, "error", err)
 	case status == http.StatusServiceUnavailable:
-		s.Logger.Warn("request failed: a service it needs did not answer", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+		s.warnUnavailable(r, status, err)
 	case status >= 500:
 		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	default:
 		s.Logger.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	}
 	writeJSON(w, status, map[string]string{"error": err.Error(), "code": errorCode(err, status)})
+}
+
+// warnUnavailable logs the 503 answer err to r at WARN, or, when r's
+// path had one within warnEvery, at DEBUG (see warnLimiter).
+func (s *Server) warnUnavailable(r *http.Request, status int, err error) {
+	args := []any{"method", r.Method, "path", r.URL.Path, "status", status, "error", err}
+	ok, held := s.warns.allow(r.Method+" "+r.URL.Path, time.Now())
+	switch {
+	case !ok:
+		s.Logger.Debug("request failed: a service it needs did not answer", args...)
+	case held > 0:
+		s.Logger.Warn("request failed: a service it needs did not answer", append(args, "refused_since_last_warning", held)...)
+	default:
+		s.Logger.Warn("request failed: a service it needs did not answer", args...)
+	}
 }
 
 // cancelled says whether err, the failure of r, came of r's caller going

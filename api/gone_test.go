@@ -13,13 +13,18 @@ import (
 	"github.com/plugvisor/plugvisor/csi"
 )
 
+// loggedServer is a Server with no parts, logging at level into logs.
+func loggedServer(level hclog.Level) (*Server, *bytes.Buffer) {
+	logs := &bytes.Buffer{}
+	return &Server{Logger: hclog.New(&hclog.LoggerOptions{Level: level, Output: logs})}, logs
+}
+
 // A request whose caller went away (its context cancelled) before the
 // answer is no failure of the agent's: it is logged as news, not an
 // ERROR, and answered 499 (client closed request), never 500. A cancel
 // of the agent's own, the caller still waiting, stays a 500.
 func TestAnAnswerToACallerThatWentAwayIsNoError(t *testing.T) {
-	var logs bytes.Buffer
-	s := &Server{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: &logs})}
+	s, logs := loggedServer(hclog.Trace)
 	err := fmt.Errorf("waiting for the catalog's answer: %w", context.Canceled)
 
 	ctx, cancel := context.WithCancel(context.Background())
