@@ -113,7 +113,7 @@ FUZZ_TARGETS := \
 	api:FuzzDecodeDockerVolumeBody api:FuzzDecodeDockerMountBody \
 	api:FuzzCheckRawString api:FuzzCreateBodyBounds \
 	api:FuzzDecodeVolumeBatchBody api:FuzzDecodeDeregisterBatchBody api:FuzzDecodeExpectBody api:FuzzMountGroup \
-	api:FuzzScanBody api:FuzzParseTokens cmd/plugvisor:FuzzAgentConfig
+	api:FuzzScanBody api:FuzzParseTokens cmd/plugvisor:FuzzAgentConfig csi/hostpath:FuzzReplayJournal
 # FUZZTIME is a count of executions, not a duration: with a duration, Go
 # 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when the time runs out under load (golang/go#75804, fixed in

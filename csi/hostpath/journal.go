@@ -209,8 +209,11 @@ func decodeJournalLine(line []byte) (nodeRecord, error) {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return rec, err
 	}
-	if rec.VolumeID == "" {
-		return rec, errors.New("no volume ID")
+	// The driver looks records up by IDs that checkID let in, and a
+	// record's ID names the volume's directory: one it would refuse is no
+	// record of its own.
+	if err := checkID("volume", rec.VolumeID); err != nil {
+		return rec, err
 	}
 	return rec, nil
 }

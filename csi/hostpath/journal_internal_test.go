@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -86,6 +87,17 @@ func TestJournalDropsALastLineCutShortAndRefusesCorruption(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, corrupt, 0o600))
 	_, err = openNodeJournal(dir)
 	require.ErrorContains(t, err, path+" line 1 is corrupt")
+
+	// A line whose checksum holds but whose volume ID the driver would
+	// refuse from a CO is no record of its own either.
+	for _, id := range []string{"", "..", "a/../../b", "a\x00b", strings.Repeat("v", MaxIDLength+1)} {
+		line, err := encodeJournalLine(nil, nodeRecord{VolumeID: id, StagingPath: "/s/x"})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, append(line, whole...), 0o600))
+		_, err = openNodeJournal(dir)
+		require.ErrorContains(t, err, path+" line 1 is corrupt", "volume ID %q", id)
+		require.ErrorContains(t, err, "volume id", "volume ID %q", id)
+	}
 }
 
 // TestJournalTakesOverRecordFilesOfAnEarlierVersion: a node directory with
