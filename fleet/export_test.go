@@ -86,3 +86,9 @@ func NodeWatchProbe(ctx context.Context, s *Store) (func(context.Context) string
 	}
 	return w.probe, nil
 }
+
+// NodeWatchKeys are the keys the probe of s's node reads: the node's key
+// and its claim index's prefix.
+func NodeWatchKeys(s *Store) (node, claims string) {
+	return s.keys.node(s.cfg.NodeID), s.keys.claimsOf(s.cfg.NodeID)
+}
