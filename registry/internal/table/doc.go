@@ -4,7 +4,8 @@
 // An Allocation is one registered copy of a plugin, copied whole from the
 // caller's PluginInfo (Copy, NewAllocation). A Table holds the allocations
 // of one plugin type: a sorted slice while it is small, two copy-on-write
-// B-trees past that. Working is the registry actor's working state, one
+// B-trees past that, and beside them the names changed since their last
+// merge into the trees. Working is the registry actor's working state, one
 // Table per type. Working.Cut freezes the changed tables into Types, which
 // a snapshot holds and readers share.
 //

@@ -45,3 +45,53 @@ func TestAReadOfAFreshCloneBuildsNothing(t *testing.T) {
 		t.Errorf("Plugins on a fresh clone made %v allocations; want its result and the set of names of two", list)
 	}
 }
+
+// TestClonesReadWhileTheWorkingTableWrites: readers on other goroutines
+// read clones (as snapshots are read) while the working table adds,
+// replaces and removes allocations of a large table, its recent names
+// merged now and then. Each clone answers what it held when it was taken,
+// and the race detector sees no write to anything a clone shares.
+func TestClonesReadWhileTheWorkingTableWrites(t *testing.T) {
+	work := New()
+	work.recentMax = 4
+	const names = 200
+	for i := range names {
+		work.Add(NewAllocation(&messages.PluginInfo{Name: fmt.Sprintf("p%03d", i), AllocId: "a0"}, uint64(i+1), uint64(i+1)))
+	}
+	clones := make(chan *Table, 16)
+	done := make(chan string)
+	for range 2 {
+		go func() {
+			why := ""
+			for c := range clones {
+				n := 0
+				c.EachCurrent(func(*Allocation) { n++ })
+				if _, ok := c.Current("p007"); !ok || n != names || len(c.Plugins()) != names {
+					why = fmt.Sprintf("a clone lists %d names and p007 %v; want %d and p007", n, ok, names)
+				}
+			}
+			done <- why
+		}()
+	}
+	order := uint64(names)
+	for i := range 2000 {
+		order++
+		name := fmt.Sprintf("p%03d", i*7%names)
+		a := NewAllocation(&messages.PluginInfo{Name: name, AllocId: fmt.Sprint("n", i)}, order, order)
+		work.Add(a)
+		clones <- work.Clone()
+		if i%3 == 0 {
+			work.Put(NewAllocation(&messages.PluginInfo{Name: name, AllocId: a.plugin.AllocId, Version: "2"}, order, order+1))
+			order++
+		}
+		found, _ := work.Get(name, a.plugin.AllocId)
+		work.Remove(found)
+		clones <- work.Clone()
+	}
+	close(clones)
+	for range 2 {
+		if why := <-done; why != "" {
+			t.Fatal(why)
+		}
+	}
+}

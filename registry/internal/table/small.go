@@ -19,7 +19,7 @@ const smallMax = 32
 
 // smallSet is the allocations of a small table, sorted by name, newest
 // first within a name (compareNewest): the first of a name is current.
-// A slice shared with a snapshot is never changed; see Table.owned.
+// A slice shared with a snapshot is never changed; see store.owned.
 type smallSet []*Allocation
 
 func compareNewest(a, b *Allocation) int {
@@ -91,7 +91,7 @@ func (s smallSet) without(a *Allocation) (smallSet, bool) {
 
 // removeSmall is remove for a small table: the search that finds a finds
 // its name's new current too.
-func (t *Table) removeSmall(a *Allocation) (now *Allocation, ok bool) {
+func (t *store) removeSmall(a *Allocation) (now *Allocation, ok bool) {
 	s := t.mutable()
 	from, to := s.run(a.plugin.Name)
 	for i := from; i < to; i++ {
@@ -123,7 +123,7 @@ func (s smallSet) inserted(a *Allocation) smallSet {
 
 // mutable returns the table's slice, copied first unless the working
 // table already owns it (it has changed it since the last cut).
-func (t *Table) mutable() smallSet {
+func (t *store) mutable() smallSet {
 	if !t.owned {
 		s := make(smallSet, len(t.small), max(len(t.small)+1, 4))
 		copy(s, t.small)
@@ -134,7 +134,7 @@ func (t *Table) mutable() smallSet {
 
 // putSmall is put (replace) or add for a small table, moving it into
 // B-trees once it grows past smallMax.
-func (t *Table) putSmall(a *Allocation, replace bool) {
+func (t *store) putSmall(a *Allocation, replace bool) {
 	if replace {
 		t.small = t.mutable().with(a)
 	} else {
@@ -148,7 +148,7 @@ func (t *Table) putSmall(a *Allocation, replace bool) {
 		t.allocs.ReplaceOrInsert(x)
 		name := x.Info().GetName()
 		if i > 0 && t.small[i-1].Info().GetName() == name || i+1 < len(t.small) && t.small[i+1].Info().GetName() == name {
-			t.newest.ReplaceOrInsert(x) // see Table: names of two or more
+			t.newest.ReplaceOrInsert(x) // see store: names of two or more
 		}
 	}
 	t.small, t.owned = nil, false

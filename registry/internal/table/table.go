@@ -1,268 +1,139 @@
 package table
 
 import (
-	"sync"
+	"slices"
+	"strings"
 
 	"github.com/plugvisor/plugvisor/messages"
 )
 
-// Table holds the allocations of one plugin type.
+// recentMax is how many names a large table keeps changed on the side
+// before it merges them into its trees.
+const recentMax = 32
+
+// recentAllocsMax is the most allocations a name kept on the side holds.
+// A change of a name with more goes to the trees at once, which cost
+// O(log n) whatever a name's number of allocations.
+const recentAllocsMax = 8
+
+// Table holds the allocations of one plugin type: a store, and, once the
+// store is large, the names changed since their last merge into it.
 //
-// Up to smallMax allocations sit in one sorted slice (see smallSet). Past
-// that they sit in two B-trees (allocTree):
-//   - by (name, alloc), for lookups;
-//   - by (name, newest first), whose first item of a name is that name's
-//     current allocation. It holds only the names with two allocations or
-//     more. A name with one, the common case, is its own current: it is
-//     found in the first tree and costs one tree's item instead of two
-//     (about 10 bytes of a plugin's heap).
+// A change of a large store copies the path of B-tree nodes it touches
+// the first time after a clone, and a snapshot clones every table a batch
+// changed: about 2.4 KB a write at 100,000 plugins, most of what a write
+// cost there. So a large table keeps each changed name's allocations on
+// the side instead (recent: a name's whole list, newest first, which
+// stands for all the store holds of that name). A write then copies the
+// slice of recent names and makes one entry, and the store changes only
+// once recentMax names have gathered: a name changed twice, or changed and
+// changed back (a short-lived allocation), touches the trees once or not
+// at all.
 //
-// Every change of a large table costs O(log n), whatever the number of
-// older allocations of a name. Clone is O(1) either way. The trees share
-// nodes copy-on-write, and the slice is copied on the first change after a
-// clone. So a clone handed to readers never changes under them.
-//
-// A working table is written by one goroutine, the registry actor's. A
-// clone frozen in a snapshot may be read by any number of goroutines.
+// A small store is written through: copying its slice is as cheap.
 type Table struct {
-	small smallSet // nil once allocs and newest hold the table
-	// owned is set on a working table that has copied small since its
-	// last clone, and so may change it in place.
-	owned bool
+	base *store
+	// recent is sorted by name. Its entries never change, and neither does
+	// the slice while recentOwned is unset: a clone shares both.
+	recent      []*recentName
+	recentOwned bool
+	// extra is Len less base's: the allocations recent adds less the ones
+	// it drops.
+	extra int
 	// dirty is set on a working table changed since the last cut
 	// (Working.Changed).
-	dirty  bool
-	allocs *allocTree
-	newest *allocTree
+	dirty bool
+	// recentMax is recentMax, or less in tests that need merges often.
+	recentMax int
+}
+
+// recentName is the allocations of a recently changed name.
+type recentName struct {
+	name string
+	// allocs are newest (current) first; none when the name has none left.
+	allocs []*Allocation
 }
 
 // New returns an empty table.
-func New() *Table { return &Table{} }
+func New() *Table { return &Table{base: &store{}, recentMax: recentMax} }
 
-// newTrees returns the two empty trees of a large table: by (name, alloc)
-// and by (name, newest first).
-func newTrees() (allocs, newest *allocTree) {
-	return newAllocTree(compareAlloc), newAllocTree(compareNewest)
-}
-
-// Clone returns a copy that shares nodes until either side changes.
+// Clone returns a copy that shares what either side holds until it
+// changes it.
 func (t *Table) Clone() *Table {
-	if t.allocs == nil {
-		if t.owned {
-			t.owned = false // a table frozen in a snapshot is never written
-		}
-		return &Table{small: t.small}
+	if t.recentOwned {
+		t.recentOwned = false // a table frozen in a snapshot is never written
 	}
-	return &Table{allocs: t.allocs.Clone(), newest: t.newest.Clone()}
+	return &Table{base: t.base.Clone(), recent: t.recent, extra: t.extra, recentMax: t.recentMax}
 }
 
 // Len is how many allocations the table holds.
-func (t *Table) Len() int {
-	if t.allocs == nil {
-		return len(t.small)
+func (t *Table) Len() int { return t.base.Len() + t.extra }
+
+// recentOf returns the recent entry of name, if it has one, and where it
+// is or would go.
+func (t *Table) recentOf(name string) (int, *recentName) {
+	i, ok := slices.BinarySearchFunc(t.recent, name, func(r *recentName, name string) int {
+		return strings.Compare(r.name, name)
+	})
+	if !ok {
+		return i, nil
 	}
-	return t.allocs.Len()
+	return i, t.recent[i]
 }
 
-func probe(name, alloc string) *Allocation {
-	a := &Allocation{}
-	a.plugin.Name, a.plugin.AllocId = name, alloc
-	return a
-}
-
-// probes recycles the search keys of lookups: readers look plugins up
-// from many goroutines at once, and a fresh key per lookup was most of the
-// cost of DispensePlugin.
-var probes = sync.Pool{New: func() any { return probe("", "") }}
-
-// lookup finds the item of tree with name and alloc.
-func lookup(tree *allocTree, name, alloc string) (*Allocation, bool) {
-	key := borrowKey(name, alloc, 0)
-	defer returnKey(key)
-	return tree.Get(key)
-}
-
-// borrowKey takes a search key from probes; returnKey gives it back.
-// order is at most MaxSequence (the newest first of a name takes
-// MaxSequence), so that a key, like every allocation not made by
-// NewAllocation, has no updatedBit.
-func borrowKey(name, alloc string, order uint64) *Allocation {
-	key := probes.Get().(*Allocation)
-	key.plugin.Name, key.plugin.AllocId, key.ord = name, alloc, order
-	return key
-}
-
-func returnKey(key *Allocation) {
-	key.plugin.Name, key.plugin.AllocId, key.ord = "", "", 0
-	probes.Put(key)
-}
-
+// Get returns the allocation alloc of name.
 func (t *Table) Get(name, alloc string) (*Allocation, bool) {
-	if t.allocs == nil {
-		return t.small.get(name, alloc)
+	if _, r := t.recentOf(name); r != nil {
+		_, a := r.find(alloc)
+		return a, a != nil
 	}
-	return lookup(t.allocs, name, alloc)
+	return t.base.Get(name, alloc)
 }
 
-// find returns the current allocation of name and its allocation alloc,
-// each nil when there is none: for a small table, with one search.
+// Find returns the current allocation of name and its allocation alloc,
+// each nil when there is none.
 func (t *Table) Find(name, alloc string) (current, found *Allocation) {
-	if t.allocs == nil {
-		from, to := t.small.run(name)
-		if from == to {
-			return nil, nil
-		}
-		for _, a := range t.small[from:to] {
-			if a.Info().GetAllocId() == alloc {
-				found = a
-				break
-			}
-		}
-		return t.small[from], found
+	if _, r := t.recentOf(name); r != nil {
+		_, found = r.find(alloc)
+		return r.current(), found
 	}
-	current, _ = t.currentOf(name)
-	found, _ = t.Get(name, alloc)
-	return current, found
+	return t.base.Find(name, alloc)
 }
 
-// sole returns the first allocation of name in a large table's allocs,
-// nil when it has none, and whether name has more than that one.
-func (t *Table) sole(name string) (first *Allocation, more bool) {
-	key := borrowKey(name, "", 0)
-	defer returnKey(key)
-	t.allocs.AscendGreaterOrEqual(key, func(a *Allocation) bool {
-		if a.Info().GetName() != name {
-			return false
-		}
-		if first != nil {
-			more = true
-			return false
-		}
-		first = a
-		return true
-	})
-	return first, more
-}
-
-// topOf returns the current allocation of name from a large table's
-// newest-first tree, nil when name has fewer than two allocations.
-func (t *Table) topOf(name string) *Allocation {
-	key := borrowKey(name, "", MaxSequence)
-	defer returnKey(key)
-	top := t.first(key)
-	if top == nil || top.Info().GetName() != name {
-		return nil
-	}
-	return top
-}
-
-// currentOf returns the current allocation of name: its newest. A name
-// with one allocation, the common case, costs one search of a large
-// table.
+// currentOf returns the current allocation of name: its newest.
 func (t *Table) currentOf(name string) (*Allocation, bool) {
-	if t.allocs == nil {
-		return t.small.current(name)
+	if _, r := t.recentOf(name); r != nil {
+		a := r.current()
+		return a, a != nil
 	}
-	first, more := t.sole(name)
-	if more {
-		return t.topOf(name), true
-	}
-	return first, first != nil
-}
-
-// first returns the first allocation of the newest-first tree at or after
-// key, or nil.
-func (t *Table) first(key *Allocation) *Allocation {
-	var top *Allocation
-	t.newest.AscendGreaterOrEqual(key, func(a *Allocation) bool {
-		top = a
-		return false
-	})
-	return top
+	return t.base.currentOf(name)
 }
 
 // EachCurrent calls fn with the current allocation of each name, in name
-// order. A large table is walked in (name, alloc) order without reading
-// any allocation: a name with one allocation is its own current, and the
-// allocations of the names with more are exactly the newest-first tree's,
-// so a set of those (with each one's current) says which to skip.
+// order: the store's, with the recent names' in their places.
 func (t *Table) EachCurrent(fn func(*Allocation)) {
-	if t.allocs == nil {
-		t.small.each(fn)
-		return
-	}
-	if t.newest.Len() == 0 {
-		t.allocs.Ascend(func(a *Allocation) bool { fn(a); return true })
-		return
-	}
-	currentOf := make(map[*Allocation]*Allocation, t.newest.Len())
-	var top *Allocation
-	t.newest.Ascend(func(a *Allocation) bool {
-		if top == nil || top.plugin.Name != a.plugin.Name {
-			top = a
+	i := 0
+	// upTo calls fn with the recent names before name (all of them when
+	// name is ""), and reports whether the next one is name.
+	upTo := func(name string) bool {
+		for ; i < len(t.recent) && (name == "" || t.recent[i].name < name); i++ {
+			if a := t.recent[i].current(); a != nil {
+				fn(a)
+			}
 		}
-		currentOf[a] = top
-		return true
+		return name != "" && i < len(t.recent) && t.recent[i].name == name
+	}
+	t.base.EachCurrent(func(a *Allocation) {
+		if upTo(a.plugin.Name) {
+			if now := t.recent[i].current(); now != nil {
+				fn(now)
+			}
+			i++
+			return
+		}
+		fn(a)
 	})
-	var told *Allocation
-	t.allocs.Ascend(func(a *Allocation) bool {
-		cur, ok := currentOf[a]
-		switch {
-		case !ok:
-			fn(a)
-		case cur != told:
-			fn(cur)
-			told = cur
-		}
-		return true
-	})
-}
-
-// put adds a or replaces the allocation with the same name and alloc ID.
-// A replacement must keep its order.
-func (t *Table) Put(a *Allocation) {
-	if t.allocs == nil {
-		t.putSmall(a, true)
-		return
-	}
-	if _, ok := lookup(t.allocs, a.Info().GetName(), a.Info().GetAllocId()); !ok {
-		t.Add(a)
-		return
-	}
-	t.allocs.ReplaceOrInsert(a)
-	if t.topOf(a.Info().GetName()) != nil {
-		t.newest.ReplaceOrInsert(a)
-	}
-}
-
-// add is put for an allocation the table does not hold.
-func (t *Table) Add(a *Allocation) {
-	if t.allocs == nil {
-		t.putSmall(a, false)
-		return
-	}
-	if t.topOf(a.Info().GetName()) != nil {
-		t.newest.ReplaceOrInsert(a)
-	} else if first, _ := t.sole(a.Info().GetName()); first != nil {
-		t.newest.ReplaceOrInsert(first)
-		t.newest.ReplaceOrInsert(a)
-	}
-	t.allocs.ReplaceOrInsert(a)
-}
-
-// remove deletes a, which the table holds; the next newest allocation of
-// its name, if any, becomes current, and remove returns it.
-func (t *Table) Remove(a *Allocation) (now *Allocation, ok bool) {
-	if t.allocs == nil {
-		return t.removeSmall(a)
-	}
-	t.allocs.Delete(a)
-	if _, was := t.newest.Delete(a); was {
-		if first, more := t.sole(a.Info().GetName()); first != nil && !more {
-			t.newest.Delete(first) // one left: it needs no newest-first item
-		}
-	}
-	return t.currentOf(a.Info().GetName())
+	upTo("")
 }
 
 // Plugins returns the current allocation of each name, sorted by name, in
@@ -284,27 +155,148 @@ func (t *Table) Current(name string) (*messages.PluginInfo, bool) {
 
 // Allocations returns every allocation of name, newest (current) first.
 func (t *Table) Allocations(name string) []*messages.PluginInfo {
+	var allocs []*Allocation
+	if _, r := t.recentOf(name); r != nil {
+		allocs = r.allocs
+	} else {
+		allocs, _ = t.base.allocationsUpTo(name, -1)
+	}
 	var out []*messages.PluginInfo
-	switch {
-	case t.allocs == nil:
-		from, to := t.small.run(name)
-		for _, a := range t.small[from:to] {
-			out = append(out, a.Info())
-		}
-	case t.topOf(name) == nil:
-		if first, _ := t.sole(name); first != nil {
-			out = append(out, first.Info())
-		}
-	default:
-		key := borrowKey(name, "", MaxSequence)
-		defer returnKey(key)
-		t.newest.AscendGreaterOrEqual(key, func(a *Allocation) bool {
-			if a.Info().GetName() != name {
-				return false
-			}
-			out = append(out, a.Info())
-			return true
-		})
+	for _, a := range allocs {
+		out = append(out, a.Info())
 	}
 	return out
+}
+
+// Put adds a or replaces the allocation with the same name and alloc ID.
+// A replacement must keep its order.
+func (t *Table) Put(a *Allocation) {
+	i, allocs, ok := t.change(a.plugin.Name)
+	if !ok {
+		t.base.Put(a)
+		return
+	}
+	if j, old := find(allocs, a.plugin.AllocId); old != nil {
+		allocs[j] = a
+		t.keep(i, a.plugin.Name, allocs)
+		return
+	}
+	t.extra++ // before keep, which may merge
+	t.keep(i, a.plugin.Name, inserted(allocs, a))
+}
+
+// Add is Put for an allocation the table does not hold.
+func (t *Table) Add(a *Allocation) {
+	i, allocs, ok := t.change(a.plugin.Name)
+	if !ok {
+		t.base.Add(a)
+		return
+	}
+	t.extra++ // before keep, which may merge
+	t.keep(i, a.plugin.Name, inserted(allocs, a))
+}
+
+// Remove deletes a, which the table holds; the next newest allocation of
+// its name, if any, becomes current, and Remove returns it.
+func (t *Table) Remove(a *Allocation) (now *Allocation, ok bool) {
+	i, allocs, ok := t.change(a.plugin.Name)
+	if !ok {
+		return t.base.Remove(a)
+	}
+	if j, old := find(allocs, a.plugin.AllocId); old != nil {
+		allocs = slices.Delete(allocs, j, j+1)
+		t.extra--
+	}
+	t.keep(i, a.plugin.Name, allocs)
+	if len(allocs) == 0 {
+		return nil, false
+	}
+	return allocs[0], true
+}
+
+// change returns where name's recent entry is or goes, and a copy of the
+// allocations the table holds of it, to change; ok false when the change
+// goes to the store at once instead: while the store is small, or when it
+// holds more than recentAllocsMax allocations of name (which then has no
+// recent entry).
+func (t *Table) change(name string) (i int, allocs []*Allocation, ok bool) {
+	if t.base.allocs == nil {
+		return 0, nil, false
+	}
+	i, r := t.recentOf(name)
+	if r != nil {
+		return i, slices.Clone(r.allocs), true
+	}
+	allocs, ok = t.base.allocationsUpTo(name, recentAllocsMax)
+	return i, allocs, ok
+}
+
+// keep makes allocs name's recent entry, at i, and merges the recent
+// names into the store once there are more than recentMax.
+func (t *Table) keep(i int, name string, allocs []*Allocation) {
+	if !t.recentOwned {
+		t.recent = slices.Clone(t.recent)
+		t.recentOwned = true
+	}
+	r := &recentName{name: name, allocs: allocs}
+	if i < len(t.recent) && t.recent[i].name == name {
+		t.recent[i] = r
+	} else {
+		t.recent = slices.Insert(t.recent, i, r)
+	}
+	if len(t.recent) > t.recentMax || len(allocs) > recentAllocsMax {
+		t.merge()
+	}
+}
+
+// merge writes the recent names into the store: each allocation of a
+// name the store holds and its entry no longer does is removed, each one
+// it holds otherwise is put. A name its entry leaves as the store has it
+// costs one search.
+func (t *Table) merge() {
+	for _, r := range t.recent {
+		had, _ := t.base.allocationsUpTo(r.name, -1)
+		for _, old := range had {
+			if _, a := r.find(old.plugin.AllocId); a == nil {
+				t.base.Remove(old)
+			}
+		}
+		for _, a := range r.allocs {
+			switch _, old := find(had, a.plugin.AllocId); {
+			case old == nil:
+				t.base.Add(a)
+			case old != a:
+				t.base.Put(a)
+			}
+		}
+	}
+	t.recent, t.recentOwned, t.extra = nil, false, 0
+}
+
+// current is the name's current allocation, nil when it has none.
+func (r *recentName) current() *Allocation {
+	if len(r.allocs) == 0 {
+		return nil
+	}
+	return r.allocs[0]
+}
+
+// find returns the allocation alloc of the name and its index.
+func (r *recentName) find(alloc string) (int, *Allocation) { return find(r.allocs, alloc) }
+
+// find returns the allocation of allocs with alloc ID alloc and its index,
+// or nil.
+func find(allocs []*Allocation, alloc string) (int, *Allocation) {
+	for i, a := range allocs {
+		if a.plugin.AllocId == alloc {
+			return i, a
+		}
+	}
+	return -1, nil
+}
+
+// inserted returns allocs, newest first, with a in its place.
+func inserted(allocs []*Allocation, a *Allocation) []*Allocation {
+	i, _ := slices.BinarySearchFunc(allocs, a, compareNewest)
+	return slices.Insert(allocs, i, a)
 }

@@ -90,12 +90,15 @@ func (m *tableMachine) Check(t *rapid.T) {
 }
 
 // TestTableAgainstModel: whatever the adds, replaces, removes and clones,
-// a table answers as its model does (each name's current allocation, its
+// with the recent names merged into the store after every change, after
+// a few, or after recentMax, a table answers as its model does (each name's current allocation, its
 // allocations newest first, the current of each name in order), and each
 // clone as the model did when it was taken.
 func TestTableAgainstModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		t.Repeat(rapid.StateMachineActions(&tableMachine{table: New(), model: map[string][]*Allocation{}}))
+		table := New()
+		table.recentMax = rapid.SampledFrom([]int{0, 1, 3, recentMax}).Draw(t, "recentMax")
+		t.Repeat(rapid.StateMachineActions(&tableMachine{table: table, model: map[string][]*Allocation{}}))
 	})
 }
 
@@ -108,6 +111,13 @@ func (t *Table) matches(model map[string][]*Allocation) error {
 	t.EachCurrent(func(a *Allocation) { got += a.plugin.Name + "=" + a.plugin.AllocId + " " })
 	if got != want {
 		return fmt.Errorf("EachCurrent\n got %s\nwant %s", got, want)
+	}
+	held := 0
+	for _, allocs := range model {
+		held += len(allocs)
+	}
+	if t.Len() != held {
+		return fmt.Errorf("Len is %d, want %d", t.Len(), held)
 	}
 	for i := range 62 {
 		name := fmt.Sprint("p", i)
