@@ -71,6 +71,7 @@ func (m *manager) onClaimsChanged(ctx actor.Context, c model.NodeClaims) {
 	if !lost {
 		return
 	}
+	m.doubt(key)
 	var targets []string
 	for _, pub := range gone {
 		m.log.Warn("the fleet no longer gives this alloc's claim to this node: its mount is made read-only and taken down",
@@ -84,6 +85,15 @@ func (m *manager) onClaimsChanged(ctx actor.Context, c model.NodeClaims) {
 	m.enqueue(ctx, &op{kind: opReconcile, key: key})
 }
 
+// doubt tells the job running on the volume, if any, that the fleet's
+// claims of it changed in a way that may have freed its alloc's: a mount
+// then checks its claim before it answers (job.claimKept).
+func (m *manager) doubt(key volumeKey) {
+	if q, ok := m.queues[key]; ok {
+		q.doubts.Add(1)
+	}
+}
+
 // onResync queues a reconcile of every volume with a record.
 func (m *manager) onResync(ctx actor.Context, reason string) {
 	if m.closing {
@@ -92,6 +102,9 @@ func (m *manager) onResync(ctx actor.Context, reason string) {
 	m.log.Info("checking every mount against the fleet's claims", "why", reason, "volumes", len(m.records))
 	for key := range m.records {
 		m.forgetRetry(key)
+	}
+	for key := range m.queues {
+		m.doubt(key)
 	}
 	m.checkBusyWriters()
 	m.reconcileAll(ctx)

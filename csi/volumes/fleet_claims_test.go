@@ -41,23 +41,14 @@ func TestADrainForceTakesDownTheDrainedNodesMountAtOnce(t *testing.T) {
 // NodeStageVolume, its publish still being claimed, and only then lets
 // the mount go on. Before, the claims change passed over a publish on its
 // way in, the mount ended writable with no claim behind it, and n2's
-// mount made two writers until n1's next full check.
+// mount made two writers until n1's next full check. Then the mount was
+// answered ok and taken down right after; now it is refused
+// (ErrClaimRefused, naming the claim freed).
 func TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown(t *testing.T) {
 	l := newLifecycle(t)
 	n1, n2 := l.nodes[0], l.nodes[1]
 	freed := n1.toldClaimGone("sw", "n1-a1")
-	stage := n1.plugin.hold("NodeStageVolume")
-	defer n1.plugin.unhang(stage)
-	mounted := make(chan error, 1)
-	go func() {
-		_, err := n1.manager.Mount(ctx, "", "sw", "n1-a1", false)
-		mounted <- err
-	}()
-	select {
-	case <-stage.reached:
-	case <-time.After(wait):
-		t.Fatal("the mount did not reach NodeStageVolume")
-	}
+	stage, mounted := mountHeldInStage(t, n1, "n1-a1")
 
 	freed1, err := drainForce(n2.store, "n1")
 	require.NoError(t, err)
@@ -70,13 +61,82 @@ func TestAClaimFreedWhileItsMountIsOnTheWayInIsTakenDown(t *testing.T) {
 	_, err = n1.manager.Status(ctx, "", "sw") // behind the claims change in the manager's mailbox
 	require.NoError(t, err)
 	n1.plugin.unhang(stage)
+	mountRefusedAsFreed(t, mounted, "n1-a1")
+
+	l.takenDownThenMountedOn(t, n1, n2)
+}
+
+// TestAMountWhoseClaimARestoreForgotWhileItRanIsRefused takes a snapshot
+// of etcd, then holds n1's mount of the single writer in NodeStageVolume,
+// its claim taken after the snapshot, and restores etcd from the snapshot
+// (both ways). Once n1's manager has been told to check every mount, the
+// mount goes on: it is refused, as the fleet no longer holds its claim
+// (or, when etcd's revision went back, as n1 fences), where it was
+// answered ok and taken down 7 ms later (a nemesis schedule
+// found it: its checker saw an acknowledged mount lost). n3 then mounts
+// the volume alone.
+func TestAMountWhoseClaimARestoreForgotWhileItRanIsRefused(t *testing.T) {
+	eachRestore(t, func(t *testing.T, l *lifecycle, snap string, bump bool) {
+		n1, n3 := l.nodes[0], l.nodes[2]
+		resynced := make(chan struct{})
+		var once sync.Once
+		told := func(string) { once.Do(func() { close(resynced) }) }
+		stage, mounted := mountHeldInStage(t, n1, "n1-a1")
+
+		n1.resynced.Store(&told)
+		l.srv.RestoreFrom(snap, bump)
+		select {
+		case <-resynced:
+		case <-time.After(wait):
+			t.Fatal("n1's watch did not ask its manager to check every mount")
+		}
+		_, err := n1.manager.Status(ctx, "", "sw") // behind the resync in the manager's mailbox
+		require.NoError(t, err)
+		n1.plugin.unhang(stage)
+		if bump {
+			mountRefusedAsFreed(t, mounted, "n1-a1")
+		} else {
+			// The restored etcd does not hold n1's lease either: its
+			// standing lost, n1 fences, and refuses as such.
+			require.ErrorIs(t, <-mounted, volumes.ErrFenced)
+		}
+
+		l.takenDownThenMountedOn(t, n1, n3)
+	})
+}
+
+// mountHeldInStage starts a mount of the single writer "sw" for alloc on
+// n and returns once the plugin holds it in NodeStageVolume, its claim
+// taken: the fault that lets it go on (unhung at the test's end too), and
+// the channel of the mount's answer.
+func mountHeldInStage(t *testing.T, n *lifecycleNode, alloc string) (*fault, <-chan error) {
+	t.Helper()
+	stage := n.plugin.hold("NodeStageVolume")
+	t.Cleanup(func() { n.plugin.unhang(stage) })
+	mounted := make(chan error, 1)
+	go func() {
+		_, err := n.manager.Mount(ctx, "", "sw", alloc, false)
+		mounted <- err
+	}()
 	select {
-	case <-mounted: // done or refused: the publish must not stay either way
+	case <-stage.reached:
+	case <-time.After(wait):
+		t.Fatal("the mount did not reach NodeStageVolume")
+	}
+	return stage, mounted
+}
+
+// mountRefusedAsFreed waits for the answer to alloc's mount on mounted:
+// refused, its claim freed while it ran.
+func mountRefusedAsFreed(t *testing.T, mounted <-chan error, alloc string) {
+	t.Helper()
+	select {
+	case err := <-mounted:
+		require.ErrorIs(t, err, volumes.ErrClaimRefused)
+		require.ErrorContains(t, err, "the fleet freed alloc "+alloc+"'s claim on volume default/sw while it mounted")
 	case <-time.After(wait):
 		t.Fatal("the mount did not end")
 	}
-
-	l.takenDownThenMountedOn(t, n1, n2)
 }
 
 // TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain fences
@@ -134,18 +194,27 @@ func TestAClaimFreedWhileAReconcileUnfencesIsNotMadeWritableAgain(t *testing.T) 
 // Before, n1's standing stayed held and its mount was never checked: two
 // writers.
 func TestARestoreOfEtcdTakesDownAMountWhoseClaimItForgot(t *testing.T) {
+	eachRestore(t, func(t *testing.T, l *lifecycle, snap string, bump bool) {
+		n1, n3 := l.nodes[0], l.nodes[2]
+		_, err := n1.manager.Mount(ctx, "", "sw", "n1-a1", false)
+		require.NoError(t, err)
+
+		l.srv.RestoreFrom(snap, bump)
+		l.takenDownThenMountedOn(t, n1, n3)
+	})
+}
+
+// eachRestore runs test on a new fleet whose etcd was just saved to the
+// snapshot snap, once with a restore that bumps the revision (as
+// plugvisor's does) and once with one whose revision goes back.
+func eachRestore(t *testing.T, test func(t *testing.T, l *lifecycle, snap string, bump bool)) {
 	for _, bump := range []bool{true, false} {
 		t.Run(map[bool]string{true: "bumped", false: "revision back"}[bump], func(t *testing.T) {
 			l := newLifecycle(t)
-			n1, n3 := l.nodes[0], l.nodes[2]
 			snap := filepath.Join(t.TempDir(), "fleet.db")
 			_, err := fleet.SaveSnapshot(ctx, fleet.Access{Endpoints: l.srv.Endpoints()}, snap)
 			require.NoError(t, err)
-			_, err = n1.manager.Mount(ctx, "", "sw", "n1-a1", false)
-			require.NoError(t, err)
-
-			l.srv.RestoreFrom(snap, bump)
-			l.takenDownThenMountedOn(t, n1, n3)
+			test(t, l, snap, bump)
 		})
 	}
 }

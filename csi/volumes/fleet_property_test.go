@@ -33,6 +33,9 @@ type lifecycleNode struct {
 	// sent, when set, is called with each ClaimsChanged once it is sent
 	// to the node's manager.
 	sent atomic.Pointer[func(model.NodeClaims)]
+	// resynced, when set, is called with each Resync's reason once it is
+	// sent to the node's manager.
+	resynced atomic.Pointer[func(string)]
 	// read, when set, is called once, with what it read, after the next
 	// volume its manager reads from the catalog without an error, and
 	// before the manager gets it.
@@ -83,6 +86,9 @@ func newLifecycleNode(t *testing.T, srv *etcdtest.Server, storageSys *storageSys
 		Resync: func(why string) {
 			if m := n.current.Load(); m != nil {
 				m.Resync(why)
+			}
+			if resynced := l.resynced.Load(); resynced != nil {
+				(*resynced)(why)
 			}
 		},
 	})

@@ -70,6 +70,9 @@ type job struct {
 	// note says more of the outcome than its error (what a forced unmount
 	// forced); the volume's status shows it with the operation.
 	note string
+	// doubts is the volume queue's count of doubts about the fleet's
+	// claims (queue.doubts); nil for a job off the queue.
+	doubts *atomic.Uint64
 }
 
 func newJob(e *env, key volumeKey, rec *messages.VolumeRecord, progress func(*messages.VolumeRecord)) *job {

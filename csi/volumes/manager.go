@@ -186,6 +186,7 @@ func (m *manager) start(ctx actor.Context, o *op) {
 	j := newJob(m.env, o.key, m.records[o.key], func(rec *messages.VolumeRecord) {
 		root.Send(self, &recordSaved{key: o.key, rec: rec})
 	})
+	j.doubts = &m.queues[o.key].doubts
 	m.running++
 	m.workers.Add(1)
 	go func() {

@@ -81,7 +81,12 @@ func (j *job) mount(ctx context.Context, alloc string, use csi.Usage, group stri
 	if err := j.save(); err != nil {
 		return MountResult{}, err
 	}
-	if err := j.mountSteps(ctx, vol, pub, use); err != nil {
+	doubts := j.doubtsNow()
+	err = j.mountSteps(ctx, vol, pub, use)
+	if err == nil {
+		err = j.claimKept(ctx, pub, doubts)
+	}
+	if err != nil {
 		rbCtx, cancel := j.rollbackContext()
 		defer cancel()
 		if rbErr := j.takeDown(rbCtx, alloc); rbErr != nil {
@@ -92,6 +97,38 @@ func (j *job) mount(ctx context.Context, alloc string, use csi.Usage, group stri
 	j.log.Info("volume mounted", "alloc_id", alloc, "read_only", readOnly, "target_path", pub.GetTargetPath())
 	j.finishPendingExpand(ctx, vol, pub)
 	return j.result(pub), nil
+}
+
+// doubtsNow is the count of doubts about the volume's claims so far.
+func (j *job) doubtsNow() uint64 {
+	if j.doubts == nil {
+		return 0
+	}
+	return j.doubts.Load()
+}
+
+// claimKept checks, when the fleet's claims of the volume came into doubt
+// since the mount began (a change that left out an alloc of this node, or
+// a check of every mount: etcd restored, the watch started again), that
+// the fleet still gives pub's alloc its claim on this node. One freed
+// while the mount ran fails it: answered ok, the mount would be taken down
+// at once by the reconcile queued behind it. A claim that is not this
+// node's any more is not released by the rollback.
+func (j *job) claimKept(ctx context.Context, pub *messages.VolumePublish, doubts uint64) error {
+	if j.doubtsNow() == doubts {
+		return nil
+	}
+	j.vol = nil
+	holders, err := j.claimHolders(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the fleet's claims of volume %s changed while it mounted, and reading them again failed: %w", j.key, err)
+	case !j.ours(holders, pub.GetAllocId()):
+		pub.ClaimedByMount = false
+		return fmt.Errorf("%w: the fleet freed alloc %s's claim on volume %s while it mounted (a restore of etcd, a drain -force or an operator); mount again",
+			ErrClaimRefused, pub.GetAllocId(), j.key)
+	}
+	return nil
 }
 
 // adopt fills a new record from the catalog's volume, or checks that the

@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -101,6 +102,9 @@ func (o *op) String() string {
 type queue struct {
 	running *op
 	pending []*op
+	// doubts counts the times the fleet's claims of the volume came into
+	// doubt (see job.claimKept): the manager adds, the running job reads.
+	doubts atomic.Uint64
 }
 
 // enqueue puts o behind the operations on its volume and starts it when
