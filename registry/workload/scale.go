@@ -95,3 +95,42 @@ func writeThenRead(b *testing.B, t Target, plugins int, read func(i int) bool) [
 	m.report(b, b.N)
 	return reads
 }
+
+// Replacements runs on a target that Populate filled: each iteration
+// registers a new allocation of one of the plugins and deregisters the one
+// it replaces, as a job's new allocation takes over from its old one. The
+// registry keeps every change, where PairAmong's pair leaves it as it was.
+// One Replacements serves every run on one target: it remembers each
+// plugin's allocation.
+type Replacements struct {
+	held []string // the allocation of each plugin
+	next int
+}
+
+// NewReplacements returns the replacements of a target that Populate
+// filled with plugins plugins.
+func NewReplacements(plugins int) *Replacements {
+	held := make([]string, plugins)
+	for i := range held {
+		held[i] = "a0"
+	}
+	return &Replacements{held: held}
+}
+
+// Run runs b.N replacements on t and reports the CPU time of one.
+func (r *Replacements) Run(b *testing.B, t Target) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	m := startMeter(t)
+	for range b.N {
+		r.next++
+		k := r.next * stride % len(r.held)
+		name, alloc := fmt.Sprint("p", k), fmt.Sprint("r", r.next)
+		if !ok(b, t.Register(name, alloc)) || !ok(b, t.Deregister(name, r.held[k])) {
+			return
+		}
+		r.held[k] = alloc
+	}
+	b.StopTimer()
+	m.report(b, b.N)
+}

@@ -3,7 +3,8 @@ package main
 import "fmt"
 
 // scaleRows are BenchmarkScale's: a registry of 100 and of 100,000
-// plugins, a read right after each write and a pair among them. Each
+// plugins, a read right after each write, a pair among them, and a
+// replacement. Each
 // target holds plugvisor's figure at 100,000 plugins to its own at 100,
 // measured in the same round.
 func scaleRows() []row {
@@ -60,6 +61,10 @@ func scaleRows() []row {
 			r.target.text = "plugvisor's time per pair ≤ 1.5× its own at 100 plugins"
 		}
 		out = append(out, r, row{workload: "… CPU time per pair (whole process)", unit: "µs", lowerIsBetter: true, nomad: cn, plugvisor: cp})
+	}
+	for _, plugins := range []string{"100", "100000"} {
+		n, p := both(plugins, "Replace", "cpu-µs/op")
+		out = append(out, row{workload: "a new allocation of one of " + thousands(plugins) + " plugins registered and the one it replaces deregistered, CPU time (whole process)", unit: "µs", lowerIsBetter: true, nomad: n, plugvisor: p})
 	}
 	return out
 }
