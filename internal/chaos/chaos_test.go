@@ -43,7 +43,10 @@ func needRoot(t *testing.T) {
 //     rejoined with claims in flight;
 //   - drain -force of a node with a writable mount while its CSI plugin
 //     is dead, then another node mounts the volume: the agent cannot
-//     unmount, so the target must be read-only until the plugin is back.
+//     unmount, so the target must be read-only until the plugin is back;
+//   - etcd restored from a snapshot older than the claim of a mount that
+//     waits for its node's hung plugin: before, the mount was answered ok
+//     once the plugin answered, and taken down 7 ms later.
 func TestTheFleetHoldsUnderFixedSchedules(t *testing.T) {
 	needRoot(t)
 	f := newChaosFleet(t, 3, 2)
@@ -57,6 +60,7 @@ func TestTheFleetHoldsUnderFixedSchedules(t *testing.T) {
 		{"claims through a member cut off are never answered refused and committed", f.memberCutCase},
 		{"a member rejoining under claims keeps running", f.rejoinCase},
 		{"drain -force of a node whose plugin is dead makes its writer read-only", f.deadPluginDrainCase},
+		{"a mount whose claim a restore forgot while it waited is not answered ok", f.restoreUnderMountCase},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,16 +148,64 @@ func (f *chaosFleet) duplicateCase(ctx context.Context, nm *nemesis, h *history)
 
 func (f *chaosFleet) restoreCase(ctx context.Context, nm *nemesis, h *history) {
 	vol, n2, n3 := f.volumes[1], f.nodes[1], f.nodes[2]
-	snap := f.dir + "/fixed-restore.db"
-	out, err := cli("etcd", "snapshot", "save", "-endpoints", f.etcd.client, snap)
-	require.NoError(f.t, err, out)
-	taken := time.Now()
+	snap, taken := f.snapshotEtcd("fixed-restore.db")
 	require.Equal(f.t, answerOK, f.mountOn(h, n2, vol, "forgotten"))
 	f.restoreEtcd(nm, snap, event{kind: faultRestore, snapshot: taken})
-	require.Eventually(f.t, func() bool { return f.mountOn(h, n3, vol, fmt.Sprintf("after-%d", time.Now().UnixNano())) == answerOK },
-		settle, 500*time.Millisecond, "n3 mounts the volume the restored etcd holds no claim on")
+	f.mountsAfterRestore(h, n3, vol)
 	f.waitUnpublished("forgotten")
 	f.unmountOn(h, n2, vol, "forgotten")
+}
+
+// snapshotEtcd saves a snapshot of etcd in the fleet's directory as name,
+// and returns its path and when it was taken.
+func (f *chaosFleet) snapshotEtcd(name string) (string, time.Time) {
+	snap := f.dir + "/" + name
+	out, err := cli("etcd", "snapshot", "save", "-endpoints", f.etcd.client, snap)
+	require.NoError(f.t, err, out)
+	return snap, time.Now()
+}
+
+// mountsAfterRestore waits until n mounts vol, on which the restored etcd
+// holds no claim.
+func (f *chaosFleet) mountsAfterRestore(h *history, n *chaosNode, vol string) {
+	require.Eventually(f.t, func() bool { return f.mountOn(h, n, vol, fmt.Sprintf("after-%d", time.Now().UnixNano())) == answerOK },
+		settle, 500*time.Millisecond, "%s mounts the volume the restored etcd holds no claim on", n.id)
+}
+
+// resyncLogged is what an agent logs when it checks every mount against
+// the fleet's claims (volumes.Manager.Resync).
+const resyncLogged = "checking every mount against the fleet's claims"
+
+func (f *chaosFleet) restoreUnderMountCase(ctx context.Context, nm *nemesis, h *history) {
+	vol, n2, n3 := f.volumes[0], f.nodes[1], f.nodes[2]
+	snap, taken := f.snapshotEtcd("fixed-restore-under-mount.db")
+	// The plugin hangs: the mount takes its claim, then waits for the
+	// plugin's first answer.
+	n2.plugin.pause()
+	defer n2.plugin.resume()
+	answered := make(chan string, 1)
+	go func() { answered <- f.mountOn(h, n2, vol, "waiting") }()
+	require.Eventually(f.t, func() bool {
+		claims, ok := f.claims(vol)
+		_, held := claims["waiting"]
+		return ok && held
+	}, settle, 50*time.Millisecond, "the mount takes its claim, then waits for the plugin")
+	checks := strings.Count(n2.agent.out.String(), resyncLogged)
+	f.restoreEtcd(nm, snap, event{kind: faultRestore, snapshot: taken})
+	// As in the random schedule that found it: n2 learns of the restore
+	// while its mount still waits. (One that ends before its node can know
+	// is answered ok, as any acknowledged write a later restore forgets.)
+	require.Eventually(f.t, func() bool { return strings.Count(n2.agent.out.String(), resyncLogged) > checks },
+		settle, 50*time.Millisecond, "n2 checks every mount after the restore")
+	n2.plugin.resume()
+	select {
+	case answer := <-answered:
+		require.NotEqual(f.t, answerOK, answer, "the restored etcd holds no claim of the mount")
+	case <-time.After(settle):
+		f.t.Fatal("the mount was not answered")
+	}
+	f.mountsAfterRestore(h, n3, vol)
+	f.waitUnpublished("waiting")
 }
 
 func (f *chaosFleet) memberCutCase(ctx context.Context, nm *nemesis, h *history) {

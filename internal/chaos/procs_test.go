@@ -69,6 +69,13 @@ func (p *proc) alive() bool {
 }
 
 // kill9 kills the process with SIGKILL and waits for it.
+// pause stops the process (SIGSTOP): it holds its sockets and answers
+// nothing, as a hung plugin does, until resume.
+func (p *proc) pause() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// resume lets a paused process go on (SIGCONT).
+func (p *proc) resume() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }
+
 func (p *proc) kill9() {
 	p.ended.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
