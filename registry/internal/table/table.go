@@ -26,9 +26,9 @@ const recentAllocsMax = 8
 // the side instead (recent: a name's whole list, newest first, which
 // stands for all the store holds of that name). A write then copies the
 // slice of recent names and makes one entry, and the store changes only
-// once recentMax names have gathered: a name changed twice, or changed and
-// changed back (a short-lived allocation), touches the trees once or not
-// at all.
+// once more than recentMax names have gathered: a name changed twice, or
+// changed and changed back (a short-lived allocation), touches the trees
+// once or not at all.
 //
 // A small store is written through: copying its slice is as cheap.
 type Table struct {
