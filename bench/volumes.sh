@@ -43,15 +43,16 @@ describe() {
 }
 
 # summary prints one line per round of the benchmark's output: plugvisor's
-# pairs/s, p50, p99 and CPU per pair, then each baseline's pairs/s and p99.
+# pairs/s, p50, p99 and CPU per pair, then each baseline's pairs/s and p99
+# (bare-csi's CPU per pair too: the plugin's part and four gRPC calls).
 summary() {
 	awk '/^BenchmarkMountUnmount100Volumes/ {
 		delete m
 		for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
-		printf "%-18s plugvisor %6.0f pairs/s p50 %5.1f ms p99 %5.1f ms %5.0f us CPU/pair | kernel %6.0f pairs/s p99 %5.1f ms | kernel+mkdir %6.0f pairs/s p99 %5.1f ms | kernel+sync %6.0f pairs/s | load %s\n",
+		printf "%-18s plugvisor %6.0f pairs/s p50 %5.1f ms p99 %5.1f ms %5.0f us CPU/pair | kernel %6.0f pairs/s p99 %5.1f ms | kernel+mkdir %6.0f pairs/s p99 %5.1f ms | kernel+sync %6.0f pairs/s | bare-csi %6.0f pairs/s p99 %5.1f ms %5.0f us CPU/pair | load %s\n",
 			substr($1, 33), m["pairs/s"], m["p50-ms"], m["p99-ms"], m["cpu-us/pair"],
 			m["kernel-pairs/s"], m["kernel-p99-ms"], m["kernel+mkdir-pairs/s"], m["kernel+mkdir-p99-ms"],
-			m["kernel+sync-pairs/s"], m["load1"]
+			m["kernel+sync-pairs/s"], m["bare-csi-pairs/s"], m["bare-csi-p99-ms"], m["bare-csi-cpu-us/pair"], m["load1"]
 	}'
 }
 
