@@ -37,6 +37,11 @@ type Table struct {
 	// the slice while recentOwned is unset: a clone shares both.
 	recent      []*recentName
 	recentOwned bool
+	// baseShared is set while base is shared with a clone, which must
+	// not see it change: the first write to it clones it (writable).
+	// Most batches of a large table change only recent, and a snapshot
+	// then costs no clone of the store.
+	baseShared bool
 	// extra is Len less base's: the allocations recent adds less the ones
 	// it drops.
 	extra int
@@ -64,10 +69,24 @@ func New() *Table { return &Table{base: &store{}, recentMax: recentMax} }
 // Clone returns a copy that shares what either side holds until it
 // changes it.
 func (t *Table) Clone() *Table {
+	// A table frozen in a snapshot has these set already, and is never
+	// written.
 	if t.recentOwned {
-		t.recentOwned = false // a table frozen in a snapshot is never written
+		t.recentOwned = false
 	}
-	return &Table{base: t.base.Clone(), recent: t.recent, extra: t.extra, recentMax: t.recentMax}
+	if !t.baseShared {
+		t.baseShared = true
+	}
+	return &Table{base: t.base, baseShared: true, recent: t.recent, extra: t.extra, recentMax: t.recentMax}
+}
+
+// writable returns the store for a write, cloned first if a clone shares
+// it.
+func (t *Table) writable() *store {
+	if t.baseShared {
+		t.base, t.baseShared = t.base.Clone(), false
+	}
+	return t.base
 }
 
 // Len is how many allocations the table holds.
@@ -177,7 +196,7 @@ func (t *Table) Allocations(name string) []*messages.PluginInfo {
 func (t *Table) Put(a *Allocation) {
 	i, r, ok := t.change(a.plugin.Name)
 	if !ok {
-		t.base.Put(a)
+		t.writable().Put(a)
 		return
 	}
 	if j, old := r.find(a.plugin.AllocId); old != nil {
@@ -193,7 +212,7 @@ func (t *Table) Put(a *Allocation) {
 func (t *Table) Add(a *Allocation) {
 	i, r, ok := t.change(a.plugin.Name)
 	if !ok {
-		t.base.Add(a)
+		t.writable().Add(a)
 		return
 	}
 	t.extra++ // before keep, which may merge
@@ -206,7 +225,7 @@ func (t *Table) Add(a *Allocation) {
 func (t *Table) Remove(a *Allocation) (now *Allocation, ok bool) {
 	i, r, ok := t.change(a.plugin.Name)
 	if !ok {
-		return t.base.Remove(a)
+		return t.writable().Remove(a)
 	}
 	if j, old := r.find(a.plugin.AllocId); old != nil {
 		r.allocs = slices.Delete(r.allocs, j, j+1)
@@ -267,15 +286,15 @@ func (t *Table) merge() {
 	for _, r := range t.recent {
 		for _, old := range r.stored {
 			if _, a := r.find(old.plugin.AllocId); a == nil {
-				t.base.Remove(old)
+				t.writable().Remove(old)
 			}
 		}
 		for _, a := range r.allocs {
 			switch _, old := find(r.stored, a.plugin.AllocId); {
 			case old == nil:
-				t.base.Add(a)
+				t.writable().Add(a)
 			case old != a:
-				t.base.Put(a)
+				t.writable().Put(a)
 			}
 		}
 	}

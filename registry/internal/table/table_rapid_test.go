@@ -78,6 +78,14 @@ func (m *tableMachine) Clone(t *rapid.T) {
 	m.frozen = append(m.frozen, maps.Clone(m.model))
 }
 
+// Fork goes on writing a clone of a clone, as the registry does when it
+// remakes its working tables from a snapshot's (Types.Working), and keeps
+// the snapshot's.
+func (m *tableMachine) Fork(t *rapid.T) {
+	m.Clone(t)
+	m.table = m.clones[len(m.clones)-1].Clone()
+}
+
 func (m *tableMachine) Check(t *rapid.T) {
 	for i, c := range m.clones {
 		if err := c.matches(m.frozen[i]); err != nil {
@@ -89,11 +97,12 @@ func (m *tableMachine) Check(t *rapid.T) {
 	}
 }
 
-// TestTableAgainstModel: whatever the adds, replaces, removes and clones,
-// with the recent names merged into the store after every change, after
-// a few, or after recentMax, a table answers as its model does (each name's current allocation, its
-// allocations newest first, the current of each name in order), and each
-// clone as the model did when it was taken.
+// TestTableAgainstModel: whatever the adds, replaces, removes, clones and
+// forks, with the recent names merged into the store after every change,
+// after a few, or after recentMax, a table answers as its model does
+// (each name's current allocation, its allocations newest first, the
+// current of each name in order), and each clone as the model did when it
+// was taken.
 func TestTableAgainstModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		table := New()
