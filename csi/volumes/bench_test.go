@@ -18,6 +18,8 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plugvisor/plugvisor/csi"
@@ -45,25 +47,38 @@ import (
 // kernel+sync, adds to each kernel pair as many fdatasyncs as plugvisor's
 // pairs made flushes (rounded up), on a file of its own per volume: the
 // disk's ceiling for that many flushes, with no group commit to share
-// them. The plugin logs warnings only, so that the output stays short.
+// them. A third, bare-csi, has a bare client make the plugin's four node
+// calls. The plugin logs warnings only, so that the output stays short.
 //
-// It runs in two shapes: one-alloc mounts every volume for the same alloc,
-// and alloc-per-volume mounts each for an alloc of its own, as a node
-// starting 100 workloads does.
+// It runs in three shapes: one-alloc mounts every volume for the same
+// alloc, alloc-per-volume mounts each for an alloc of its own, as a node
+// starting 100 workloads does, and lean-plugin is one-alloc with a plugin
+// that does the kernel's part and nothing else (leanPlugin): the manager
+// and gRPC over the kernel.
 func BenchmarkMountUnmount100Volumes(b *testing.B) {
-	b.Run("one-alloc", func(b *testing.B) { benchMountUnmount(b, func(string) string { return "alloc" }) })
-	b.Run("alloc-per-volume", func(b *testing.B) { benchMountUnmount(b, func(id string) string { return "alloc-" + id }) })
+	oneAlloc := func(string) string { return "alloc" }
+	b.Run("one-alloc", func(b *testing.B) { benchMountUnmount(b, oneAlloc, hostpathPlugin) })
+	b.Run("alloc-per-volume", func(b *testing.B) {
+		benchMountUnmount(b, func(id string) string { return "alloc-" + id }, hostpathPlugin)
+	})
+	b.Run("lean-plugin", func(b *testing.B) { benchMountUnmount(b, oneAlloc, leanNodePlugin) })
 }
 
-// benchMountUnmount is BenchmarkMountUnmount100Volumes with volume id
-// mounted for allocOf(id).
-func benchMountUnmount(b *testing.B, allocOf func(id string) string) {
-	const count = 100
-	writes := &countingBucket{}
-	n, plugin := newHostpathNode(b, func(bucket storage.Bucket) storage.Bucket {
-		writes.Bucket = bucket
-		return writes
-	}, hclog.New(&hclog.LoggerOptions{Name: b.Name(), Level: hclog.Warn, Output: b.Output()}))
+// benchPlugin is the node plugin of a volumes benchmark, started with its
+// node: its socket, its IDs of the volumes, and its journal's syncs and
+// time syncing so far (none for a plugin without a journal).
+type benchPlugin struct {
+	node     *node
+	endpoint string
+	external []string
+	syncs    func() int64
+	syncing  func() time.Duration
+}
+
+// hostpathPlugin starts a node with the reference hostpath plugin "hp"
+// and count volumes created on it.
+func hostpathPlugin(b *testing.B, wrap func(storage.Bucket) storage.Bucket, count int) benchPlugin {
+	n, plugin := newHostpathNode(b, wrap, hclog.New(&hclog.LoggerOptions{Name: b.Name(), Level: hclog.Warn, Output: b.Output()}))
 	c, err := csi.Dial(ctx, plugin.Endpoint, csi.Options{})
 	require.NoError(b, err)
 	defer func() { require.NoError(b, c.Close()) }()
@@ -75,13 +90,32 @@ func benchMountUnmount(b *testing.B, allocOf func(id string) string) {
 		}}})
 		require.NoError(b, err)
 		external[i] = resp.GetVolume().GetVolumeId()
+	}
+	return benchPlugin{node: n, endpoint: plugin.Endpoint, external: external, syncs: plugin.Driver.JournalSyncs, syncing: plugin.Driver.JournalTime}
+}
+
+// benchMountUnmount is BenchmarkMountUnmount100Volumes with volume id
+// mounted for allocOf(id), through the plugin start makes.
+func benchMountUnmount(b *testing.B, allocOf func(id string) string,
+	start func(*testing.B, func(storage.Bucket) storage.Bucket, int) benchPlugin) {
+	const count = 100
+	writes := &countingBucket{}
+	plugin := start(b, func(bucket storage.Bucket) storage.Bucket {
+		writes.Bucket = bucket
+		return writes
+	}, count)
+	n, external := plugin.node, plugin.external
+	for i := range count {
 		n.catalog.add(fmt.Sprintf("v%d", i), external[i], "hp", model.AccessModeSingleNodeWriter, model.AttachmentModeFileSystem)
 	}
+	conn, err := grpc.NewClient("unix://"+plugin.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(b, err)
+	defer func() { require.NoError(b, conn.Close()) }()
 
 	b.ResetTimer()
 	writes.applies.Store(0)
-	commits, syncs := n.store.Commits(), plugin.Driver.JournalSyncs()
-	storeBusy, journalBusy := n.store.CommitTime(), plugin.Driver.JournalTime()
+	commits, syncs := n.store.Commits(), plugin.syncs()
+	storeBusy, journalBusy := n.store.CommitTime(), plugin.syncing()
 	runqueue, runnable := runqueueWait(b), runnableWait()
 	volumes := runPairs(b, count, func(i int) error {
 		id := fmt.Sprintf("v%d", i)
@@ -91,15 +125,15 @@ func benchMountUnmount(b *testing.B, allocOf func(id string) string) {
 		return n.manager.Unmount(ctx, "", id, allocOf(id))
 	})
 	b.StopTimer()
-	commits, syncs = n.store.Commits()-commits, plugin.Driver.JournalSyncs()-syncs
-	storeBusy, journalBusy = n.store.CommitTime()-storeBusy, plugin.Driver.JournalTime()-journalBusy
+	commits, syncs = n.store.Commits()-commits, plugin.syncs()-syncs
+	storeBusy, journalBusy = n.store.CommitTime()-storeBusy, plugin.syncing()-journalBusy
 	runqueue, runnable = runqueueWait(b)-runqueue, runnableWait()-runnable
 	// flushes is the disk flushes a pair of plugvisor's made: two
 	// fdatasyncs a store commit, one fsync a journal sync.
 	flushes := float64(2*commits+syncs) / float64(b.N)
 	// What any CSI node manager pays for the same pairs with this plugin:
 	// its four node calls, with no record, claim or actor.
-	bare := runPairs(b, count, csiPair(c, filepath.Join(n.dir, "bare-csi"), external))
+	bare := runPairs(b, count, csiPair(csipb.NewNodeClient(conn), filepath.Join(n.dir, "bare-csi"), external))
 	kernel := runPairs(b, count, kernelPair(b, filepath.Join(n.dir, "kernel"), count, kernelWork{}))
 	// The kernel's part with the target directory CSI has every plugin
 	// make in NodePublishVolume and remove in NodeUnpublishVolume: what
@@ -246,11 +280,12 @@ func runPairs(b *testing.B, count int, pair func(i int) error) pairRun {
 
 // csiPair returns a bare CSI client's pair on volume i (external[i], the
 // plugin's ID): NodeStageVolume, NodePublishVolume, NodeUnpublishVolume
-// and NodeUnstageVolume through c, with the staging directory and the
-// target's parent made as the manager makes them, under dir. It keeps no
-// record and takes no claim: the floor of any node manager driving this
-// plugin, the plugin's own work and the four gRPC calls.
-func csiPair(c *csi.Client, dir string, external []string) func(i int) error {
+// and NodeUnstageVolume through c, gRPC's generated client on a plain
+// connection, with the staging directory and the target's parent made as
+// the manager makes them, under dir. It keeps no record and takes no
+// claim: the floor of any node manager driving this plugin, the plugin's
+// own work and the four gRPC calls.
+func csiPair(c csipb.NodeClient, dir string, external []string) func(i int) error {
 	capability := &csipb.VolumeCapability{
 		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
