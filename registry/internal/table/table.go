@@ -81,7 +81,8 @@ func (t *Table) Clone() *Table {
 }
 
 // writable returns the store for a write, cloned first if a clone shares
-// it.
+// it. The clone marks the shared store's nodes as no longer the writer's;
+// readers of the clones that share it never read those marks.
 func (t *Table) writable() *store {
 	if t.baseShared {
 		t.base, t.baseShared = t.base.Clone(), false
