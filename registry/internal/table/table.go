@@ -28,7 +28,9 @@ const recentAllocsMax = 8
 // slice of recent names and makes one entry, and the store changes only
 // once more than recentMax names have gathered: a name changed twice, or
 // changed and changed back (a short-lived allocation), touches the trees
-// once or not at all.
+// once or not at all. A clone shares the store until the working table
+// next writes it (writable), so a batch that changed only recent names
+// clones no store either.
 //
 // A small store is written through: copying its slice is as cheap.
 type Table struct {
