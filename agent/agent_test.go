@@ -34,12 +34,12 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"))
 }
 
+// dataDir is an agent's data directory for one test: short enough for
+// its sockets, and removed after the test with every mount the agent left
+// below it (an agent's stop keeps its mounts for its next start).
 func dataDir(t testing.TB) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "pva")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return hostpathtest.TempDir(t)
 }
 
 func startAgent(t testing.TB, dir string) *agent.Agent {
