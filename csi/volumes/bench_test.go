@@ -48,7 +48,8 @@ import (
 // pairs made flushes (rounded up), on a file of its own per volume: the
 // disk's ceiling for that many flushes, with no group commit to share
 // them. A third, bare-csi, has a bare client make the plugin's four node
-// calls. The plugin logs warnings only, so that the output stays short.
+// calls. The hostpath plugin logs warnings only, so that the output
+// stays short.
 //
 // It runs in three shapes: one-alloc mounts every volume for the same
 // alloc, alloc-per-volume mounts each for an alloc of its own, as a node

@@ -3,7 +3,6 @@ package volumes_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -12,9 +11,9 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/plugvisor/plugvisor/csi/csitest"
 	"github.com/plugvisor/plugvisor/csi/hostpath/hostpathtest"
 	"github.com/plugvisor/plugvisor/csi/volumes"
 	"github.com/plugvisor/plugvisor/storage"
@@ -33,7 +32,8 @@ type leanPlugin struct {
 }
 
 // serveLean starts a leanPlugin with count volumes under dir and returns
-// its socket and its volume IDs. It stops when b ends.
+// its socket and its volume IDs. It stops when b ends, and what it left
+// mounted under dir is unmounted.
 func serveLean(b *testing.B, dir string, count int) (string, []string) {
 	p := &leanPlugin{volumes: filepath.Join(dir, "volumes")}
 	ids := make([]string, count)
@@ -41,22 +41,10 @@ func serveLean(b *testing.B, dir string, count int) (string, []string) {
 		ids[i] = fmt.Sprintf("lean-%d", i)
 		require.NoError(b, os.MkdirAll(filepath.Join(p.volumes, ids[i]), 0o750))
 	}
+	// Registered before the server's stop, so run after it.
+	b.Cleanup(func() { require.NoError(b, hostpathtest.UnmountAll(b, dir)) })
 	socket := filepath.Join(dir, "csi.sock")
-	l, err := net.Listen("unix", socket)
-	require.NoError(b, err)
-	s := grpc.NewServer()
-	csipb.RegisterIdentityServer(s, p)
-	csipb.RegisterNodeServer(s, p)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = s.Serve(l)
-	}()
-	b.Cleanup(func() {
-		s.Stop()
-		<-served
-		require.NoError(b, hostpathtest.UnmountAll(b, dir))
-	})
+	csitest.Serve(b, socket, csitest.Services{Identity: p, Node: p})
 	return socket, ids
 }
 

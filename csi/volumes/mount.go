@@ -122,7 +122,7 @@ func (j *job) claimKept(ctx context.Context, pub *messages.VolumePublish, doubts
 	holders, err := j.claimHolders(ctx)
 	switch {
 	case err != nil:
-		return fmt.Errorf("the fleet's claims of volume %s changed while it mounted, and reading them again failed: %w", j.key, err)
+		return fmt.Errorf("the fleet's claims of volume %s changed while it mounted, and reading them again failed, so the mount was undone: %w; mount again once the catalog answers", j.key, err)
 	case !j.ours(holders, pub.GetAllocId()):
 		pub.ClaimedByMount = false
 		return fmt.Errorf("%w: the fleet freed alloc %s's claim on volume %s while it mounted (a restore of etcd, a drain -force or an operator); mount again",

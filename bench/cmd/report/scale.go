@@ -4,9 +4,8 @@ import "fmt"
 
 // scaleRows are BenchmarkScale's: a registry of 100 and of 100,000
 // plugins, a read right after each write, a pair among them, and a
-// replacement. Each
-// target holds plugvisor's figure at 100,000 plugins to its own at 100,
-// measured in the same round.
+// replacement. Each target holds plugvisor's figure at 100,000 plugins to
+// its own at 100, measured in the same round.
 func scaleRows() []row {
 	const scale = "BenchmarkScale/plugins="
 	at := func(plugins, op, side string) string { return scale + plugins + "/" + op + "/" + side }
